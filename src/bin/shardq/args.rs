@@ -1,0 +1,105 @@
+//! Command-line arguments.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// shardq: a durable job queue on sharded PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    /// Configuration file (default: ./shards.toml when present, else 4 local shards).
+    #[arg(long, global = true, env = "SHARDQ_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start, stop or inspect local PostgreSQL servers (one per shard).
+    Local {
+        #[command(subcommand)]
+        action: LocalAction,
+    },
+    /// Apply missing schema migrations to every shard.
+    Migrate,
+    /// Enqueue jobs.
+    Enqueue(EnqueueArgs),
+    /// Run a worker until SIGINT/SIGTERM (or until the queue is empty).
+    Worker(WorkerArgs),
+    /// Per shard: reachable or not, and jobs by queue and status.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start local shards, migrate, enqueue noop jobs, drain them, print the throughput.
+    Demo {
+        /// Jobs to enqueue and drain.
+        #[arg(long, default_value_t = 200_000)]
+        jobs: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LocalAction {
+    /// Start the servers (reuses running ones) and create their databases.
+    Up {
+        /// How many servers (default: local.shards of the config).
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+    /// Stop the servers.
+    Down {
+        /// How many servers (default: local.shards of the config).
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+    /// Say which servers are up.
+    Status {
+        /// How many servers (default: local.shards of the config).
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// Queue name.
+    #[arg(long, default_value = "default")]
+    pub queue: String,
+    /// How many copies of the job.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    /// Handler name.
+    #[arg(long, default_value = "noop")]
+    pub handler: String,
+    /// JSON payload.
+    #[arg(long, default_value = "{}")]
+    pub payload: String,
+    /// Ordering key (routes the job and orders it among jobs of the same key).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Priority: lower runs first.
+    #[arg(long, default_value_t = 0)]
+    pub priority: i32,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Queues to serve (repeat the flag for several; default: worker.queues).
+    #[arg(long)]
+    pub queue: Vec<String>,
+    /// Executor slots (default: worker.concurrency).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Exit 0 once no shard has a queued or running job of the queues.
+    #[arg(long)]
+    pub until_empty: bool,
+    /// Baseline: claim, run and complete one job at a time per slot.
+    #[arg(long)]
+    pub serial: bool,
+    /// Print the final report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}

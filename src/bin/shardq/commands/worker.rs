@@ -1,0 +1,100 @@
+//! `shardq worker`.
+
+use crate::args::WorkerArgs;
+use anyhow::{bail, Result};
+use shardq::config::Config;
+use shardq::migrate::{self, MigrateError};
+use shardq::shards::ShardSet;
+use shardq::{HandlerRegistry, Worker, WorkerReport};
+use tokio_util::sync::CancellationToken;
+
+pub async fn run(mut config: Config, args: WorkerArgs) -> Result<()> {
+    if !args.queue.is_empty() {
+        config.worker.queues = args.queue.clone();
+    }
+    if let Some(c) = args.concurrency {
+        if c == 0 {
+            bail!("--concurrency must be at least 1");
+        }
+        config.worker.concurrency = c;
+    }
+    let report = run_worker(config, args.serial, args.until_empty).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+/// Checks the schema, runs a worker until a signal (or until empty), returns its report.
+pub async fn run_worker(config: Config, serial: bool, until_empty: bool) -> Result<WorkerReport> {
+    let shards = ShardSet::connect(&config)?;
+    check_schema(&shards).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let worker = Worker::new(config, shards, HandlerRegistry::new())
+        .serial(serial)
+        .stop_when_empty(until_empty);
+    Ok(worker.run(shutdown).await)
+}
+
+/// Refuses to run against a schema of another version; an unreachable shard
+/// only warns, since the worker retries it.
+async fn check_schema(shards: &ShardSet) -> Result<()> {
+    for shard in shards.all() {
+        let one = ShardSet::single(shard.clone());
+        match migrate::check_all(&one).await {
+            Ok(()) => {}
+            Err(MigrateError::Shard(err)) => tracing::warn!(
+                shard = %shard.name,
+                error = %shardq::error_chain(&err),
+                "shard unreachable at start; will keep retrying it"
+            ),
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+/// First SIGINT/SIGTERM: graceful shutdown. Second: exit at once (claimed jobs
+/// come back when their leases expire).
+async fn watch_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    for round in 0..2 {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if round == 0 {
+            tracing::info!("shutting down: no new claims, finishing running jobs");
+            shutdown.cancel();
+        } else {
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(130);
+        }
+    }
+}
+
+pub fn print_report(report: &WorkerReport) {
+    let s = &report.stats;
+    let done = s.succeeded + s.failed;
+    println!(
+        "completed {done} jobs ({} succeeded, {} failed) in {:.2} s: {:.0} jobs/s",
+        s.succeeded,
+        s.failed,
+        report.elapsed.as_secs_f64(),
+        report.jobs_per_second()
+    );
+    println!(
+        "claims: {} statements, {} busy, {} empty, {} errors; completion statements: {}; fenced: {}; recovered: {}",
+        s.claim_statements, s.busy, s.empty, s.claim_errors, s.completion_statements, s.fenced, s.recovered
+    );
+}

@@ -1,0 +1,253 @@
+//! The raw configuration as written in `shards.toml` and `SHARDQ_*` variables.
+//!
+//! These structs mirror the file one to one; [`super::validate`] turns them
+//! into typed, checked values.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The shards, in order: a job's `shard_key` maps onto this list by range
+    /// (see `router`). When absent, the local servers of `[local]` are used.
+    #[serde(default)]
+    pub shards: Option<Vec<ShardFile>>,
+    /// How workers take jobs from a shard.
+    #[serde(default)]
+    pub dequeue: DequeueFile,
+    /// How a worker process runs jobs.
+    #[serde(default)]
+    pub worker: WorkerFile,
+    /// Where `shardq local` keeps the PostgreSQL servers it starts itself.
+    #[serde(default)]
+    pub local: LocalFile,
+    /// Limits on what may be enqueued.
+    #[serde(default)]
+    pub limits: LimitsFile,
+}
+
+/// One shard: a PostgreSQL database, given by URL or by its parts.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardFile {
+    /// Unique name, used in logs and `shardq status`.
+    pub name: String,
+    /// `postgres://user[:password]@host:port/dbname`; exclusive with the parts below.
+    pub url: Option<String>,
+    /// Host name or address (when no `url`).
+    pub host: Option<String>,
+    /// Port (when no `url`); 5432 by default.
+    pub port: Option<u16>,
+    /// Database name (when no `url`); `shardq` by default.
+    pub dbname: Option<String>,
+    /// User (when no `url`); `postgres` by default.
+    pub user: Option<String>,
+    /// Password (when no `url`); prefer `password_file` or the URL from the environment.
+    pub password: Option<String>,
+    /// File whose first line is the password.
+    pub password_file: Option<PathBuf>,
+    /// Connections this process may open to the shard.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+}
+
+impl std::fmt::Debug for ShardFile {
+    // Hand-written so that a password in `url` or `password` never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardFile")
+            .field("name", &self.name)
+            .field("url", &self.url.as_deref().map(crate::config::redact_url))
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("dbname", &self.dbname)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("password_file", &self.password_file)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
+}
+
+/// Dequeue settings (see DESIGN.md, "Measured here: gating is no free win").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DequeueFile {
+    /// `gated` (advisory-lock dequeue slots) or `ungated` (plain SKIP LOCKED, for comparison).
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    /// K: how many claims may run at once on one shard for one queue. Two saturate
+    /// a shard with large batches on the measured machine class.
+    #[serde(default = "default_slots")]
+    pub slots_per_shard: u32,
+    /// Jobs claimed by one statement. Large batches make the gated claimers
+    /// saturate the shard (1000 reached ~70k jobs/s with 2 claimers).
+    #[serde(default = "default_batch")]
+    pub batch_size: u32,
+    /// Shortest time a shard that returned no job is skipped.
+    #[serde(default = "default_empty_min")]
+    pub empty_backoff_min_ms: u64,
+    /// Longest time a shard that returned no job is skipped (jitter spreads the two).
+    #[serde(default = "default_empty_max")]
+    pub empty_backoff_max_ms: u64,
+    /// First pause after every available shard answered busy.
+    #[serde(default = "default_busy_min")]
+    pub busy_backoff_min_ms: u64,
+    /// Pause ceiling while every shard keeps answering busy; hot retries starve the slot holders.
+    #[serde(default = "default_busy_max")]
+    pub busy_backoff_max_ms: u64,
+    /// First retry delay for a shard whose connection failed.
+    #[serde(default = "default_unhealthy_min")]
+    pub unhealthy_backoff_min_ms: u64,
+    /// Retry delay ceiling for a failing shard.
+    #[serde(default = "default_unhealthy_max")]
+    pub unhealthy_backoff_max_ms: u64,
+    /// Server-side `lock_timeout` for shardq's statements: a table-lock stall on
+    /// one shard turns into an error (and a skipped shard) instead of a hang.
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout_ms: u64,
+    /// Connect timeout for one shard connection.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+}
+
+/// Worker settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerFile {
+    /// Queues this worker takes jobs from.
+    #[serde(default = "default_queues")]
+    pub queues: Vec<String>,
+    /// Executor slots: how many handlers run at once in one process.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Producers per process; each claims batches while rotating over the shards.
+    #[serde(default = "default_producers")]
+    pub producers: usize,
+    /// Jobs the process may hold claimed but not yet completed (the ready buffer
+    /// plus jobs running plus completions not yet written). Bounds memory.
+    #[serde(default = "default_buffer_jobs")]
+    pub buffer_jobs: usize,
+    /// How long a claim is valid before another worker may recover the job.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// Completions written per shard in one statement.
+    #[serde(default = "default_completion_batch")]
+    pub completion_batch: usize,
+    /// Longest a completion waits before it is written, so latency stays bounded at low rates.
+    #[serde(default = "default_completion_flush_ms")]
+    pub completion_flush_ms: u64,
+    /// How often each shard is checked for expired leases.
+    #[serde(default = "default_recovery_interval_ms")]
+    pub recovery_interval_ms: u64,
+}
+
+/// Local servers started by `shardq local up`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalFile {
+    /// Folder holding one data folder per server.
+    #[serde(default = "default_local_dir")]
+    pub dir: PathBuf,
+    /// Port of server 0; server i listens on `base_port + i`.
+    #[serde(default = "default_base_port")]
+    pub base_port: u16,
+    /// How many servers `shardq local up` starts by default.
+    #[serde(default = "default_local_shards")]
+    pub shards: usize,
+}
+
+/// Enqueue limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Largest payload accepted, in bytes of JSON text.
+    #[serde(default = "default_max_payload")]
+    pub max_payload_bytes: usize,
+}
+
+fn default_pool_size() -> usize {
+    16
+}
+fn default_mode() -> String {
+    "gated".into()
+}
+fn default_slots() -> u32 {
+    2
+}
+fn default_batch() -> u32 {
+    500
+}
+fn default_empty_min() -> u64 {
+    50
+}
+fn default_empty_max() -> u64 {
+    150
+}
+fn default_busy_min() -> u64 {
+    1
+}
+fn default_busy_max() -> u64 {
+    40
+}
+fn default_unhealthy_min() -> u64 {
+    250
+}
+fn default_unhealthy_max() -> u64 {
+    10_000
+}
+fn default_lock_timeout() -> u64 {
+    2_000
+}
+fn default_connect_timeout() -> u64 {
+    3_000
+}
+fn default_queues() -> Vec<String> {
+    vec!["default".into()]
+}
+fn default_concurrency() -> usize {
+    16
+}
+fn default_producers() -> usize {
+    2
+}
+fn default_buffer_jobs() -> usize {
+    4_000
+}
+fn default_lease_ms() -> u64 {
+    60_000
+}
+fn default_completion_batch() -> usize {
+    1_000
+}
+fn default_completion_flush_ms() -> u64 {
+    5
+}
+fn default_recovery_interval_ms() -> u64 {
+    2_000
+}
+fn default_local_dir() -> PathBuf {
+    PathBuf::from(".shardq/local")
+}
+fn default_base_port() -> u16 {
+    54330
+}
+fn default_local_shards() -> usize {
+    4
+}
+fn default_max_payload() -> usize {
+    1 << 20
+}
+
+macro_rules! default_from_serde {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                // Every field has a serde default, so an empty table is valid.
+                serde_json::from_str("{}").expect("all fields have defaults")
+            }
+        }
+    )*};
+}
+default_from_serde!(DequeueFile, WorkerFile, LocalFile, LimitsFile);

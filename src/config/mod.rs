@@ -1,0 +1,102 @@
+//! Configuration: `shards.toml` merged with `SHARDQ_*` environment variables,
+//! validated once into typed values.
+//!
+//! Environment variables name nested keys with `__`, e.g.
+//! `SHARDQ_DEQUEUE__SLOTS_PER_SHARD=4` or `SHARDQ_WORKER__CONCURRENCY=32`.
+
+mod file;
+mod validate;
+
+pub use file::{ConfigFile, DequeueFile, LimitsFile, LocalFile, ShardFile, WorkerFile};
+pub use validate::{
+    Backoff, Config, ConfigError, DequeueConfig, DequeueMode, Limits, LocalConfig, ShardConfig,
+    WorkerConfig,
+};
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use std::path::Path;
+
+/// The file read when no `--config` is given; absent means "use local shards".
+pub const DEFAULT_CONFIG_PATH: &str = "shards.toml";
+
+impl Config {
+    /// Loads `path` (or `shards.toml` when it exists), merges `SHARDQ_*`
+    /// variables over it, and validates the result.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] names the key at fault and says what to fix.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::new();
+        match path {
+            Some(path) if !path.exists() => {
+                return Err(ConfigError::MissingFile(path.to_path_buf()))
+            }
+            Some(path) => figment = figment.merge(Toml::file(path)),
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+                figment = figment.merge(Toml::file(DEFAULT_CONFIG_PATH))
+            }
+            None => {}
+        }
+        // Only nested keys (`SECTION__FIELD`) are configuration; other SHARDQ_*
+        // variables (SHARDQ_CONFIG, SHARDQ_PG_BIN) belong to the CLI.
+        let env = Env::prefixed("SHARDQ_")
+            .filter(|key| key.as_str().contains("__"))
+            .split("__");
+        Self::from_figment(figment.merge(env))
+    }
+
+    /// Parses and validates a TOML document (no environment), for tests and embedders.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::load`].
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Self::from_figment(Figment::new().merge(Toml::string(text)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let raw: ConfigFile = figment.extract().map_err(Box::new)?;
+        validate::validate(raw)
+    }
+}
+
+/// Returns `url` with any password replaced by `<redacted>`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:<redacted>{}",
+            &url[..scheme_end + 3],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_only_the_password() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/q"),
+            "postgres://app:<redacted>@db:5432/q"
+        );
+        assert_eq!(
+            redact_url("postgres://app@db:5432/q"),
+            "postgres://app@db:5432/q"
+        );
+        assert_eq!(redact_url("host=db"), "host=db");
+    }
+}

@@ -1,0 +1,374 @@
+//! Turns the raw file into typed, checked configuration.
+
+use super::file::{ConfigFile, ShardFile};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A configuration error: names the key at fault and says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file named by `--config` does not exist.
+    #[error(
+        "config file {0} does not exist; pass an existing file with --config or SHARDQ_CONFIG"
+    )]
+    MissingFile(PathBuf),
+    /// TOML syntax, an unknown key, or a value of the wrong type.
+    #[error("invalid configuration; fix the key named in the cause")]
+    Parse(#[from] Box<figment::Error>),
+    /// `shards = []`.
+    #[error("`shards` is empty: list at least one [[shards]] entry, or remove the key to use the local shards")]
+    NoShards,
+    /// Two shards share a name.
+    #[error("shards: the name `{0}` is used twice; give every shard a unique name")]
+    DuplicateShard(String),
+    /// A shard URL that does not parse.
+    #[error("shards[{index}].url (shard `{name}`) is not a valid connection URL; write it as postgres://user:password@host:port/dbname")]
+    BadUrl {
+        /// Position in the list.
+        index: usize,
+        /// Shard name.
+        name: String,
+        /// Parser error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A shard with both or neither of `url` and `host`.
+    #[error("shards[{index}] (shard `{name}`): give either `url` or `host` (with port, dbname, user), not {what}")]
+    Address {
+        /// Position in the list.
+        index: usize,
+        /// Shard name.
+        name: String,
+        /// "both" or "neither".
+        what: &'static str,
+    },
+    /// A password file that cannot be read.
+    #[error("shards[{index}].password_file {path}: cannot read it")]
+    PasswordFile {
+        /// Position in the list.
+        index: usize,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A numeric setting out of range, or settings that contradict each other.
+    #[error("{key} = {value}: {fix}")]
+    Invalid {
+        /// The key, e.g. `dequeue.slots_per_shard`.
+        key: &'static str,
+        /// Its value as given.
+        value: String,
+        /// What to do instead.
+        fix: &'static str,
+    },
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Shards in mapping order.
+    pub shards: Vec<ShardConfig>,
+    /// Dequeue settings.
+    pub dequeue: DequeueConfig,
+    /// Worker settings.
+    pub worker: WorkerConfig,
+    /// Local server settings.
+    pub local: LocalConfig,
+    /// Enqueue limits.
+    pub limits: Limits,
+}
+
+/// One shard, ready to connect. `Debug` never shows the password.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Unique name.
+    pub name: String,
+    /// Connection settings (tokio-postgres redacts the password in `Debug`).
+    pub pg: tokio_postgres::Config,
+    /// Pool size for this process.
+    pub pool_size: usize,
+}
+
+/// Whether claims pass through the advisory-lock dequeue slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DequeueMode {
+    /// At most `slots` claims per shard and queue run at once.
+    Gated {
+        /// K, at least 1.
+        slots: u32,
+    },
+    /// Plain `FOR UPDATE SKIP LOCKED`, for comparison.
+    Ungated,
+}
+
+/// A jittered, bounded backoff range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// Shortest delay.
+    pub min: Duration,
+    /// Longest delay.
+    pub max: Duration,
+}
+
+/// Dequeue settings, checked.
+#[derive(Debug, Clone)]
+pub struct DequeueConfig {
+    /// Gated or not.
+    pub mode: DequeueMode,
+    /// Jobs per claim statement.
+    pub batch_size: u32,
+    /// Skip time for a shard with no ready job.
+    pub empty_backoff: Backoff,
+    /// Pause after every shard answered busy.
+    pub busy_backoff: Backoff,
+    /// Retry delay for a failing shard.
+    pub unhealthy_backoff: Backoff,
+    /// Server-side lock wait limit.
+    pub lock_timeout: Duration,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+}
+
+/// Worker settings, checked.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Queues to serve.
+    pub queues: Vec<String>,
+    /// Executor slots.
+    pub concurrency: usize,
+    /// Producers.
+    pub producers: usize,
+    /// Claimed-but-unfinished jobs held at most.
+    pub buffer_jobs: usize,
+    /// Lease length.
+    pub lease: Duration,
+    /// Completions per statement.
+    pub completion_batch: usize,
+    /// Longest wait before a completion is written.
+    pub completion_flush: Duration,
+    /// Expired-lease check period per shard.
+    pub recovery_interval: Duration,
+}
+
+/// Local server settings.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Data folder root.
+    pub dir: PathBuf,
+    /// Port of server 0.
+    pub base_port: u16,
+    /// Default server count.
+    pub shards: usize,
+}
+
+/// Enqueue limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest payload in bytes.
+    pub max_payload_bytes: usize,
+}
+
+pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
+    let local = LocalConfig {
+        dir: raw.local.dir,
+        base_port: raw.local.base_port,
+        shards: positive("local.shards", raw.local.shards)?,
+    };
+    let shard_files = match raw.shards {
+        Some(shards) => shards,
+        None => local_shard_files(&local),
+    };
+    let shards = validate_shards(shard_files)?;
+
+    let d = raw.dequeue;
+    let mode = match d.mode.as_str() {
+        "gated" => DequeueMode::Gated {
+            slots: positive("dequeue.slots_per_shard", d.slots_per_shard as usize)? as u32,
+        },
+        "ungated" => DequeueMode::Ungated,
+        other => {
+            return Err(ConfigError::Invalid {
+                key: "dequeue.mode",
+                value: format!("{other:?}"),
+                fix: "use \"gated\" or \"ungated\"",
+            })
+        }
+    };
+    let batch_size = positive("dequeue.batch_size", d.batch_size as usize)? as u32;
+    let dequeue = DequeueConfig {
+        mode,
+        batch_size,
+        empty_backoff: backoff(
+            "dequeue.empty_backoff_max_ms",
+            d.empty_backoff_min_ms,
+            d.empty_backoff_max_ms,
+        )?,
+        busy_backoff: backoff(
+            "dequeue.busy_backoff_max_ms",
+            d.busy_backoff_min_ms,
+            d.busy_backoff_max_ms,
+        )?,
+        unhealthy_backoff: backoff(
+            "dequeue.unhealthy_backoff_max_ms",
+            d.unhealthy_backoff_min_ms,
+            d.unhealthy_backoff_max_ms,
+        )?,
+        lock_timeout: Duration::from_millis(d.lock_timeout_ms),
+        connect_timeout: Duration::from_millis(positive(
+            "dequeue.connect_timeout_ms",
+            d.connect_timeout_ms as usize,
+        )? as u64),
+    };
+
+    let w = raw.worker;
+    if w.queues.is_empty() {
+        return Err(ConfigError::Invalid {
+            key: "worker.queues",
+            value: "[]".into(),
+            fix: "name at least one queue",
+        });
+    }
+    if w.buffer_jobs < batch_size as usize {
+        return Err(ConfigError::Invalid {
+            key: "worker.buffer_jobs",
+            value: w.buffer_jobs.to_string(),
+            fix: "must be at least dequeue.batch_size (a few batches deep is best)",
+        });
+    }
+    let worker = WorkerConfig {
+        queues: w.queues,
+        concurrency: positive("worker.concurrency", w.concurrency)?,
+        producers: positive("worker.producers", w.producers)?,
+        buffer_jobs: w.buffer_jobs,
+        lease: Duration::from_millis(positive("worker.lease_ms", w.lease_ms as usize)? as u64),
+        completion_batch: positive("worker.completion_batch", w.completion_batch)?,
+        completion_flush: Duration::from_millis(w.completion_flush_ms),
+        recovery_interval: Duration::from_millis(positive(
+            "worker.recovery_interval_ms",
+            w.recovery_interval_ms as usize,
+        )? as u64),
+    };
+    let limits = super::validate::Limits {
+        max_payload_bytes: positive("limits.max_payload_bytes", raw.limits.max_payload_bytes)?,
+    };
+    Ok(Config {
+        shards,
+        dequeue,
+        worker,
+        local,
+        limits,
+    })
+}
+
+fn local_shard_files(local: &LocalConfig) -> Vec<ShardFile> {
+    (0..local.shards)
+        .map(|i| ShardFile {
+            name: format!("local-{i}"),
+            url: Some(format!(
+                "postgres://postgres@127.0.0.1:{}/shardq",
+                local.base_port as usize + i
+            )),
+            host: None,
+            port: None,
+            dbname: None,
+            user: None,
+            password: None,
+            password_file: None,
+            pool_size: 16,
+        })
+        .collect()
+}
+
+fn validate_shards(files: Vec<ShardFile>) -> Result<Vec<ShardConfig>, ConfigError> {
+    if files.is_empty() {
+        return Err(ConfigError::NoShards);
+    }
+    let mut names = HashSet::new();
+    let mut shards = Vec::with_capacity(files.len());
+    for (index, f) in files.into_iter().enumerate() {
+        if !names.insert(f.name.clone()) {
+            return Err(ConfigError::DuplicateShard(f.name));
+        }
+        let mut pg = match (&f.url, &f.host) {
+            (Some(url), None) => {
+                tokio_postgres::Config::from_str(url).map_err(|source| ConfigError::BadUrl {
+                    index,
+                    name: f.name.clone(),
+                    source,
+                })?
+            }
+            (None, Some(host)) => {
+                let mut pg = tokio_postgres::Config::new();
+                pg.host(host)
+                    .port(f.port.unwrap_or(5432))
+                    .dbname(f.dbname.as_deref().unwrap_or("shardq"))
+                    .user(f.user.as_deref().unwrap_or("postgres"));
+                pg
+            }
+            (url, _) => {
+                return Err(ConfigError::Address {
+                    index,
+                    name: f.name,
+                    what: if url.is_some() { "both" } else { "neither" },
+                })
+            }
+        };
+        if pg.get_hosts().is_empty() {
+            return Err(ConfigError::Address {
+                index,
+                name: f.name,
+                what: "a URL without a host",
+            });
+        }
+        if let Some(password) = &f.password {
+            pg.password(password);
+        }
+        if let Some(path) = &f.password_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::PasswordFile {
+                    index,
+                    path: path.clone(),
+                    source,
+                })?;
+            pg.password(text.lines().next().unwrap_or("").trim_end());
+        }
+        if pg.get_user().is_none() {
+            pg.user("postgres");
+        }
+        shards.push(ShardConfig {
+            name: f.name,
+            pg,
+            pool_size: positive("shards[].pool_size", f.pool_size)?,
+        });
+    }
+    Ok(shards)
+}
+
+fn positive(key: &'static str, value: usize) -> Result<usize, ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::Invalid {
+            key,
+            value: "0".into(),
+            fix: "must be at least 1",
+        });
+    }
+    Ok(value)
+}
+
+fn backoff(key: &'static str, min_ms: u64, max_ms: u64) -> Result<Backoff, ConfigError> {
+    if max_ms < min_ms {
+        return Err(ConfigError::Invalid {
+            key,
+            value: max_ms.to_string(),
+            fix: "must not be below the matching _min_ms",
+        });
+    }
+    Ok(Backoff {
+        min: Duration::from_millis(min_ms),
+        max: Duration::from_millis(max_ms),
+    })
+}

@@ -1,0 +1,209 @@
+//! The database side of taking jobs: gated or ungated claims, fenced batched
+//! completions, and lease recovery. Each function is one statement on one shard.
+//!
+//! Lock keys: the dequeue slots of queue `q` are the advisory locks
+//! `(dequeue_lock_key(q), slot)` for `slot` in `0..K`, where the first key is
+//! the low 32 bits of FNV-1a-64 of `"shardq:dequeue:" + q`. Lease recovery uses
+//! `(recovery_lock_key(), 0)`. All are transaction-level locks.
+
+use crate::config::DequeueMode;
+use crate::job::{ClaimedJob, Completion, JobId, Outcome};
+use crate::router::fnv1a64;
+use crate::shards::{Shard, ShardError};
+use crate::sql;
+use serde_json::Value;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The advisory-lock class of queue `queue`'s dequeue slots.
+pub fn dequeue_lock_key(queue: &str) -> i32 {
+    fnv1a64(format!("shardq:dequeue:{queue}").as_bytes()) as u32 as i32
+}
+
+/// The advisory-lock class of lease recovery.
+pub fn recovery_lock_key() -> i32 {
+    fnv1a64(b"shardq:recover") as u32 as i32
+}
+
+/// What a claim attempt found.
+#[derive(Debug)]
+pub enum Claim {
+    /// Jobs claimed (at least one).
+    Jobs(Vec<ClaimedJob>),
+    /// Every dequeue slot was taken: try another shard.
+    Busy,
+    /// A slot was free but no job was ready.
+    Empty,
+}
+
+/// One claim request.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimParams<'a> {
+    /// Queue.
+    pub queue: &'a str,
+    /// Most jobs to take.
+    pub limit: u32,
+    /// Owner written on the rows (fences completions).
+    pub owner: &'a str,
+    /// Lease length.
+    pub lease: Duration,
+    /// Gated or not.
+    pub mode: DequeueMode,
+}
+
+fn gated_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(sql::job_claim_gated)
+}
+
+fn ungated_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(sql::job_claim_ungated)
+}
+
+/// Claims up to `p.limit` ready jobs of `p.queue` on `shard`, in one round trip.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard cannot be reached or the statement fails
+/// (e.g. `lock_timeout` under a table lock).
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future after the statement was sent may leave
+/// claimed jobs that only lease recovery returns.
+pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardError> {
+    let client = shard.client().await?;
+    let (text, slots) = match p.mode {
+        DequeueMode::Gated { slots } => (gated_sql(), slots as i32),
+        DequeueMode::Ungated => (ungated_sql(), 0),
+    };
+    let stmt = client
+        .prepare_cached(text)
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let lease_ms = p.lease.as_millis() as i64;
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &dequeue_lock_key(p.queue),
+                &slots,
+                &p.queue,
+                &i64::from(p.limit),
+                &p.owner,
+                &lease_ms,
+            ],
+        )
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let got_slot: i32 = rows.first().map_or(0, |r| r.get("got_slot"));
+    if got_slot == 0 {
+        return Ok(Claim::Busy);
+    }
+    let jobs: Vec<ClaimedJob> = rows
+        .iter()
+        .filter_map(|r| {
+            // The one row of an empty claim carries NULLs.
+            let id: i64 = r.get::<_, Option<i64>>("id")?;
+            Some(ClaimedJob {
+                id: JobId {
+                    shard_key: r.get("shard_key"),
+                    id,
+                },
+                shard: shard.index,
+                queue: r.get("queue"),
+                handler: r.get("handler"),
+                ordering_key: r.get("ordering_key"),
+                payload: r.get("payload"),
+                attempt: r.get("attempts"),
+            })
+        })
+        .collect();
+    Ok(if jobs.is_empty() {
+        Claim::Empty
+    } else {
+        Claim::Jobs(jobs)
+    })
+}
+
+/// How a batch of completions landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Rows written as succeeded.
+    pub succeeded: u64,
+    /// Rows written as failed.
+    pub failed: u64,
+    /// Completions rejected by the fence (lease lost, job re-claimed).
+    pub fenced: u64,
+}
+
+/// Writes `done` (all from `shard`) in one fenced statement.
+///
+/// # Errors
+///
+/// [`ShardError`] when the write fails; nothing was written then.
+pub async fn complete_many(
+    shard: &Shard,
+    owner: &str,
+    done: &[Completion],
+) -> Result<Written, ShardError> {
+    let client = shard.client().await?;
+    let stmt = client
+        .prepare_cached(sql::JOB_COMPLETE_MANY)
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let keys: Vec<i32> = done.iter().map(|c| c.id.shard_key).collect();
+    let ids: Vec<i64> = done.iter().map(|c| c.id.id).collect();
+    let attempts: Vec<i32> = done.iter().map(|c| c.attempt).collect();
+    let mut statuses = Vec::with_capacity(done.len());
+    let mut outputs: Vec<Option<&Value>> = Vec::with_capacity(done.len());
+    let mut errors: Vec<Option<&str>> = Vec::with_capacity(done.len());
+    for c in done {
+        match &c.outcome {
+            Outcome::Succeeded(v) => {
+                statuses.push("succeeded");
+                outputs.push(Some(v));
+                errors.push(None);
+            }
+            Outcome::Failed(msg) => {
+                statuses.push("failed");
+                outputs.push(None);
+                errors.push(Some(msg.as_str()));
+            }
+        }
+    }
+    let row = client
+        .query_one(
+            &stmt,
+            &[&keys, &ids, &attempts, &statuses, &outputs, &owner, &errors],
+        )
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let written = row.get::<_, i64>(0) as u64;
+    let failed = row.get::<_, i64>(1) as u64;
+    Ok(Written {
+        succeeded: written - failed,
+        failed,
+        fenced: done.len() as u64 - written,
+    })
+}
+
+/// Returns up to `limit` jobs with expired leases on `shard` to the queue,
+/// unless another process holds the shard's recovery lock. Returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
+    let client = shard.client().await?;
+    let stmt = client
+        .prepare_cached(sql::JOB_RECOVER_EXPIRED)
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let rows = client
+        .query(&stmt, &[&recovery_lock_key(), &limit])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(rows.len() as u64)
+}

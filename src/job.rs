@@ -1,0 +1,140 @@
+//! Job values: what is enqueued, what a claim returns, what a handler produces.
+
+use serde_json::Value;
+use std::fmt;
+use std::str::FromStr;
+
+/// A job's identity: its shard key (which routes it) and its id on that shard.
+/// Written as `shard_key-id`, e.g. `4821-1337`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId {
+    /// Routing key, `0..65536`.
+    pub shard_key: i32,
+    /// Id, unique on its shard.
+    pub id: i64,
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.shard_key, self.id)
+    }
+}
+
+/// A job id that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid job id `{0}`: expected SHARDKEY-ID, e.g. 4821-1337")]
+pub struct JobIdParseError(String);
+
+impl FromStr for JobId {
+    type Err = JobIdParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || JobIdParseError(s.to_string());
+        let (key, id) = s.split_once('-').ok_or_else(err)?;
+        let shard_key: i32 = key.parse().map_err(|_| err())?;
+        if !(0..crate::router::SHARD_KEY_SPACE as i32).contains(&shard_key) {
+            return Err(err());
+        }
+        Ok(JobId {
+            shard_key,
+            id: id.parse().map_err(|_| err())?,
+        })
+    }
+}
+
+/// A job to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// Queue name.
+    pub queue: String,
+    /// Registered handler name.
+    pub handler: String,
+    /// JSON payload handed to the handler.
+    pub payload: Value,
+    /// Jobs with the same ordering key share a shard and run one at a time.
+    pub ordering_key: Option<String>,
+    /// Lower runs first within a queue on a shard.
+    pub priority: i32,
+}
+
+impl NewJob {
+    /// A job for `handler` on `queue` with `payload`, no key, priority 0.
+    pub fn new(queue: impl Into<String>, handler: impl Into<String>, payload: Value) -> Self {
+        NewJob {
+            queue: queue.into(),
+            handler: handler.into(),
+            payload,
+            ordering_key: None,
+            priority: 0,
+        }
+    }
+
+    /// Sets the ordering key.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+}
+
+/// A job claimed by this process.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    /// Identity.
+    pub id: JobId,
+    /// Index of the shard it came from.
+    pub shard: usize,
+    /// Queue.
+    pub queue: String,
+    /// Handler name.
+    pub handler: String,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Payload.
+    pub payload: Value,
+    /// This attempt's number (1 for the first); fences the completion.
+    pub attempt: i32,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The handler returned this output.
+    Succeeded(Value),
+    /// The handler failed with this message.
+    Failed(String),
+}
+
+/// A finished job waiting to be written back.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// Identity.
+    pub id: JobId,
+    /// Shard index.
+    pub shard: usize,
+    /// Attempt that produced it.
+    pub attempt: i32,
+    /// Result.
+    pub outcome: Outcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_id_round_trips_and_rejects_garbage() {
+        let id = JobId {
+            shard_key: 4821,
+            id: 1337,
+        };
+        assert_eq!(id.to_string().parse::<JobId>().unwrap(), id);
+        for bad in ["", "12", "a-1", "1-b", "70000-1", "-1-2"] {
+            assert!(bad.parse::<JobId>().is_err(), "{bad}");
+        }
+    }
+}

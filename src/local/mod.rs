@@ -1,0 +1,111 @@
+//! Local PostgreSQL servers started from the system binaries, for development and tests.
+//!
+//! When running as root, initdb and postgres run as the `postgres` system user through
+//! `runuser`. New data folders are copied from an initdb template kept in the temp folder.
+
+mod binaries;
+mod datadir;
+mod ephemeral;
+mod error;
+mod server;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+pub use ephemeral::EphemeralServer;
+pub use error::LocalError;
+pub use server::{LocalServer, StopMode};
+
+/// Options for a set of servers on consecutive ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalOptions {
+    /// The folder holding one data folder per shard (`shard-{i}`).
+    pub root: PathBuf,
+    /// The port of shard 0; shard `i` listens on `base_port + i`.
+    pub base_port: u16,
+    /// How many servers.
+    pub shards: usize,
+}
+
+/// The servers described by `opts`: shard `i` on `base_port + i`.
+pub fn servers(opts: &LocalOptions) -> Vec<LocalServer> {
+    (0..opts.shards)
+        .map(|i| LocalServer::new(&opts.root, i, opts.base_port + i as u16))
+        .collect()
+}
+
+/// Starts every server (those running are left alone) and creates their `shardq` database
+/// if absent. Servers start in parallel.
+pub async fn up(opts: &LocalOptions) -> Result<Vec<LocalServer>, LocalError> {
+    let servers = servers(opts);
+    let tasks: Vec<_> = servers
+        .iter()
+        .cloned()
+        .map(|server| tokio::task::spawn_blocking(move || server.start()))
+        .collect();
+    // Wait for all before reporting, so no start keeps running behind our back.
+    let mut first_error = None;
+    for task in tasks {
+        let result = task.await.map_err(LocalError::Task).and_then(|r| r);
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    for server in &servers {
+        create_database(&server.admin_url(), "shardq").await?;
+    }
+    Ok(servers)
+}
+
+/// Stops every server (fast mode); tries all and reports the first failure.
+pub fn down(opts: &LocalOptions) -> Result<(), LocalError> {
+    let mut first_error = None;
+    for server in servers(opts) {
+        if let Err(e) = server.stop(StopMode::Fast) {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Creates database `name` on the server at `admin_url` unless it exists.
+pub async fn create_database(admin_url: &str, name: &str) -> Result<(), LocalError> {
+    let pg_err = |action: String| move |source| LocalError::Postgres { action, source };
+    let (client, connection) = tokio_postgres::connect(admin_url, NoTls)
+        .await
+        .map_err(pg_err(format!("connect to {admin_url}")))?;
+    let connection = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "admin connection ended with an error");
+        }
+    });
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .await
+        .map_err(pg_err(format!("look up database {name}")))?
+        .is_some();
+    if !exists {
+        let sql = format!("CREATE DATABASE {}", quote_ident(name));
+        match client.batch_execute(&sql).await {
+            Ok(()) => {}
+            // Someone else created it since our check.
+            Err(e) if e.code() == Some(&SqlState::DUPLICATE_DATABASE) => {}
+            Err(e) => return Err(pg_err(format!("create database {name}"))(e)),
+        }
+    }
+    drop(client);
+    let _ = connection.await;
+    Ok(())
+}
+
+/// Quotes `name` as an SQL identifier.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -1,0 +1,195 @@
+//! The shard set: one connection pool per configured shard.
+
+use crate::config::{Config, ShardConfig};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+/// Errors from reaching a shard.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// No connection could be had from the pool (server down, refused, timed out).
+    #[error(
+        "shard `{shard}`: cannot get a connection ({target}); is the server up and the URL right?"
+    )]
+    Connect {
+        /// Shard name.
+        shard: String,
+        /// host:port/dbname, without password.
+        target: String,
+        /// Cause.
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// A statement failed.
+    #[error("shard `{shard}`: query failed")]
+    Query {
+        /// Shard name.
+        shard: String,
+        /// Cause (classify by `code()`, never by message).
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// Building the pool failed.
+    #[error("shard `{shard}`: cannot build a connection pool")]
+    Build {
+        /// Shard name.
+        shard: String,
+        /// Cause.
+        #[source]
+        source: deadpool_postgres::BuildError,
+    },
+}
+
+/// One shard: its name and its pool.
+#[derive(Clone)]
+pub struct Shard {
+    /// Position in the configured list (the routing index).
+    pub index: usize,
+    /// Configured name.
+    pub name: String,
+    target: String,
+    pool: Pool,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("index", &self.index)
+            .field("name", &self.name)
+            .field("target", &self.target)
+            .finish()
+    }
+}
+
+impl Shard {
+    /// A pooled connection.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::Connect`] when the server cannot be reached.
+    pub async fn client(&self) -> Result<deadpool_postgres::Client, ShardError> {
+        self.pool.get().await.map_err(|source| ShardError::Connect {
+            shard: self.name.clone(),
+            target: self.target.clone(),
+            source,
+        })
+    }
+
+    /// Wraps a query error with this shard's name.
+    pub fn query_error(&self, source: tokio_postgres::Error) -> ShardError {
+        ShardError::Query {
+            shard: self.name.clone(),
+            source,
+        }
+    }
+
+    /// host:port/dbname, for messages.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+/// All shards of a configuration, in routing order.
+#[derive(Debug, Clone)]
+pub struct ShardSet {
+    shards: Vec<Shard>,
+}
+
+impl ShardSet {
+    /// Builds one pool per shard. Connects lazily: an unreachable shard is an
+    /// error only when used.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::Build`] when a pool cannot be built.
+    pub fn connect(config: &Config) -> Result<ShardSet, ShardError> {
+        let shards = config
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(index, shard)| build_shard(index, shard, config))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShardSet { shards })
+    }
+
+    /// The shards in routing order.
+    pub fn all(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Shard `index` (panics when out of range: indexes come from the router).
+    pub fn get(&self, index: usize) -> &Shard {
+        &self.shards[index]
+    }
+
+    /// Number of shards.
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Whether there are no shards (never true for a validated config).
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty()
+    }
+
+    /// The shard holding `shard_key`.
+    pub fn for_key(&self, shard_key: i32) -> &Shard {
+        self.get(crate::router::shard_index(shard_key, self.len()))
+    }
+}
+
+fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Shard, ShardError> {
+    let mut pg = shard.pg.clone();
+    pg.connect_timeout(config.dequeue.connect_timeout);
+    pg.application_name("shardq");
+    if !config.dequeue.lock_timeout.is_zero() {
+        pg.options(format!(
+            "-c lock_timeout={}",
+            config.dequeue.lock_timeout.as_millis()
+        ));
+    }
+    let manager = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(shard.pool_size)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .create_timeout(Some(config.dequeue.connect_timeout))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|source| ShardError::Build {
+            shard: shard.name.clone(),
+            source,
+        })?;
+    Ok(Shard {
+        index,
+        name: shard.name.clone(),
+        target: describe(&shard.pg),
+        pool,
+    })
+}
+
+fn describe(pg: &tokio_postgres::Config) -> String {
+    let host = match pg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "?".into(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}/{}", pg.get_dbname().unwrap_or("?"))
+}
+
+impl ShardSet {
+    /// A set holding one shard of another set (its index is kept).
+    pub fn single(shard: Shard) -> ShardSet {
+        ShardSet {
+            shards: vec![shard],
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Executor slots: each runs one handler at a time. Jobs with an ordering key
+//! always reach the same slot (hash of the key), so they run in claim order
+//! and never concurrently in this process; other jobs go to any free slot.
+
+use super::handler::{HandlerRegistry, JobContext};
+use crate::job::{ClaimedJob, Completion, Outcome};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// One slot's loop; returns when both of its inputs are closed and drained.
+pub(crate) async fn run_slot(
+    mut own: mpsc::UnboundedReceiver<ClaimedJob>,
+    shared: async_channel::Receiver<ClaimedJob>,
+    registry: Arc<HandlerRegistry>,
+    completions: mpsc::UnboundedSender<Completion>,
+) {
+    loop {
+        // Biased: keyed work first, so a key's queue never waits behind
+        // unkeyed jobs that other slots could take.
+        let job = tokio::select! {
+            biased;
+            Some(job) = own.recv() => job,
+            Ok(job) = shared.recv() => job,
+            else => return,
+        };
+        let completion = execute(&registry, job).await;
+        if completions.send(completion).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs one job's handler and turns the result into a completion.
+pub(crate) async fn execute(registry: &HandlerRegistry, job: ClaimedJob) -> Completion {
+    let ctx = JobContext {
+        id: job.id,
+        queue: job.queue,
+        ordering_key: job.ordering_key,
+        payload: job.payload,
+        attempt: job.attempt,
+    };
+    let outcome = match registry.run(&job.handler, ctx).await {
+        Ok(output) => Outcome::Succeeded(output),
+        Err(message) => {
+            tracing::debug!(job = %job.id, error = %message, "job failed");
+            Outcome::Failed(message)
+        }
+    };
+    Completion {
+        id: job.id,
+        shard: job.shard,
+        attempt: job.attempt,
+        outcome,
+    }
+}

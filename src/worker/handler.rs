@@ -1,0 +1,108 @@
+//! Handlers: named async functions that run a job.
+
+use crate::job::JobId;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// Any error a handler returns; its `Display` chain becomes the job's error.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a handler returns: the job's output, or why it failed.
+pub type HandlerResult = Result<Value, HandlerError>;
+
+type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
+type HandlerFn = dyn Fn(JobContext) -> HandlerFuture + Send + Sync;
+
+/// The name of the built-in handler that does nothing and returns `null`.
+pub const NOOP: &str = "noop";
+
+/// What a handler is given about its job.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    /// The job.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its ordering key.
+    pub ordering_key: Option<String>,
+    /// Its payload.
+    pub payload: Value,
+    /// This attempt's number, from 1.
+    pub attempt: i32,
+}
+
+/// Handlers by name. Starts with the built-in [`NOOP`].
+#[derive(Clone)]
+pub struct HandlerRegistry {
+    handlers: HashMap<String, Arc<HandlerFn>>,
+}
+
+impl std::fmt::Debug for HandlerRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<_> = self.handlers.keys().collect();
+        names.sort();
+        f.debug_struct("HandlerRegistry")
+            .field("handlers", &names)
+            .finish()
+    }
+}
+
+impl Default for HandlerRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HandlerRegistry {
+    /// A registry holding only the `noop` handler.
+    pub fn new() -> Self {
+        let mut registry = HandlerRegistry {
+            handlers: HashMap::new(),
+        };
+        registry.register(NOOP, |_ctx| async { Ok(Value::Null) });
+        registry
+    }
+
+    /// Registers `handler` under `name`, replacing any earlier one.
+    pub fn register<F, Fut>(&mut self, name: impl Into<String>, handler: F) -> &mut Self
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let boxed: Arc<HandlerFn> = Arc::new(move |ctx| Box::pin(handler(ctx)));
+        self.handlers.insert(name.into(), boxed);
+        self
+    }
+
+    /// Runs the handler named `name`; a missing handler, an error and a panic
+    /// all become an `Err` with a message for the job's `error` column.
+    pub(crate) async fn run(&self, name: &str, ctx: JobContext) -> Result<Value, String> {
+        use futures_util::FutureExt;
+        let Some(handler) = self.handlers.get(name) else {
+            return Err(format!(
+                "no handler is registered under the name `{name}`; register it in the worker or fix the job's handler"
+            ));
+        };
+        match std::panic::AssertUnwindSafe(handler(ctx))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(err)) => Err(crate::error_chain(err.as_ref())),
+            Err(panic) => Err(format!("handler panicked: {}", panic_message(&panic))),
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".into()
+    }
+}

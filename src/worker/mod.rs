@@ -1,0 +1,260 @@
+//! The worker process: producers claim batches into a bounded buffer, executor
+//! slots run handlers, the completer writes outcomes back in batches.
+//!
+//! ```text
+//! shards ─> producers ─> keyed/shared queues ─> executor slots ─> completer ─> shards
+//!           (rotate,      (bounded in total      (C slots, key    (batched per
+//!            gated)        by worker.buffer_jobs)  hash → slot)     shard, fenced)
+//! ```
+
+mod completer;
+mod executor;
+mod handler;
+mod producer;
+mod recovery;
+pub mod rotation;
+mod serial;
+mod stats;
+
+pub use handler::{HandlerError, HandlerRegistry, HandlerResult, JobContext, NOOP};
+pub use stats::{Stats, StatsSnapshot};
+
+use crate::config::Config;
+use crate::shards::ShardSet;
+use rand::Rng;
+use rotation::Rotation;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// How often `stop_when_empty` asks the shards whether work is left.
+const EMPTY_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How long running handlers may take to finish after shutdown was asked.
+const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+/// State shared by the roles of one worker.
+pub(crate) struct Pipeline {
+    pub config: Config,
+    pub shards: ShardSet,
+    pub registry: Arc<HandlerRegistry>,
+    /// Every (shard index, queue) pair this worker serves.
+    pub targets: Vec<(usize, String)>,
+    /// Unique per worker run; written on claimed rows; fences completions.
+    pub owner: String,
+    /// Room for claimed-but-unfinished jobs (bounds memory).
+    pub room: Arc<Semaphore>,
+    pub stats: Arc<Stats>,
+}
+
+/// A worker over a set of shards.
+pub struct Worker {
+    config: Config,
+    shards: ShardSet,
+    registry: HandlerRegistry,
+    serial: bool,
+    stop_when_empty: bool,
+    grace: Duration,
+    stats: Arc<Stats>,
+}
+
+/// What a finished worker run did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerReport {
+    /// Counters.
+    pub stats: StatsSnapshot,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl WorkerReport {
+    /// Jobs written back (succeeded or failed) per second.
+    pub fn jobs_per_second(&self) -> f64 {
+        (self.stats.succeeded + self.stats.failed) as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+impl Worker {
+    /// A worker for the queues in `config.worker.queues`, with `registry`'s handlers.
+    pub fn new(config: Config, shards: ShardSet, registry: HandlerRegistry) -> Self {
+        Worker {
+            config,
+            shards,
+            registry,
+            serial: false,
+            stop_when_empty: false,
+            grace: DEFAULT_GRACE,
+            stats: Arc::new(Stats::default()),
+        }
+    }
+
+    /// Use the serial one-job-at-a-time baseline instead of the pipeline.
+    pub fn serial(mut self, serial: bool) -> Self {
+        self.serial = serial;
+        self
+    }
+
+    /// Stop by itself once no shard has a queued or running job of its queues.
+    pub fn stop_when_empty(mut self, yes: bool) -> Self {
+        self.stop_when_empty = yes;
+        self
+    }
+
+    /// How long running handlers may take to finish after shutdown.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Live counters, readable while the worker runs.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled (or, with `stop_when_empty`, until no
+    /// work is left), then stops claiming, lets handlers finish within the
+    /// grace period, and flushes every completion.
+    pub async fn run(self, shutdown: CancellationToken) -> WorkerReport {
+        let started = Instant::now();
+        let owner = format!(
+            "{}-{:08x}",
+            std::process::id(),
+            rand::thread_rng().gen::<u32>()
+        );
+        let targets: Vec<(usize, String)> = (0..self.shards.len())
+            .flat_map(|s| {
+                self.config
+                    .worker
+                    .queues
+                    .iter()
+                    .map(move |q| (s, q.clone()))
+            })
+            .collect();
+        let pipeline = Arc::new(Pipeline {
+            room: Arc::new(Semaphore::new(self.config.worker.buffer_jobs)),
+            config: self.config,
+            shards: self.shards,
+            registry: Arc::new(self.registry),
+            targets,
+            owner,
+            stats: self.stats.clone(),
+        });
+        tracing::info!(owner = %pipeline.owner, shards = pipeline.shards.len(), serial = self.serial, "worker started");
+
+        let claiming = shutdown.child_token();
+        let mut background = JoinSet::new();
+        background.spawn(recovery::run(pipeline.clone(), claiming.clone()));
+        if self.stop_when_empty {
+            background.spawn(stop_when_empty(pipeline.clone(), claiming.clone()));
+        }
+        if self.serial {
+            run_serial(&pipeline, &claiming).await;
+        } else {
+            run_pipeline(&pipeline, &claiming, self.grace).await;
+        }
+        claiming.cancel();
+        while background.join_next().await.is_some() {}
+        let report = WorkerReport {
+            stats: pipeline.stats.snapshot(),
+            elapsed: started.elapsed(),
+        };
+        tracing::info!(?report, "worker stopped");
+        report
+    }
+}
+
+fn new_rotation(pipeline: &Pipeline) -> Rotation {
+    let start = rand::thread_rng().gen_range(0..pipeline.targets.len());
+    Rotation::new(pipeline.targets.len(), start, &pipeline.config.dequeue)
+}
+
+async fn run_serial(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
+    let mut loops = JoinSet::new();
+    for _ in 0..pipeline.config.worker.concurrency {
+        loops.spawn(serial::run(
+            pipeline.clone(),
+            new_rotation(pipeline),
+            claiming.clone(),
+        ));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken, grace: Duration) {
+    let concurrency = pipeline.config.worker.concurrency;
+    let (completions_tx, completions_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (shared_tx, shared_rx) = async_channel::unbounded();
+    let mut keyed = Vec::with_capacity(concurrency);
+    let mut slots = JoinSet::new();
+    for _ in 0..concurrency {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        keyed.push(tx);
+        slots.spawn(executor::run_slot(
+            rx,
+            shared_rx.clone(),
+            pipeline.registry.clone(),
+            completions_tx.clone(),
+        ));
+    }
+    drop(completions_tx);
+    let abandon = CancellationToken::new();
+    let completer = tokio::spawn(completer::run(
+        pipeline.clone(),
+        completions_rx,
+        abandon.clone(),
+    ));
+    let dispatch = Arc::new(producer::Dispatch {
+        keyed,
+        shared: shared_tx,
+    });
+    let mut producers = JoinSet::new();
+    for _ in 0..pipeline.config.worker.producers {
+        producers.spawn(producer::run(
+            pipeline.clone(),
+            dispatch.clone(),
+            new_rotation(pipeline),
+            claiming.clone(),
+        ));
+    }
+    while producers.join_next().await.is_some() {}
+    // Closing the queues lets the slots finish what is buffered, then exit.
+    drop(dispatch);
+    let drained =
+        tokio::time::timeout(grace, async { while slots.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(grace_s = grace.as_secs_f64(), "handlers still running after the grace period; abandoning them (their jobs return when leases expire)");
+        slots.abort_all();
+        while slots.join_next().await.is_some() {}
+    }
+    if tokio::time::timeout(grace, completer).await.is_err() {
+        abandon.cancel();
+    }
+}
+
+async fn stop_when_empty(pipeline: Arc<Pipeline>, claiming: CancellationToken) {
+    let client =
+        crate::Client::from_shards(pipeline.shards.clone(), pipeline.config.limits.clone());
+    loop {
+        tokio::select! {
+            _ = claiming.cancelled() => return,
+            _ = tokio::time::sleep(EMPTY_CHECK_INTERVAL) => {}
+        }
+        let mut pending = false;
+        for queue in &pipeline.config.worker.queues {
+            match client.has_pending(queue).await {
+                Ok(false) => {}
+                Ok(true) | Err(_) => {
+                    pending = true;
+                    break;
+                }
+            }
+        }
+        if !pending {
+            tracing::info!("no queued or running job left; stopping");
+            claiming.cancel();
+            return;
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Producers: claim batches while rotating over the shards, and hand the jobs
+//! to the executor slots. A producer claims only when the process has room
+//! for a whole batch (the `room` semaphore counts claimed-but-unfinished jobs).
+
+use super::rotation::{Next, Rotation};
+use super::Pipeline;
+use crate::dequeue::{self, Claim, ClaimParams};
+use crate::job::ClaimedJob;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Where claimed jobs go: keyed jobs to the slot their key hashes to, the
+/// rest to a queue that every slot serves.
+pub(crate) struct Dispatch {
+    pub keyed: Vec<tokio::sync::mpsc::UnboundedSender<ClaimedJob>>,
+    pub shared: async_channel::Sender<ClaimedJob>,
+}
+
+impl Dispatch {
+    fn send(&self, job: ClaimedJob) {
+        // Sends fail only when the executors are gone, i.e. at shutdown; the
+        // job then stays claimed and its lease brings it back.
+        match &job.ordering_key {
+            Some(key) => {
+                let slot = crate::router::fnv1a64(key.as_bytes()) as usize % self.keyed.len();
+                let _ = self.keyed[slot].send(job);
+            }
+            None => {
+                let _ = self.shared.try_send(job);
+            }
+        }
+    }
+}
+
+/// One producer's loop; returns at shutdown.
+pub(crate) async fn run(
+    pipeline: Arc<Pipeline>,
+    dispatch: Arc<Dispatch>,
+    mut rotation: Rotation,
+    shutdown: CancellationToken,
+) {
+    let batch = pipeline.config.dequeue.batch_size;
+    loop {
+        let room = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            room = pipeline.room.clone().acquire_many_owned(batch) => room,
+        };
+        let Ok(room) = room else { return };
+        room.forget();
+        let claimed = claim_somewhere(&pipeline, &dispatch, &mut rotation, &shutdown).await;
+        pipeline
+            .room
+            .add_permits((batch as usize).saturating_sub(claimed.unwrap_or(0)));
+        if claimed.is_none() {
+            return;
+        }
+    }
+}
+
+/// Visits targets until one yields jobs; `None` at shutdown.
+async fn claim_somewhere(
+    pipeline: &Pipeline,
+    dispatch: &Dispatch,
+    rotation: &mut Rotation,
+    shutdown: &CancellationToken,
+) -> Option<usize> {
+    let stats = &pipeline.stats;
+    let mut rng = StdRng::from_entropy();
+    loop {
+        if shutdown.is_cancelled() {
+            return None;
+        }
+        let target = match rotation.next(Instant::now()) {
+            Next::Visit(target) => target,
+            Next::WaitUntil(until) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep_until(until.into()) => continue,
+                }
+            }
+        };
+        let (shard_index, queue) = &pipeline.targets[target];
+        let shard = pipeline.shards.get(*shard_index);
+        let params = ClaimParams {
+            queue,
+            limit: pipeline.config.dequeue.batch_size,
+            owner: &pipeline.owner,
+            lease: pipeline.config.worker.lease,
+            mode: pipeline.config.dequeue.mode,
+        };
+        let result = dequeue::claim(shard, params).await;
+        let now = Instant::now();
+        match result {
+            Ok(Claim::Jobs(jobs)) => {
+                rotation.claimed(target);
+                let n = jobs.len();
+                super::Stats::add(&stats.claimed, n as u64);
+                super::Stats::add(&stats.claim_statements, 1);
+                for job in jobs {
+                    dispatch.send(job);
+                }
+                return Some(n);
+            }
+            Ok(Claim::Busy) => {
+                super::Stats::add(&stats.busy, 1);
+                if let Some(pause) = rotation.busy(target, now, &mut rng) {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return None,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+            Ok(Claim::Empty) => {
+                super::Stats::add(&stats.empty, 1);
+                rotation.empty(target, now, &mut rng);
+            }
+            Err(err) => {
+                super::Stats::add(&stats.claim_errors, 1);
+                let delay = rotation.failed(target, now, &mut rng);
+                tracing::warn!(
+                    shard = %shard.name,
+                    retry_in_ms = delay.as_millis() as u64,
+                    error = %crate::error_chain(&err),
+                    "claim failed; skipping shard"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The serial baseline: each of C loops claims one job, runs it, and writes its
+//! completion, paying two round trips per job. Kept to measure the pipeline
+//! against (`shardq worker --serial`).
+
+use super::rotation::{Next, Rotation};
+use super::{executor, Pipeline, Stats};
+use crate::dequeue::{self, Claim, ClaimParams};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// One serial loop; returns at shutdown.
+pub(crate) async fn run(
+    pipeline: Arc<Pipeline>,
+    mut rotation: Rotation,
+    shutdown: CancellationToken,
+) {
+    let stats = &pipeline.stats;
+    let mut rng = StdRng::from_entropy();
+    while !shutdown.is_cancelled() {
+        let target = match rotation.next(Instant::now()) {
+            Next::Visit(t) => t,
+            Next::WaitUntil(until) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep_until(until.into()) => continue,
+                }
+            }
+        };
+        let (shard_index, queue) = &pipeline.targets[target];
+        let shard = pipeline.shards.get(*shard_index);
+        let params = ClaimParams {
+            queue,
+            limit: 1,
+            owner: &pipeline.owner,
+            lease: pipeline.config.worker.lease,
+            mode: pipeline.config.dequeue.mode,
+        };
+        match dequeue::claim(shard, params).await {
+            Ok(Claim::Jobs(jobs)) => {
+                rotation.claimed(target);
+                Stats::add(&stats.claimed, jobs.len() as u64);
+                Stats::add(&stats.claim_statements, 1);
+                for job in jobs {
+                    let done = executor::execute(&pipeline.registry, job).await;
+                    match dequeue::complete_many(shard, &pipeline.owner, &[done]).await {
+                        Ok(w) => {
+                            Stats::add(&stats.completion_statements, 1);
+                            Stats::add(&stats.succeeded, w.succeeded);
+                            Stats::add(&stats.failed, w.failed);
+                            Stats::add(&stats.fenced, w.fenced);
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %crate::error_chain(&err), "completion failed; the job returns when its lease expires")
+                        }
+                    }
+                }
+            }
+            Ok(Claim::Busy) => {
+                Stats::add(&stats.busy, 1);
+                if let Some(pause) = rotation.busy(target, Instant::now(), &mut rng) {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+            Ok(Claim::Empty) => {
+                Stats::add(&stats.empty, 1);
+                rotation.empty(target, Instant::now(), &mut rng);
+            }
+            Err(err) => {
+                Stats::add(&stats.claim_errors, 1);
+                rotation.failed(target, Instant::now(), &mut rng);
+                tracing::warn!(error = %crate::error_chain(&err), "claim failed");
+            }
+        }
+    }
+}

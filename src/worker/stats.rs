@@ -1,0 +1,76 @@
+//! Counters shared by the worker's roles.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Live counters of one worker process.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Jobs claimed.
+    pub claimed: AtomicU64,
+    /// Claim attempts that found every slot taken.
+    pub busy: AtomicU64,
+    /// Claim attempts that found no ready job.
+    pub empty: AtomicU64,
+    /// Claim attempts that failed (shard unreachable, statement error).
+    pub claim_errors: AtomicU64,
+    /// Claim statements that returned jobs.
+    pub claim_statements: AtomicU64,
+    /// Jobs written back as succeeded.
+    pub succeeded: AtomicU64,
+    /// Jobs written back as failed.
+    pub failed: AtomicU64,
+    /// Completions rejected by the fence (lease lost).
+    pub fenced: AtomicU64,
+    /// Completion statements executed.
+    pub completion_statements: AtomicU64,
+    /// Jobs returned to the queue by lease recovery.
+    pub recovered: AtomicU64,
+}
+
+/// A point-in-time copy of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct StatsSnapshot {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Busy answers.
+    pub busy: u64,
+    /// Empty answers.
+    pub empty: u64,
+    /// Failed claims.
+    pub claim_errors: u64,
+    /// Claim statements that returned jobs.
+    pub claim_statements: u64,
+    /// Succeeded jobs written.
+    pub succeeded: u64,
+    /// Failed jobs written.
+    pub failed: u64,
+    /// Fenced-out completions.
+    pub fenced: u64,
+    /// Completion statements.
+    pub completion_statements: u64,
+    /// Recovered jobs.
+    pub recovered: u64,
+}
+
+impl Stats {
+    /// Adds `n` to `counter`.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            claimed: self.claimed.load(Relaxed),
+            busy: self.busy.load(Relaxed),
+            empty: self.empty.load(Relaxed),
+            claim_errors: self.claim_errors.load(Relaxed),
+            claim_statements: self.claim_statements.load(Relaxed),
+            succeeded: self.succeeded.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+            fenced: self.fenced.load(Relaxed),
+            completion_statements: self.completion_statements.load(Relaxed),
+            recovered: self.recovered.load(Relaxed),
+        }
+    }
+}

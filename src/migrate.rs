@@ -125,11 +125,20 @@ pub async fn migrate_shard(shard: &Shard) -> Result<Vec<i32>, MigrateError> {
 pub async fn check_all(shards: &ShardSet) -> Result<(), MigrateError> {
     for shard in shards.all() {
         let client = shard.client().await?;
-        let row = client
-            .query_one(sql::MIGRATION_CURRENT, &[])
+        let exists: bool = client
+            .query_one(sql::MIGRATIONS_TABLE_EXISTS, &[])
             .await
-            .map_err(|e| shard.query_error(e))?;
-        let found: Option<i32> = row.get(0);
+            .map_err(|e| shard.query_error(e))?
+            .get(0);
+        let found: Option<i32> = if exists {
+            client
+                .query_one(sql::MIGRATION_CURRENT, &[])
+                .await
+                .map_err(|e| shard.query_error(e))?
+                .get(0)
+        } else {
+            None
+        };
         let needed = latest_version();
         match found {
             None => {

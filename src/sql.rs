@@ -17,9 +17,11 @@ pub const MIGRATIONS_APPLIED: &str = "SELECT version FROM shardq_migrations ORDE
 /// Records one applied migration.
 pub const MIGRATION_RECORD: &str = "INSERT INTO shardq_migrations (version, name) VALUES ($1, $2)";
 
-/// Newest applied migration, or NULL when the table is missing or empty.
-pub const MIGRATION_CURRENT: &str = "SELECT CASE WHEN to_regclass('shardq_migrations') IS NULL \
-    THEN NULL ELSE (SELECT max(version) FROM shardq_migrations) END";
+/// Whether the migrations table exists.
+pub const MIGRATIONS_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_migrations') IS NOT NULL";
+
+/// Newest applied migration, or NULL when none.
+pub const MIGRATION_CURRENT: &str = "SELECT max(version) FROM shardq_migrations";
 
 /// Inserts many jobs in one statement; returns their ids in input order.
 pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \

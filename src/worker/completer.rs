@@ -1,22 +1,34 @@
 //! The completer: gathers outcomes per shard and writes each shard's batch in
 //! one fenced statement, when it reaches the size threshold or when the flush
 //! timer fires, whichever is first.
+//!
+//! Writes are limited per shard, never globally, so a shard that is down (its
+//! writes retrying) cannot hold back completions for the others.
 
 use super::{Pipeline, Stats};
 use crate::dequeue;
 use crate::job::Completion;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Completion writes in flight at once, over all shards: enough to overlap
-/// shards, few enough not to compete with claims for connections.
-const MAX_WRITES_IN_FLIGHT: usize = 4;
+/// Completion writes in flight per shard: two overlap one statement's round
+/// trip with the next batch's accumulation.
+const WRITES_PER_SHARD: usize = 2;
 
-/// Longest pause between retries of a failed write.
+/// First and longest pause between retries of a failed write.
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
+
+struct Completer {
+    pipeline: Arc<Pipeline>,
+    pending: Vec<Vec<Completion>>,
+    writes: Vec<Arc<Semaphore>>,
+    tasks: JoinSet<()>,
+    abandon: CancellationToken,
+}
 
 /// Runs until `input` closes, then flushes everything and waits for the
 /// writes. `abandon` cancels writes still retrying (their jobs come back by
@@ -26,15 +38,22 @@ pub(crate) async fn run(
     mut input: mpsc::UnboundedReceiver<Completion>,
     abandon: CancellationToken,
 ) {
+    let shards = pipeline.shards.len();
     let batch = pipeline.config.worker.completion_batch;
-    let mut pending: Vec<Vec<Completion>> = vec![Vec::new(); pipeline.shards.len()];
-    let writes = Arc::new(Semaphore::new(MAX_WRITES_IN_FLIGHT));
-    let mut tasks = JoinSet::new();
     let flush_every = pipeline
         .config
         .worker
         .completion_flush
         .max(Duration::from_millis(1));
+    let mut completer = Completer {
+        pending: vec![Vec::new(); shards],
+        writes: (0..shards)
+            .map(|_| Arc::new(Semaphore::new(WRITES_PER_SHARD)))
+            .collect(),
+        tasks: JoinSet::new(),
+        pipeline,
+        abandon,
+    };
     let mut tick = tokio::time::interval(flush_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -42,67 +61,76 @@ pub(crate) async fn run(
             received = input.recv() => match received {
                 Some(done) => {
                     let shard = done.shard;
-                    pending[shard].push(done);
-                    if pending[shard].len() >= batch {
-                        let part = std::mem::take(&mut pending[shard]);
-                        spawn_write(&mut tasks, &writes, &pipeline, shard, part, &abandon).await;
+                    completer.pending[shard].push(done);
+                    if completer.pending[shard].len() >= batch {
+                        completer.try_flush(shard);
                     }
                 }
                 None => break,
             },
-            _ = tick.tick() => {
-                for (shard, waiting) in pending.iter_mut().enumerate() {
-                    if !waiting.is_empty() {
-                        let part = std::mem::take(waiting);
-                        spawn_write(&mut tasks, &writes, &pipeline, shard, part, &abandon).await;
-                    }
-                }
-            }
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = tick.tick() => completer.try_flush_all(),
+            Some(_) = completer.tasks.join_next(), if !completer.tasks.is_empty() => {}
         }
     }
-    for (shard, waiting) in pending.iter_mut().enumerate() {
-        if !waiting.is_empty() {
-            let part = std::mem::take(waiting);
-            spawn_write(&mut tasks, &writes, &pipeline, shard, part, &abandon).await;
+    // Final flush: wait for write permits as writes finish.
+    loop {
+        completer.try_flush_all();
+        if completer.pending.iter().all(Vec::is_empty) {
+            break;
+        }
+        if completer.tasks.join_next().await.is_none() {
+            tokio::time::sleep(flush_every).await;
         }
     }
-    while tasks.join_next().await.is_some() {}
+    while completer.tasks.join_next().await.is_some() {}
 }
 
-async fn spawn_write(
-    tasks: &mut JoinSet<()>,
-    writes: &Arc<Semaphore>,
-    pipeline: &Arc<Pipeline>,
-    shard: usize,
-    part: Vec<Completion>,
-    abandon: &CancellationToken,
-) {
-    let Ok(permit) = writes.clone().acquire_owned().await else {
-        return;
-    };
-    let pipeline = pipeline.clone();
-    let abandon = abandon.clone();
-    tasks.spawn(async move {
-        write_with_retry(&pipeline, shard, &part, &abandon).await;
-        // The jobs are finished (or given up): make room for new claims.
-        pipeline.room.add_permits(part.len());
-        drop(permit);
-    });
+impl Completer {
+    fn try_flush_all(&mut self) {
+        for shard in 0..self.pending.len() {
+            self.try_flush(shard);
+        }
+    }
+
+    /// Starts writing shard `shard`'s pending batch if it has a write slot free;
+    /// otherwise the batch keeps growing until one frees.
+    fn try_flush(&mut self, shard: usize) {
+        if self.pending[shard].is_empty() {
+            return;
+        }
+        let Ok(permit) = self.writes[shard].clone().try_acquire_owned() else {
+            return;
+        };
+        let part = std::mem::take(&mut self.pending[shard]);
+        let pipeline = self.pipeline.clone();
+        let abandon = self.abandon.clone();
+        self.tasks
+            .spawn(write_with_retry(pipeline, shard, part, abandon, permit));
+    }
 }
 
 /// Writes one shard's batch, retrying with backoff while the shard is down.
+/// The batch's room in the buffer is given back after the first attempt, so a
+/// dead shard's completions (bounded: it gets no new claims) do not stop the
+/// process from claiming on the other shards.
 async fn write_with_retry(
-    pipeline: &Pipeline,
+    pipeline: Arc<Pipeline>,
     shard_index: usize,
-    part: &[Completion],
-    abandon: &CancellationToken,
+    part: Vec<Completion>,
+    abandon: CancellationToken,
+    _permit: OwnedSemaphorePermit,
 ) {
     let shard = pipeline.shards.get(shard_index);
     let stats = &pipeline.stats;
-    let mut delay = Duration::from_millis(50);
+    let mut room_returned = false;
+    let mut delay = FIRST_RETRY_DELAY;
     loop {
-        match dequeue::complete_many(shard, &pipeline.owner, part).await {
+        let result = dequeue::complete_many(shard, &pipeline.owner, &part).await;
+        if !room_returned {
+            pipeline.room.add_permits(part.len());
+            room_returned = true;
+        }
+        match result {
             Ok(written) => {
                 Stats::add(&stats.completion_statements, 1);
                 Stats::add(&stats.succeeded, written.succeeded);

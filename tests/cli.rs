@@ -1,0 +1,97 @@
+//! The `shardq` binary end to end against real servers.
+
+mod common;
+
+use common::TestShards;
+use std::process::{Command, Output};
+
+fn shardq(config: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shardq"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run shardq")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "shardq failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_enqueue_and_drain_through_the_cli() {
+    let shards = TestShards::databases(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml("[worker]\nqueues = [\"cli\"]\n")).unwrap();
+
+    let out = shardq(&path, &["worker", "--until-empty"]);
+    assert!(!out.status.success(), "an unmigrated shard is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shardq migrate"));
+
+    ok(&shardq(&path, &["migrate"]));
+    assert!(ok(&shardq(&path, &["migrate"])).contains("up to date"));
+    let out = ok(&shardq(
+        &path,
+        &[
+            "enqueue",
+            "--queue",
+            "cli",
+            "--count",
+            "500",
+            "--payload",
+            "{\"n\":1}",
+        ],
+    ));
+    assert!(out.contains("enqueued 500 jobs"), "{out}");
+
+    let out = ok(&shardq(&path, &["worker", "--until-empty", "--json"]));
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["stats"]["succeeded"], 500, "{report}");
+
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&shardq(&path, &["status", "--json"]))).unwrap();
+    let succeeded: i64 = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["counts"].as_array().unwrap().clone())
+        .filter(|c| c["status"] == "succeeded")
+        .map(|c| c["count"].as_i64().unwrap())
+        .sum();
+    assert_eq!(succeeded, 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_a_non_zero_exit() {
+    let shards = TestShards::databases(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml("")).unwrap();
+    ok(&shardq(&path, &["migrate"]));
+
+    let out = shardq(&path, &["enqueue", "--payload", "{not json"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--payload is not valid JSON"));
+
+    std::fs::write(&path, shards.toml("[dequeue]\nslots_per_shard = 0\n")).unwrap();
+    let out = shardq(&path, &["status"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dequeue.slots_per_shard"));
+
+    // An unreachable shard is reported, not fatal, in status.
+    std::fs::write(
+        &path,
+        "[[shards]]\nname = \"gone\"\nurl = \"postgres://postgres@127.0.0.1:1/shardq\"\n",
+    )
+    .unwrap();
+    let out = ok(&shardq(&path, &["status"]));
+    assert!(out.contains("gone") && out.contains("unreachable"), "{out}");
+}

@@ -1,0 +1,115 @@
+//! Each bad configuration gives an error that names the key and says what to fix.
+
+use figment::providers::Format;
+use shardq::config::{Config, ConfigError, DequeueMode};
+
+const ONE_SHARD: &str =
+    "[[shards]]\nname = \"a\"\nurl = \"postgres://app:s3cret-pw@db.example:5432/q\"\n";
+
+fn err(text: &str) -> String {
+    match Config::from_toml(text) {
+        Ok(_) => panic!("config should be rejected:\n{text}"),
+        Err(e) => shardq::error_chain(&e),
+    }
+}
+
+#[test]
+fn a_good_config_parses_with_defaults() {
+    let config = Config::from_toml(ONE_SHARD).unwrap();
+    assert_eq!(config.shards.len(), 1);
+    assert_eq!(config.dequeue.mode, DequeueMode::Gated { slots: 2 });
+    assert_eq!(config.shards[0].pg.get_dbname(), Some("q"));
+}
+
+#[test]
+fn the_committed_shards_toml_is_valid_and_has_four_local_shards() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shards.toml")).unwrap();
+    let config = Config::from_toml(&text).unwrap();
+    assert_eq!(config.shards.len(), 4);
+    assert_eq!(config.local.shards, 4);
+}
+
+#[test]
+fn no_shards_key_means_local_shards() {
+    let config = Config::from_toml("[local]\nshards = 3\nbase_port = 6000\n").unwrap();
+    assert_eq!(config.shards.len(), 3);
+    assert_eq!(config.shards[2].pg.get_ports(), &[6002]);
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let e = err(&format!("{ONE_SHARD}[dequeue]\nslots = 2\n"));
+    assert!(e.contains("slots") && e.contains("dequeue"), "{e}");
+    let e = err(&format!("{ONE_SHARD}colour = \"red\"\n"));
+    assert!(e.contains("colour"), "{e}");
+}
+
+#[test]
+fn duplicate_shard_names_are_rejected() {
+    let e = err(&format!("{ONE_SHARD}{ONE_SHARD}"));
+    assert!(e.contains("the name `a` is used twice"), "{e}");
+}
+
+#[test]
+fn zero_shards_are_rejected() {
+    let e = err("shards = []\n");
+    assert!(e.contains("`shards` is empty"), "{e}");
+}
+
+#[test]
+fn zero_slots_are_rejected() {
+    let e = err(&format!("{ONE_SHARD}[dequeue]\nslots_per_shard = 0\n"));
+    assert!(
+        e.contains("dequeue.slots_per_shard") && e.contains("at least 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unparsable_urls_are_rejected_with_the_shard_named() {
+    let e = err("[[shards]]\nname = \"broken\"\nurl = \"postgres://u@h:notaport/db\"\n");
+    assert!(e.contains("shards[0].url (shard `broken`)"), "{e}");
+    assert!(
+        e.contains("postgres://user:password@host:port/dbname"),
+        "{e}"
+    );
+}
+
+#[test]
+fn url_and_host_together_are_rejected() {
+    let e = err("[[shards]]\nname = \"x\"\nurl = \"postgres://u@h/db\"\nhost = \"h\"\n");
+    assert!(e.contains("give either `url` or `host`"), "{e}");
+}
+
+#[test]
+fn wrong_types_and_bad_modes_are_named() {
+    let e = err(&format!("{ONE_SHARD}[worker]\nconcurrency = \"many\"\n"));
+    assert!(e.contains("concurrency"), "{e}");
+    let e = err(&format!("{ONE_SHARD}[dequeue]\nmode = \"fast\"\n"));
+    assert!(e.contains("dequeue.mode") && e.contains("gated"), "{e}");
+    let e = err(&format!("{ONE_SHARD}[worker]\nbuffer_jobs = 10\n"));
+    assert!(e.contains("worker.buffer_jobs"), "{e}");
+}
+
+#[test]
+fn passwords_never_show_in_debug_output() {
+    let config = Config::from_toml(ONE_SHARD).unwrap();
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("s3cret-pw"), "{debug}");
+    let parts = "[[shards]]\nname = \"p\"\nhost = \"h\"\npassword = \"hunter2-pw\"\n";
+    let config = Config::from_toml(parts).unwrap();
+    assert!(!format!("{config:?}").contains("hunter2-pw"));
+    let raw: shardq::config::ConfigFile = figment::Figment::new()
+        .merge(figment::providers::Toml::string(ONE_SHARD))
+        .extract()
+        .unwrap();
+    assert!(!format!("{raw:?}").contains("s3cret-pw"));
+}
+
+#[test]
+fn a_missing_config_file_is_named() {
+    let e = Config::load(Some(std::path::Path::new("/nonexistent/shards.toml"))).unwrap_err();
+    assert!(matches!(e, ConfigError::MissingFile(_)));
+    assert!(e.to_string().contains("/nonexistent/shards.toml"));
+}

@@ -207,3 +207,42 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<u64, ShardErro
         .map_err(|e| shard.query_error(e))?;
     Ok(rows.len() as u64)
 }
+
+/// Gives claimed jobs that never started back to the queue at once (their
+/// attempt is not counted). Returns how many were released.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails; the jobs then return by lease expiry.
+pub async fn release_many(
+    shard: &Shard,
+    owner: &str,
+    jobs: &[ClaimedJob],
+) -> Result<u64, ShardError> {
+    let client = shard.client().await?;
+    let keys: Vec<i32> = jobs.iter().map(|j| j.id.shard_key).collect();
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id.id).collect();
+    let attempts: Vec<i32> = jobs.iter().map(|j| j.attempt).collect();
+    client
+        .execute(sql::JOB_RELEASE_MANY, &[&keys, &ids, &attempts, &owner])
+        .await
+        .map_err(|e| shard.query_error(e))
+}
+
+/// Extends the lease of every job `owner` holds on `shard` to `lease` from now.
+/// Returns how many leases were extended.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn extend_leases(shard: &Shard, owner: &str, lease: Duration) -> Result<u64, ShardError> {
+    let client = shard.client().await?;
+    let stmt = client
+        .prepare_cached(sql::JOB_EXTEND_LEASES)
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    client
+        .execute(&stmt, &[&owner, &(lease.as_millis() as i64)])
+        .await
+        .map_err(|e| shard.query_error(e))
+}

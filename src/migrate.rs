@@ -20,11 +20,18 @@ pub struct Migration {
 }
 
 /// All migrations this binary knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_init.sql",
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_init.sql",
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_key_order.sql",
+        sql: include_str!("../migrations/0002_key_order.sql"),
+    },
+];
 
 /// The schema version this binary needs.
 pub fn latest_version() -> i32 {

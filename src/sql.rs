@@ -32,10 +32,6 @@ pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     ORDER BY ord \
     RETURNING id";
 
-/// Columns returned by both claim statements, after `got_slot`.
-const CLAIM_RETURNING: &str = "RETURNING w.shard_key, w.id, w.handler, w.ordering_key, \
-    w.priority, w.payload, w.attempts, w.queue";
-
 /// Gated claim in one round trip. Tries dequeue slots 0..$2 with
 /// `pg_try_advisory_xact_lock($1, slot)` and stops at the first it gets; only
 /// then claims up to $4 ready jobs of queue $3 for owner $5 with a lease of
@@ -43,44 +39,57 @@ const CLAIM_RETURNING: &str = "RETURNING w.shard_key, w.id, w.handler, w.orderin
 /// `got_slot` = 1 with a NULL id means "empty". The slot is released at commit,
 /// so it works through transaction-pooling proxies.
 pub fn job_claim_gated() -> String {
-    format!(
-        "WITH slot AS MATERIALIZED ( \
+    claim_statement(
+        "slot AS MATERIALIZED ( \
             SELECT s FROM generate_series(0, $2::int - 1) AS s \
             WHERE pg_try_advisory_xact_lock($1::int, s) LIMIT 1 \
-        ), picked AS ( \
-            SELECT shard_key, id FROM workflow_status \
-            WHERE queue = $3 AND status = 'queued' AND EXISTS (SELECT 1 FROM slot) \
-            ORDER BY priority, id LIMIT $4 FOR UPDATE SKIP LOCKED \
-        ), claimed AS ( \
-            UPDATE workflow_status w SET status = 'running', owner = $5, \
-                attempts = w.attempts + 1, started_at = now(), \
-                lease_expires_at = now() + $6::bigint * interval '1 millisecond' \
-            FROM picked WHERE w.shard_key = picked.shard_key AND w.id = picked.id \
-            {CLAIM_RETURNING} \
-        ) \
-        SELECT (SELECT count(*) FROM slot)::int AS got_slot, c.* \
-        FROM (SELECT 1) AS one LEFT JOIN claimed c ON true \
-        ORDER BY c.priority, c.id"
+        ),",
+        "EXISTS (SELECT 1 FROM slot)",
+        "(SELECT count(*) FROM slot)::int",
     )
 }
 
 /// Plain SKIP LOCKED claim (no slots), same parameters and result shape as
-/// [`job_claim_gated`]; $1 and $2 are ignored.
+/// [`job_claim_gated`]; $1 and $2 are only type-checked.
 pub fn job_claim_ungated() -> String {
+    claim_statement("", "$1::int IS NOT NULL AND $2::int IS NOT NULL", "1")
+}
+
+/// The claim body shared by both modes.
+///
+/// Per-key ordering: the statement locks up to $4 candidates, then claims a
+/// keyed candidate only when every earlier unfinished job of its key is also
+/// among its own candidates. So a batch may hold several consecutive jobs of a
+/// key (run in order by one executor slot), while no other claim can take a
+/// later job of that key until the earlier ones are finished: an earlier job
+/// locked by someone else is not among our candidates, and one already
+/// claimed is `running`. All of a key's jobs share a shard, so this is a
+/// one-shard check; it spans queues. Unclaimed candidates stay queued.
+/// Rows come back in id (enqueue) order, the order a key's jobs must run in.
+fn claim_statement(gate_cte: &str, gate_open: &str, got_slot: &str) -> String {
     format!(
-        "WITH picked AS ( \
-            SELECT shard_key, id FROM workflow_status \
-            WHERE queue = $3 AND status = 'queued' AND $1::int IS NOT NULL AND $2::int IS NOT NULL \
+        "WITH {gate_cte} candidates AS ( \
+            SELECT shard_key, id, ordering_key FROM workflow_status \
+            WHERE queue = $3 AND status = 'queued' AND {gate_open} \
             ORDER BY priority, id LIMIT $4 FOR UPDATE SKIP LOCKED \
+        ), picked AS ( \
+            SELECT c.shard_key, c.id FROM candidates c \
+            WHERE c.ordering_key IS NULL OR NOT EXISTS ( \
+                SELECT 1 FROM workflow_status e \
+                WHERE e.ordering_key = c.ordering_key AND e.id < c.id \
+                  AND e.status IN ('queued', 'running') \
+                  AND NOT EXISTS (SELECT 1 FROM candidates o \
+                                  WHERE o.shard_key = e.shard_key AND o.id = e.id)) \
         ), claimed AS ( \
             UPDATE workflow_status w SET status = 'running', owner = $5, \
                 attempts = w.attempts + 1, started_at = now(), \
                 lease_expires_at = now() + $6::bigint * interval '1 millisecond' \
             FROM picked WHERE w.shard_key = picked.shard_key AND w.id = picked.id \
-            {CLAIM_RETURNING} \
+            RETURNING w.shard_key, w.id, w.handler, w.ordering_key, \
+                w.priority, w.payload, w.attempts, w.queue \
         ) \
-        SELECT 1 AS got_slot, c.* FROM (SELECT 1) AS one LEFT JOIN claimed c ON true \
-        ORDER BY c.priority, c.id"
+        SELECT {got_slot} AS got_slot, c.* FROM (SELECT 1) AS one LEFT JOIN claimed c ON true \
+        ORDER BY c.id"
     )
 }
 
@@ -110,6 +119,19 @@ pub const JOB_RECOVER_EXPIRED: &str = "WITH gate AS MATERIALIZED ( \
     UPDATE workflow_status w SET status = 'queued', owner = NULL, lease_expires_at = NULL \
     FROM expired WHERE w.shard_key = expired.shard_key AND w.id = expired.id \
     RETURNING w.id";
+
+/// Gives claimed-but-unstarted jobs back to the queue at once (shutdown), fenced
+/// like completions; the attempt is not counted.
+pub const JOB_RELEASE_MANY: &str = "UPDATE workflow_status w SET status = 'queued', \
+        owner = NULL, lease_expires_at = NULL, started_at = NULL, attempts = w.attempts - 1 \
+    FROM unnest($1::int[], $2::bigint[], $3::int[]) AS c(shard_key, id, attempt) \
+    WHERE w.shard_key = c.shard_key AND w.id = c.id AND w.status = 'running' \
+        AND w.owner = $4 AND w.attempts = c.attempt";
+
+/// Extends the lease of every job this owner ($1) holds on the shard by $2 ms.
+pub const JOB_EXTEND_LEASES: &str = "UPDATE workflow_status \
+    SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' \
+    WHERE status = 'running' AND owner = $1";
 
 /// Whether queue $1 has any queued or running job on this shard.
 pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \

@@ -57,7 +57,7 @@ async fn eight_workers_on_four_shards_run_every_job_exactly_once() {
             Worker::new(config.clone(), set, counting_registry(runs.clone())).stop_when_empty(true);
         workers.push(tokio::spawn(worker.run(CancellationToken::new())));
     }
-    let mut completed = 0;
+    let (mut completed, mut statements) = (0, 0);
     for w in workers {
         let report = tokio::time::timeout(Duration::from_secs(120), w)
             .await
@@ -65,8 +65,14 @@ async fn eight_workers_on_four_shards_run_every_job_exactly_once() {
             .unwrap();
         assert_eq!(report.stats.fenced, 0);
         completed += report.stats.succeeded;
+        statements += report.stats.completion_statements;
     }
     assert_eq!(completed, 20_000);
+    // Batched completions: far fewer statements than jobs.
+    assert!(
+        statements * 4 < completed,
+        "{statements} completion statements for {completed} jobs"
+    );
     {
         let runs = runs.lock().unwrap();
         assert_eq!(runs.len(), 20_000, "every job ran");

@@ -141,6 +141,10 @@ pub struct WorkerFile {
     /// How often each shard is checked for expired leases.
     #[serde(default = "default_recovery_interval_ms")]
     pub recovery_interval_ms: u64,
+    /// After shutdown is asked, how long running handlers may take to finish
+    /// before they are abandoned (their jobs then return by lease expiry).
+    #[serde(default = "default_shutdown_grace_ms")]
+    pub shutdown_grace_ms: u64,
 }
 
 /// Local servers started by `shardq local up`.
@@ -226,6 +230,9 @@ fn default_completion_flush_ms() -> u64 {
 }
 fn default_recovery_interval_ms() -> u64 {
     2_000
+}
+fn default_shutdown_grace_ms() -> u64 {
+    30_000
 }
 fn default_local_dir() -> PathBuf {
     PathBuf::from(".shardq/local")

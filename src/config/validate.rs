@@ -152,6 +152,8 @@ pub struct WorkerConfig {
     pub completion_flush: Duration,
     /// Expired-lease check period per shard.
     pub recovery_interval: Duration,
+    /// Time running handlers get to finish at shutdown.
+    pub shutdown_grace: Duration,
 }
 
 /// Local server settings.
@@ -251,6 +253,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             "worker.recovery_interval_ms",
             w.recovery_interval_ms as usize,
         )? as u64),
+        shutdown_grace: Duration::from_millis(w.shutdown_grace_ms),
     };
     let limits = super::validate::Limits {
         max_payload_bytes: positive("limits.max_payload_bytes", raw.limits.max_payload_bytes)?,

@@ -6,26 +6,31 @@ use super::handler::{HandlerRegistry, JobContext};
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-/// One slot's loop; returns when both of its inputs are closed and drained.
+/// One slot's loop. Returns when `stop` is cancelled (after finishing the
+/// job in hand) or when its inputs are closed and drained; hands back its own
+/// queue so that the jobs still in it can be released.
 pub(crate) async fn run_slot(
     mut own: mpsc::UnboundedReceiver<ClaimedJob>,
     shared: async_channel::Receiver<ClaimedJob>,
     registry: Arc<HandlerRegistry>,
     completions: mpsc::UnboundedSender<Completion>,
-) {
+    stop: CancellationToken,
+) -> mpsc::UnboundedReceiver<ClaimedJob> {
     loop {
-        // Biased: keyed work first, so a key's queue never waits behind
-        // unkeyed jobs that other slots could take.
+        // Biased: stop first, then keyed work, so a key's queue never waits
+        // behind unkeyed jobs that other slots could take.
         let job = tokio::select! {
             biased;
+            _ = stop.cancelled() => return own,
             Some(job) = own.recv() => job,
             Ok(job) = shared.recv() => job,
-            else => return,
+            else => return own,
         };
         let completion = execute(&registry, job).await;
         if completions.send(completion).is_err() {
-            return;
+            return own;
         }
     }
 }

@@ -19,6 +19,13 @@ type HandlerFn = dyn Fn(JobContext) -> HandlerFuture + Send + Sync;
 /// The name of the built-in handler that does nothing and returns `null`.
 pub const NOOP: &str = "noop";
 
+/// The name of the built-in handler that sleeps `payload.ms` milliseconds
+/// (default 100), for demos, benchmarks and shutdown tests.
+pub const SLEEP: &str = "sleep";
+
+/// Default sleep of the [`SLEEP`] handler.
+const DEFAULT_SLEEP_MS: u64 = 100;
+
 /// What a handler is given about its job.
 #[derive(Debug, Clone)]
 pub struct JobContext {
@@ -57,12 +64,17 @@ impl Default for HandlerRegistry {
 }
 
 impl HandlerRegistry {
-    /// A registry holding only the `noop` handler.
+    /// A registry holding the built-in [`NOOP`] and [`SLEEP`] handlers.
     pub fn new() -> Self {
         let mut registry = HandlerRegistry {
             handlers: HashMap::new(),
         };
         registry.register(NOOP, |_ctx| async { Ok(Value::Null) });
+        registry.register(SLEEP, |ctx| async move {
+            let ms = ctx.payload["ms"].as_u64().unwrap_or(DEFAULT_SLEEP_MS);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            Ok(Value::Null)
+        });
         registry
     }
 

@@ -10,13 +10,14 @@
 mod completer;
 mod executor;
 mod handler;
+mod leaser;
 mod producer;
 mod recovery;
 pub mod rotation;
 mod serial;
 mod stats;
 
-pub use handler::{HandlerError, HandlerRegistry, HandlerResult, JobContext, NOOP};
+pub use handler::{HandlerError, HandlerRegistry, HandlerResult, JobContext, NOOP, SLEEP};
 pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::Config;
@@ -31,9 +32,6 @@ use tokio_util::sync::CancellationToken;
 
 /// How often `stop_when_empty` asks the shards whether work is left.
 const EMPTY_CHECK_INTERVAL: Duration = Duration::from_millis(200);
-
-/// How long running handlers may take to finish after shutdown was asked.
-const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
 /// State shared by the roles of one worker.
 pub(crate) struct Pipeline {
@@ -56,7 +54,6 @@ pub struct Worker {
     registry: HandlerRegistry,
     serial: bool,
     stop_when_empty: bool,
-    grace: Duration,
     stats: Arc<Stats>,
 }
 
@@ -85,7 +82,6 @@ impl Worker {
             registry,
             serial: false,
             stop_when_empty: false,
-            grace: DEFAULT_GRACE,
             stats: Arc::new(Stats::default()),
         }
     }
@@ -102,20 +98,15 @@ impl Worker {
         self
     }
 
-    /// How long running handlers may take to finish after shutdown.
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
-
     /// Live counters, readable while the worker runs.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
     }
 
     /// Runs until `shutdown` is cancelled (or, with `stop_when_empty`, until no
-    /// work is left), then stops claiming, lets handlers finish within the
-    /// grace period, and flushes every completion.
+    /// work is left). Then it stops claiming, lets running handlers finish
+    /// within `worker.shutdown_grace`, gives claimed-but-unstarted jobs back to
+    /// the queue at once, and writes every completion before returning.
     pub async fn run(self, shutdown: CancellationToken) -> WorkerReport {
         let started = Instant::now();
         let owner = format!(
@@ -144,6 +135,9 @@ impl Worker {
         tracing::info!(owner = %pipeline.owner, shards = pipeline.shards.len(), serial = self.serial, "worker started");
 
         let claiming = shutdown.child_token();
+        // Leases stay alive until every completion is written.
+        let leasing = CancellationToken::new();
+        let leaser = tokio::spawn(leaser::run(pipeline.clone(), leasing.clone()));
         let mut background = JoinSet::new();
         background.spawn(recovery::run(pipeline.clone(), claiming.clone()));
         if self.stop_when_empty {
@@ -152,9 +146,11 @@ impl Worker {
         if self.serial {
             run_serial(&pipeline, &claiming).await;
         } else {
-            run_pipeline(&pipeline, &claiming, self.grace).await;
+            run_pipeline(&pipeline, &claiming).await;
         }
         claiming.cancel();
+        leasing.cancel();
+        let _ = leaser.await;
         while background.join_next().await.is_some() {}
         let report = WorkerReport {
             stats: pipeline.stats.snapshot(),
@@ -182,8 +178,9 @@ async fn run_serial(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
     while loops.join_next().await.is_some() {}
 }
 
-async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken, grace: Duration) {
+async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
     let concurrency = pipeline.config.worker.concurrency;
+    let grace = pipeline.config.worker.shutdown_grace;
     let (completions_tx, completions_rx) = tokio::sync::mpsc::unbounded_channel();
     let (shared_tx, shared_rx) = async_channel::unbounded();
     let mut keyed = Vec::with_capacity(concurrency);
@@ -196,6 +193,7 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken, gr
             shared_rx.clone(),
             pipeline.registry.clone(),
             completions_tx.clone(),
+            claiming.clone(),
         ));
     }
     drop(completions_tx);
@@ -219,17 +217,56 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken, gr
         ));
     }
     while producers.join_next().await.is_some() {}
-    // Closing the queues lets the slots finish what is buffered, then exit.
     drop(dispatch);
-    let drained =
-        tokio::time::timeout(grace, async { while slots.join_next().await.is_some() {} }).await;
-    if drained.is_err() {
-        tracing::warn!(grace_s = grace.as_secs_f64(), "handlers still running after the grace period; abandoning them (their jobs return when leases expire)");
+
+    // Slots finish the job in hand (within the grace period) and stop.
+    let mut unstarted = Vec::new();
+    let finished = tokio::time::timeout(grace, async {
+        while let Some(Ok(mut own)) = slots.join_next().await {
+            while let Ok(job) = own.try_recv() {
+                unstarted.push(job);
+            }
+        }
+    })
+    .await;
+    if finished.is_err() {
+        tracing::warn!(
+            grace_s = grace.as_secs_f64(),
+            "handlers still running after the grace period; abandoning them (their jobs return when leases expire)"
+        );
         slots.abort_all();
         while slots.join_next().await.is_some() {}
     }
+    while let Ok(job) = shared_rx.try_recv() {
+        unstarted.push(job);
+    }
+    release(pipeline, unstarted).await;
     if tokio::time::timeout(grace, completer).await.is_err() {
         abandon.cancel();
+    }
+}
+
+/// Gives claimed jobs that never started back to their queues, one statement
+/// per shard, so other workers can take them at once.
+async fn release(pipeline: &Pipeline, jobs: Vec<crate::job::ClaimedJob>) {
+    let mut per_shard: Vec<Vec<crate::job::ClaimedJob>> = vec![Vec::new(); pipeline.shards.len()];
+    for job in jobs {
+        per_shard[job.shard].push(job);
+    }
+    for (index, part) in per_shard.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
+        let shard = pipeline.shards.get(index);
+        match crate::dequeue::release_many(shard, &pipeline.owner, part).await {
+            Ok(n) => {
+                Stats::add(&pipeline.stats.released, n);
+                tracing::info!(shard = %shard.name, jobs = n, "released unstarted jobs");
+            }
+            Err(err) => tracing::warn!(
+                shard = %shard.name,
+                jobs = part.len(),
+                error = %crate::error_chain(&err),
+                "release failed; the jobs return when their leases expire"
+            ),
+        }
     }
 }
 

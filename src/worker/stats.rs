@@ -25,6 +25,8 @@ pub struct Stats {
     pub completion_statements: AtomicU64,
     /// Jobs returned to the queue by lease recovery.
     pub recovered: AtomicU64,
+    /// Claimed jobs given back unstarted at shutdown.
+    pub released: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -50,6 +52,8 @@ pub struct StatsSnapshot {
     pub completion_statements: u64,
     /// Recovered jobs.
     pub recovered: u64,
+    /// Released jobs.
+    pub released: u64,
 }
 
 impl Stats {
@@ -71,6 +75,7 @@ impl Stats {
             fenced: self.fenced.load(Relaxed),
             completion_statements: self.completion_statements.load(Relaxed),
             recovered: self.recovered.load(Relaxed),
+            released: self.released.load(Relaxed),
         }
     }
 }

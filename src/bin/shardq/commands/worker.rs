@@ -94,7 +94,7 @@ pub fn print_report(report: &WorkerReport) {
         report.jobs_per_second()
     );
     println!(
-        "claims: {} statements, {} busy, {} empty, {} errors; completion statements: {}; fenced: {}; recovered: {}",
-        s.claim_statements, s.busy, s.empty, s.claim_errors, s.completion_statements, s.fenced, s.recovered
+        "claims: {} statements, {} busy, {} empty, {} errors; completion statements: {}; fenced: {}; recovered: {}; released: {}",
+        s.claim_statements, s.busy, s.empty, s.claim_errors, s.completion_statements, s.fenced, s.recovered, s.released
     );
 }

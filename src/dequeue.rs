@@ -4,9 +4,10 @@
 //! Lock keys: the dequeue slots of queue `q` are the advisory locks
 //! `(dequeue_lock_key(q), slot)` for `slot` in `0..K`, where the first key is
 //! the low 32 bits of FNV-1a-64 of `"shardq:dequeue:" + q`. Lease recovery uses
-//! `(recovery_lock_key(), 0)`. All are transaction-level locks.
+//! `(maintenance_lock_key(), 0)`, promotion of due jobs slot 1, retention
+//! slot 2. All are transaction-level locks.
 
-use crate::config::DequeueMode;
+use crate::config::{Backoff, DequeueMode};
 use crate::job::{ClaimedJob, Completion, JobId, Outcome};
 use crate::router::fnv1a64;
 use crate::shards::{Shard, ShardError};
@@ -20,9 +21,10 @@ pub fn dequeue_lock_key(queue: &str) -> i32 {
     fnv1a64(format!("shardq:dequeue:{queue}").as_bytes()) as u32 as i32
 }
 
-/// The advisory-lock class of lease recovery.
-pub fn recovery_lock_key() -> i32 {
-    fnv1a64(b"shardq:recover") as u32 as i32
+/// The advisory-lock class of per-shard maintenance (recovery, promotion,
+/// retention use slots 0, 1, 2 of it).
+pub fn maintenance_lock_key() -> i32 {
+    fnv1a64(b"shardq:maintenance") as u32 as i32
 }
 
 /// What a claim attempt found.
@@ -128,12 +130,16 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
 }
 
 /// How a batch of completions landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Written {
     /// Rows written as succeeded.
     pub succeeded: u64,
-    /// Rows written as failed.
-    pub failed: u64,
+    /// Failed rows scheduled for another attempt.
+    pub retrying: u64,
+    /// Failed rows on their last attempt.
+    pub dead: u64,
+    /// Rows whose cancellation was asked.
+    pub cancelled: u64,
     /// Completions rejected by the fence (lease lost, job re-claimed).
     pub fenced: u64,
 }
@@ -146,6 +152,7 @@ pub struct Written {
 pub async fn complete_many(
     shard: &Shard,
     owner: &str,
+    retry: Backoff,
     done: &[Completion],
 ) -> Result<Written, ShardError> {
     let client = shard.client().await?;
@@ -176,36 +183,31 @@ pub async fn complete_many(
     let row = client
         .query_one(
             &stmt,
-            &[&keys, &ids, &attempts, &statuses, &outputs, &owner, &errors],
+            &[
+                &keys,
+                &ids,
+                &attempts,
+                &statuses,
+                &outputs,
+                &owner,
+                &errors,
+                &(retry.min.as_millis() as f64),
+                &(retry.max.as_millis() as f64),
+            ],
         )
         .await
         .map_err(|e| shard.query_error(e))?;
-    let written = row.get::<_, i64>(0) as u64;
-    let failed = row.get::<_, i64>(1) as u64;
-    Ok(Written {
-        succeeded: written - failed,
-        failed,
-        fenced: done.len() as u64 - written,
-    })
-}
-
-/// Returns up to `limit` jobs with expired leases on `shard` to the queue,
-/// unless another process holds the shard's recovery lock. Returns how many.
-///
-/// # Errors
-///
-/// [`ShardError`] when the shard fails.
-pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
-    let client = shard.client().await?;
-    let stmt = client
-        .prepare_cached(sql::JOB_RECOVER_EXPIRED)
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    let rows = client
-        .query(&stmt, &[&recovery_lock_key(), &limit])
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    Ok(rows.len() as u64)
+    let count = |i| row.get::<_, i64>(i) as u64;
+    let mut written = Written {
+        succeeded: count(0),
+        retrying: count(1),
+        dead: count(2),
+        cancelled: count(3),
+        fenced: 0,
+    };
+    written.fenced = done.len() as u64
+        - (written.succeeded + written.retrying + written.dead + written.cancelled);
+    Ok(written)
 }
 
 /// Gives claimed jobs that never started back to the queue at once (their
@@ -245,4 +247,24 @@ pub async fn extend_leases(shard: &Shard, owner: &str, lease: Duration) -> Resul
         .execute(&stmt, &[&owner, &(lease.as_millis() as i64)])
         .await
         .map_err(|e| shard.query_error(e))
+}
+
+/// Running jobs of `owner` on `shard` whose cancellation was asked.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn cancel_requested(shard: &Shard, owner: &str) -> Result<Vec<JobId>, ShardError> {
+    let client = shard.client().await?;
+    let rows = client
+        .query(sql::JOB_CANCEL_REQUESTED, &[&owner])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(rows
+        .iter()
+        .map(|r| JobId {
+            shard_key: r.get(0),
+            id: r.get(1),
+        })
+        .collect())
 }

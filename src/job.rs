@@ -3,6 +3,7 @@
 use serde_json::Value;
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, SystemTime};
 
 /// A job's identity: its shard key (which routes it) and its id on that shard.
 /// Written as `shard_key-id`, e.g. `4821-1337`.
@@ -54,6 +55,24 @@ pub struct NewJob {
     pub ordering_key: Option<String>,
     /// Lower runs first within a queue on a shard.
     pub priority: i32,
+    /// Not claimable before this much time has passed.
+    pub delay: Duration,
+    /// Attempts before the job is `dead` (default: `limits.default_max_attempts`).
+    pub max_attempts: Option<i32>,
+    /// At most one unfinished job per queue has this id (see [`OnDuplicate`]).
+    pub dedup_id: Option<String>,
+    /// What enqueueing a duplicate does.
+    pub on_duplicate: OnDuplicate,
+}
+
+/// What enqueueing a job whose deduplication id is taken does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDuplicate {
+    /// Return the existing job's id.
+    #[default]
+    ReturnExisting,
+    /// Fail with [`crate::ClientError::Duplicate`].
+    Error,
 }
 
 impl NewJob {
@@ -65,7 +84,41 @@ impl NewJob {
             payload,
             ordering_key: None,
             priority: 0,
+            delay: Duration::ZERO,
+            max_attempts: None,
+            dedup_id: None,
+            on_duplicate: OnDuplicate::ReturnExisting,
         }
+    }
+
+    /// Makes the job claimable only after `delay`.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Makes the job claimable only from `at` (now when it is past).
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.delay = at.duration_since(SystemTime::now()).unwrap_or_default();
+        self
+    }
+
+    /// Sets the attempt limit.
+    pub fn max_attempts(mut self, attempts: i32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Sets the deduplication id and what a duplicate does.
+    pub fn dedup(mut self, id: impl Into<String>, on_duplicate: OnDuplicate) -> Self {
+        self.dedup_id = Some(id.into());
+        self.on_duplicate = on_duplicate;
+        self
+    }
+
+    /// The key that routes this job: its ordering key, else its deduplication id.
+    pub fn routing_key(&self) -> Option<&str> {
+        self.ordering_key.as_deref().or(self.dedup_id.as_deref())
     }
 
     /// Sets the ordering key.

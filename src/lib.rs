@@ -11,6 +11,7 @@ pub mod config;
 pub mod dequeue;
 pub mod job;
 pub mod local;
+pub mod maintenance;
 pub mod migrate;
 pub mod router;
 pub mod shards;
@@ -19,8 +20,8 @@ pub mod worker;
 
 pub use client::{Client, ClientError};
 pub use config::{Config, ConfigError};
-pub use job::{JobId, NewJob};
-pub use worker::{HandlerRegistry, JobContext, Worker, WorkerReport};
+pub use job::{JobId, NewJob, OnDuplicate};
+pub use worker::{HandlerRegistry, JobContext, StepError, Worker, WorkerReport};
 
 /// Formats an error with all its causes, `outer: cause: cause`.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {

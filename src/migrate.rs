@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_key_order.sql",
         sql: include_str!("../migrations/0002_key_order.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_lifecycle.sql",
+        sql: include_str!("../migrations/0003_lifecycle.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

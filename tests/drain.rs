@@ -179,14 +179,14 @@ async fn a_job_for_an_unknown_handler_fails_with_a_clear_error() {
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let id = client
-        .enqueue(NewJob::new("q", "no-such-handler", serde_json::json!({})))
+        .enqueue(NewJob::new("q", "no-such-handler", serde_json::json!({})).max_attempts(1))
         .await
         .unwrap();
     let report = Worker::new(config, set.clone(), HandlerRegistry::new())
         .stop_when_empty(true)
         .run(CancellationToken::new())
         .await;
-    assert_eq!(report.stats.failed, 1);
+    assert_eq!(report.stats.dead, 1);
     let row = set
         .for_key(id.shard_key)
         .client()
@@ -198,7 +198,7 @@ async fn a_job_for_an_unknown_handler_fails_with_a_clear_error() {
         )
         .await
         .unwrap();
-    assert_eq!(row.get::<_, String>(0), "failed");
+    assert_eq!(row.get::<_, String>(0), "dead");
     assert!(row
         .get::<_, String>(1)
         .contains("no handler is registered under the name `no-such-handler`"));

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{wait_until, TestShards};
-use shardq::{dequeue, Client, HandlerRegistry, NewJob, Worker};
+use shardq::{maintenance, Client, HandlerRegistry, NewJob, Worker};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_completion_after_a_lost_lease_is_fenced_out() {
     let shards = TestShards::databases(1).await;
-    let config = shards.config("[worker]\nqueues = [\"f\"]\nrecovery_interval_ms = 3600000\n");
+    let config = shards.config("[worker]\nqueues = [\"f\"]\nmaintenance_interval_ms = 3600000\n");
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let id = client
@@ -62,7 +62,13 @@ async fn a_late_completion_after_a_lost_lease_is_fenced_out() {
         )
         .await
         .unwrap();
-    assert_eq!(dequeue::recover_expired(shard, 10).await.unwrap(), 1);
+    assert_eq!(
+        maintenance::recover_expired(shard, 10)
+            .await
+            .unwrap()
+            .requeued,
+        1
+    );
 
     let second = Worker::new(
         config.clone(),

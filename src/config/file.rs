@@ -26,6 +26,9 @@ pub struct ConfigFile {
     /// Limits on what may be enqueued.
     #[serde(default)]
     pub limits: LimitsFile,
+    /// How long finished jobs are kept.
+    #[serde(default)]
+    pub retention: RetentionFile,
 }
 
 /// One shard: a PostgreSQL database, given by URL or by its parts.
@@ -138,9 +141,16 @@ pub struct WorkerFile {
     /// Longest a completion waits before it is written, so latency stays bounded at low rates.
     #[serde(default = "default_completion_flush_ms")]
     pub completion_flush_ms: u64,
-    /// How often each shard is checked for expired leases.
-    #[serde(default = "default_recovery_interval_ms")]
-    pub recovery_interval_ms: u64,
+    /// How often each shard's upkeep runs: expired leases recovered, due
+    /// delayed and retrying jobs made ready (so this bounds their extra delay).
+    #[serde(default = "default_maintenance_interval_ms")]
+    pub maintenance_interval_ms: u64,
+    /// First retry delay of a failed job; doubles per attempt, with jitter.
+    #[serde(default = "default_retry_backoff_min_ms")]
+    pub retry_backoff_min_ms: u64,
+    /// Longest retry delay.
+    #[serde(default = "default_retry_backoff_max_ms")]
+    pub retry_backoff_max_ms: u64,
     /// After shutdown is asked, how long running handlers may take to finish
     /// before they are abandoned (their jobs then return by lease expiry).
     #[serde(default = "default_shutdown_grace_ms")]
@@ -169,6 +179,25 @@ pub struct LimitsFile {
     /// Largest payload accepted, in bytes of JSON text.
     #[serde(default = "default_max_payload")]
     pub max_payload_bytes: usize,
+    /// Attempts a job gets when it does not say (a job on its last failed
+    /// attempt becomes `dead`).
+    #[serde(default = "default_max_attempts")]
+    pub default_max_attempts: i32,
+}
+
+/// Retention of finished jobs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionFile {
+    /// Finished (succeeded, dead, cancelled) jobs older than this are deleted with their steps.
+    #[serde(default = "default_retention_ms")]
+    pub finished_after_ms: u64,
+    /// Rows deleted per statement: bounded, so a backlog never makes one long lock-holding delete.
+    #[serde(default = "default_retention_batch")]
+    pub batch: i64,
+    /// How often each shard is swept.
+    #[serde(default = "default_retention_interval_ms")]
+    pub interval_ms: u64,
 }
 
 fn default_pool_size() -> usize {
@@ -228,8 +257,26 @@ fn default_completion_batch() -> usize {
 fn default_completion_flush_ms() -> u64 {
     5
 }
-fn default_recovery_interval_ms() -> u64 {
-    2_000
+fn default_maintenance_interval_ms() -> u64 {
+    1_000
+}
+fn default_retry_backoff_min_ms() -> u64 {
+    1_000
+}
+fn default_retry_backoff_max_ms() -> u64 {
+    600_000
+}
+fn default_max_attempts() -> i32 {
+    20
+}
+fn default_retention_ms() -> u64 {
+    24 * 3600 * 1000
+}
+fn default_retention_batch() -> i64 {
+    10_000
+}
+fn default_retention_interval_ms() -> u64 {
+    60_000
 }
 fn default_shutdown_grace_ms() -> u64 {
     30_000
@@ -257,4 +304,10 @@ macro_rules! default_from_serde {
         }
     )*};
 }
-default_from_serde!(DequeueFile, WorkerFile, LocalFile, LimitsFile);
+default_from_serde!(
+    DequeueFile,
+    WorkerFile,
+    LocalFile,
+    LimitsFile,
+    RetentionFile
+);

@@ -7,10 +7,12 @@
 mod file;
 mod validate;
 
-pub use file::{ConfigFile, DequeueFile, LimitsFile, LocalFile, ShardFile, WorkerFile};
+pub use file::{
+    ConfigFile, DequeueFile, LimitsFile, LocalFile, RetentionFile, ShardFile, WorkerFile,
+};
 pub use validate::{
-    Backoff, Config, ConfigError, DequeueConfig, DequeueMode, Limits, LocalConfig, ShardConfig,
-    WorkerConfig,
+    Backoff, Config, ConfigError, DequeueConfig, DequeueMode, Limits, LocalConfig, Retention,
+    ShardConfig, WorkerConfig,
 };
 
 use figment::providers::{Env, Format, Toml};

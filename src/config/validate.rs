@@ -80,6 +80,8 @@ pub struct Config {
     pub local: LocalConfig,
     /// Enqueue limits.
     pub limits: Limits,
+    /// Retention of finished jobs.
+    pub retention: Retention,
 }
 
 /// One shard, ready to connect. `Debug` never shows the password.
@@ -150,8 +152,10 @@ pub struct WorkerConfig {
     pub completion_batch: usize,
     /// Longest wait before a completion is written.
     pub completion_flush: Duration,
-    /// Expired-lease check period per shard.
-    pub recovery_interval: Duration,
+    /// Upkeep period per shard (lease recovery, promotion of due jobs).
+    pub maintenance_interval: Duration,
+    /// Retry delays of failed jobs.
+    pub retry_backoff: Backoff,
     /// Time running handlers get to finish at shutdown.
     pub shutdown_grace: Duration,
 }
@@ -172,6 +176,19 @@ pub struct LocalConfig {
 pub struct Limits {
     /// Largest payload in bytes.
     pub max_payload_bytes: usize,
+    /// Attempts of a job that does not say.
+    pub default_max_attempts: i32,
+}
+
+/// Retention of finished jobs.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// Age after which finished jobs are deleted.
+    pub finished_after: Duration,
+    /// Rows per delete statement.
+    pub batch: i64,
+    /// Sweep period per shard.
+    pub interval: Duration,
 }
 
 pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
@@ -249,14 +266,31 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         lease: Duration::from_millis(positive("worker.lease_ms", w.lease_ms as usize)? as u64),
         completion_batch: positive("worker.completion_batch", w.completion_batch)?,
         completion_flush: Duration::from_millis(w.completion_flush_ms),
-        recovery_interval: Duration::from_millis(positive(
-            "worker.recovery_interval_ms",
-            w.recovery_interval_ms as usize,
+        maintenance_interval: Duration::from_millis(positive(
+            "worker.maintenance_interval_ms",
+            w.maintenance_interval_ms as usize,
         )? as u64),
+        retry_backoff: backoff(
+            "worker.retry_backoff_max_ms",
+            w.retry_backoff_min_ms,
+            w.retry_backoff_max_ms,
+        )?,
         shutdown_grace: Duration::from_millis(w.shutdown_grace_ms),
     };
-    let limits = super::validate::Limits {
+    let limits = Limits {
         max_payload_bytes: positive("limits.max_payload_bytes", raw.limits.max_payload_bytes)?,
+        default_max_attempts: positive(
+            "limits.default_max_attempts",
+            raw.limits.default_max_attempts.max(0) as usize,
+        )? as i32,
+    };
+    let r = raw.retention;
+    let retention = Retention {
+        finished_after: Duration::from_millis(r.finished_after_ms),
+        batch: positive("retention.batch", r.batch.max(0) as usize)? as i64,
+        interval: Duration::from_millis(
+            positive("retention.interval_ms", r.interval_ms as usize)? as u64
+        ),
     };
     Ok(Config {
         shards,
@@ -264,6 +298,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         worker,
         local,
         limits,
+        retention,
     })
 }
 

@@ -5,7 +5,7 @@
 //! Writes are limited per shard, never globally, so a shard that is down (its
 //! writes retrying) cannot hold back completions for the others.
 
-use super::{Pipeline, Stats};
+use super::Pipeline;
 use crate::dequeue;
 use crate::job::Completion;
 use std::sync::Arc;
@@ -125,19 +125,17 @@ async fn write_with_retry(
     let mut room_returned = false;
     let mut delay = FIRST_RETRY_DELAY;
     loop {
-        let result = dequeue::complete_many(shard, &pipeline.owner, &part).await;
+        let retry = pipeline.config.worker.retry_backoff;
+        let result = dequeue::complete_many(shard, &pipeline.owner, retry, &part).await;
         if !room_returned {
             pipeline.room.add_permits(part.len());
             room_returned = true;
         }
         match result {
             Ok(written) => {
-                Stats::add(&stats.completion_statements, 1);
-                Stats::add(&stats.succeeded, written.succeeded);
-                Stats::add(&stats.failed, written.failed);
+                stats.add_written(&written);
                 if written.fenced > 0 {
                     tracing::warn!(shard = %shard.name, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");
-                    Stats::add(&stats.fenced, written.fenced);
                 }
                 return;
             }

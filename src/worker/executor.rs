@@ -2,7 +2,8 @@
 //! always reach the same slot (hash of the key), so they run in claim order
 //! and never concurrently in this process; other jobs go to any free slot.
 
-use super::handler::{HandlerRegistry, JobContext};
+use super::context::JobContext;
+use super::Pipeline;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) async fn run_slot(
     mut own: mpsc::UnboundedReceiver<ClaimedJob>,
     shared: async_channel::Receiver<ClaimedJob>,
-    registry: Arc<HandlerRegistry>,
+    pipeline: Arc<Pipeline>,
     completions: mpsc::UnboundedSender<Completion>,
     stop: CancellationToken,
 ) -> mpsc::UnboundedReceiver<ClaimedJob> {
@@ -28,23 +29,31 @@ pub(crate) async fn run_slot(
             Ok(job) = shared.recv() => job,
             else => return own,
         };
-        let completion = execute(&registry, job).await;
+        let completion = execute(&pipeline, job).await;
         if completions.send(completion).is_err() {
             return own;
         }
     }
 }
 
-/// Runs one job's handler and turns the result into a completion.
-pub(crate) async fn execute(registry: &HandlerRegistry, job: ClaimedJob) -> Completion {
+/// Runs one job's handler and turns the result into a completion. While it
+/// runs, the job's cancellation token is findable by the leaser.
+pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion {
+    let cancel = CancellationToken::new();
+    pipeline.running_insert(job.id, cancel.clone());
     let ctx = JobContext {
         id: job.id,
         queue: job.queue,
         ordering_key: job.ordering_key,
         payload: job.payload,
         attempt: job.attempt,
+        shard: pipeline.shards.get(job.shard).clone(),
+        owner: pipeline.owner.clone(),
+        cancel,
     };
-    let outcome = match registry.run(&job.handler, ctx).await {
+    let result = pipeline.registry.run(&job.handler, ctx).await;
+    pipeline.running_remove(job.id);
+    let outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
         Err(message) => {
             tracing::debug!(job = %job.id, error = %message, "job failed");

@@ -1,6 +1,6 @@
 //! Handlers: named async functions that run a job.
 
-use crate::job::JobId;
+use super::context::JobContext;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,21 +25,6 @@ pub const SLEEP: &str = "sleep";
 
 /// Default sleep of the [`SLEEP`] handler.
 const DEFAULT_SLEEP_MS: u64 = 100;
-
-/// What a handler is given about its job.
-#[derive(Debug, Clone)]
-pub struct JobContext {
-    /// The job.
-    pub id: JobId,
-    /// Its queue.
-    pub queue: String,
-    /// Its ordering key.
-    pub ordering_key: Option<String>,
-    /// Its payload.
-    pub payload: Value,
-    /// This attempt's number, from 1.
-    pub attempt: i32,
-}
 
 /// Handlers by name. Starts with the built-in [`NOOP`].
 #[derive(Clone)]

@@ -1,28 +1,50 @@
 //! The leaser: keeps the leases of every job this process holds (buffered,
 //! running, or waiting to be written) alive, one statement per shard, every
 //! third of the lease. A process that dies stops extending, and its jobs are
-//! recovered once their leases expire.
+//! recovered once their leases expire. It also asks each shard, every second,
+//! which of this process's running jobs were cancelled, and tells their handlers.
 
 use super::Pipeline;
 use crate::dequeue;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Extensions per lease period: a lease survives two failed extensions in a row.
 const EXTENSIONS_PER_LEASE: u32 = 3;
 
+/// How often running jobs are checked for cancellation: the longest a
+/// cancelled handler keeps running unaware.
+const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Runs until `stop` is cancelled.
 pub(crate) async fn run(pipeline: Arc<Pipeline>, stop: CancellationToken) {
     let lease = pipeline.config.worker.lease;
-    let every = lease / EXTENSIONS_PER_LEASE;
+    let extend_every = lease / EXTENSIONS_PER_LEASE;
+    let mut last_extension = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(CANCEL_POLL_INTERVAL.min(extend_every)) => {}
+        }
+        let extend = last_extension.elapsed() >= extend_every;
+        if extend {
+            last_extension = Instant::now();
         }
         for shard in pipeline.shards.all() {
-            if let Err(err) = dequeue::extend_leases(shard, &pipeline.owner, lease).await {
-                tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+            if extend {
+                if let Err(err) = dequeue::extend_leases(shard, &pipeline.owner, lease).await {
+                    tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+                }
+            }
+            if pipeline.running.lock().expect("running map").is_empty() {
+                continue;
+            }
+            match dequeue::cancel_requested(shard, &pipeline.owner).await {
+                Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_running(id)),
+                Err(err) => {
+                    tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
+                }
             }
         }
     }

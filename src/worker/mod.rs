@@ -8,23 +8,26 @@
 //! ```
 
 mod completer;
+mod context;
 mod executor;
 mod handler;
 mod leaser;
+mod maintenance;
 mod producer;
-mod recovery;
 pub mod rotation;
 mod serial;
 mod stats;
 
-pub use handler::{HandlerError, HandlerRegistry, HandlerResult, JobContext, NOOP, SLEEP};
+pub use context::{JobContext, StepError};
+pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
 pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::Config;
 use crate::shards::ShardSet;
 use rand::Rng;
 use rotation::Rotation;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -41,7 +44,9 @@ pub(crate) struct Pipeline {
     /// Every (shard index, queue) pair this worker serves.
     pub targets: Vec<(usize, String)>,
     /// Unique per worker run; written on claimed rows; fences completions.
-    pub owner: String,
+    pub owner: Arc<str>,
+    /// Cancellation tokens of the jobs whose handlers are running.
+    pub running: Mutex<HashMap<crate::job::JobId, CancellationToken>>,
     /// Room for claimed-but-unfinished jobs (bounds memory).
     pub room: Arc<Semaphore>,
     pub stats: Arc<Stats>,
@@ -69,7 +74,7 @@ pub struct WorkerReport {
 impl WorkerReport {
     /// Jobs written back (succeeded or failed) per second.
     pub fn jobs_per_second(&self) -> f64 {
-        (self.stats.succeeded + self.stats.failed) as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.stats.finished() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
 
@@ -109,11 +114,12 @@ impl Worker {
     /// the queue at once, and writes every completion before returning.
     pub async fn run(self, shutdown: CancellationToken) -> WorkerReport {
         let started = Instant::now();
-        let owner = format!(
+        let owner: Arc<str> = format!(
             "{}-{:08x}",
             std::process::id(),
             rand::thread_rng().gen::<u32>()
-        );
+        )
+        .into();
         let targets: Vec<(usize, String)> = (0..self.shards.len())
             .flat_map(|s| {
                 self.config
@@ -130,6 +136,7 @@ impl Worker {
             registry: Arc::new(self.registry),
             targets,
             owner,
+            running: Mutex::new(HashMap::new()),
             stats: self.stats.clone(),
         });
         tracing::info!(owner = %pipeline.owner, shards = pipeline.shards.len(), serial = self.serial, "worker started");
@@ -139,7 +146,7 @@ impl Worker {
         let leasing = CancellationToken::new();
         let leaser = tokio::spawn(leaser::run(pipeline.clone(), leasing.clone()));
         let mut background = JoinSet::new();
-        background.spawn(recovery::run(pipeline.clone(), claiming.clone()));
+        background.spawn(maintenance::run(pipeline.clone(), claiming.clone()));
         if self.stop_when_empty {
             background.spawn(stop_when_empty(pipeline.clone(), claiming.clone()));
         }
@@ -158,6 +165,23 @@ impl Worker {
         };
         tracing::info!(?report, "worker stopped");
         report
+    }
+}
+
+impl Pipeline {
+    fn running_insert(&self, id: crate::job::JobId, token: CancellationToken) {
+        self.running.lock().expect("running map").insert(id, token);
+    }
+
+    fn running_remove(&self, id: crate::job::JobId) {
+        self.running.lock().expect("running map").remove(&id);
+    }
+
+    /// Tells the running handler of `id`, if any, that its job was cancelled.
+    fn cancel_running(&self, id: crate::job::JobId) {
+        if let Some(token) = self.running.lock().expect("running map").get(&id) {
+            token.cancel();
+        }
     }
 }
 
@@ -191,7 +215,7 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
         slots.spawn(executor::run_slot(
             rx,
             shared_rx.clone(),
-            pipeline.registry.clone(),
+            pipeline.clone(),
             completions_tx.clone(),
             claiming.clone(),
         ));

@@ -44,14 +44,10 @@ pub(crate) async fn run(
                 Stats::add(&stats.claimed, jobs.len() as u64);
                 Stats::add(&stats.claim_statements, 1);
                 for job in jobs {
-                    let done = executor::execute(&pipeline.registry, job).await;
-                    match dequeue::complete_many(shard, &pipeline.owner, &[done]).await {
-                        Ok(w) => {
-                            Stats::add(&stats.completion_statements, 1);
-                            Stats::add(&stats.succeeded, w.succeeded);
-                            Stats::add(&stats.failed, w.failed);
-                            Stats::add(&stats.fenced, w.fenced);
-                        }
+                    let done = executor::execute(&pipeline, job).await;
+                    let retry = pipeline.config.worker.retry_backoff;
+                    match dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await {
+                        Ok(w) => stats.add_written(&w),
                         Err(err) => {
                             tracing::warn!(error = %crate::error_chain(&err), "completion failed; the job returns when its lease expires")
                         }

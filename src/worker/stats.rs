@@ -17,8 +17,12 @@ pub struct Stats {
     pub claim_statements: AtomicU64,
     /// Jobs written back as succeeded.
     pub succeeded: AtomicU64,
-    /// Jobs written back as failed.
-    pub failed: AtomicU64,
+    /// Failed jobs written back for another attempt.
+    pub retrying: AtomicU64,
+    /// Failed jobs written back as dead (last attempt).
+    pub dead: AtomicU64,
+    /// Jobs written back as cancelled.
+    pub cancelled: AtomicU64,
     /// Completions rejected by the fence (lease lost).
     pub fenced: AtomicU64,
     /// Completion statements executed.
@@ -44,8 +48,12 @@ pub struct StatsSnapshot {
     pub claim_statements: u64,
     /// Succeeded jobs written.
     pub succeeded: u64,
-    /// Failed jobs written.
-    pub failed: u64,
+    /// Failed jobs scheduled for another attempt.
+    pub retrying: u64,
+    /// Failed jobs that are dead.
+    pub dead: u64,
+    /// Cancelled jobs.
+    pub cancelled: u64,
     /// Fenced-out completions.
     pub fenced: u64,
     /// Completion statements.
@@ -56,7 +64,24 @@ pub struct StatsSnapshot {
     pub released: u64,
 }
 
+impl StatsSnapshot {
+    /// Attempts whose outcome was written: succeeded, retrying, dead or cancelled.
+    pub fn finished(&self) -> u64 {
+        self.succeeded + self.retrying + self.dead + self.cancelled
+    }
+}
+
 impl Stats {
+    /// Counts a written batch of completions.
+    pub fn add_written(&self, w: &crate::dequeue::Written) {
+        Self::add(&self.completion_statements, 1);
+        Self::add(&self.succeeded, w.succeeded);
+        Self::add(&self.retrying, w.retrying);
+        Self::add(&self.dead, w.dead);
+        Self::add(&self.cancelled, w.cancelled);
+        Self::add(&self.fenced, w.fenced);
+    }
+
     /// Adds `n` to `counter`.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
@@ -71,7 +96,9 @@ impl Stats {
             claim_errors: self.claim_errors.load(Relaxed),
             claim_statements: self.claim_statements.load(Relaxed),
             succeeded: self.succeeded.load(Relaxed),
-            failed: self.failed.load(Relaxed),
+            retrying: self.retrying.load(Relaxed),
+            dead: self.dead.load(Relaxed),
+            cancelled: self.cancelled.load(Relaxed),
             fenced: self.fenced.load(Relaxed),
             completion_statements: self.completion_statements.load(Relaxed),
             recovered: self.recovered.load(Relaxed),

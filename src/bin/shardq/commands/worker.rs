@@ -85,11 +85,13 @@ async fn watch_signals(shutdown: CancellationToken) {
 
 pub fn print_report(report: &WorkerReport) {
     let s = &report.stats;
-    let done = s.succeeded + s.failed;
     println!(
-        "completed {done} jobs ({} succeeded, {} failed) in {:.2} s: {:.0} jobs/s",
+        "finished {} jobs ({} succeeded, {} retrying, {} dead, {} cancelled) in {:.2} s: {:.0} jobs/s",
+        s.finished(),
         s.succeeded,
-        s.failed,
+        s.retrying,
+        s.dead,
+        s.cancelled,
         report.elapsed.as_secs_f64(),
         report.jobs_per_second()
     );

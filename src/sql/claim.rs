@@ -1,36 +1,4 @@
-//! Every SQL statement shardq runs, in one place, named after what it does.
-//! Values are always bind parameters.
-
-/// Serialises migration runs on one shard (`pg_advisory_xact_lock` key).
-pub const MIGRATION_LOCK_KEY: i64 = 0x7368_6172_6471_0001;
-
-/// Creates the table that records applied migrations.
-pub const MIGRATIONS_TABLE_CREATE: &str = "CREATE TABLE IF NOT EXISTS shardq_migrations (\
-    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
-
-/// Waits for the migration lock for this transaction.
-pub const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
-
-/// Applied migration versions.
-pub const MIGRATIONS_APPLIED: &str = "SELECT version FROM shardq_migrations ORDER BY version";
-
-/// Records one applied migration.
-pub const MIGRATION_RECORD: &str = "INSERT INTO shardq_migrations (version, name) VALUES ($1, $2)";
-
-/// Whether the migrations table exists.
-pub const MIGRATIONS_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_migrations') IS NOT NULL";
-
-/// Newest applied migration, or NULL when none.
-pub const MIGRATION_CURRENT: &str = "SELECT max(version) FROM shardq_migrations";
-
-/// Inserts many jobs in one statement; returns their ids in input order.
-pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
-    (shard_key, queue, handler, ordering_key, priority, payload) \
-    SELECT shard_key, queue, handler, ordering_key, priority, payload \
-    FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[]) \
-        WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, ord) \
-    ORDER BY ord \
-    RETURNING id";
+//! Taking jobs: claims, completions, releases and lease extensions.
 
 /// Gated claim in one round trip. Tries dequeue slots 0..$2 with
 /// `pg_try_advisory_xact_lock($1, slot)` and stops at the first it gets; only
@@ -77,7 +45,7 @@ fn claim_statement(gate_cte: &str, gate_open: &str, got_slot: &str) -> String {
             WHERE c.ordering_key IS NULL OR NOT EXISTS ( \
                 SELECT 1 FROM workflow_status e \
                 WHERE e.ordering_key = c.ordering_key AND e.id < c.id \
-                  AND e.status IN ('queued', 'running') \
+                  AND e.status IN ('scheduled', 'queued', 'running') \
                   AND NOT EXISTS (SELECT 1 FROM candidates o \
                                   WHERE o.shard_key = e.shard_key AND o.id = e.id)) \
         ), claimed AS ( \
@@ -94,31 +62,37 @@ fn claim_statement(gate_cte: &str, gate_open: &str, got_slot: &str) -> String {
 }
 
 /// Writes many outcomes in one statement, fenced: a row changes only while it
-/// is still running under this owner ($6) and this attempt. Returns one row:
-/// rows written, and how many of those were failures; the rest were fenced out.
+/// is still running under this owner ($6) and this attempt. A failure with
+/// attempts left becomes `scheduled` again after an exponential, jittered
+/// backoff ($8 ms doubling per attempt, at most $9 ms): the delay is stored,
+/// not slept. A failure on the last attempt is `dead`; a job whose
+/// cancellation was asked and that did not succeed is `cancelled`. Returns one
+/// row: written as succeeded, retrying, dead, cancelled; the rest were fenced out.
 pub const JOB_COMPLETE_MANY: &str = "WITH done AS ( \
-        UPDATE workflow_status w SET status = c.status, \
-            output = c.output, error = c.error, finished_at = now(), owner = NULL, lease_expires_at = NULL \
+        UPDATE workflow_status w SET \
+            status = CASE \
+                WHEN c.status = 'succeeded' THEN 'succeeded' \
+                WHEN w.cancel_requested THEN 'cancelled' \
+                WHEN w.attempts >= w.max_attempts THEN 'dead' \
+                ELSE 'scheduled' END, \
+            run_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested \
+                    OR w.attempts >= w.max_attempts THEN w.run_at \
+                ELSE now() + least($9::float8, $8::float8 * power(2, w.attempts - 1)) \
+                    * (0.5 + random() * 0.5) * interval '1 millisecond' END, \
+            finished_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested \
+                    OR w.attempts >= w.max_attempts THEN now() END, \
+            output = c.output, error = c.error, owner = NULL, lease_expires_at = NULL \
         FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[], $5::jsonb[], $7::text[]) \
             AS c(shard_key, id, attempt, status, output, error) \
         WHERE w.shard_key = c.shard_key AND w.id = c.id AND w.status = 'running' \
             AND w.owner = $6 AND w.attempts = c.attempt \
         RETURNING w.status \
     ) \
-    SELECT count(*), count(*) FILTER (WHERE status = 'failed') FROM done";
-
-/// Puts jobs whose lease expired back in the queue, at most $2 per call, when
-/// this caller gets the shard's recovery lock ($1). Returns one row per job.
-pub const JOB_RECOVER_EXPIRED: &str = "WITH gate AS MATERIALIZED ( \
-        SELECT pg_try_advisory_xact_lock($1::int, 0) AS got \
-    ), expired AS ( \
-        SELECT shard_key, id FROM workflow_status \
-        WHERE status = 'running' AND lease_expires_at < now() AND (SELECT got FROM gate) \
-        ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED \
-    ) \
-    UPDATE workflow_status w SET status = 'queued', owner = NULL, lease_expires_at = NULL \
-    FROM expired WHERE w.shard_key = expired.shard_key AND w.id = expired.id \
-    RETURNING w.id";
+    SELECT count(*) FILTER (WHERE status = 'succeeded'), \
+        count(*) FILTER (WHERE status = 'scheduled'), \
+        count(*) FILTER (WHERE status = 'dead'), \
+        count(*) FILTER (WHERE status = 'cancelled') \
+    FROM done";
 
 /// Gives claimed-but-unstarted jobs back to the queue at once (shutdown), fenced
 /// like completions; the attempt is not counted.
@@ -133,16 +107,6 @@ pub const JOB_EXTEND_LEASES: &str = "UPDATE workflow_status \
     SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' \
     WHERE status = 'running' AND owner = $1";
 
-/// Whether queue $1 has any queued or running job on this shard.
-pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
-        WHERE queue = $1 AND status = 'queued') \
-    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running')";
-
-/// Job counts by queue and status.
-pub const QUEUE_COUNTS: &str = "SELECT queue, status, count(*) FROM workflow_status \
-    GROUP BY queue, status ORDER BY queue, status";
-
-/// One job by key.
-pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \
-    output, error, attempts, owner, created_at::text, started_at::text, finished_at::text \
-    FROM workflow_status WHERE shard_key = $1 AND id = $2";
+/// Running jobs of this owner ($1) whose cancellation was asked.
+pub const JOB_CANCEL_REQUESTED: &str = "SELECT shard_key, id FROM workflow_status \
+    WHERE status = 'running' AND owner = $1 AND cancel_requested";

@@ -1,0 +1,85 @@
+//! Transactional enqueue: the job is written inside the caller's own
+//! transaction on the shard it routes to, so it exists only if that
+//! transaction commits.
+
+use super::{Client, ClientError};
+use crate::job::{JobId, NewJob};
+use crate::router;
+use crate::shards::Shard;
+use crate::sql;
+use tokio_postgres::GenericClient;
+
+/// A job with its route fixed: open your transaction on [`RoutedJob::shard`]
+/// and write the job with [`RoutedJob::insert`].
+#[derive(Debug, Clone)]
+pub struct RoutedJob {
+    shard: Shard,
+    shard_key: i32,
+    job: NewJob,
+    max_attempts: i32,
+}
+
+impl Client {
+    /// Checks `job` and fixes its shard, for [`RoutedJob::insert`] inside your
+    /// own transaction. Deduplication ids are not supported here (use
+    /// [`Client::enqueue`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Invalid`] for a bad name or payload, or a dedup id.
+    pub fn route(&self, job: NewJob) -> Result<RoutedJob, ClientError> {
+        self.check(0, &job)?;
+        if job.dedup_id.is_some() {
+            return Err(ClientError::Invalid {
+                index: 0,
+                reason: "transactional enqueue does not take a deduplication id".into(),
+            });
+        }
+        let shard_key = match job.routing_key() {
+            Some(key) => router::shard_key_for(key),
+            None => router::random_shard_key(&mut rand::thread_rng()),
+        };
+        Ok(RoutedJob {
+            shard: self.shards.for_key(shard_key).clone(),
+            shard_key,
+            max_attempts: self.max_attempts(&job),
+            job,
+        })
+    }
+}
+
+impl RoutedJob {
+    /// The shard whose connection the transaction must use.
+    pub fn shard(&self) -> &Shard {
+        &self.shard
+    }
+
+    /// Writes the job through `tx`, a transaction (or connection) on
+    /// [`RoutedJob::shard`]. The job exists only if `tx` commits.
+    ///
+    /// # Errors
+    ///
+    /// The statement's error (e.g. the transaction is on a shard without the schema).
+    pub async fn insert<C: GenericClient>(&self, tx: &C) -> Result<JobId, tokio_postgres::Error> {
+        let j = &self.job;
+        let row = tx
+            .query_one(
+                sql::JOB_INSERT_MANY,
+                &[
+                    &vec![self.shard_key],
+                    &vec![j.queue.as_str()],
+                    &vec![j.handler.as_str()],
+                    &vec![j.ordering_key.as_deref()],
+                    &vec![j.priority],
+                    &vec![&j.payload],
+                    &vec![j.delay.as_millis() as i64],
+                    &vec![self.max_attempts],
+                ],
+            )
+            .await?;
+        Ok(JobId {
+            shard_key: self.shard_key,
+            id: row.get(0),
+        })
+    }
+}

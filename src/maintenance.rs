@@ -1,0 +1,73 @@
+//! Per-shard upkeep, one statement each, each gated by its own advisory lock
+//! so that one process at a time does it on a shard: recovery of expired
+//! leases, promotion of due scheduled jobs, deletion of old finished jobs.
+
+use crate::dequeue::maintenance_lock_key;
+use crate::shards::{Shard, ShardError};
+use crate::sql;
+use std::time::Duration;
+
+/// What one recovery pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Jobs back in the queue.
+    pub requeued: u64,
+    /// Jobs past their attempt limit, now dead.
+    pub dead: u64,
+    /// Jobs whose cancellation was asked, now cancelled.
+    pub cancelled: u64,
+}
+
+/// Returns up to `limit` jobs with expired leases on `shard` to the queue
+/// (attempt count kept), unless another process is doing it.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
+    let client = shard.client().await?;
+    let rows = client
+        .query(sql::JOB_RECOVER_EXPIRED, &[&maintenance_lock_key(), &limit])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let mut out = Recovered::default();
+    for row in rows {
+        match row.get::<_, &str>(0) {
+            "queued" => out.requeued += 1,
+            "dead" => out.dead += 1,
+            _ => out.cancelled += 1,
+        }
+    }
+    Ok(out)
+}
+
+/// Makes up to `limit` due scheduled jobs on `shard` ready. Returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
+    let client = shard.client().await?;
+    let rows = client
+        .query(sql::JOB_PROMOTE_DUE, &[&maintenance_lock_key(), &limit])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(rows.len() as u64)
+}
+
+/// Deletes up to `limit` jobs on `shard` finished more than `age` ago, with
+/// their steps. Returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn delete_finished(shard: &Shard, age: Duration, limit: i64) -> Result<u64, ShardError> {
+    let client = shard.client().await?;
+    client
+        .execute(
+            sql::JOB_DELETE_FINISHED,
+            &[&maintenance_lock_key(), &(age.as_millis() as i64), &limit],
+        )
+        .await
+        .map_err(|e| shard.query_error(e))
+}

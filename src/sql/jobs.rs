@@ -1,0 +1,69 @@
+//! Enqueueing, reading and changing single jobs.
+
+/// Inserts many jobs in one statement; returns their ids in input order. A
+/// job with a positive delay ($7, ms) starts `scheduled`.
+pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts) \
+    SELECT shard_key, queue, handler, ordering_key, priority, payload, \
+        CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + delay_ms * interval '1 millisecond', max_attempts \
+    FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
+                $7::bigint[], $8::int[]) \
+        WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
+                             delay_ms, max_attempts, ord) \
+    ORDER BY ord \
+    RETURNING id";
+
+/// Inserts one job with a deduplication id ($9), unless an unfinished job of
+/// the same queue has it. Returns the new id, or no row.
+pub const JOB_INSERT_DEDUP: &str = "INSERT INTO workflow_status \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, dedup_id) \
+    VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + $7::bigint * interval '1 millisecond', $8, $9) \
+    ON CONFLICT (queue, dedup_id) \
+        WHERE dedup_id IS NOT NULL AND status IN ('scheduled', 'queued', 'running') \
+    DO NOTHING \
+    RETURNING id";
+
+/// The unfinished job of queue $1 with deduplication id $2.
+pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
+    WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running')";
+
+/// Whether queue $1 has any queued or running job on this shard.
+pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
+        WHERE queue = $1 AND status = 'queued') \
+    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running')";
+
+/// Job counts by queue and state; scheduled jobs split into `retrying` (they
+/// failed before) and `delayed`.
+pub const QUEUE_COUNTS: &str = "SELECT queue, CASE \
+        WHEN status = 'scheduled' AND attempts > 0 THEN 'retrying' \
+        WHEN status = 'scheduled' THEN 'delayed' \
+        ELSE status END AS state, count(*) \
+    FROM workflow_status GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// One job by key.
+pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \
+    output, error, attempts, max_attempts, owner, dedup_id, cancel_requested, \
+    created_at::text, run_at::text, started_at::text, finished_at::text \
+    FROM workflow_status WHERE shard_key = $1 AND id = $2";
+
+/// The status, output and error of one job.
+pub const JOB_OUTCOME: &str = "SELECT status, output, error FROM workflow_status \
+    WHERE shard_key = $1 AND id = $2";
+
+/// Cancels a job: a waiting one at once, a running one by asking its worker.
+/// Returns the job's status after the change (no row: unknown or finished).
+pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
+        status = CASE WHEN status = 'running' THEN 'running' ELSE 'cancelled' END, \
+        cancel_requested = (status = 'running'), \
+        finished_at = CASE WHEN status = 'running' THEN NULL ELSE now() END \
+    WHERE shard_key = $1 AND id = $2 AND status IN ('scheduled', 'queued', 'running') \
+    RETURNING status";
+
+/// Puts a dead, failed or cancelled job back in the queue with fresh attempts.
+/// Returns a row when it did.
+pub const JOB_RETRY: &str = "UPDATE workflow_status SET status = 'queued', attempts = 0, \
+        run_at = now(), finished_at = NULL, cancel_requested = false \
+    WHERE shard_key = $1 AND id = $2 AND status IN ('dead', 'failed', 'cancelled') \
+    RETURNING id";

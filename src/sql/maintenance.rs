@@ -1,0 +1,59 @@
+//! Per-shard upkeep: lease recovery, promotion of due jobs, retention. Each
+//! statement first tries its own transaction-level advisory lock ($1, slot),
+//! so one process at a time does each job on a shard and the others skip it.
+
+/// Advisory-lock slots under the maintenance lock class.
+pub const RECOVERY_SLOT: i32 = 0;
+/// See [`RECOVERY_SLOT`].
+pub const PROMOTION_SLOT: i32 = 1;
+/// See [`RECOVERY_SLOT`].
+pub const RETENTION_SLOT: i32 = 2;
+
+/// Returns up to $2 jobs whose lease expired (owner crashed or hung) to the
+/// queue with their attempt count kept; a job on its last attempt becomes
+/// `dead` with the reason as its error, a cancelled one `cancelled`. Needs lock
+/// ($1, RECOVERY_SLOT). Returns the new status of each row.
+pub const JOB_RECOVER_EXPIRED: &str = "WITH gate AS MATERIALIZED ( \
+        SELECT pg_try_advisory_xact_lock($1::int, 0) AS got \
+    ), expired AS ( \
+        SELECT shard_key, id FROM workflow_status \
+        WHERE status = 'running' AND lease_expires_at < now() AND (SELECT got FROM gate) \
+        ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED \
+    ) \
+    UPDATE workflow_status w SET \
+        status = CASE WHEN w.cancel_requested THEN 'cancelled' \
+            WHEN w.attempts >= w.max_attempts THEN 'dead' ELSE 'queued' END, \
+        error = CASE WHEN w.attempts >= w.max_attempts \
+            THEN 'lease expired on attempt ' || w.attempts || ' of ' || w.max_attempts \
+                || ' (the worker crashed or hung)' ELSE w.error END, \
+        finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts THEN now() END, \
+        owner = NULL, lease_expires_at = NULL \
+    FROM expired WHERE w.shard_key = expired.shard_key AND w.id = expired.id \
+    RETURNING w.status";
+
+/// Makes up to $2 scheduled jobs whose time has come ready. Needs lock
+/// ($1, PROMOTION_SLOT). Returns one row per job.
+pub const JOB_PROMOTE_DUE: &str = "WITH gate AS MATERIALIZED ( \
+        SELECT pg_try_advisory_xact_lock($1::int, 1) AS got \
+    ), due AS ( \
+        SELECT shard_key, id FROM workflow_status \
+        WHERE status = 'scheduled' AND run_at <= now() AND (SELECT got FROM gate) \
+        ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED \
+    ) \
+    UPDATE workflow_status w SET status = 'queued' \
+    FROM due WHERE w.shard_key = due.shard_key AND w.id = due.id \
+    RETURNING w.id";
+
+/// Deletes up to $3 finished jobs (and, by cascade, their steps) that finished
+/// more than $2 ms ago, oldest first. Needs lock ($1, RETENTION_SLOT).
+pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \
+        SELECT pg_try_advisory_xact_lock($1::int, 2) AS got \
+    ), old AS ( \
+        SELECT shard_key, id FROM workflow_status \
+        WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
+            AND finished_at < now() - $2::bigint * interval '1 millisecond' \
+            AND (SELECT got FROM gate) \
+        ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED \
+    ) \
+    DELETE FROM workflow_status w USING old \
+    WHERE w.shard_key = old.shard_key AND w.id = old.id";

@@ -1,0 +1,23 @@
+//! Migration bookkeeping.
+
+/// Serialises migration runs on one shard (`pg_advisory_xact_lock` key).
+pub const MIGRATION_LOCK_KEY: i64 = 0x7368_6172_6471_0001;
+
+/// Creates the table that records applied migrations.
+pub const MIGRATIONS_TABLE_CREATE: &str = "CREATE TABLE IF NOT EXISTS shardq_migrations (\
+    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+
+/// Waits for the migration lock for this transaction.
+pub const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// Applied migration versions.
+pub const MIGRATIONS_APPLIED: &str = "SELECT version FROM shardq_migrations ORDER BY version";
+
+/// Records one applied migration.
+pub const MIGRATION_RECORD: &str = "INSERT INTO shardq_migrations (version, name) VALUES ($1, $2)";
+
+/// Whether the migrations table exists.
+pub const MIGRATIONS_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_migrations') IS NOT NULL";
+
+/// Newest applied migration, or NULL when none.
+pub const MIGRATION_CURRENT: &str = "SELECT max(version) FROM shardq_migrations";

@@ -1,0 +1,17 @@
+//! Durable workflow steps.
+
+/// The recorded output of one step.
+pub const STEP_GET: &str = "SELECT output FROM workflow_steps \
+    WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3";
+
+/// Records a step's output, fenced: only while the workflow is still running
+/// under this owner ($5) and attempt ($6) and not being cancelled. Returns a
+/// row when recorded (or already recorded by this same attempt).
+pub const STEP_RECORD: &str =
+    "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+    SELECT $1, $2, $3, $4 WHERE EXISTS ( \
+        SELECT 1 FROM workflow_status \
+        WHERE shard_key = $1 AND id = $2 AND status = 'running' \
+            AND owner = $5 AND attempts = $6 AND NOT cancel_requested) \
+    ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
+    RETURNING 1";

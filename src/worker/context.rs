@@ -1,0 +1,154 @@
+//! What a handler is given: its job, cancellation, and durable steps.
+
+use crate::job::JobId;
+use crate::shards::{Shard, ShardError};
+use crate::sql;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::HandlerError;
+
+/// Why a durable step did not return an output.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The step's closure failed; nothing was recorded, so the next attempt runs it again.
+    #[error("step `{step}` failed")]
+    Failed {
+        /// Step name.
+        step: String,
+        /// The closure's error.
+        #[source]
+        source: HandlerError,
+    },
+    /// The recorded output no longer deserialises as the type asked for
+    /// (the step's code changed its output type since it ran).
+    #[error("step `{step}`: its recorded output does not deserialise as the requested type; keep step output types compatible or rename the step")]
+    Decode {
+        /// Step name.
+        step: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The workflow's cancellation was asked: stop.
+    #[error("workflow {0} was cancelled; step `{1}` was not recorded")]
+    Cancelled(JobId, String),
+    /// This attempt lost its lease (another worker owns the workflow now): stop.
+    #[error("workflow {0} is no longer owned by this attempt; step `{1}` was not recorded")]
+    Fenced(JobId, String),
+    /// Reading or recording the step failed.
+    #[error("step `{step}`: database error")]
+    Database {
+        /// Step name.
+        step: String,
+        /// Cause.
+        #[source]
+        source: ShardError,
+    },
+}
+
+/// A running job: its data, its cancellation signal, and durable steps.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    /// The job.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its ordering key.
+    pub ordering_key: Option<String>,
+    /// Its payload.
+    pub payload: Value,
+    /// This attempt's number, from 1.
+    pub attempt: i32,
+    pub(crate) shard: Shard,
+    pub(crate) owner: Arc<str>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl JobContext {
+    /// Whether cancellation of this job was asked (`shardq job cancel`).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes when cancellation of this job is asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: use it in a `tokio::select!` beside the work.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// Runs `work` once per workflow and records its output on the workflow's
+    /// shard. When the workflow runs again (after a crash or a retry), a step
+    /// that completed returns its recorded output without running. A step that
+    /// fails records nothing and runs again on the next attempt.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError`]; `Cancelled` and `Fenced` mean the handler should stop.
+    pub async fn step<T, F, Fut>(&self, name: &str, work: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        let db = |source| StepError::Database {
+            step: name.to_string(),
+            source,
+        };
+        let client = self.shard.client().await.map_err(db)?;
+        let recorded = client
+            .query_opt(sql::STEP_GET, &[&self.id.shard_key, &self.id.id, &name])
+            .await
+            .map_err(|e| db(self.shard.query_error(e)))?;
+        if let Some(row) = recorded {
+            let output: Option<Value> = row.get(0);
+            return serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|source| {
+                StepError::Decode {
+                    step: name.to_string(),
+                    source,
+                }
+            });
+        }
+        // Do not hold a pooled connection while user code runs.
+        drop(client);
+        if self.is_cancelled() {
+            return Err(StepError::Cancelled(self.id, name.to_string()));
+        }
+        let output = work().await.map_err(|source| StepError::Failed {
+            step: name.to_string(),
+            source,
+        })?;
+        let value = serde_json::to_value(&output).map_err(|source| StepError::Decode {
+            step: name.to_string(),
+            source,
+        })?;
+        let client = self.shard.client().await.map_err(db)?;
+        let owner: &str = &self.owner;
+        let written = client
+            .query_opt(
+                sql::STEP_RECORD,
+                &[
+                    &self.id.shard_key,
+                    &self.id.id,
+                    &name,
+                    &value,
+                    &owner,
+                    &self.attempt,
+                ],
+            )
+            .await
+            .map_err(|e| db(self.shard.query_error(e)))?;
+        match written {
+            Some(_) => Ok(output),
+            None if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),
+            None => Err(StepError::Fenced(self.id, name.to_string())),
+        }
+    }
+}

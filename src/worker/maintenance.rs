@@ -1,0 +1,63 @@
+//! The maintenance loop: on every shard, recover jobs whose lease expired,
+//! make due delayed and retrying jobs ready, and (less often) delete old
+//! finished jobs. Each step is gated per shard, so across the fleet one
+//! process at a time does it; the others' attempts cost one statement.
+
+use super::{Pipeline, Stats};
+use crate::maintenance;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Jobs recovered or promoted per statement; a crashed owner's whole buffer
+/// comes back in a few passes.
+const MAINTENANCE_BATCH: i64 = 5_000;
+
+/// Retention statements per shard and sweep, so a huge backlog is worked off
+/// over several sweeps instead of holding the loop.
+const MAX_RETENTION_ROUNDS: usize = 20;
+
+/// Runs until shutdown.
+pub(crate) async fn run(pipeline: Arc<Pipeline>, shutdown: CancellationToken) {
+    let every = pipeline.config.worker.maintenance_interval;
+    let retention = pipeline.config.retention.clone();
+    let mut last_sweep = Instant::now();
+    loop {
+        let pause = super::rotation::jitter(&mut rand::thread_rng(), every / 2, every);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let sweep = last_sweep.elapsed() >= retention.interval;
+        if sweep {
+            last_sweep = Instant::now();
+        }
+        for shard in pipeline.shards.all() {
+            let result = async {
+                let recovered = maintenance::recover_expired(shard, MAINTENANCE_BATCH).await?;
+                if recovered != Default::default() {
+                    tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
+                    Stats::add(&pipeline.stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
+                }
+                maintenance::promote_due(shard, MAINTENANCE_BATCH).await?;
+                if sweep {
+                    // Bounded statements, repeated while they come back full.
+                    for _ in 0..MAX_RETENTION_ROUNDS {
+                        let deleted = maintenance::delete_finished(shard, retention.finished_after, retention.batch).await?;
+                        if deleted > 0 {
+                            tracing::info!(shard = %shard.name, deleted, "deleted finished jobs past retention");
+                        }
+                        if deleted < retention.batch as u64 {
+                            break;
+                        }
+                    }
+                }
+                Ok::<_, crate::shards::ShardError>(())
+            }
+            .await;
+            if let Err(err) = result {
+                tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "maintenance skipped");
+            }
+        }
+    }
+}

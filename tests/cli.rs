@@ -95,3 +95,38 @@ async fn bad_input_gets_a_clear_error_and_a_non_zero_exit() {
     let out = ok(&shardq(&path, &["status"]));
     assert!(out.contains("gone") && out.contains("unreachable"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_show_cancel_retry_and_status_counts_through_the_cli() {
+    let shards = TestShards::databases(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml("")).unwrap();
+    ok(&shardq(&path, &["migrate"]));
+    let out = ok(&shardq(
+        &path,
+        &["enqueue", "--delay-ms", "600000", "--print-ids"],
+    ));
+    let id = out.lines().next().unwrap().trim().to_string();
+
+    let show: serde_json::Value =
+        serde_json::from_str(&ok(&shardq(&path, &["job", "show", &id]))).unwrap();
+    assert_eq!(show["status"], "scheduled");
+    let status = ok(&shardq(&path, &["status"]));
+    assert!(status.contains("delayed"), "{status}");
+
+    assert!(ok(&shardq(&path, &["job", "cancel", &id])).contains("cancelled"));
+    let again = shardq(&path, &["job", "cancel", &id]);
+    assert!(
+        !again.status.success(),
+        "a finished job cannot be cancelled"
+    );
+    assert!(ok(&shardq(&path, &["job", "retry", &id])).contains("queued again"));
+    let show: serde_json::Value =
+        serde_json::from_str(&ok(&shardq(&path, &["job", "show", &id]))).unwrap();
+    assert_eq!(show["status"], "queued");
+
+    let bad = shardq(&path, &["job", "show", "not-an-id"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("SHARDKEY-ID"));
+}

@@ -27,6 +27,11 @@ pub enum Command {
     Enqueue(EnqueueArgs),
     /// Run a worker until SIGINT/SIGTERM (or until the queue is empty).
     Worker(WorkerArgs),
+    /// Show, cancel or retry one job.
+    Job {
+        #[command(subcommand)]
+        action: JobAction,
+    },
     /// Per shard: reachable or not, and jobs by queue and status.
     Status {
         /// Print JSON instead of a table.
@@ -63,6 +68,25 @@ pub enum LocalAction {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// Print everything stored about a job, as JSON.
+    Show {
+        /// Job id, SHARDKEY-ID as printed by enqueue.
+        id: shardq::JobId,
+    },
+    /// Cancel a job: a waiting one never runs; a running one is told to stop.
+    Cancel {
+        /// Job id.
+        id: shardq::JobId,
+    },
+    /// Put a dead or cancelled job back in the queue with fresh attempts.
+    Retry {
+        /// Job id.
+        id: shardq::JobId,
+    },
+}
+
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
     /// Queue name.
@@ -83,6 +107,15 @@ pub struct EnqueueArgs {
     /// Priority: lower runs first.
     #[arg(long, default_value_t = 0)]
     pub priority: i32,
+    /// Not claimable before this many milliseconds have passed.
+    #[arg(long, default_value_t = 0)]
+    pub delay_ms: u64,
+    /// Attempts before the job is dead (default: limits.default_max_attempts).
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// Print the job ids, one per line.
+    #[arg(long)]
+    pub print_ids: bool,
 }
 
 #[derive(Debug, Args)]

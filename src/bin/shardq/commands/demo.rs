@@ -19,16 +19,8 @@ pub async fn run(mut config: Config, jobs: usize) -> Result<()> {
     migrate(&config).await?;
     let client = Client::new(&config)?;
     let started = Instant::now();
-    enqueue_copies(
-        &client,
-        DEMO_QUEUE,
-        shardq::worker::NOOP,
-        serde_json::json!({}),
-        None,
-        0,
-        jobs,
-    )
-    .await?;
+    let template = shardq::NewJob::new(DEMO_QUEUE, shardq::worker::NOOP, serde_json::json!({}));
+    enqueue_copies(&client, &template, jobs).await?;
     println!(
         "enqueued {jobs} noop jobs in {:.2} s",
         started.elapsed().as_secs_f64()

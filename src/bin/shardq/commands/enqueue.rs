@@ -3,7 +3,7 @@
 use crate::args::EnqueueArgs;
 use anyhow::{Context, Result};
 use shardq::config::Config;
-use shardq::{Client, NewJob};
+use shardq::{Client, JobId, NewJob};
 use std::time::Instant;
 
 /// Jobs handed to one `enqueue_many` call.
@@ -14,16 +14,20 @@ pub async fn run(config: &Config, args: EnqueueArgs) -> Result<()> {
         .with_context(|| format!("--payload is not valid JSON: {}", args.payload))?;
     let client = Client::new(config)?;
     let started = Instant::now();
-    let count = enqueue_copies(
-        &client,
-        &args.queue,
-        &args.handler,
-        payload,
-        args.key,
-        args.priority,
-        args.count,
-    )
-    .await?;
+    let template = NewJob {
+        ordering_key: args.key.clone(),
+        priority: args.priority,
+        delay: std::time::Duration::from_millis(args.delay_ms),
+        max_attempts: args.max_attempts,
+        ..NewJob::new(&args.queue, &args.handler, payload)
+    };
+    let ids = enqueue_copies(&client, &template, args.count).await?;
+    let count = ids.len();
+    if args.print_ids {
+        for id in &ids {
+            println!("{id}");
+        }
+    }
     let secs = started.elapsed().as_secs_f64();
     println!(
         "enqueued {count} jobs on queue `{}` in {secs:.2} s ({:.0} jobs/s)",
@@ -33,28 +37,16 @@ pub async fn run(config: &Config, args: EnqueueArgs) -> Result<()> {
     Ok(())
 }
 
-/// Enqueues `count` copies of one job in chunks; returns how many.
+/// Enqueues `count` copies of `template` in chunks; returns their ids.
 pub async fn enqueue_copies(
     client: &Client,
-    queue: &str,
-    handler: &str,
-    payload: serde_json::Value,
-    key: Option<String>,
-    priority: i32,
+    template: &NewJob,
     count: usize,
-) -> Result<usize> {
-    let mut done = 0;
-    while done < count {
-        let n = CHUNK.min(count - done);
-        let jobs = (0..n)
-            .map(|_| {
-                let mut job = NewJob::new(queue, handler, payload.clone()).priority(priority);
-                job.ordering_key = key.clone();
-                job
-            })
-            .collect();
-        client.enqueue_many(jobs).await?;
-        done += n;
+) -> Result<Vec<JobId>> {
+    let mut ids = Vec::with_capacity(count);
+    while ids.len() < count {
+        let n = CHUNK.min(count - ids.len());
+        ids.extend(client.enqueue_many(vec![template.clone(); n]).await?);
     }
-    Ok(done)
+    Ok(ids)
 }

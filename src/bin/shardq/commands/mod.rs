@@ -2,6 +2,7 @@
 
 mod demo;
 mod enqueue;
+mod job;
 mod local;
 mod status;
 mod worker;
@@ -18,6 +19,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Migrate => migrate(&config).await,
         Command::Enqueue(args) => enqueue::run(&config, args).await,
         Command::Worker(args) => worker::run(config, args).await,
+        Command::Job { action } => job::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
     }

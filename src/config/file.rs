@@ -151,6 +151,10 @@ pub struct WorkerFile {
     /// Longest retry delay.
     #[serde(default = "default_retry_backoff_max_ms")]
     pub retry_backoff_max_ms: u64,
+    /// A handler running longer than this fails its attempt ("timed out") and
+    /// is abandoned; 0 means no limit. Keep it below what a healthy job needs.
+    #[serde(default = "default_handler_timeout_ms")]
+    pub handler_timeout_ms: u64,
     /// After shutdown is asked, how long running handlers may take to finish
     /// before they are abandoned (their jobs then return by lease expiry).
     #[serde(default = "default_shutdown_grace_ms")]
@@ -277,6 +281,9 @@ fn default_retention_batch() -> i64 {
 }
 fn default_retention_interval_ms() -> u64 {
     60_000
+}
+fn default_handler_timeout_ms() -> u64 {
+    30 * 60 * 1000
 }
 fn default_shutdown_grace_ms() -> u64 {
     30_000

@@ -158,6 +158,8 @@ pub struct WorkerConfig {
     pub retry_backoff: Backoff,
     /// Time running handlers get to finish at shutdown.
     pub shutdown_grace: Duration,
+    /// Longest a handler may run (`None`: no limit).
+    pub handler_timeout: Option<Duration>,
 }
 
 /// Local server settings.
@@ -276,6 +278,8 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             w.retry_backoff_max_ms,
         )?,
         shutdown_grace: Duration::from_millis(w.shutdown_grace_ms),
+        handler_timeout: (w.handler_timeout_ms > 0)
+            .then(|| Duration::from_millis(w.handler_timeout_ms)),
     };
     let limits = Limits {
         max_payload_bytes: positive("limits.max_payload_bytes", raw.limits.max_payload_bytes)?,

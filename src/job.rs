@@ -116,6 +116,52 @@ impl NewJob {
         self
     }
 
+    /// Checks what PostgreSQL would refuse or what exceeds `limits`; the error
+    /// says what is wrong and what to do.
+    ///
+    /// # Errors
+    ///
+    /// A message: empty names, NUL characters, an oversized payload.
+    pub fn validate(&self, limits: &crate::config::Limits) -> Result<(), String> {
+        for (what, value) in [("queue", &self.queue), ("handler", &self.handler)] {
+            if value.is_empty() {
+                return Err(format!("{what} name is empty"));
+            }
+        }
+        let names = [
+            ("queue", Some(&self.queue)),
+            ("handler", Some(&self.handler)),
+            ("ordering key", self.ordering_key.as_ref()),
+            ("deduplication id", self.dedup_id.as_ref()),
+        ];
+        for (what, value) in names {
+            if value.is_some_and(|v| v.contains('\0')) {
+                return Err(format!(
+                    "{what} contains a NUL character, which PostgreSQL text cannot store"
+                ));
+            }
+        }
+        let size = self.payload.to_string().len();
+        if size > limits.max_payload_bytes {
+            return Err(format!(
+                "payload is {size} bytes, over limits.max_payload_bytes = {}",
+                limits.max_payload_bytes
+            ));
+        }
+        if has_nul(&self.payload) {
+            return Err(
+                "payload contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
+                    .into(),
+            );
+        }
+        if let Some(attempts) = self.max_attempts {
+            if attempts < 1 {
+                return Err(format!("max_attempts is {attempts}; it must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
     /// The key that routes this job: its ordering key, else its deduplication id.
     pub fn routing_key(&self) -> Option<&str> {
         self.ordering_key.as_deref().or(self.dedup_id.as_deref())
@@ -131,6 +177,16 @@ impl NewJob {
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = priority;
         self
+    }
+}
+
+/// Whether any string or key in `value` holds a NUL character.
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
     }
 }
 

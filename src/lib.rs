@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod router;
 pub mod shards;
 pub mod sql;
+pub mod tls;
 pub mod worker;
 
 pub use client::{Client, ClientError};

@@ -3,20 +3,21 @@
 use crate::config::{Config, ShardConfig};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::time::Duration;
-use tokio_postgres::NoTls;
 
 /// Errors from reaching a shard.
 #[derive(Debug, thiserror::Error)]
 pub enum ShardError {
     /// No connection could be had from the pool (server down, refused, timed out).
     #[error(
-        "shard `{shard}`: cannot get a connection ({target}); is the server up and the URL right?"
+        "shard `{shard}`: cannot get a connection ({target}, sslmode {sslmode}); is the server up and the URL right?"
     )]
     Connect {
         /// Shard name.
         shard: String,
         /// host:port/dbname, without password.
         target: String,
+        /// The shard's `sslmode`, since TLS failures end up here too.
+        sslmode: &'static str,
         /// Cause.
         #[source]
         source: deadpool_postgres::PoolError,
@@ -29,6 +30,15 @@ pub enum ShardError {
         /// Cause (classify by `code()`, never by message).
         #[source]
         source: tokio_postgres::Error,
+    },
+    /// The TLS connector could not be built.
+    #[error("shard `{shard}`: cannot set up TLS")]
+    Tls {
+        /// Shard name.
+        shard: String,
+        /// Cause.
+        #[source]
+        source: crate::tls::TlsError,
     },
     /// Building the pool failed.
     #[error("shard `{shard}`: cannot build a connection pool")]
@@ -49,6 +59,7 @@ pub struct Shard {
     /// Configured name.
     pub name: String,
     target: String,
+    sslmode: &'static str,
     pool: Pool,
 }
 
@@ -58,6 +69,7 @@ impl std::fmt::Debug for Shard {
             .field("index", &self.index)
             .field("name", &self.name)
             .field("target", &self.target)
+            .field("sslmode", &self.sslmode)
             .finish()
     }
 }
@@ -72,6 +84,7 @@ impl Shard {
         self.pool.get().await.map_err(|source| ShardError::Connect {
             shard: self.name.clone(),
             target: self.target.clone(),
+            sslmode: self.sslmode,
             source,
         })
     }
@@ -149,9 +162,15 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
             config.dequeue.lock_timeout.as_millis()
         ));
     }
+    // `tls` is the source of truth, also for a hand-built `ShardConfig`.
+    pg.ssl_mode(shard.tls.pg_ssl_mode());
+    let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {
+        shard: shard.name.clone(),
+        source,
+    })?;
     let manager = Manager::from_config(
         pg,
-        NoTls,
+        tls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -170,6 +189,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         index,
         name: shard.name.clone(),
         target: describe(&shard.pg),
+        sslmode: shard.tls.name(),
         pool,
     })
 }

@@ -278,38 +278,7 @@ impl Client {
     /// Rejects what PostgreSQL would refuse or what exceeds the limits, before
     /// anything is written.
     fn check(&self, index: usize, job: &NewJob) -> Result<(), ClientError> {
-        let invalid = |reason: String| ClientError::Invalid { index, reason };
-        for (what, value) in [("queue", &job.queue), ("handler", &job.handler)] {
-            if value.is_empty() {
-                return Err(invalid(format!("{what} name is empty")));
-            }
-        }
-        let names = [
-            ("queue", Some(&job.queue)),
-            ("handler", Some(&job.handler)),
-            ("ordering key", job.ordering_key.as_ref()),
-            ("deduplication id", job.dedup_id.as_ref()),
-        ];
-        for (what, value) in names {
-            if value.is_some_and(|v| v.contains('\0')) {
-                return Err(invalid(format!(
-                    "{what} contains a NUL byte, which PostgreSQL text cannot store"
-                )));
-            }
-        }
-        let text = job.payload.to_string();
-        if text.len() > self.limits.max_payload_bytes {
-            return Err(invalid(format!(
-                "payload is {} bytes, over limits.max_payload_bytes = {}",
-                text.len(),
-                self.limits.max_payload_bytes
-            )));
-        }
-        if text.contains("\\u0000") {
-            return Err(invalid(
-                "payload contains a \\u0000 character, which PostgreSQL jsonb cannot store".into(),
-            ));
-        }
-        Ok(())
+        job.validate(&self.limits)
+            .map_err(|reason| ClientError::Invalid { index, reason })
     }
 }

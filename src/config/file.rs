@@ -51,6 +51,16 @@ pub struct ShardFile {
     pub password: Option<String>,
     /// File whose first line is the password.
     pub password_file: Option<PathBuf>,
+    /// Environment variable holding the password, e.g. `"PGPASSWORD_SHARD0"`.
+    pub password_env: Option<String>,
+    /// TLS as libpq's `sslmode`: `"disable"` (the default), `"require"`
+    /// (encrypted, certificate not checked) or `"verify-full"` (certificate
+    /// checked against `sslrootcert` and the host name). Also read from a
+    /// `?sslmode=` in `url`.
+    pub sslmode: Option<String>,
+    /// PEM file of the CA certificate(s) that signed the server's certificate;
+    /// required by `verify-full`. Also read from a `?sslrootcert=` in `url`.
+    pub sslrootcert: Option<PathBuf>,
     /// Connections this process may open to the shard.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
@@ -68,6 +78,9 @@ impl std::fmt::Debug for ShardFile {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("password_file", &self.password_file)
+            .field("password_env", &self.password_env)
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
             .field("pool_size", &self.pool_size)
             .finish()
     }

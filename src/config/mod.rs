@@ -59,9 +59,29 @@ impl Config {
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let raw: ConfigFile = figment.extract().map_err(Box::new)?;
+        let raw: ConfigFile = figment
+            .extract()
+            .map_err(|e| ConfigError::Parse(redact_text(&e.to_string())))?;
         validate::validate(raw)
     }
+}
+
+/// Returns `text` with the password of every URL in it, and the rest of every
+/// line that sets a `password`, replaced by `<redacted>`.
+pub fn redact_text(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            if let Some(at) = line.find("password") {
+                if line[at..].contains('=') {
+                    return format!("{}password = <redacted>", &line[..at]);
+                }
+            }
+            line.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                .map(redact_url)
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Returns `url` with any password replaced by `<redacted>`, for logs and errors.
@@ -100,5 +120,13 @@ mod tests {
             "postgres://app@db:5432/q"
         );
         assert_eq!(redact_url("host=db"), "host=db");
+    }
+
+    #[test]
+    fn redact_text_hides_passwords_in_quoted_lines() {
+        let text = "3 | url = \"postgres://u:pw@h:5432/db\"\n4 | password = \"hunter2\"";
+        let out = redact_text(text);
+        assert!(!out.contains("pw@") && !out.contains("hunter2"), "{out}");
+        assert!(out.contains("postgres://u:<redacted>@h:5432/db"), "{out}");
     }
 }

@@ -1,9 +1,11 @@
 //! Turns the raw file into typed, checked configuration.
 
+mod shard;
+
 use super::file::{ConfigFile, ShardFile};
-use std::collections::HashSet;
+use crate::tls::{TlsError, TlsMode};
+use shard::validate_shards;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// A configuration error: names the key at fault and says what to fix.
@@ -14,9 +16,11 @@ pub enum ConfigError {
         "config file {0} does not exist; pass an existing file with --config or SHARDQ_CONFIG"
     )]
     MissingFile(PathBuf),
-    /// TOML syntax, an unknown key, or a value of the wrong type.
-    #[error("invalid configuration; fix the key named in the cause")]
-    Parse(#[from] Box<figment::Error>),
+    /// TOML syntax, an unknown key, or a value of the wrong type. Holds the
+    /// parser's message with secrets redacted (the parser quotes the offending
+    /// line, which may hold a password), not the parser error itself.
+    #[error("invalid configuration: {0}")]
+    Parse(String),
     /// `shards = []`.
     #[error("`shards` is empty: list at least one [[shards]] entry, or remove the key to use the local shards")]
     NoShards,
@@ -55,6 +59,56 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// `password_env` names a variable that is unset or not UTF-8.
+    #[error("shards[{index}].password_env (shard `{name}`): the environment variable `{var}` is {problem}; export it before starting shardq, or remove the key")]
+    PasswordEnv {
+        /// Position in the list.
+        index: usize,
+        /// Shard name.
+        name: String,
+        /// The variable's name (never its value).
+        var: String,
+        /// "not set" or "not valid UTF-8".
+        problem: &'static str,
+    },
+    /// A shard's password comes from two places (`url`, `password`,
+    /// `password_file`, `password_env`).
+    #[error("shards[{index}] (shard `{name}`): the password is given by both `{first}` and `{second}`; keep one of them")]
+    PasswordTwice {
+        /// Position in the list.
+        index: usize,
+        /// Shard name.
+        name: String,
+        /// One source.
+        first: &'static str,
+        /// The other.
+        second: &'static str,
+    },
+    /// TLS settings of a shard that cannot work together.
+    #[error("shards[{index}].{key} (shard `{name}`): {problem}")]
+    Tls {
+        /// Position in the list.
+        index: usize,
+        /// Shard name.
+        name: String,
+        /// `sslmode` or `sslrootcert`.
+        key: &'static str,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// A `sslrootcert` file that cannot be used.
+    #[error("shards[{index}].sslrootcert {path} (shard `{name}`): cannot use it as the CA file; give the PEM file of the CA that signed the server's certificate")]
+    RootCert {
+        /// Position in the list.
+        index: usize,
+        /// Shard name.
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// Why (boxed: rustls errors are large, and errors travel by value).
+        #[source]
+        source: Box<TlsError>,
+    },
     /// A numeric setting out of range, or settings that contradict each other.
     #[error("{key} = {value}: {fix}")]
     Invalid {
@@ -90,7 +144,10 @@ pub struct ShardConfig {
     /// Unique name.
     pub name: String,
     /// Connection settings (tokio-postgres redacts the password in `Debug`).
+    /// Its `ssl_mode` follows `tls`.
     pub pg: tokio_postgres::Config,
+    /// TLS to this shard (`sslmode`, `sslrootcert`).
+    pub tls: TlsMode,
     /// Pool size for this process.
     pub pool_size: usize,
 }
@@ -320,74 +377,12 @@ fn local_shard_files(local: &LocalConfig) -> Vec<ShardFile> {
             user: None,
             password: None,
             password_file: None,
+            password_env: None,
+            sslmode: None,
+            sslrootcert: None,
             pool_size: 16,
         })
         .collect()
-}
-
-fn validate_shards(files: Vec<ShardFile>) -> Result<Vec<ShardConfig>, ConfigError> {
-    if files.is_empty() {
-        return Err(ConfigError::NoShards);
-    }
-    let mut names = HashSet::new();
-    let mut shards = Vec::with_capacity(files.len());
-    for (index, f) in files.into_iter().enumerate() {
-        if !names.insert(f.name.clone()) {
-            return Err(ConfigError::DuplicateShard(f.name));
-        }
-        let mut pg = match (&f.url, &f.host) {
-            (Some(url), None) => {
-                tokio_postgres::Config::from_str(url).map_err(|source| ConfigError::BadUrl {
-                    index,
-                    name: f.name.clone(),
-                    source,
-                })?
-            }
-            (None, Some(host)) => {
-                let mut pg = tokio_postgres::Config::new();
-                pg.host(host)
-                    .port(f.port.unwrap_or(5432))
-                    .dbname(f.dbname.as_deref().unwrap_or("shardq"))
-                    .user(f.user.as_deref().unwrap_or("postgres"));
-                pg
-            }
-            (url, _) => {
-                return Err(ConfigError::Address {
-                    index,
-                    name: f.name,
-                    what: if url.is_some() { "both" } else { "neither" },
-                })
-            }
-        };
-        if pg.get_hosts().is_empty() {
-            return Err(ConfigError::Address {
-                index,
-                name: f.name,
-                what: "a URL without a host",
-            });
-        }
-        if let Some(password) = &f.password {
-            pg.password(password);
-        }
-        if let Some(path) = &f.password_file {
-            let text =
-                std::fs::read_to_string(path).map_err(|source| ConfigError::PasswordFile {
-                    index,
-                    path: path.clone(),
-                    source,
-                })?;
-            pg.password(text.lines().next().unwrap_or("").trim_end());
-        }
-        if pg.get_user().is_none() {
-            pg.user("postgres");
-        }
-        shards.push(ShardConfig {
-            name: f.name,
-            pg,
-            pool_size: positive("shards[].pool_size", f.pool_size)?,
-        });
-    }
-    Ok(shards)
 }
 
 fn positive(key: &'static str, value: usize) -> Result<usize, ConfigError> {

@@ -51,7 +51,7 @@ pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion 
         owner: pipeline.owner.clone(),
         cancel,
     };
-    let result = pipeline.registry.run(&job.handler, ctx).await;
+    let result = run_with_timeout(pipeline, job.handler, ctx).await;
     pipeline.running_remove(job.id);
     let outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
@@ -65,5 +65,38 @@ pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion 
         shard: job.shard,
         attempt: job.attempt,
         outcome,
+    }
+}
+
+/// Runs the handler as its own task, so that one that never returns can be
+/// abandoned after `worker.handler_timeout`: its attempt fails (and is retried
+/// like any failure) and the slot moves on. A task stuck without awaiting
+/// cannot be stopped, only abandoned; it is counted.
+async fn run_with_timeout(
+    pipeline: &Pipeline,
+    handler: String,
+    ctx: JobContext,
+) -> Result<serde_json::Value, String> {
+    let registry = pipeline.registry.clone();
+    let mut task = tokio::spawn(async move { registry.run(&handler, ctx).await });
+    let Some(limit) = pipeline.config.worker.handler_timeout else {
+        return task
+            .await
+            .unwrap_or_else(|e| Err(format!("handler task failed: {e}")));
+    };
+    match tokio::time::timeout(limit, &mut task).await {
+        Ok(joined) => joined.unwrap_or_else(|e| Err(format!("handler task failed: {e}"))),
+        Err(_) => {
+            task.abort();
+            super::Stats::add(&pipeline.stats.abandoned, 1);
+            tracing::warn!(
+                timeout_s = limit.as_secs_f64(),
+                "handler timed out; abandoning it"
+            );
+            Err(format!(
+                "handler timed out after {} ms and was abandoned (worker.handler_timeout_ms)",
+                limit.as_millis()
+            ))
+        }
     }
 }

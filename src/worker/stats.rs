@@ -31,6 +31,8 @@ pub struct Stats {
     pub recovered: AtomicU64,
     /// Claimed jobs given back unstarted at shutdown.
     pub released: AtomicU64,
+    /// Handlers abandoned after `worker.handler_timeout`.
+    pub abandoned: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -62,6 +64,8 @@ pub struct StatsSnapshot {
     pub recovered: u64,
     /// Released jobs.
     pub released: u64,
+    /// Abandoned handlers.
+    pub abandoned: u64,
 }
 
 impl StatsSnapshot {
@@ -103,6 +107,7 @@ impl Stats {
             completion_statements: self.completion_statements.load(Relaxed),
             recovered: self.recovered.load(Relaxed),
             released: self.released.load(Relaxed),
+            abandoned: self.abandoned.load(Relaxed),
         }
     }
 }

@@ -119,6 +119,7 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
                 ordering_key: r.get("ordering_key"),
                 payload: r.get("payload"),
                 attempt: r.get("attempts"),
+                created_at: r.get("created_at"),
             })
         })
         .collect();

@@ -207,6 +207,8 @@ pub struct ClaimedJob {
     pub payload: Value,
     /// This attempt's number (1 for the first); fences the completion.
     pub attempt: i32,
+    /// When it was enqueued (the shard's clock).
+    pub created_at: SystemTime,
 }
 
 /// How a job ended.
@@ -229,6 +231,8 @@ pub struct Completion {
     pub attempt: i32,
     /// Result.
     pub outcome: Outcome,
+    /// When the handler ended (for the completion-lag histogram).
+    pub finished: std::time::Instant,
 }
 
 #[cfg(test)]

@@ -203,3 +203,34 @@ async fn a_job_for_an_unknown_handler_fails_with_a_clear_error() {
         .get::<_, String>(1)
         .contains("no handler is registered under the name `no-such-handler`"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_counts_per_shard_and_records_latencies() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config("[worker]\nqueues = [\"q\"]\n");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let jobs: Vec<NewJob> = (0..400)
+        .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+    let worker = Worker::new(config, set.clone(), HandlerRegistry::new()).stop_when_empty(true);
+    let stats = worker.stats();
+    worker.run(CancellationToken::new()).await;
+    let per_shard = stats.metrics.shard_snapshots();
+    assert_eq!(per_shard.len(), 2);
+    for (i, shard) in per_shard.iter().enumerate() {
+        let rows = count_on(set.get(i), "succeeded").await.unwrap() as u64;
+        assert_eq!(shard.claimed, rows, "shard {i} claimed count");
+        assert_eq!(shard.completed, rows, "shard {i} completed count");
+    }
+    let latencies = stats.metrics.latencies();
+    assert_eq!(latencies.pickup_us.len(), 400);
+    assert_eq!(latencies.completion_lag_us.len(), 400);
+    let statements: u64 = latencies.claim_statement_us.iter().map(|h| h.len()).sum();
+    let snap = stats.snapshot();
+    assert_eq!(
+        statements,
+        snap.claim_statements + snap.empty + snap.busy + snap.claim_errors
+    );
+}

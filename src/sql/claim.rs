@@ -54,7 +54,7 @@ fn claim_statement(gate_cte: &str, gate_open: &str, got_slot: &str) -> String {
                 lease_expires_at = now() + $6::bigint * interval '1 millisecond' \
             FROM picked WHERE w.shard_key = picked.shard_key AND w.id = picked.id \
             RETURNING w.shard_key, w.id, w.handler, w.ordering_key, \
-                w.priority, w.payload, w.attempts, w.queue \
+                w.priority, w.payload, w.attempts, w.queue, w.created_at \
         ) \
         SELECT {got_slot} AS got_slot, c.* FROM (SELECT 1) AS one LEFT JOIN claimed c ON true \
         ORDER BY c.id"

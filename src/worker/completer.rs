@@ -134,6 +134,13 @@ async fn write_with_retry(
         match result {
             Ok(written) => {
                 stats.add_written(&written);
+                stats.metrics.shards[shard_index].completed.fetch_add(
+                    part.len() as u64 - written.fenced,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                stats
+                    .metrics
+                    .record_completion_lags(part.iter().map(|c| c.finished.elapsed()));
                 if written.fenced > 0 {
                     tracing::warn!(shard = %shard.name, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");
                 }

@@ -41,6 +41,9 @@ pub(crate) async fn run_slot(
 pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion {
     let cancel = CancellationToken::new();
     pipeline.running_insert(job.id, cancel.clone());
+    if let Ok(waited) = std::time::SystemTime::now().duration_since(job.created_at) {
+        pipeline.stats.metrics.record_pickup(waited);
+    }
     let ctx = JobContext {
         id: job.id,
         queue: job.queue,
@@ -65,6 +68,7 @@ pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion 
         shard: job.shard,
         attempt: job.attempt,
         outcome,
+        finished: std::time::Instant::now(),
     }
 }
 

@@ -13,6 +13,7 @@ mod executor;
 mod handler;
 mod leaser;
 mod maintenance;
+pub mod metrics;
 mod producer;
 pub mod rotation;
 mod serial;
@@ -81,13 +82,17 @@ impl WorkerReport {
 impl Worker {
     /// A worker for the queues in `config.worker.queues`, with `registry`'s handlers.
     pub fn new(config: Config, shards: ShardSet, registry: HandlerRegistry) -> Self {
+        let stats = Arc::new(Stats {
+            metrics: metrics::Metrics::new(shards.len()),
+            ..Stats::default()
+        });
         Worker {
             config,
             shards,
             registry,
             serial: false,
             stop_when_empty: false,
-            stats: Arc::new(Stats::default()),
+            stats,
         }
     }
 

@@ -91,21 +91,20 @@ async fn claim_somewhere(
             lease: pipeline.config.worker.lease,
             mode: pipeline.config.dequeue.mode,
         };
+        let started = Instant::now();
         let result = dequeue::claim(shard, params).await;
         let now = Instant::now();
+        stats.record_claim(*shard_index, &result, now - started);
         match result {
             Ok(Claim::Jobs(jobs)) => {
                 rotation.claimed(target);
                 let n = jobs.len();
-                super::Stats::add(&stats.claimed, n as u64);
-                super::Stats::add(&stats.claim_statements, 1);
                 for job in jobs {
                     dispatch.send(job);
                 }
                 return Some(n);
             }
             Ok(Claim::Busy) => {
-                super::Stats::add(&stats.busy, 1);
                 if let Some(pause) = rotation.busy(target, now, &mut rng) {
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
@@ -114,11 +113,9 @@ async fn claim_somewhere(
                 }
             }
             Ok(Claim::Empty) => {
-                super::Stats::add(&stats.empty, 1);
                 rotation.empty(target, now, &mut rng);
             }
             Err(err) => {
-                super::Stats::add(&stats.claim_errors, 1);
                 let delay = rotation.failed(target, now, &mut rng);
                 tracing::warn!(
                     shard = %shard.name,

@@ -38,16 +38,24 @@ pub(crate) async fn run(
             lease: pipeline.config.worker.lease,
             mode: pipeline.config.dequeue.mode,
         };
-        match dequeue::claim(shard, params).await {
+        let started = Instant::now();
+        let result = dequeue::claim(shard, params).await;
+        stats.record_claim(*shard_index, &result, started.elapsed());
+        match result {
             Ok(Claim::Jobs(jobs)) => {
                 rotation.claimed(target);
-                Stats::add(&stats.claimed, jobs.len() as u64);
-                Stats::add(&stats.claim_statements, 1);
                 for job in jobs {
                     let done = executor::execute(&pipeline, job).await;
+                    let done_at = done.finished;
                     let retry = pipeline.config.worker.retry_backoff;
                     match dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await {
-                        Ok(w) => stats.add_written(&w),
+                        Ok(w) => {
+                            stats.add_written(&w);
+                            Stats::add(&stats.metrics.shards[*shard_index].completed, 1 - w.fenced);
+                            stats
+                                .metrics
+                                .record_completion_lags(std::iter::once(done_at.elapsed()));
+                        }
                         Err(err) => {
                             tracing::warn!(error = %crate::error_chain(&err), "completion failed; the job returns when its lease expires")
                         }
@@ -55,17 +63,14 @@ pub(crate) async fn run(
                 }
             }
             Ok(Claim::Busy) => {
-                Stats::add(&stats.busy, 1);
                 if let Some(pause) = rotation.busy(target, Instant::now(), &mut rng) {
                     tokio::time::sleep(pause).await;
                 }
             }
             Ok(Claim::Empty) => {
-                Stats::add(&stats.empty, 1);
                 rotation.empty(target, Instant::now(), &mut rng);
             }
             Err(err) => {
-                Stats::add(&stats.claim_errors, 1);
                 rotation.failed(target, Instant::now(), &mut rng);
                 tracing::warn!(error = %crate::error_chain(&err), "claim failed");
             }

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Live counters of one worker process.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Per-shard counters and latency histograms.
+    pub metrics: super::metrics::Metrics,
     /// Jobs claimed.
     pub claimed: AtomicU64,
     /// Claim attempts that found every slot taken.
@@ -76,6 +78,39 @@ impl StatsSnapshot {
 }
 
 impl Stats {
+    /// Counts one claim attempt on shard `shard` that took `took`.
+    pub(crate) fn record_claim(
+        &self,
+        shard: usize,
+        result: &Result<crate::dequeue::Claim, crate::shards::ShardError>,
+        took: std::time::Duration,
+    ) {
+        use crate::dequeue::Claim;
+        let per_shard = &self.metrics.shards[shard];
+        match result {
+            Ok(Claim::Jobs(jobs)) => {
+                let n = jobs.len() as u64;
+                Self::add(&self.claimed, n);
+                Self::add(&self.claim_statements, 1);
+                Self::add(&per_shard.claimed, n);
+                Self::add(&per_shard.claims, 1);
+            }
+            Ok(Claim::Busy) => {
+                Self::add(&self.busy, 1);
+                Self::add(&per_shard.busy, 1);
+            }
+            Ok(Claim::Empty) => {
+                Self::add(&self.empty, 1);
+                Self::add(&per_shard.empty, 1);
+            }
+            Err(_) => {
+                Self::add(&self.claim_errors, 1);
+                Self::add(&per_shard.errors, 1);
+            }
+        }
+        self.metrics.record_claim_statement(shard, took);
+    }
+
     /// Counts a written batch of completions.
     pub fn add_written(&self, w: &crate::dequeue::Written) {
         Self::add(&self.completion_statements, 1);

@@ -44,6 +44,11 @@ pub enum Command {
         #[arg(long, default_value_t = 200_000)]
         jobs: usize,
     },
+    /// Benchmarks that start their own PostgreSQL server.
+    Bench {
+        #[command(subcommand)]
+        what: crate::bench::BenchCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]

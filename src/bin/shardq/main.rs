@@ -1,6 +1,7 @@
 //! The `shardq` command.
 
 mod args;
+mod bench;
 mod commands;
 
 use clap::Parser;

@@ -22,6 +22,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Job { action } => job::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
+        Command::Bench { what } => crate::bench::run(what).await,
     }
 }
 

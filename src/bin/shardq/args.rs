@@ -49,6 +49,15 @@ pub enum Command {
         #[command(subcommand)]
         what: crate::bench::BenchCommand,
     },
+    /// Run jobs under injected faults on fresh local shards and check nothing was lost.
+    ///
+    /// Kills workers, restarts a shard, kills connections, locks and rewrites the queue
+    /// table; then checks that no job was lost or completed twice and that no recorded
+    /// step ran again. Exits 1 when an invariant fails.
+    Chaos(crate::commands::chaos::ChaosArgs),
+    /// A worker process started by `shardq chaos` (internal).
+    #[command(hide = true)]
+    ChaosWorker,
 }
 
 #[derive(Debug, Subcommand)]

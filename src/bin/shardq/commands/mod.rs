@@ -1,5 +1,8 @@
 //! One function per subcommand.
 
+// The chaos run is a folder of its own beside `commands/`.
+#[path = "../chaos/mod.rs"]
+pub mod chaos;
 mod demo;
 mod enqueue;
 mod job;
@@ -23,6 +26,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Status { json } => status::run(&config, json).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
         Command::Bench { what } => crate::bench::run(what).await,
+        Command::Chaos(args) => chaos::run(args).await,
+        Command::ChaosWorker => chaos::worker::run(config).await,
     }
 }
 

@@ -1,0 +1,222 @@
+//! The fault schedule and the faults themselves. Each fault runs on its own
+//! connection (not a shardq pool), under an application name that the
+//! connection-killing fault leaves alone.
+
+use super::cluster::{Cluster, SHARDS};
+use super::fleet::Fleet;
+use super::sql;
+use anyhow::Result;
+use futures_util::future::join_all;
+use rand::Rng;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+use tokio_postgres::NoTls;
+
+/// The application name of shardq's pools (set in `shardq::shards`): the
+/// backends that the terminate fault kills.
+const SHARDQ_APPLICATION: &str = "shardq";
+
+/// The application name of the faults' own connections.
+const FAULT_APPLICATION: &str = "shardq-chaos";
+
+/// Connect timeout of a fault's connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// When a fault fires, relative to the start of the fault phase.
+#[derive(Debug, Clone, Copy)]
+pub enum When {
+    /// Every period, from one period in.
+    Every(Duration),
+    /// Once, at this fraction of the phase.
+    At(f64),
+}
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// SIGKILL a random worker process and start a replacement.
+    KillWorker,
+    /// `pg_terminate_backend` every shardq connection of a random shard.
+    TerminateBackends,
+    /// Stop a shard's server in immediate mode (a crash) and start it again.
+    CrashRestart(usize),
+    /// Hold ACCESS EXCLUSIVE on a shard's `workflow_status` for a while.
+    LockQueueTable {
+        /// Shard index.
+        shard: usize,
+        /// How long the lock is held.
+        hold: Duration,
+    },
+    /// `VACUUM FULL workflow_status` on a shard.
+    VacuumFull(usize),
+}
+
+/// The schedule. Shard numbers assume [`SHARDS`] = 4: the crash, the lock
+/// and the vacuum hit three different shards, shard 0 only loses connections.
+pub const SCHEDULE: &[(When, Fault)] = &[
+    (When::Every(Duration::from_secs(3)), Fault::KillWorker),
+    (
+        When::Every(Duration::from_secs(5)),
+        Fault::TerminateBackends,
+    ),
+    (When::At(0.25), Fault::CrashRestart(1)),
+    (
+        When::At(0.40),
+        Fault::LockQueueTable {
+            shard: 2,
+            hold: Duration::from_secs(5),
+        },
+    ),
+    (When::At(0.60), Fault::CrashRestart(1)),
+    (When::At(0.75), Fault::VacuumFull(3)),
+];
+
+/// The longest period in [`SCHEDULE`]: a shorter phase would skip a fault.
+pub const LONGEST_PERIOD: Duration = Duration::from_secs(5);
+
+impl Fault {
+    /// A short name, the same for every firing of this kind.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::KillWorker => "kill worker",
+            Fault::TerminateBackends => "terminate backends",
+            Fault::CrashRestart(_) => "crash-restart shard",
+            Fault::LockQueueTable { .. } => "lock queue table",
+            Fault::VacuumFull(_) => "vacuum full",
+        }
+    }
+}
+
+/// What one firing did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// Seconds since the fault phase began.
+    pub at_s: f64,
+    /// [`Fault::name`].
+    pub fault: &'static str,
+    /// What happened.
+    pub detail: String,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+}
+
+/// Runs [`SCHEDULE`] for `phase` and returns what happened, in firing order.
+/// A fault in progress at the end of the phase is finished.
+pub async fn run(cluster: &Cluster, fleet: &Mutex<Fleet>, phase: Duration) -> Vec<Event> {
+    let started = Instant::now();
+    let end = started + phase;
+    let events = std::sync::Mutex::new(Vec::new());
+    let fire_and_record = |fault: Fault| {
+        let events = &events;
+        async move {
+            let at_s = started.elapsed().as_secs_f64();
+            let result = fire(fault, cluster, fleet).await;
+            let event = Event {
+                at_s,
+                fault: fault.name(),
+                detail: result.as_ref().map(String::clone).unwrap_or_default(),
+                error: result.err().map(|e| format!("{e:#}")),
+            };
+            match &event.error {
+                None => tracing::info!(
+                    at_s = format!("{at_s:.1}"),
+                    "{}: {}",
+                    event.fault,
+                    event.detail
+                ),
+                Some(err) => {
+                    tracing::warn!(at_s = format!("{at_s:.1}"), "{} failed: {err}", event.fault)
+                }
+            }
+            events.lock().expect("events").push(event);
+        }
+    };
+    let timelines = SCHEDULE.iter().map(|&(when, fault)| {
+        let fire_and_record = &fire_and_record;
+        async move {
+            match when {
+                When::Every(period) => {
+                    let mut next = started + period;
+                    while next < end {
+                        tokio::time::sleep_until(next.into()).await;
+                        fire_and_record(fault).await;
+                        next += period;
+                    }
+                }
+                When::At(fraction) => {
+                    tokio::time::sleep_until((started + phase.mul_f64(fraction)).into()).await;
+                    fire_and_record(fault).await;
+                }
+            }
+        }
+    });
+    join_all(timelines).await;
+    let mut events = events.into_inner().expect("events");
+    events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    events
+}
+
+/// Injects one fault; returns what it did.
+async fn fire(fault: Fault, cluster: &Cluster, fleet: &Mutex<Fleet>) -> Result<String> {
+    match fault {
+        Fault::KillWorker => {
+            let (killed, started) = fleet.lock().await.kill_random().await?;
+            Ok(format!("killed pid {killed}, started pid {started}"))
+        }
+        Fault::TerminateBackends => {
+            let shard = rand::thread_rng().gen_range(0..SHARDS);
+            let db = connect(&cluster.url(shard)).await?;
+            let rows = db
+                .query(sql::TERMINATE_BACKENDS, &[&SHARDQ_APPLICATION])
+                .await?;
+            let killed = rows.iter().filter(|row| row.get::<_, bool>(0)).count();
+            Ok(format!("shard {shard}: terminated {killed} connections"))
+        }
+        Fault::CrashRestart(shard) => {
+            let down = cluster.crash_restart(shard).await?;
+            Ok(format!(
+                "shard {shard}: stopped (immediate) and back after {:.1} s",
+                down.as_secs_f64()
+            ))
+        }
+        Fault::LockQueueTable { shard, hold } => {
+            let mut db = connect(&cluster.url(shard)).await?;
+            let tx = db.transaction().await?;
+            let asked = Instant::now();
+            tx.batch_execute(sql::LOCK_QUEUE_TABLE).await?;
+            let waited = asked.elapsed();
+            tokio::time::sleep(hold).await;
+            tx.commit().await?;
+            Ok(format!(
+                "shard {shard}: held ACCESS EXCLUSIVE on workflow_status for {:.1} s (waited {:.2} s for it)",
+                hold.as_secs_f64(),
+                waited.as_secs_f64()
+            ))
+        }
+        Fault::VacuumFull(shard) => {
+            let db = connect(&cluster.url(shard)).await?;
+            let began = Instant::now();
+            db.batch_execute(sql::VACUUM_FULL_QUEUE_TABLE).await?;
+            Ok(format!(
+                "shard {shard}: VACUUM FULL workflow_status took {:.2} s",
+                began.elapsed().as_secs_f64()
+            ))
+        }
+    }
+}
+
+/// A plain connection to `url` under [`FAULT_APPLICATION`].
+async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let mut config: tokio_postgres::Config = url.parse()?;
+    config
+        .application_name(FAULT_APPLICATION)
+        .connect_timeout(CONNECT_TIMEOUT);
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(error = %err, "fault connection ended with an error");
+        }
+    });
+    Ok(client)
+}

@@ -1,0 +1,104 @@
+//! The enqueuer: puts the jobs in, in paced chunks, while the faults run.
+//!
+//! Every job has a unique payload `{"n": k}`. A chunk counts as enqueued only
+//! when `enqueue_many` returned its ids; a chunk that failed may or may not
+//! have been written (in part), so its numbers are never sent again: each is
+//! acknowledged (must appear exactly once) or unacknowledged (at most once).
+
+use super::worker::{QUEUE, WORKFLOW_HANDLER};
+use shardq::{Client, NewJob};
+use std::time::{Duration, Instant};
+
+/// Every this-many-th job is a three-step workflow; the rest are noops.
+pub const WORKFLOW_EVERY: u64 = 5;
+
+/// Chunks the jobs are split into, so that enqueueing stays continuous...
+const TARGET_CHUNKS: usize = 200;
+/// ...within these chunk sizes: one statement per shard per chunk.
+const CHUNK_RANGE: (usize, usize) = (50, 1_000);
+
+/// A chunk that takes longer than this is given up (unacknowledged).
+const CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause after a failed chunk, so a shard that is restarting is not hammered.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// What the enqueuer did.
+#[derive(Debug, Default)]
+pub struct Load {
+    /// `acknowledged[n]`: whether job `n` was acknowledged; every `n` below
+    /// its length was sent exactly once.
+    pub acknowledged: Vec<bool>,
+    /// Acknowledged jobs.
+    pub enqueued: u64,
+    /// Acknowledged workflows among them.
+    pub workflows: u64,
+    /// Chunks that failed or timed out.
+    pub failed_chunks: u64,
+    /// The first failure, for the report.
+    pub first_error: Option<String>,
+    /// From the first chunk to the last acknowledgement.
+    pub elapsed: Duration,
+}
+
+/// Whether job `n` is a workflow (else a noop).
+pub fn is_workflow(n: u64) -> bool {
+    n % WORKFLOW_EVERY == 0
+}
+
+/// Enqueues `jobs` jobs, spread evenly over `spread`, retrying failed chunks
+/// with fresh numbers; gives up at `deadline`.
+pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instant) -> Load {
+    let chunk = (jobs / TARGET_CHUNKS).clamp(CHUNK_RANGE.0, CHUNK_RANGE.1);
+    let chunks = jobs.div_ceil(chunk).max(1);
+    let started = Instant::now();
+    let mut load = Load::default();
+    let mut sent_chunks = 0;
+    while (load.enqueued as usize) < jobs && Instant::now() < deadline {
+        let due = started + spread.mul_f64(sent_chunks as f64 / chunks as f64);
+        tokio::time::sleep_until(due.into()).await;
+        let first = load.acknowledged.len() as u64;
+        let size = chunk.min(jobs - load.enqueued as usize) as u64;
+        let batch: Vec<NewJob> = (first..first + size).map(new_job).collect();
+        load.acknowledged.resize((first + size) as usize, false);
+        let outcome = tokio::time::timeout(CHUNK_TIMEOUT, client.enqueue_many(batch)).await;
+        let error = match outcome {
+            Ok(Ok(_ids)) => {
+                load.acknowledged[first as usize..].fill(true);
+                load.enqueued += size;
+                load.workflows += (first..first + size).filter(|&n| is_workflow(n)).count() as u64;
+                load.elapsed = started.elapsed();
+                sent_chunks += 1;
+                continue;
+            }
+            Ok(Err(err)) => shardq::error_chain(&err),
+            Err(_) => format!("no answer within {CHUNK_TIMEOUT:?}"),
+        };
+        tracing::debug!(
+            first,
+            size,
+            error,
+            "enqueue chunk failed; retrying with new numbers"
+        );
+        load.failed_chunks += 1;
+        load.first_error.get_or_insert(error);
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+    if (load.enqueued as usize) < jobs {
+        tracing::error!(
+            enqueued = load.enqueued,
+            jobs,
+            "the enqueuer ran out of time"
+        );
+    }
+    load
+}
+
+fn new_job(n: u64) -> NewJob {
+    let handler = if is_workflow(n) {
+        WORKFLOW_HANDLER
+    } else {
+        shardq::worker::NOOP
+    };
+    NewJob::new(QUEUE, handler, serde_json::json!({ "n": n }))
+}

@@ -1,0 +1,170 @@
+//! Every statement of the chaos run, named after what it does.
+
+/// The side-effect log of the chaos workflow: one row per time a step's
+/// closure ran. No key on purpose: a repeated effect must show as a second row.
+pub const EFFECTS_CREATE: &str = "CREATE TABLE IF NOT EXISTS chaos_effects ( \
+    shard_key integer NOT NULL, \
+    job_id bigint NOT NULL, \
+    step text NOT NULL, \
+    attempt integer NOT NULL, \
+    applied_at timestamptz NOT NULL DEFAULT now())";
+
+/// Records that step $3 of job ($1, $2) ran in attempt $4.
+pub const EFFECT_INSERT: &str =
+    "INSERT INTO chaos_effects (shard_key, job_id, step, attempt) VALUES ($1, $2, $3, $4)";
+
+/// Kills every backend of application $1 except our own; one row per backend.
+pub const TERMINATE_BACKENDS: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+    WHERE application_name = $1 AND pid <> pg_backend_pid()";
+
+/// Blocks every reader and writer of the queue table until the transaction ends.
+pub const LOCK_QUEUE_TABLE: &str = "LOCK TABLE workflow_status IN ACCESS EXCLUSIVE MODE";
+
+/// Rewrites the queue table under an ACCESS EXCLUSIVE lock.
+pub const VACUUM_FULL_QUEUE_TABLE: &str = "VACUUM FULL workflow_status";
+
+/// Jobs of queue $1 on this shard: unfinished, succeeded, all.
+pub const QUEUE_PROGRESS: &str = "SELECT \
+    count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'running')), \
+    count(*) FILTER (WHERE status = 'succeeded'), \
+    count(*) \
+    FROM workflow_status WHERE queue = $1";
+
+/// Every job of queue $1 on this shard: its key, id, payload number, handler,
+/// status, attempts, the attempt its output says produced it, and its error.
+pub const JOB_ROWS: &str = "SELECT shard_key, id, (payload->>'n')::bigint, handler, status, \
+    attempts, (output->>'attempt')::int, error \
+    FROM workflow_status WHERE queue = $1";
+
+/// The common head of the step checks: `recorded` holds queue $1's recorded
+/// steps with the attempt that recorded them (a step's output is its
+/// attempt), `effects` the side effects per (job, step, attempt).
+macro_rules! recorded_and_effects {
+    () => {
+        "WITH recorded AS ( \
+            SELECT s.shard_key, s.workflow_id, s.step_name, (s.output #>> '{}')::int AS attempt \
+            FROM workflow_steps s \
+            JOIN workflow_status w ON w.shard_key = s.shard_key AND w.id = s.workflow_id \
+            WHERE w.queue = $1 \
+        ), effects AS ( \
+            SELECT shard_key, job_id, step, attempt, count(*) AS n \
+            FROM chaos_effects GROUP BY 1, 2, 3, 4 \
+        ) "
+    };
+}
+
+/// Step bookkeeping of queue $1's workflows (handler $2, $3 steps each) on this
+/// shard. Each side effect is compared with the attempt that recorded its
+/// step: an effect of a later attempt means a step ran again after it had
+/// been recorded; one of an earlier attempt is the at-least-once re-run of a
+/// step whose record never landed. Columns: recorded steps, recorded steps
+/// without an effect of their recording attempt, effects after the record,
+/// steps re-run before their record, those re-runs' effects, effects of
+/// never-recorded steps, (job, step, attempt) with several effects, succeeded
+/// workflows without all steps recorded.
+pub const STEP_CHECKS: &str = concat!(
+    recorded_and_effects!(),
+    ", matched AS ( \
+        SELECT e.shard_key, e.job_id, e.step, e.attempt, e.n, r.attempt AS recorded_attempt \
+        FROM effects e LEFT JOIN recorded r \
+            ON r.shard_key = e.shard_key AND r.workflow_id = e.job_id AND r.step_name = e.step \
+    ) \
+    SELECT \
+        (SELECT count(*) FROM recorded), \
+        (SELECT count(*) FROM recorded r WHERE NOT EXISTS ( \
+            SELECT 1 FROM effects e WHERE e.shard_key = r.shard_key AND e.job_id = r.workflow_id \
+                AND e.step = r.step_name AND e.attempt = r.attempt)), \
+        (SELECT coalesce(sum(n), 0)::bigint FROM matched WHERE attempt > recorded_attempt), \
+        (SELECT count(*) FROM (SELECT DISTINCT shard_key, job_id, step FROM matched \
+            WHERE attempt < recorded_attempt) rerun), \
+        (SELECT coalesce(sum(n), 0)::bigint FROM matched WHERE attempt < recorded_attempt), \
+        (SELECT coalesce(sum(n), 0)::bigint FROM matched WHERE recorded_attempt IS NULL), \
+        (SELECT count(*) FROM effects WHERE n > 1), \
+        (SELECT count(*) FROM workflow_status w \
+            WHERE w.queue = $1 AND w.handler = $2 AND w.status = 'succeeded' \
+            AND (SELECT count(*) FROM recorded r \
+                 WHERE r.shard_key = w.shard_key AND r.workflow_id = w.id) <> $3)"
+);
+
+/// Up to $2 side effects that break a step invariant (a later attempt than the
+/// record, or several in one attempt): key, job, step, attempt, how many,
+/// recording attempt.
+pub const STEP_VIOLATIONS: &str = concat!(
+    recorded_and_effects!(),
+    "SELECT e.shard_key, e.job_id, e.step, e.attempt, e.n, r.attempt \
+    FROM effects e LEFT JOIN recorded r \
+        ON r.shard_key = e.shard_key AND r.workflow_id = e.job_id AND r.step_name = e.step \
+    WHERE e.attempt > r.attempt OR e.n > 1 \
+    ORDER BY 1, 2, 3, 4 LIMIT $2"
+);
+
+/// Self-check: a copy of the row of job n = $2 of queue $1 (two rows, one number).
+pub const INJECT_DUPLICATE_ROW: &str = "INSERT INTO workflow_status \
+    (shard_key, queue, handler, status, payload, attempts, output, finished_at) \
+    SELECT shard_key, queue, handler, status, payload, attempts, output, finished_at \
+    FROM workflow_status WHERE queue = $1 AND (payload->>'n')::bigint = $2";
+
+/// Self-check: job n = $2 of queue $1 back in the queue (unfinished).
+pub const INJECT_UNFINISHED: &str = "UPDATE workflow_status SET status = 'queued', \
+    finished_at = NULL WHERE queue = $1 AND (payload->>'n')::bigint = $2";
+
+/// Self-check: job n = $2 of queue $1 deleted (missing).
+pub const INJECT_MISSING: &str =
+    "DELETE FROM workflow_status WHERE queue = $1 AND (payload->>'n')::bigint = $2";
+
+/// Self-check: a finished row of queue $1 whose number was never sent.
+pub const INJECT_FOREIGN_ROW: &str = "INSERT INTO workflow_status \
+    (shard_key, queue, handler, status, payload, finished_at) \
+    VALUES (0, $1, 'noop', 'succeeded', '{\"n\": -1}', now())";
+
+/// The self-check's victims: the succeeded workflow (queue $1, handler $2)
+/// at offset $3 in id order on this shard.
+macro_rules! victim {
+    () => {
+        "WITH victim AS ( \
+            SELECT shard_key, id FROM workflow_status \
+            WHERE queue = $1 AND handler = $2 AND status = 'succeeded' \
+            ORDER BY id LIMIT 1 OFFSET $3) "
+    };
+}
+
+/// Self-check: the victim's output names a later attempt than its last.
+pub const INJECT_STALE_COMPLETION: &str = concat!(
+    victim!(),
+    "UPDATE workflow_status w SET output = jsonb_build_object('attempt', w.attempts + 1) \
+    FROM victim v WHERE w.shard_key = v.shard_key AND w.id = v.id"
+);
+
+/// Self-check: step $4 of the victim applied again by a later attempt.
+pub const INJECT_EFFECT_AFTER_RECORD: &str = concat!(
+    victim!(),
+    "INSERT INTO chaos_effects (shard_key, job_id, step, attempt) \
+    SELECT s.shard_key, s.workflow_id, s.step_name, (s.output #>> '{}')::int + 1 \
+    FROM workflow_steps s JOIN victim v ON s.shard_key = v.shard_key AND s.workflow_id = v.id \
+    WHERE s.step_name = $4"
+);
+
+/// Self-check: step $4 of the victim applied twice by its recording attempt.
+pub const INJECT_REPEATED_EFFECT: &str = concat!(
+    victim!(),
+    "INSERT INTO chaos_effects (shard_key, job_id, step, attempt) \
+    SELECT s.shard_key, s.workflow_id, s.step_name, (s.output #>> '{}')::int \
+    FROM workflow_steps s JOIN victim v ON s.shard_key = v.shard_key AND s.workflow_id = v.id \
+    WHERE s.step_name = $4"
+);
+
+/// Self-check: the side effect of the victim's recorded step $4 removed.
+pub const INJECT_LOST_EFFECT: &str = concat!(
+    victim!(),
+    "DELETE FROM chaos_effects e USING workflow_steps s, victim v \
+    WHERE s.shard_key = v.shard_key AND s.workflow_id = v.id AND s.step_name = $4 \
+        AND e.shard_key = s.shard_key AND e.job_id = s.workflow_id AND e.step = s.step_name \
+        AND e.attempt = (s.output #>> '{}')::int"
+);
+
+/// Self-check: the record of the victim's step $4 removed.
+pub const INJECT_MISSING_STEP: &str = concat!(
+    victim!(),
+    "DELETE FROM workflow_steps s USING victim v \
+    WHERE s.shard_key = v.shard_key AND s.workflow_id = v.id AND s.step_name = $4"
+);

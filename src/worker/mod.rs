@@ -161,9 +161,13 @@ impl Worker {
             run_pipeline(&pipeline, &claiming).await;
         }
         claiming.cancel();
+        // Upkeep statements are idempotent and each is atomic, so stopping them
+        // mid-flight loses nothing; waiting could mean a connect timeout per
+        // unreachable shard.
         leasing.cancel();
+        leaser.abort();
         let _ = leaser.await;
-        while background.join_next().await.is_some() {}
+        background.shutdown().await;
         let report = WorkerReport {
             stats: pipeline.stats.snapshot(),
             elapsed: started.elapsed(),

@@ -20,8 +20,12 @@ const CHUNK_RANGE: (usize, usize) = (50, 1_000);
 /// A chunk that takes longer than this is given up (unacknowledged).
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Pause after a failed chunk, so a shard that is restarting is not hammered.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Pause after a failed chunk, doubling while chunks keep failing: a chunk
+/// that fails on one shard is usually written on the others, so hammering a
+/// restarting shard would flood the queue with unacknowledged jobs.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(200);
+/// Longest pause between failed chunks.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// What the enqueuer did.
 #[derive(Debug, Default)]
@@ -54,6 +58,7 @@ pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instan
     let started = Instant::now();
     let mut load = Load::default();
     let mut sent_chunks = 0;
+    let mut retry_pause = RETRY_PAUSE_MIN;
     while (load.enqueued as usize) < jobs && Instant::now() < deadline {
         let due = started + spread.mul_f64(sent_chunks as f64 / chunks as f64);
         tokio::time::sleep_until(due.into()).await;
@@ -69,6 +74,7 @@ pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instan
                 load.workflows += (first..first + size).filter(|&n| is_workflow(n)).count() as u64;
                 load.elapsed = started.elapsed();
                 sent_chunks += 1;
+                retry_pause = RETRY_PAUSE_MIN;
                 continue;
             }
             Ok(Err(err)) => shardq::error_chain(&err),
@@ -82,7 +88,8 @@ pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instan
         );
         load.failed_chunks += 1;
         load.first_error.get_or_insert(error);
-        tokio::time::sleep(RETRY_PAUSE).await;
+        tokio::time::sleep(retry_pause).await;
+        retry_pause = (retry_pause * 2).min(RETRY_PAUSE_MAX);
     }
     if (load.enqueued as usize) < jobs {
         tracing::error!(

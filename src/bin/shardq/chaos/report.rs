@@ -166,6 +166,8 @@ impl Summary {
             "unacknowledged but written (allowed)",
             c.unacknowledged_written.to_string(),
         );
+        line("jobs claimed more than once", c.claimed_again.to_string());
+        line("most attempts of one job", c.most_attempts.to_string());
         line("recorded steps", c.recorded_steps.to_string());
         line(
             "re-run unrecorded steps (allowed)",

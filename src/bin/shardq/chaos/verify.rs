@@ -10,8 +10,8 @@ use shardq::shards::ShardError;
 use shardq::Client;
 use std::time::{Duration, Instant};
 
-/// How often the drain is polled.
-const DRAIN_POLL: Duration = Duration::from_millis(500);
+/// How often the drain is polled (each poll counts the queue on every shard).
+const DRAIN_POLL: Duration = Duration::from_secs(1);
 
 /// How often drain progress is logged.
 const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
@@ -80,6 +80,10 @@ pub struct Checks {
     pub foreign_rows: u64,
     /// All succeeded rows, acknowledged or not (for the throughput).
     pub all_succeeded: u64,
+    /// Rows that were claimed more than once (a kill, a lost lease or a failed attempt).
+    pub claimed_again: u64,
+    /// The most attempts any row took; many on a noop job means its leases kept expiring.
+    pub most_attempts: i32,
     /// Recorded workflow steps.
     pub recorded_steps: i64,
     /// Recorded steps with no side effect from the attempt that recorded them.
@@ -230,6 +234,10 @@ fn check_row(checks: &mut Checks, rows_per_n: &mut [u32], load: &Load, job: &Job
         return;
     };
     rows_per_n[n] += 1;
+    if job.attempts > 1 {
+        checks.claimed_again += 1;
+    }
+    checks.most_attempts = checks.most_attempts.max(job.attempts);
     if rows_per_n[n] == 2 {
         checks.duplicate_rows += 1;
         checks.example(format!("second row for n={n}: {}", job.describe(shard)));

@@ -103,9 +103,14 @@ pub const JOB_RELEASE_MANY: &str = "UPDATE workflow_status w SET status = 'queue
         AND w.owner = $4 AND w.attempts = c.attempt";
 
 /// Extends the lease of every job this owner ($1) holds on the shard by $2 ms.
-pub const JOB_EXTEND_LEASES: &str = "UPDATE workflow_status \
+/// Rows locked right now (their completion is being written) are skipped, so
+/// the extension never waits for, or deadlocks with, a completion.
+pub const JOB_EXTEND_LEASES: &str = "UPDATE workflow_status w \
     SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' \
-    WHERE status = 'running' AND owner = $1";
+    FROM (SELECT shard_key, id FROM workflow_status \
+          WHERE status = 'running' AND owner = $1 \
+          FOR UPDATE SKIP LOCKED) AS held \
+    WHERE w.shard_key = held.shard_key AND w.id = held.id";
 
 /// Running jobs of this owner ($1) whose cancellation was asked.
 pub const JOB_CANCEL_REQUESTED: &str = "SELECT shard_key, id FROM workflow_status \

@@ -31,21 +31,35 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, stop: CancellationToken) {
         if extend {
             last_extension = Instant::now();
         }
-        for shard in pipeline.shards.all() {
-            if extend {
-                if let Err(err) = dequeue::extend_leases(shard, &pipeline.owner, lease).await {
-                    tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
-                }
-            }
-            if pipeline.running.lock().expect("running map").is_empty() {
-                continue;
-            }
-            match dequeue::cancel_requested(shard, &pipeline.owner).await {
-                Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_running(id)),
-                Err(err) => {
-                    tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
-                }
-            }
+        // Shards in parallel: one slow shard must not delay the others' leases.
+        let rounds = pipeline
+            .shards
+            .all()
+            .iter()
+            .map(|shard| upkeep_shard(&pipeline, shard, extend, lease));
+        futures_util::future::join_all(rounds).await;
+    }
+}
+
+/// Extends leases on one shard (when due) and passes on cancellations.
+async fn upkeep_shard(
+    pipeline: &Pipeline,
+    shard: &crate::shards::Shard,
+    extend: bool,
+    lease: Duration,
+) {
+    if extend {
+        if let Err(err) = dequeue::extend_leases(shard, &pipeline.owner, lease).await {
+            tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+        }
+    }
+    if pipeline.running.lock().expect("running map").is_empty() {
+        return;
+    }
+    match dequeue::cancel_requested(shard, &pipeline.owner).await {
+        Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_running(id)),
+        Err(err) => {
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
         }
     }
 }

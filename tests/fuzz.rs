@@ -6,6 +6,9 @@ use proptest::prelude::*;
 use shardq::config::{Config, Limits};
 use shardq::NewJob;
 
+/// A password the generators put in URLs; no error may repeat it.
+const SECRET: &str = "Zq9secretPw";
+
 const KEYS: &[&str] = &[
     "name",
     "url",
@@ -37,7 +40,7 @@ fn toml_value() -> impl Strategy<Value = String> {
         Just("[]".to_string()),
         Just("[\"a\", \"a\"]".to_string()),
         Just("true".to_string()),
-        Just("postgres://u:pw@h:5432/db".to_string()).prop_map(|s| format!("{s:?}")),
+        Just(format!("{:?}", format!("postgres://u:{SECRET}@h:5432/db"))),
     ]
 }
 
@@ -103,7 +106,7 @@ proptest! {
         if let Err(e) = Config::from_toml(&doc) {
             let text = shardq::error_chain(&e);
             prop_assert!(!text.is_empty());
-            prop_assert!(!text.contains("pw@"), "a password leaked into: {text}");
+            prop_assert!(!text.contains(SECRET), "a password leaked into: {text}");
         }
     }
 

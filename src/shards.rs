@@ -156,12 +156,17 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     let mut pg = shard.pg.clone();
     pg.connect_timeout(config.dequeue.connect_timeout);
     pg.application_name("shardq");
+    // Custom plans always: with a generic plan the planner does not know the
+    // batch size or array lengths, and with a large table of finished rows it
+    // chose hash joins over a full scan for every claim and completion.
+    let mut options = String::from("-c plan_cache_mode=force_custom_plan");
     if !config.dequeue.lock_timeout.is_zero() {
-        pg.options(format!(
-            "-c lock_timeout={}",
+        options.push_str(&format!(
+            " -c lock_timeout={}",
             config.dequeue.lock_timeout.as_millis()
         ));
     }
+    pg.options(options);
     // `tls` is the source of truth, also for a hand-built `ShardConfig`.
     pg.ssl_mode(shard.tls.pg_ssl_mode());
     let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {

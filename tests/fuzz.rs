@@ -150,3 +150,13 @@ fn a_toml_error_on_a_line_with_a_password_does_not_echo_it() {
     assert!(text.contains("duplicate key"), "{text}");
     assert!(!text.contains("pw@"), "{text}");
 }
+
+/// Found by fuzzing: an invalid value is echoed in the error; when that value
+/// is a URL with a password, the password must not be.
+#[test]
+fn an_invalid_mode_holding_a_url_does_not_echo_its_password() {
+    let doc = format!("[dequeue]\nmode = \"postgres://u:{SECRET}@h:5432/db\"\n");
+    let text = shardq::error_chain(&Config::from_toml(&doc).unwrap_err());
+    assert!(text.contains("dequeue.mode"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+}

@@ -271,7 +271,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         other => {
             return Err(ConfigError::Invalid {
                 key: "dequeue.mode",
-                value: format!("{other:?}"),
+                value: super::redact_text(&format!("{other:?}")),
                 fix: "use \"gated\" or \"ungated\"",
             })
         }

@@ -36,18 +36,28 @@ async fn a_late_completion_after_a_lost_lease_is_fenced_out() {
         }
     });
 
+    // The first worker, once it has found the queue empty, looks again only
+    // after 30 s, so the recovered job goes to the second worker.
+    let first_config = shards.config(
+        "[dequeue]\nempty_backoff_min_ms = 30000\nempty_backoff_max_ms = 30000\n\
+         [worker]\nqueues = [\"f\"]\nmaintenance_interval_ms = 3600000\n",
+    );
     let first = Worker::new(
-        config.clone(),
-        shardq::shards::ShardSet::connect(&config).unwrap(),
+        first_config.clone(),
+        shardq::shards::ShardSet::connect(&first_config).unwrap(),
         registry.clone(),
     );
     let first_stats = first.stats();
     let first_stop = CancellationToken::new();
     let first_run = tokio::spawn(first.run(first_stop.clone()));
-    wait_until(Duration::from_secs(20), "attempt 1 claimed", || {
-        let s = first_stats.clone();
-        async move { s.snapshot().claimed == 1 }
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "attempt 1 claimed, queue seen empty by both producers",
+        || {
+            let s = first_stats.clone();
+            async move { s.snapshot().claimed == 1 && s.snapshot().empty >= 2 }
+        },
+    )
     .await;
 
     // The lease runs out (as if the first worker had hung) and recovery returns the job.

@@ -12,6 +12,7 @@ mod context;
 mod executor;
 mod handler;
 mod leaser;
+mod local_gate;
 mod maintenance;
 pub mod metrics;
 mod producer;
@@ -25,6 +26,7 @@ pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::Config;
 use crate::shards::ShardSet;
+use local_gate::LocalGate;
 use rand::Rng;
 use rotation::Rotation;
 use std::collections::HashMap;
@@ -50,6 +52,8 @@ pub(crate) struct Pipeline {
     pub running: Mutex<HashMap<crate::job::JobId, CancellationToken>>,
     /// Room for claimed-but-unfinished jobs (bounds memory).
     pub room: Arc<Semaphore>,
+    /// The dequeue slots and busy backoff shared by this process's producers.
+    pub gate: LocalGate,
     pub stats: Arc<Stats>,
 }
 
@@ -134,8 +138,20 @@ impl Worker {
                     .map(move |q| (s, q.clone()))
             })
             .collect();
+        let slots = match self.config.dequeue.mode {
+            crate::config::DequeueMode::Gated { slots } => Some(slots),
+            crate::config::DequeueMode::Ungated => None,
+        };
+        let dequeue = &self.config.dequeue;
+        let gate = LocalGate::new(
+            targets.len(),
+            slots,
+            dequeue.busy_backoff,
+            dequeue.empty_backoff,
+        );
         let pipeline = Arc::new(Pipeline {
             room: Arc::new(Semaphore::new(self.config.worker.buffer_jobs)),
+            gate,
             config: self.config,
             shards: self.shards,
             registry: Arc::new(self.registry),

@@ -2,6 +2,7 @@
 //! to the executor slots. A producer claims only when the process has room
 //! for a whole batch (the `room` semaphore counts claimed-but-unfinished jobs).
 
+use super::local_gate::Refused;
 use super::rotation::{Next, Rotation};
 use super::Pipeline;
 use crate::dequeue::{self, Claim, ClaimParams};
@@ -69,11 +70,15 @@ async fn claim_somewhere(
 ) -> Option<usize> {
     let stats = &pipeline.stats;
     let mut rng = StdRng::from_entropy();
+    // Targets the local gate refused in a row, and the earliest it reopens one.
+    let mut refused = 0;
+    let mut reopens: Option<Instant> = None;
     loop {
         if shutdown.is_cancelled() {
             return None;
         }
-        let target = match rotation.next(Instant::now()) {
+        let now = Instant::now();
+        let target = match rotation.next(now) {
             Next::Visit(target) => target,
             Next::WaitUntil(until) => {
                 tokio::select! {
@@ -82,6 +87,30 @@ async fn claim_somewhere(
                 }
             }
         };
+        let entered = match pipeline.gate.try_enter(target, now) {
+            Ok(entered) => entered,
+            Err(why) => {
+                refused += 1;
+                let until = match why {
+                    // A permit comes back within a claim statement; the cap
+                    // only bounds a missed wake-up.
+                    Refused::Full => now + pipeline.config.dequeue.busy_backoff.max,
+                    Refused::SkipUntil(until) => until,
+                };
+                reopens = Some(reopens.map_or(until, |r| r.min(until)));
+                if refused >= pipeline.targets.len() {
+                    let until = reopens.take().unwrap_or(until);
+                    refused = 0;
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return None,
+                        _ = pipeline.gate.wait(until) => {}
+                    }
+                }
+                continue;
+            }
+        };
+        refused = 0;
+        reopens = None;
         let (shard_index, queue) = &pipeline.targets[target];
         let shard = pipeline.shards.get(*shard_index);
         let params = ClaimParams {
@@ -97,6 +126,8 @@ async fn claim_somewhere(
         stats.record_claim(*shard_index, &result, now - started);
         match result {
             Ok(Claim::Jobs(jobs)) => {
+                entered.claimed();
+                drop(entered);
                 rotation.claimed(target);
                 let n = jobs.len();
                 for job in jobs {
@@ -104,17 +135,8 @@ async fn claim_somewhere(
                 }
                 return Some(n);
             }
-            Ok(Claim::Busy) => {
-                if let Some(pause) = rotation.busy(target, now, &mut rng) {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return None,
-                        _ = tokio::time::sleep(pause) => {}
-                    }
-                }
-            }
-            Ok(Claim::Empty) => {
-                rotation.empty(target, now, &mut rng);
-            }
+            Ok(Claim::Busy) => entered.busy(now, &mut rng),
+            Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
                 let delay = rotation.failed(target, now, &mut rng);
                 tracing::warn!(

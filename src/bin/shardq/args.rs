@@ -58,6 +58,9 @@ pub enum Command {
     /// A worker process started by `shardq chaos` (internal).
     #[command(hide = true)]
     ChaosWorker,
+    /// A worker process started by `shardq bench scale` (internal).
+    #[command(hide = true)]
+    BenchWorker,
 }
 
 #[derive(Debug, Subcommand)]

@@ -7,6 +7,7 @@ mod pgcpu;
 mod pipeline;
 mod procfs;
 mod report;
+pub mod scale;
 mod server;
 mod table;
 
@@ -19,6 +20,9 @@ pub enum BenchCommand {
     /// One shard, side by side: the claim+complete statement ceiling, the
     /// pipelined worker and the serial baseline (as real worker processes).
     Pipeline(PipelineArgs),
+    /// Gated vs ungated dequeue on N shards with worker processes: a sweep
+    /// over shards and dequeuers, a disturbance of one shard, plots.
+    Scale(Box<scale::ScaleArgs>),
 }
 
 /// Flags of `shardq bench pipeline`.
@@ -45,6 +49,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     let bench = async {
         match command {
             BenchCommand::Pipeline(args) => pipeline::run(args).await,
+            BenchCommand::Scale(args) => scale::run(*args).await,
         }
     };
     tokio::select! {

@@ -28,6 +28,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench { what } => crate::bench::run(what).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::ChaosWorker => chaos::worker::run(config).await,
+        Command::BenchWorker => crate::bench::scale::worker::run(config).await,
     }
 }
 

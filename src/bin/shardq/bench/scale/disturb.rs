@@ -1,0 +1,97 @@
+//! Disturbances on one shard at a chosen time: an ACCESS EXCLUSIVE lock held
+//! for a while, `VACUUM FULL` repeated for a while, or a crash restart.
+
+use super::cluster::Cluster;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// What to do to the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `BEGIN; LOCK TABLE workflow_status IN ACCESS EXCLUSIVE MODE;` held for
+    /// `--disturb-for` seconds, then `COMMIT`.
+    AccessExclusive,
+    /// `VACUUM FULL workflow_status`, repeated until `--disturb-for` seconds
+    /// have passed (at least once); each takes an ACCESS EXCLUSIVE lock.
+    VacuumFull,
+    /// Immediate stop (like a crash), down for `--disturb-for` seconds, start
+    /// (crash recovery). Local shards only.
+    Restart,
+}
+
+/// A planned disturbance.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Plan {
+    /// What.
+    pub kind: Kind,
+    /// Which shard (index).
+    pub shard: usize,
+    /// Seconds after `go`.
+    pub at_s: f64,
+    /// For how long (seconds).
+    pub for_s: f64,
+}
+
+/// When it really happened, in seconds since `go`: from the lock being held
+/// (or the server stopping) until it was released (or the server accepted
+/// connections again).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Window {
+    /// Start.
+    pub start_s: f64,
+    /// End.
+    pub end_s: f64,
+}
+
+/// Waits until `plan.at_s` after `go`, then disturbs.
+pub async fn run(cluster: &Cluster, plan: Plan, go: Instant) -> Result<Window> {
+    tokio::time::sleep_until((go + Duration::from_secs_f64(plan.at_s)).into()).await;
+    let hold = Duration::from_secs_f64(plan.for_s);
+    let shard = cluster.admin.get(plan.shard);
+    let since = |t: Instant| t.duration_since(go).as_secs_f64();
+    match plan.kind {
+        Kind::AccessExclusive => {
+            let db = shard.client().await?;
+            db.batch_execute("BEGIN; LOCK TABLE workflow_status IN ACCESS EXCLUSIVE MODE")
+                .await
+                .map_err(|e| shard.query_error(e))
+                .context("cannot take the ACCESS EXCLUSIVE lock")?;
+            let start = Instant::now();
+            tokio::time::sleep(hold).await;
+            db.batch_execute("COMMIT")
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(Window {
+                start_s: since(start),
+                end_s: since(Instant::now()),
+            })
+        }
+        Kind::VacuumFull => {
+            let db = shard.client().await?;
+            let start = Instant::now();
+            loop {
+                db.batch_execute("VACUUM FULL workflow_status")
+                    .await
+                    .map_err(|e| shard.query_error(e))
+                    .context("VACUUM FULL failed")?;
+                if start.elapsed() >= hold {
+                    break;
+                }
+            }
+            Ok(Window {
+                start_s: since(start),
+                end_s: since(Instant::now()),
+            })
+        }
+        Kind::Restart => {
+            let start = Instant::now();
+            cluster.crash_restart(plan.shard, hold).await?;
+            Ok(Window {
+                start_s: since(start),
+                end_s: since(Instant::now()),
+            })
+        }
+    }
+}

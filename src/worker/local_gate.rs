@@ -1,0 +1,263 @@
+//! What the producers of one process share about each target (shard × queue).
+//!
+//! A shard admits at most K claims at once per queue (its advisory-lock
+//! slots), and every busy or empty answer is a round trip that burns the CPU
+//! the slot holders need (see `shared/experiments/gating`: gating with hot
+//! retries lost to plain SKIP LOCKED). So the producers of one process share,
+//! per target:
+//!
+//! - K permits (gated mode): more than K attempts from one process could only
+//!   come back busy;
+//! - the busy backoff (gated mode): after a busy answer the whole process
+//!   leaves the target alone for a jittered pause that doubles while it stays
+//!   busy and resets when the target gives jobs;
+//! - the empty skip (both modes): after an empty answer the whole process
+//!   leaves the target alone for a jittered `dequeue.empty_backoff`.
+//!
+//! A producer refused here moves on to the next target without a round trip.
+//! The database therefore sees, per target, at most K attempts at once and
+//! about one miss per pause from each process, however many producers it runs
+//! (the Windmill puller's coalescing, applied per shard). Ungated mode keeps
+//! only the empty skip: it is the plain SKIP LOCKED baseline.
+
+use super::rotation::jitter;
+use crate::config::Backoff;
+use rand::Rng;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// The shared state of every target.
+pub(crate) struct LocalGate {
+    targets: Vec<Arc<Target>>,
+    freed: Arc<Notify>,
+    busy: Backoff,
+    empty: Backoff,
+}
+
+struct Target {
+    /// K permits in gated mode; none in ungated mode.
+    permits: Option<Arc<Semaphore>>,
+    skip: Mutex<SkipState>,
+}
+
+struct SkipState {
+    /// Left alone until then (busy or empty lately).
+    until: Option<Instant>,
+    /// The next busy pause.
+    busy_pause: Duration,
+}
+
+/// Why the gate refused a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// K attempts of this process are in flight there.
+    Full,
+    /// The target answered busy or empty lately; left alone until then.
+    SkipUntil(Instant),
+}
+
+/// A claim attempt in flight on one target. Returns its permit on drop.
+pub(crate) struct Entered {
+    target: Arc<Target>,
+    permit: Option<OwnedSemaphorePermit>,
+    freed: Arc<Notify>,
+    busy: Backoff,
+    empty: Backoff,
+}
+
+impl LocalGate {
+    /// State for `targets` targets: `slots` permits each (`None`: ungated,
+    /// no permits), busy pauses within `busy`, empty skips within `empty`.
+    pub fn new(targets: usize, slots: Option<u32>, busy: Backoff, empty: Backoff) -> Self {
+        let targets = (0..targets)
+            .map(|_| {
+                Arc::new(Target {
+                    permits: slots.map(|k| Arc::new(Semaphore::new(k.max(1) as usize))),
+                    skip: Mutex::new(SkipState {
+                        until: None,
+                        busy_pause: busy.min,
+                    }),
+                })
+            })
+            .collect();
+        LocalGate {
+            targets,
+            freed: Arc::new(Notify::new()),
+            busy,
+            empty,
+        }
+    }
+
+    /// Enters target `i` for one claim attempt, unless the gate refuses it.
+    pub fn try_enter(&self, i: usize, now: Instant) -> Result<Entered, Refused> {
+        let target = &self.targets[i];
+        if let Some(until) = target.skip.lock().expect("gate state").until {
+            if now < until {
+                return Err(Refused::SkipUntil(until));
+            }
+        }
+        let permit = match &target.permits {
+            Some(permits) => Some(
+                permits
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| Refused::Full)?,
+            ),
+            None => None,
+        };
+        Ok(Entered {
+            target: target.clone(),
+            permit,
+            freed: self.freed.clone(),
+            busy: self.busy,
+            empty: self.empty,
+        })
+    }
+
+    /// Waits until a permit is returned or `until`, whichever is first (a
+    /// return between the refusal and this wait is missed; `until` caps that).
+    pub async fn wait(&self, until: Instant) {
+        let _ = tokio::time::timeout_at(until.into(), self.freed.notified()).await;
+    }
+}
+
+impl Entered {
+    /// The target answered busy: the process leaves it alone for a pause
+    /// that doubles while this repeats.
+    pub fn busy<R: Rng>(&self, now: Instant, rng: &mut R) {
+        let mut state = self.target.skip.lock().expect("gate state");
+        let pause = jitter(rng, state.busy_pause / 2, state.busy_pause);
+        state.until = Some(now + pause);
+        state.busy_pause = (state.busy_pause * 2).min(self.busy.max);
+    }
+
+    /// The target had a free slot but no ready job: the process leaves it
+    /// alone for a jittered empty skip.
+    pub fn empty<R: Rng>(&self, now: Instant, rng: &mut R) {
+        let mut state = self.target.skip.lock().expect("gate state");
+        state.until = Some(now + jitter(rng, self.empty.min, self.empty.max));
+        state.busy_pause = self.busy.min;
+    }
+
+    /// The target gave jobs: open to every producer, no pause.
+    pub fn claimed(&self) {
+        let mut state = self.target.skip.lock().expect("gate state");
+        state.until = None;
+        state.busy_pause = self.busy.min;
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if self.permit.take().is_some() {
+            self.freed.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn backoff(min: u64, max: u64) -> Backoff {
+        Backoff {
+            min: ms(min),
+            max: ms(max),
+        }
+    }
+
+    fn gate(targets: usize, slots: Option<u32>) -> LocalGate {
+        LocalGate::new(targets, slots, backoff(4, 16), backoff(50, 100))
+    }
+
+    fn skipped_for(gate: &LocalGate, i: usize, now: Instant) -> Duration {
+        match gate.try_enter(i, now) {
+            Err(Refused::SkipUntil(until)) => until - now,
+            other => panic!("expected a skip, got {:?}", other.err()),
+        }
+    }
+
+    #[test]
+    fn admits_k_per_target_then_refuses_until_one_returns() {
+        let gate = gate(2, Some(2));
+        let now = Instant::now();
+        let a = gate.try_enter(0, now).expect("first");
+        let _b = gate.try_enter(0, now).expect("second");
+        assert_eq!(gate.try_enter(0, now).err(), Some(Refused::Full));
+        assert!(
+            gate.try_enter(1, now).is_ok(),
+            "targets have their own permits"
+        );
+        drop(a);
+        assert!(gate.try_enter(0, now).is_ok());
+    }
+
+    #[test]
+    fn busy_closes_the_target_for_every_producer_with_growing_pauses() {
+        let mut rng = rand::thread_rng();
+        let gate = gate(2, Some(2));
+        let now = Instant::now();
+        let mut pauses = Vec::new();
+        for round in 0..4 {
+            // Rounds 20 ms apart: each starts after the previous pause (<= 16 ms).
+            let t = now + ms(20 * round);
+            gate.try_enter(0, t).expect("open").busy(t, &mut rng);
+            pauses.push(skipped_for(&gate, 0, t));
+            assert!(gate.try_enter(1, t).is_ok(), "other targets stay open");
+        }
+        assert!(pauses[0] <= ms(4));
+        assert!(pauses[3] >= ms(8) && pauses[3] <= ms(16), "{pauses:?}");
+        let t = now + ms(100);
+        gate.try_enter(0, t).unwrap().claimed();
+        gate.try_enter(0, t).unwrap().busy(t, &mut rng);
+        assert!(
+            skipped_for(&gate, 0, t) <= ms(4),
+            "a claim resets the pause"
+        );
+    }
+
+    #[test]
+    fn empty_skips_the_target_in_both_modes() {
+        let mut rng = rand::thread_rng();
+        for slots in [Some(2), None] {
+            let gate = gate(2, slots);
+            let now = Instant::now();
+            gate.try_enter(0, now).unwrap().empty(now, &mut rng);
+            let skip = skipped_for(&gate, 0, now);
+            assert!(skip >= ms(50) && skip <= ms(100), "{skip:?}");
+            assert!(gate.try_enter(0, now + ms(101)).is_ok());
+            assert!(gate.try_enter(1, now).is_ok());
+        }
+    }
+
+    #[test]
+    fn ungated_has_no_permit_limit() {
+        let gate = gate(1, None);
+        let now = Instant::now();
+        let held: Vec<_> = (0..100).map(|_| gate.try_enter(0, now)).collect();
+        assert!(held.iter().all(|h| h.is_ok()));
+    }
+
+    #[tokio::test]
+    async fn a_returned_permit_wakes_a_waiter() {
+        let gate = Arc::new(gate(1, Some(1)));
+        let held = gate.try_enter(0, Instant::now()).unwrap();
+        let waiter = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                gate.wait(started + Duration::from_secs(30)).await;
+                started.elapsed()
+            })
+        };
+        tokio::time::sleep(ms(20)).await;
+        drop(held);
+        let waited = waiter.await.unwrap();
+        assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    }
+}

@@ -1,5 +1,7 @@
 //! Gating bound: with K = 2 dequeue slots, at most two claims run at once on a
-//! shard, however many claimers try; without gating, more do.
+//! shard, however many claimers try; without gating, more do. And the
+//! producers of one worker process share the slots before the database: many
+//! producers in one process never collect a busy answer from it.
 
 mod common;
 
@@ -7,7 +9,9 @@ use common::TestShards;
 use shardq::config::DequeueMode;
 use shardq::dequeue::{self, ClaimParams};
 use shardq::shards::ShardSet;
-use shardq::{Client, NewJob};
+use shardq::worker::HandlerRegistry;
+use shardq::{Client, NewJob, Worker};
+use tokio_util::sync::CancellationToken;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,4 +105,38 @@ async fn gated_claims_never_exceed_the_slots_and_ungated_do() {
         ungated > 2,
         "without gating more than 2 claims should overlap, saw {ungated}"
     );
+}
+
+/// One worker with 32 producers, K = 2, alone on a shard whose claims are slow:
+/// the process lets at most K of its producers claim at once, so the database
+/// never answers it busy. Without the per-process gate most of the 32
+/// concurrent attempts would come back busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_of_one_process_never_miss_a_slot_on_their_own() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(
+        "[dequeue]\nmode = \"gated\"\nslots_per_shard = 2\nbatch_size = 20\n\
+         [worker]\nproducers = 32\nbuffer_jobs = 2000\n",
+    );
+    let set = shards.migrated(&config).await;
+    set.get(0)
+        .client()
+        .await
+        .unwrap()
+        .batch_execute(SLOW_CLAIM_TRIGGER)
+        .await
+        .unwrap();
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let jobs = (0..3_000)
+        .map(|_| NewJob::new("default", "noop", serde_json::json!({})))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+
+    let worker = Worker::new(config, set.clone(), HandlerRegistry::new()).stop_when_empty(true);
+    let stats = worker.stats();
+    worker.run(CancellationToken::new()).await;
+    let s = stats.snapshot();
+    assert_eq!(s.succeeded, 3_000, "every job runs");
+    assert!(s.claim_statements >= 100, "claims: {}", s.claim_statements);
+    assert_eq!(s.busy, 0, "the process's own producers collided in the database");
 }

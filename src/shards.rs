@@ -126,6 +126,15 @@ impl ShardSet {
         Ok(ShardSet { shards })
     }
 
+    /// Closes every pool: idle connections are dropped now, connections in
+    /// use when they come back, and later `client()` calls fail. Call it
+    /// before stopping the servers, so no connection sees them go away.
+    pub fn close(&self) {
+        for shard in &self.shards {
+            shard.pool.close();
+        }
+    }
+
     /// The shards in routing order.
     pub fn all(&self) -> &[Shard] {
         &self.shards

@@ -192,6 +192,7 @@ impl Cluster {
         if std::mem::replace(&mut self.torn_down, true) {
             return Ok(());
         }
+        self.admin.close();
         let stopped = match &self.local {
             Some((opts, _)) => shardq::local::down(opts).context("cannot stop the local shards"),
             None => Ok(()),

@@ -11,10 +11,10 @@ use shardq::dequeue::{self, ClaimParams};
 use shardq::shards::ShardSet;
 use shardq::worker::HandlerRegistry;
 use shardq::{Client, NewJob, Worker};
-use tokio_util::sync::CancellationToken;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 const CLAIMERS: usize = 32;
 
@@ -35,12 +35,15 @@ const SLOW_CLAIM_TRIGGER: &str = "
 const CLAIMS_IN_FLIGHT: &str = "SELECT count(*) FROM pg_locks \
     WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted";
 
-async fn max_concurrent_claims(mode: DequeueMode) -> i64 {
-    let shards = TestShards::databases(1).await;
-    let config = shards.config("");
-    let set = shards.migrated(&config).await;
-    let shard = set.get(0).clone();
-    shard
+/// The migrated shard of `shards` with slow claims and `jobs` noop jobs in `queue`.
+async fn slow_shard_with_jobs(
+    shards: &TestShards,
+    config: &shardq::Config,
+    queue: &str,
+    jobs: usize,
+) -> ShardSet {
+    let set = shards.migrated(config).await;
+    set.get(0)
         .client()
         .await
         .unwrap()
@@ -48,10 +51,18 @@ async fn max_concurrent_claims(mode: DequeueMode) -> i64 {
         .await
         .unwrap();
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let jobs = (0..20_000)
-        .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
+    let jobs = (0..jobs)
+        .map(|_| NewJob::new(queue, "noop", serde_json::json!({})))
         .collect();
     client.enqueue_many(jobs).await.unwrap();
+    set
+}
+
+async fn max_concurrent_claims(mode: DequeueMode) -> i64 {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = slow_shard_with_jobs(&shards, &config, "q", 20_000).await;
+    let shard = set.get(0).clone();
 
     let stop = Arc::new(AtomicBool::new(false));
     // Own pool so claimers never wait for a connection behind each other.
@@ -118,19 +129,7 @@ async fn producers_of_one_process_never_miss_a_slot_on_their_own() {
         "[dequeue]\nmode = \"gated\"\nslots_per_shard = 2\nbatch_size = 20\n\
          [worker]\nproducers = 32\nbuffer_jobs = 2000\n",
     );
-    let set = shards.migrated(&config).await;
-    set.get(0)
-        .client()
-        .await
-        .unwrap()
-        .batch_execute(SLOW_CLAIM_TRIGGER)
-        .await
-        .unwrap();
-    let client = Client::from_shards(set.clone(), config.limits.clone());
-    let jobs = (0..3_000)
-        .map(|_| NewJob::new("default", "noop", serde_json::json!({})))
-        .collect();
-    client.enqueue_many(jobs).await.unwrap();
+    let set = slow_shard_with_jobs(&shards, &config, "default", 3_000).await;
 
     let worker = Worker::new(config, set.clone(), HandlerRegistry::new()).stop_when_empty(true);
     let stats = worker.stats();
@@ -138,5 +137,8 @@ async fn producers_of_one_process_never_miss_a_slot_on_their_own() {
     let s = stats.snapshot();
     assert_eq!(s.succeeded, 3_000, "every job runs");
     assert!(s.claim_statements >= 100, "claims: {}", s.claim_statements);
-    assert_eq!(s.busy, 0, "the process's own producers collided in the database");
+    assert_eq!(
+        s.busy, 0,
+        "the process's own producers collided in the database"
+    );
 }

@@ -101,16 +101,19 @@ pub struct DequeueFile {
     /// saturate the shard (1000 reached ~70k jobs/s with 2 claimers).
     #[serde(default = "default_batch")]
     pub batch_size: u32,
-    /// Shortest time a shard that returned no job is skipped.
+    /// Shortest time a shard that returned no job is skipped by every
+    /// producer of the process (idle polling cost vs. pickup latency).
     #[serde(default = "default_empty_min")]
     pub empty_backoff_min_ms: u64,
     /// Longest time a shard that returned no job is skipped (jitter spreads the two).
     #[serde(default = "default_empty_max")]
     pub empty_backoff_max_ms: u64,
-    /// First pause after every available shard answered busy.
+    /// First time a shard that answered busy is skipped by every producer of
+    /// the process; doubles while it stays busy.
     #[serde(default = "default_busy_min")]
     pub busy_backoff_min_ms: u64,
-    /// Pause ceiling while every shard keeps answering busy; hot retries starve the slot holders.
+    /// Ceiling of that skip: hot retries starve the slot holders, long ones
+    /// leave a freed slot idle.
     #[serde(default = "default_busy_max")]
     pub busy_backoff_max_ms: u64,
     /// First retry delay for a shard whose connection failed.

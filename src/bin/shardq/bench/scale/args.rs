@@ -34,7 +34,7 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 500)]
     pub batch: u32,
     /// Drain runs: jobs per shard, inserted before the workers start
-    /// claiming (default 30,000 with --quick, else 100,000).
+    /// claiming (default 30,000 with --quick, else 50,000).
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Steady-state sweep instead of burst-and-drain: offer this many jobs/s
@@ -56,9 +56,14 @@ pub struct ScaleArgs {
     /// claims use the median.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
-    /// Disturbance runs (gated and ungated, at a fixed rate): what to do to shard 0.
-    #[arg(long, value_enum)]
-    pub disturb: Option<Kind>,
+    /// Disturbance runs (gated and ungated, at a fixed rate): what to do to
+    /// shard 0, one or more (default: access-exclusive with --quick, all
+    /// three otherwise).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub disturb: Option<Vec<Kind>>,
+    /// No disturbance runs.
+    #[arg(long, conflicts_with = "disturb")]
+    pub no_disturb: bool,
     /// Seconds after the start of the run.
     #[arg(long)]
     pub disturb_at: Option<f64>,
@@ -88,7 +93,7 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 500)]
     pub unhealthy_backoff_max_ms: u64,
     /// Seconds a run may take to drain before it is reported as failed.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 300.0)]
     pub timeout: f64,
     /// Experiments on local shards: a server setting for every run's
     /// connections, as KEY=VALUE (`ALTER DATABASE shardq SET KEY = 'VALUE'`),

@@ -90,21 +90,20 @@ pub fn merge(finals: &[FinalReport], shards: usize) -> Merged {
 
 /// Fraction of claim attempts that found every dequeue slot taken.
 pub fn lock_miss_rate(counters: &[ShardCountersSnapshot]) -> f64 {
-    let busy: u64 = counters.iter().map(|c| c.busy).sum();
-    let attempts: u64 = counters
-        .iter()
-        .map(|c| c.claims + c.busy + c.empty + c.errors)
-        .sum();
-    if attempts == 0 {
-        0.0
-    } else {
-        busy as f64 / attempts as f64
-    }
+    share_of_attempts(counters, |c| c.busy)
 }
 
 /// Fraction of claim attempts that found a slot but no ready job.
 pub fn empty_rate(counters: &[ShardCountersSnapshot]) -> f64 {
-    let empty: u64 = counters.iter().map(|c| c.empty).sum();
+    share_of_attempts(counters, |c| c.empty)
+}
+
+/// `part` over every claim attempt (claims, busy, empty, failed), all shards.
+fn share_of_attempts(
+    counters: &[ShardCountersSnapshot],
+    part: fn(&ShardCountersSnapshot) -> u64,
+) -> f64 {
+    let part: u64 = counters.iter().map(part).sum();
     let attempts: u64 = counters
         .iter()
         .map(|c| c.claims + c.busy + c.empty + c.errors)
@@ -112,6 +111,6 @@ pub fn empty_rate(counters: &[ShardCountersSnapshot]) -> f64 {
     if attempts == 0 {
         0.0
     } else {
-        empty as f64 / attempts as f64
+        part as f64 / attempts as f64
     }
 }

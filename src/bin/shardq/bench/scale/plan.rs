@@ -55,7 +55,7 @@ pub enum Load {
 pub struct RunSpec {
     /// Position in the invocation.
     pub id: usize,
-    /// `sweep` or `disturbance`.
+    /// `sweep`, `latency` or `disturbance`.
     pub kind: &'static str,
     /// Dequeue mode.
     pub mode: Mode,
@@ -104,7 +104,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         },
         Some(_) => bail!("--rate and --duration must be positive"),
         None => Load::Drain {
-            per_shard: args.jobs.unwrap_or(if q { 30_000 } else { 100_000 }),
+            per_shard: args.jobs.unwrap_or(if q { 30_000 } else { 50_000 }),
         },
     };
     let mut runs = Vec::new();
@@ -154,8 +154,17 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
             }
         }
     }
-    let kind = args.disturb.or(q.then_some(disturb::Kind::AccessExclusive));
-    if let Some(kind) = kind {
+    let kinds = match (&args.disturb, args.no_disturb) {
+        (_, true) => Vec::new(),
+        (Some(kinds), false) => kinds.clone(),
+        (None, false) if q => vec![disturb::Kind::AccessExclusive],
+        (None, false) => vec![
+            disturb::Kind::AccessExclusive,
+            disturb::Kind::VacuumFull,
+            disturb::Kind::Restart,
+        ],
+    };
+    for kind in kinds {
         let at_s = args.disturb_at.unwrap_or(if q { 5.0 } else { 6.0 });
         let for_s = args.disturb_for.unwrap_or(if q { 2.0 } else { 3.0 });
         let after_s = args.disturb_after.unwrap_or(if q { 4.0 } else { 6.0 });

@@ -1,7 +1,7 @@
 //! The throughput-over-time plot of the disturbance runs: one panel per
 //! run, one line per shard, the disturbance window shaded.
 
-use super::plots::{color, err};
+use super::plots::{color, err, legend};
 use super::result::RunResult;
 use anyhow::Result;
 use plotters::prelude::*;
@@ -76,12 +76,7 @@ pub fn draw(runs: &[&RunResult], path: &Path) -> Result<()> {
                     PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
     }
     root.present().map_err(err)
 }

@@ -39,6 +39,18 @@ pub fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("cannot draw a plot: {e}")
 }
 
+/// Draws the legend box of `chart`.
+pub fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 /// Draws every plot that has data; returns the files written.
 pub fn draw(runs: &[RunResult], dir: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
@@ -168,12 +180,7 @@ fn versus(runs: &[&RunResult], path: &Path, axis: Axis) -> Result<()> {
             .draw_series(s.into_iter().map(|p| Circle::new(p, 4, c.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart)?;
     root.present().map_err(err)
 }
 
@@ -235,12 +242,7 @@ fn latency(runs: &[&RunResult], path: &Path) -> Result<()> {
                     .map_err(err)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
     }
     root.present().map_err(err)
 }

@@ -14,7 +14,7 @@ use shardq::worker::metrics::ShardCountersSnapshot;
 pub struct RunResult {
     /// Position in the invocation.
     pub id: usize,
-    /// `sweep` or `disturbance`.
+    /// `sweep` (drain), `latency` (fixed rate) or `disturbance` (fixed rate).
     pub kind: &'static str,
     /// `gated` or `ungated`.
     pub mode: Mode,

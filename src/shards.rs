@@ -168,7 +168,19 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     // Custom plans always: with a generic plan the planner does not know the
     // batch size or array lengths, and with a large table of finished rows it
     // chose hash joins over a full scan for every claim and completion.
-    let mut options = String::from("-c plan_cache_mode=force_custom_plan");
+    //
+    // Index-driven plans always: every statement shardq runs per batch is a
+    // lookup by primary key or a walk of a partial index, but statistics taken
+    // while nothing was running (after a bulk enqueue, say) estimate `owner =
+    // $1` at one row, and the planner then scanned every running row, or the
+    // whole table, once per completed job (10 s for a batch of 1000 on a
+    // 30k-row table, found by `shardq bench scale`; tests/plans.rs). Without
+    // seq scans, hash and merge joins it keeps the nested loop over the
+    // batch's primary keys.
+    let mut options = String::from(
+        "-c plan_cache_mode=force_custom_plan -c enable_seqscan=off \
+         -c enable_hashjoin=off -c enable_mergejoin=off",
+    );
     if !config.dequeue.lock_timeout.is_zero() {
         options.push_str(&format!(
             " -c lock_timeout={}",

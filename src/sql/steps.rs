@@ -11,7 +11,7 @@ pub const STEP_RECORD: &str =
     "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
     SELECT $1, $2, $3, $4 WHERE EXISTS ( \
         SELECT 1 FROM workflow_status \
-        WHERE shard_key = $1 AND id = $2 AND status = 'running' \
+        WHERE shard_key = $1 AND id = $2 \
             AND owner = $5 AND attempts = $6 AND NOT cancel_requested) \
     ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
     RETURNING 1";

@@ -1,0 +1,80 @@
+//! The per-batch statements keep their primary-key plans when the statistics
+//! are stale: analyzed after a bulk enqueue (nothing running, no owner), then
+//! most rows claimed. With such statistics the planner estimated `owner = $1`
+//! at one row and scanned every running row, or the whole table, once per
+//! completed job; `shardq bench scale` found it as completions taking seconds.
+
+mod common;
+
+use common::TestShards;
+use serde_json::Value;
+use shardq::{Client, NewJob};
+
+const QUEUED: usize = 30_000;
+const RUNNING: i64 = 20_000;
+const BATCH: i64 = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_use_the_primary_key_whatever_the_statistics_say() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    for _ in 0..QUEUED / 5_000 {
+        let jobs = (0..5_000)
+            .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
+            .collect();
+        client.enqueue_many(jobs).await.unwrap();
+    }
+    // A connection of shardq's own pool: it carries the planner settings.
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute("ANALYZE workflow_status").await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'running', owner = 'w1', attempts = 1 \
+         WHERE id IN (SELECT id FROM workflow_status ORDER BY id LIMIT $1)",
+        &[&RUNNING],
+    )
+    .await
+    .unwrap();
+    let rows = db
+        .query(
+            "SELECT shard_key, id FROM workflow_status WHERE owner = 'w1' ORDER BY id LIMIT $1",
+            &[&BATCH],
+        )
+        .await
+        .unwrap();
+    let keys: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+    let n = keys.len();
+    let attempts = vec![1i32; n];
+    let statuses = vec!["succeeded"; n];
+    let outputs = vec![Value::Null; n];
+    let errors: Vec<Option<&str>> = vec![None; n];
+    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::sql::JOB_COMPLETE_MANY);
+    let plan: Value = db
+        .query_one(
+            explain.as_str(),
+            &[
+                &keys,
+                &ids,
+                &attempts,
+                &statuses,
+                &outputs,
+                &"w1",
+                &errors,
+                &1000.0f64,
+                &60_000.0f64,
+            ],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let text = plan.to_string();
+    assert!(
+        text.contains("workflow_status_pkey"),
+        "the completion must look rows up by primary key: {text}"
+    );
+    for bad in ["Seq Scan", "Hash Join", "Merge Join", "workflow_status_lease"] {
+        assert!(!text.contains(bad), "the completion plan uses {bad}: {text}");
+    }
+}

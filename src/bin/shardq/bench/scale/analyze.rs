@@ -38,10 +38,11 @@ pub fn result(spec: &RunSpec, s: &Settings, raw: Raw) -> RunResult {
         Load::Drain { .. } => {
             let all: Vec<usize> = (0..n).collect();
             let span = drain_span(&timeline, &all, jobs as f64).unwrap_or(0.0);
+            let measured = 1.0 - 2.0 * DRAIN_EDGE;
             let by_shard: Vec<f64> = (0..n)
                 .map(
                     |i| match drain_span(&timeline, &[i], raw.enqueued[i] as f64) {
-                        Some(s) if s > 0.0 => raw.enqueued[i] as f64 / s,
+                        Some(s) if s > 0.0 => raw.enqueued[i] as f64 * measured / s,
                         _ => 0.0,
                     },
                 )
@@ -56,7 +57,9 @@ pub fn result(spec: &RunSpec, s: &Settings, raw: Raw) -> RunResult {
         }
     };
     let jobs_per_s = match spec.load {
-        Load::Drain { .. } if measured_s > 0.0 => jobs as f64 / measured_s,
+        Load::Drain { .. } if measured_s > 0.0 => {
+            jobs as f64 * (1.0 - 2.0 * DRAIN_EDGE) / measured_s
+        }
         Load::Drain { .. } => 0.0,
         Load::Rate { .. } => by_shard.iter().sum(),
     };
@@ -119,12 +122,18 @@ pub fn result(spec: &RunSpec, s: &Settings, raw: Raw) -> RunResult {
     }
 }
 
-/// Seconds from the first claim until `jobs` outcomes were written on
-/// `shards`, as the workers' counters tell.
+/// Share of a drain's jobs left out at each end of its measured span.
+pub const DRAIN_EDGE: f64 = 0.1;
+
+/// Seconds in which the middle `1 - 2 × DRAIN_EDGE` of `jobs` outcomes were
+/// written on `shards` (from 10% to 90% done, by the workers' counters): the
+/// steady drain rate, without the fleet's ramp-up (processes' first claims)
+/// and the tail (the last process finishing its buffer), which would
+/// dominate short drains.
 fn drain_span(t: &Timeline, shards: &[usize], jobs: f64) -> Option<f64> {
-    let first = t.reach(shards, timeline::claimed, 1.0)?;
-    let done = t.reach(shards, timeline::completed, jobs)?;
-    Some(done - first)
+    let start = t.reach(shards, timeline::completed, (jobs * DRAIN_EDGE).max(1.0))?;
+    let end = t.reach(shards, timeline::completed, jobs * (1.0 - DRAIN_EDGE))?;
+    Some(end - start)
 }
 
 /// The result of a run that did not finish.

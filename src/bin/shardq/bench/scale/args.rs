@@ -34,7 +34,7 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 500)]
     pub batch: u32,
     /// Drain runs: jobs per shard, inserted before the workers start
-    /// claiming (default 30,000 with --quick, else 50,000).
+    /// claiming (default 15,000 with --quick, else 50,000).
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Steady-state sweep instead of burst-and-drain: offer this many jobs/s
@@ -49,7 +49,7 @@ pub struct ScaleArgs {
     /// moderate load both modes sustain, so claim latency is not backlog. 0: none.
     #[arg(long, default_value_t = 2_000.0)]
     pub latency_rate: f64,
-    /// Seconds a latency run offers load (default 8 with --quick, else 15).
+    /// Seconds a latency run offers load (default 6 with --quick, else 15).
     #[arg(long)]
     pub latency_for: Option<f64>,
     /// Each sweep cell this many times (gated and ungated alternating); the

@@ -104,7 +104,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         },
         Some(_) => bail!("--rate and --duration must be positive"),
         None => Load::Drain {
-            per_shard: args.jobs.unwrap_or(if q { 30_000 } else { 50_000 }),
+            per_shard: args.jobs.unwrap_or(if q { 15_000 } else { 50_000 }),
         },
     };
     let mut runs = Vec::new();
@@ -133,7 +133,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
     }
     let top = dequeuers.iter().copied().max().unwrap_or(1);
     if matches!(load, Load::Drain { .. }) && args.latency_rate > 0.0 {
-        let duration_s = args.latency_for.unwrap_or(if q { 8.0 } else { 15.0 });
+        let duration_s = args.latency_for.unwrap_or(if q { 6.0 } else { 15.0 });
         if duration_s <= analyze::WARMUP_S {
             bail!(
                 "--latency-for must be longer than the {} s warm-up",
@@ -167,7 +167,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
     for kind in kinds {
         let at_s = args.disturb_at.unwrap_or(if q { 5.0 } else { 6.0 });
         let for_s = args.disturb_for.unwrap_or(if q { 2.0 } else { 3.0 });
-        let after_s = args.disturb_after.unwrap_or(if q { 4.0 } else { 6.0 });
+        let after_s = args.disturb_after.unwrap_or(if q { 3.0 } else { 6.0 });
         if at_s < 4.0 || for_s <= 0.0 || after_s < 1.0 {
             bail!("--disturb-at must be at least 4 (3 s warm-up + 1 s before), --disturb-for positive, --disturb-after at least 1");
         }

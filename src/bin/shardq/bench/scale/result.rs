@@ -34,9 +34,9 @@ pub struct RunResult {
     pub load: Load,
     /// Jobs enqueued (all shards).
     pub jobs: u64,
-    /// Seconds the throughput is measured over (drain: from the first claim
-    /// until every outcome was written, by the workers' counters; rate: from
-    /// 3 s after the start to the end of the offer).
+    /// Seconds the throughput is measured over (drain: from 10% to 90% of
+    /// the outcomes written, by the workers' counters, so ramp-up and tail
+    /// are left out; rate: from 3 s after the start to the end of the offer).
     pub measured_s: f64,
     /// Jobs completed per second over `measured_s`, all shards.
     pub jobs_per_s: f64,

@@ -160,3 +160,13 @@ fn an_invalid_mode_holding_a_url_does_not_echo_its_password() {
     assert!(text.contains("dequeue.mode"), "{text}");
     assert!(!text.contains(SECRET), "{text}");
 }
+
+/// Found by fuzzing: a shard's name is echoed in its errors (and logs); a URL
+/// pasted into the name must not show its password.
+#[test]
+fn a_shard_name_holding_a_url_does_not_echo_its_password() {
+    let doc = format!("[[shards]]\nname = \"postgres://u:{SECRET}@h:5432/db\"\n");
+    let text = shardq::error_chain(&Config::from_toml(&doc).unwrap_err());
+    assert!(text.contains("give either `url` or `host`"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+}

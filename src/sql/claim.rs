@@ -61,16 +61,30 @@ fn claim_statement(gate_cte: &str, gate_open: &str, got_slot: &str) -> String {
     )
 }
 
+// Why completions and releases are written as they are: statistics taken
+// while nothing was running (after a bulk enqueue, say) estimate `owner = $n`
+// at one row. With the fence as a filter on `workflow_status`, the planner
+// then walked the whole primary key (or every running row) once per job in
+// the batch: 10 s for 2,000 completions, found by `shardq bench scale`
+// (tests/plans.rs pins the plan). So the batch is a MATERIALIZED CTE that
+// carries the owner as a column, and every fence condition is a join
+// condition: nothing restricts the table scan, the only cheap plan left is a
+// primary-key probe per batch row, and the fence is still checked on the row
+// being updated. (`owner` is set only while a row is `running`, so the fence
+// needs no status test, which would bring the running-rows index into play.)
+
 /// Writes many outcomes in one statement, fenced: a row changes only while it
-/// is still running under this owner ($6) and this attempt. (`owner` is set
-/// only while a row is `running`, so the fence needs no status test; leaving
-/// it out keeps the running-rows index out of the plan, see `shards.rs`.) A failure with
+/// is still running under this owner ($6) and this attempt. A failure with
 /// attempts left becomes `scheduled` again after an exponential, jittered
 /// backoff ($8 ms doubling per attempt, at most $9 ms): the delay is stored,
 /// not slept. A failure on the last attempt is `dead`; a job whose
 /// cancellation was asked and that did not succeed is `cancelled`. Returns one
 /// row: written as succeeded, retrying, dead, cancelled; the rest were fenced out.
-pub const JOB_COMPLETE_MANY: &str = "WITH done AS ( \
+pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
+        SELECT c.*, $6::text AS owner \
+        FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[], $5::jsonb[], $7::text[]) \
+            AS c(shard_key, id, attempt, status, output, error) \
+    ), done AS ( \
         UPDATE workflow_status w SET \
             status = CASE \
                 WHEN c.status = 'succeeded' THEN 'succeeded' \
@@ -84,10 +98,9 @@ pub const JOB_COMPLETE_MANY: &str = "WITH done AS ( \
             finished_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested \
                     OR w.attempts >= w.max_attempts THEN now() END, \
             output = c.output, error = c.error, owner = NULL, lease_expires_at = NULL \
-        FROM unnest($1::int[], $2::bigint[], $3::int[], $4::text[], $5::jsonb[], $7::text[]) \
-            AS c(shard_key, id, attempt, status, output, error) \
+        FROM batch c \
         WHERE w.shard_key = c.shard_key AND w.id = c.id \
-            AND w.owner = $6 AND w.attempts = c.attempt \
+            AND w.owner = c.owner AND w.attempts = c.attempt \
         RETURNING w.status \
     ) \
     SELECT count(*) FILTER (WHERE status = 'succeeded'), \
@@ -98,11 +111,15 @@ pub const JOB_COMPLETE_MANY: &str = "WITH done AS ( \
 
 /// Gives claimed-but-unstarted jobs back to the queue at once (shutdown), fenced
 /// like completions; the attempt is not counted.
-pub const JOB_RELEASE_MANY: &str = "UPDATE workflow_status w SET status = 'queued', \
+pub const JOB_RELEASE_MANY: &str = "WITH batch AS MATERIALIZED ( \
+        SELECT c.*, $4::text AS owner \
+        FROM unnest($1::int[], $2::bigint[], $3::int[]) AS c(shard_key, id, attempt) \
+    ) \
+    UPDATE workflow_status w SET status = 'queued', \
         owner = NULL, lease_expires_at = NULL, started_at = NULL, attempts = w.attempts - 1 \
-    FROM unnest($1::int[], $2::bigint[], $3::int[]) AS c(shard_key, id, attempt) \
+    FROM batch c \
     WHERE w.shard_key = c.shard_key AND w.id = c.id \
-        AND w.owner = $4 AND w.attempts = c.attempt";
+        AND w.owner = c.owner AND w.attempts = c.attempt";
 
 /// Extends the lease of every job this owner ($1) holds on the shard by $2 ms.
 /// Rows locked right now (their completion is being written) are skipped, so

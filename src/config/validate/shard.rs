@@ -17,7 +17,10 @@ pub(super) fn validate_shards(files: Vec<ShardFile>) -> Result<Vec<ShardConfig>,
     }
     let mut names = HashSet::new();
     let mut shards = Vec::with_capacity(files.len());
-    for (index, f) in files.into_iter().enumerate() {
+    for (index, mut f) in files.into_iter().enumerate() {
+        // The name is only shown (errors, logs); a URL pasted into it must
+        // not show its password.
+        f.name = crate::config::redact_text(&f.name);
         if !names.insert(f.name.clone()) {
             return Err(ConfigError::DuplicateShard(f.name));
         }

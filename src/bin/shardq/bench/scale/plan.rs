@@ -89,7 +89,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
     let dequeuers =
         args.dequeuers
             .clone()
-            .unwrap_or(if q { vec![8, 128] } else { vec![8, 32, 128] });
+            .unwrap_or(if q { vec![8, 64] } else { vec![8, 32, 128] });
     if shard_counts.contains(&0)
         || dequeuers.contains(&0)
         || args.processes == 0
@@ -104,7 +104,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         },
         Some(_) => bail!("--rate and --duration must be positive"),
         None => Load::Drain {
-            per_shard: args.jobs.unwrap_or(if q { 15_000 } else { 50_000 }),
+            per_shard: args.jobs.unwrap_or(if q { 15_000 } else { 30_000 }),
         },
     };
     let mut runs = Vec::new();

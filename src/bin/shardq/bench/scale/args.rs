@@ -35,7 +35,8 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 500)]
     pub batch: u32,
     /// Drain runs: jobs per shard, inserted before the workers start
-    /// claiming (default 15,000 with --quick, else 30,000).
+    /// claiming (default 15,000 with --quick; else 30,000 or three times
+    /// what the fleet's buffers hold, whichever is more).
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Steady-state sweep instead of burst-and-drain: offer this many jobs/s
@@ -94,7 +95,7 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 500)]
     pub unhealthy_backoff_max_ms: u64,
     /// Seconds a run may take to drain before it is reported as failed.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
     /// Experiments on local shards: a server setting for every run's
     /// connections, as KEY=VALUE (`ALTER DATABASE shardq SET KEY = 'VALUE'`),

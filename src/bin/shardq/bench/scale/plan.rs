@@ -73,6 +73,13 @@ pub struct RunSpec {
     pub disturbance: Option<disturb::Plan>,
 }
 
+/// The ready buffer of a worker process with `producers` producers: room for
+/// every producer's claim in flight plus two batches, at least the library's
+/// default.
+pub fn buffer_jobs(producers: usize, batch: u32) -> usize {
+    4_000usize.max((producers + 2) * batch as usize)
+}
+
 /// W and P for `dequeuers` claimers per shard with up to `processes` processes.
 pub fn split(dequeuers: usize, processes: usize) -> (usize, usize) {
     let w = processes.min(dequeuers).max(1);
@@ -124,6 +131,18 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
     };
     for &n in &shard_counts {
         for &d in &dequeuers {
+            let load = match load {
+                // The full sweep keeps the backlog at least three times what
+                // the fleet can hold claimed, so the claimers contend for
+                // several rounds instead of emptying the queue in one.
+                Load::Drain { per_shard } if args.jobs.is_none() && !q => {
+                    let (w, p) = split(d, args.processes);
+                    Load::Drain {
+                        per_shard: per_shard.max(3 * w * buffer_jobs(p, args.batch)),
+                    }
+                }
+                load => load,
+            };
             for _ in 0..args.repeat {
                 for mode in [Mode::Gated, Mode::Ungated] {
                     push("sweep", mode, n, d, load, None);

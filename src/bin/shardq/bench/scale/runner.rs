@@ -75,7 +75,7 @@ pub struct Phases {
 
 /// The `SHARDQ_*` settings of the worker processes of `spec`.
 pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
-    let buffer = 4_000usize.max((spec.producers + 2) * s.batch as usize);
+    let buffer = super::plan::buffer_jobs(spec.producers, s.batch);
     let mut env = vec![
         ("SHARDQ_DEQUEUE__MODE", spec.mode.name().to_string()),
         ("SHARDQ_DEQUEUE__SLOTS_PER_SHARD", s.slots.to_string()),

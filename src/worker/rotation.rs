@@ -5,6 +5,11 @@
 //! while; a failing one with exponential backoff. The producer idles only when
 //! every target is skipped, and pauses (adaptively) only after every available
 //! target answered busy in a row.
+//!
+//! The pipelined producers use only the order and the failure backoff here:
+//! what they learn about busy and empty targets is shared by the whole
+//! process in `local_gate`. The busy and empty bookkeeping below serves the
+//! serial baseline (`shardq worker --serial`), which has one claimer per slot.
 
 use crate::config::{Backoff, DequeueConfig};
 use rand::Rng;

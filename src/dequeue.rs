@@ -13,7 +13,6 @@ use crate::router::fnv1a64;
 use crate::shards::{Shard, ShardError};
 use crate::sql;
 use serde_json::Value;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The advisory-lock class of queue `queue`'s dequeue slots.
@@ -53,17 +52,8 @@ pub struct ClaimParams<'a> {
     pub mode: DequeueMode,
 }
 
-fn gated_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(sql::job_claim_gated)
-}
-
-fn ungated_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(sql::job_claim_ungated)
-}
-
 /// Claims up to `p.limit` ready jobs of `p.queue` on `shard`, in one round trip.
+/// The jobs' [`ClaimedJob::claim`] is 0: the caller numbers its claims.
 ///
 /// # Errors
 ///
@@ -76,12 +66,12 @@ fn ungated_sql() -> &'static str {
 /// claimed jobs that only lease recovery returns.
 pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardError> {
     let client = shard.client().await?;
-    let (text, slots) = match p.mode {
-        DequeueMode::Gated { slots } => (gated_sql(), slots as i32),
-        DequeueMode::Ungated => (ungated_sql(), 0),
+    let slots = match p.mode {
+        DequeueMode::Gated { slots } => slots as i32,
+        DequeueMode::Ungated => 0,
     };
     let stmt = client
-        .prepare_cached(text)
+        .prepare_cached(sql::JOB_CLAIM)
         .await
         .map_err(|e| shard.query_error(e))?;
     let lease_ms = p.lease.as_millis() as i64;
@@ -92,7 +82,7 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
                 &dequeue_lock_key(p.queue),
                 &slots,
                 &p.queue,
-                &i64::from(p.limit),
+                &(p.limit as i32),
                 &p.owner,
                 &lease_ms,
             ],
@@ -119,6 +109,8 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
                 ordering_key: r.get("ordering_key"),
                 payload: r.get("payload"),
                 attempt: r.get("attempts"),
+                fence: r.get("fence"),
+                claim: 0,
                 created_at: r.get("created_at"),
             })
         })
@@ -141,95 +133,88 @@ pub struct Written {
     pub dead: u64,
     /// Rows whose cancellation was asked.
     pub cancelled: u64,
+    /// Unstarted rows given back.
+    pub released: u64,
     /// Completions rejected by the fence (lease lost, job re-claimed).
     pub fenced: u64,
 }
 
-/// Writes `done` (all from `shard`) in one fenced statement.
+impl Written {
+    /// Rows written (all but the fenced ones).
+    pub fn total(&self) -> u64 {
+        self.succeeded + self.retrying + self.dead + self.cancelled + self.released
+    }
+}
+
+/// Writes `done` (all from `shard`) in one fenced statement. When some of
+/// them have ordering keys, the statement runs in a transaction between
+/// taking their key locks and releasing the keys that are free afterwards.
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the write fails; nothing was written then.
+/// [`ShardError`] when the write fails; nothing was written then. Classify
+/// with [`ShardError::is_permanent`].
 pub async fn complete_many(
     shard: &Shard,
     owner: &str,
     retry: Backoff,
     done: &[Completion],
 ) -> Result<Written, ShardError> {
-    let client = shard.client().await?;
-    let stmt = client
-        .prepare_cached(sql::JOB_COMPLETE_MANY)
-        .await
-        .map_err(|e| shard.query_error(e))?;
+    let mut client = shard.client().await?;
     let keys: Vec<i32> = done.iter().map(|c| c.id.shard_key).collect();
     let ids: Vec<i64> = done.iter().map(|c| c.id.id).collect();
-    let attempts: Vec<i32> = done.iter().map(|c| c.attempt).collect();
+    let fences: Vec<i64> = done.iter().map(|c| c.fence).collect();
     let mut statuses = Vec::with_capacity(done.len());
     let mut outputs: Vec<Option<&Value>> = Vec::with_capacity(done.len());
     let mut errors: Vec<Option<&str>> = Vec::with_capacity(done.len());
     for c in done {
-        match &c.outcome {
-            Outcome::Succeeded(v) => {
-                statuses.push("succeeded");
-                outputs.push(Some(v));
-                errors.push(None);
-            }
-            Outcome::Failed(msg) => {
-                statuses.push("failed");
-                outputs.push(None);
-                errors.push(Some(msg.as_str()));
-            }
-        }
+        let (status, output, error) = match &c.outcome {
+            Outcome::Succeeded(v) => ("succeeded", Some(v), None),
+            Outcome::Failed(msg) => ("failed", None, Some(msg.as_str())),
+            Outcome::Released => ("released", None, None),
+        };
+        statuses.push(status);
+        outputs.push(output);
+        errors.push(error);
     }
-    let row = client
-        .query_one(
-            &stmt,
-            &[
-                &keys,
-                &ids,
-                &attempts,
-                &statuses,
-                &outputs,
-                &owner,
-                &errors,
-                &(retry.min.as_millis() as f64),
-                &(retry.max.as_millis() as f64),
-            ],
-        )
-        .await
-        .map_err(|e| shard.query_error(e))?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        &keys,
+        &ids,
+        &fences,
+        &statuses,
+        &outputs,
+        &owner,
+        &errors,
+        &(retry.min.as_millis() as f64),
+        &(retry.max.as_millis() as f64),
+    ];
+    let err = |e| shard.query_error(e);
+    let row = if done.iter().any(|c| c.keyed) {
+        let tx = client.transaction().await.map_err(err)?;
+        tx.execute(sql::KEYS_LOCK, &[&keys, &ids]).await.map_err(err)?;
+        let stmt = tx.prepare_cached(sql::JOB_COMPLETE_MANY).await.map_err(err)?;
+        let row = tx.query_one(&stmt, &params).await.map_err(err)?;
+        tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids]).await.map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        row
+    } else {
+        let stmt = client
+            .prepare_cached(sql::JOB_COMPLETE_MANY)
+            .await
+            .map_err(err)?;
+        client.query_one(&stmt, &params).await.map_err(err)?
+    };
     let count = |i| row.get::<_, i64>(i) as u64;
     let mut written = Written {
         succeeded: count(0),
         retrying: count(1),
         dead: count(2),
         cancelled: count(3),
+        released: count(4),
         fenced: 0,
     };
-    written.fenced = done.len() as u64
-        - (written.succeeded + written.retrying + written.dead + written.cancelled);
+    written.fenced = done.len() as u64 - written.total();
     Ok(written)
-}
-
-/// Gives claimed jobs that never started back to the queue at once (their
-/// attempt is not counted). Returns how many were released.
-///
-/// # Errors
-///
-/// [`ShardError`] when the shard fails; the jobs then return by lease expiry.
-pub async fn release_many(
-    shard: &Shard,
-    owner: &str,
-    jobs: &[ClaimedJob],
-) -> Result<u64, ShardError> {
-    let client = shard.client().await?;
-    let keys: Vec<i32> = jobs.iter().map(|j| j.id.shard_key).collect();
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id.id).collect();
-    let attempts: Vec<i32> = jobs.iter().map(|j| j.attempt).collect();
-    client
-        .execute(sql::JOB_RELEASE_MANY, &[&keys, &ids, &attempts, &owner])
-        .await
-        .map_err(|e| shard.query_error(e))
 }
 
 /// Extends the lease of every job `owner` holds on `shard` to `lease` from now.
@@ -250,15 +235,18 @@ pub async fn extend_leases(shard: &Shard, owner: &str, lease: Duration) -> Resul
         .map_err(|e| shard.query_error(e))
 }
 
-/// Running jobs of `owner` on `shard` whose cancellation was asked.
+/// Which of `held` (jobs of `shard` this process holds, started or not)
+/// had their cancellation asked.
 ///
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
-pub async fn cancel_requested(shard: &Shard, owner: &str) -> Result<Vec<JobId>, ShardError> {
+pub async fn cancel_requested(shard: &Shard, held: &[JobId]) -> Result<Vec<JobId>, ShardError> {
     let client = shard.client().await?;
+    let keys: Vec<i32> = held.iter().map(|j| j.shard_key).collect();
+    let ids: Vec<i64> = held.iter().map(|j| j.id).collect();
     let rows = client
-        .query(sql::JOB_CANCEL_REQUESTED, &[&owner])
+        .query(sql::JOB_CANCEL_REQUESTED, &[&keys, &ids])
         .await
         .map_err(|e| shard.query_error(e))?;
     Ok(rows

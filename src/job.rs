@@ -154,6 +154,12 @@ impl NewJob {
                     .into(),
             );
         }
+        if self.ordering_key.is_some() && self.dedup_id.is_some() {
+            return Err("a job cannot have both an ordering key and a deduplication id: the \
+                 ordering key chooses the shard, so the deduplication id could not be \
+                 checked across all shards; drop one of them"
+                .into());
+        }
         if let Some(attempts) = self.max_attempts {
             if attempts < 1 {
                 return Err(format!("max_attempts is {attempts}; it must be at least 1"));
@@ -205,8 +211,14 @@ pub struct ClaimedJob {
     pub ordering_key: Option<String>,
     /// Payload.
     pub payload: Value,
-    /// This attempt's number (1 for the first); fences the completion.
+    /// This attempt's number (1 for the first).
     pub attempt: i32,
+    /// This claim's fencing token: raised by every claim of the row, never
+    /// lowered; completions and step records are written only under it.
+    pub fence: i64,
+    /// Which claim of this process brought it (jobs of one key that came in
+    /// one claim form a run).
+    pub claim: u64,
     /// When it was enqueued (the shard's clock).
     pub created_at: SystemTime,
 }
@@ -218,6 +230,29 @@ pub enum Outcome {
     Succeeded(Value),
     /// The handler failed with this message.
     Failed(String),
+    /// Never started: give it back uncounted (to `waiting` behind its key,
+    /// or `cancelled` when its cancellation was asked).
+    Released,
+}
+
+impl Outcome {
+    /// The outcome as PostgreSQL can store it: NUL characters in an error
+    /// text are replaced, and an output holding one (jsonb cannot store
+    /// `\u0000`) turns the outcome into a failure that says so. Without this,
+    /// one such outcome fails the whole batch's write.
+    pub fn storable(self) -> Outcome {
+        match self {
+            Outcome::Succeeded(output) if has_nul(&output) => Outcome::Failed(
+                "the handler's output contains a NUL character (\\u0000), which PostgreSQL \
+                 jsonb cannot store; the output was discarded"
+                    .into(),
+            ),
+            Outcome::Failed(message) if message.contains('\0') => {
+                Outcome::Failed(message.replace('\0', "\u{FFFD}"))
+            }
+            other => other,
+        }
+    }
 }
 
 /// A finished job waiting to be written back.
@@ -227,12 +262,28 @@ pub struct Completion {
     pub id: JobId,
     /// Shard index.
     pub shard: usize,
-    /// Attempt that produced it.
-    pub attempt: i32,
+    /// The claim's fencing token.
+    pub fence: i64,
+    /// Whether the job has an ordering key (its write then takes the key lock).
+    pub keyed: bool,
     /// Result.
     pub outcome: Outcome,
     /// When the handler ended (for the completion-lag histogram).
     pub finished: std::time::Instant,
+}
+
+impl Completion {
+    /// `job`'s completion with `outcome`, made storable.
+    pub fn of(job: &ClaimedJob, outcome: Outcome) -> Completion {
+        Completion {
+            id: job.id,
+            shard: job.shard,
+            fence: job.fence,
+            keyed: job.ordering_key.is_some(),
+            outcome: outcome.storable(),
+            finished: std::time::Instant::now(),
+        }
+    }
 }
 
 #[cfg(test)]

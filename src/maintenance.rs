@@ -19,21 +19,47 @@ pub struct Recovered {
 }
 
 /// Returns up to `limit` jobs with expired leases on `shard` to the queue
-/// (attempt count kept), unless another process is doing it.
+/// (attempt count kept), unless another process is doing it. Keyed jobs go
+/// back behind their key, under its lock, and free keys are released.
 ///
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
-    let client = shard.client().await?;
-    let rows = client
-        .query(sql::JOB_RECOVER_EXPIRED, &[&maintenance_lock_key(), &limit])
+    let err = |e| shard.query_error(e);
+    let mut client = shard.client().await?;
+    let tx = client.transaction().await.map_err(err)?;
+    let gate = tx
+        .query_one(sql::RECOVERY_GATE, &[&maintenance_lock_key()])
         .await
-        .map_err(|e| shard.query_error(e))?;
+        .map_err(err)?;
+    if !gate.get::<_, bool>(0) {
+        return Ok(Recovered::default());
+    }
+    let expired = tx
+        .query(sql::JOB_FIND_EXPIRED, &[&limit])
+        .await
+        .map_err(err)?;
+    if expired.is_empty() {
+        return Ok(Recovered::default());
+    }
+    let keys: Vec<i32> = expired.iter().map(|r| r.get(0)).collect();
+    let ids: Vec<i64> = expired.iter().map(|r| r.get(1)).collect();
+    tx.execute(sql::KEYS_LOCK, &[&keys, &ids])
+        .await
+        .map_err(err)?;
+    let rows = tx
+        .query(sql::JOB_RECOVER_EXPIRED, &[&keys, &ids])
+        .await
+        .map_err(err)?;
+    tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids])
+        .await
+        .map_err(err)?;
+    tx.commit().await.map_err(err)?;
     let mut out = Recovered::default();
     for row in rows {
         match row.get::<_, &str>(0) {
-            "queued" => out.requeued += 1,
+            "queued" | "waiting" => out.requeued += 1,
             "dead" => out.dead += 1,
             _ => out.cancelled += 1,
         }

@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_lifecycle.sql",
         sql: include_str!("../migrations/0003_lifecycle.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_key_exclusion.sql",
+        sql: include_str!("../migrations/0004_key_exclusion.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -30,7 +30,7 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     let db = set.get(0).client().await.unwrap();
     db.batch_execute("ANALYZE workflow_status").await.unwrap();
     db.execute(
-        "UPDATE workflow_status SET status = 'running', owner = 'w1', attempts = 1 \
+        "UPDATE workflow_status SET status = 'running', owner = 'w1', attempts = 1, fence = 1 \
          WHERE id IN (SELECT id FROM workflow_status ORDER BY id LIMIT $1)",
         &[&RUNNING],
     )
@@ -46,7 +46,7 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     let keys: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
     let ids: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
     let n = keys.len();
-    let attempts = vec![1i32; n];
+    let fences = vec![1i64; n];
     let statuses = vec!["succeeded"; n];
     let outputs = vec![Value::Null; n];
     let errors: Vec<Option<&str>> = vec![None; n];
@@ -57,7 +57,7 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
             &[
                 &keys,
                 &ids,
-                &attempts,
+                &fences,
                 &statuses,
                 &outputs,
                 &"w1",

@@ -227,26 +227,48 @@ impl Client {
     }
 
     /// Puts a dead, failed or cancelled job back in the queue with fresh
-    /// attempts. Returns whether it did.
+    /// attempts (behind any unfinished job of its key). Returns whether it did.
     ///
     /// # Errors
     ///
-    /// When its shard fails.
+    /// [`ClientError::RetryDuplicate`] when an unfinished job of its queue
+    /// holds its deduplication id now; otherwise when its shard fails.
     pub async fn retry(&self, id: JobId) -> Result<bool, ClientError> {
-        Ok(self.change(id, sql::JOB_RETRY).await?.is_some())
+        match self.change(id, sql::JOB_RETRY).await {
+            Ok(row) => Ok(row.is_some()),
+            Err(ClientError::Shard(e))
+                if e.sqlstate() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) =>
+            {
+                Err(ClientError::RetryDuplicate(id))
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// Runs a one-job statement (`$1` shard key, `$2` id) on the job's shard.
+    /// Runs a one-job statement (`$1` shard key, `$2` id) on the job's shard,
+    /// under the job's key lock, and releases the key afterwards if the
+    /// change freed it (cancelling a retrying job, retrying an old one).
     async fn change(
         &self,
         id: JobId,
         statement: &str,
     ) -> Result<Option<tokio_postgres::Row>, ClientError> {
         let shard = self.shards.for_key(id.shard_key);
-        let client = shard.client().await?;
-        Ok(client
+        let err = |e| shard.query_error(e);
+        let mut client = shard.client().await?;
+        let tx = client.transaction().await.map_err(err)?;
+        let (keys, ids) = (vec![id.shard_key], vec![id.id]);
+        tx.execute(sql::KEYS_LOCK, &[&keys, &ids])
+            .await
+            .map_err(err)?;
+        let row = tx
             .query_opt(statement, &[&id.shard_key, &id.id])
             .await
-            .map_err(|e| shard.query_error(e))?)
+            .map_err(err)?;
+        tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids])
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(row)
     }
 }

@@ -37,6 +37,12 @@ pub enum ClientError {
         /// The job holding it.
         existing: JobId,
     },
+    /// `retry` of a job whose deduplication id an unfinished job holds now.
+    #[error(
+        "job {0} cannot be retried: another unfinished job of its queue has the same \
+         deduplication id; retry it once that job has finished, or enqueue a new job"
+    )]
+    RetryDuplicate(JobId),
     /// No job has this id.
     #[error("no job {0}")]
     NotFound(JobId),

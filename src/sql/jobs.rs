@@ -29,10 +29,11 @@ pub const JOB_INSERT_DEDUP: &str = "INSERT INTO workflow_status \
 pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
     WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running')";
 
-/// Whether queue $1 has any queued or running job on this shard.
+/// Whether queue $1 has any queued, waiting or running job on this shard.
 pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND status = 'queued') \
-    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running')";
+    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
+    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'waiting')";
 
 /// Job counts by queue and state; scheduled jobs split into `retrying` (they
 /// failed before) and `delayed`.
@@ -54,16 +55,22 @@ pub const JOB_OUTCOME: &str = "SELECT status, output, error FROM workflow_status
 
 /// Cancels a job: a waiting one at once, a running one by asking its worker.
 /// Returns the job's status after the change (no row: unknown or finished).
+/// Run between [`super::KEYS_LOCK`] and [`super::KEYS_PROMOTE`]: cancelling a
+/// retrying job releases its key.
 pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
         status = CASE WHEN status = 'running' THEN 'running' ELSE 'cancelled' END, \
         cancel_requested = (status = 'running'), \
         finished_at = CASE WHEN status = 'running' THEN NULL ELSE now() END \
-    WHERE shard_key = $1 AND id = $2 AND status IN ('scheduled', 'queued', 'running') \
+    WHERE shard_key = $1 AND id = $2 \
+        AND status IN ('waiting', 'scheduled', 'queued', 'running') \
     RETURNING status";
 
-/// Puts a dead, failed or cancelled job back in the queue with fresh attempts.
-/// Returns a row when it did.
-pub const JOB_RETRY: &str = "UPDATE workflow_status SET status = 'queued', attempts = 0, \
-        run_at = now(), finished_at = NULL, cancel_requested = false \
+/// Puts a dead, failed or cancelled job back with fresh attempts: `queued`,
+/// or `waiting` behind its key. Returns a row when it did. Run between
+/// [`super::KEYS_LOCK`] and [`super::KEYS_PROMOTE`], which queues it when its
+/// key is free.
+pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
+        status = CASE WHEN ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
+        attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false \
     WHERE shard_key = $1 AND id = $2 AND status IN ('dead', 'failed', 'cancelled') \
     RETURNING id";

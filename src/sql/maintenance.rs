@@ -9,26 +9,34 @@ pub const PROMOTION_SLOT: i32 = 1;
 /// See [`RECOVERY_SLOT`].
 pub const RETENTION_SLOT: i32 = 2;
 
-/// Returns up to $2 jobs whose lease expired (owner crashed or hung) to the
-/// queue with their attempt count kept; a job on its last attempt becomes
-/// `dead` with the reason as its error, a cancelled one `cancelled`. Needs lock
-/// ($1, RECOVERY_SLOT). Returns the new status of each row.
-pub const JOB_RECOVER_EXPIRED: &str = "WITH gate AS MATERIALIZED ( \
-        SELECT pg_try_advisory_xact_lock($1::int, 0) AS got \
-    ), expired AS ( \
-        SELECT shard_key, id FROM workflow_status \
-        WHERE status = 'running' AND lease_expires_at < now() AND (SELECT got FROM gate) \
-        ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED \
-    ) \
-    UPDATE workflow_status w SET \
+/// Takes the recovery slot ($1, RECOVERY_SLOT) for this transaction; false
+/// when another process is recovering this shard.
+pub const RECOVERY_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, 0)";
+
+/// Up to $1 running jobs whose lease expired (owner crashed or hung), oldest
+/// first. Read without row locks: the key locks come next, and a row lock
+/// held while waiting for them could deadlock with a completion.
+pub const JOB_FIND_EXPIRED: &str = "SELECT shard_key, id FROM workflow_status \
+    WHERE status = 'running' AND lease_expires_at < now() \
+    ORDER BY lease_expires_at LIMIT $1";
+
+/// Returns the expired jobs among ($1, $2) to the queue with their attempt
+/// count kept (`waiting` behind their key when they have one); a job on its
+/// last attempt becomes `dead` with the reason as its error, a cancelled one
+/// `cancelled`. Re-checks the expiry on each row's latest version. Returns
+/// the new status of each row.
+pub const JOB_RECOVER_EXPIRED: &str = "UPDATE workflow_status w SET \
         status = CASE WHEN w.cancel_requested THEN 'cancelled' \
-            WHEN w.attempts >= w.max_attempts THEN 'dead' ELSE 'queued' END, \
+            WHEN w.attempts >= w.max_attempts THEN 'dead' \
+            WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
         error = CASE WHEN w.attempts >= w.max_attempts \
             THEN 'lease expired on attempt ' || w.attempts || ' of ' || w.max_attempts \
                 || ' (the worker crashed or hung)' ELSE w.error END, \
         finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts THEN now() END, \
         owner = NULL, lease_expires_at = NULL \
-    FROM expired WHERE w.shard_key = expired.shard_key AND w.id = expired.id \
+    FROM unnest($1::int[], $2::bigint[]) AS e(shard_key, id) \
+    WHERE w.shard_key = e.shard_key AND w.id = e.id \
+        AND w.status = 'running' AND w.lease_expires_at < now() \
     RETURNING w.status";
 
 /// Makes up to $2 scheduled jobs whose time has come ready. Needs lock

@@ -7,7 +7,7 @@
 
 use super::Pipeline;
 use crate::dequeue;
-use crate::job::Completion;
+use crate::job::{Completion, Outcome};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -60,6 +60,10 @@ pub(crate) async fn run(
         tokio::select! {
             received = input.recv() => match received {
                 Some(done) => {
+                    // The job has left the buffer: its room goes back now, so
+                    // that writes stuck on one shard never stop claims on
+                    // the others (a waiting completion is a few bytes).
+                    completer.pipeline.room.add_permits(1);
                     let shard = done.shard;
                     completer.pending[shard].push(done);
                     if completer.pending[shard].len() >= batch {
@@ -109,10 +113,11 @@ impl Completer {
     }
 }
 
-/// Writes one shard's batch, retrying with backoff while the shard is down.
-/// The batch's room in the buffer is given back after the first attempt, so a
-/// dead shard's completions (bounded: it gets no new claims) do not stop the
-/// process from claiming on the other shards.
+/// Writes one shard's batch, retrying with backoff while the shard fails for
+/// a passing reason. A write refused for its data (SQLSTATE class 22 or 23,
+/// say a row a constraint rejects) is split to find the rows it fails on;
+/// each such job is written as failed with the reason, and the rest as they
+/// were. The jobs are let go of (their leases no longer extended) once written.
 async fn write_with_retry(
     pipeline: Arc<Pipeline>,
     shard_index: usize,
@@ -121,30 +126,32 @@ async fn write_with_retry(
     _permit: OwnedSemaphorePermit,
 ) {
     let shard = pipeline.shards.get(shard_index);
-    let stats = &pipeline.stats;
-    let mut room_returned = false;
     let mut delay = FIRST_RETRY_DELAY;
-    loop {
+    let mut todo = vec![part];
+    while let Some(part) = todo.pop() {
         let retry = pipeline.config.worker.retry_backoff;
         let result = dequeue::complete_many(shard, &pipeline.owner, retry, &part).await;
-        if !room_returned {
-            pipeline.room.add_permits(part.len());
-            room_returned = true;
-        }
         match result {
             Ok(written) => {
-                stats.add_written(&written);
-                stats.metrics.shards[shard_index].completed.fetch_add(
-                    part.len() as u64 - written.fenced,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                stats
-                    .metrics
-                    .record_completion_lags(part.iter().map(|c| c.finished.elapsed()));
-                if written.fenced > 0 {
-                    tracing::warn!(shard = %shard.name, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");
+                record_written(&pipeline, shard_index, &part, &written);
+                pipeline.forget(part.iter().map(|c| c.id));
+                delay = FIRST_RETRY_DELAY;
+            }
+            Err(err) if err.is_permanent() => {
+                let error = crate::error_chain(&err);
+                match split_or_fail(part, &error) {
+                    Ok((left, right)) => {
+                        todo.push(right);
+                        todo.push(left);
+                    }
+                    Err(Some(failed)) => {
+                        tracing::warn!(shard = %shard.name, job = %failed.id, %error, "outcome refused by the database; writing the job as failed");
+                        todo.push(vec![failed]);
+                    }
+                    Err(None) => {
+                        tracing::error!(shard = %shard.name, %error, "even a failure could not be written; the job returns when its lease expires");
+                    }
                 }
-                return;
             }
             Err(err) => {
                 tracing::warn!(
@@ -162,7 +169,50 @@ async fn write_with_retry(
                     _ = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(MAX_RETRY_DELAY);
+                todo.push(part);
             }
         }
+    }
+}
+
+/// After a permanent refusal of `part`: its two halves to write apart, or,
+/// for a single job, that job as failed with `error` (`Err(Some)`), or
+/// nothing left to try when it already was a failure report (`Err(None)`),
+/// so that the job is let go and comes back by lease expiry.
+fn split_or_fail(
+    mut part: Vec<Completion>,
+    error: &str,
+) -> Result<(Vec<Completion>, Vec<Completion>), Option<Completion>> {
+    if part.len() > 1 {
+        let right = part.split_off(part.len() / 2);
+        return Ok((part, right));
+    }
+    let mut one = part.pop().ok_or(None)?;
+    let message = format!("the database refused this job's outcome: {error}");
+    if matches!(&one.outcome, Outcome::Failed(m) if m.starts_with("the database refused")) {
+        return Err(None);
+    }
+    one.outcome = Outcome::Failed(message).storable();
+    Err(Some(one))
+}
+
+fn record_written(
+    pipeline: &Pipeline,
+    shard_index: usize,
+    part: &[Completion],
+    written: &dequeue::Written,
+) {
+    let stats = &pipeline.stats;
+    stats.add_written(written);
+    stats.metrics.shards[shard_index].completed.fetch_add(
+        part.len() as u64 - written.fenced,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    stats
+        .metrics
+        .record_completion_lags(part.iter().map(|c| c.finished.elapsed()));
+    if written.fenced > 0 {
+        let shard = &pipeline.shards.get(shard_index).name;
+        tracing::warn!(shard = %shard, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");
     }
 }

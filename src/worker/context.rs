@@ -64,6 +64,7 @@ pub struct JobContext {
     pub payload: Value,
     /// This attempt's number, from 1.
     pub attempt: i32,
+    pub(crate) fence: i64,
     pub(crate) shard: Shard,
     pub(crate) owner: Arc<str>,
     pub(crate) cancel: CancellationToken,
@@ -140,7 +141,7 @@ impl JobContext {
                     &name,
                     &value,
                     &owner,
-                    &self.attempt,
+                    &self.fence,
                 ],
             )
             .await

@@ -5,6 +5,7 @@
 use super::context::JobContext;
 use super::Pipeline;
 use crate::job::{ClaimedJob, Completion, Outcome};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +20,7 @@ pub(crate) async fn run_slot(
     completions: mpsc::UnboundedSender<Completion>,
     stop: CancellationToken,
 ) -> mpsc::UnboundedReceiver<ClaimedJob> {
+    let mut held_back = HeldBack::default();
     loop {
         // Biased: stop first, then keyed work, so a key's queue never waits
         // behind unkeyed jobs that other slots could take.
@@ -29,47 +31,94 @@ pub(crate) async fn run_slot(
             Ok(job) = shared.recv() => job,
             else => return own,
         };
-        let completion = execute(&pipeline, job).await;
+        let completion = if held_back.holds(&job) {
+            Completion::of(&job, Outcome::Released)
+        } else {
+            let key = job.ordering_key.clone().map(|k| (k, job.claim));
+            let done = execute(&pipeline, job).await;
+            if let (Some(key), Outcome::Failed(_)) = (key, &done.outcome) {
+                held_back.failed(key);
+            }
+            done
+        };
         if completions.send(completion).is_err() {
             return own;
         }
     }
 }
 
+/// Keys whose run failed in this slot: the rest of that run (the jobs of the
+/// key that came in the same claim) is released unstarted, so the key's
+/// later jobs wait behind the failed one's retry instead of overtaking it.
+#[derive(Default)]
+struct HeldBack {
+    /// Key → the claim whose run failed.
+    failed: HashMap<String, u64>,
+}
+
+/// More failed runs than this remembered at once means something is badly
+/// wrong; forgetting them only risks running a failed run's tail.
+const HELD_BACK_LIMIT: usize = 4096;
+
+impl HeldBack {
+    fn failed(&mut self, (key, claim): (String, u64)) {
+        if self.failed.len() >= HELD_BACK_LIMIT {
+            self.failed.clear();
+        }
+        self.failed.insert(key, claim);
+    }
+
+    /// Whether `job` belongs to a run that failed; forgets older runs of its key.
+    fn holds(&mut self, job: &ClaimedJob) -> bool {
+        let Some(key) = &job.ordering_key else {
+            return false;
+        };
+        match self.failed.get(key) {
+            Some(&claim) if claim == job.claim => true,
+            Some(_) => {
+                self.failed.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 /// Runs one job's handler and turns the result into a completion. While it
-/// runs, the job's cancellation token is findable by the leaser.
+/// runs, the job's cancellation token is the one the leaser cancels; a job
+/// whose cancellation was asked before it started is released instead (and
+/// written as cancelled).
 pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion {
-    let cancel = CancellationToken::new();
-    pipeline.running_insert(job.id, cancel.clone());
+    let cancel = pipeline.cancel_token(job.id);
+    if cancel.is_cancelled() {
+        return Completion::of(&job, Outcome::Released);
+    }
     if let Ok(waited) = std::time::SystemTime::now().duration_since(job.created_at) {
         pipeline.stats.metrics.record_pickup(waited);
     }
+    let mut done = Completion::of(&job, Outcome::Released);
     let ctx = JobContext {
         id: job.id,
         queue: job.queue,
         ordering_key: job.ordering_key,
         payload: job.payload,
         attempt: job.attempt,
+        fence: job.fence,
         shard: pipeline.shards.get(job.shard).clone(),
         owner: pipeline.owner.clone(),
         cancel,
     };
     let result = run_with_timeout(pipeline, job.handler, ctx).await;
-    pipeline.running_remove(job.id);
-    let outcome = match result {
+    done.outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
         Err(message) => {
-            tracing::debug!(job = %job.id, error = %message, "job failed");
+            tracing::debug!(job = %done.id, error = %message, "job failed");
             Outcome::Failed(message)
         }
-    };
-    Completion {
-        id: job.id,
-        shard: job.shard,
-        attempt: job.attempt,
-        outcome,
-        finished: std::time::Instant::now(),
     }
+    .storable();
+    done.finished = std::time::Instant::now();
+    done
 }
 
 /// Runs the handler as its own task, so that one that never returns can be

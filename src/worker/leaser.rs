@@ -2,7 +2,8 @@
 //! running, or waiting to be written) alive, one statement per shard, every
 //! third of the lease. A process that dies stops extending, and its jobs are
 //! recovered once their leases expire. It also asks each shard, every second,
-//! which of this process's running jobs were cancelled, and tells their handlers.
+//! which of the jobs this process holds were cancelled: a running handler is
+//! told, an unstarted job is released (and written as cancelled) instead of run.
 
 use super::Pipeline;
 use crate::dequeue;
@@ -53,11 +54,12 @@ async fn upkeep_shard(
             tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
         }
     }
-    if pipeline.running.lock().expect("running map").is_empty() {
+    let held = pipeline.held_on(shard.index);
+    if held.is_empty() {
         return;
     }
-    match dequeue::cancel_requested(shard, &pipeline.owner).await {
-        Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_running(id)),
+    match dequeue::cancel_requested(shard, &held).await {
+        Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_held(id)),
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
         }

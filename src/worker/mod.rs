@@ -48,13 +48,24 @@ pub(crate) struct Pipeline {
     pub targets: Vec<(usize, String)>,
     /// Unique per worker run; written on claimed rows; fences completions.
     pub owner: Arc<str>,
-    /// Cancellation tokens of the jobs whose handlers are running.
-    pub running: Mutex<HashMap<crate::job::JobId, CancellationToken>>,
+    /// Every job this process holds (claimed, until its outcome is written),
+    /// with the shard it is on and its cancellation token: the leaser asks
+    /// the shards about exactly these, and a cancelled one that has not
+    /// started never does.
+    pub held: Mutex<HashMap<crate::job::JobId, Held>>,
+    /// Claims made so far: numbers each claim (see [`crate::job::ClaimedJob::claim`]).
+    pub claims: std::sync::atomic::AtomicU64,
     /// Room for claimed-but-unfinished jobs (bounds memory).
     pub room: Arc<Semaphore>,
     /// The dequeue slots and busy backoff shared by this process's producers.
     pub gate: LocalGate,
     pub stats: Arc<Stats>,
+}
+
+/// A job held by this process.
+pub(crate) struct Held {
+    pub shard: usize,
+    pub cancel: CancellationToken,
 }
 
 /// A worker over a set of shards.
@@ -157,7 +168,8 @@ impl Worker {
             registry: Arc::new(self.registry),
             targets,
             owner,
-            running: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
+            claims: std::sync::atomic::AtomicU64::new(0),
             stats: self.stats.clone(),
         });
         tracing::info!(owner = %pipeline.owner, shards = pipeline.shards.len(), serial = self.serial, "worker started");
@@ -194,19 +206,51 @@ impl Worker {
 }
 
 impl Pipeline {
-    fn running_insert(&self, id: crate::job::JobId, token: CancellationToken) {
-        self.running.lock().expect("running map").insert(id, token);
+    /// Starts holding `job`: from its claim until its outcome is written.
+    fn hold(&self, job: &crate::job::ClaimedJob) {
+        let held = Held {
+            shard: job.shard,
+            cancel: CancellationToken::new(),
+        };
+        self.held.lock().expect("held map").insert(job.id, held);
     }
 
-    fn running_remove(&self, id: crate::job::JobId) {
-        self.running.lock().expect("running map").remove(&id);
+    /// The cancellation token of held job `id`.
+    fn cancel_token(&self, id: crate::job::JobId) -> CancellationToken {
+        let held = self.held.lock().expect("held map");
+        held.get(&id)
+            .map_or_else(CancellationToken::new, |h| h.cancel.clone())
     }
 
-    /// Tells the running handler of `id`, if any, that its job was cancelled.
-    fn cancel_running(&self, id: crate::job::JobId) {
-        if let Some(token) = self.running.lock().expect("running map").get(&id) {
-            token.cancel();
+    /// Stops holding these jobs (their outcomes are written or given up).
+    fn forget(&self, ids: impl IntoIterator<Item = crate::job::JobId>) {
+        let mut held = self.held.lock().expect("held map");
+        for id in ids {
+            held.remove(&id);
         }
+    }
+
+    /// The held jobs on shard `shard`.
+    fn held_on(&self, shard: usize) -> Vec<crate::job::JobId> {
+        let held = self.held.lock().expect("held map");
+        held.iter()
+            .filter(|(_, h)| h.shard == shard)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Tells held job `id` that its cancellation was asked: a running handler
+    /// sees it; an unstarted job is released instead of started.
+    fn cancel_held(&self, id: crate::job::JobId) {
+        if let Some(held) = self.held.lock().expect("held map").get(&id) {
+            held.cancel.cancel();
+        }
+    }
+
+    /// A new claim's number.
+    fn next_claim(&self) -> u64 {
+        self.claims
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -245,7 +289,6 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
             claiming.clone(),
         ));
     }
-    drop(completions_tx);
     let abandon = CancellationToken::new();
     let completer = tokio::spawn(completer::run(
         pipeline.clone(),
@@ -289,33 +332,15 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
     while let Ok(job) = shared_rx.try_recv() {
         unstarted.push(job);
     }
-    release(pipeline, unstarted).await;
+    // Unstarted jobs go back through the completer (released, or cancelled
+    // when that was asked), so other workers can take them at once.
+    tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");
+    for job in unstarted {
+        let _ = completions_tx.send(crate::job::Completion::of(&job, crate::job::Outcome::Released));
+    }
+    drop(completions_tx);
     if tokio::time::timeout(grace, completer).await.is_err() {
         abandon.cancel();
-    }
-}
-
-/// Gives claimed jobs that never started back to their queues, one statement
-/// per shard, so other workers can take them at once.
-async fn release(pipeline: &Pipeline, jobs: Vec<crate::job::ClaimedJob>) {
-    let mut per_shard: Vec<Vec<crate::job::ClaimedJob>> = vec![Vec::new(); pipeline.shards.len()];
-    for job in jobs {
-        per_shard[job.shard].push(job);
-    }
-    for (index, part) in per_shard.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
-        let shard = pipeline.shards.get(index);
-        match crate::dequeue::release_many(shard, &pipeline.owner, part).await {
-            Ok(n) => {
-                Stats::add(&pipeline.stats.released, n);
-                tracing::info!(shard = %shard.name, jobs = n, "released unstarted jobs");
-            }
-            Err(err) => tracing::warn!(
-                shard = %shard.name,
-                jobs = part.len(),
-                error = %crate::error_chain(&err),
-                "release failed; the jobs return when their leases expire"
-            ),
-        }
     }
 }
 

@@ -130,7 +130,10 @@ async fn claim_somewhere(
                 drop(entered);
                 rotation.claimed(target);
                 let n = jobs.len();
-                for job in jobs {
+                let claim = pipeline.next_claim();
+                for mut job in jobs {
+                    job.claim = claim;
+                    pipeline.hold(&job);
                     dispatch.send(job);
                 }
                 return Some(n);

@@ -45,10 +45,14 @@ pub(crate) async fn run(
             Ok(Claim::Jobs(jobs)) => {
                 rotation.claimed(target);
                 for job in jobs {
+                    pipeline.hold(&job);
+                    let id = job.id;
                     let done = executor::execute(&pipeline, job).await;
                     let done_at = done.finished;
                     let retry = pipeline.config.worker.retry_backoff;
-                    match dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await {
+                    let written = dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await;
+                    pipeline.forget([id]);
+                    match written {
                         Ok(w) => {
                             stats.add_written(&w);
                             Stats::add(&stats.metrics.shards[*shard_index].completed, 1 - w.fenced);

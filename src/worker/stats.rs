@@ -118,6 +118,7 @@ impl Stats {
         Self::add(&self.retrying, w.retrying);
         Self::add(&self.dead, w.dead);
         Self::add(&self.cancelled, w.cancelled);
+        Self::add(&self.released, w.released);
         Self::add(&self.fenced, w.fenced);
     }
 

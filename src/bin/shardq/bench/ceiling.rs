@@ -133,16 +133,9 @@ async fn drain(shard: Shard, owner: String, retry: Backoff) -> Result<Drained> {
             // Ungated claims never see a busy slot; empty means drained.
             Claim::Empty | Claim::Busy => return Ok(done),
         };
-        let finished = Instant::now();
         let completions: Vec<Completion> = jobs
-            .into_iter()
-            .map(|job| Completion {
-                id: job.id,
-                shard: job.shard,
-                attempt: job.attempt,
-                outcome: Outcome::Succeeded(Value::Null),
-                finished,
-            })
+            .iter()
+            .map(|job| Completion::of(job, Outcome::Succeeded(Value::Null)))
             .collect();
         let sent = Instant::now();
         let written = dequeue::complete_many(&shard, &owner, retry, &completions).await?;

@@ -1,0 +1,235 @@
+-- Per-key ordering that no interleaving can break, without head-of-line stalls.
+--
+-- Ordering is per (queue, ordering key): the jobs of one key in one queue run
+-- one at a time, in id order among the jobs committed when the key is taken.
+--
+-- States of a keyed job: 'queued' (ready, in the keyed dequeue index),
+-- 'waiting' (parked behind another job of its key: not in any dequeue index,
+-- so it never stands in front of runnable jobs), 'running', 'scheduled'.
+-- A key is *held* while one of its jobs is running or scheduled (retrying or
+-- delayed); a held key's queued jobs are parked as 'waiting' by the first
+-- claim that meets them, and when the key is released its lowest waiting job
+-- is queued again.
+--
+-- Every change to a key's jobs happens under the key's transaction-level
+-- advisory lock (`shardq_key_lock`), taken *before* the statement that reads
+-- the key's state, so that statement's snapshot sees every earlier change:
+-- claims only try the lock (a claim never waits), everything else (complete,
+-- release, recover, cancel, retry) waits for it, taking its keys in sorted
+-- order. Enqueue takes no key lock: a new job is 'queued' and the claim that
+-- meets it decides.
+
+ALTER TABLE workflow_status DROP CONSTRAINT workflow_status_status_check;
+ALTER TABLE workflow_status ADD CONSTRAINT workflow_status_status_check
+    CHECK (status IN ('waiting', 'scheduled', 'queued', 'running',
+                      'succeeded', 'failed', 'dead', 'cancelled'));
+
+-- Fencing token: raised by every claim, never lowered (attempts is lowered by
+-- a release and reset by a retry, so it cannot fence).
+ALTER TABLE workflow_status ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+UPDATE workflow_status SET fence = attempts WHERE attempts > 0;
+
+-- Two dequeue indexes: unkeyed ready jobs are claimed with SKIP LOCKED as
+-- before; keyed ready jobs (key heads) are read apart, so keyed jobs never
+-- crowd unkeyed ones out of a claim's candidates.
+DROP INDEX workflow_status_dequeue;
+CREATE INDEX workflow_status_dequeue
+    ON workflow_status (queue, priority, id)
+    WHERE status = 'queued' AND ordering_key IS NULL;
+CREATE INDEX workflow_status_dequeue_keyed
+    ON workflow_status (queue, priority, id)
+    WHERE status = 'queued' AND ordering_key IS NOT NULL;
+
+-- One key's unfinished jobs by state, in id order: every per-key question
+-- (is it held? its lowest waiting job? its next jobs?) is one range probe.
+DROP INDEX workflow_status_key_order;
+CREATE INDEX workflow_status_key
+    ON workflow_status (queue, ordering_key, status, id)
+    WHERE ordering_key IS NOT NULL
+      AND status IN ('waiting', 'queued', 'running', 'scheduled');
+
+-- The advisory lock of one (queue, ordering key). The one-bigint lock space
+-- does not overlap the (int, int) space of the dequeue and maintenance slots.
+CREATE FUNCTION shardq_key_lock(p_queue text, p_key text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT hashtextextended(p_queue || chr(31) || p_key, 7) $$;
+
+-- Waits for the key locks of these jobs' keys, in sorted order (so two
+-- lockers never deadlock).
+CREATE FUNCTION shardq_lock_keys(p_sk int[], p_id bigint[]) RETURNS void
+    LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(l) FROM (
+        SELECT DISTINCT shardq_key_lock(w.queue, w.ordering_key) AS l
+        FROM unnest(p_sk, p_id) AS j(shard_key, id)
+        JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
+        WHERE w.ordering_key IS NOT NULL
+        ORDER BY 1) sorted;
+END $$;
+
+-- Releases the keys of these jobs: a key with nothing running, scheduled or
+-- queued gets its lowest waiting job queued. Call with the keys locked, in a
+-- statement after the one that changed them. Returns how many were queued.
+CREATE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURNS integer
+    LANGUAGE plpgsql AS $$
+DECLARE
+    promoted integer;
+BEGIN
+    WITH keys AS (
+        SELECT DISTINCT w.queue, w.ordering_key
+        FROM unnest(p_sk, p_id) AS j(shard_key, id)
+        JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
+        WHERE w.ordering_key IS NOT NULL
+    ), released AS (
+        SELECT k.queue, k.ordering_key FROM keys k
+        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
+                          WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                            AND a.status IN ('running', 'scheduled', 'queued'))
+    ), heads AS (
+        SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
+            SELECT w.shard_key, w.id FROM workflow_status w
+            WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
+              AND w.status = 'waiting'
+            ORDER BY w.id LIMIT 1) n
+    )
+    UPDATE workflow_status w SET status = 'queued'
+    FROM heads h
+    WHERE w.shard_key = h.shard_key AND w.id = h.id AND w.status = 'waiting';
+    GET DIAGNOSTICS promoted = ROW_COUNT;
+    RETURN promoted;
+END $$;
+
+-- The claim, in one round trip. Tries dequeue slots 0..p_slots-1 (none when
+-- p_slots = 0: ungated) and stops at the first it gets; then claims up to
+-- p_limit ready jobs of p_queue for p_owner with a lease of p_lease_ms.
+--
+-- Unkeyed ready jobs are locked with SKIP LOCKED. Keyed ready jobs (heads)
+-- are locked the same way; for each of their keys the claim *tries* the key
+-- lock (taken by someone else: leave the head for a later claim), then, in a
+-- new statement whose snapshot sees every change made under that lock, asks
+-- whether the key is held. A free key is claimed as a run: its queued and
+-- waiting jobs in id order, up to the room left, cut at the first row some
+-- other claim has locked. A held key's heads are parked ('waiting'), so no
+-- later claim meets them again. A round that claims nothing but parks
+-- something scans again (at most four rounds).
+--
+-- Returns one row per claimed job in id order, or one row with a NULL id:
+-- got_slot = 0 means every slot was busy; 1 means a slot was taken.
+CREATE FUNCTION shardq_claim(p_lock_class int, p_slots int, p_queue text,
+                             p_limit int, p_owner text, p_lease_ms bigint)
+RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
+               ordering_key text, priority int, payload jsonb, attempts int,
+               fence bigint, queue text, created_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    c_sk int[]; c_id bigint[]; c_key text[];   -- ready jobs considered, in dequeue order
+    t_sk int[]; t_id bigint[];                 -- jobs to claim
+    locked text[];                             -- keys whose lock this claim holds
+    free text[];                               -- locked keys that are not held
+    room int;
+    parked int;
+    round int := 0;
+BEGIN
+    IF p_slots > 0 AND NOT EXISTS (
+            SELECT 1 FROM generate_series(0, p_slots - 1) AS s
+            WHERE pg_try_advisory_xact_lock(p_lock_class, s)) THEN
+        RETURN QUERY SELECT 0, NULL::int, NULL::bigint, NULL::text, NULL::text, NULL::int,
+            NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    LOOP
+        round := round + 1;
+        WITH unkeyed AS MATERIALIZED (
+            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), keyed AS MATERIALIZED (
+            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), considered AS (
+            SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
+            ORDER BY priority, id LIMIT p_limit
+        )
+        SELECT coalesce(array_agg(c.shard_key ORDER BY c.priority, c.id), '{}'),
+               coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}'),
+               coalesce(array_agg(c.ordering_key ORDER BY c.priority, c.id), '{}')
+        INTO c_sk, c_id, c_key FROM considered c;
+
+        SELECT coalesce(array_agg(d.k ORDER BY d.first), '{}') INTO locked FROM (
+            SELECT t.k, min(t.o) AS first FROM unnest(c_key) WITH ORDINALITY AS t(k, o)
+            WHERE t.k IS NOT NULL GROUP BY t.k) d
+        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
+
+        -- A new statement: its snapshot sees all that was done under the key locks.
+        SELECT coalesce(array_agg(t.k ORDER BY t.o), '{}') INTO free
+        FROM unnest(locked) WITH ORDINALITY AS t(k, o)
+        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
+                          WHERE a.queue = p_queue AND a.ordering_key = t.k
+                            AND a.status IN ('running', 'scheduled'));
+
+        room := p_limit - (SELECT count(*) FROM unnest(c_key) AS k WHERE k IS NULL);
+
+        WITH f AS (
+            SELECT t.k, t.o FROM unnest(free) WITH ORDINALITY AS t(k, o)
+        ), pending AS MATERIALIZED (
+            SELECT f.k, f.o, p.shard_key, p.id,
+                   row_number() OVER (PARTITION BY f.k ORDER BY p.id) AS rn
+            FROM f CROSS JOIN LATERAL (
+                SELECT u.shard_key, u.id FROM (
+                    (SELECT w.shard_key, w.id FROM workflow_status w
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
+                     ORDER BY w.id LIMIT room)
+                    UNION ALL
+                    (SELECT w.shard_key, w.id FROM workflow_status w
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
+                     ORDER BY w.id LIMIT room)) u
+                ORDER BY u.id LIMIT room) p
+        ), got AS MATERIALIZED (
+            SELECT w.shard_key, w.id FROM workflow_status w
+            WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
+              AND w.status IN ('queued', 'waiting')
+            FOR UPDATE SKIP LOCKED
+        ), cut AS (
+            SELECT p.k, coalesce(min(p.rn) FILTER (WHERE g.id IS NULL), 9223372036854775807) AS gap
+            FROM pending p LEFT JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
+            GROUP BY p.k
+        ), runs AS (
+            SELECT p.shard_key, p.id FROM pending p JOIN cut ON cut.k = p.k
+            WHERE p.rn < cut.gap
+            ORDER BY p.rn, p.o LIMIT greatest(room, 0)
+        ), take AS (
+            SELECT t.shard_key, t.id FROM unnest(c_sk, c_id, c_key) AS t(shard_key, id, k)
+            WHERE t.k IS NULL
+            UNION ALL
+            SELECT r.shard_key, r.id FROM runs r
+        )
+        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}')
+        INTO t_sk, t_id FROM take x;
+
+        -- Park the heads of locked keys that this claim does not take.
+        UPDATE workflow_status w SET status = 'waiting'
+        FROM unnest(c_sk, c_id, c_key) AS t(shard_key, id, k)
+        WHERE t.k = ANY (locked) AND w.shard_key = t.shard_key AND w.id = t.id
+          AND w.status = 'queued' AND NOT (t.id = ANY (t_id));
+        GET DIAGNOSTICS parked = ROW_COUNT;
+
+        EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
+    END LOOP;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE workflow_status w SET status = 'running', owner = p_owner,
+            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+        FROM unnest(t_sk, t_id) AS t(shard_key, id)
+        WHERE w.shard_key = t.shard_key AND w.id = t.id
+        RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+                  w.attempts, w.fence, w.queue, w.created_at
+    )
+    SELECT 1, c.shard_key, c.id, c.handler, c.ordering_key, c.priority, c.payload,
+           c.attempts, c.fence, c.queue, c.created_at
+    FROM (SELECT 1) AS one LEFT JOIN claimed c ON true
+    ORDER BY c.id;
+END $$;

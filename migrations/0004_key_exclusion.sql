@@ -103,15 +103,18 @@ END $$;
 -- p_slots = 0: ungated) and stops at the first it gets; then claims up to
 -- p_limit ready jobs of p_queue for p_owner with a lease of p_lease_ms.
 --
--- Unkeyed ready jobs are locked with SKIP LOCKED. Keyed ready jobs (heads)
--- are locked the same way; for each of their keys the claim *tries* the key
--- lock (taken by someone else: leave the head for a later claim), then, in a
--- new statement whose snapshot sees every change made under that lock, asks
--- whether the key is held. A free key is claimed as a run: its queued and
--- waiting jobs in id order, up to the room left, cut at the first row some
--- other claim has locked. A held key's heads are parked ('waiting'), so no
--- later claim meets them again. A round that claims nothing but parks
--- something scans again (at most four rounds).
+-- Unkeyed ready jobs are locked with SKIP LOCKED, as are keyed ready jobs
+-- (heads), read apart so blocked keyed jobs never take an unkeyed job's
+-- place. For each head's key the claim *tries* the key lock (someone else
+-- has it: leave the head for a later claim), then, in a new statement whose
+-- snapshot sees every change made under that lock, asks whether the key is
+-- held. A free key is claimed as a run: its queued and waiting jobs in id
+-- order, cut at the first row another claim has locked. The jobs taken are
+-- the first p_limit of the unkeyed jobs and the runs, in dequeue order of
+-- the unkeyed job or the run's head (a run is cut, never split). The queued
+-- jobs of every key held now (blocked, or taken by this claim) are parked
+-- as 'waiting', so no later claim meets them again. A round that takes
+-- nothing but parks something scans again (at most four rounds).
 --
 -- Returns one row per claimed job in id order, or one row with a NULL id:
 -- got_slot = 0 means every slot was busy; 1 means a slot was taken.
@@ -123,11 +126,11 @@ RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    c_sk int[]; c_id bigint[]; c_key text[];   -- ready jobs considered, in dequeue order
-    t_sk int[]; t_id bigint[];                 -- jobs to claim
-    locked text[];                             -- keys whose lock this claim holds
-    free text[];                               -- locked keys that are not held
-    room int;
+    c_sk int[]; c_id bigint[]; c_key text[];  -- ready jobs met, in dequeue order
+    l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
+    f_key text[]; f_pos bigint[];             -- locked keys nothing holds
+    t_sk int[]; t_id bigint[];                -- jobs to claim
+    held text[];                              -- keys held once this claim commits
     parked int;
     round int := 0;
 BEGIN
@@ -148,44 +151,42 @@ BEGIN
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), considered AS (
+        ), met AS (
             SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
-            ORDER BY priority, id LIMIT p_limit
         )
-        SELECT coalesce(array_agg(c.shard_key ORDER BY c.priority, c.id), '{}'),
-               coalesce(array_agg(c.id ORDER BY c.priority, c.id), '{}'),
-               coalesce(array_agg(c.ordering_key ORDER BY c.priority, c.id), '{}')
-        INTO c_sk, c_id, c_key FROM considered c;
+        SELECT coalesce(array_agg(m.shard_key ORDER BY m.priority, m.id), '{}'),
+               coalesce(array_agg(m.id ORDER BY m.priority, m.id), '{}'),
+               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
+        INTO c_sk, c_id, c_key FROM met m;
 
-        SELECT coalesce(array_agg(d.k ORDER BY d.first), '{}') INTO locked FROM (
-            SELECT t.k, min(t.o) AS first FROM unnest(c_key) WITH ORDINALITY AS t(k, o)
+        SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
+               coalesce(array_agg(d.pos ORDER BY d.pos), '{}')
+        INTO l_key, l_pos FROM (
+            SELECT t.k, min(t.pos) AS pos FROM unnest(c_key) WITH ORDINALITY AS t(k, pos)
             WHERE t.k IS NOT NULL GROUP BY t.k) d
         WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
 
         -- A new statement: its snapshot sees all that was done under the key locks.
-        SELECT coalesce(array_agg(t.k ORDER BY t.o), '{}') INTO free
-        FROM unnest(locked) WITH ORDINALITY AS t(k, o)
+        SELECT coalesce(array_agg(t.k ORDER BY t.pos), '{}'),
+               coalesce(array_agg(t.pos ORDER BY t.pos), '{}')
+        INTO f_key, f_pos FROM unnest(l_key, l_pos) AS t(k, pos)
         WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
                           WHERE a.queue = p_queue AND a.ordering_key = t.k
                             AND a.status IN ('running', 'scheduled'));
 
-        room := p_limit - (SELECT count(*) FROM unnest(c_key) AS k WHERE k IS NULL);
-
-        WITH f AS (
-            SELECT t.k, t.o FROM unnest(free) WITH ORDINALITY AS t(k, o)
-        ), pending AS MATERIALIZED (
-            SELECT f.k, f.o, p.shard_key, p.id,
+        WITH pending AS MATERIALIZED (
+            SELECT f.k, f.pos, p.shard_key, p.id,
                    row_number() OVER (PARTITION BY f.k ORDER BY p.id) AS rn
-            FROM f CROSS JOIN LATERAL (
+            FROM unnest(f_key, f_pos) AS f(k, pos) CROSS JOIN LATERAL (
                 SELECT u.shard_key, u.id FROM (
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
-                     ORDER BY w.id LIMIT room)
+                     ORDER BY w.id LIMIT p_limit)
                     UNION ALL
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
-                     ORDER BY w.id LIMIT room)) u
-                ORDER BY u.id LIMIT room) p
+                     ORDER BY w.id LIMIT p_limit)) u
+                ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
@@ -195,24 +196,36 @@ BEGIN
             SELECT p.k, coalesce(min(p.rn) FILTER (WHERE g.id IS NULL), 9223372036854775807) AS gap
             FROM pending p LEFT JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             GROUP BY p.k
-        ), runs AS (
-            SELECT p.shard_key, p.id FROM pending p JOIN cut ON cut.k = p.k
-            WHERE p.rn < cut.gap
-            ORDER BY p.rn, p.o LIMIT greatest(room, 0)
-        ), take AS (
-            SELECT t.shard_key, t.id FROM unnest(c_sk, c_id, c_key) AS t(shard_key, id, k)
+        ), offered AS (
+            SELECT t.shard_key, t.id, NULL::text AS k, t.pos, 0::bigint AS rn
+            FROM unnest(c_sk, c_id, c_key) WITH ORDINALITY AS t(shard_key, id, k, pos)
             WHERE t.k IS NULL
             UNION ALL
-            SELECT r.shard_key, r.id FROM runs r
+            SELECT p.shard_key, p.id, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            WHERE p.rn < cut.gap
+        ), take AS (
+            SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
         )
-        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}')
-        INTO t_sk, t_id FROM take x;
+        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}'),
+               coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
+        INTO t_sk, t_id, held FROM take x;
 
-        -- Park the heads of locked keys that this claim does not take.
+        -- Held keys: those this claim takes, and the locked ones something else holds.
+        held := held || ARRAY(SELECT k FROM unnest(l_key) AS k WHERE NOT (k = ANY (f_key)));
+
+        -- Park the queued jobs of held keys (bounded per claim).
         UPDATE workflow_status w SET status = 'waiting'
-        FROM unnest(c_sk, c_id, c_key) AS t(shard_key, id, k)
-        WHERE t.k = ANY (locked) AND w.shard_key = t.shard_key AND w.id = t.id
-          AND w.status = 'queued' AND NOT (t.id = ANY (t_id));
+        FROM (
+            SELECT q.shard_key, q.id FROM workflow_status q
+            WHERE (q.shard_key, q.id) IN (
+                SELECT n.shard_key, n.id FROM unnest(held) AS h(k) CROSS JOIN LATERAL (
+                    SELECT w2.shard_key, w2.id FROM workflow_status w2
+                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
+                    ORDER BY w2.id LIMIT p_limit) n
+                LIMIT 4 * p_limit)
+              AND q.status = 'queued'
+            FOR UPDATE SKIP LOCKED) p
+        WHERE w.shard_key = p.shard_key AND w.id = p.id AND NOT (w.id = ANY (t_id));
         GET DIAGNOSTICS parked = ROW_COUNT;
 
         EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;

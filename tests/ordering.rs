@@ -170,3 +170,78 @@ async fn jobs_of_one_key_never_overlap_and_run_in_enqueue_order() {
         }
     }
 }
+
+/// A keyed job fails with attempts left in the middle of a claimed run. The
+/// executor must hold the rest of the run back (release it) so that the key's
+/// later jobs run only after the failed one's retry succeeded. Before, the
+/// slot ran them at once, right after the failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_inside_a_run_holds_back_the_rest_of_its_key() {
+    if std::env::var(ROLE_ENV).is_ok() {
+        return;
+    }
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(
+        "[dequeue]\nbatch_size = 100\nempty_backoff_min_ms = 5\nempty_backoff_max_ms = 20\n\
+         [worker]\nqueues = [\"ordered\"]\nconcurrency = 4\nmaintenance_interval_ms = 50\n\
+         retry_backoff_min_ms = 300\nretry_backoff_max_ms = 300\n",
+    );
+    let set = shards.migrated(&config).await;
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(CALLS_TABLE).await.unwrap();
+    let jobs = (0..4)
+        .map(|r| {
+            NewJob::new("ordered", "flaky", serde_json::json!({ "revision": r }))
+                .ordering_key("K")
+        })
+        .collect();
+    Client::from_shards(set.clone(), config.limits.clone())
+        .enqueue_many(jobs)
+        .await
+        .unwrap();
+
+    // Revision 1 fails on its first attempt; every call is recorded.
+    let mut registry = HandlerRegistry::new();
+    let calls = set.clone();
+    registry.register("flaky", move |ctx| {
+        let shards = calls.clone();
+        async move {
+            let revision = ctx.payload["revision"].as_i64().unwrap() as i32;
+            let client = shards.for_key(ctx.id.shard_key).client().await?;
+            client
+                .execute(
+                    "INSERT INTO test_calls VALUES ($1, $2, $3, $3, $4)",
+                    &[&ctx.ordering_key, &revision, &micros(), &ctx.attempt],
+                )
+                .await?;
+            if revision == 1 && ctx.attempt == 1 {
+                return Err("first attempt of revision 1 fails".to_string().into());
+            }
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        Worker::new(config, set.clone(), registry)
+            .stop_when_empty(true)
+            .run(CancellationToken::new()),
+    )
+    .await
+    .expect("drained");
+    assert_eq!(report.stats.succeeded, 4);
+    assert!(report.stats.released >= 2, "the run's tail was released");
+
+    let rows = db
+        .query(
+            "SELECT revision, pid FROM test_calls ORDER BY started_us",
+            &[],
+        )
+        .await
+        .unwrap();
+    let order: Vec<(i32, i32)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        order,
+        vec![(0, 1), (1, 1), (1, 2), (2, 1), (3, 1)],
+        "(revision, attempt) in call order"
+    );
+}

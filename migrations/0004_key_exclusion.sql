@@ -123,13 +123,19 @@ CREATE FUNCTION shardq_claim(p_lock_class int, p_slots int, p_queue text,
 RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
                ordering_key text, priority int, payload jsonb, attempts int,
                fence bigint, queue text, created_at timestamptz)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Joins between the statement's own small sets (candidates, runs) need hash
+-- joins; shardq's connections turn them off for the big-table statements.
+SET enable_hashjoin = on
+SET enable_mergejoin = on
+AS $$
 #variable_conflict use_column
 DECLARE
     c_sk int[]; c_id bigint[]; c_key text[];  -- ready jobs met, in dequeue order
     l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
     f_key text[]; f_pos bigint[];             -- locked keys nothing holds
     t_sk int[]; t_id bigint[];                -- jobs to claim
+    blocked text[];                           -- locked keys something else holds
     held text[];                              -- keys held once this claim commits
     parked int;
     round int := 0;
@@ -167,12 +173,15 @@ BEGIN
         WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
 
         -- A new statement: its snapshot sees all that was done under the key locks.
-        SELECT coalesce(array_agg(t.k ORDER BY t.pos), '{}'),
-               coalesce(array_agg(t.pos ORDER BY t.pos), '{}')
-        INTO f_key, f_pos FROM unnest(l_key, l_pos) AS t(k, pos)
-        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
-                          WHERE a.queue = p_queue AND a.ordering_key = t.k
-                            AND a.status IN ('running', 'scheduled'));
+        SELECT coalesce(array_agg(t.k ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.pos ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.k) FILTER (WHERE t.busy), '{}')
+        INTO f_key, f_pos, blocked FROM (
+            SELECT l.k, l.pos, EXISTS (
+                SELECT 1 FROM workflow_status a
+                WHERE a.queue = p_queue AND a.ordering_key = l.k
+                  AND a.status IN ('running', 'scheduled')) AS busy
+            FROM unnest(l_key, l_pos) AS l(k, pos)) t;
 
         WITH pending AS MATERIALIZED (
             SELECT f.k, f.pos, p.shard_key, p.id,
@@ -210,39 +219,38 @@ BEGIN
                coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
         INTO t_sk, t_id, held FROM take x;
 
-        -- Held keys: those this claim takes, and the locked ones something else holds.
-        held := held || ARRAY(SELECT k FROM unnest(l_key) AS k WHERE NOT (k = ANY (f_key)));
+        UPDATE workflow_status w SET status = 'running', owner = p_owner,
+            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+        FROM unnest(t_sk, t_id) AS t(shard_key, id)
+        WHERE w.shard_key = t.shard_key AND w.id = t.id;
 
-        -- Park the queued jobs of held keys (bounded per claim).
+        -- Park the queued jobs of the keys held now: those this claim took,
+        -- and the locked ones something else holds (bounded per claim).
         UPDATE workflow_status w SET status = 'waiting'
         FROM (
             SELECT q.shard_key, q.id FROM workflow_status q
             WHERE (q.shard_key, q.id) IN (
-                SELECT n.shard_key, n.id FROM unnest(held) AS h(k) CROSS JOIN LATERAL (
+                SELECT n.shard_key, n.id FROM unnest(held || blocked) AS h(k)
+                CROSS JOIN LATERAL (
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
                     WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
                     ORDER BY w2.id LIMIT p_limit) n
                 LIMIT 4 * p_limit)
               AND q.status = 'queued'
             FOR UPDATE SKIP LOCKED) p
-        WHERE w.shard_key = p.shard_key AND w.id = p.id AND NOT (w.id = ANY (t_id));
+        WHERE w.shard_key = p.shard_key AND w.id = p.id;
         GET DIAGNOSTICS parked = ROW_COUNT;
 
         EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
     END LOOP;
 
+    -- The rows as this transaction left them (one primary-key probe each).
     RETURN QUERY
-    WITH claimed AS (
-        UPDATE workflow_status w SET status = 'running', owner = p_owner,
-            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
-            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-        FROM unnest(t_sk, t_id) AS t(shard_key, id)
-        WHERE w.shard_key = t.shard_key AND w.id = t.id
-        RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
-                  w.attempts, w.fence, w.queue, w.created_at
-    )
-    SELECT 1, c.shard_key, c.id, c.handler, c.ordering_key, c.priority, c.payload,
-           c.attempts, c.fence, c.queue, c.created_at
-    FROM (SELECT 1) AS one LEFT JOIN claimed c ON true
-    ORDER BY c.id;
+    SELECT 1, w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+           w.attempts, w.fence, w.queue, w.created_at
+    FROM (SELECT 1) AS one
+    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
+               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
+    ORDER BY w.id;
 END $$;

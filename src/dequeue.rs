@@ -191,10 +191,17 @@ pub async fn complete_many(
     let err = |e| shard.query_error(e);
     let row = if done.iter().any(|c| c.keyed) {
         let tx = client.transaction().await.map_err(err)?;
-        tx.execute(sql::KEYS_LOCK, &[&keys, &ids]).await.map_err(err)?;
-        let stmt = tx.prepare_cached(sql::JOB_COMPLETE_MANY).await.map_err(err)?;
+        tx.execute(sql::KEYS_LOCK, &[&keys, &ids])
+            .await
+            .map_err(err)?;
+        let stmt = tx
+            .prepare_cached(sql::JOB_COMPLETE_MANY)
+            .await
+            .map_err(err)?;
         let row = tx.query_one(&stmt, &params).await.map_err(err)?;
-        tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids]).await.map_err(err)?;
+        tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids])
+            .await
+            .map_err(err)?;
         tx.commit().await.map_err(err)?;
         row
     } else {

@@ -155,10 +155,12 @@ impl NewJob {
             );
         }
         if self.ordering_key.is_some() && self.dedup_id.is_some() {
-            return Err("a job cannot have both an ordering key and a deduplication id: the \
+            return Err(
+                "a job cannot have both an ordering key and a deduplication id: the \
                  ordering key chooses the shard, so the deduplication id could not be \
                  checked across all shards; drop one of them"
-                .into());
+                    .into(),
+            );
         }
         if let Some(attempts) = self.max_attempts {
             if attempts < 1 {

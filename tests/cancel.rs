@@ -49,11 +49,13 @@ async fn a_buffered_job_cancelled_while_the_worker_runs_never_starts() {
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let stop = CancellationToken::new();
-    let worker = tokio::spawn(
-        Worker::new(config, set.clone(), HandlerRegistry::new()).run(stop.clone()),
-    );
+    let worker =
+        tokio::spawn(Worker::new(config, set.clone(), HandlerRegistry::new()).run(stop.clone()));
     let (slow, buffered) = slow_then_buffered(&client, &set).await;
-    assert_eq!(client.cancel(buffered).await.unwrap().as_deref(), Some("running"));
+    assert_eq!(
+        client.cancel(buffered).await.unwrap().as_deref(),
+        Some("running")
+    );
     wait_until(Duration::from_secs(20), "both jobs finished", || async {
         count_status(&set, "running").await == 0
     })
@@ -81,7 +83,10 @@ async fn claim_cancel_sigterm_leaves_the_job_cancelled() {
         .spawn()
         .unwrap();
     let (_, buffered) = slow_then_buffered(&client, &set).await;
-    assert_eq!(client.cancel(buffered).await.unwrap().as_deref(), Some("running"));
+    assert_eq!(
+        client.cancel(buffered).await.unwrap().as_deref(),
+        Some("running")
+    );
     kill(Pid::from_raw(worker.id().unwrap() as i32), Signal::SIGTERM).unwrap();
     let status = tokio::time::timeout(Duration::from_secs(30), worker.wait_with_output())
         .await

@@ -191,8 +191,7 @@ async fn a_failure_inside_a_run_holds_back_the_rest_of_its_key() {
     db.batch_execute(CALLS_TABLE).await.unwrap();
     let jobs = (0..4)
         .map(|r| {
-            NewJob::new("ordered", "flaky", serde_json::json!({ "revision": r }))
-                .ordering_key("K")
+            NewJob::new("ordered", "flaky", serde_json::json!({ "revision": r })).ordering_key("K")
         })
         .collect();
     Client::from_shards(set.clone(), config.limits.clone())

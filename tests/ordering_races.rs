@@ -194,15 +194,26 @@ async fn blocked_keyed_jobs_never_stand_in_front_of_runnable_ones() {
         .await
         .unwrap();
     s.client
-        .enqueue_many((0..200).map(|_| NewJob::new("q", "noop", json!({}))).collect())
+        .enqueue_many(
+            (0..200)
+                .map(|_| NewJob::new("q", "noop", json!({})))
+                .collect(),
+        )
         .await
         .unwrap();
 
     let got = s.claim("w2", 100).await;
-    assert_eq!(got.len(), 100, "unkeyed jobs behind a blocked key were not claimed");
+    assert_eq!(
+        got.len(),
+        100,
+        "unkeyed jobs behind a blocked key were not claimed"
+    );
     assert!(got.iter().all(|j| j.ordering_key.is_none()));
     let parked = common::count_status(&s.set, "waiting").await;
-    assert!(parked >= 100, "blocked jobs left in the dequeue index: {parked} parked");
+    assert!(
+        parked >= 100,
+        "blocked jobs left in the dequeue index: {parked} parked"
+    );
     let got = s.claim("w2", 100).await;
     assert_eq!(got.len(), 100);
     assert!(got.iter().all(|j| j.ordering_key.is_none()));
@@ -233,7 +244,10 @@ async fn a_job_cancelled_while_buffered_is_never_released_to_run() {
     let s = setup().await;
     let id = s.enqueue(NewJob::new("q", "noop", json!({}))).await;
     let claimed = s.claim("w1", 10).await;
-    assert_eq!(s.client.cancel(id).await.unwrap().as_deref(), Some("running"));
+    assert_eq!(
+        s.client.cancel(id).await.unwrap().as_deref(),
+        Some("running")
+    );
     let written = s.finish("w1", &claimed, Outcome::Released).await;
     assert_eq!(written.cancelled, 1);
     assert_eq!(s.status(id).await, "cancelled");
@@ -249,7 +263,10 @@ async fn cancelling_a_retrying_job_releases_its_key() {
     let run = s.claim("w1", 1).await;
     s.finish("w1", &run, Outcome::Failed("boom".into())).await;
     assert!(s.claim("w2", 10).await.is_empty());
-    assert_eq!(s.client.cancel(first).await.unwrap().as_deref(), Some("cancelled"));
+    assert_eq!(
+        s.client.cancel(first).await.unwrap().as_deref(),
+        Some("cancelled")
+    );
     assert_eq!(ids(&s.claim("w2", 10).await), vec![second]);
 }
 
@@ -280,9 +297,14 @@ async fn a_stale_completion_is_fenced_out_after_recovery_and_retry() {
     assert_eq!(recovered.dead, 1);
     assert!(s.client.retry(id).await.unwrap());
     let fresh = s.claim("w1", 10).await;
-    assert_eq!(fresh[0].attempt, stale[0].attempt, "same owner, same attempt number");
+    assert_eq!(
+        fresh[0].attempt, stale[0].attempt,
+        "same owner, same attempt number"
+    );
 
-    let written = s.finish("w1", &stale, Outcome::Failed("stale".into())).await;
+    let written = s
+        .finish("w1", &stale, Outcome::Failed("stale".into()))
+        .await;
     assert_eq!(written.fenced, 1, "the stale completion landed");
     assert_eq!(s.status(id).await, "running");
     let written = s.finish("w1", &fresh, Outcome::Succeeded(json!(2))).await;
@@ -298,14 +320,18 @@ async fn dedup_ids_stay_global_and_retry_says_when_one_is_taken() {
     let both = keyed("K").dedup("d1", shardq::OnDuplicate::Error);
     match s.client.enqueue(both).await {
         Err(ClientError::Invalid { reason, .. }) => {
-            assert!(reason.contains("ordering key and a deduplication id"), "{reason}")
+            assert!(
+                reason.contains("ordering key and a deduplication id"),
+                "{reason}"
+            )
         }
         other => panic!("expected a clear refusal, got {other:?}"),
     }
     let dedup = || NewJob::new("q", "noop", json!({})).dedup("d2", shardq::OnDuplicate::Error);
     let old = s.enqueue(dedup().max_attempts(1)).await;
     let claimed = s.claim("w1", 10).await;
-    s.finish("w1", &claimed, Outcome::Failed("boom".into())).await;
+    s.finish("w1", &claimed, Outcome::Failed("boom".into()))
+        .await;
     s.enqueue(dedup()).await;
     let err = s.client.retry(old).await.unwrap_err();
     assert!(matches!(err, ClientError::RetryDuplicate(id) if id == old));

@@ -58,7 +58,9 @@ async fn unstorable_outcomes_fail_their_own_job_and_the_rest_is_written() {
         let job = NewJob::new("q", handler, json!({})).max_attempts(1);
         bad.push((handler, client.enqueue(job).await.unwrap()));
     }
-    let good = (0..300).map(|_| NewJob::new("q", "noop", json!({}))).collect();
+    let good = (0..300)
+        .map(|_| NewJob::new("q", "noop", json!({})))
+        .collect();
     client.enqueue_many(good).await.unwrap();
 
     let report = tokio::time::timeout(

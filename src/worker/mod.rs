@@ -336,7 +336,10 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
     // when that was asked), so other workers can take them at once.
     tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");
     for job in unstarted {
-        let _ = completions_tx.send(crate::job::Completion::of(&job, crate::job::Outcome::Released));
+        let _ = completions_tx.send(crate::job::Completion::of(
+            &job,
+            crate::job::Outcome::Released,
+        ));
     }
     drop(completions_tx);
     if tokio::time::timeout(grace, completer).await.is_err() {

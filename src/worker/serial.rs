@@ -50,7 +50,8 @@ pub(crate) async fn run(
                     let done = executor::execute(&pipeline, job).await;
                     let done_at = done.finished;
                     let retry = pipeline.config.worker.retry_backoff;
-                    let written = dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await;
+                    let written =
+                        dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await;
                     pipeline.forget([id]);
                     match written {
                         Ok(w) => {

@@ -337,3 +337,66 @@ async fn dedup_ids_stay_global_and_retry_says_when_one_is_taken() {
     assert!(matches!(err, ClientError::RetryDuplicate(id) if id == old));
     assert!(err.to_string().contains("same deduplication id"), "{err}");
 }
+
+/// A stale attempt records a step while the recovery of its job is being
+/// committed: the step record reads the fence under a row lock, so it waits
+/// for the recovery and then refuses; the recovered job's next claim records
+/// the step itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_step_record_waits_for_the_recovery_and_is_refused() {
+    let s = setup().await;
+    let id = s.enqueue(NewJob::new("q", "noop", json!({}))).await;
+    let stale = s.claim("w1", 10).await;
+    let record = |owner: &'static str, fence: i64| {
+        let shard = s.shard().clone();
+        async move {
+            let db = shard.client().await.unwrap();
+            db.query_opt(
+                shardq::sql::STEP_RECORD,
+                &[
+                    &id.shard_key,
+                    &id.id,
+                    &"step",
+                    &json!(owner),
+                    &owner,
+                    &fence,
+                ],
+            )
+            .await
+            .unwrap()
+            .is_some()
+        }
+    };
+    let mut recovery = s.shard().client().await.unwrap();
+    let recovery = recovery.transaction().await.unwrap();
+    recovery
+        .execute(
+            "UPDATE workflow_status SET lease_expires_at = now() - interval '1 s'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let recovered = recovery
+        .execute(
+            shardq::sql::JOB_RECOVER_EXPIRED,
+            &[&vec![id.shard_key], &vec![id.id]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(recovered, 1);
+
+    let step = tokio::spawn(record("w1", stale[0].fence));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !step.is_finished(),
+        "the step record did not wait for the recovery"
+    );
+    recovery.commit().await.unwrap();
+    assert!(
+        !step.await.unwrap(),
+        "a stale attempt recorded a step after losing its job"
+    );
+
+    let fresh = s.claim("w2", 10).await;
+    assert!(record("w2", fresh[0].fence).await);
+}

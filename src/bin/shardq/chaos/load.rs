@@ -12,6 +12,11 @@ use std::time::{Duration, Instant};
 /// Every this-many-th job is a three-step workflow; the rest are noops.
 pub const WORKFLOW_EVERY: u64 = 5;
 
+/// Every other noop has one of this many ordering keys, so that keys are
+/// held, parked and released under every fault: a key whose release were
+/// lost would strand its jobs, and the run would count them as lost.
+const ORDERING_KEYS: u64 = 64;
+
 /// Chunks the jobs are split into, so that enqueueing stays continuous...
 const TARGET_CHUNKS: usize = 200;
 /// ...within these chunk sizes: one statement per shard per chunk.
@@ -107,5 +112,10 @@ fn new_job(n: u64) -> NewJob {
     } else {
         shardq::worker::NOOP
     };
-    NewJob::new(QUEUE, handler, serde_json::json!({ "n": n }))
+    let job = NewJob::new(QUEUE, handler, serde_json::json!({ "n": n }));
+    if !is_workflow(n) && n % 2 == 1 {
+        job.ordering_key(format!("chaos-{}", n % ORDERING_KEYS))
+    } else {
+        job
+    }
 }

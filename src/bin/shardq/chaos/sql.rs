@@ -25,7 +25,7 @@ pub const VACUUM_FULL_QUEUE_TABLE: &str = "VACUUM FULL workflow_status";
 
 /// Jobs of queue $1 on this shard: unfinished, succeeded, all.
 pub const QUEUE_PROGRESS: &str = "SELECT \
-    count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'running')), \
+    count(*) FILTER (WHERE status IN ('waiting', 'scheduled', 'queued', 'running')), \
     count(*) FILTER (WHERE status = 'succeeded'), \
     count(*) \
     FROM workflow_status WHERE queue = $1";

@@ -9,7 +9,7 @@ use std::time::Duration;
 const COUNTS_SQL: &str = "SELECT count(*), \
         count(*) FILTER (WHERE status = 'succeeded'), \
         count(*) FILTER (WHERE status = 'succeeded' AND attempts = 1), \
-        count(*) FILTER (WHERE status IN ('scheduled', 'queued', 'running')) \
+        count(*) FILTER (WHERE status IN ('waiting', 'scheduled', 'queued', 'running')) \
     FROM workflow_status WHERE queue = $1";
 
 /// Attempts at the check (a restarted shard's pooled connections fail once).

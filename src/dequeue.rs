@@ -191,19 +191,11 @@ pub async fn complete_many(
     let err = |e| shard.query_error(e);
     let row = if done.iter().any(|c| c.keyed) {
         let tx = client.transaction().await.map_err(err)?;
-        tx.execute(sql::KEYS_LOCK, &[&keys, &ids])
-            .await
-            .map_err(err)?;
-        let stmt = tx
-            .prepare_cached(sql::JOB_COMPLETE_MANY)
-            .await
-            .map_err(err)?;
-        let row = tx.query_one(&stmt, &params).await.map_err(err)?;
-        tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids])
+        let mut rows = under_key_locks(&tx, &keys, &ids, sql::JOB_COMPLETE_MANY, &params)
             .await
             .map_err(err)?;
         tx.commit().await.map_err(err)?;
-        row
+        rows.pop().expect("one count row")
     } else {
         let stmt = client
             .prepare_cached(sql::JOB_COMPLETE_MANY)
@@ -222,6 +214,27 @@ pub async fn complete_many(
     };
     written.fenced = done.len() as u64 - written.total();
     Ok(written)
+}
+
+/// Runs `statement` in `tx` between taking the key locks of the jobs
+/// (`keys`, `ids`) and releasing the keys it left free (their lowest waiting
+/// job is queued). Every change to keyed jobs but the claim goes through here.
+///
+/// # Errors
+///
+/// The first statement that fails; the caller's transaction then rolls back.
+pub(crate) async fn under_key_locks(
+    tx: &deadpool_postgres::Transaction<'_>,
+    keys: &[i32],
+    ids: &[i64],
+    statement: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    tx.execute(sql::KEYS_LOCK, &[&keys, &ids]).await?;
+    let stmt = tx.prepare_cached(statement).await?;
+    let rows = tx.query(&stmt, params).await?;
+    tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids]).await?;
+    Ok(rows)
 }
 
 /// Extends the lease of every job `owner` holds on `shard` to `lease` from now.

@@ -2,7 +2,7 @@
 //! so that one process at a time does it on a shard: recovery of expired
 //! leases, promotion of due scheduled jobs, deletion of old finished jobs.
 
-use crate::dequeue::maintenance_lock_key;
+use crate::dequeue::{maintenance_lock_key, under_key_locks};
 use crate::shards::{Shard, ShardError};
 use crate::sql;
 use std::time::Duration;
@@ -45,14 +45,7 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
     }
     let keys: Vec<i32> = expired.iter().map(|r| r.get(0)).collect();
     let ids: Vec<i64> = expired.iter().map(|r| r.get(1)).collect();
-    tx.execute(sql::KEYS_LOCK, &[&keys, &ids])
-        .await
-        .map_err(err)?;
-    let rows = tx
-        .query(sql::JOB_RECOVER_EXPIRED, &[&keys, &ids])
-        .await
-        .map_err(err)?;
-    tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids])
+    let rows = under_key_locks(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &[&keys, &ids])
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)?;

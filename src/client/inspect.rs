@@ -257,18 +257,12 @@ impl Client {
         let err = |e| shard.query_error(e);
         let mut client = shard.client().await?;
         let tx = client.transaction().await.map_err(err)?;
-        let (keys, ids) = (vec![id.shard_key], vec![id.id]);
-        tx.execute(sql::KEYS_LOCK, &[&keys, &ids])
-            .await
-            .map_err(err)?;
-        let row = tx
-            .query_opt(statement, &[&id.shard_key, &id.id])
-            .await
-            .map_err(err)?;
-        tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids])
+        let (keys, ids) = ([id.shard_key], [id.id]);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&id.shard_key, &id.id];
+        let mut rows = crate::dequeue::under_key_locks(&tx, &keys, &ids, statement, &params)
             .await
             .map_err(err)?;
         tx.commit().await.map_err(err)?;
-        Ok(row)
+        Ok(rows.pop())
     }
 }

@@ -30,10 +30,13 @@ pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
     WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running')";
 
 /// Whether queue $1 has any queued, waiting or running job on this shard.
+/// Each test names what its partial index needs (waiting jobs always have a
+/// key), so none of them scans finished rows.
 pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
-        WHERE queue = $1 AND status = 'queued') \
-    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
-    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'waiting')";
+        WHERE queue = $1 AND ordering_key IS NULL AND status = 'queued') \
+    OR EXISTS (SELECT 1 FROM workflow_status \
+        WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
+    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running')";
 
 /// Job counts by queue and state; scheduled jobs split into `retrying` (they
 /// failed before) and `delayed`.

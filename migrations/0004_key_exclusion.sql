@@ -25,9 +25,9 @@ ALTER TABLE workflow_status ADD CONSTRAINT workflow_status_status_check
                       'succeeded', 'failed', 'dead', 'cancelled'));
 
 -- Fencing token: raised by every claim, never lowered (attempts is lowered by
--- a release and reset by a retry, so it cannot fence).
+-- a release and reset by a retry, so it cannot fence). Existing rows start
+-- at 0 (no rewrite): only claims made from now on are fenced by it.
 ALTER TABLE workflow_status ADD COLUMN fence bigint NOT NULL DEFAULT 0;
-UPDATE workflow_status SET fence = attempts WHERE attempts > 0;
 
 -- Two dequeue indexes: unkeyed ready jobs are claimed with SKIP LOCKED as
 -- before; keyed ready jobs (key heads) are read apart, so keyed jobs never

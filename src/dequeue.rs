@@ -65,61 +65,65 @@ pub struct ClaimParams<'a> {
 /// Not cancel safe: dropping the future after the statement was sent may leave
 /// claimed jobs that only lease recovery returns.
 pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardError> {
-    let client = shard.client().await?;
-    let slots = match p.mode {
-        DequeueMode::Gated { slots } => slots as i32,
-        DequeueMode::Ungated => 0,
-    };
-    let stmt = client
-        .prepare_cached(sql::JOB_CLAIM)
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    let lease_ms = p.lease.as_millis() as i64;
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &dequeue_lock_key(p.queue),
-                &slots,
-                &p.queue,
-                &(p.limit as i32),
-                &p.owner,
-                &lease_ms,
-            ],
-        )
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    let got_slot: i32 = rows.first().map_or(0, |r| r.get("got_slot"));
-    if got_slot == 0 {
-        return Ok(Claim::Busy);
-    }
-    let jobs: Vec<ClaimedJob> = rows
-        .iter()
-        .filter_map(|r| {
-            // The one row of an empty claim carries NULLs.
-            let id: i64 = r.get::<_, Option<i64>>("id")?;
-            Some(ClaimedJob {
-                id: JobId {
-                    shard_key: r.get("shard_key"),
-                    id,
-                },
-                shard: shard.index,
-                queue: r.get("queue"),
-                handler: r.get("handler"),
-                ordering_key: r.get("ordering_key"),
-                payload: r.get("payload"),
-                attempt: r.get("attempts"),
-                fence: r.get("fence"),
-                claim: 0,
-                created_at: r.get("created_at"),
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            let slots = match p.mode {
+                DequeueMode::Gated { slots } => slots as i32,
+                DequeueMode::Ungated => 0,
+            };
+            let stmt = client
+                .prepare_cached(sql::JOB_CLAIM)
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            let lease_ms = p.lease.as_millis() as i64;
+            let rows = client
+                .query(
+                    &stmt,
+                    &[
+                        &dequeue_lock_key(p.queue),
+                        &slots,
+                        &p.queue,
+                        &(p.limit as i32),
+                        &p.owner,
+                        &lease_ms,
+                    ],
+                )
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            let got_slot: i32 = rows.first().map_or(0, |r| r.get("got_slot"));
+            if got_slot == 0 {
+                return Ok(Claim::Busy);
+            }
+            let jobs: Vec<ClaimedJob> = rows
+                .iter()
+                .filter_map(|r| {
+                    // The one row of an empty claim carries NULLs.
+                    let id: i64 = r.get::<_, Option<i64>>("id")?;
+                    Some(ClaimedJob {
+                        id: JobId {
+                            shard_key: r.get("shard_key"),
+                            id,
+                        },
+                        shard: shard.index,
+                        queue: r.get("queue"),
+                        handler: r.get("handler"),
+                        ordering_key: r.get("ordering_key"),
+                        payload: r.get("payload"),
+                        attempt: r.get("attempts"),
+                        fence: r.get("fence"),
+                        claim: 0,
+                        created_at: r.get("created_at"),
+                    })
+                })
+                .collect();
+            Ok(if jobs.is_empty() {
+                Claim::Empty
+            } else {
+                Claim::Jobs(jobs)
             })
         })
-        .collect();
-    Ok(if jobs.is_empty() {
-        Claim::Empty
-    } else {
-        Claim::Jobs(jobs)
-    })
+        .await
 }
 
 /// How a batch of completions landed.
@@ -160,60 +164,64 @@ pub async fn complete_many(
     retry: Backoff,
     done: &[Completion],
 ) -> Result<Written, ShardError> {
-    let mut client = shard.client().await?;
-    let keys: Vec<i32> = done.iter().map(|c| c.id.shard_key).collect();
-    let ids: Vec<i64> = done.iter().map(|c| c.id.id).collect();
-    let fences: Vec<i64> = done.iter().map(|c| c.fence).collect();
-    let mut statuses = Vec::with_capacity(done.len());
-    let mut outputs: Vec<Option<&Value>> = Vec::with_capacity(done.len());
-    let mut errors: Vec<Option<&str>> = Vec::with_capacity(done.len());
-    for c in done {
-        let (status, output, error) = match &c.outcome {
-            Outcome::Succeeded(v) => ("succeeded", Some(v), None),
-            Outcome::Failed(msg) => ("failed", None, Some(msg.as_str())),
-            Outcome::Released => ("released", None, None),
-        };
-        statuses.push(status);
-        outputs.push(output);
-        errors.push(error);
-    }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-        &keys,
-        &ids,
-        &fences,
-        &statuses,
-        &outputs,
-        &owner,
-        &errors,
-        &(retry.min.as_millis() as f64),
-        &(retry.max.as_millis() as f64),
-    ];
-    let err = |e| shard.query_error(e);
-    let row = if done.iter().any(|c| c.keyed) {
-        let tx = client.transaction().await.map_err(err)?;
-        let mut rows = under_key_locks(&tx, &keys, &ids, sql::JOB_COMPLETE_MANY, &params)
-            .await
-            .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        rows.pop().expect("one count row")
-    } else {
-        let stmt = client
-            .prepare_cached(sql::JOB_COMPLETE_MANY)
-            .await
-            .map_err(err)?;
-        client.query_one(&stmt, &params).await.map_err(err)?
-    };
-    let count = |i| row.get::<_, i64>(i) as u64;
-    let mut written = Written {
-        succeeded: count(0),
-        retrying: count(1),
-        dead: count(2),
-        cancelled: count(3),
-        released: count(4),
-        fenced: 0,
-    };
-    written.fenced = done.len() as u64 - written.total();
-    Ok(written)
+    shard
+        .within(async move {
+            let mut client = shard.client().await?;
+            let keys: Vec<i32> = done.iter().map(|c| c.id.shard_key).collect();
+            let ids: Vec<i64> = done.iter().map(|c| c.id.id).collect();
+            let fences: Vec<i64> = done.iter().map(|c| c.fence).collect();
+            let mut statuses = Vec::with_capacity(done.len());
+            let mut outputs: Vec<Option<&Value>> = Vec::with_capacity(done.len());
+            let mut errors: Vec<Option<&str>> = Vec::with_capacity(done.len());
+            for c in done {
+                let (status, output, error) = match &c.outcome {
+                    Outcome::Succeeded(v) => ("succeeded", Some(v), None),
+                    Outcome::Failed(msg) => ("failed", None, Some(msg.as_str())),
+                    Outcome::Released => ("released", None, None),
+                };
+                statuses.push(status);
+                outputs.push(output);
+                errors.push(error);
+            }
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+                &keys,
+                &ids,
+                &fences,
+                &statuses,
+                &outputs,
+                &owner,
+                &errors,
+                &(retry.min.as_millis() as f64),
+                &(retry.max.as_millis() as f64),
+            ];
+            let err = |e| shard.query_error(e);
+            let row = if done.iter().any(|c| c.keyed) {
+                let tx = client.transaction().await.map_err(err)?;
+                let mut rows = under_key_locks(&tx, &keys, &ids, sql::JOB_COMPLETE_MANY, &params)
+                    .await
+                    .map_err(err)?;
+                tx.commit().await.map_err(err)?;
+                rows.pop().expect("one count row")
+            } else {
+                let stmt = client
+                    .prepare_cached(sql::JOB_COMPLETE_MANY)
+                    .await
+                    .map_err(err)?;
+                client.query_one(&stmt, &params).await.map_err(err)?
+            };
+            let count = |i| row.get::<_, i64>(i) as u64;
+            let mut written = Written {
+                succeeded: count(0),
+                retrying: count(1),
+                dead: count(2),
+                cancelled: count(3),
+                released: count(4),
+                fenced: 0,
+            };
+            written.fenced = done.len() as u64 - written.total();
+            Ok(written)
+        })
+        .await
 }
 
 /// Runs `statement` in `tx` between taking the key locks of the jobs
@@ -237,22 +245,37 @@ pub(crate) async fn under_key_locks(
     Ok(rows)
 }
 
-/// Extends the lease of every job `owner` holds on `shard` to `lease` from now.
-/// Returns how many leases were extended.
+/// Extends to `lease` from now the leases of `held` (jobs of `shard` that
+/// `owner` holds, with their fences). Returns how many were extended.
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the shard fails.
-pub async fn extend_leases(shard: &Shard, owner: &str, lease: Duration) -> Result<u64, ShardError> {
-    let client = shard.client().await?;
-    let stmt = client
-        .prepare_cached(sql::JOB_EXTEND_LEASES)
+/// [`ShardError`] when the shard fails or does not answer in time.
+pub async fn extend_leases(
+    shard: &Shard,
+    owner: &str,
+    held: &[(JobId, i64)],
+    lease: Duration,
+) -> Result<u64, ShardError> {
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            let keys: Vec<i32> = held.iter().map(|(j, _)| j.shard_key).collect();
+            let ids: Vec<i64> = held.iter().map(|(j, _)| j.id).collect();
+            let fences: Vec<i64> = held.iter().map(|(_, f)| *f).collect();
+            let stmt = client
+                .prepare_cached(sql::JOB_EXTEND_LEASES)
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            client
+                .execute(
+                    &stmt,
+                    &[&keys, &ids, &fences, &owner, &(lease.as_millis() as i64)],
+                )
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
         .await
-        .map_err(|e| shard.query_error(e))?;
-    client
-        .execute(&stmt, &[&owner, &(lease.as_millis() as i64)])
-        .await
-        .map_err(|e| shard.query_error(e))
 }
 
 /// Which of `held` (jobs of `shard` this process holds, started or not)
@@ -262,18 +285,22 @@ pub async fn extend_leases(shard: &Shard, owner: &str, lease: Duration) -> Resul
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn cancel_requested(shard: &Shard, held: &[JobId]) -> Result<Vec<JobId>, ShardError> {
-    let client = shard.client().await?;
-    let keys: Vec<i32> = held.iter().map(|j| j.shard_key).collect();
-    let ids: Vec<i64> = held.iter().map(|j| j.id).collect();
-    let rows = client
-        .query(sql::JOB_CANCEL_REQUESTED, &[&keys, &ids])
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    Ok(rows
-        .iter()
-        .map(|r| JobId {
-            shard_key: r.get(0),
-            id: r.get(1),
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            let keys: Vec<i32> = held.iter().map(|j| j.shard_key).collect();
+            let ids: Vec<i64> = held.iter().map(|j| j.id).collect();
+            let rows = client
+                .query(sql::JOB_CANCEL_REQUESTED, &[&keys, &ids])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(rows
+                .iter()
+                .map(|r| JobId {
+                    shard_key: r.get(0),
+                    id: r.get(1),
+                })
+                .collect())
         })
-        .collect())
+        .await
 }

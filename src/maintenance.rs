@@ -26,38 +26,42 @@ pub struct Recovered {
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
-    let err = |e| shard.query_error(e);
-    let mut client = shard.client().await?;
-    let tx = client.transaction().await.map_err(err)?;
-    let gate = tx
-        .query_one(sql::RECOVERY_GATE, &[&maintenance_lock_key()])
+    shard
+        .within(async move {
+            let err = |e| shard.query_error(e);
+            let mut client = shard.client().await?;
+            let tx = client.transaction().await.map_err(err)?;
+            let gate = tx
+                .query_one(sql::RECOVERY_GATE, &[&maintenance_lock_key()])
+                .await
+                .map_err(err)?;
+            if !gate.get::<_, bool>(0) {
+                return Ok(Recovered::default());
+            }
+            let expired = tx
+                .query(sql::JOB_FIND_EXPIRED, &[&limit])
+                .await
+                .map_err(err)?;
+            if expired.is_empty() {
+                return Ok(Recovered::default());
+            }
+            let keys: Vec<i32> = expired.iter().map(|r| r.get(0)).collect();
+            let ids: Vec<i64> = expired.iter().map(|r| r.get(1)).collect();
+            let rows = under_key_locks(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &[&keys, &ids])
+                .await
+                .map_err(err)?;
+            tx.commit().await.map_err(err)?;
+            let mut out = Recovered::default();
+            for row in rows {
+                match row.get::<_, &str>(0) {
+                    "queued" | "waiting" => out.requeued += 1,
+                    "dead" => out.dead += 1,
+                    _ => out.cancelled += 1,
+                }
+            }
+            Ok(out)
+        })
         .await
-        .map_err(err)?;
-    if !gate.get::<_, bool>(0) {
-        return Ok(Recovered::default());
-    }
-    let expired = tx
-        .query(sql::JOB_FIND_EXPIRED, &[&limit])
-        .await
-        .map_err(err)?;
-    if expired.is_empty() {
-        return Ok(Recovered::default());
-    }
-    let keys: Vec<i32> = expired.iter().map(|r| r.get(0)).collect();
-    let ids: Vec<i64> = expired.iter().map(|r| r.get(1)).collect();
-    let rows = under_key_locks(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &[&keys, &ids])
-        .await
-        .map_err(err)?;
-    tx.commit().await.map_err(err)?;
-    let mut out = Recovered::default();
-    for row in rows {
-        match row.get::<_, &str>(0) {
-            "queued" | "waiting" => out.requeued += 1,
-            "dead" => out.dead += 1,
-            _ => out.cancelled += 1,
-        }
-    }
-    Ok(out)
 }
 
 /// Makes up to `limit` due scheduled jobs on `shard` ready. Returns how many.
@@ -66,12 +70,16 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
-    let client = shard.client().await?;
-    let rows = client
-        .query(sql::JOB_PROMOTE_DUE, &[&maintenance_lock_key(), &limit])
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            let rows = client
+                .query(sql::JOB_PROMOTE_DUE, &[&maintenance_lock_key(), &limit])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(rows.len() as u64)
+        })
         .await
-        .map_err(|e| shard.query_error(e))?;
-    Ok(rows.len() as u64)
 }
 
 /// Deletes up to `limit` jobs on `shard` finished more than `age` ago, with
@@ -81,12 +89,16 @@ pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn delete_finished(shard: &Shard, age: Duration, limit: i64) -> Result<u64, ShardError> {
-    let client = shard.client().await?;
-    client
-        .execute(
-            sql::JOB_DELETE_FINISHED,
-            &[&maintenance_lock_key(), &(age.as_millis() as i64), &limit],
-        )
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            client
+                .execute(
+                    sql::JOB_DELETE_FINISHED,
+                    &[&maintenance_lock_key(), &(age.as_millis() as i64), &limit],
+                )
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
         .await
-        .map_err(|e| shard.query_error(e))
 }

@@ -4,6 +4,12 @@
 //! transaction-level advisory lock first, so two processes migrating at once
 //! serialise: the second sees the first one's versions and applies nothing.
 //! Every migration runs in the same transaction as its record.
+//!
+//! Each shard also records its place in the shard map (`shardq_shard_map`:
+//! the shard count and its index, as `migrate` found them in the
+//! configuration). Range routing moves keys when shards are added, removed or
+//! reordered, so `migrate` and the start check refuse a configuration whose
+//! shard list disagrees with the recorded map ([`MigrateError::ShardMap`]).
 
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::sql;
@@ -40,6 +46,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "0004_key_exclusion.sql",
         sql: include_str!("../migrations/0004_key_exclusion.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "0005_shard_map.sql",
+        sql: include_str!("../migrations/0005_shard_map.sql"),
     },
 ];
 
@@ -80,31 +91,70 @@ pub enum MigrateError {
         /// Version known.
         needed: i32,
     },
+    /// The shard was migrated as another place in the shard map than the
+    /// configuration gives it (shards added, removed or reordered).
+    #[error(
+        "shard `{shard}` was migrated as shard {recorded_index} of {recorded_count} \
+         (counting from 0), but the configuration lists it as shard {configured_index} \
+         of {configured_count}: adding, removing or reordering shards moves ordering \
+         keys, deduplication and job lookups to other shards; restore the shard list \
+         it was migrated with, or drain the queues and move to a fresh shard set \
+         (README, 'Changing the shard list')"
+    )]
+    ShardMap {
+        /// Shard name.
+        shard: String,
+        /// Shard count recorded on the shard.
+        recorded_count: i32,
+        /// Index recorded on the shard.
+        recorded_index: i32,
+        /// Shard count of the configuration.
+        configured_count: i32,
+        /// The shard's index in the configuration.
+        configured_index: i32,
+    },
+    /// The shard is at the current schema version but records no shard map.
+    #[error("shard `{shard}` records no shard map; run `shardq migrate` with the full shard list")]
+    ShardMapMissing {
+        /// Shard name.
+        shard: String,
+    },
 }
 
-/// Applies every missing migration to every shard. Returns, per shard, the
-/// versions applied by this call.
+/// Applies every missing migration to every shard, and records each shard's
+/// place in the shard map (its index among `shards.len()`) where none is
+/// recorded yet. `shards` is the whole configured shard list. Returns, per
+/// shard, the versions applied by this call.
 ///
 /// # Errors
 ///
 /// The first shard that fails; shards before it stay migrated.
+/// [`MigrateError::ShardMap`] (nothing applied on that shard) when a shard
+/// records another place in the map.
 pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateError> {
     let mut applied = Vec::with_capacity(shards.len());
     for shard in shards.all() {
-        applied.push(migrate_shard(shard).await?);
+        applied.push(migrate_shard(shard, shards.len()).await?);
     }
     Ok(applied)
 }
 
-/// Applies missing migrations to one shard.
+/// Applies missing migrations to one shard, then records its place in the
+/// shard map (index `shard.index` of `shard_count` shards) if none is
+/// recorded, all in one transaction.
 ///
 /// # Errors
 ///
-/// [`MigrateError::Shard`] when the shard fails.
-pub async fn migrate_shard(shard: &Shard) -> Result<Vec<i32>, MigrateError> {
+/// [`MigrateError::Shard`] when the shard fails; [`MigrateError::ShardMap`]
+/// (nothing applied) when the shard records another place in the map.
+pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
     let mut client = shard.client().await?;
     let tx = client
         .transaction()
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    // A migration may rewrite or index a big table: no statement deadline.
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
         .await
         .map_err(|e| shard.query_error(e))?;
     tx.execute(sql::MIGRATION_LOCK, &[&sql::MIGRATION_LOCK_KEY])
@@ -130,55 +180,128 @@ pub async fn migrate_shard(shard: &Shard) -> Result<Vec<i32>, MigrateError> {
             .map_err(|e| shard.query_error(e))?;
         applied.push(m.version);
     }
+    let recorded = tx
+        .query_opt(sql::SHARD_MAP_GET, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    let (count, index) = place(shard, shard_count);
+    match recorded {
+        Some(row) => compare_map(shard, (row.get(0), row.get(1)), Some(count), index)?,
+        None => {
+            tx.execute(sql::SHARD_MAP_RECORD, &[&count, &index])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+        }
+    }
     tx.commit().await.map_err(|e| shard.query_error(e))?;
     Ok(applied)
 }
 
-/// Checks that every shard is at exactly this binary's schema version.
+/// Checks that every shard is at exactly this binary's schema version and
+/// records the place in the shard map that `shards` gives it.
+///
+/// `shards` is the whole configured shard list; to check one shard of it,
+/// use [`check_shard`].
 ///
 /// # Errors
 ///
-/// Which shard is behind, ahead, unmigrated or unreachable.
+/// Which shard is behind, ahead, unmigrated, unreachable, or in another
+/// place of the shard map.
 pub async fn check_all(shards: &ShardSet) -> Result<(), MigrateError> {
     for shard in shards.all() {
-        let client = shard.client().await?;
-        let exists: bool = client
-            .query_one(sql::MIGRATIONS_TABLE_EXISTS, &[])
+        check(shard, Some(shards.len())).await?;
+    }
+    Ok(())
+}
+
+/// Checks one shard of a list of `shard_count` shards, as [`check_all`].
+///
+/// # Errors
+///
+/// As [`check_all`].
+pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), MigrateError> {
+    check(shard, Some(shard_count)).await
+}
+
+/// The schema version, then the shard map (the count only when known).
+async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateError> {
+    let client = shard.client().await?;
+    let exists: bool = client
+        .query_one(sql::MIGRATIONS_TABLE_EXISTS, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?
+        .get(0);
+    let found: Option<i32> = if exists {
+        client
+            .query_one(sql::MIGRATION_CURRENT, &[])
             .await
             .map_err(|e| shard.query_error(e))?
-            .get(0);
-        let found: Option<i32> = if exists {
-            client
-                .query_one(sql::MIGRATION_CURRENT, &[])
-                .await
-                .map_err(|e| shard.query_error(e))?
-                .get(0)
-        } else {
-            None
-        };
-        let needed = latest_version();
-        match found {
-            None => {
-                return Err(MigrateError::NotMigrated {
-                    shard: shard.name.clone(),
-                })
-            }
-            Some(v) if v < needed => {
-                return Err(MigrateError::Behind {
-                    shard: shard.name.clone(),
-                    found: v,
-                    needed,
-                })
-            }
-            Some(v) if v > needed => {
-                return Err(MigrateError::Ahead {
-                    shard: shard.name.clone(),
-                    found: v,
-                    needed,
-                })
-            }
-            Some(_) => {}
+            .get(0)
+    } else {
+        None
+    };
+    let needed = latest_version();
+    match found {
+        None => {
+            return Err(MigrateError::NotMigrated {
+                shard: shard.name.clone(),
+            })
         }
+        Some(v) if v < needed => {
+            return Err(MigrateError::Behind {
+                shard: shard.name.clone(),
+                found: v,
+                needed,
+            })
+        }
+        Some(v) if v > needed => {
+            return Err(MigrateError::Ahead {
+                shard: shard.name.clone(),
+                found: v,
+                needed,
+            })
+        }
+        Some(_) => {}
+    }
+    let recorded = client
+        .query_opt(sql::SHARD_MAP_GET, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?
+        .ok_or_else(|| MigrateError::ShardMapMissing {
+            shard: shard.name.clone(),
+        })?;
+    let (count, index) = place(shard, shard_count.unwrap_or(1));
+    compare_map(
+        shard,
+        (recorded.get(0), recorded.get(1)),
+        shard_count.map(|_| count),
+        index,
+    )
+}
+
+/// The shard's configured (count, index), as the map stores them.
+fn place(shard: &Shard, shard_count: usize) -> (i32, i32) {
+    let as_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    (as_i32(shard_count), as_i32(shard.index))
+}
+
+/// Compares the recorded (count, index) with the configured index and, when
+/// known, the configured count.
+fn compare_map(
+    shard: &Shard,
+    (recorded_count, recorded_index): (i32, i32),
+    configured_count: Option<i32>,
+    configured_index: i32,
+) -> Result<(), MigrateError> {
+    let count_differs = configured_count.is_some_and(|c| c != recorded_count);
+    if count_differs || recorded_index != configured_index {
+        return Err(MigrateError::ShardMap {
+            shard: shard.name.clone(),
+            recorded_count,
+            recorded_index,
+            configured_count: configured_count.unwrap_or(recorded_count),
+            configured_index,
+        });
     }
     Ok(())
 }

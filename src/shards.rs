@@ -31,6 +31,16 @@ pub enum ShardError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// A statement got no answer within its deadline (the server hangs, or
+    /// the network lost the reply). The statement may still run when the
+    /// server answers again; everything shardq runs is safe to repeat.
+    #[error("shard `{shard}`: no answer within {after:?} (dequeue.statement_timeout_ms)")]
+    Timeout {
+        /// Shard name.
+        shard: String,
+        /// The deadline that passed.
+        after: Duration,
+    },
     /// The TLS connector could not be built.
     #[error("shard `{shard}`: cannot set up TLS")]
     Tls {
@@ -80,6 +90,7 @@ pub struct Shard {
     target: String,
     sslmode: &'static str,
     pool: Pool,
+    deadline: Duration,
 }
 
 impl std::fmt::Debug for Shard {
@@ -106,6 +117,30 @@ impl Shard {
             sslmode: self.sslmode,
             source,
         })
+    }
+
+    /// Runs `work` (one operation on this shard: a connection and its
+    /// statements) within the statement deadline. A server that stops
+    /// answering without closing the connection becomes an error here
+    /// instead of a hang; the connection it held is checked (and dropped when
+    /// still stuck) before the pool hands it out again.
+    ///
+    /// # Errors
+    ///
+    /// `work`'s error, or [`ShardError::Timeout`].
+    pub async fn within<T, E: From<ShardError>>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        tokio::time::timeout(self.deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ShardError::Timeout {
+                    shard: self.name.clone(),
+                    after: self.deadline,
+                }
+                .into())
+            })
     }
 
     /// Wraps a query error with this shard's name.
@@ -206,6 +241,10 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
             config.dequeue.lock_timeout.as_millis()
         ));
     }
+    options.push_str(&format!(
+        " -c statement_timeout={}",
+        config.dequeue.statement_timeout.as_millis()
+    ));
     pg.options(options);
     // `tls` is the source of truth, also for a hand-built `ShardConfig`.
     pg.ssl_mode(shard.tls.pg_ssl_mode());
@@ -216,14 +255,20 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     let manager = Manager::from_config(
         pg,
         tls,
+        // Each connection is cleaned before it is handed out again: a `SET`
+        // made on it by a user's transaction does not reach shardq's next
+        // statement (nor another user). The cleaning is a round trip, so a
+        // connection left stuck by a statement past its deadline (a frozen
+        // server) fails the recycle deadline and is dropped, not reused.
         ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
+            recycling_method: RecyclingMethod::Clean,
         },
     );
     let pool = Pool::builder(manager)
         .max_size(shard.pool_size)
         .wait_timeout(Some(Duration::from_secs(30)))
         .create_timeout(Some(config.dequeue.connect_timeout))
+        .recycle_timeout(Some(config.dequeue.connect_timeout))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|source| ShardError::Build {
@@ -236,6 +281,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         target: describe(&shard.pg),
         sslmode: shard.tls.name(),
         pool,
+        deadline: config.dequeue.statement_timeout,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use super::{Client, ClientError};
 use crate::job::JobId;
-use crate::shards::ShardError;
+use crate::shards::{Shard, ShardError};
 use crate::sql;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -94,11 +94,15 @@ impl Client {
     /// When a shard cannot be asked (then the answer is unknown).
     pub async fn has_pending(&self, queue: &str) -> Result<bool, ClientError> {
         for shard in self.shards.all() {
-            let client = shard.client().await?;
-            let row = client
-                .query_one(sql::QUEUE_HAS_PENDING, &[&queue])
-                .await
-                .map_err(|e| shard.query_error(e))?;
+            let row = shard
+                .within(async {
+                    let client = shard.client().await?;
+                    client
+                        .query_one(sql::QUEUE_HAS_PENDING, &[&queue])
+                        .await
+                        .map_err(|e| shard.query_error(e))
+                })
+                .await?;
             if row.get::<_, bool>(0) {
                 return Ok(true);
             }
@@ -109,22 +113,23 @@ impl Client {
     /// Per shard: reachable or not, and job counts by queue and status.
     pub async fn status(&self) -> Vec<ShardStatus> {
         let asks = self.shards.all().iter().map(|shard| async move {
-            let result: Result<Vec<QueueCount>, ShardError> = async {
-                let client = shard.client().await?;
-                let rows = client
-                    .query(sql::QUEUE_COUNTS, &[])
-                    .await
-                    .map_err(|e| shard.query_error(e))?;
-                Ok(rows
-                    .iter()
-                    .map(|r| QueueCount {
-                        queue: r.get(0),
-                        status: r.get(1),
-                        count: r.get(2),
-                    })
-                    .collect())
-            }
-            .await;
+            let result: Result<Vec<QueueCount>, ShardError> = shard
+                .within(async {
+                    let client = shard.client().await?;
+                    let rows = client
+                        .query(sql::QUEUE_COUNTS, &[])
+                        .await
+                        .map_err(|e| shard.query_error(e))?;
+                    Ok(rows
+                        .iter()
+                        .map(|r| QueueCount {
+                            queue: r.get(0),
+                            status: r.get(1),
+                            count: r.get(2),
+                        })
+                        .collect())
+                })
+                .await;
             let (counts, error) = match result {
                 Ok(c) => (Some(c), None),
                 Err(e) => (None, Some(crate::error_chain(&e))),
@@ -143,15 +148,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// When its shard fails.
+    /// When its shard fails, or (for a job its shard does not have) when
+    /// another shard fails, since the job may live there.
     pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, ClientError> {
-        let shard = self.shards.for_key(id.shard_key);
-        let client = shard.client().await?;
-        let row = client
-            .query_opt(sql::JOB_GET, &[&id.shard_key, &id.id])
-            .await
-            .map_err(|e| shard.query_error(e))?;
-        Ok(row.map(|r| JobInfo {
+        let found = self.find_row(id, sql::JOB_GET).await?;
+        Ok(found.map(|(_, r)| JobInfo {
             id: id.to_string(),
             queue: r.get(0),
             handler: r.get(1),
@@ -180,15 +181,12 @@ impl Client {
     ///
     /// [`ClientError::Timeout`], [`ClientError::NotFound`], or a shard error.
     pub async fn result(&self, id: JobId, timeout: Duration) -> Result<JobOutcome, ClientError> {
-        let shard = self.shards.for_key(id.shard_key);
         let started = Instant::now();
+        let (shard, mut row) = self
+            .find_row(id, sql::JOB_OUTCOME)
+            .await?
+            .ok_or(ClientError::NotFound(id))?;
         loop {
-            let client = shard.client().await?;
-            let row = client
-                .query_opt(sql::JOB_OUTCOME, &[&id.shard_key, &id.id])
-                .await
-                .map_err(|e| shard.query_error(e))?
-                .ok_or(ClientError::NotFound(id))?;
             let status: &str = row.get(0);
             match status {
                 "succeeded" => {
@@ -204,12 +202,14 @@ impl Client {
                 "cancelled" => return Ok(JobOutcome::Cancelled),
                 _ => {}
             }
-            drop(client);
             if started.elapsed() >= timeout {
                 return Err(ClientError::Timeout(id, timeout));
             }
             tokio::time::sleep(RESULT_POLL_INTERVAL.min(timeout.saturating_sub(started.elapsed())))
                 .await;
+            row = query_job(shard, id, sql::JOB_OUTCOME)
+                .await?
+                .ok_or(ClientError::NotFound(id))?;
         }
     }
 
@@ -248,21 +248,114 @@ impl Client {
     /// Runs a one-job statement (`$1` shard key, `$2` id) on the job's shard,
     /// under the job's key lock, and releases the key afterwards if the
     /// change freed it (cancelling a retrying job, retrying an old one).
+    ///
+    /// The job's shard is the one its key routes to, or, when that one does
+    /// not have it, the shard that holds it (a job written under an older
+    /// shard map stays where it was written).
     async fn change(
         &self,
         id: JobId,
         statement: &str,
     ) -> Result<Option<tokio_postgres::Row>, ClientError> {
-        let shard = self.shards.for_key(id.shard_key);
-        let err = |e| shard.query_error(e);
-        let mut client = shard.client().await?;
-        let tx = client.transaction().await.map_err(err)?;
-        let (keys, ids) = ([id.shard_key], [id.id]);
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&id.shard_key, &id.id];
-        let mut rows = crate::dequeue::under_key_locks(&tx, &keys, &ids, statement, &params)
-            .await
-            .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok(rows.pop())
+        let routed = self.shards.for_key(id.shard_key);
+        if let Some(row) = change_on(routed, id, statement).await? {
+            return Ok(Some(row));
+        }
+        // Nothing changed: the job is there in a state the statement leaves
+        // alone, or it lives on another shard.
+        match self.holder(id).await? {
+            Some(shard) if shard.index != routed.index => change_on(shard, id, statement).await,
+            _ => Ok(None),
+        }
     }
+
+    /// Runs a one-job read (`$1` shard key, `$2` id) on the shard the job's
+    /// key routes to and, when that shard has no row, on the other shards in
+    /// turn. Returns the first row and the shard it came from.
+    ///
+    /// # Errors
+    ///
+    /// When the routed shard fails, or when no shard had the row and one
+    /// of them failed (the job may be there).
+    async fn find_row<'s>(
+        &'s self,
+        id: JobId,
+        statement: &str,
+    ) -> Result<Option<(&'s Shard, tokio_postgres::Row)>, ClientError> {
+        let routed = self.shards.for_key(id.shard_key);
+        if let Some(row) = query_job(routed, id, statement).await? {
+            return Ok(Some((routed, row)));
+        }
+        let mut failed = None;
+        for shard in self.others(routed) {
+            match query_job(shard, id, statement).await {
+                Ok(Some(row)) => return Ok(Some((shard, row))),
+                Ok(None) => {}
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        failed.map_or(Ok(None), |e| Err(e.into()))
+    }
+
+    /// The shard holding job `id`: the one its key routes to when that one
+    /// has it, else the first other shard that has it (one primary-key
+    /// probe per shard asked).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::find_row`].
+    async fn holder(&self, id: JobId) -> Result<Option<&Shard>, ClientError> {
+        Ok(self
+            .find_row(id, sql::JOB_EXISTS)
+            .await?
+            .map(|(shard, _)| shard))
+    }
+
+    /// Every shard but `skip`, in routing order.
+    fn others<'s>(&'s self, skip: &'s Shard) -> impl Iterator<Item = &'s Shard> + 's {
+        self.shards
+            .all()
+            .iter()
+            .filter(move |s| s.index != skip.index)
+    }
+}
+
+/// Runs a one-job read (`$1` shard key, `$2` id) on `shard`.
+async fn query_job(
+    shard: &Shard,
+    id: JobId,
+    statement: &str,
+) -> Result<Option<tokio_postgres::Row>, ShardError> {
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            client
+                .query_opt(statement, &[&id.shard_key, &id.id])
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// Runs a one-job change on `shard` in a transaction, under the job's key
+/// lock (see [`Client::change`]).
+async fn change_on(
+    shard: &Shard,
+    id: JobId,
+    statement: &str,
+) -> Result<Option<tokio_postgres::Row>, ClientError> {
+    shard
+        .within(async move {
+            let err = |e| shard.query_error(e);
+            let mut client = shard.client().await?;
+            let tx = client.transaction().await.map_err(err)?;
+            let (keys, ids) = ([id.shard_key], [id.id]);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&id.shard_key, &id.id];
+            let mut rows = crate::dequeue::under_key_locks(&tx, &keys, &ids, statement, &params)
+                .await
+                .map_err(err)?;
+            tx.commit().await.map_err(err)?;
+            Ok(rows.pop())
+        })
+        .await
 }

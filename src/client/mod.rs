@@ -139,54 +139,61 @@ impl Client {
         part: &[(usize, i32, NewJob)],
     ) -> Result<Vec<(usize, JobId)>, ClientError> {
         let shard = self.shards.get(shard_index);
-        let client = shard.client().await?;
-        let stmt = client
-            .prepare_cached(sql::JOB_INSERT_MANY)
+        shard
+            .within(async move {
+                let client = shard.client().await?;
+                let stmt = client
+                    .prepare_cached(sql::JOB_INSERT_MANY)
+                    .await
+                    .map_err(|e| shard.query_error(e))?;
+                let mut out = Vec::with_capacity(part.len());
+                for chunk in part.chunks(INSERT_CHUNK) {
+                    let keys: Vec<i32> = chunk.iter().map(|(_, k, _)| *k).collect();
+                    let queues: Vec<&str> =
+                        chunk.iter().map(|(_, _, j)| j.queue.as_str()).collect();
+                    let handlers: Vec<&str> =
+                        chunk.iter().map(|(_, _, j)| j.handler.as_str()).collect();
+                    let ordering: Vec<Option<&str>> = chunk
+                        .iter()
+                        .map(|(_, _, j)| j.ordering_key.as_deref())
+                        .collect();
+                    let priorities: Vec<i32> = chunk.iter().map(|(_, _, j)| j.priority).collect();
+                    let payloads: Vec<&Value> = chunk.iter().map(|(_, _, j)| &j.payload).collect();
+                    let delays: Vec<i64> = chunk
+                        .iter()
+                        .map(|(_, _, j)| j.delay.as_millis() as i64)
+                        .collect();
+                    let attempts: Vec<i32> =
+                        chunk.iter().map(|(_, _, j)| self.max_attempts(j)).collect();
+                    let rows = client
+                        .query(
+                            &stmt,
+                            &[
+                                &keys,
+                                &queues,
+                                &handlers,
+                                &ordering,
+                                &priorities,
+                                &payloads,
+                                &delays,
+                                &attempts,
+                            ],
+                        )
+                        .await
+                        .map_err(|e| shard.query_error(e))?;
+                    for ((index, shard_key, _), row) in chunk.iter().zip(rows) {
+                        out.push((
+                            *index,
+                            JobId {
+                                shard_key: *shard_key,
+                                id: row.get(0),
+                            },
+                        ));
+                    }
+                }
+                Ok(out)
+            })
             .await
-            .map_err(|e| shard.query_error(e))?;
-        let mut out = Vec::with_capacity(part.len());
-        for chunk in part.chunks(INSERT_CHUNK) {
-            let keys: Vec<i32> = chunk.iter().map(|(_, k, _)| *k).collect();
-            let queues: Vec<&str> = chunk.iter().map(|(_, _, j)| j.queue.as_str()).collect();
-            let handlers: Vec<&str> = chunk.iter().map(|(_, _, j)| j.handler.as_str()).collect();
-            let ordering: Vec<Option<&str>> = chunk
-                .iter()
-                .map(|(_, _, j)| j.ordering_key.as_deref())
-                .collect();
-            let priorities: Vec<i32> = chunk.iter().map(|(_, _, j)| j.priority).collect();
-            let payloads: Vec<&Value> = chunk.iter().map(|(_, _, j)| &j.payload).collect();
-            let delays: Vec<i64> = chunk
-                .iter()
-                .map(|(_, _, j)| j.delay.as_millis() as i64)
-                .collect();
-            let attempts: Vec<i32> = chunk.iter().map(|(_, _, j)| self.max_attempts(j)).collect();
-            let rows = client
-                .query(
-                    &stmt,
-                    &[
-                        &keys,
-                        &queues,
-                        &handlers,
-                        &ordering,
-                        &priorities,
-                        &payloads,
-                        &delays,
-                        &attempts,
-                    ],
-                )
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            for ((index, shard_key, _), row) in chunk.iter().zip(rows) {
-                out.push((
-                    *index,
-                    JobId {
-                        shard_key: *shard_key,
-                        id: row.get(0),
-                    },
-                ));
-            }
-        }
-        Ok(out)
     }
 
     /// Checks every job and splits them: per shard for the batched insert, and
@@ -230,55 +237,59 @@ impl Client {
         job: &NewJob,
     ) -> Result<JobId, ClientError> {
         let shard = self.shards.for_key(shard_key);
-        let client = shard.client().await?;
-        let dedup_id = job.dedup_id.as_deref().unwrap_or_default();
-        for _ in 0..DEDUP_RACE_RETRIES {
-            let inserted = client
-                .query_opt(
-                    sql::JOB_INSERT_DEDUP,
-                    &[
-                        &shard_key,
-                        &job.queue,
-                        &job.handler,
-                        &job.ordering_key,
-                        &job.priority,
-                        &job.payload,
-                        &(job.delay.as_millis() as i64),
-                        &self.max_attempts(job),
-                        &dedup_id,
-                    ],
-                )
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            if let Some(row) = inserted {
-                return Ok(JobId {
-                    shard_key,
-                    id: row.get(0),
-                });
-            }
-            let existing = client
-                .query_opt(sql::JOB_FIND_DEDUP, &[&job.queue, &dedup_id])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            if let Some(row) = existing {
-                let id = JobId {
-                    shard_key: row.get(0),
-                    id: row.get(1),
-                };
-                return match job.on_duplicate {
-                    OnDuplicate::ReturnExisting => Ok(id),
-                    OnDuplicate::Error => Err(ClientError::Duplicate {
-                        index,
-                        dedup_id: dedup_id.to_string(),
-                        existing: id,
-                    }),
-                };
-            }
-        }
-        Err(ClientError::Invalid {
-            index,
-            reason: format!("deduplication id `{dedup_id}` kept changing hands; try again"),
-        })
+        shard
+            .within(async move {
+                let client = shard.client().await?;
+                let dedup_id = job.dedup_id.as_deref().unwrap_or_default();
+                for _ in 0..DEDUP_RACE_RETRIES {
+                    let inserted = client
+                        .query_opt(
+                            sql::JOB_INSERT_DEDUP,
+                            &[
+                                &shard_key,
+                                &job.queue,
+                                &job.handler,
+                                &job.ordering_key,
+                                &job.priority,
+                                &job.payload,
+                                &(job.delay.as_millis() as i64),
+                                &self.max_attempts(job),
+                                &dedup_id,
+                            ],
+                        )
+                        .await
+                        .map_err(|e| shard.query_error(e))?;
+                    if let Some(row) = inserted {
+                        return Ok(JobId {
+                            shard_key,
+                            id: row.get(0),
+                        });
+                    }
+                    let existing = client
+                        .query_opt(sql::JOB_FIND_DEDUP, &[&job.queue, &dedup_id])
+                        .await
+                        .map_err(|e| shard.query_error(e))?;
+                    if let Some(row) = existing {
+                        let id = JobId {
+                            shard_key: row.get(0),
+                            id: row.get(1),
+                        };
+                        return match job.on_duplicate {
+                            OnDuplicate::ReturnExisting => Ok(id),
+                            OnDuplicate::Error => Err(ClientError::Duplicate {
+                                index,
+                                dedup_id: dedup_id.to_string(),
+                                existing: id,
+                            }),
+                        };
+                    }
+                }
+                Err(ClientError::Invalid {
+                    index,
+                    reason: format!("deduplication id `{dedup_id}` kept changing hands; try again"),
+                })
+            })
+            .await
     }
 
     /// Rejects what PostgreSQL would refuse or what exceeds the limits, before

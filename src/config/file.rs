@@ -129,6 +129,11 @@ pub struct DequeueFile {
     /// Connect timeout for one shard connection.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_ms: u64,
+    /// Deadline of every statement shardq runs (server-side
+    /// `statement_timeout`, and a client-side deadline for a server that
+    /// stops answering without closing the connection).
+    #[serde(default = "default_statement_timeout")]
+    pub statement_timeout_ms: u64,
 }
 
 /// Worker settings.
@@ -252,6 +257,9 @@ fn default_unhealthy_max() -> u64 {
 }
 fn default_lock_timeout() -> u64 {
     2_000
+}
+fn default_statement_timeout() -> u64 {
+    10_000
 }
 fn default_connect_timeout() -> u64 {
     3_000

@@ -190,6 +190,8 @@ pub struct DequeueConfig {
     pub lock_timeout: Duration,
     /// Connect timeout.
     pub connect_timeout: Duration,
+    /// Deadline of one statement (server and client side).
+    pub statement_timeout: Duration,
 }
 
 /// Worker settings, checked.
@@ -299,6 +301,10 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         connect_timeout: Duration::from_millis(positive(
             "dequeue.connect_timeout_ms",
             d.connect_timeout_ms as usize,
+        )? as u64),
+        statement_timeout: Duration::from_millis(positive(
+            "dequeue.statement_timeout_ms",
+            d.statement_timeout_ms as usize,
         )? as u64),
     };
 

@@ -126,6 +126,60 @@ impl LocalServer {
     }
 }
 
+impl LocalServer {
+    /// Sends `signal` to the postmaster and every process it started (its
+    /// backends and helpers). `SIGSTOP` freezes the server without closing a
+    /// connection, the way a hung host looks from a client; `SIGCONT` thaws it.
+    ///
+    /// # Errors
+    ///
+    /// When the server is not running or the signal cannot be sent.
+    pub fn signal_all(&self, signal: nix::sys::signal::Signal) -> Result<usize, LocalError> {
+        let pid_file = self.dir().join("postmaster.pid");
+        let io = |action, source| LocalError::Io {
+            action,
+            path: pid_file.clone(),
+            source,
+        };
+        let text = std::fs::read_to_string(&pid_file).map_err(|e| io("read the pid file", e))?;
+        let postmaster: i32 = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| {
+                io(
+                    "read the postmaster pid",
+                    std::io::Error::other("no pid on the first line"),
+                )
+            })?;
+        let mut pids = children_of(postmaster);
+        pids.push(postmaster);
+        for pid in &pids {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal)
+                .map_err(|e| io("signal the server's processes", e.into()))?;
+        }
+        Ok(pids.len())
+    }
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // The command may hold spaces: fields resume after the last ')'.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
 fn log_tail(log: &Path) -> String {
     let Ok(text) = std::fs::read_to_string(log) else {
         return format!("(could not read {})", log.display());

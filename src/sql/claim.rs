@@ -84,15 +84,26 @@ pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
         count(*) FILTER (WHERE status IN ('queued', 'waiting')) \
     FROM done";
 
-/// Extends the lease of every job this owner ($1) holds on the shard by $2 ms.
-/// Rows locked right now (their completion is being written) are skipped, so
-/// the extension never waits for, or deadlocks with, a completion.
-pub const JOB_EXTEND_LEASES: &str = "UPDATE workflow_status w \
-    SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' \
-    FROM (SELECT shard_key, id FROM workflow_status \
-          WHERE status = 'running' AND owner = $1 \
-          FOR UPDATE SKIP LOCKED) AS held \
-    WHERE w.shard_key = held.shard_key AND w.id = held.id";
+/// Extends by $5 ms the leases of the jobs ($1 shard keys, $2 ids, $3 fences)
+/// that this owner ($4) holds: one primary-key probe per job the process
+/// holds, never a walk of the shard's running rows, and never a row the
+/// process has forgotten (a claim whose reply was lost comes back by lease
+/// expiry). Rows locked right now (their completion is being written) are
+/// skipped, so the extension never waits for, or deadlocks with, a
+/// completion. The owner and fence are join conditions for the reason given
+/// above for completions.
+pub const JOB_EXTEND_LEASES: &str = "WITH held AS MATERIALIZED ( \
+        SELECT h.*, $4::text AS owner \
+        FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS h(shard_key, id, fence) \
+    ), locked AS ( \
+        SELECT t.shard_key, t.id FROM workflow_status t \
+        JOIN held h ON t.shard_key = h.shard_key AND t.id = h.id \
+            AND t.owner = h.owner AND t.fence = h.fence \
+        FOR UPDATE OF t SKIP LOCKED \
+    ) \
+    UPDATE workflow_status w \
+    SET lease_expires_at = now() + $5::bigint * interval '1 millisecond' \
+    FROM locked WHERE w.shard_key = locked.shard_key AND w.id = locked.id";
 
 /// Which of the jobs ($1 shard keys, $2 ids) had their cancellation asked:
 /// one primary-key probe per job this process holds.

@@ -21,3 +21,16 @@ pub const MIGRATIONS_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_migrations
 
 /// Newest applied migration, or NULL when none.
 pub const MIGRATION_CURRENT: &str = "SELECT max(version) FROM shardq_migrations";
+
+/// This shard's recorded place in the shard map: `shard_count`, `shard_index`
+/// (no row: not recorded yet).
+pub const SHARD_MAP_GET: &str = "SELECT shard_count, shard_index FROM shardq_shard_map";
+
+/// Records this shard's place in the shard map (`$1` count, `$2` index). Run
+/// under [`MIGRATION_LOCK`], after [`SHARD_MAP_GET`] found no row.
+pub const SHARD_MAP_RECORD: &str =
+    "INSERT INTO shardq_shard_map (shard_count, shard_index) VALUES ($1, $2)";
+
+/// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
+/// a job written under an older shard map (one primary-key probe).
+pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";

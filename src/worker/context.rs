@@ -103,11 +103,17 @@ impl JobContext {
             step: name.to_string(),
             source,
         };
-        let client = self.shard.client().await.map_err(db)?;
-        let recorded = client
-            .query_opt(sql::STEP_GET, &[&self.id.shard_key, &self.id.id, &name])
+        let shard = &self.shard;
+        let recorded = shard
+            .within(async {
+                let client = shard.client().await?;
+                client
+                    .query_opt(sql::STEP_GET, &[&self.id.shard_key, &self.id.id, &name])
+                    .await
+                    .map_err(|e| shard.query_error(e))
+            })
             .await
-            .map_err(|e| db(self.shard.query_error(e)))?;
+            .map_err(db)?;
         if let Some(row) = recorded {
             let output: Option<Value> = row.get(0);
             return serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|source| {
@@ -117,8 +123,6 @@ impl JobContext {
                 }
             });
         }
-        // Do not hold a pooled connection while user code runs.
-        drop(client);
         if self.is_cancelled() {
             return Err(StepError::Cancelled(self.id, name.to_string()));
         }
@@ -130,22 +134,27 @@ impl JobContext {
             step: name.to_string(),
             source,
         })?;
-        let client = self.shard.client().await.map_err(db)?;
         let owner: &str = &self.owner;
-        let written = client
-            .query_opt(
-                sql::STEP_RECORD,
-                &[
-                    &self.id.shard_key,
-                    &self.id.id,
-                    &name,
-                    &value,
-                    &owner,
-                    &self.fence,
-                ],
-            )
+        let written = shard
+            .within(async {
+                let client = shard.client().await?;
+                client
+                    .query_opt(
+                        sql::STEP_RECORD,
+                        &[
+                            &self.id.shard_key,
+                            &self.id.id,
+                            &name,
+                            &value,
+                            &owner,
+                            &self.fence,
+                        ],
+                    )
+                    .await
+                    .map_err(|e| shard.query_error(e))
+            })
             .await
-            .map_err(|e| db(self.shard.query_error(e)))?;
+            .map_err(db)?;
         match written {
             Some(_) => Ok(output),
             None if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),

@@ -17,10 +17,20 @@ const MAINTENANCE_BATCH: i64 = 5_000;
 /// over several sweeps instead of holding the loop.
 const MAX_RETENTION_ROUNDS: usize = 20;
 
-/// Runs until shutdown.
+/// Runs until shutdown: one loop per shard, so a shard that hangs delays
+/// only its own upkeep (each statement has a deadline).
 pub(crate) async fn run(pipeline: Arc<Pipeline>, shutdown: CancellationToken) {
+    let mut loops = tokio::task::JoinSet::new();
+    for index in 0..pipeline.shards.len() {
+        loops.spawn(shard_loop(pipeline.clone(), index, shutdown.clone()));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, shutdown: CancellationToken) {
     let every = pipeline.config.worker.maintenance_interval;
     let retention = pipeline.config.retention.clone();
+    let shard = pipeline.shards.get(index);
     let mut last_sweep = Instant::now();
     loop {
         let pause = super::rotation::jitter(&mut rand::thread_rng(), every / 2, every);
@@ -32,32 +42,30 @@ pub(crate) async fn run(pipeline: Arc<Pipeline>, shutdown: CancellationToken) {
         if sweep {
             last_sweep = Instant::now();
         }
-        for shard in pipeline.shards.all() {
-            let result = async {
-                let recovered = maintenance::recover_expired(shard, MAINTENANCE_BATCH).await?;
-                if recovered != Default::default() {
-                    tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
-                    Stats::add(&pipeline.stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
-                }
-                maintenance::promote_due(shard, MAINTENANCE_BATCH).await?;
-                if sweep {
-                    // Bounded statements, repeated while they come back full.
-                    for _ in 0..MAX_RETENTION_ROUNDS {
-                        let deleted = maintenance::delete_finished(shard, retention.finished_after, retention.batch).await?;
-                        if deleted > 0 {
-                            tracing::info!(shard = %shard.name, deleted, "deleted finished jobs past retention");
-                        }
-                        if deleted < retention.batch as u64 {
-                            break;
-                        }
+        let result = async {
+            let recovered = maintenance::recover_expired(shard, MAINTENANCE_BATCH).await?;
+            if recovered != Default::default() {
+                tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
+                Stats::add(&pipeline.stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
+            }
+            maintenance::promote_due(shard, MAINTENANCE_BATCH).await?;
+            if sweep {
+                // Bounded statements, repeated while they come back full.
+                for _ in 0..MAX_RETENTION_ROUNDS {
+                    let deleted = maintenance::delete_finished(shard, retention.finished_after, retention.batch).await?;
+                    if deleted > 0 {
+                        tracing::info!(shard = %shard.name, deleted, "deleted finished jobs past retention");
+                    }
+                    if deleted < retention.batch as u64 {
+                        break;
                     }
                 }
-                Ok::<_, crate::shards::ShardError>(())
             }
-            .await;
-            if let Err(err) = result {
-                tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "maintenance skipped");
-            }
+            Ok::<_, crate::shards::ShardError>(())
+        }
+        .await;
+        if let Err(err) = result {
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "maintenance skipped");
         }
     }
 }

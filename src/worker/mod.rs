@@ -65,6 +65,7 @@ pub(crate) struct Pipeline {
 /// A job held by this process.
 pub(crate) struct Held {
     pub shard: usize,
+    pub fence: i64,
     pub cancel: CancellationToken,
 }
 
@@ -210,6 +211,7 @@ impl Pipeline {
     fn hold(&self, job: &crate::job::ClaimedJob) {
         let held = Held {
             shard: job.shard,
+            fence: job.fence,
             cancel: CancellationToken::new(),
         };
         self.held.lock().expect("held map").insert(job.id, held);
@@ -230,12 +232,12 @@ impl Pipeline {
         }
     }
 
-    /// The held jobs on shard `shard`.
-    fn held_on(&self, shard: usize) -> Vec<crate::job::JobId> {
+    /// The held jobs on shard `shard`, with their fences.
+    fn held_on(&self, shard: usize) -> Vec<(crate::job::JobId, i64)> {
         let held = self.held.lock().expect("held map");
         held.iter()
             .filter(|(_, h)| h.shard == shard)
-            .map(|(id, _)| *id)
+            .map(|(id, h)| (*id, h.fence))
             .collect()
     }
 

@@ -151,6 +151,7 @@ mod tests {
             unhealthy_backoff: b(100, 1000),
             lock_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
+            statement_timeout: Duration::from_secs(10),
         }
     }
 

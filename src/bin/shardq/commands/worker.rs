@@ -43,8 +43,7 @@ pub async fn run_worker(config: Config, serial: bool, until_empty: bool) -> Resu
 /// only warns, since the worker retries it.
 async fn check_schema(shards: &ShardSet) -> Result<()> {
     for shard in shards.all() {
-        let one = ShardSet::single(shard.clone());
-        match migrate::check_all(&one).await {
+        match migrate::check_shard(shard, shards.len()).await {
             Ok(()) => {}
             Err(MigrateError::Shard(err)) => tracing::warn!(
                 shard = %shard.name,

@@ -36,6 +36,8 @@ const WORKER_SETTINGS: &str = r#"
 # A restarted shard is retried within a second, not after up to 10 s.
 unhealthy_backoff_max_ms = 1000
 connect_timeout_ms = 2000
+# A frozen shard's statements give up within a second (the lease is 2 s).
+statement_timeout_ms = 1000
 
 [worker]
 queues = ["{queue}"]
@@ -135,6 +137,17 @@ impl Cluster {
             Ok(stopped.elapsed())
         })
         .await?
+    }
+
+    /// Freezes shard `index` for `hold`: every process of its server is
+    /// stopped (SIGSTOP), so connections stay open and nothing answers, as
+    /// when a host hangs; then they are continued (SIGCONT).
+    pub async fn freeze(&self, index: usize, hold: Duration) -> Result<usize> {
+        use nix::sys::signal::Signal;
+        let stopped = self.servers[index].signal_all(Signal::SIGSTOP)?;
+        tokio::time::sleep(hold).await;
+        self.servers[index].signal_all(Signal::SIGCONT)?;
+        Ok(stopped)
     }
 
     /// Stops the servers and deletes the folder (unless asked to keep it).

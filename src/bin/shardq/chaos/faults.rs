@@ -50,10 +50,18 @@ pub enum Fault {
     },
     /// `VACUUM FULL workflow_status` on a shard.
     VacuumFull(usize),
+    /// Freeze a shard's server (SIGSTOP, then SIGCONT): no answer, no error.
+    FreezeShard {
+        /// Shard index.
+        shard: usize,
+        /// How long, as a share of the fault phase (at least 3 s).
+        share: f64,
+    },
 }
 
 /// The schedule. Shard numbers assume [`SHARDS`] = 4: the crash, the lock
-/// and the vacuum hit three different shards, shard 0 only loses connections.
+/// and the vacuum hit three different shards, shard 0 is frozen once and
+/// otherwise only loses connections.
 pub const SCHEDULE: &[(When, Fault)] = &[
     (When::Every(Duration::from_secs(3)), Fault::KillWorker),
     (
@@ -70,6 +78,13 @@ pub const SCHEDULE: &[(When, Fault)] = &[
     ),
     (When::At(0.60), Fault::CrashRestart(1)),
     (When::At(0.75), Fault::VacuumFull(3)),
+    (
+        When::At(0.15),
+        Fault::FreezeShard {
+            shard: 0,
+            share: 0.2,
+        },
+    ),
 ];
 
 /// The longest period in [`SCHEDULE`]: a shorter phase would skip a fault.
@@ -84,6 +99,7 @@ impl Fault {
             Fault::CrashRestart(_) => "crash-restart shard",
             Fault::LockQueueTable { .. } => "lock queue table",
             Fault::VacuumFull(_) => "vacuum full",
+            Fault::FreezeShard { .. } => "freeze shard",
         }
     }
 }
@@ -111,7 +127,7 @@ pub async fn run(cluster: &Cluster, fleet: &Mutex<Fleet>, phase: Duration) -> Ve
         let events = &events;
         async move {
             let at_s = started.elapsed().as_secs_f64();
-            let result = fire(fault, cluster, fleet).await;
+            let result = fire(fault, cluster, fleet, phase).await;
             let event = Event {
                 at_s,
                 fault: fault.name(),
@@ -158,7 +174,12 @@ pub async fn run(cluster: &Cluster, fleet: &Mutex<Fleet>, phase: Duration) -> Ve
 }
 
 /// Injects one fault; returns what it did.
-async fn fire(fault: Fault, cluster: &Cluster, fleet: &Mutex<Fleet>) -> Result<String> {
+async fn fire(
+    fault: Fault,
+    cluster: &Cluster,
+    fleet: &Mutex<Fleet>,
+    phase: Duration,
+) -> Result<String> {
     match fault {
         Fault::KillWorker => {
             let (killed, started) = fleet.lock().await.kill_random().await?;
@@ -192,6 +213,14 @@ async fn fire(fault: Fault, cluster: &Cluster, fleet: &Mutex<Fleet>) -> Result<S
                 "shard {shard}: held ACCESS EXCLUSIVE on workflow_status for {:.1} s (waited {:.2} s for it)",
                 hold.as_secs_f64(),
                 waited.as_secs_f64()
+            ))
+        }
+        Fault::FreezeShard { shard, share } => {
+            let hold = phase.mul_f64(share).max(Duration::from_secs(3));
+            let processes = cluster.freeze(shard, hold).await?;
+            Ok(format!(
+                "shard {shard}: {processes} server processes stopped for {:.1} s, then continued",
+                hold.as_secs_f64()
             ))
         }
         Fault::VacuumFull(shard) => {

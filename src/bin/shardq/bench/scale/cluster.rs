@@ -187,6 +187,19 @@ impl Cluster {
         Ok(())
     }
 
+    /// Freezes local server `i` for `hold` (SIGSTOP on every process of it,
+    /// then SIGCONT): connections stay open and nothing answers.
+    pub async fn freeze(&self, i: usize, hold: Duration) -> Result<()> {
+        use nix::sys::signal::Signal;
+        let Some((_, servers)) = &self.local else {
+            bail!("--disturb freeze needs local shards (not --config)");
+        };
+        servers[i].signal_all(Signal::SIGSTOP)?;
+        tokio::time::sleep(hold).await;
+        servers[i].signal_all(Signal::SIGCONT)?;
+        Ok(())
+    }
+
     /// Stops local servers and deletes the temporary folder.
     pub fn teardown(&mut self) -> Result<()> {
         if std::mem::replace(&mut self.torn_down, true) {

@@ -1,5 +1,6 @@
 //! Disturbances on one shard at a chosen time: an ACCESS EXCLUSIVE lock held
-//! for a while, `VACUUM FULL` repeated for a while, or a crash restart.
+//! for a while, `VACUUM FULL` repeated for a while, a crash restart, or a
+//! freeze (the server stops answering without closing connections).
 
 use super::cluster::Cluster;
 use anyhow::{Context, Result};
@@ -19,6 +20,9 @@ pub enum Kind {
     /// Immediate stop (like a crash), down for `--disturb-for` seconds, start
     /// (crash recovery). Local shards only.
     Restart,
+    /// Every process of the server stopped (SIGSTOP) for `--disturb-for`
+    /// seconds, then continued: a hung host. Local shards only.
+    Freeze,
 }
 
 /// A planned disturbance.
@@ -80,6 +84,14 @@ pub async fn run(cluster: &Cluster, plan: Plan, go: Instant) -> Result<Window> {
                     break;
                 }
             }
+            Ok(Window {
+                start_s: since(start),
+                end_s: since(Instant::now()),
+            })
+        }
+        Kind::Freeze => {
+            let start = Instant::now();
+            cluster.freeze(plan.shard, hold).await?;
             Ok(Window {
                 start_s: since(start),
                 end_s: since(Instant::now()),

@@ -181,6 +181,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
             disturb::Kind::AccessExclusive,
             disturb::Kind::VacuumFull,
             disturb::Kind::Restart,
+            disturb::Kind::Freeze,
         ],
     };
     for kind in kinds {

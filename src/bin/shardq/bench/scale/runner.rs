@@ -83,8 +83,8 @@ pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
         ("SHARDQ_WORKER__PRODUCERS", spec.producers.to_string()),
         ("SHARDQ_WORKER__BUFFER_JOBS", buffer.to_string()),
     ];
-    // Only the disturbance runs shorten the lock wait and the failing-shard
-    // backoff; the sweep keeps the library's defaults.
+    // Only the disturbance runs shorten the lock wait, the statement deadline
+    // and the failing-shard backoff; the sweep keeps the library's defaults.
     if spec.disturbance.is_some() {
         env.push((
             "SHARDQ_DEQUEUE__LOCK_TIMEOUT_MS",
@@ -94,6 +94,8 @@ pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
             "SHARDQ_DEQUEUE__UNHEALTHY_BACKOFF_MAX_MS",
             s.unhealthy_backoff_max_ms.to_string(),
         ));
+        // A frozen shard's statements give up after a second, not ten.
+        env.push(("SHARDQ_DEQUEUE__STATEMENT_TIMEOUT_MS", "1000".to_string()));
     }
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

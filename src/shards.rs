@@ -90,6 +90,7 @@ pub struct Shard {
     target: String,
     sslmode: &'static str,
     pool: Pool,
+    user_pool: Pool,
     deadline: Duration,
 }
 
@@ -105,13 +106,31 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    /// A pooled connection.
+    /// A connection of shardq's own pool. It carries shardq's settings
+    /// (index-only plans, `lock_timeout`, `statement_timeout`), tuned for
+    /// shardq's statements: for your own, take [`Shard::user_client`].
     ///
     /// # Errors
     ///
     /// [`ShardError::Connect`] when the server cannot be reached.
     pub async fn client(&self) -> Result<deadpool_postgres::Client, ShardError> {
-        self.pool.get().await.map_err(|source| ShardError::Connect {
+        self.get_from(&self.pool).await
+    }
+
+    /// A connection for your own statements on this shard (a transactional
+    /// enqueue, say): the server's settings, none of shardq's, and cleaned of
+    /// whatever you `SET` before it is handed out again. Any other
+    /// connection of yours to this database does as well.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError::Connect`] when the server cannot be reached.
+    pub async fn user_client(&self) -> Result<deadpool_postgres::Client, ShardError> {
+        self.get_from(&self.user_pool).await
+    }
+
+    async fn get_from(&self, pool: &Pool) -> Result<deadpool_postgres::Client, ShardError> {
+        pool.get().await.map_err(|source| ShardError::Connect {
             shard: self.name.clone(),
             target: self.target.clone(),
             sslmode: self.sslmode,
@@ -186,6 +205,7 @@ impl ShardSet {
     pub fn close(&self) {
         for shard in &self.shards {
             shard.pool.close();
+            shard.user_pool.close();
         }
     }
 
@@ -218,6 +238,8 @@ impl ShardSet {
 fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Shard, ShardError> {
     let mut pg = shard.pg.clone();
     pg.connect_timeout(config.dequeue.connect_timeout);
+    // Your own statements run with the server's settings, not shardq's.
+    let user_pool = build_pool(shard, config, pg.clone().application_name("shardq-user"))?;
     pg.application_name("shardq");
     // Custom plans always: with a generic plan the planner does not know the
     // batch size or array lengths, and with a large table of finished rows it
@@ -246,6 +268,25 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         config.dequeue.statement_timeout.as_millis()
     ));
     pg.options(options);
+    let pool = build_pool(shard, config, &pg)?;
+    Ok(Shard {
+        index,
+        name: shard.name.clone(),
+        target: describe(&shard.pg),
+        sslmode: shard.tls.name(),
+        pool,
+        user_pool,
+        deadline: config.dequeue.statement_timeout,
+    })
+}
+
+/// A pool of connections made with `pg` to `shard`.
+fn build_pool(
+    shard: &ShardConfig,
+    config: &Config,
+    pg: &tokio_postgres::Config,
+) -> Result<Pool, ShardError> {
+    let mut pg = pg.clone();
     // `tls` is the source of truth, also for a hand-built `ShardConfig`.
     pg.ssl_mode(shard.tls.pg_ssl_mode());
     let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {
@@ -256,15 +297,15 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         pg,
         tls,
         // Each connection is cleaned before it is handed out again: a `SET`
-        // made on it by a user's transaction does not reach shardq's next
-        // statement (nor another user). The cleaning is a round trip, so a
-        // connection left stuck by a statement past its deadline (a frozen
-        // server) fails the recycle deadline and is dropped, not reused.
+        // made on it does not reach the next user. The cleaning is a round
+        // trip, so a connection left stuck by a statement past its deadline
+        // (a frozen server) fails the recycle deadline and is dropped, not
+        // reused.
         ManagerConfig {
             recycling_method: RecyclingMethod::Clean,
         },
     );
-    let pool = Pool::builder(manager)
+    Pool::builder(manager)
         .max_size(shard.pool_size)
         .wait_timeout(Some(Duration::from_secs(30)))
         .create_timeout(Some(config.dequeue.connect_timeout))
@@ -274,15 +315,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         .map_err(|source| ShardError::Build {
             shard: shard.name.clone(),
             source,
-        })?;
-    Ok(Shard {
-        index,
-        name: shard.name.clone(),
-        target: describe(&shard.pg),
-        sslmode: shard.tls.name(),
-        pool,
-        deadline: config.dequeue.statement_timeout,
-    })
+        })
 }
 
 fn describe(pg: &tokio_postgres::Config) -> String {

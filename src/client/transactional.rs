@@ -9,8 +9,9 @@ use crate::shards::Shard;
 use crate::sql;
 use tokio_postgres::GenericClient;
 
-/// A job with its route fixed: open your transaction on [`RoutedJob::shard`]
-/// and write the job with [`RoutedJob::insert`].
+/// A job with its route fixed: open your transaction on the database of
+/// [`RoutedJob::shard`] (with [`Shard::user_client`], or any connection of
+/// your own to it) and write the job with [`RoutedJob::insert`].
 #[derive(Debug, Clone)]
 pub struct RoutedJob {
     shard: Shard,
@@ -49,7 +50,7 @@ impl Client {
 }
 
 impl RoutedJob {
-    /// The shard whose connection the transaction must use.
+    /// The shard whose database the transaction must be on.
     pub fn shard(&self) -> &Shard {
         &self.shard
     }

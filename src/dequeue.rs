@@ -11,9 +11,10 @@ use crate::config::{Backoff, DequeueMode};
 use crate::job::{ClaimedJob, Completion, JobId, Outcome};
 use crate::router::fnv1a64;
 use crate::shards::{Shard, ShardError};
-use crate::sql;
+use crate::sql::{self, Param};
 use serde_json::Value;
 use std::time::Duration;
+use tokio_postgres::types::Type;
 
 /// The advisory-lock class of queue `queue`'s dequeue slots.
 pub fn dequeue_lock_key(queue: &str) -> i32 {
@@ -72,21 +73,17 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
                 DequeueMode::Gated { slots } => slots as i32,
                 DequeueMode::Ungated => 0,
             };
-            let stmt = client
-                .prepare_cached(sql::JOB_CLAIM)
-                .await
-                .map_err(|e| shard.query_error(e))?;
             let lease_ms = p.lease.as_millis() as i64;
             let rows = client
-                .query(
-                    &stmt,
+                .query_typed(
+                    sql::JOB_CLAIM,
                     &[
-                        &dequeue_lock_key(p.queue),
-                        &slots,
-                        &p.queue,
-                        &(p.limit as i32),
-                        &p.owner,
-                        &lease_ms,
+                        (&dequeue_lock_key(p.queue), Type::INT4),
+                        (&slots, Type::INT4),
+                        (&p.queue, Type::TEXT),
+                        (&(p.limit as i32), Type::INT4),
+                        (&p.owner, Type::TEXT),
+                        (&lease_ms, Type::INT8),
                     ],
                 )
                 .await
@@ -183,16 +180,17 @@ pub async fn complete_many(
                 outputs.push(output);
                 errors.push(error);
             }
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                &keys,
-                &ids,
-                &fences,
-                &statuses,
-                &outputs,
-                &owner,
-                &errors,
-                &(retry.min.as_millis() as f64),
-                &(retry.max.as_millis() as f64),
+            let (min_ms, max_ms) = (retry.min.as_millis() as f64, retry.max.as_millis() as f64);
+            let params: [Param; 9] = [
+                (&keys, Type::INT4_ARRAY),
+                (&ids, Type::INT8_ARRAY),
+                (&fences, Type::INT8_ARRAY),
+                (&statuses, Type::TEXT_ARRAY),
+                (&outputs, Type::JSONB_ARRAY),
+                (&owner, Type::TEXT),
+                (&errors, Type::TEXT_ARRAY),
+                (&min_ms, Type::FLOAT8),
+                (&max_ms, Type::FLOAT8),
             ];
             let err = |e| shard.query_error(e);
             let row = if done.iter().any(|c| c.keyed) {
@@ -203,11 +201,12 @@ pub async fn complete_many(
                 tx.commit().await.map_err(err)?;
                 rows.pop().expect("one count row")
             } else {
-                let stmt = client
-                    .prepare_cached(sql::JOB_COMPLETE_MANY)
+                client
+                    .query_typed(sql::JOB_COMPLETE_MANY, &params)
                     .await
-                    .map_err(err)?;
-                client.query_one(&stmt, &params).await.map_err(err)?
+                    .map_err(err)?
+                    .pop()
+                    .expect("one count row")
             };
             let count = |i| row.get::<_, i64>(i) as u64;
             let mut written = Written {
@@ -236,12 +235,12 @@ pub(crate) async fn under_key_locks(
     keys: &[i32],
     ids: &[i64],
     statement: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    params: &[Param<'_>],
 ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    tx.execute(sql::KEYS_LOCK, &[&keys, &ids]).await?;
-    let stmt = tx.prepare_cached(statement).await?;
-    let rows = tx.query(&stmt, params).await?;
-    tx.execute(sql::KEYS_PROMOTE, &[&keys, &ids]).await?;
+    let job_ids: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+    tx.query_typed(sql::KEYS_LOCK, &job_ids).await?;
+    let rows = tx.query_typed(statement, params).await?;
+    tx.query_typed(sql::KEYS_PROMOTE, &job_ids).await?;
     Ok(rows)
 }
 
@@ -263,14 +262,17 @@ pub async fn extend_leases(
             let keys: Vec<i32> = held.iter().map(|(j, _)| j.shard_key).collect();
             let ids: Vec<i64> = held.iter().map(|(j, _)| j.id).collect();
             let fences: Vec<i64> = held.iter().map(|(_, f)| *f).collect();
-            let stmt = client
-                .prepare_cached(sql::JOB_EXTEND_LEASES)
-                .await
-                .map_err(|e| shard.query_error(e))?;
+            let lease_ms = lease.as_millis() as i64;
             client
-                .execute(
-                    &stmt,
-                    &[&keys, &ids, &fences, &owner, &(lease.as_millis() as i64)],
+                .execute_typed(
+                    sql::JOB_EXTEND_LEASES,
+                    &[
+                        (&keys, Type::INT4_ARRAY),
+                        (&ids, Type::INT8_ARRAY),
+                        (&fences, Type::INT8_ARRAY),
+                        (&owner, Type::TEXT),
+                        (&lease_ms, Type::INT8),
+                    ],
                 )
                 .await
                 .map_err(|e| shard.query_error(e))
@@ -291,7 +293,10 @@ pub async fn cancel_requested(shard: &Shard, held: &[JobId]) -> Result<Vec<JobId
             let keys: Vec<i32> = held.iter().map(|j| j.shard_key).collect();
             let ids: Vec<i64> = held.iter().map(|j| j.id).collect();
             let rows = client
-                .query(sql::JOB_CANCEL_REQUESTED, &[&keys, &ids])
+                .query_typed(
+                    sql::JOB_CANCEL_REQUESTED,
+                    &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
+                )
                 .await
                 .map_err(|e| shard.query_error(e))?;
             Ok(rows

@@ -4,8 +4,9 @@
 
 use crate::dequeue::{maintenance_lock_key, under_key_locks};
 use crate::shards::{Shard, ShardError};
-use crate::sql;
+use crate::sql::{self, Param};
 use std::time::Duration;
+use tokio_postgres::types::Type;
 
 /// What one recovery pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,14 +33,14 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
             let mut client = shard.client().await?;
             let tx = client.transaction().await.map_err(err)?;
             let gate = tx
-                .query_one(sql::RECOVERY_GATE, &[&maintenance_lock_key()])
+                .query_typed(sql::RECOVERY_GATE, &[(&maintenance_lock_key(), Type::INT4)])
                 .await
                 .map_err(err)?;
-            if !gate.get::<_, bool>(0) {
+            if !gate.first().is_some_and(|row| row.get::<_, bool>(0)) {
                 return Ok(Recovered::default());
             }
             let expired = tx
-                .query(sql::JOB_FIND_EXPIRED, &[&limit])
+                .query_typed(sql::JOB_FIND_EXPIRED, &[(&limit, Type::INT8)])
                 .await
                 .map_err(err)?;
             if expired.is_empty() {
@@ -47,7 +48,8 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
             }
             let keys: Vec<i32> = expired.iter().map(|r| r.get(0)).collect();
             let ids: Vec<i64> = expired.iter().map(|r| r.get(1)).collect();
-            let rows = under_key_locks(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &[&keys, &ids])
+            let params: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+            let rows = under_key_locks(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &params)
                 .await
                 .map_err(err)?;
             tx.commit().await.map_err(err)?;
@@ -74,7 +76,10 @@ pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
         .within(async move {
             let client = shard.client().await?;
             let rows = client
-                .query(sql::JOB_PROMOTE_DUE, &[&maintenance_lock_key(), &limit])
+                .query_typed(
+                    sql::JOB_PROMOTE_DUE,
+                    &[(&maintenance_lock_key(), Type::INT4), (&limit, Type::INT8)],
+                )
                 .await
                 .map_err(|e| shard.query_error(e))?;
             Ok(rows.len() as u64)
@@ -92,10 +97,15 @@ pub async fn delete_finished(shard: &Shard, age: Duration, limit: i64) -> Result
     shard
         .within(async move {
             let client = shard.client().await?;
+            let age_ms = age.as_millis() as i64;
             client
-                .execute(
+                .execute_typed(
                     sql::JOB_DELETE_FINISHED,
-                    &[&maintenance_lock_key(), &(age.as_millis() as i64), &limit],
+                    &[
+                        (&maintenance_lock_key(), Type::INT4),
+                        (&age_ms, Type::INT8),
+                        (&limit, Type::INT8),
+                    ],
                 )
                 .await
                 .map_err(|e| shard.query_error(e))

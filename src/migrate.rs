@@ -227,13 +227,13 @@ pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), Migrat
 async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateError> {
     let client = shard.client().await?;
     let exists: bool = client
-        .query_one(sql::MIGRATIONS_TABLE_EXISTS, &[])
+        .query_typed_one(sql::MIGRATIONS_TABLE_EXISTS, &[])
         .await
         .map_err(|e| shard.query_error(e))?
         .get(0);
     let found: Option<i32> = if exists {
         client
-            .query_one(sql::MIGRATION_CURRENT, &[])
+            .query_typed_one(sql::MIGRATION_CURRENT, &[])
             .await
             .map_err(|e| shard.query_error(e))?
             .get(0)
@@ -264,7 +264,7 @@ async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateE
         Some(_) => {}
     }
     let recorded = client
-        .query_opt(sql::SHARD_MAP_GET, &[])
+        .query_typed_opt(sql::SHARD_MAP_GET, &[])
         .await
         .map_err(|e| shard.query_error(e))?
         .ok_or_else(|| MigrateError::ShardMapMissing {

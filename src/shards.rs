@@ -130,6 +130,7 @@ impl Shard {
     }
 
     async fn get_from(&self, pool: &Pool) -> Result<deadpool_postgres::Client, ShardError> {
+        tracing::debug!(shard = %self.name, target = %self.target, "connection checkout");
         pool.get().await.map_err(|source| ShardError::Connect {
             shard: self.name.clone(),
             target: self.target.clone(),

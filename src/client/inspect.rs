@@ -6,6 +6,7 @@ use crate::shards::{Shard, ShardError};
 use crate::sql;
 use serde_json::Value;
 use std::time::{Duration, Instant};
+use tokio_postgres::types::Type;
 
 /// How often `result` looks at a job it waits for.
 const RESULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -98,7 +99,7 @@ impl Client {
                 .within(async {
                     let client = shard.client().await?;
                     client
-                        .query_one(sql::QUEUE_HAS_PENDING, &[&queue])
+                        .query_typed_one(sql::QUEUE_HAS_PENDING, &[(&queue, Type::TEXT)])
                         .await
                         .map_err(|e| shard.query_error(e))
                 })
@@ -117,7 +118,7 @@ impl Client {
                 .within(async {
                     let client = shard.client().await?;
                     let rows = client
-                        .query(sql::QUEUE_COUNTS, &[])
+                        .query_typed(sql::QUEUE_COUNTS, &[])
                         .await
                         .map_err(|e| shard.query_error(e))?;
                     Ok(rows
@@ -330,7 +331,10 @@ async fn query_job(
         .within(async move {
             let client = shard.client().await?;
             client
-                .query_opt(statement, &[&id.shard_key, &id.id])
+                .query_typed_opt(
+                    statement,
+                    &[(&id.shard_key, Type::INT4), (&id.id, Type::INT8)],
+                )
                 .await
                 .map_err(|e| shard.query_error(e))
         })
@@ -350,7 +354,8 @@ async fn change_on(
             let mut client = shard.client().await?;
             let tx = client.transaction().await.map_err(err)?;
             let (keys, ids) = ([id.shard_key], [id.id]);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&id.shard_key, &id.id];
+            let params: [crate::sql::Param; 2] =
+                [(&id.shard_key, Type::INT4), (&id.id, Type::INT8)];
             let mut rows = crate::dequeue::under_key_locks(&tx, &keys, &ids, statement, &params)
                 .await
                 .map_err(err)?;

@@ -13,6 +13,7 @@ use crate::shards::{ShardError, ShardSet};
 use crate::sql;
 use futures_util::future::try_join_all;
 use serde_json::Value;
+use tokio_postgres::types::Type;
 
 /// Attempts at inserting a deduplicated job while the holder of its id finishes.
 const DEDUP_RACE_RETRIES: usize = 3;
@@ -142,10 +143,6 @@ impl Client {
         shard
             .within(async move {
                 let client = shard.client().await?;
-                let stmt = client
-                    .prepare_cached(sql::JOB_INSERT_MANY)
-                    .await
-                    .map_err(|e| shard.query_error(e))?;
                 let mut out = Vec::with_capacity(part.len());
                 for chunk in part.chunks(INSERT_CHUNK) {
                     let keys: Vec<i32> = chunk.iter().map(|(_, k, _)| *k).collect();
@@ -166,17 +163,17 @@ impl Client {
                     let attempts: Vec<i32> =
                         chunk.iter().map(|(_, _, j)| self.max_attempts(j)).collect();
                     let rows = client
-                        .query(
-                            &stmt,
+                        .query_typed(
+                            sql::JOB_INSERT_MANY,
                             &[
-                                &keys,
-                                &queues,
-                                &handlers,
-                                &ordering,
-                                &priorities,
-                                &payloads,
-                                &delays,
-                                &attempts,
+                                (&keys, Type::INT4_ARRAY),
+                                (&queues, Type::TEXT_ARRAY),
+                                (&handlers, Type::TEXT_ARRAY),
+                                (&ordering, Type::TEXT_ARRAY),
+                                (&priorities, Type::INT4_ARRAY),
+                                (&payloads, Type::JSONB_ARRAY),
+                                (&delays, Type::INT8_ARRAY),
+                                (&attempts, Type::INT4_ARRAY),
                             ],
                         )
                         .await
@@ -242,19 +239,21 @@ impl Client {
                 let client = shard.client().await?;
                 let dedup_id = job.dedup_id.as_deref().unwrap_or_default();
                 for _ in 0..DEDUP_RACE_RETRIES {
+                    let (delay_ms, max_attempts) =
+                        (job.delay.as_millis() as i64, self.max_attempts(job));
                     let inserted = client
-                        .query_opt(
+                        .query_typed_opt(
                             sql::JOB_INSERT_DEDUP,
                             &[
-                                &shard_key,
-                                &job.queue,
-                                &job.handler,
-                                &job.ordering_key,
-                                &job.priority,
-                                &job.payload,
-                                &(job.delay.as_millis() as i64),
-                                &self.max_attempts(job),
-                                &dedup_id,
+                                (&shard_key, Type::INT4),
+                                (&job.queue, Type::TEXT),
+                                (&job.handler, Type::TEXT),
+                                (&job.ordering_key, Type::TEXT),
+                                (&job.priority, Type::INT4),
+                                (&job.payload, Type::JSONB),
+                                (&delay_ms, Type::INT8),
+                                (&max_attempts, Type::INT4),
+                                (&dedup_id, Type::TEXT),
                             ],
                         )
                         .await
@@ -266,7 +265,10 @@ impl Client {
                         });
                     }
                     let existing = client
-                        .query_opt(sql::JOB_FIND_DEDUP, &[&job.queue, &dedup_id])
+                        .query_typed_opt(
+                            sql::JOB_FIND_DEDUP,
+                            &[(&job.queue, Type::TEXT), (&dedup_id, Type::TEXT)],
+                        )
                         .await
                         .map_err(|e| shard.query_error(e))?;
                     if let Some(row) = existing {

@@ -1,5 +1,9 @@
 //! Every SQL statement shardq runs, in one place, named after what it does.
 //! Values are always bind parameters.
+//!
+//! Statements are sent with their parameter types (`query_typed`): one round
+//! trip on the unnamed statement, no named prepared statement left on the
+//! connection, which is what a transaction-pooling proxy needs.
 
 mod claim;
 mod jobs;
@@ -12,3 +16,9 @@ pub use jobs::*;
 pub use maintenance::*;
 pub use schema::*;
 pub use steps::*;
+
+/// One bind parameter with its PostgreSQL type.
+pub type Param<'a> = (
+    &'a (dyn tokio_postgres::types::ToSql + Sync),
+    tokio_postgres::types::Type,
+);

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
+use tokio_postgres::types::Type;
 use tokio_util::sync::CancellationToken;
 
 use super::HandlerError;
@@ -108,7 +109,14 @@ impl JobContext {
             .within(async {
                 let client = shard.client().await?;
                 client
-                    .query_opt(sql::STEP_GET, &[&self.id.shard_key, &self.id.id, &name])
+                    .query_typed_opt(
+                        sql::STEP_GET,
+                        &[
+                            (&self.id.shard_key, Type::INT4),
+                            (&self.id.id, Type::INT8),
+                            (&name, Type::TEXT),
+                        ],
+                    )
                     .await
                     .map_err(|e| shard.query_error(e))
             })
@@ -139,15 +147,15 @@ impl JobContext {
             .within(async {
                 let client = shard.client().await?;
                 client
-                    .query_opt(
+                    .query_typed_opt(
                         sql::STEP_RECORD,
                         &[
-                            &self.id.shard_key,
-                            &self.id.id,
-                            &name,
-                            &value,
-                            &owner,
-                            &self.fence,
+                            (&self.id.shard_key, Type::INT4),
+                            (&self.id.id, Type::INT8),
+                            (&name, Type::TEXT),
+                            (&value, Type::JSONB),
+                            (&owner, Type::TEXT),
+                            (&self.fence, Type::INT8),
                         ],
                     )
                     .await

@@ -268,7 +268,12 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         " -c statement_timeout={}",
         config.dequeue.statement_timeout.as_millis()
     ));
-    pg.options(options);
+    // A transaction-pooling proxy refuses session settings at connect time
+    // (and would not keep them): behind one, the role's or database's own
+    // settings apply (README, "Behind PgBouncer"); deadlines stay client-side.
+    if !shard.transaction_pooler {
+        pg.options(options);
+    }
     let pool = build_pool(shard, config, &pg)?;
     Ok(Shard {
         index,

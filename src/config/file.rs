@@ -64,6 +64,11 @@ pub struct ShardFile {
     /// Connections this process may open to the shard.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
+    /// The URL reaches the shard through a transaction-pooling proxy
+    /// (PgBouncer `pool_mode = transaction`): no session settings are sent
+    /// at connect time (the proxy refuses them). See README, "Behind PgBouncer".
+    #[serde(default)]
+    pub transaction_pooler: bool,
 }
 
 impl std::fmt::Debug for ShardFile {
@@ -82,6 +87,7 @@ impl std::fmt::Debug for ShardFile {
             .field("sslmode", &self.sslmode)
             .field("sslrootcert", &self.sslrootcert)
             .field("pool_size", &self.pool_size)
+            .field("transaction_pooler", &self.transaction_pooler)
             .finish()
     }
 }

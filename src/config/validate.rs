@@ -150,6 +150,8 @@ pub struct ShardConfig {
     pub tls: TlsMode,
     /// Pool size for this process.
     pub pool_size: usize,
+    /// Reached through a transaction-pooling proxy: no startup settings.
+    pub transaction_pooler: bool,
 }
 
 /// Whether claims pass through the advisory-lock dequeue slots.
@@ -387,6 +389,7 @@ fn local_shard_files(local: &LocalConfig) -> Vec<ShardFile> {
             sslmode: None,
             sslrootcert: None,
             pool_size: 16,
+            transaction_pooler: false,
         })
         .collect()
 }

@@ -42,6 +42,7 @@ fn validate_shard(index: usize, f: ShardFile) -> Result<ShardConfig, ConfigError
         pg,
         tls,
         pool_size: positive("shards[].pool_size", f.pool_size)?,
+        transaction_pooler: f.transaction_pooler,
     })
 }
 

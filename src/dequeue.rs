@@ -136,14 +136,17 @@ pub struct Written {
     pub cancelled: u64,
     /// Unstarted rows given back.
     pub released: u64,
+    /// Rows an earlier try of the same write had written already (its reply
+    /// was lost, say to a deadline): not written again, not fenced.
+    pub already: u64,
     /// Completions rejected by the fence (lease lost, job re-claimed).
     pub fenced: u64,
 }
 
 impl Written {
-    /// Rows written (all but the fenced ones).
+    /// Rows written now or before (all but the fenced ones).
     pub fn total(&self) -> u64 {
-        self.succeeded + self.retrying + self.dead + self.cancelled + self.released
+        self.succeeded + self.retrying + self.dead + self.cancelled + self.released + self.already
     }
 }
 
@@ -215,6 +218,7 @@ pub async fn complete_many(
                 dead: count(2),
                 cancelled: count(3),
                 released: count(4),
+                already: count(5),
                 fenced: 0,
             };
             written.fenced = done.len() as u64 - written.total();

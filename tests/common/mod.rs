@@ -2,6 +2,8 @@
 //! databases on them, and a shardq config pointing at those shards.
 #![allow(dead_code)]
 
+pub mod pgbouncer;
+
 use shardq::config::Config;
 use shardq::local::{create_database, EphemeralServer};
 use shardq::shards::ShardSet;

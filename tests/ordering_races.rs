@@ -400,3 +400,18 @@ async fn a_stale_step_record_waits_for_the_recovery_and_is_refused() {
     let fresh = s.claim("w2", 10).await;
     assert!(record("w2", fresh[0].fence).await);
 }
+
+/// A completion whose reply was lost (a deadline passed after the server
+/// wrote it) is written again by the completer: the second try finds the row
+/// finished under its own fence and counts it as already written, not as
+/// fenced out; another claim's fence still fences it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_completion_counts_as_already_written() {
+    let s = setup().await;
+    s.enqueue(NewJob::new("q", "noop", json!({}))).await;
+    let claimed = s.claim("w1", 10).await;
+    let first = s.finish("w1", &claimed, Outcome::Succeeded(json!(1))).await;
+    assert_eq!((first.succeeded, first.already, first.fenced), (1, 0, 0));
+    let again = s.finish("w1", &claimed, Outcome::Succeeded(json!(1))).await;
+    assert_eq!((again.succeeded, again.already, again.fenced), (0, 1, 0));
+}

@@ -163,6 +163,14 @@ impl Shard {
             })
     }
 
+    /// Closes pooled connections unused for `idle` or longer, so a process
+    /// holds on each shard what its load needs, not its peak.
+    pub fn release_idle(&self, idle: Duration) {
+        for pool in [&self.pool, &self.user_pool] {
+            pool.retain(|_, metrics| metrics.last_used() < idle);
+        }
+    }
+
     /// Wraps a query error with this shard's name.
     pub fn query_error(&self, source: tokio_postgres::Error) -> ShardError {
         ShardError::Query {

@@ -31,8 +31,23 @@ pub struct ShardStatus {
     pub target: String,
     /// Counts, when the shard answered.
     pub counts: Option<Vec<QueueCount>>,
+    /// Connections the server holds, when it answered.
+    pub connections: Option<Connections>,
     /// Why it did not answer.
     pub error: Option<String>,
+}
+
+/// Client connections a shard's server holds (from every process).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Connections {
+    /// shardq's own (application name `shardq`).
+    pub shardq: i64,
+    /// For users' statements through shardq (`shardq-user`).
+    pub user: i64,
+    /// All client connections.
+    pub total: i64,
+    /// The server's `max_connections`.
+    pub max: i64,
 }
 
 /// Everything stored about one job.
@@ -114,31 +129,43 @@ impl Client {
     /// Per shard: reachable or not, and job counts by queue and status.
     pub async fn status(&self) -> Vec<ShardStatus> {
         let asks = self.shards.all().iter().map(|shard| async move {
-            let result: Result<Vec<QueueCount>, ShardError> = shard
+            let result: Result<_, ShardError> = shard
                 .within(async {
                     let client = shard.client().await?;
                     let rows = client
                         .query_typed(sql::QUEUE_COUNTS, &[])
                         .await
                         .map_err(|e| shard.query_error(e))?;
-                    Ok(rows
+                    let counts = rows
                         .iter()
                         .map(|r| QueueCount {
                             queue: r.get(0),
                             status: r.get(1),
                             count: r.get(2),
                         })
-                        .collect())
+                        .collect();
+                    let c = client
+                        .query_typed_one(sql::SERVER_CONNECTIONS, &[])
+                        .await
+                        .map_err(|e| shard.query_error(e))?;
+                    let connections = Connections {
+                        shardq: c.get(0),
+                        user: c.get(1),
+                        total: c.get(2),
+                        max: c.get(3),
+                    };
+                    Ok((counts, connections))
                 })
                 .await;
-            let (counts, error) = match result {
-                Ok(c) => (Some(c), None),
-                Err(e) => (None, Some(crate::error_chain(&e))),
+            let (counts, connections, error) = match result {
+                Ok((c, n)) => (Some(c), Some(n), None),
+                Err(e) => (None, None, Some(crate::error_chain(&e))),
             };
             ShardStatus {
                 shard: shard.name.clone(),
                 target: shard.target().to_string(),
                 counts,
+                connections,
                 error,
             }
         });

@@ -61,9 +61,9 @@ pub struct ShardFile {
     /// PEM file of the CA certificate(s) that signed the server's certificate;
     /// required by `verify-full`. Also read from a `?sslrootcert=` in `url`.
     pub sslrootcert: Option<PathBuf>,
-    /// Connections this process may open to the shard.
-    #[serde(default = "default_pool_size")]
-    pub pool_size: usize,
+    /// Connections this process may open to the shard; by default what a
+    /// worker process needs (`worker.producers` + 5, see README "Sizing").
+    pub pool_size: Option<usize>,
     /// The URL reaches the shard through a transaction-pooling proxy
     /// (PgBouncer `pool_mode = transaction`): no session settings are sent
     /// at connect time (the proxy refuses them). See README, "Behind PgBouncer".
@@ -231,9 +231,6 @@ pub struct RetentionFile {
     pub interval_ms: u64,
 }
 
-fn default_pool_size() -> usize {
-    16
-}
 fn default_mode() -> String {
     "gated".into()
 }

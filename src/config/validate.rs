@@ -254,6 +254,11 @@ pub struct Retention {
     pub interval: Duration,
 }
 
+/// Connections a worker process uses on each shard besides its producers':
+/// two completion writes in flight, the leaser, the maintenance loop, and
+/// one for a client call (the empty check, a transactional enqueue).
+pub const UPKEEP_CONNECTIONS: usize = 5;
+
 pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
     let local = LocalConfig {
         dir: raw.local.dir,
@@ -264,7 +269,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         Some(shards) => shards,
         None => local_shard_files(&local),
     };
-    let shards = validate_shards(shard_files)?;
+    let shards = validate_shards(shard_files, raw.worker.producers + UPKEEP_CONNECTIONS)?;
 
     let d = raw.dequeue;
     let mode = match d.mode.as_str() {
@@ -388,7 +393,7 @@ fn local_shard_files(local: &LocalConfig) -> Vec<ShardFile> {
             password_env: None,
             sslmode: None,
             sslrootcert: None,
-            pool_size: 16,
+            pool_size: None,
             transaction_pooler: false,
         })
         .collect()

@@ -77,3 +77,11 @@ pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
         attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false \
     WHERE shard_key = $1 AND id = $2 AND status IN ('dead', 'failed', 'cancelled') \
     RETURNING id";
+
+/// The server's client connections: shardq's own, shardq's user pool's, all,
+/// and `max_connections`.
+pub const SERVER_CONNECTIONS: &str = "SELECT \
+        count(*) FILTER (WHERE application_name = 'shardq'), \
+        count(*) FILTER (WHERE application_name = 'shardq-user'), \
+        count(*), current_setting('max_connections')::bigint \
+    FROM pg_stat_activity WHERE backend_type = 'client backend'";

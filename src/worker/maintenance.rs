@@ -13,6 +13,10 @@ use tokio_util::sync::CancellationToken;
 /// comes back in a few passes.
 const MAINTENANCE_BATCH: i64 = 5_000;
 
+/// A pooled connection unused this long is closed (the pool reopens one when
+/// load comes back).
+const IDLE_CONNECTION: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Retention statements per shard and sweep, so a huge backlog is worked off
 /// over several sweeps instead of holding the loop.
 const MAX_RETENTION_ROUNDS: usize = 20;
@@ -41,6 +45,7 @@ async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, shutdown: Cancellatio
         let sweep = last_sweep.elapsed() >= retention.interval;
         if sweep {
             last_sweep = Instant::now();
+            shard.release_idle(IDLE_CONNECTION);
         }
         let result = async {
             let recovered = maintenance::recover_expired(shard, MAINTENANCE_BATCH).await?;

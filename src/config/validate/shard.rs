@@ -11,7 +11,10 @@ use tokio_postgres::config::SslMode;
 /// The `sslmode` values shardq understands, for messages.
 const SSLMODES: &str = "use \"disable\", \"require\" or \"verify-full\"";
 
-pub(super) fn validate_shards(files: Vec<ShardFile>) -> Result<Vec<ShardConfig>, ConfigError> {
+pub(super) fn validate_shards(
+    files: Vec<ShardFile>,
+    default_pool_size: usize,
+) -> Result<Vec<ShardConfig>, ConfigError> {
     if files.is_empty() {
         return Err(ConfigError::NoShards);
     }
@@ -24,12 +27,16 @@ pub(super) fn validate_shards(files: Vec<ShardFile>) -> Result<Vec<ShardConfig>,
         if !names.insert(f.name.clone()) {
             return Err(ConfigError::DuplicateShard(f.name));
         }
-        shards.push(validate_shard(index, f)?);
+        shards.push(validate_shard(index, f, default_pool_size)?);
     }
     Ok(shards)
 }
 
-fn validate_shard(index: usize, f: ShardFile) -> Result<ShardConfig, ConfigError> {
+fn validate_shard(
+    index: usize,
+    f: ShardFile,
+    default_pool_size: usize,
+) -> Result<ShardConfig, ConfigError> {
     let (mut pg, url_tls) = address(index, &f)?;
     password(index, &f, &mut pg)?;
     let tls = tls_mode(index, &f, url_tls)?;
@@ -41,7 +48,10 @@ fn validate_shard(index: usize, f: ShardFile) -> Result<ShardConfig, ConfigError
         name: f.name,
         pg,
         tls,
-        pool_size: positive("shards[].pool_size", f.pool_size)?,
+        pool_size: positive(
+            "shards[].pool_size",
+            f.pool_size.unwrap_or(default_pool_size),
+        )?,
         transaction_pooler: f.transaction_pooler,
     })
 }

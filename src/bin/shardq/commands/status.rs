@@ -15,6 +15,12 @@ pub async fn run(config: &Config, json: bool) -> Result<()> {
         match (&shard.counts, &shard.error) {
             (Some(counts), _) => {
                 println!("{} ({}): up", shard.shard, shard.target);
+                if let Some(n) = shard.connections {
+                    println!(
+                        "    connections: {} of max_connections {} ({} shardq, {} shardq-user, all processes)",
+                        n.total, n.max, n.shardq, n.user
+                    );
+                }
                 if counts.is_empty() {
                     println!("    no jobs");
                 }

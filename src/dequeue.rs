@@ -313,3 +313,39 @@ pub async fn cancel_requested(shard: &Shard, held: &[JobId]) -> Result<Vec<JobId
         })
         .await
 }
+
+/// Running jobs of `owner` on `shard` claimed more than `age` ago: (id,
+/// fence, has a key). See [`sql::JOB_OWNED_RUNNING`].
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails or does not answer in time.
+pub async fn owned_running(
+    shard: &Shard,
+    owner: &str,
+    age: Duration,
+) -> Result<Vec<(JobId, i64, bool)>, ShardError> {
+    shard
+        .within(async move {
+            let client = shard.client().await?;
+            let age_ms = age.as_millis() as i64;
+            let rows = client
+                .query_typed(
+                    sql::JOB_OWNED_RUNNING,
+                    &[(&owner, Type::TEXT), (&age_ms, Type::INT8)],
+                )
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let id = JobId {
+                        shard_key: r.get(0),
+                        id: r.get(1),
+                    };
+                    (id, r.get(2), r.get(3))
+                })
+                .collect())
+        })
+        .await
+}

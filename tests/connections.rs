@@ -29,14 +29,21 @@ async fn pools_are_sized_from_the_worker_and_idle_connections_go() {
     let status = client.status().await;
     let seen = status[0].connections.expect("connections reported");
     assert!(seen.shardq >= 6, "{seen:?}");
-    assert!(seen.max >= seen.total && seen.total >= seen.shardq, "{seen:?}");
+    assert!(
+        seen.max >= seen.total && seen.total >= seen.shardq,
+        "{seen:?}"
+    );
     drop(held);
 
     shard.release_idle(Duration::ZERO);
-    wait_until(Duration::from_secs(10), "idle connections closed", || async {
-        let n = client.status().await[0].connections.expect("reported");
-        // The status query's own connection is the one left.
-        n.shardq <= 1
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "idle connections closed",
+        || async {
+            let n = client.status().await[0].connections.expect("reported");
+            // The status query's own connection is the one left.
+            n.shardq <= 1
+        },
+    )
     .await;
 }

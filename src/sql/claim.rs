@@ -117,3 +117,13 @@ pub const JOB_CANCEL_REQUESTED: &str = "SELECT w.shard_key, w.id \
     FROM unnest($1::int[], $2::bigint[]) AS h(shard_key, id) \
     JOIN workflow_status w ON w.shard_key = h.shard_key AND w.id = h.id \
     WHERE w.cancel_requested";
+
+/// Running jobs of owner $1 claimed more than $2 ms ago (so no claim reply
+/// for them can still arrive), with their fences and whether they have a
+/// key. A process compares them with the jobs it holds to find the ones a
+/// lost claim reply left it owning. Walks the shard's running rows: run only
+/// after a claim's reply may have been lost.
+pub const JOB_OWNED_RUNNING: &str = "SELECT shard_key, id, fence, ordering_key IS NOT NULL \
+    FROM workflow_status \
+    WHERE status = 'running' AND owner = $1 \
+        AND started_at < now() - $2::bigint * interval '1 millisecond'";

@@ -11,6 +11,7 @@
 
 use super::Pipeline;
 use crate::dequeue;
+use crate::job::{Completion, Outcome};
 use crate::shards::Shard;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Extensions per lease period: a lease survives two failed extensions in a row.
 const EXTENSIONS_PER_LEASE: u32 = 3;
+
+/// How long, in statement deadlines after a claim lost its reply, the leaser
+/// looks for jobs that claim left this process owning.
+const ORPHAN_WINDOW_DEADLINES: u32 = 5;
 
 /// How often held jobs are checked for cancellation: the longest a cancelled
 /// handler keeps running unaware.
@@ -44,6 +49,7 @@ async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, stop: CancellationTok
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(CANCEL_POLL_INTERVAL.min(extend_every)) => {}
         }
+        release_orphans(&pipeline, &shard).await;
         let held = pipeline.held_on(index);
         if held.is_empty() {
             last_extension = Instant::now();
@@ -54,6 +60,54 @@ async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, stop: CancellationTok
             extend(&pipeline, &shard, &held, lease).await;
         }
         poll_cancellations(&pipeline, &shard, &held).await;
+    }
+}
+
+/// After a claim on this shard lost its reply (it may have run anyway), for
+/// a few statement deadlines: gives back the running jobs this process owns
+/// there but never received, at once instead of after their lease. Jobs
+/// claimed less than a deadline ago are left alone: their reply may still
+/// be on its way.
+async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
+    let deadline = pipeline.config.dequeue.statement_timeout;
+    let Some(lost) = pipeline.last_lost_claim(shard.index) else {
+        return;
+    };
+    if lost.elapsed() > deadline * ORPHAN_WINDOW_DEADLINES {
+        return;
+    }
+    let owned = match dequeue::owned_running(shard, &pipeline.owner, deadline).await {
+        Ok(owned) => owned,
+        Err(err) => {
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan check failed");
+            return;
+        }
+    };
+    let held = pipeline.held_ids(shard.index);
+    let orphans: Vec<Completion> = owned
+        .into_iter()
+        .filter(|(id, _, _)| !held.contains(id))
+        .map(|(id, fence, keyed)| Completion {
+            id,
+            shard: shard.index,
+            fence,
+            keyed,
+            outcome: Outcome::Released,
+            finished: Instant::now(),
+        })
+        .collect();
+    if orphans.is_empty() {
+        return;
+    }
+    let retry = pipeline.config.worker.retry_backoff;
+    match dequeue::complete_many(shard, &pipeline.owner, retry, &orphans).await {
+        Ok(written) => {
+            pipeline.stats.add_written(&written);
+            tracing::info!(shard = %shard.name, released = written.released, "gave back jobs a lost claim reply left this process owning");
+        }
+        Err(err) => {
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan release failed")
+        }
     }
 }
 

@@ -55,6 +55,10 @@ pub(crate) struct Pipeline {
     pub held: Mutex<HashMap<crate::job::JobId, Held>>,
     /// Claims made so far: numbers each claim (see [`crate::job::ClaimedJob::claim`]).
     pub claims: std::sync::atomic::AtomicU64,
+    /// Per shard: when a claim there last failed without the server's
+    /// answer (a deadline, a cut connection), so the claim may have run
+    /// anyway and left this process owning jobs it never received.
+    pub lost_claim: Vec<Mutex<Option<std::time::Instant>>>,
     /// Room for claimed-but-unfinished jobs (bounds memory).
     pub room: Arc<Semaphore>,
     /// The dequeue slots and busy backoff shared by this process's producers.
@@ -161,6 +165,7 @@ impl Worker {
             dequeue.busy_backoff,
             dequeue.empty_backoff,
         );
+        let shard_count = self.shards.len();
         let pipeline = Arc::new(Pipeline {
             room: Arc::new(Semaphore::new(self.config.worker.buffer_jobs)),
             gate,
@@ -171,6 +176,7 @@ impl Worker {
             owner,
             held: Mutex::new(HashMap::new()),
             claims: std::sync::atomic::AtomicU64::new(0),
+            lost_claim: (0..shard_count).map(|_| Mutex::new(None)).collect(),
             stats: self.stats.clone(),
         });
         tracing::info!(owner = %pipeline.owner, shards = pipeline.shards.len(), serial = self.serial, "worker started");
@@ -232,6 +238,15 @@ impl Pipeline {
         }
     }
 
+    /// The ids of the held jobs on shard `shard`.
+    fn held_ids(&self, shard: usize) -> std::collections::HashSet<crate::job::JobId> {
+        let held = self.held.lock().expect("held map");
+        held.iter()
+            .filter(|(_, h)| h.shard == shard)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// The held jobs on shard `shard`, with their fences.
     fn held_on(&self, shard: usize) -> Vec<(crate::job::JobId, i64)> {
         let held = self.held.lock().expect("held map");
@@ -247,6 +262,16 @@ impl Pipeline {
         if let Some(held) = self.held.lock().expect("held map").get(&id) {
             held.cancel.cancel();
         }
+    }
+
+    /// Notes that a claim on shard `shard` may have run without its reply.
+    fn claim_reply_lost(&self, shard: usize) {
+        *self.lost_claim[shard].lock().expect("lost claim") = Some(Instant::now());
+    }
+
+    /// When a claim on shard `shard` last may have lost its reply.
+    fn last_lost_claim(&self, shard: usize) -> Option<Instant> {
+        *self.lost_claim[shard].lock().expect("lost claim")
     }
 
     /// A new claim's number.

@@ -141,6 +141,10 @@ async fn claim_somewhere(
             Ok(Claim::Busy) => entered.busy(now, &mut rng),
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
+                if err.sqlstate().is_none() {
+                    // No answer from the server: the claim may still have run.
+                    pipeline.claim_reply_lost(*shard_index);
+                }
                 let delay = rotation.failed(target, now, &mut rng);
                 tracing::warn!(
                     shard = %shard.name,

@@ -152,12 +152,26 @@ impl LocalServer {
                     std::io::Error::other("no pid on the first line"),
                 )
             })?;
-        let mut pids = children_of(postmaster);
-        pids.push(postmaster);
-        for pid in &pids {
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal)
-                .map_err(|e| io("signal the server's processes", e.into()))?;
+        // The postmaster first when stopping (so it forks no backend after
+        // the listing), last when continuing. A process that exited
+        // meanwhile (ESRCH) is skipped: every other one must still get it.
+        let send = |pid: i32| match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
+        {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(e) => Err(io("signal the server's processes", e.into())),
+        };
+        let stopping = signal == nix::sys::signal::Signal::SIGSTOP;
+        if stopping {
+            send(postmaster)?;
         }
+        let mut pids = children_of(postmaster);
+        for pid in &pids {
+            send(*pid)?;
+        }
+        if !stopping {
+            send(postmaster)?;
+        }
+        pids.push(postmaster);
         Ok(pids.len())
     }
 }

@@ -103,12 +103,16 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
     Ok(())
 }
 
+/// Statement deadline of the chaos command's own connections.
+const CHECK_STATEMENT_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The run proper, on a started cluster.
 async fn run_on(cluster: &Cluster, args: &ChaosArgs) -> Result<Summary> {
-    let client = Client::from_shards(
-        ShardSet::connect(&cluster.config)?,
-        cluster.config.limits.clone(),
-    );
+    // The enqueuer and the checks: the workers' 1 s statement deadline is too
+    // short for the checks' scans over the whole run's rows.
+    let mut own = cluster.config.clone();
+    own.dequeue.statement_timeout = CHECK_STATEMENT_TIMEOUT;
+    let client = Client::from_shards(ShardSet::connect(&own)?, own.limits.clone());
     let fleet = Mutex::new(Fleet::start(
         cluster.config_path.clone(),
         cluster.log_dir(),

@@ -134,7 +134,7 @@ async fn write_with_retry(
         match result {
             Ok(written) => {
                 record_written(&pipeline, shard_index, &part, &written);
-                pipeline.forget(part.iter().map(|c| c.id));
+                pipeline.forget(part.iter().map(|c| (c.id, c.fence)));
                 delay = FIRST_RETRY_DELAY;
             }
             Err(err) if err.is_permanent() => {

@@ -231,10 +231,14 @@ impl Pipeline {
     }
 
     /// Stops holding these jobs (their outcomes are written or given up).
-    fn forget(&self, ids: impl IntoIterator<Item = crate::job::JobId>) {
+    fn forget(&self, claims: impl IntoIterator<Item = (crate::job::JobId, i64)>) {
         let mut held = self.held.lock().expect("held map");
-        for id in ids {
-            held.remove(&id);
+        for (id, fence) in claims {
+            // Only this claim's entry: the job may have been claimed again
+            // since (a lost lease), and that claim is held now.
+            if held.get(&id).is_some_and(|h| h.fence == fence) {
+                held.remove(&id);
+            }
         }
     }
 

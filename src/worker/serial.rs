@@ -46,13 +46,13 @@ pub(crate) async fn run(
                 rotation.claimed(target);
                 for job in jobs {
                     pipeline.hold(&job);
-                    let id = job.id;
+                    let (id, fence) = (job.id, job.fence);
                     let done = executor::execute(&pipeline, job).await;
                     let done_at = done.finished;
                     let retry = pipeline.config.worker.retry_backoff;
                     let written =
                         dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await;
-                    pipeline.forget([id]);
+                    pipeline.forget([(id, fence)]);
                     match written {
                         Ok(w) => {
                             stats.add_written(&w);

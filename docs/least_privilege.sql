@@ -1,20 +1,26 @@
--- A least-privilege role for shardq workers and producers.
+-- Least-privilege roles for shardq: one for workers, one for producers.
 --
 -- Run this as the owner of shardq's tables (the role that ran `shardq migrate`),
 -- in EVERY shard database, after migrating:
 --
 --     psql "postgres://owner@host:5432/shardq" -f docs/least_privilege.sql
 --
--- It creates the group role `shardq_worker` once per cluster and grants it, in
--- this database, what `shardq worker`, `shardq enqueue`, `shardq status` and an
--- embedded `shardq::Client` need, and nothing else. Migrations (DDL) stay with
--- the owner: run `shardq migrate` with the owner's URL, everything else with a
--- login role in `shardq_worker`, e.g.
+-- It creates two group roles once per cluster and grants them, in this
+-- database only, what they need and nothing else:
+--   shardq_worker    `shardq worker` (claims, completions, steps, leases,
+--                    recovery, retention) and everything a producer does;
+--   shardq_producer  `shardq enqueue`, `shardq status`, `shardq job
+--                    show|cancel|retry` and an embedded `shardq::Client`: it
+--                    can neither delete jobs nor write step outputs.
+-- Migrations (DDL) stay with the owner: run `shardq migrate` with the owner's
+-- URL, everything else with a login role in one of the groups, e.g.
 --
 --     CREATE ROLE app_worker LOGIN PASSWORD '...' IN ROLE shardq_worker;
+--     CREATE ROLE app_producer LOGIN PASSWORD '...' IN ROLE shardq_producer;
 --
--- (give that role's password through `password_file` or `password_env`, not in
--- shards.toml). The file can be run again; granting twice changes nothing.
+-- (give passwords through `password_file` or `password_env`, not in
+-- shards.toml). The file can be run again; granting twice changes nothing. It
+-- changes nothing outside shardq's own tables: no REVOKE from PUBLIC.
 
 -- The group role holds the privileges; login roles are members of it. NOLOGIN:
 -- nobody connects as the group itself. Roles are per cluster, so a second shard
@@ -24,6 +30,9 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_worker') THEN
         CREATE ROLE shardq_worker NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_producer') THEN
+        CREATE ROLE shardq_producer NOLOGIN;
+    END IF;
 END
 $$;
 
@@ -31,16 +40,17 @@ $$;
 -- revoked it from PUBLIC still lets shardq's workers in.
 DO $$
 BEGIN
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO shardq_worker', current_database());
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO shardq_worker, shardq_producer',
+                   current_database());
 END
 $$;
 
--- Looking up shardq's tables in schema public. USAGE only: no CREATE, so a
--- worker can neither add tables nor shadow shardq's with its own. Since
--- PostgreSQL 15, PUBLIC has no CREATE on schema public; on older servers
--- revoke it, or every role (the worker's included) may create tables there.
-GRANT USAGE ON SCHEMA public TO shardq_worker;
-REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+-- Looking up shardq's tables in schema public. USAGE only: no CREATE, so
+-- neither role can add tables nor shadow shardq's with its own. Since
+-- PostgreSQL 15, PUBLIC has no CREATE on schema public; on an older server
+-- every role may create tables there unless you revoke it from PUBLIC (a
+-- database-wide change, so this file leaves it to you).
+GRANT USAGE ON SCHEMA public TO shardq_worker, shardq_producer;
 
 -- The jobs. SELECT: claims, status, inspection, the "is work left" check.
 -- INSERT: enqueue (the id is an identity column, which needs no sequence
@@ -48,15 +58,19 @@ REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 -- completion, retries, lease extension and recovery, promotion of due jobs,
 -- cancellation. DELETE: retention of finished jobs.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE workflow_status TO shardq_worker;
+-- A producer: SELECT (status, inspection), INSERT (enqueue), UPDATE (cancel,
+-- retry). No DELETE.
+GRANT SELECT, INSERT, UPDATE ON TABLE workflow_status TO shardq_producer;
 
 -- Durable step outputs. SELECT: a replayed job reads its finished steps.
 -- INSERT: a step records its output (ON CONFLICT DO NOTHING needs no more).
--- UPDATE and DELETE: today's statements do not use them (retention deletes a
--- job's steps through ON DELETE CASCADE, which runs with the owner's rights);
--- they are granted so that changes to step handling need no new grant on
--- upgrade. Leave them out for a stricter role.
-GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE workflow_steps TO shardq_worker;
+-- No UPDATE or DELETE for anyone: a recorded output is never changed
+-- (retention deletes a job's steps through ON DELETE CASCADE, which runs
+-- with the owner's rights). A producer only reads them.
+GRANT SELECT, INSERT ON TABLE workflow_steps TO shardq_worker;
+REVOKE UPDATE, DELETE ON TABLE workflow_steps FROM shardq_worker;  -- granted by older versions of this file
+GRANT SELECT ON TABLE workflow_steps TO shardq_producer;
 
 -- The schema version: a worker refuses to run against a schema it does not
 -- know, so it reads this table. Read only: recording a migration is the owner's.
-GRANT SELECT ON TABLE shardq_migrations TO shardq_worker;
+GRANT SELECT ON TABLE shardq_migrations TO shardq_worker, shardq_producer;

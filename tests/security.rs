@@ -594,4 +594,47 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         shardq::migrate::migrate_all(&shards).await.is_err(),
         "migrating needs the owner"
     );
+    let err = client
+        .batch_execute("UPDATE workflow_steps SET output = 'null'")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{err}");
+
+    // A producer enqueues, reads status, cancels; it deletes no job and
+    // writes no step output.
+    setup
+        .batch_execute("CREATE ROLE app_producer LOGIN IN ROLE shardq_producer")
+        .await
+        .unwrap();
+    let url = server.url().replace("postgres@", "app_producer@");
+    let producer_config =
+        Config::from_toml(&format!("{}{FAST}", shard_toml("lp", &url, ""))).unwrap();
+    let producer = shardq::Client::new(&producer_config).unwrap();
+    let id = producer
+        .enqueue(shardq::NewJob::new(
+            "default",
+            "noop",
+            serde_json::json!({}),
+        ))
+        .await
+        .expect("a producer enqueues");
+    assert!(producer.status().await[0].counts.is_some(), "status works");
+    assert_eq!(
+        producer.cancel(id).await.unwrap().as_deref(),
+        Some("cancelled")
+    );
+    let db = producer.shards().get(0).client().await.unwrap();
+    for sql in [
+        "DELETE FROM workflow_status",
+        "INSERT INTO workflow_steps (shard_key, workflow_id, step_name) VALUES (0, 1, 'x')",
+        "UPDATE workflow_steps SET output = 'null'",
+        "DELETE FROM workflow_steps",
+    ] {
+        let err = db.batch_execute(sql).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(&SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}: {err}"
+        );
+    }
 }

@@ -148,3 +148,58 @@ async fn the_pending_check_reads_only_partial_indexes() {
         );
     }
 }
+
+/// `shardq status` on a shard with many finished rows: unfinished jobs are
+/// counted from their partial indexes only, and the finished ones come from
+/// the table's statistics instead of a scan of every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_partial_indexes_and_estimates_history() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "SET statement_timeout = 0; \
+         INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at) \
+         SELECT g % 65536, 'q', 'noop', 'succeeded', now() FROM generate_series(1, 300000) g; \
+         ANALYZE workflow_status",
+    )
+    .await
+    .unwrap();
+    let jobs = (0..5)
+        .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+
+    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::sql::QUEUE_COUNTS);
+    let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
+    let text = plan.to_string();
+    let mut scans = Vec::new();
+    table_scans(&plan, &mut scans);
+    for scan in scans {
+        let index = scan["Index Name"].as_str().unwrap_or("no index");
+        assert!(
+            [
+                "workflow_status_dequeue",
+                "workflow_status_dequeue_keyed",
+                "workflow_status_key",
+                "workflow_status_scheduled",
+                "workflow_status_lease"
+            ]
+            .contains(&index),
+            "status reads {index}: {text}"
+        );
+    }
+
+    let counts = client.status().await[0].counts.clone().unwrap();
+    let queued = counts.iter().find(|c| c.status == "queued").unwrap();
+    assert_eq!((queued.count, queued.estimated), (5, false));
+    let finished = counts.iter().find(|c| c.status == "finished").unwrap();
+    assert!(finished.estimated, "{counts:?}");
+    assert!(
+        (250_000..=350_000).contains(&finished.count),
+        "estimate {}",
+        finished.count
+    );
+}

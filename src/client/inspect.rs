@@ -20,7 +20,14 @@ pub struct QueueCount {
     pub status: String,
     /// Jobs.
     pub count: i64,
+    /// An estimate from the table's statistics (finished jobs on a big
+    /// table: queue `*`, status `finished`), not a count.
+    pub estimated: bool,
 }
+
+/// Up to this many finished rows (by the statistics' estimate), `status`
+/// counts them exactly by queue and status; beyond, it reports the estimate.
+const FINISHED_EXACT_UP_TO: i64 = 200_000;
 
 /// What `status` reports for one shard.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -136,14 +143,39 @@ impl Client {
                         .query_typed(sql::QUEUE_COUNTS, &[])
                         .await
                         .map_err(|e| shard.query_error(e))?;
-                    let counts = rows
+                    let mut counts: Vec<QueueCount> = rows
                         .iter()
                         .map(|r| QueueCount {
                             queue: r.get(0),
                             status: r.get(1),
                             count: r.get(2),
+                            estimated: false,
                         })
                         .collect();
+                    let finished: i64 = client
+                        .query_typed_one(sql::FINISHED_ESTIMATE, &[])
+                        .await
+                        .map_err(|e| shard.query_error(e))?
+                        .get(0);
+                    if finished <= FINISHED_EXACT_UP_TO {
+                        let rows = client
+                            .query_typed(sql::FINISHED_COUNTS, &[])
+                            .await
+                            .map_err(|e| shard.query_error(e))?;
+                        counts.extend(rows.iter().map(|r| QueueCount {
+                            queue: r.get(0),
+                            status: r.get(1),
+                            count: r.get(2),
+                            estimated: false,
+                        }));
+                    } else {
+                        counts.push(QueueCount {
+                            queue: "*".into(),
+                            status: "finished".into(),
+                            count: finished,
+                            estimated: true,
+                        });
+                    }
                     let c = client
                         .query_typed_one(sql::SERVER_CONNECTIONS, &[])
                         .await

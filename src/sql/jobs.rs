@@ -38,13 +38,36 @@ pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_statu
         WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
     OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running')";
 
-/// Job counts by queue and state; scheduled jobs split into `retrying` (they
-/// failed before) and `delayed`.
-pub const QUEUE_COUNTS: &str = "SELECT queue, CASE \
-        WHEN status = 'scheduled' AND attempts > 0 THEN 'retrying' \
-        WHEN status = 'scheduled' THEN 'delayed' \
-        ELSE status END AS state, count(*) \
-    FROM workflow_status GROUP BY 1, 2 ORDER BY 1, 2";
+/// Unfinished job counts by queue and state; scheduled jobs split into
+/// `retrying` (they failed before) and `delayed`. Each branch reads one
+/// partial index, so finished rows cost it nothing.
+pub const QUEUE_COUNTS: &str = "SELECT queue, state, count(*) FROM ( \
+        SELECT queue, 'queued' AS state FROM workflow_status \
+            WHERE status = 'queued' AND ordering_key IS NULL \
+        UNION ALL SELECT queue, 'queued' FROM workflow_status \
+            WHERE status = 'queued' AND ordering_key IS NOT NULL \
+        UNION ALL SELECT queue, 'waiting' FROM workflow_status \
+            WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+        UNION ALL SELECT queue, CASE WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
+            FROM workflow_status WHERE status = 'scheduled' \
+        UNION ALL SELECT queue, 'running' FROM workflow_status WHERE status = 'running' \
+    ) unfinished GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// The planner's estimate of finished rows (all queues), from the table's
+/// statistics: free, however many there are.
+pub const FINISHED_ESTIMATE: &str = "SELECT coalesce(( \
+        SELECT (c.reltuples * coalesce(( \
+            SELECT sum(f) FROM pg_stats s, unnest(s.most_common_freqs::text::float8[]) \
+                WITH ORDINALITY AS m(f, i) \
+            WHERE s.tablename = 'workflow_status' AND s.attname = 'status' \
+              AND (s.most_common_vals::text::text[])[m.i] \
+                  IN ('succeeded', 'failed', 'dead', 'cancelled')), 0))::bigint \
+        FROM pg_class c WHERE c.oid = 'workflow_status'::regclass AND c.reltuples > 0), 0)";
+
+/// Finished job counts by queue and status, exact: walks every finished row,
+/// so run only when the estimate says there are few.
+pub const FINISHED_COUNTS: &str = "SELECT queue, status, count(*) FROM workflow_status \
+    WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') GROUP BY 1, 2 ORDER BY 1, 2";
 
 /// One job by key.
 pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \

@@ -25,7 +25,13 @@ pub async fn run(config: &Config, json: bool) -> Result<()> {
                     println!("    no jobs");
                 }
                 for c in counts {
-                    println!("    {:<20} {:<10} {:>12}", c.queue, c.status, c.count);
+                    let approx = if c.estimated { "~" } else { "" };
+                    println!(
+                        "    {:<20} {:<10} {:>12}",
+                        c.queue,
+                        c.status,
+                        format!("{approx}{}", c.count)
+                    );
                 }
             }
             (None, error) => println!(

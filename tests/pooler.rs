@@ -8,7 +8,7 @@
 mod common;
 
 use common::pgbouncer::PgBouncer;
-use common::TestShards;
+use common::{wait_until, TestShards};
 use serde_json::json;
 use shardq::client::JobOutcome;
 use shardq::config::DequeueMode;
@@ -54,6 +54,18 @@ async fn through_pgbouncer(extra: &str) -> Through {
         set,
         client,
     }
+}
+
+/// Succeeded jobs, asked the way a pooler allows (a typed, unnamed statement).
+async fn succeeded(set: &ShardSet) -> i64 {
+    let db = set.get(0).user_client().await.unwrap();
+    db.query_typed_one(
+        "SELECT count(*) FROM workflow_status WHERE status = 'succeeded'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }
 
 const WORKER: &str = "
@@ -133,14 +145,19 @@ async fn a_worker_drains_keyed_unkeyed_and_workflow_jobs_through_pgbouncer() {
         .unwrap();
     assert_eq!(first, second, "dedup through PgBouncer");
 
-    let report = tokio::time::timeout(
+    // Until every job has succeeded (the workflow's retry waits as
+    // `scheduled`, which the worker's own "anything left?" check ignores).
+    let stop = CancellationToken::new();
+    let worker =
+        tokio::spawn(Worker::new(t.config.clone(), t.set.clone(), registry).run(stop.clone()));
+    wait_until(
         Duration::from_secs(60),
-        Worker::new(t.config.clone(), t.set.clone(), registry)
-            .stop_when_empty(true)
-            .run(CancellationToken::new()),
+        "every job succeeded through PgBouncer",
+        || async { succeeded(&t.set).await == 40 + 200 + 1 + 1 },
     )
-    .await
-    .expect("drained through PgBouncer");
+    .await;
+    stop.cancel();
+    let report = worker.await.unwrap();
     assert_eq!(report.stats.succeeded, 40 + 200 + 1 + 1);
     assert_eq!(
         t.client.result(wf, Duration::from_secs(5)).await.unwrap(),

@@ -5,7 +5,10 @@
 //!
 //! Run: `cargo bench --bench history` (or `-- --history 1000000 --jobs 100000 --rounds 2`).
 
-use anyhow::{Context, Result};
+#[path = "flags.rs"]
+mod flags;
+use anyhow::Result;
+use flags::flag;
 use shardq::local::EphemeralServer;
 use shardq::shards::ShardSet;
 use shardq::{Client, Config, HandlerRegistry, NewJob, Worker};
@@ -25,17 +28,6 @@ const ADD_HISTORY: &str = "INSERT INTO workflow_status \
     (shard_key, queue, handler, payload, status, attempts, created_at, started_at, finished_at, output) \
     SELECT (g % 65536)::int, 'bench', 'noop', '{}', 'succeeded', 1, now(), now(), now(), 'null' \
     FROM generate_series(1, $1::bigint) AS g";
-
-fn flag(args: &[String], name: &str, default: usize) -> Result<usize> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .context(format!("{name} needs a value"))?
-            .parse()
-            .context(format!("{name} must be a whole number")),
-        None => Ok(default),
-    }
-}
 
 #[tokio::main]
 async fn main() -> Result<()> {

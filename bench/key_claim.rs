@@ -7,7 +7,10 @@
 //!
 //! Run: `cargo bench --bench key_claim` (or `-- --rounds 7`).
 
-use anyhow::{Context, Result};
+#[path = "flags.rs"]
+mod flags;
+use anyhow::Result;
+use flags::flag;
 use shardq::config::DequeueMode;
 use shardq::dequeue::{self, Claim, ClaimParams};
 use shardq::local::EphemeralServer;
@@ -65,17 +68,6 @@ const SETUPS: &[Setup] = &[
     },
 ];
 
-fn rounds_flag(args: &[String]) -> Result<usize> {
-    match args.iter().position(|a| a == "--rounds") {
-        Some(i) => args
-            .get(i + 1)
-            .context("--rounds needs a value")?
-            .parse()
-            .context("--rounds must be a whole number"),
-        None => Ok(DEFAULT_ROUNDS),
-    }
-}
-
 fn jobs(layout: Layout, n: usize) -> Vec<NewJob> {
     (0..n)
         .map(|i| {
@@ -91,7 +83,11 @@ fn jobs(layout: Layout, n: usize) -> Vec<NewJob> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let rounds = rounds_flag(&std::env::args().collect::<Vec<_>>())?;
+    let rounds = flag(
+        &std::env::args().collect::<Vec<_>>(),
+        "--rounds",
+        DEFAULT_ROUNDS,
+    )?;
     let server = EphemeralServer::start().await?;
     let config = Config::from_toml(&format!(
         "[[shards]]\nname = \"bench\"\nurl = \"{}\"\n",

@@ -21,7 +21,10 @@
 //! Run: `cargo bench --bench lease_cost` (or
 //! `-- --rows 200000 --owners 100 --rounds 50`).
 
+#[path = "flags.rs"]
+mod flags;
 use anyhow::{Context, Result};
+use flags::flag;
 use shardq::local::EphemeralServer;
 use shardq::shards::ShardSet;
 use shardq::Config;
@@ -124,17 +127,6 @@ impl Kind {
 
     fn modifies(self) -> bool {
         matches!(self, Kind::ExtendBefore | Kind::ExtendAfter)
-    }
-}
-
-fn flag(args: &[String], name: &str, default: usize) -> Result<usize> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .context(format!("{name} needs a value"))?
-            .parse()
-            .context(format!("{name} must be a whole number")),
-        None => Ok(default),
     }
 }
 

@@ -5,14 +5,12 @@
 //!
 //! Run: `cargo bench --bench history` (or `-- --history 1000000 --jobs 100000 --rounds 2`).
 
-#[path = "flags.rs"]
-mod flags;
+#[path = "support.rs"]
+mod support;
 use anyhow::Result;
-use flags::flag;
-use shardq::local::EphemeralServer;
-use shardq::shards::ShardSet;
-use shardq::{Client, Config, HandlerRegistry, NewJob, Worker};
+use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use std::time::Instant;
+use support::{flag, one_shard};
 use tokio_util::sync::CancellationToken;
 
 /// Ready jobs drained per measurement.
@@ -36,13 +34,7 @@ async fn main() -> Result<()> {
     let history = flag(&args, "--history", DEFAULT_HISTORY as usize)? as i64;
     let rounds = flag(&args, "--rounds", DEFAULT_ROUNDS)?;
 
-    let server = EphemeralServer::start().await?;
-    let config = Config::from_toml(&format!(
-        "[[shards]]\nname = \"bench\"\nurl = \"{}\"\n[worker]\nqueues = [\"bench\"]\n",
-        server.url()
-    ))?;
-    let shards = ShardSet::connect(&config)?;
-    shardq::migrate::migrate_all(&shards).await?;
+    let (_server, config, shards) = one_shard("[worker]\nqueues = [\"bench\"]\n").await?;
     let client = Client::from_shards(shards.clone(), config.limits.clone());
     let db = shards.get(0).client().await?;
 

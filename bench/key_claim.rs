@@ -7,16 +7,14 @@
 //!
 //! Run: `cargo bench --bench key_claim` (or `-- --rounds 7`).
 
-#[path = "flags.rs"]
-mod flags;
+#[path = "support.rs"]
+mod support;
 use anyhow::Result;
-use flags::flag;
 use shardq::config::DequeueMode;
 use shardq::dequeue::{self, Claim, ClaimParams};
-use shardq::local::EphemeralServer;
-use shardq::shards::ShardSet;
-use shardq::{Client, Config, NewJob};
+use shardq::{Client, NewJob};
 use std::time::{Duration, Instant};
+use support::{flag, one_shard};
 
 const DEFAULT_ROUNDS: usize = 7;
 
@@ -88,13 +86,7 @@ async fn main() -> Result<()> {
         "--rounds",
         DEFAULT_ROUNDS,
     )?;
-    let server = EphemeralServer::start().await?;
-    let config = Config::from_toml(&format!(
-        "[[shards]]\nname = \"bench\"\nurl = \"{}\"\n",
-        server.url()
-    ))?;
-    let shards = ShardSet::connect(&config)?;
-    shardq::migrate::migrate_all(&shards).await?;
+    let (server, config, shards) = one_shard("").await?;
     let client = Client::from_shards(shards.clone(), config.limits.clone());
     let shard = shards.get(0);
     let db = shard.client().await?;

@@ -21,15 +21,12 @@
 //! Run: `cargo bench --bench lease_cost` (or
 //! `-- --rows 200000 --owners 100 --rounds 50`).
 
-#[path = "flags.rs"]
-mod flags;
+#[path = "support.rs"]
+mod support;
 use anyhow::{Context, Result};
-use flags::flag;
-use shardq::local::EphemeralServer;
-use shardq::shards::ShardSet;
-use shardq::Config;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use support::{flag, one_shard};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Statement;
 
@@ -321,13 +318,7 @@ async fn main() -> Result<()> {
         "all flags must be > 0"
     );
 
-    let server = EphemeralServer::start().await?;
-    let config = Config::from_toml(&format!(
-        "[[shards]]\nname = \"bench\"\nurl = \"{}\"\n",
-        server.url()
-    ))?;
-    let shards = ShardSet::connect(&config)?;
-    shardq::migrate::migrate_all(&shards).await?;
+    let (_server, _config, shards) = one_shard("").await?;
     let db = shards.get(0).client().await?;
 
     println!(

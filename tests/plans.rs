@@ -91,6 +91,18 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     }
 }
 
+/// Asserts that every read of `workflow_status` in `plan` goes through one of
+/// `indexes`; returns how many reads there are.
+fn reads_only(plan: &Value, indexes: &[&str], what: &str) -> usize {
+    let mut scans = Vec::new();
+    table_scans(plan, &mut scans);
+    for scan in &scans {
+        let index = scan["Index Name"].as_str().unwrap_or("no index");
+        assert!(indexes.contains(&index), "{what} reads {index}: {plan}");
+    }
+    scans.len()
+}
+
 /// Every plan node that reads `workflow_status`.
 fn table_scans<'a>(node: &'a Value, out: &mut Vec<&'a Value>) {
     match node {
@@ -131,22 +143,16 @@ async fn the_pending_check_reads_only_partial_indexes() {
         .await
         .unwrap()
         .get(0);
-    let text = plan.to_string();
-    let mut scans = Vec::new();
-    table_scans(&plan, &mut scans);
-    assert_eq!(scans.len(), 3, "{text}");
-    for scan in scans {
-        let index = scan["Index Name"].as_str().unwrap_or("no index");
-        assert!(
-            [
-                "workflow_status_dequeue",
-                "workflow_status_key",
-                "workflow_status_lease"
-            ]
-            .contains(&index),
-            "the pending check reads {index}: {text}"
-        );
-    }
+    let scans = reads_only(
+        &plan,
+        &[
+            "workflow_status_dequeue",
+            "workflow_status_key",
+            "workflow_status_lease",
+        ],
+        "the pending check",
+    );
+    assert_eq!(scans, 3, "{plan}");
 }
 
 /// `shardq status` on a shard with many finished rows: unfinished jobs are
@@ -174,23 +180,17 @@ async fn status_reads_partial_indexes_and_estimates_history() {
 
     let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::sql::QUEUE_COUNTS);
     let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
-    let text = plan.to_string();
-    let mut scans = Vec::new();
-    table_scans(&plan, &mut scans);
-    for scan in scans {
-        let index = scan["Index Name"].as_str().unwrap_or("no index");
-        assert!(
-            [
-                "workflow_status_dequeue",
-                "workflow_status_dequeue_keyed",
-                "workflow_status_key",
-                "workflow_status_scheduled",
-                "workflow_status_lease"
-            ]
-            .contains(&index),
-            "status reads {index}: {text}"
-        );
-    }
+    reads_only(
+        &plan,
+        &[
+            "workflow_status_dequeue",
+            "workflow_status_dequeue_keyed",
+            "workflow_status_key",
+            "workflow_status_scheduled",
+            "workflow_status_lease",
+        ],
+        "status",
+    );
 
     let counts = client.status().await[0].counts.clone().unwrap();
     let queued = counts.iter().find(|c| c.status == "queued").unwrap();

@@ -92,6 +92,7 @@ pub struct Shard {
     pool: Pool,
     user_pool: Pool,
     deadline: Duration,
+    behind_pooler: bool,
 }
 
 impl std::fmt::Debug for Shard {
@@ -177,6 +178,12 @@ impl Shard {
             shard: self.name.clone(),
             source,
         }
+    }
+
+    /// Whether the shard is reached through a transaction-pooling proxy
+    /// (`transaction_pooler = true`): no session state survives a transaction.
+    pub fn behind_pooler(&self) -> bool {
+        self.behind_pooler
     }
 
     /// host:port/dbname, for messages.
@@ -291,6 +298,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         pool,
         user_pool,
         deadline: config.dequeue.statement_timeout,
+        behind_pooler: shard.transaction_pooler,
     })
 }
 

@@ -34,3 +34,20 @@ pub const SHARD_MAP_RECORD: &str =
 /// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
 /// a job written under an older shard map (one primary-key probe).
 pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";
+
+/// Whether the shard map table exists (schema version 5 or later).
+pub const SHARD_MAP_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_shard_map') IS NOT NULL";
+
+/// Waits for the migration lock for this session (no-transaction
+/// migrations); released by [`MIGRATION_SESSION_UNLOCK`] or when the session
+/// ends.
+pub const MIGRATION_SESSION_LOCK: &str = "SELECT pg_advisory_lock($1)";
+
+/// Releases [`MIGRATION_SESSION_LOCK`].
+pub const MIGRATION_SESSION_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+
+/// Whether index `$1` (in the current schema) exists but is invalid: the
+/// leftover of a `CREATE INDEX CONCURRENTLY` that failed or was cancelled.
+pub const INDEX_INVALID: &str = "SELECT NOT i.indisvalid FROM pg_index i \
+    JOIN pg_class c ON c.oid = i.indexrelid \
+    WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace";

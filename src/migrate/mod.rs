@@ -1,15 +1,20 @@
 //! Versioned schema migrations, applied to every shard.
 //!
-//! Each shard records applied versions in `shardq_migrations`. A run takes a
-//! transaction-level advisory lock first, so two processes migrating at once
+//! Each shard records applied versions in `shardq_migrations`. Each
+//! migration takes an advisory lock first, so two processes migrating at once
 //! serialise: the second sees the first one's versions and applies nothing.
-//! Every migration runs in the same transaction as its record.
+//! A migration runs in the same transaction as its record, unless it is a
+//! no-transaction migration ([`no_transaction`]): those build indexes
+//! `CONCURRENTLY` and validate constraints added `NOT VALID`, so the fleet
+//! keeps claiming while they run.
 //!
 //! Each shard also records its place in the shard map (`shardq_shard_map`:
 //! the shard count and its index, as `migrate` found them in the
 //! configuration). Range routing moves keys when shards are added, removed or
 //! reordered, so `migrate` and the start check refuse a configuration whose
 //! shard list disagrees with the recorded map ([`MigrateError::ShardMap`]).
+
+pub mod no_transaction;
 
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::sql;
@@ -25,32 +30,42 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-/// All migrations this binary knows, in order.
+impl Migration {
+    /// Whether the migration runs in one transaction (no
+    /// `-- shardq:no-transaction` first line).
+    pub fn runs_in_transaction(&self) -> bool {
+        self.sql.lines().next().map(str::trim) != Some(no_transaction::MARKER)
+    }
+}
+
+/// All migrations this binary knows, in order. From version 6 on, a
+/// migration must not hold a lock that stops the fleet while it scans or
+/// builds: [`no_transaction::lint`] checks it (a test runs it on each).
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_init.sql",
-        sql: include_str!("../migrations/0001_init.sql"),
+        sql: include_str!("../../migrations/0001_init.sql"),
     },
     Migration {
         version: 2,
         name: "0002_key_order.sql",
-        sql: include_str!("../migrations/0002_key_order.sql"),
+        sql: include_str!("../../migrations/0002_key_order.sql"),
     },
     Migration {
         version: 3,
         name: "0003_lifecycle.sql",
-        sql: include_str!("../migrations/0003_lifecycle.sql"),
+        sql: include_str!("../../migrations/0003_lifecycle.sql"),
     },
     Migration {
         version: 4,
         name: "0004_key_exclusion.sql",
-        sql: include_str!("../migrations/0004_key_exclusion.sql"),
+        sql: include_str!("../../migrations/0004_key_exclusion.sql"),
     },
     Migration {
         version: 5,
         name: "0005_shard_map.sql",
-        sql: include_str!("../migrations/0005_shard_map.sql"),
+        sql: include_str!("../../migrations/0005_shard_map.sql"),
     },
 ];
 
@@ -113,6 +128,33 @@ pub enum MigrateError {
         /// The shard's index in the configuration.
         configured_index: i32,
     },
+    /// A no-transaction migration is due on a shard reached through a
+    /// transaction pooler, which keeps no session (lock) between statements.
+    #[error(
+        "shard `{shard}`: migration {name} builds indexes concurrently, outside a \
+         transaction, which needs one session; run `shardq migrate` with this shard's \
+         URL pointing at the PostgreSQL server itself, not at the pooler"
+    )]
+    NeedsSession {
+        /// Shard name.
+        shard: String,
+        /// The migration's file name.
+        name: &'static str,
+    },
+    /// A statement of a no-transaction migration failed. Statements before it
+    /// stay applied; each is written to be run again.
+    #[error("shard `{shard}`: migration {name} failed at `{statement}`")]
+    Statement {
+        /// Shard name.
+        shard: String,
+        /// The migration's file name.
+        name: &'static str,
+        /// The statement, as written in the file.
+        statement: String,
+        /// The failure.
+        #[source]
+        source: Box<ShardError>,
+    },
     /// The shard is at the current schema version but records no shard map.
     #[error("shard `{shard}` records no shard map; run `shardq migrate` with the full shard list")]
     ShardMapMissing {
@@ -141,50 +183,42 @@ pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateErro
 
 /// Applies missing migrations to one shard, then records its place in the
 /// shard map (index `shard.index` of `shard_count` shards) if none is
-/// recorded, all in one transaction.
+/// recorded.
+///
+/// A migration runs in one transaction with its record, under the migration
+/// lock, unless its file starts with `-- shardq:no-transaction`: then its
+/// statements run one by one outside a transaction (`CREATE INDEX
+/// CONCURRENTLY`, `VALIDATE CONSTRAINT`), so no table stays locked against
+/// the fleet while an index builds ([`no_transaction`]).
 ///
 /// # Errors
 ///
-/// [`MigrateError::Shard`] when the shard fails; [`MigrateError::ShardMap`]
-/// (nothing applied) when the shard records another place in the map.
+/// [`MigrateError::Shard`] when the shard fails (migrations before the failing
+/// one stay applied); [`MigrateError::ShardMap`] (nothing applied) when the
+/// shard records another place in the map; [`MigrateError::NeedsSession`]
+/// when a no-transaction migration is due behind a transaction pooler.
 pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
     let mut client = shard.client().await?;
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    // A migration may rewrite or index a big table: no statement deadline.
-    tx.batch_execute("SET LOCAL statement_timeout = 0")
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.execute(sql::MIGRATION_LOCK, &[&sql::MIGRATION_LOCK_KEY])
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.batch_execute(sql::MIGRATIONS_TABLE_CREATE)
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    let done: Vec<i32> = tx
-        .query(sql::MIGRATIONS_APPLIED, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let mut applied = Vec::new();
-    for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-        tx.batch_execute(m.sql)
-            .await
-            .map_err(|e| shard.query_error(e))?;
-        tx.execute(sql::MIGRATION_RECORD, &[&m.version, &m.name])
-            .await
-            .map_err(|e| shard.query_error(e))?;
-        applied.push(m.version);
+    let (count, index) = place(shard, shard_count);
+    if let Some(recorded) = recorded_map(shard, &client).await? {
+        compare_map(shard, recorded, Some(count), index)?;
     }
+    let mut applied = Vec::new();
+    for m in MIGRATIONS {
+        let newly = if m.runs_in_transaction() {
+            apply_in_transaction(shard, &mut client, m).await?
+        } else {
+            no_transaction::apply(shard, &client, m).await?
+        };
+        if newly {
+            applied.push(m.version);
+        }
+    }
+    let tx = locked_transaction(shard, &mut client).await?;
     let recorded = tx
         .query_opt(sql::SHARD_MAP_GET, &[])
         .await
         .map_err(|e| shard.query_error(e))?;
-    let (count, index) = place(shard, shard_count);
     match recorded {
         Some(row) => compare_map(shard, (row.get(0), row.get(1)), Some(count), index)?,
         None => {
@@ -195,6 +229,85 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
     }
     tx.commit().await.map_err(|e| shard.query_error(e))?;
     Ok(applied)
+}
+
+/// Applies `m` with its record in one transaction, under the migration lock,
+/// unless it is applied already. Returns whether this call applied it.
+async fn apply_in_transaction(
+    shard: &Shard,
+    client: &mut deadpool_postgres::Client,
+    m: &Migration,
+) -> Result<bool, MigrateError> {
+    let tx = locked_transaction(shard, client).await?;
+    if applied_versions(shard, &tx).await?.contains(&m.version) {
+        return Ok(false);
+    }
+    tx.batch_execute(m.sql)
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    tx.execute(sql::MIGRATION_RECORD, &[&m.version, &m.name])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    tx.commit().await.map_err(|e| shard.query_error(e))?;
+    Ok(true)
+}
+
+/// A transaction holding the migration lock, with the migrations table in
+/// place and no statement deadline (a migration may rewrite a big table).
+/// Two processes migrating at once serialise here; the transaction-level
+/// lock works through a transaction pooler too.
+async fn locked_transaction<'c>(
+    shard: &Shard,
+    client: &'c mut deadpool_postgres::Client,
+) -> Result<deadpool_postgres::Transaction<'c>, MigrateError> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    tx.execute(sql::MIGRATION_LOCK, &[&sql::MIGRATION_LOCK_KEY])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    tx.batch_execute(sql::MIGRATIONS_TABLE_CREATE)
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(tx)
+}
+
+/// The versions recorded as applied.
+async fn applied_versions(
+    shard: &Shard,
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<Vec<i32>, MigrateError> {
+    Ok(client
+        .query(sql::MIGRATIONS_APPLIED, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?
+        .iter()
+        .map(|row| row.get(0))
+        .collect())
+}
+
+/// The recorded (count, index), when the shard has a shard map row.
+async fn recorded_map(
+    shard: &Shard,
+    client: &deadpool_postgres::Client,
+) -> Result<Option<(i32, i32)>, MigrateError> {
+    let exists: bool = client
+        .query_typed_one(sql::SHARD_MAP_TABLE_EXISTS, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    Ok(client
+        .query_typed_opt(sql::SHARD_MAP_GET, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?
+        .map(|row| (row.get(0), row.get(1))))
 }
 
 /// Checks that every shard is at exactly this binary's schema version and
@@ -305,3 +418,6 @@ fn compare_map(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! Migrations that run outside a transaction, and the rules every migration
+//! from version 6 on follows so that no shard stops claiming while it runs.
+//!
+//! In one transaction, `CREATE INDEX` holds a lock that blocks every write to
+//! its table until the transaction ends, and `ADD CONSTRAINT … CHECK` holds
+//! ACCESS EXCLUSIVE across the scan that validates it: on a busy shard the
+//! whole fleet waits behind the migration. So a migration that indexes or
+//! constrains an existing table starts with `-- shardq:no-transaction` and
+//! is written as statements that each take only a weak lock: `CREATE INDEX
+//! CONCURRENTLY IF NOT EXISTS`, `ADD CONSTRAINT … NOT VALID` then `VALIDATE
+//! CONSTRAINT`. Each statement commits on its own, so each is written to be
+//! run again after a failure; an index left invalid by a failed concurrent
+//! build is dropped (concurrently) and built again.
+
+use super::{applied_versions, MigrateError, Migration};
+use crate::shards::Shard;
+use crate::sql;
+
+/// The first line of a migration that runs outside a transaction.
+pub const MARKER: &str = "-- shardq:no-transaction";
+
+/// Applies `m` statement by statement under the session-level migration lock,
+/// unless it is applied already. Returns whether this call applied it.
+pub(super) async fn apply(
+    shard: &Shard,
+    client: &deadpool_postgres::Client,
+    m: &Migration,
+) -> Result<bool, MigrateError> {
+    let run = |e| shard.query_error(e);
+    client
+        .batch_execute(sql::MIGRATIONS_TABLE_CREATE)
+        .await
+        .map_err(run)?;
+    if applied_versions(shard, client).await?.contains(&m.version) {
+        return Ok(false);
+    }
+    if shard.behind_pooler() {
+        return Err(MigrateError::NeedsSession {
+            shard: shard.name.clone(),
+            name: m.name,
+        });
+    }
+    // The session's settings are reset when the pool recycles the connection.
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .map_err(run)?;
+    client
+        .execute(sql::MIGRATION_SESSION_LOCK, &[&sql::MIGRATION_LOCK_KEY])
+        .await
+        .map_err(run)?;
+    let outcome = apply_locked(shard, client, m).await;
+    let unlocked = client
+        .execute(sql::MIGRATION_SESSION_UNLOCK, &[&sql::MIGRATION_LOCK_KEY])
+        .await
+        .map_err(run);
+    let applied = outcome?;
+    unlocked?;
+    Ok(applied)
+}
+
+/// The body of [`apply`], holding the lock: another process may have applied
+/// `m` while this one waited.
+async fn apply_locked(
+    shard: &Shard,
+    client: &deadpool_postgres::Client,
+    m: &Migration,
+) -> Result<bool, MigrateError> {
+    if applied_versions(shard, client).await?.contains(&m.version) {
+        return Ok(false);
+    }
+    for statement in statements(m.sql) {
+        run_statement(shard, client, &statement)
+            .await
+            .map_err(|source| MigrateError::Statement {
+                shard: shard.name.clone(),
+                name: m.name,
+                statement: statement.clone(),
+                source: Box::new(source),
+            })?;
+    }
+    client
+        .execute(sql::MIGRATION_RECORD, &[&m.version, &m.name])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(true)
+}
+
+/// Runs one statement on its own; before a concurrent index build, drops the
+/// invalid index an earlier failed build of it left behind.
+async fn run_statement(
+    shard: &Shard,
+    client: &deadpool_postgres::Client,
+    statement: &str,
+) -> Result<(), crate::shards::ShardError> {
+    let run = |e| shard.query_error(e);
+    if let Some(index) = concurrent_index_name(statement) {
+        let invalid = client
+            .query_opt(sql::INDEX_INVALID, &[&index])
+            .await
+            .map_err(run)?
+            .is_some_and(|row| row.get::<_, bool>(0));
+        if invalid {
+            tracing::warn!(shard = %shard.name, index, "dropping an index left invalid by a failed build");
+            client
+                .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))
+                .await
+                .map_err(run)?;
+        }
+    }
+    client.batch_execute(statement).await.map_err(run)
+}
+
+/// The statements of a migration file: each ends with `;` at the end of a
+/// line (so a no-transaction migration holds no function bodies).
+pub fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        if line.trim_start().starts_with("--") {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if line.trim_end().ends_with(';') {
+            out.push(current.trim().to_string());
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_string());
+    }
+    out
+}
+
+/// The index name of `CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS name`.
+fn concurrent_index_name(statement: &str) -> Option<String> {
+    let words = words(statement);
+    let phrase = ["INDEX", "CONCURRENTLY", "IF", "NOT", "EXISTS"];
+    let at = words.windows(phrase.len()).position(|w| w == phrase)?;
+    words.get(at + phrase.len()).map(|name| name.to_lowercase())
+}
+
+/// Upper-cased words of a statement, comments dropped.
+fn words(statement: &str) -> Vec<String> {
+    statement
+        .lines()
+        .map(|line| line.split("--").next().unwrap_or(""))
+        .flat_map(|line| line.split(|c: char| c.is_whitespace() || "(),;".contains(c)))
+        .filter(|w| !w.is_empty())
+        .map(str::to_uppercase)
+        .collect()
+}
+
+/// Checks that a migration takes no lock that stops the fleet while it scans
+/// or builds. Tables the migration creates itself are exempt. Returns what
+/// to change.
+///
+/// # Errors
+///
+/// Each offending statement, with the rule it breaks.
+pub fn lint(m: &Migration) -> Result<(), Vec<String>> {
+    let created: Vec<String> = statements(m.sql)
+        .iter()
+        .filter_map(|s| table_after(&words(s), &["CREATE", "TABLE"]))
+        .collect();
+    let existing = |table: Option<String>| table.is_some_and(|t| !created.contains(&t));
+    let mut problems = Vec::new();
+    for statement in statements(m.sql) {
+        let w = words(&statement);
+        let has = |phrase: &[&str]| w.windows(phrase.len()).any(|x| x == phrase);
+        let first_line = statement.lines().next().unwrap_or("").to_string();
+        let is_index = has(&["CREATE", "INDEX"]) || has(&["CREATE", "UNIQUE", "INDEX"]);
+        let blocking_build =
+            m.runs_in_transaction() || !has(&["CONCURRENTLY", "IF", "NOT", "EXISTS"]);
+        if is_index && existing(table_after(&w, &["ON"])) && blocking_build {
+            problems.push(format!(
+                "{first_line}: index an existing table with CREATE INDEX CONCURRENTLY \
+                 IF NOT EXISTS in a migration that starts with `{MARKER}`"
+            ));
+        }
+        if has(&["DROP", "INDEX"]) && !has(&["DROP", "INDEX", "CONCURRENTLY"]) {
+            problems.push(format!(
+                "{first_line}: DROP INDEX CONCURRENTLY, in a `{MARKER}` migration"
+            ));
+        }
+        let altered = existing(table_after(&w, &["ALTER", "TABLE"]));
+        let constraint = has(&["CHECK"]) || has(&["FOREIGN", "KEY"]) || has(&["REFERENCES"]);
+        if altered && has(&["ADD"]) && constraint && !has(&["NOT", "VALID"]) {
+            problems.push(format!(
+                "{first_line}: add the constraint NOT VALID, then VALIDATE CONSTRAINT \
+                 in a later statement"
+            ));
+        }
+        if altered && (has(&["SET", "NOT", "NULL"]) || has(&["TYPE"])) {
+            problems.push(format!(
+                "{first_line}: SET NOT NULL and ALTER COLUMN TYPE scan or rewrite the table \
+                 under ACCESS EXCLUSIVE; add a new column or a NOT VALID check instead"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// The (lower-cased) table named after `phrase`, skipping `IF [NOT] EXISTS`
+/// and `ONLY`.
+fn table_after(words: &[String], phrase: &[&str]) -> Option<String> {
+    let at = words.windows(phrase.len()).position(|w| w == phrase)? + phrase.len();
+    words[at..]
+        .iter()
+        .find(|w| !matches!(w.as_str(), "IF" | "NOT" | "EXISTS" | "ONLY"))
+        .map(|t| t.to_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrate::MIGRATIONS;
+
+    fn migration(sql: &'static str) -> Migration {
+        Migration {
+            version: 99,
+            name: "0099_test.sql",
+            sql,
+        }
+    }
+
+    #[test]
+    fn migrations_from_version_6_take_no_blocking_lock() {
+        for m in MIGRATIONS.iter().filter(|m| m.version >= 6) {
+            if let Err(problems) = lint(m) {
+                panic!("{}: {}", m.name, problems.join("\n"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_lint_refuses_what_blocks_the_fleet() {
+        let blocking = [
+            "CREATE INDEX jobs_by_queue ON workflow_status (queue);",
+            "ALTER TABLE workflow_status ADD CONSTRAINT c CHECK (attempts >= 0);",
+            "ALTER TABLE workflow_status ALTER COLUMN queue SET NOT NULL;",
+            "DROP INDEX workflow_status_dequeue;",
+        ];
+        for sql in blocking {
+            let leaked: &'static str = Box::leak(sql.to_string().into_boxed_str());
+            assert!(lint(&migration(leaked)).is_err(), "lint passed: {sql}");
+        }
+        let concurrent = "-- shardq:no-transaction\n\
+            CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_by_queue\n    ON workflow_status (queue);\n\
+            ALTER TABLE workflow_status ADD CONSTRAINT c CHECK (attempts >= 0) NOT VALID;\n\
+            ALTER TABLE workflow_status VALIDATE CONSTRAINT c;\n\
+            DROP INDEX CONCURRENTLY IF EXISTS old_index;\n";
+        assert_eq!(lint(&migration(concurrent)), Ok(()));
+        let new_table = "CREATE TABLE shardq_pauses (queue text PRIMARY KEY);\n\
+            CREATE INDEX shardq_pauses_by_queue ON shardq_pauses (queue);";
+        assert_eq!(lint(&migration(new_table)), Ok(()));
+    }
+
+    #[test]
+    fn statements_split_at_line_ends_and_name_their_index() {
+        let sql = "-- shardq:no-transaction\n-- why\nCREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS Ix_A\n  ON t (a);\nSELECT 1;";
+        let parts = statements(sql);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(concurrent_index_name(&parts[0]).as_deref(), Some("ix_a"));
+        assert_eq!(concurrent_index_name(&parts[1]), None);
+        assert!(!migration("-- shardq:no-transaction\nSELECT 1;").runs_in_transaction());
+    }
+}

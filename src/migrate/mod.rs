@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_shard_map.sql",
         sql: include_str!("../../migrations/0005_shard_map.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_queue_activity.sql",
+        sql: include_str!("../../migrations/0006_queue_activity.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

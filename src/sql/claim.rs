@@ -44,10 +44,12 @@ pub const KEYS_PROMOTE: &str = "SELECT shardq_promote_keys($1::int[], $2::bigint
 /// `waiting` when it has a key (its key's lowest waiting job is queued when
 /// the key is free). A job whose cancellation was asked and that did not
 /// succeed is `cancelled`, released or not. Returns one row: written as
-/// succeeded, retrying, dead, cancelled, released, and already written (by
-/// an earlier try of this same write whose reply was lost: the row still has
-/// this claim's fence and no owner, which no other claim leaves); the rest
-/// were fenced out.
+/// succeeded, retrying, dead, cancelled, released (each counting the rows
+/// written now and those written already), and how many were written
+/// already (by an earlier try of this same write whose reply was lost: the
+/// row still has this claim's fence and no owner, which no other claim
+/// leaves; the `again` snapshot is the statement's, from before `done`); the
+/// rest were fenced out.
 pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
         SELECT c.*, $6::text AS owner \
         FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::text[], $5::jsonb[], $7::text[]) \
@@ -79,16 +81,18 @@ pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
         WHERE w.shard_key = c.shard_key AND w.id = c.id \
             AND w.owner = c.owner AND w.fence = c.fence \
         RETURNING w.status \
+    ), again AS ( \
+        SELECT w.status FROM batch c JOIN workflow_status w \
+            ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence \
+            AND w.owner IS NULL \
     ) \
     SELECT count(*) FILTER (WHERE status = 'succeeded'), \
         count(*) FILTER (WHERE status = 'scheduled'), \
         count(*) FILTER (WHERE status = 'dead'), \
         count(*) FILTER (WHERE status = 'cancelled'), \
         count(*) FILTER (WHERE status IN ('queued', 'waiting')), \
-        (SELECT count(*) FROM batch c JOIN workflow_status w \
-            ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence \
-            AND w.owner IS NULL) \
-    FROM done";
+        (SELECT count(*) FROM again) \
+    FROM (SELECT status FROM done UNION ALL SELECT status FROM again) written";
 
 /// Extends by $5 ms the leases of the jobs ($1 shard keys, $2 ids, $3 fences)
 /// that this owner ($4) holds: one primary-key probe per job the process

@@ -29,14 +29,17 @@ pub const JOB_INSERT_DEDUP: &str = "INSERT INTO workflow_status \
 pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
     WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running')";
 
-/// Whether queue $1 has any queued, waiting or running job on this shard.
-/// Each test names what its partial index needs (waiting jobs always have a
-/// key), so none of them scans finished rows.
+/// Whether queue $1 has any queued, waiting, running or retrying (scheduled
+/// after a failure) job on this shard. Each test names what its partial
+/// index needs (waiting jobs always have a key; running and scheduled ones
+/// are in `workflow_status_queue_active` by queue), so each is one probe.
 pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
-    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running')";
+    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
+    OR EXISTS (SELECT 1 FROM workflow_status \
+        WHERE queue = $1 AND status = 'scheduled' AND attempts > 0)";
 
 /// Unfinished job counts by queue and state; scheduled jobs split into
 /// `retrying` (they failed before) and `delayed`. Each branch reads one

@@ -176,7 +176,7 @@ async fn replies_lost_after_commit_lose_no_job_and_complete_none_twice() {
             };
             let job = NewJob::new(queue, "record", payload);
             if i % 2 == 0 {
-                let key = format!("key-{}", (i / 2) % KEYS);
+                let key = format!("key-{}", (i / 6) % KEYS);
                 keys.push(Some((queue, key.clone())));
                 job.ordering_key(key)
             } else {
@@ -356,6 +356,7 @@ async fn replies_lost_after_commit_lose_no_job_and_complete_none_twice() {
             per_key.entry(key).or_default().push(*run);
         }
     }
+    assert_eq!(per_key.len(), QUEUES.len() * KEYS, "every key ran");
     for (key, mut key_runs) in per_key {
         key_runs.sort_by_key(|r| r.start);
         for pair in key_runs.windows(2) {

@@ -11,7 +11,7 @@
 mod support;
 use anyhow::Result;
 use shardq::config::DequeueMode;
-use shardq::dequeue::{self, Claim, ClaimParams};
+use shardq::store::jobs::{self, Claim, ClaimParams};
 use shardq::{Client, NewJob};
 use std::time::{Duration, Instant};
 use support::{flag, one_shard};
@@ -108,7 +108,7 @@ async fn main() -> Result<()> {
                 mode: DequeueMode::Gated { slots: 2 },
             };
             let started = Instant::now();
-            let claimed = dequeue::claim(shard, params).await?;
+            let claimed = jobs::claim(shard, params).await?;
             times.push(started.elapsed());
             let got = match claimed {
                 Claim::Jobs(jobs) => jobs.len(),

@@ -116,9 +116,9 @@ impl Kind {
     fn sql(self) -> &'static str {
         match self {
             Kind::ExtendBefore => OLD_EXTEND_LEASES,
-            Kind::ExtendAfter => shardq::sql::JOB_EXTEND_LEASES,
+            Kind::ExtendAfter => shardq::store::sql::JOB_EXTEND_LEASES,
             Kind::PollBefore => OLD_CANCEL_REQUESTED,
-            Kind::PollAfter => shardq::sql::JOB_CANCEL_REQUESTED,
+            Kind::PollAfter => shardq::store::sql::JOB_CANCEL_REQUESTED,
         }
     }
 

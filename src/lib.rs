@@ -8,14 +8,12 @@
 
 pub mod client;
 pub mod config;
-pub mod dequeue;
 pub mod job;
 pub mod local;
-pub mod maintenance;
 pub mod migrate;
 pub mod router;
 pub mod shards;
-pub mod sql;
+pub mod store;
 pub mod tls;
 pub mod worker;
 

@@ -61,25 +61,6 @@ pub enum ShardError {
     },
 }
 
-impl ShardError {
-    /// The SQLSTATE of a statement the server rejected, if that is what failed.
-    pub fn sqlstate(&self) -> Option<&tokio_postgres::error::SqlState> {
-        match self {
-            ShardError::Query { source, .. } => source.code(),
-            _ => None,
-        }
-    }
-
-    /// Whether the statement failed on its data and would fail the same way
-    /// again: SQLSTATE class 22 (data exception) or 23 (integrity constraint
-    /// violation). Everything else (connection lost, timeouts, lock waits,
-    /// server restarting) may pass on a retry.
-    pub fn is_permanent(&self) -> bool {
-        self.sqlstate()
-            .is_some_and(|code| matches!(&code.code()[..2], "22" | "23"))
-    }
-}
-
 /// One shard: its name and its pool.
 #[derive(Clone)]
 pub struct Shard {

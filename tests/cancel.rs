@@ -53,7 +53,7 @@ async fn a_buffered_job_cancelled_while_the_worker_runs_never_starts() {
         tokio::spawn(Worker::new(config, set.clone(), HandlerRegistry::new()).run(stop.clone()));
     let (slow, buffered) = slow_then_buffered(&client, &set).await;
     assert_eq!(
-        client.cancel(buffered).await.unwrap().as_deref(),
+        client.cancel(buffered).await.unwrap().map(|s| s.as_str()),
         Some("running")
     );
     wait_until(Duration::from_secs(20), "both jobs finished", || async {
@@ -84,7 +84,7 @@ async fn claim_cancel_sigterm_leaves_the_job_cancelled() {
         .unwrap();
     let (_, buffered) = slow_then_buffered(&client, &set).await;
     assert_eq!(
-        client.cancel(buffered).await.unwrap().as_deref(),
+        client.cancel(buffered).await.unwrap().map(|s| s.as_str()),
         Some("running")
     );
     kill(Pid::from_raw(worker.id().unwrap() as i32), Signal::SIGTERM).unwrap();

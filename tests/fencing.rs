@@ -5,7 +5,8 @@
 mod common;
 
 use common::{wait_until, TestShards};
-use shardq::{maintenance, Client, HandlerRegistry, NewJob, Worker};
+use shardq::store::upkeep;
+use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -73,10 +74,7 @@ async fn a_late_completion_after_a_lost_lease_is_fenced_out() {
         .await
         .unwrap();
     assert_eq!(
-        maintenance::recover_expired(shard, 10)
-            .await
-            .unwrap()
-            .requeued,
+        upkeep::recover_expired(shard, 10).await.unwrap().requeued,
         1
     );
 

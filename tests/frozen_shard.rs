@@ -9,7 +9,8 @@ mod common;
 
 use common::{count_on, wait_until, TestShards};
 use nix::sys::signal::Signal;
-use shardq::{maintenance, Client, HandlerRegistry, NewJob, Worker};
+use shardq::store::upkeep;
+use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +71,7 @@ async fn a_frozen_shard_costs_the_healthy_one_no_lease() {
     let mut recovered_on_healthy = 0;
     while started.elapsed() < FREEZE {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let r = maintenance::recover_expired(healthy, 1000).await.unwrap();
+        let r = upkeep::recover_expired(healthy, 1000).await.unwrap();
         recovered_on_healthy += r.requeued + r.dead + r.cancelled;
     }
     shards.servers[1]

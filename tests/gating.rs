@@ -7,8 +7,8 @@ mod common;
 
 use common::TestShards;
 use shardq::config::DequeueMode;
-use shardq::dequeue::{self, ClaimParams};
 use shardq::shards::ShardSet;
+use shardq::store::jobs::{self, ClaimParams};
 use shardq::worker::HandlerRegistry;
 use shardq::{Client, NewJob, Worker};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,7 +80,7 @@ async fn max_concurrent_claims(mode: DequeueMode) -> i64 {
                     lease: Duration::from_secs(60),
                     mode,
                 };
-                dequeue::claim(&shard, params).await.unwrap();
+                jobs::claim(&shard, params).await.unwrap();
             }
         }));
     }

@@ -7,11 +7,11 @@ mod common;
 use common::TestShards;
 use shardq::client::JobOutcome;
 use shardq::config::DequeueMode;
-use shardq::dequeue::{self, Claim, ClaimParams};
 use shardq::shards::{Shard, ShardSet};
+use shardq::store::jobs::{self, Claim, ClaimParams};
+use shardq::store::upkeep;
 use shardq::{
-    maintenance, Client, ClientError, Config, HandlerRegistry, JobId, NewJob, OnDuplicate,
-    StepError, Worker,
+    Client, ClientError, Config, HandlerRegistry, JobId, NewJob, OnDuplicate, StepError, Worker,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -180,7 +180,7 @@ async fn expired_leases_are_recovered_with_attempts_kept_until_dead_and_recovery
 
     // A worker claims and "crashes": its 100 ms lease runs out.
     assert!(matches!(
-        dequeue::claim(shard, claim_params("crashed-1", 100))
+        jobs::claim(shard, claim_params("crashed-1", 100))
             .await
             .unwrap(),
         Claim::Jobs(_)
@@ -192,23 +192,23 @@ async fn expired_leases_are_recovered_with_attempts_kept_until_dead_and_recovery
     holder
         .execute(
             "SELECT pg_advisory_lock($1, 0)",
-            &[&dequeue::maintenance_lock_key()],
+            &[&shardq::store::locks::maintenance_class()],
         )
         .await
         .unwrap();
     assert_eq!(
-        maintenance::recover_expired(shard, 10).await.unwrap(),
+        upkeep::recover_expired(shard, 10).await.unwrap(),
         Default::default()
     );
     holder
         .execute(
             "SELECT pg_advisory_unlock($1, 0)",
-            &[&dequeue::maintenance_lock_key()],
+            &[&shardq::store::locks::maintenance_class()],
         )
         .await
         .unwrap();
 
-    let recovered = maintenance::recover_expired(shard, 10).await.unwrap();
+    let recovered = upkeep::recover_expired(shard, 10).await.unwrap();
     assert_eq!(recovered.requeued, 1);
     let row = query_one(
         shard,
@@ -223,16 +223,13 @@ async fn expired_leases_are_recovered_with_attempts_kept_until_dead_and_recovery
 
     // Second crash on the last attempt: dead, with the reason kept.
     assert!(matches!(
-        dequeue::claim(shard, claim_params("crashed-2", 100))
+        jobs::claim(shard, claim_params("crashed-2", 100))
             .await
             .unwrap(),
         Claim::Jobs(_)
     ));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        maintenance::recover_expired(shard, 10).await.unwrap().dead,
-        1
-    );
+    assert_eq!(upkeep::recover_expired(shard, 10).await.unwrap().dead, 1);
     let row = query_one(
         shard,
         "SELECT status, error FROM workflow_status WHERE shard_key = $1 AND id = $2",
@@ -299,13 +296,11 @@ async fn delayed_jobs_are_not_claimable_before_their_time() {
         .await
         .unwrap();
     assert!(matches!(
-        dequeue::claim(shard, claim_params("w", 1000))
-            .await
-            .unwrap(),
+        jobs::claim(shard, claim_params("w", 1000)).await.unwrap(),
         Claim::Empty
     ));
     assert_eq!(
-        maintenance::promote_due(shard, 10).await.unwrap(),
+        upkeep::promote_due(shard, 10).await.unwrap(),
         0,
         "not due yet"
     );
@@ -323,11 +318,9 @@ async fn delayed_jobs_are_not_claimable_before_their_time() {
         .get(0);
     assert_eq!(ready, 0);
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    assert_eq!(maintenance::promote_due(shard, 10).await.unwrap(), 1);
+    assert_eq!(upkeep::promote_due(shard, 10).await.unwrap(), 1);
     assert!(matches!(
-        dequeue::claim(shard, claim_params("w", 1000))
-            .await
-            .unwrap(),
+        jobs::claim(shard, claim_params("w", 1000)).await.unwrap(),
         Claim::Jobs(_)
     ));
 }
@@ -345,7 +338,7 @@ async fn lower_priority_numbers_are_claimed_first() {
     s.client.enqueue_many(high).await.unwrap();
     let mut params = claim_params("w", 1000);
     params.limit = 3;
-    let Claim::Jobs(jobs) = dequeue::claim(s.set.get(0), params).await.unwrap() else {
+    let Claim::Jobs(jobs) = jobs::claim(s.set.get(0), params).await.unwrap() else {
         panic!("no jobs")
     };
     assert!(jobs.iter().all(|j| j.payload["p"] == 1), "{jobs:?}");
@@ -425,7 +418,7 @@ async fn cancelled_jobs_never_run_and_running_ones_are_told_and_stop_recording_s
         .await
         .unwrap();
     assert_eq!(
-        s.client.cancel(waiting).await.unwrap().as_deref(),
+        s.client.cancel(waiting).await.unwrap().map(|s| s.as_str()),
         Some("cancelled")
     );
 
@@ -441,7 +434,7 @@ async fn cancelled_jobs_never_run_and_running_ones_are_told_and_stop_recording_s
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
-            client.cancel(running).await.unwrap().as_deref(),
+            client.cancel(running).await.unwrap().map(|s| s.as_str()),
             Some("running")
         );
         client
@@ -511,22 +504,13 @@ async fn retention_deletes_old_finished_jobs_and_their_steps_in_bounded_batches(
     db.execute("INSERT INTO workflow_steps (shard_key, workflow_id, step_name) SELECT shard_key, id, 's' FROM workflow_status WHERE id = ANY($1)", &[&old]).await.unwrap();
     let day = Duration::from_secs(86_400);
     assert_eq!(
-        maintenance::delete_finished(shard, day, 8).await.unwrap(),
+        upkeep::delete_finished(shard, day, 8).await.unwrap(),
         8,
         "bounded batch"
     );
-    assert_eq!(
-        maintenance::delete_finished(shard, day, 8).await.unwrap(),
-        8
-    );
-    assert_eq!(
-        maintenance::delete_finished(shard, day, 8).await.unwrap(),
-        4
-    );
-    assert_eq!(
-        maintenance::delete_finished(shard, day, 8).await.unwrap(),
-        0
-    );
+    assert_eq!(upkeep::delete_finished(shard, day, 8).await.unwrap(), 8);
+    assert_eq!(upkeep::delete_finished(shard, day, 8).await.unwrap(), 4);
+    assert_eq!(upkeep::delete_finished(shard, day, 8).await.unwrap(), 0);
     let left: i64 = db
         .query_one("SELECT count(*) FROM workflow_status", &[])
         .await

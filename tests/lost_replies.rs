@@ -102,7 +102,7 @@ fn recording_registry(runs: Arc<Runs>) -> HandlerRegistry {
 /// Which of shardq's statements `text` is, for the tally of dropped replies
 /// (a transaction's reply is its `COMMIT`'s).
 fn statement_name(text: &str) -> String {
-    use shardq::sql;
+    use shardq::store::sql;
     let known = [
         ("claim", sql::JOB_CLAIM),
         ("complete", sql::JOB_COMPLETE_MANY),

@@ -9,9 +9,9 @@ mod common;
 use common::TestShards;
 use serde_json::json;
 use shardq::config::{Backoff, DequeueMode};
-use shardq::dequeue::{self, Claim, ClaimParams, Written};
 use shardq::job::{ClaimedJob, Completion, Outcome};
 use shardq::shards::{Shard, ShardSet};
+use shardq::store::jobs::{self, Claim, ClaimParams, Written};
 use shardq::{Client, ClientError, JobId, NewJob};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ impl Setup {
             lease: Duration::from_secs(60),
             mode: DequeueMode::Gated { slots: 2 },
         };
-        match dequeue::claim(self.shard(), params).await.unwrap() {
+        match jobs::claim(self.shard(), params).await.unwrap() {
             Claim::Jobs(jobs) => jobs,
             Claim::Empty => Vec::new(),
             Claim::Busy => panic!("no other claimer holds a slot"),
@@ -64,13 +64,22 @@ impl Setup {
             min: Duration::from_secs(3600),
             max: Duration::from_secs(3600),
         };
-        dequeue::complete_many(self.shard(), owner, backoff, &done)
-            .await
-            .unwrap()
+        let write = jobs::CompleteMany {
+            owner,
+            retry: backoff,
+            done: &done,
+        };
+        jobs::complete_many(self.shard(), write).await.unwrap()
     }
 
     async fn status(&self, id: JobId) -> String {
-        self.client.job(id).await.unwrap().unwrap().status
+        self.client
+            .job(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+            .to_string()
     }
 
     async fn enqueue(&self, job: NewJob) -> JobId {
@@ -174,7 +183,7 @@ async fn a_retrying_job_holds_back_the_rest_of_its_key() {
         )
         .await
         .unwrap();
-    shardq::maintenance::promote_due(s.shard(), 100)
+    shardq::store::upkeep::promote_due(s.shard(), 100)
         .await
         .unwrap();
     assert_eq!(ids(&s.claim("w2", 10).await), queued);
@@ -245,7 +254,7 @@ async fn a_job_cancelled_while_buffered_is_never_released_to_run() {
     let id = s.enqueue(NewJob::new("q", "noop", json!({}))).await;
     let claimed = s.claim("w1", 10).await;
     assert_eq!(
-        s.client.cancel(id).await.unwrap().as_deref(),
+        s.client.cancel(id).await.unwrap().map(|s| s.as_str()),
         Some("running")
     );
     let written = s.finish("w1", &claimed, Outcome::Released).await;
@@ -264,7 +273,7 @@ async fn cancelling_a_retrying_job_releases_its_key() {
     s.finish("w1", &run, Outcome::Failed("boom".into())).await;
     assert!(s.claim("w2", 10).await.is_empty());
     assert_eq!(
-        s.client.cancel(first).await.unwrap().as_deref(),
+        s.client.cancel(first).await.unwrap().map(|s| s.as_str()),
         Some("cancelled")
     );
     assert_eq!(ids(&s.claim("w2", 10).await), vec![second]);
@@ -291,7 +300,7 @@ async fn a_stale_completion_is_fenced_out_after_recovery_and_retry() {
         )
         .await
         .unwrap();
-    let recovered = shardq::maintenance::recover_expired(s.shard(), 100)
+    let recovered = shardq::store::upkeep::recover_expired(s.shard(), 100)
         .await
         .unwrap();
     assert_eq!(recovered.dead, 1);
@@ -352,7 +361,7 @@ async fn a_stale_step_record_waits_for_the_recovery_and_is_refused() {
         async move {
             let db = shard.client().await.unwrap();
             db.query_opt(
-                shardq::sql::STEP_RECORD,
+                shardq::store::sql::STEP_RECORD,
                 &[
                     &id.shard_key,
                     &id.id,
@@ -378,7 +387,7 @@ async fn a_stale_step_record_waits_for_the_recovery_and_is_refused() {
         .unwrap();
     let recovered = recovery
         .execute(
-            shardq::sql::JOB_RECOVER_EXPIRED,
+            shardq::store::sql::JOB_RECOVER_EXPIRED,
             &[&vec![id.shard_key], &vec![id.id]],
         )
         .await

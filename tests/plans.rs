@@ -50,7 +50,10 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     let statuses = vec!["succeeded"; n];
     let outputs = vec![Value::Null; n];
     let errors: Vec<Option<&str>> = vec![None; n];
-    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::sql::JOB_COMPLETE_MANY);
+    let explain = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        shardq::store::sql::JOB_COMPLETE_MANY
+    );
     let plan: Value = db
         .query_one(
             explain.as_str(),
@@ -145,7 +148,10 @@ async fn the_pending_check_reads_only_partial_indexes() {
     )
     .await
     .unwrap();
-    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::sql::QUEUE_HAS_PENDING);
+    let explain = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        shardq::store::sql::QUEUE_HAS_PENDING
+    );
     let plan: Value = db
         .query_one(explain.as_str(), &[&"q"])
         .await
@@ -186,7 +192,7 @@ async fn status_reads_partial_indexes_and_estimates_history() {
         .collect();
     client.enqueue_many(jobs).await.unwrap();
 
-    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::sql::QUEUE_COUNTS);
+    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::store::sql::QUEUE_COUNTS);
     let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
     reads_only(
         &plan,

@@ -14,9 +14,10 @@ use common::{wait_until, TestShards};
 use serde_json::json;
 use shardq::client::JobOutcome;
 use shardq::config::DequeueMode;
-use shardq::dequeue::{self, Claim, ClaimParams};
 use shardq::shards::ShardSet;
-use shardq::{maintenance, Client, Config, HandlerRegistry, NewJob, OnDuplicate, Worker};
+use shardq::store::jobs::{self, Claim, ClaimParams};
+use shardq::store::upkeep;
+use shardq::{Client, Config, HandlerRegistry, NewJob, OnDuplicate, Worker};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -230,7 +231,7 @@ async fn claims_recovery_and_cancellation_through_pgbouncer() {
         lease: Duration::from_millis(100),
         mode: DequeueMode::Gated { slots: 2 },
     };
-    let Claim::Jobs(run) = dequeue::claim(shard, params).await.unwrap() else {
+    let Claim::Jobs(run) = jobs::claim(shard, params).await.unwrap() else {
         panic!("nothing claimed through PgBouncer");
     };
     assert_eq!(
@@ -239,10 +240,10 @@ async fn claims_recovery_and_cancellation_through_pgbouncer() {
         "the key's run"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let recovered = maintenance::recover_expired(shard, 100).await.unwrap();
+    let recovered = upkeep::recover_expired(shard, 100).await.unwrap();
     assert_eq!(recovered.requeued, 3);
     assert_eq!(
-        t.client.cancel(ids[2]).await.unwrap().as_deref(),
+        t.client.cancel(ids[2]).await.unwrap().map(|s| s.as_str()),
         Some("cancelled")
     );
     let params = ClaimParams {
@@ -250,7 +251,7 @@ async fn claims_recovery_and_cancellation_through_pgbouncer() {
         lease: Duration::from_secs(60),
         ..params
     };
-    let Claim::Jobs(again) = dequeue::claim(shard, params).await.unwrap() else {
+    let Claim::Jobs(again) = jobs::claim(shard, params).await.unwrap() else {
         panic!("recovered jobs not claimable");
     };
     assert_eq!(again.iter().map(|j| j.id).collect::<Vec<_>>(), ids[..2]);

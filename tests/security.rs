@@ -565,11 +565,13 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
     assert_eq!(count_status(&shards, "succeeded").await, 200);
     // Upkeep and retention run under the role too.
     let shard = shards.get(0);
-    shardq::maintenance::recover_expired(shard, 100)
+    shardq::store::upkeep::recover_expired(shard, 100)
         .await
         .unwrap();
-    shardq::maintenance::promote_due(shard, 100).await.unwrap();
-    let deleted = shardq::maintenance::delete_finished(shard, Duration::ZERO, 10_000)
+    shardq::store::upkeep::promote_due(shard, 100)
+        .await
+        .unwrap();
+    let deleted = shardq::store::upkeep::delete_finished(shard, Duration::ZERO, 10_000)
         .await
         .unwrap();
     assert_eq!(deleted, 200);
@@ -620,7 +622,7 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .expect("a producer enqueues");
     assert!(producer.status().await[0].counts.is_some(), "status works");
     assert_eq!(
-        producer.cancel(id).await.unwrap().as_deref(),
+        producer.cancel(id).await.unwrap().map(|s| s.as_str()),
         Some("cancelled")
     );
     let db = producer.shards().get(0).client().await.unwrap();

@@ -3,31 +3,15 @@
 use super::{Client, ClientError};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
-use crate::sql;
+use crate::store::jobs::{self, JobInfo};
+use crate::store::queues::{self, Connections, QueueCount};
+use crate::store::{ErrorKind, JobStatus};
 use serde_json::Value;
+use std::future::Future;
 use std::time::{Duration, Instant};
-use tokio_postgres::types::Type;
 
 /// How often `result` looks at a job it waits for.
 const RESULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
-
-/// One queue/state count on one shard.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct QueueCount {
-    /// Queue.
-    pub queue: String,
-    /// State: a status, or `delayed`/`retrying` for scheduled jobs.
-    pub status: String,
-    /// Jobs.
-    pub count: i64,
-    /// An estimate from the table's statistics (finished jobs on a big
-    /// table: queue `*`, status `finished`), not a count.
-    pub estimated: bool,
-}
-
-/// Up to this many finished rows (by the statistics' estimate), `status`
-/// counts them exactly by queue and status; beyond, it reports the estimate.
-const FINISHED_EXACT_UP_TO: i64 = 200_000;
 
 /// What `status` reports for one shard.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -44,60 +28,6 @@ pub struct ShardStatus {
     pub error: Option<String>,
 }
 
-/// Client connections a shard's server holds (from every process).
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct Connections {
-    /// shardq's own (application name `shardq`).
-    pub shardq: i64,
-    /// For users' statements through shardq (`shardq-user`).
-    pub user: i64,
-    /// All client connections.
-    pub total: i64,
-    /// The server's `max_connections`.
-    pub max: i64,
-}
-
-/// Everything stored about one job.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct JobInfo {
-    /// Identity.
-    pub id: String,
-    /// Queue.
-    pub queue: String,
-    /// Handler.
-    pub handler: String,
-    /// Ordering key.
-    pub ordering_key: Option<String>,
-    /// Priority.
-    pub priority: i32,
-    /// Status.
-    pub status: String,
-    /// Payload.
-    pub payload: Value,
-    /// Output, when it succeeded.
-    pub output: Option<Value>,
-    /// Last error.
-    pub error: Option<String>,
-    /// Attempts so far.
-    pub attempts: i32,
-    /// Attempt limit.
-    pub max_attempts: i32,
-    /// Current owner.
-    pub owner: Option<String>,
-    /// Deduplication id.
-    pub dedup_id: Option<String>,
-    /// Whether cancellation was asked.
-    pub cancel_requested: bool,
-    /// Times.
-    pub created_at: Option<String>,
-    /// Not claimable before.
-    pub run_at: Option<String>,
-    /// Last claim.
-    pub started_at: Option<String>,
-    /// Finish.
-    pub finished_at: Option<String>,
-}
-
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobOutcome {
@@ -110,23 +40,15 @@ pub enum JobOutcome {
 }
 
 impl Client {
-    /// Whether `queue` has any queued or running job on any shard.
+    /// Whether `queue` has any queued, waiting, running or retrying job on
+    /// any shard.
     ///
     /// # Errors
     ///
     /// When a shard cannot be asked (then the answer is unknown).
     pub async fn has_pending(&self, queue: &str) -> Result<bool, ClientError> {
         for shard in self.shards.all() {
-            let row = shard
-                .within(async {
-                    let client = shard.client().await?;
-                    client
-                        .query_typed_one(sql::QUEUE_HAS_PENDING, &[(&queue, Type::TEXT)])
-                        .await
-                        .map_err(|e| shard.query_error(e))
-                })
-                .await?;
-            if row.get::<_, bool>(0) {
+            if queues::has_pending(shard, queue).await? {
                 return Ok(true);
             }
         }
@@ -136,59 +58,13 @@ impl Client {
     /// Per shard: reachable or not, and job counts by queue and status.
     pub async fn status(&self) -> Vec<ShardStatus> {
         let asks = self.shards.all().iter().map(|shard| async move {
-            let result: Result<_, ShardError> = shard
-                .within(async {
-                    let client = shard.client().await?;
-                    let rows = client
-                        .query_typed(sql::QUEUE_COUNTS, &[])
-                        .await
-                        .map_err(|e| shard.query_error(e))?;
-                    let mut counts: Vec<QueueCount> = rows
-                        .iter()
-                        .map(|r| QueueCount {
-                            queue: r.get(0),
-                            status: r.get(1),
-                            count: r.get(2),
-                            estimated: false,
-                        })
-                        .collect();
-                    let finished: i64 = client
-                        .query_typed_one(sql::FINISHED_ESTIMATE, &[])
-                        .await
-                        .map_err(|e| shard.query_error(e))?
-                        .get(0);
-                    if finished <= FINISHED_EXACT_UP_TO {
-                        let rows = client
-                            .query_typed(sql::FINISHED_COUNTS, &[])
-                            .await
-                            .map_err(|e| shard.query_error(e))?;
-                        counts.extend(rows.iter().map(|r| QueueCount {
-                            queue: r.get(0),
-                            status: r.get(1),
-                            count: r.get(2),
-                            estimated: false,
-                        }));
-                    } else {
-                        counts.push(QueueCount {
-                            queue: "*".into(),
-                            status: "finished".into(),
-                            count: finished,
-                            estimated: true,
-                        });
-                    }
-                    let c = client
-                        .query_typed_one(sql::SERVER_CONNECTIONS, &[])
-                        .await
-                        .map_err(|e| shard.query_error(e))?;
-                    let connections = Connections {
-                        shardq: c.get(0),
-                        user: c.get(1),
-                        total: c.get(2),
-                        max: c.get(3),
-                    };
-                    Ok((counts, connections))
-                })
-                .await;
+            let result: Result<_, ShardError> = async {
+                Ok((
+                    queues::counts(shard).await?,
+                    queues::connections(shard).await?,
+                ))
+            }
+            .await;
             let (counts, connections, error) = match result {
                 Ok((c, n)) => (Some(c), Some(n), None),
                 Err(e) => (None, None, Some(crate::error_chain(&e))),
@@ -211,27 +87,8 @@ impl Client {
     /// When its shard fails, or (for a job its shard does not have) when
     /// another shard fails, since the job may live there.
     pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, ClientError> {
-        let found = self.find_row(id, sql::JOB_GET).await?;
-        Ok(found.map(|(_, r)| JobInfo {
-            id: id.to_string(),
-            queue: r.get(0),
-            handler: r.get(1),
-            ordering_key: r.get(2),
-            priority: r.get(3),
-            status: r.get(4),
-            payload: r.get(5),
-            output: r.get(6),
-            error: r.get(7),
-            attempts: r.get(8),
-            max_attempts: r.get(9),
-            owner: r.get(10),
-            dedup_id: r.get(11),
-            cancel_requested: r.get(12),
-            created_at: r.get(13),
-            run_at: r.get(14),
-            started_at: r.get(15),
-            finished_at: r.get(16),
-        }))
+        let found = self.find(id, |shard| jobs::get(shard, id)).await?;
+        Ok(found.map(|(_, info)| info))
     }
 
     /// Waits until job `id` has finished (succeeded, dead or cancelled), at
@@ -243,23 +100,18 @@ impl Client {
     pub async fn result(&self, id: JobId, timeout: Duration) -> Result<JobOutcome, ClientError> {
         let started = Instant::now();
         let (shard, mut row) = self
-            .find_row(id, sql::JOB_OUTCOME)
+            .find(id, |shard| jobs::outcome(shard, id))
             .await?
             .ok_or(ClientError::NotFound(id))?;
         loop {
-            let status: &str = row.get(0);
-            match status {
-                "succeeded" => {
-                    return Ok(JobOutcome::Succeeded(
-                        row.get::<_, Option<Value>>(1).unwrap_or(Value::Null),
-                    ))
+            match row.status {
+                JobStatus::Succeeded => {
+                    return Ok(JobOutcome::Succeeded(row.output.unwrap_or(Value::Null)))
                 }
-                "dead" | "failed" => {
-                    return Ok(JobOutcome::Dead(
-                        row.get::<_, Option<String>>(2).unwrap_or_default(),
-                    ))
+                JobStatus::Dead | JobStatus::Failed => {
+                    return Ok(JobOutcome::Dead(row.error.unwrap_or_default()))
                 }
-                "cancelled" => return Ok(JobOutcome::Cancelled),
+                JobStatus::Cancelled => return Ok(JobOutcome::Cancelled),
                 _ => {}
             }
             if started.elapsed() >= timeout {
@@ -267,7 +119,7 @@ impl Client {
             }
             tokio::time::sleep(RESULT_POLL_INTERVAL.min(timeout.saturating_sub(started.elapsed())))
                 .await;
-            row = query_job(shard, id, sql::JOB_OUTCOME)
+            row = jobs::outcome(shard, id)
                 .await?
                 .ok_or(ClientError::NotFound(id))?;
         }
@@ -281,9 +133,8 @@ impl Client {
     /// # Errors
     ///
     /// When its shard fails.
-    pub async fn cancel(&self, id: JobId) -> Result<Option<String>, ClientError> {
-        let row = self.change(id, sql::JOB_CANCEL).await?;
-        Ok(row.map(|r| r.get(0)))
+    pub async fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, ClientError> {
+        self.change(id, |shard| jobs::cancel(shard, id)).await
     }
 
     /// Puts a dead, failed or cancelled job back in the queue with fresh
@@ -294,132 +145,73 @@ impl Client {
     /// [`ClientError::RetryDuplicate`] when an unfinished job of its queue
     /// holds its deduplication id now; otherwise when its shard fails.
     pub async fn retry(&self, id: JobId) -> Result<bool, ClientError> {
-        match self.change(id, sql::JOB_RETRY).await {
-            Ok(row) => Ok(row.is_some()),
-            Err(ClientError::Shard(e))
-                if e.sqlstate() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) =>
-            {
+        let retried = self
+            .change(id, |shard| async move {
+                Ok(jobs::retry(shard, id).await?.then_some(()))
+            })
+            .await;
+        match retried {
+            Ok(done) => Ok(done.is_some()),
+            Err(ClientError::Shard(e)) if e.kind() == ErrorKind::UniqueViolation => {
                 Err(ClientError::RetryDuplicate(id))
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Runs a one-job statement (`$1` shard key, `$2` id) on the job's shard,
-    /// under the job's key lock, and releases the key afterwards if the
-    /// change freed it (cancelling a retrying job, retrying an old one).
-    ///
-    /// The job's shard is the one its key routes to, or, when that one does
-    /// not have it, the shard that holds it (a job written under an older
-    /// shard map stays where it was written).
-    async fn change(
-        &self,
-        id: JobId,
-        statement: &str,
-    ) -> Result<Option<tokio_postgres::Row>, ClientError> {
+    /// Makes a change to job `id` (`change` returns `None` when it changed
+    /// nothing) on the shard its key routes to, or, when that one changed
+    /// nothing and does not have the job, on the shard that holds it (a job
+    /// written under an older shard map stays where it was written).
+    async fn change<'s, T, F, Fut>(&'s self, id: JobId, change: F) -> Result<Option<T>, ClientError>
+    where
+        F: Fn(&'s Shard) -> Fut,
+        Fut: Future<Output = Result<Option<T>, ShardError>>,
+    {
         let routed = self.shards.for_key(id.shard_key);
-        if let Some(row) = change_on(routed, id, statement).await? {
-            return Ok(Some(row));
+        if let Some(done) = change(routed).await? {
+            return Ok(Some(done));
         }
-        // Nothing changed: the job is there in a state the statement leaves
-        // alone, or it lives on another shard.
-        match self.holder(id).await? {
-            Some(shard) if shard.index != routed.index => change_on(shard, id, statement).await,
+        let holder = self
+            .find(id, |shard| async move {
+                Ok(jobs::exists(shard, id).await?.then_some(()))
+            })
+            .await?;
+        match holder {
+            Some((shard, ())) if shard.index != routed.index => Ok(change(shard).await?),
             _ => Ok(None),
         }
     }
 
-    /// Runs a one-job read (`$1` shard key, `$2` id) on the shard the job's
-    /// key routes to and, when that shard has no row, on the other shards in
-    /// turn. Returns the first row and the shard it came from.
+    /// Runs a one-job read on the shard the job's key routes to and, when
+    /// that shard has no row, on the other shards in turn. Returns the first
+    /// answer and the shard it came from.
     ///
     /// # Errors
     ///
     /// When the routed shard fails, or when no shard had the row and one
     /// of them failed (the job may be there).
-    async fn find_row<'s>(
+    async fn find<'s, T, F, Fut>(
         &'s self,
         id: JobId,
-        statement: &str,
-    ) -> Result<Option<(&'s Shard, tokio_postgres::Row)>, ClientError> {
+        read: F,
+    ) -> Result<Option<(&'s Shard, T)>, ClientError>
+    where
+        F: Fn(&'s Shard) -> Fut,
+        Fut: Future<Output = Result<Option<T>, ShardError>>,
+    {
         let routed = self.shards.for_key(id.shard_key);
-        if let Some(row) = query_job(routed, id, statement).await? {
-            return Ok(Some((routed, row)));
+        if let Some(found) = read(routed).await? {
+            return Ok(Some((routed, found)));
         }
         let mut failed = None;
-        for shard in self.others(routed) {
-            match query_job(shard, id, statement).await {
-                Ok(Some(row)) => return Ok(Some((shard, row))),
+        for shard in self.shards.all().iter().filter(|s| s.index != routed.index) {
+            match read(shard).await {
+                Ok(Some(found)) => return Ok(Some((shard, found))),
                 Ok(None) => {}
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
         failed.map_or(Ok(None), |e| Err(e.into()))
     }
-
-    /// The shard holding job `id`: the one its key routes to when that one
-    /// has it, else the first other shard that has it (one primary-key
-    /// probe per shard asked).
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::find_row`].
-    async fn holder(&self, id: JobId) -> Result<Option<&Shard>, ClientError> {
-        Ok(self
-            .find_row(id, sql::JOB_EXISTS)
-            .await?
-            .map(|(shard, _)| shard))
-    }
-
-    /// Every shard but `skip`, in routing order.
-    fn others<'s>(&'s self, skip: &'s Shard) -> impl Iterator<Item = &'s Shard> + 's {
-        self.shards
-            .all()
-            .iter()
-            .filter(move |s| s.index != skip.index)
-    }
-}
-
-/// Runs a one-job read (`$1` shard key, `$2` id) on `shard`.
-async fn query_job(
-    shard: &Shard,
-    id: JobId,
-    statement: &str,
-) -> Result<Option<tokio_postgres::Row>, ShardError> {
-    shard
-        .within(async move {
-            let client = shard.client().await?;
-            client
-                .query_typed_opt(
-                    statement,
-                    &[(&id.shard_key, Type::INT4), (&id.id, Type::INT8)],
-                )
-                .await
-                .map_err(|e| shard.query_error(e))
-        })
-        .await
-}
-
-/// Runs a one-job change on `shard` in a transaction, under the job's key
-/// lock (see [`Client::change`]).
-async fn change_on(
-    shard: &Shard,
-    id: JobId,
-    statement: &str,
-) -> Result<Option<tokio_postgres::Row>, ClientError> {
-    shard
-        .within(async move {
-            let err = |e| shard.query_error(e);
-            let mut client = shard.client().await?;
-            let tx = client.transaction().await.map_err(err)?;
-            let (keys, ids) = ([id.shard_key], [id.id]);
-            let params: [crate::sql::Param; 2] =
-                [(&id.shard_key, Type::INT4), (&id.id, Type::INT8)];
-            let mut rows = crate::dequeue::under_key_locks(&tx, &keys, &ids, statement, &params)
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            Ok(rows.pop())
-        })
-        .await
 }

@@ -3,24 +3,20 @@
 mod inspect;
 mod transactional;
 
-pub use inspect::{JobInfo, JobOutcome, QueueCount, ShardStatus};
+pub use crate::store::jobs::JobInfo;
+pub use crate::store::queues::{Connections, QueueCount};
+pub use inspect::{JobOutcome, ShardStatus};
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};
 use crate::job::{JobId, NewJob, OnDuplicate};
 use crate::router;
 use crate::shards::{ShardError, ShardSet};
-use crate::sql;
+use crate::store::jobs::{self, NewRow};
 use futures_util::future::try_join_all;
-use serde_json::Value;
-use tokio_postgres::types::Type;
 
 /// Attempts at inserting a deduplicated job while the holder of its id finishes.
 const DEDUP_RACE_RETRIES: usize = 3;
-
-/// Rows per insert statement: large enough to amortise the round trip, small
-/// enough to keep one statement's parameters modest.
-const INSERT_CHUNK: usize = 5_000;
 
 /// Errors from enqueueing or reading jobs.
 #[derive(Debug, thiserror::Error)]
@@ -139,62 +135,23 @@ impl Client {
         shard_index: usize,
         part: &[(usize, i32, NewJob)],
     ) -> Result<Vec<(usize, JobId)>, ClientError> {
-        let shard = self.shards.get(shard_index);
-        shard
-            .within(async move {
-                let client = shard.client().await?;
-                let mut out = Vec::with_capacity(part.len());
-                for chunk in part.chunks(INSERT_CHUNK) {
-                    let keys: Vec<i32> = chunk.iter().map(|(_, k, _)| *k).collect();
-                    let queues: Vec<&str> =
-                        chunk.iter().map(|(_, _, j)| j.queue.as_str()).collect();
-                    let handlers: Vec<&str> =
-                        chunk.iter().map(|(_, _, j)| j.handler.as_str()).collect();
-                    let ordering: Vec<Option<&str>> = chunk
-                        .iter()
-                        .map(|(_, _, j)| j.ordering_key.as_deref())
-                        .collect();
-                    let priorities: Vec<i32> = chunk.iter().map(|(_, _, j)| j.priority).collect();
-                    let payloads: Vec<&Value> = chunk.iter().map(|(_, _, j)| &j.payload).collect();
-                    let delays: Vec<i64> = chunk
-                        .iter()
-                        .map(|(_, _, j)| j.delay.as_millis() as i64)
-                        .collect();
-                    let attempts: Vec<i32> =
-                        chunk.iter().map(|(_, _, j)| self.max_attempts(j)).collect();
-                    let rows = client
-                        .query_typed(
-                            sql::JOB_INSERT_MANY,
-                            &[
-                                (&keys, Type::INT4_ARRAY),
-                                (&queues, Type::TEXT_ARRAY),
-                                (&handlers, Type::TEXT_ARRAY),
-                                (&ordering, Type::TEXT_ARRAY),
-                                (&priorities, Type::INT4_ARRAY),
-                                (&payloads, Type::JSONB_ARRAY),
-                                (&delays, Type::INT8_ARRAY),
-                                (&attempts, Type::INT4_ARRAY),
-                            ],
-                        )
-                        .await
-                        .map_err(|e| shard.query_error(e))?;
-                    for ((index, shard_key, _), row) in chunk.iter().zip(rows) {
-                        out.push((
-                            *index,
-                            JobId {
-                                shard_key: *shard_key,
-                                id: row.get(0),
-                            },
-                        ));
-                    }
-                }
-                Ok(out)
-            })
-            .await
+        let rows: Vec<NewRow> = part
+            .iter()
+            .map(|(_, shard_key, job)| self.row(*shard_key, job))
+            .collect();
+        let ids = jobs::insert_many(self.shards.get(shard_index), &rows).await?;
+        Ok(part.iter().map(|(index, _, _)| *index).zip(ids).collect())
     }
 
-    /// Checks every job and splits them: per shard for the batched insert, and
-    /// the deduplicated ones (inserted one by one). Nothing is written on error.
+    /// `job` as a row to write, its attempt limit resolved.
+    fn row<'j>(&self, shard_key: i32, job: &'j NewJob) -> NewRow<'j> {
+        NewRow {
+            shard_key,
+            job,
+            max_attempts: self.max_attempts(job),
+        }
+    }
+
     #[allow(clippy::type_complexity)]
     fn route_all(
         &self,
@@ -234,68 +191,30 @@ impl Client {
         job: &NewJob,
     ) -> Result<JobId, ClientError> {
         let shard = self.shards.for_key(shard_key);
-        shard
-            .within(async move {
-                let client = shard.client().await?;
-                let dedup_id = job.dedup_id.as_deref().unwrap_or_default();
-                for _ in 0..DEDUP_RACE_RETRIES {
-                    let (delay_ms, max_attempts) =
-                        (job.delay.as_millis() as i64, self.max_attempts(job));
-                    let inserted = client
-                        .query_typed_opt(
-                            sql::JOB_INSERT_DEDUP,
-                            &[
-                                (&shard_key, Type::INT4),
-                                (&job.queue, Type::TEXT),
-                                (&job.handler, Type::TEXT),
-                                (&job.ordering_key, Type::TEXT),
-                                (&job.priority, Type::INT4),
-                                (&job.payload, Type::JSONB),
-                                (&delay_ms, Type::INT8),
-                                (&max_attempts, Type::INT4),
-                                (&dedup_id, Type::TEXT),
-                            ],
-                        )
-                        .await
-                        .map_err(|e| shard.query_error(e))?;
-                    if let Some(row) = inserted {
-                        return Ok(JobId {
-                            shard_key,
-                            id: row.get(0),
-                        });
-                    }
-                    let existing = client
-                        .query_typed_opt(
-                            sql::JOB_FIND_DEDUP,
-                            &[(&job.queue, Type::TEXT), (&dedup_id, Type::TEXT)],
-                        )
-                        .await
-                        .map_err(|e| shard.query_error(e))?;
-                    if let Some(row) = existing {
-                        let id = JobId {
-                            shard_key: row.get(0),
-                            id: row.get(1),
-                        };
-                        return match job.on_duplicate {
-                            OnDuplicate::ReturnExisting => Ok(id),
-                            OnDuplicate::Error => Err(ClientError::Duplicate {
-                                index,
-                                dedup_id: dedup_id.to_string(),
-                                existing: id,
-                            }),
-                        };
-                    }
-                }
-                Err(ClientError::Invalid {
-                    index,
-                    reason: format!("deduplication id `{dedup_id}` kept changing hands; try again"),
-                })
-            })
-            .await
+        let dedup_id = job.dedup_id.as_deref().unwrap_or_default();
+        // Between a skipped insert and the lookup, the holder may finish:
+        // then try the insert again.
+        for _ in 0..DEDUP_RACE_RETRIES {
+            if let Some(id) = jobs::insert_dedup(shard, self.row(shard_key, job), dedup_id).await? {
+                return Ok(id);
+            }
+            if let Some(existing) = jobs::find_dedup(shard, &job.queue, dedup_id).await? {
+                return match job.on_duplicate {
+                    OnDuplicate::ReturnExisting => Ok(existing),
+                    OnDuplicate::Error => Err(ClientError::Duplicate {
+                        index,
+                        dedup_id: dedup_id.to_string(),
+                        existing,
+                    }),
+                };
+            }
+        }
+        Err(ClientError::Invalid {
+            index,
+            reason: format!("deduplication id `{dedup_id}` kept changing hands; try again"),
+        })
     }
 
-    /// Rejects what PostgreSQL would refuse or what exceeds the limits, before
-    /// anything is written.
     fn check(&self, index: usize, job: &NewJob) -> Result<(), ClientError> {
         job.validate(&self.limits)
             .map_err(|reason| ClientError::Invalid { index, reason })

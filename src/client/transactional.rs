@@ -6,7 +6,7 @@ use super::{Client, ClientError};
 use crate::job::{JobId, NewJob};
 use crate::router;
 use crate::shards::Shard;
-use crate::sql;
+use crate::store::jobs::{self, NewRow};
 use tokio_postgres::GenericClient;
 
 /// A job with its route fixed: open your transaction on the database of
@@ -62,25 +62,11 @@ impl RoutedJob {
     ///
     /// The statement's error (e.g. the transaction is on a shard without the schema).
     pub async fn insert<C: GenericClient>(&self, tx: &C) -> Result<JobId, tokio_postgres::Error> {
-        let j = &self.job;
-        let row = tx
-            .query_one(
-                sql::JOB_INSERT_MANY,
-                &[
-                    &vec![self.shard_key],
-                    &vec![j.queue.as_str()],
-                    &vec![j.handler.as_str()],
-                    &vec![j.ordering_key.as_deref()],
-                    &vec![j.priority],
-                    &vec![&j.payload],
-                    &vec![j.delay.as_millis() as i64],
-                    &vec![self.max_attempts],
-                ],
-            )
-            .await?;
-        Ok(JobId {
+        let row = NewRow {
             shard_key: self.shard_key,
-            id: row.get(0),
-        })
+            job: &self.job,
+            max_attempts: self.max_attempts,
+        };
+        jobs::insert_in(tx, row).await
     }
 }

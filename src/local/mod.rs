@@ -13,7 +13,6 @@ mod tests;
 
 use std::path::PathBuf;
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
 pub use ephemeral::EphemeralServer;
@@ -86,26 +85,10 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), LocalErr
             tracing::debug!(error = %e, "admin connection ended with an error");
         }
     });
-    let exists = client
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+    crate::store::server::create_database(&client, name)
         .await
-        .map_err(pg_err(format!("look up database {name}")))?
-        .is_some();
-    if !exists {
-        let sql = format!("CREATE DATABASE {}", quote_ident(name));
-        match client.batch_execute(&sql).await {
-            Ok(()) => {}
-            // Someone else created it since our check.
-            Err(e) if e.code() == Some(&SqlState::DUPLICATE_DATABASE) => {}
-            Err(e) => return Err(pg_err(format!("create database {name}"))(e)),
-        }
-    }
+        .map_err(pg_err(format!("create database {name}")))?;
     drop(client);
     let _ = connection.await;
     Ok(())
-}
-
-/// Quotes `name` as an SQL identifier.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }

@@ -17,7 +17,7 @@
 pub mod no_transaction;
 
 use crate::shards::{Shard, ShardError, ShardSet};
-use crate::sql;
+use crate::store::schema::{self, MigrationTx};
 
 /// One migration file.
 #[derive(Debug, Clone, Copy)]
@@ -203,116 +203,60 @@ pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateErro
 /// shard records another place in the map; [`MigrateError::NeedsSession`]
 /// when a no-transaction migration is due behind a transaction pooler.
 pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
-    let mut client = shard.client().await?;
     let (count, index) = place(shard, shard_count);
-    if let Some(recorded) = recorded_map(shard, &client).await? {
+    if let Some(recorded) = schema::shard_map(shard).await? {
         compare_map(shard, recorded, Some(count), index)?;
     }
     let mut applied = Vec::new();
     for m in MIGRATIONS {
         let newly = if m.runs_in_transaction() {
-            apply_in_transaction(shard, &mut client, m).await?
+            apply_in_transaction(shard, m).await?
         } else {
-            no_transaction::apply(shard, &client, m).await?
+            no_transaction::apply(shard, m).await?
         };
         if newly {
             applied.push(m.version);
         }
     }
-    let tx = locked_transaction(shard, &mut client).await?;
-    let recorded = tx
-        .query_opt(sql::SHARD_MAP_GET, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?;
+    let tx = MigrationTx::begin(shard).await?;
+    let recorded = match tx.shard_map().await {
+        Ok(Some(recorded)) => compare_map(shard, recorded, Some(count), index),
+        Ok(None) => tx.record_shard_map(count, index).await.map_err(Into::into),
+        Err(e) => Err(e.into()),
+    };
     match recorded {
-        Some(row) => compare_map(shard, (row.get(0), row.get(1)), Some(count), index)?,
-        None => {
-            tx.execute(sql::SHARD_MAP_RECORD, &[&count, &index])
-                .await
-                .map_err(|e| shard.query_error(e))?;
+        Ok(()) => tx.commit().await?,
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Err(e);
         }
     }
-    tx.commit().await.map_err(|e| shard.query_error(e))?;
     Ok(applied)
 }
 
 /// Applies `m` with its record in one transaction, under the migration lock,
 /// unless it is applied already. Returns whether this call applied it.
-async fn apply_in_transaction(
-    shard: &Shard,
-    client: &mut deadpool_postgres::Client,
-    m: &Migration,
-) -> Result<bool, MigrateError> {
-    let tx = locked_transaction(shard, client).await?;
-    if applied_versions(shard, &tx).await?.contains(&m.version) {
+async fn apply_in_transaction(shard: &Shard, m: &Migration) -> Result<bool, MigrateError> {
+    let tx = MigrationTx::begin(shard).await?;
+    // End the transaction on every path: one left open on a pooled
+    // connection would hold the lock from the next try.
+    let applied = match tx.applied().await {
+        Ok(versions) => versions.contains(&m.version),
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Err(e.into());
+        }
+    };
+    if applied {
+        tx.rollback().await?;
         return Ok(false);
     }
-    tx.batch_execute(m.sql)
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.execute(sql::MIGRATION_RECORD, &[&m.version, &m.name])
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.commit().await.map_err(|e| shard.query_error(e))?;
-    Ok(true)
-}
-
-/// A transaction holding the migration lock, with the migrations table in
-/// place and no statement deadline (a migration may rewrite a big table).
-/// Two processes migrating at once serialise here; the transaction-level
-/// lock works through a transaction pooler too.
-async fn locked_transaction<'c>(
-    shard: &Shard,
-    client: &'c mut deadpool_postgres::Client,
-) -> Result<deadpool_postgres::Transaction<'c>, MigrateError> {
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.batch_execute("SET LOCAL statement_timeout = 0")
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.execute(sql::MIGRATION_LOCK, &[&sql::MIGRATION_LOCK_KEY])
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    tx.batch_execute(sql::MIGRATIONS_TABLE_CREATE)
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    Ok(tx)
-}
-
-/// The versions recorded as applied.
-async fn applied_versions(
-    shard: &Shard,
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<Vec<i32>, MigrateError> {
-    Ok(client
-        .query(sql::MIGRATIONS_APPLIED, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?
-        .iter()
-        .map(|row| row.get(0))
-        .collect())
-}
-
-/// The recorded (count, index), when the shard has a shard map row.
-async fn recorded_map(
-    shard: &Shard,
-    client: &deadpool_postgres::Client,
-) -> Result<Option<(i32, i32)>, MigrateError> {
-    let exists: bool = client
-        .query_typed_one(sql::SHARD_MAP_TABLE_EXISTS, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?
-        .get(0);
-    if !exists {
-        return Ok(None);
+    if let Err(e) = tx.apply(m.version, m.name, m.sql).await {
+        let _ = tx.rollback().await;
+        return Err(e.into());
     }
-    Ok(client
-        .query_typed_opt(sql::SHARD_MAP_GET, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?
-        .map(|row| (row.get(0), row.get(1))))
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Checks that every shard is at exactly this binary's schema version and
@@ -343,23 +287,8 @@ pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), Migrat
 
 /// The schema version, then the shard map (the count only when known).
 async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateError> {
-    let client = shard.client().await?;
-    let exists: bool = client
-        .query_typed_one(sql::MIGRATIONS_TABLE_EXISTS, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?
-        .get(0);
-    let found: Option<i32> = if exists {
-        client
-            .query_typed_one(sql::MIGRATION_CURRENT, &[])
-            .await
-            .map_err(|e| shard.query_error(e))?
-            .get(0)
-    } else {
-        None
-    };
     let needed = latest_version();
-    match found {
+    match schema::current_version(shard).await? {
         None => {
             return Err(MigrateError::NotMigrated {
                 shard: shard.name.clone(),
@@ -381,20 +310,14 @@ async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateE
         }
         Some(_) => {}
     }
-    let recorded = client
-        .query_typed_opt(sql::SHARD_MAP_GET, &[])
-        .await
-        .map_err(|e| shard.query_error(e))?
-        .ok_or_else(|| MigrateError::ShardMapMissing {
-            shard: shard.name.clone(),
-        })?;
+    let recorded =
+        schema::shard_map(shard)
+            .await?
+            .ok_or_else(|| MigrateError::ShardMapMissing {
+                shard: shard.name.clone(),
+            })?;
     let (count, index) = place(shard, shard_count.unwrap_or(1));
-    compare_map(
-        shard,
-        (recorded.get(0), recorded.get(1)),
-        shard_count.map(|_| count),
-        index,
-    )
+    compare_map(shard, recorded, shard_count.map(|_| count), index)
 }
 
 /// The shard's configured (count, index), as the map stores them.

@@ -12,48 +12,32 @@
 //! run again after a failure; an index left invalid by a failed concurrent
 //! build is dropped (concurrently) and built again.
 
-use super::{applied_versions, MigrateError, Migration};
-use crate::shards::Shard;
-use crate::sql;
+use super::{MigrateError, Migration};
+use crate::shards::{Shard, ShardError};
+use crate::store::schema::{self, MigrationSession};
 
 /// The first line of a migration that runs outside a transaction.
 pub const MARKER: &str = "-- shardq:no-transaction";
 
 /// Applies `m` statement by statement under the session-level migration lock,
 /// unless it is applied already. Returns whether this call applied it.
-pub(super) async fn apply(
-    shard: &Shard,
-    client: &deadpool_postgres::Client,
-    m: &Migration,
-) -> Result<bool, MigrateError> {
-    let run = |e| shard.query_error(e);
-    client
-        .batch_execute(sql::MIGRATIONS_TABLE_CREATE)
-        .await
-        .map_err(run)?;
-    if applied_versions(shard, client).await?.contains(&m.version) {
+pub(super) async fn apply(shard: &Shard, m: &Migration) -> Result<bool, MigrateError> {
+    if schema::applied(shard).await?.contains(&m.version) {
         return Ok(false);
     }
+    // A session's settings and lock would stay on whichever server
+    // connection the pooler lent.
     if shard.behind_pooler() {
         return Err(MigrateError::NeedsSession {
             shard: shard.name.clone(),
             name: m.name,
         });
     }
-    // The session's settings are reset when the pool recycles the connection.
-    client
-        .batch_execute("SET statement_timeout = 0")
-        .await
-        .map_err(run)?;
-    client
-        .execute(sql::MIGRATION_SESSION_LOCK, &[&sql::MIGRATION_LOCK_KEY])
-        .await
-        .map_err(run)?;
-    let outcome = apply_locked(shard, client, m).await;
-    let unlocked = client
-        .execute(sql::MIGRATION_SESSION_UNLOCK, &[&sql::MIGRATION_LOCK_KEY])
-        .await
-        .map_err(run);
+    let client = shard.client().await?;
+    let session = MigrationSession::open(shard, &client).await?;
+    session.lock().await?;
+    let outcome = apply_locked(shard, &session, m).await;
+    let unlocked = session.unlock().await;
     let applied = outcome?;
     unlocked?;
     Ok(applied)
@@ -63,14 +47,14 @@ pub(super) async fn apply(
 /// `m` while this one waited.
 async fn apply_locked(
     shard: &Shard,
-    client: &deadpool_postgres::Client,
+    session: &MigrationSession<'_>,
     m: &Migration,
 ) -> Result<bool, MigrateError> {
-    if applied_versions(shard, client).await?.contains(&m.version) {
+    if session.applied().await?.contains(&m.version) {
         return Ok(false);
     }
     for statement in statements(m.sql) {
-        run_statement(shard, client, &statement)
+        run_statement(shard, session, &statement)
             .await
             .map_err(|source| MigrateError::Statement {
                 shard: shard.name.clone(),
@@ -79,10 +63,7 @@ async fn apply_locked(
                 source: Box::new(source),
             })?;
     }
-    client
-        .execute(sql::MIGRATION_RECORD, &[&m.version, &m.name])
-        .await
-        .map_err(|e| shard.query_error(e))?;
+    session.record(m.version, m.name).await?;
     Ok(true)
 }
 
@@ -90,25 +71,16 @@ async fn apply_locked(
 /// invalid index an earlier failed build of it left behind.
 async fn run_statement(
     shard: &Shard,
-    client: &deadpool_postgres::Client,
+    session: &MigrationSession<'_>,
     statement: &str,
-) -> Result<(), crate::shards::ShardError> {
-    let run = |e| shard.query_error(e);
+) -> Result<(), ShardError> {
     if let Some(index) = concurrent_index_name(statement) {
-        let invalid = client
-            .query_opt(sql::INDEX_INVALID, &[&index])
-            .await
-            .map_err(run)?
-            .is_some_and(|row| row.get::<_, bool>(0));
-        if invalid {
+        if session.index_invalid(&index).await? {
             tracing::warn!(shard = %shard.name, index, "dropping an index left invalid by a failed build");
-            client
-                .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))
-                .await
-                .map_err(run)?;
+            session.drop_index(&index).await?;
         }
     }
-    client.batch_execute(statement).await.map_err(run)
+    session.run(statement).await
 }
 
 /// The statements of a migration file: each ends with `;` at the end of a

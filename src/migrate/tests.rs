@@ -44,10 +44,7 @@ async fn a_no_transaction_migration_lets_writers_through_while_it_runs() {
         .await
         .expect("lock");
     let shard = shards.get(0).clone();
-    let migration = tokio::spawn(async move {
-        let client = shard.client().await.expect("client");
-        no_transaction::apply(&shard, &client, &CONCURRENT).await
-    });
+    let migration = tokio::spawn(async move { no_transaction::apply(&shard, &CONCURRENT).await });
     let writer = admin(&server).await;
     let paused = async {
         loop {
@@ -112,8 +109,7 @@ async fn a_no_transaction_migration_lets_writers_through_while_it_runs() {
         .get(0);
     assert_eq!(recorded, 1);
     // Run again: applied already, nothing done.
-    let client = shards.get(0).client().await.expect("client");
-    assert!(!no_transaction::apply(shards.get(0), &client, &CONCURRENT)
+    assert!(!no_transaction::apply(shards.get(0), &CONCURRENT)
         .await
         .expect("again"));
 }
@@ -137,8 +133,7 @@ async fn a_failed_concurrent_build_is_rebuilt_on_the_next_run() {
     .await
     .expect("rows");
     let shard = shards.get(0);
-    let client = shard.client().await.expect("client");
-    let err = no_transaction::apply(shard, &client, &UNIQUE)
+    let err = no_transaction::apply(shard, &UNIQUE)
         .await
         .expect_err("duplicates fail the unique build");
     let message = crate::error_chain(&err);
@@ -158,7 +153,7 @@ async fn a_failed_concurrent_build_is_rebuilt_on_the_next_run() {
     test.batch_execute("UPDATE workflow_status SET handler = 'other' WHERE shard_key = 2")
         .await
         .expect("fix");
-    assert!(no_transaction::apply(shard, &client, &UNIQUE)
+    assert!(no_transaction::apply(shard, &UNIQUE)
         .await
         .expect("second run"));
     let valid: bool = test

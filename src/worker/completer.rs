@@ -6,8 +6,8 @@
 //! writes retrying) cannot hold back completions for the others.
 
 use super::Pipeline;
-use crate::dequeue;
 use crate::job::{Completion, Outcome};
+use crate::store::jobs::{self, CompleteMany};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -129,8 +129,12 @@ async fn write_with_retry(
     let mut delay = FIRST_RETRY_DELAY;
     let mut todo = vec![part];
     while let Some(part) = todo.pop() {
-        let retry = pipeline.config.worker.retry_backoff;
-        let result = dequeue::complete_many(shard, &pipeline.owner, retry, &part).await;
+        let write = CompleteMany {
+            owner: &pipeline.owner,
+            retry: pipeline.config.worker.retry_backoff,
+            done: &part,
+        };
+        let result = jobs::complete_many(shard, write).await;
         match result {
             Ok(written) => {
                 record_written(&pipeline, shard_index, &part, &written);
@@ -200,7 +204,7 @@ fn record_written(
     pipeline: &Pipeline,
     shard_index: usize,
     part: &[Completion],
-    written: &dequeue::Written,
+    written: &jobs::Written,
 ) {
     let stats = &pipeline.stats;
     stats.add_written(written);

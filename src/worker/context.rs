@@ -2,13 +2,12 @@
 
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
-use crate::sql;
+use crate::store::steps::{self, RecordStep};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
-use tokio_postgres::types::Type;
 use tokio_util::sync::CancellationToken;
 
 use super::HandlerError;
@@ -105,25 +104,8 @@ impl JobContext {
             source,
         };
         let shard = &self.shard;
-        let recorded = shard
-            .within(async {
-                let client = shard.client().await?;
-                client
-                    .query_typed_opt(
-                        sql::STEP_GET,
-                        &[
-                            (&self.id.shard_key, Type::INT4),
-                            (&self.id.id, Type::INT8),
-                            (&name, Type::TEXT),
-                        ],
-                    )
-                    .await
-                    .map_err(|e| shard.query_error(e))
-            })
-            .await
-            .map_err(db)?;
-        if let Some(row) = recorded {
-            let output: Option<Value> = row.get(0);
+        let recorded = steps::get(shard, self.id, name).await.map_err(db)?;
+        if let Some(output) = recorded {
             return serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|source| {
                 StepError::Decode {
                     step: name.to_string(),
@@ -142,31 +124,18 @@ impl JobContext {
             step: name.to_string(),
             source,
         })?;
-        let owner: &str = &self.owner;
-        let written = shard
-            .within(async {
-                let client = shard.client().await?;
-                client
-                    .query_typed_opt(
-                        sql::STEP_RECORD,
-                        &[
-                            (&self.id.shard_key, Type::INT4),
-                            (&self.id.id, Type::INT8),
-                            (&name, Type::TEXT),
-                            (&value, Type::JSONB),
-                            (&owner, Type::TEXT),
-                            (&self.fence, Type::INT8),
-                        ],
-                    )
-                    .await
-                    .map_err(|e| shard.query_error(e))
-            })
-            .await
-            .map_err(db)?;
+        let step = RecordStep {
+            id: self.id,
+            name,
+            output: &value,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        let written = steps::record(shard, step).await.map_err(db)?;
         match written {
-            Some(_) => Ok(output),
-            None if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),
-            None => Err(StepError::Fenced(self.id, name.to_string())),
+            true => Ok(output),
+            false if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),
+            false => Err(StepError::Fenced(self.id, name.to_string())),
         }
     }
 }

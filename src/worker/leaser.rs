@@ -10,9 +10,9 @@
 //! statements (each has a deadline), never the leases on the others.
 
 use super::Pipeline;
-use crate::dequeue;
 use crate::job::{Completion, Outcome};
 use crate::shards::Shard;
+use crate::store::jobs::{self, CompleteMany, ExtendLeases};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -76,7 +76,7 @@ async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
     if lost.elapsed() > deadline * ORPHAN_WINDOW_DEADLINES {
         return;
     }
-    let owned = match dequeue::owned_running(shard, &pipeline.owner, deadline).await {
+    let owned = match jobs::owned_running(shard, &pipeline.owner, deadline).await {
         Ok(owned) => owned,
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan check failed");
@@ -86,12 +86,12 @@ async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
     let held = pipeline.held_ids(shard.index);
     let orphans: Vec<Completion> = owned
         .into_iter()
-        .filter(|(id, _, _)| !held.contains(id))
-        .map(|(id, fence, keyed)| Completion {
-            id,
+        .filter(|o| !held.contains(&o.id))
+        .map(|o| Completion {
+            id: o.id,
             shard: shard.index,
-            fence,
-            keyed,
+            fence: o.fence,
+            keyed: o.keyed,
             outcome: Outcome::Released,
             finished: Instant::now(),
         })
@@ -99,8 +99,12 @@ async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
     if orphans.is_empty() {
         return;
     }
-    let retry = pipeline.config.worker.retry_backoff;
-    match dequeue::complete_many(shard, &pipeline.owner, retry, &orphans).await {
+    let release = CompleteMany {
+        owner: &pipeline.owner,
+        retry: pipeline.config.worker.retry_backoff,
+        done: &orphans,
+    };
+    match jobs::complete_many(shard, release).await {
         Ok(written) => {
             pipeline.stats.add_written(&written);
             tracing::info!(shard = %shard.name, released = written.released, "gave back jobs a lost claim reply left this process owning");
@@ -117,14 +121,19 @@ async fn extend(
     held: &[(crate::job::JobId, i64)],
     lease: Duration,
 ) {
-    if let Err(err) = dequeue::extend_leases(shard, &pipeline.owner, held, lease).await {
+    let extension = ExtendLeases {
+        owner: &pipeline.owner,
+        held,
+        lease,
+    };
+    if let Err(err) = jobs::extend_leases(shard, extension).await {
         tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
     }
 }
 
 async fn poll_cancellations(pipeline: &Pipeline, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
     let ids: Vec<crate::job::JobId> = held.iter().map(|(id, _)| *id).collect();
-    match dequeue::cancel_requested(shard, &ids).await {
+    match jobs::cancel_requested(shard, &ids).await {
         Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_held(id)),
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")

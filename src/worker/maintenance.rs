@@ -4,7 +4,7 @@
 //! process at a time does it; the others' attempts cost one statement.
 
 use super::{Pipeline, Stats};
-use crate::maintenance;
+use crate::store::upkeep;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -48,16 +48,16 @@ async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, shutdown: Cancellatio
             shard.release_idle(IDLE_CONNECTION);
         }
         let result = async {
-            let recovered = maintenance::recover_expired(shard, MAINTENANCE_BATCH).await?;
+            let recovered = upkeep::recover_expired(shard, MAINTENANCE_BATCH).await?;
             if recovered != Default::default() {
                 tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
                 Stats::add(&pipeline.stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
             }
-            maintenance::promote_due(shard, MAINTENANCE_BATCH).await?;
+            upkeep::promote_due(shard, MAINTENANCE_BATCH).await?;
             if sweep {
                 // Bounded statements, repeated while they come back full.
                 for _ in 0..MAX_RETENTION_ROUNDS {
-                    let deleted = maintenance::delete_finished(shard, retention.finished_after, retention.batch).await?;
+                    let deleted = upkeep::delete_finished(shard, retention.finished_after, retention.batch).await?;
                     if deleted > 0 {
                         tracing::info!(shard = %shard.name, deleted, "deleted finished jobs past retention");
                     }

@@ -5,8 +5,9 @@
 use super::local_gate::Refused;
 use super::rotation::{Next, Rotation};
 use super::Pipeline;
-use crate::dequeue::{self, Claim, ClaimParams};
 use crate::job::ClaimedJob;
+use crate::store::jobs::{self, Claim, ClaimParams};
+use crate::store::ErrorKind;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -121,7 +122,7 @@ async fn claim_somewhere(
             mode: pipeline.config.dequeue.mode,
         };
         let started = Instant::now();
-        let result = dequeue::claim(shard, params).await;
+        let result = jobs::claim(shard, params).await;
         let now = Instant::now();
         stats.record_claim(*shard_index, &result, now - started);
         match result {
@@ -141,7 +142,7 @@ async fn claim_somewhere(
             Ok(Claim::Busy) => entered.busy(now, &mut rng),
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
-                if err.sqlstate().is_none() {
+                if err.kind() == ErrorKind::NoAnswer {
                     // No answer from the server: the claim may still have run.
                     pipeline.claim_reply_lost(*shard_index);
                 }

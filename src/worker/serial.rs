@@ -4,7 +4,7 @@
 
 use super::rotation::{Next, Rotation};
 use super::{executor, Pipeline, Stats};
-use crate::dequeue::{self, Claim, ClaimParams};
+use crate::store::jobs::{self, Claim, ClaimParams, CompleteMany};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub(crate) async fn run(
             mode: pipeline.config.dequeue.mode,
         };
         let started = Instant::now();
-        let result = dequeue::claim(shard, params).await;
+        let result = jobs::claim(shard, params).await;
         stats.record_claim(*shard_index, &result, started.elapsed());
         match result {
             Ok(Claim::Jobs(jobs)) => {
@@ -49,9 +49,12 @@ pub(crate) async fn run(
                     let (id, fence) = (job.id, job.fence);
                     let done = executor::execute(&pipeline, job).await;
                     let done_at = done.finished;
-                    let retry = pipeline.config.worker.retry_backoff;
-                    let written =
-                        dequeue::complete_many(shard, &pipeline.owner, retry, &[done]).await;
+                    let write = CompleteMany {
+                        owner: &pipeline.owner,
+                        retry: pipeline.config.worker.retry_backoff,
+                        done: &[done],
+                    };
+                    let written = jobs::complete_many(shard, write).await;
                     pipeline.forget([(id, fence)]);
                     match written {
                         Ok(w) => {

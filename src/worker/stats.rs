@@ -82,10 +82,10 @@ impl Stats {
     pub(crate) fn record_claim(
         &self,
         shard: usize,
-        result: &Result<crate::dequeue::Claim, crate::shards::ShardError>,
+        result: &Result<crate::store::jobs::Claim, crate::shards::ShardError>,
         took: std::time::Duration,
     ) {
-        use crate::dequeue::Claim;
+        use crate::store::jobs::Claim;
         let per_shard = &self.metrics.shards[shard];
         match result {
             Ok(Claim::Jobs(jobs)) => {
@@ -112,7 +112,7 @@ impl Stats {
     }
 
     /// Counts a written batch of completions.
-    pub fn add_written(&self, w: &crate::dequeue::Written) {
+    pub fn add_written(&self, w: &crate::store::jobs::Written) {
         Self::add(&self.completion_statements, 1);
         Self::add(&self.succeeded, w.succeeded);
         Self::add(&self.retrying, w.retrying);

@@ -9,9 +9,9 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 use shardq::config::{Backoff, DequeueMode};
-use shardq::dequeue::{self, Claim, ClaimParams};
 use shardq::job::{Completion, Outcome};
 use shardq::shards::Shard;
+use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany};
 use std::time::{Duration, Instant};
 
 /// Jobs per claim statement (the batch at which 2 clients reached ~70k jobs/s
@@ -125,7 +125,7 @@ async fn drain(shard: Shard, owner: String, retry: Backoff) -> Result<Drained> {
             mode: DequeueMode::Ungated,
         };
         let sent = Instant::now();
-        let claimed = dequeue::claim(&shard, params).await?;
+        let claimed = jobs::claim(&shard, params).await?;
         done.claims += 1;
         done.claim_time += sent.elapsed();
         let jobs = match claimed {
@@ -138,7 +138,15 @@ async fn drain(shard: Shard, owner: String, retry: Backoff) -> Result<Drained> {
             .map(|job| Completion::of(job, Outcome::Succeeded(Value::Null)))
             .collect();
         let sent = Instant::now();
-        let written = dequeue::complete_many(&shard, &owner, retry, &completions).await?;
+        let written = jobs::complete_many(
+            &shard,
+            CompleteMany {
+                owner: &owner,
+                retry,
+                done: &completions,
+            },
+        )
+        .await?;
         done.completes += 1;
         done.complete_time += sent.elapsed();
         if written.fenced > 0 {

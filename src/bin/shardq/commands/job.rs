@@ -3,6 +3,7 @@
 use crate::args::JobAction;
 use anyhow::{bail, Result};
 use shardq::config::Config;
+use shardq::store::JobStatus;
 use shardq::Client;
 
 pub async fn run(config: &Config, action: JobAction) -> Result<()> {
@@ -12,8 +13,10 @@ pub async fn run(config: &Config, action: JobAction) -> Result<()> {
             Some(info) => println!("{}", serde_json::to_string_pretty(&info)?),
             None => bail!("no job {id}: check the id and that --config names the same shards"),
         },
-        JobAction::Cancel { id } => match client.cancel(id).await?.as_deref() {
-            Some("running") => println!("job {id} is running; its handler was asked to stop"),
+        JobAction::Cancel { id } => match client.cancel(id).await? {
+            Some(JobStatus::Running) => {
+                println!("job {id} is running; its handler was asked to stop")
+            }
             Some(_) => println!("job {id} cancelled"),
             None => bail!("job {id} cannot be cancelled: it does not exist or has finished"),
         },

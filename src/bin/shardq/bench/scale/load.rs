@@ -44,7 +44,7 @@ fn keys_for(shard: usize, n: usize, count: usize, rng: &mut impl Rng) -> Vec<i32
 async fn insert(shard: &Shard, queue: &str, keys: &[i32]) -> Result<u64, ShardError> {
     let db = shard.client().await?;
     let stmt = db
-        .prepare_cached(shardq::sql::JOB_INSERT_MANY)
+        .prepare_cached(shardq::store::sql::JOB_INSERT_MANY)
         .await
         .map_err(|e| shard.query_error(e))?;
     let n = keys.len();

@@ -86,12 +86,12 @@ pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
             ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence \
             AND w.owner IS NULL \
     ) \
-    SELECT count(*) FILTER (WHERE status = 'succeeded'), \
-        count(*) FILTER (WHERE status = 'scheduled'), \
-        count(*) FILTER (WHERE status = 'dead'), \
-        count(*) FILTER (WHERE status = 'cancelled'), \
-        count(*) FILTER (WHERE status IN ('queued', 'waiting')), \
-        (SELECT count(*) FROM again) \
+    SELECT count(*) FILTER (WHERE status = 'succeeded') AS succeeded, \
+        count(*) FILTER (WHERE status = 'scheduled') AS retrying, \
+        count(*) FILTER (WHERE status = 'dead') AS dead, \
+        count(*) FILTER (WHERE status = 'cancelled') AS cancelled, \
+        count(*) FILTER (WHERE status IN ('queued', 'waiting')) AS released, \
+        (SELECT count(*) FROM again) AS already \
     FROM (SELECT status FROM done UNION ALL SELECT status FROM again) written";
 
 /// Extends by $5 ms the leases of the jobs ($1 shard keys, $2 ids, $3 fences)
@@ -127,7 +127,8 @@ pub const JOB_CANCEL_REQUESTED: &str = "SELECT w.shard_key, w.id \
 /// key. A process compares them with the jobs it holds to find the ones a
 /// lost claim reply left it owning. Walks the shard's running rows: run only
 /// after a claim's reply may have been lost.
-pub const JOB_OWNED_RUNNING: &str = "SELECT shard_key, id, fence, ordering_key IS NOT NULL \
+pub const JOB_OWNED_RUNNING: &str =
+    "SELECT shard_key, id, fence, ordering_key IS NOT NULL AS keyed \
     FROM workflow_status \
     WHERE status = 'running' AND owner = $1 \
         AND started_at < now() - $2::bigint * interval '1 millisecond'";

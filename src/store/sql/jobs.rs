@@ -33,13 +33,13 @@ pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
 /// after a failure) job on this shard. Each test names what its partial
 /// index needs (waiting jobs always have a key; running and scheduled ones
 /// are in `workflow_status_queue_active` by queue), so each is one probe.
-pub const QUEUE_HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
+pub const QUEUE_HAS_PENDING: &str = "SELECT (EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
     OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
     OR EXISTS (SELECT 1 FROM workflow_status \
-        WHERE queue = $1 AND status = 'scheduled' AND attempts > 0)";
+        WHERE queue = $1 AND status = 'scheduled' AND attempts > 0)) AS pending";
 
 /// Unfinished job counts by queue and state; scheduled jobs split into
 /// `retrying` (they failed before) and `delayed`. Each branch reads one
@@ -65,17 +65,19 @@ pub const FINISHED_ESTIMATE: &str = "SELECT coalesce(( \
             WHERE s.tablename = 'workflow_status' AND s.attname = 'status' \
               AND (s.most_common_vals::text::text[])[m.i] \
                   IN ('succeeded', 'failed', 'dead', 'cancelled')), 0))::bigint \
-        FROM pg_class c WHERE c.oid = 'workflow_status'::regclass AND c.reltuples > 0), 0)";
+        FROM pg_class c WHERE c.oid = 'workflow_status'::regclass AND c.reltuples > 0), 0) \
+    AS estimate";
 
 /// Finished job counts by queue and status, exact: walks every finished row,
 /// so run only when the estimate says there are few.
-pub const FINISHED_COUNTS: &str = "SELECT queue, status, count(*) FROM workflow_status \
+pub const FINISHED_COUNTS: &str = "SELECT queue, status AS state, count(*) FROM workflow_status \
     WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') GROUP BY 1, 2 ORDER BY 1, 2";
 
 /// One job by key.
 pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \
     output, error, attempts, max_attempts, owner, dedup_id, cancel_requested, \
-    created_at::text, run_at::text, started_at::text, finished_at::text \
+    created_at::text AS created_at, run_at::text AS run_at, \
+    started_at::text AS started_at, finished_at::text AS finished_at \
     FROM workflow_status WHERE shard_key = $1 AND id = $2";
 
 /// The status, output and error of one job.
@@ -107,7 +109,7 @@ pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
 /// The server's client connections: shardq's own, shardq's user pool's, all,
 /// and `max_connections`.
 pub const SERVER_CONNECTIONS: &str = "SELECT \
-        count(*) FILTER (WHERE application_name = 'shardq'), \
-        count(*) FILTER (WHERE application_name = 'shardq-user'), \
-        count(*), current_setting('max_connections')::bigint \
+        count(*) FILTER (WHERE application_name = 'shardq') AS shardq, \
+        count(*) FILTER (WHERE application_name = 'shardq-user') AS user_pool, \
+        count(*) AS total, current_setting('max_connections')::bigint AS max_connections \
     FROM pg_stat_activity WHERE backend_type = 'client backend'";

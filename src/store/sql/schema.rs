@@ -1,14 +1,11 @@
 //! Migration bookkeeping.
 
-/// Serialises migration runs on one shard (`pg_advisory_xact_lock` key).
-pub const MIGRATION_LOCK_KEY: i64 = 0x7368_6172_6471_0001;
-
 /// Creates the table that records applied migrations.
 pub const MIGRATIONS_TABLE_CREATE: &str = "CREATE TABLE IF NOT EXISTS shardq_migrations (\
     version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
 
-/// Waits for the migration lock for this transaction.
-pub const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+/// Tries the migration lock for this transaction (`got`).
+pub const MIGRATION_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1) AS got";
 
 /// Applied migration versions.
 pub const MIGRATIONS_APPLIED: &str = "SELECT version FROM shardq_migrations ORDER BY version";
@@ -17,17 +14,18 @@ pub const MIGRATIONS_APPLIED: &str = "SELECT version FROM shardq_migrations ORDE
 pub const MIGRATION_RECORD: &str = "INSERT INTO shardq_migrations (version, name) VALUES ($1, $2)";
 
 /// Whether the migrations table exists.
-pub const MIGRATIONS_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_migrations') IS NOT NULL";
+pub const MIGRATIONS_TABLE_EXISTS: &str =
+    "SELECT to_regclass('shardq_migrations') IS NOT NULL AS present";
 
 /// Newest applied migration, or NULL when none.
-pub const MIGRATION_CURRENT: &str = "SELECT max(version) FROM shardq_migrations";
+pub const MIGRATION_CURRENT: &str = "SELECT max(version) AS version FROM shardq_migrations";
 
 /// This shard's recorded place in the shard map: `shard_count`, `shard_index`
 /// (no row: not recorded yet).
 pub const SHARD_MAP_GET: &str = "SELECT shard_count, shard_index FROM shardq_shard_map";
 
 /// Records this shard's place in the shard map (`$1` count, `$2` index). Run
-/// under [`MIGRATION_LOCK`], after [`SHARD_MAP_GET`] found no row.
+/// under [`MIGRATION_TRY_LOCK`], after [`SHARD_MAP_GET`] found no row.
 pub const SHARD_MAP_RECORD: &str =
     "INSERT INTO shardq_shard_map (shard_count, shard_index) VALUES ($1, $2)";
 
@@ -36,18 +34,22 @@ pub const SHARD_MAP_RECORD: &str =
 pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";
 
 /// Whether the shard map table exists (schema version 5 or later).
-pub const SHARD_MAP_TABLE_EXISTS: &str = "SELECT to_regclass('shardq_shard_map') IS NOT NULL";
+pub const SHARD_MAP_TABLE_EXISTS: &str =
+    "SELECT to_regclass('shardq_shard_map') IS NOT NULL AS present";
 
-/// Waits for the migration lock for this session (no-transaction
+/// Tries the migration lock for this session (`got`; no-transaction
 /// migrations); released by [`MIGRATION_SESSION_UNLOCK`] or when the session
 /// ends.
-pub const MIGRATION_SESSION_LOCK: &str = "SELECT pg_advisory_lock($1)";
+pub const MIGRATION_SESSION_TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1) AS got";
 
-/// Releases [`MIGRATION_SESSION_LOCK`].
+/// Releases [`MIGRATION_SESSION_TRY_LOCK`].
 pub const MIGRATION_SESSION_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
 /// Whether index `$1` (in the current schema) exists but is invalid: the
 /// leftover of a `CREATE INDEX CONCURRENTLY` that failed or was cancelled.
-pub const INDEX_INVALID: &str = "SELECT NOT i.indisvalid FROM pg_index i \
+pub const INDEX_INVALID: &str = "SELECT NOT i.indisvalid AS invalid FROM pg_index i \
     JOIN pg_class c ON c.oid = i.indexrelid \
     WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace";
+
+/// Whether database $1 exists on the server.
+pub const DATABASE_EXISTS: &str = "SELECT 1 FROM pg_database WHERE datname = $1";

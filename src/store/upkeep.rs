@@ -1,10 +1,12 @@
-//! Per-shard upkeep, one statement each, each gated by its own advisory lock
-//! so that one process at a time does it on a shard: recovery of expired
-//! leases, promotion of due scheduled jobs, deletion of old finished jobs.
+//! Per-shard upkeep, each gated by its own advisory lock so that one process
+//! at a time does it on a shard: recovery of expired leases, promotion of due
+//! scheduled jobs, deletion of old finished jobs.
 
-use crate::dequeue::{maintenance_lock_key, under_key_locks};
+use super::exec::{self, under_key_locks_in};
+use super::locks;
+use super::sql::{self, Param};
+use super::JobStatus;
 use crate::shards::{Shard, ShardError};
-use crate::sql::{self, Param};
 use std::time::Duration;
 use tokio_postgres::types::Type;
 
@@ -26,6 +28,10 @@ pub struct Recovered {
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one transaction, committed or not.
 pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
     shard
         .within(async move {
@@ -33,10 +39,16 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
             let mut client = shard.client().await?;
             let tx = client.transaction().await.map_err(err)?;
             let gate = tx
-                .query_typed(sql::RECOVERY_GATE, &[(&maintenance_lock_key(), Type::INT4)])
+                .query_typed(
+                    sql::UPKEEP_GATE,
+                    &[
+                        (&locks::maintenance_class(), Type::INT4),
+                        (&locks::RECOVERY_SLOT, Type::INT4),
+                    ],
+                )
                 .await
                 .map_err(err)?;
-            if !gate.first().is_some_and(|row| row.get::<_, bool>(0)) {
+            if !gate.first().is_some_and(|row| row.get::<_, bool>("got")) {
                 return Ok(Recovered::default());
             }
             let expired = tx
@@ -46,18 +58,18 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
             if expired.is_empty() {
                 return Ok(Recovered::default());
             }
-            let keys: Vec<i32> = expired.iter().map(|r| r.get(0)).collect();
-            let ids: Vec<i64> = expired.iter().map(|r| r.get(1)).collect();
+            let keys: Vec<i32> = expired.iter().map(|r| r.get("shard_key")).collect();
+            let ids: Vec<i64> = expired.iter().map(|r| r.get("id")).collect();
             let params: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
-            let rows = under_key_locks(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &params)
+            let rows = under_key_locks_in(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &params)
                 .await
                 .map_err(err)?;
             tx.commit().await.map_err(err)?;
             let mut out = Recovered::default();
             for row in rows {
-                match row.get::<_, &str>(0) {
-                    "queued" | "waiting" => out.requeued += 1,
-                    "dead" => out.dead += 1,
+                match JobStatus::from_column(row.get("status")) {
+                    JobStatus::Queued | JobStatus::Waiting => out.requeued += 1,
+                    JobStatus::Dead => out.dead += 1,
                     _ => out.cancelled += 1,
                 }
             }
@@ -66,49 +78,50 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
         .await
 }
 
-/// Makes up to `limit` due scheduled jobs on `shard` ready. Returns how many.
+/// Makes up to `limit` due scheduled jobs on `shard` ready, unless another
+/// process is doing it. Returns how many.
 ///
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one statement.
 pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
-    shard
-        .within(async move {
-            let client = shard.client().await?;
-            let rows = client
-                .query_typed(
-                    sql::JOB_PROMOTE_DUE,
-                    &[(&maintenance_lock_key(), Type::INT4), (&limit, Type::INT8)],
-                )
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok(rows.len() as u64)
-        })
-        .await
+    exec::execute(
+        shard,
+        sql::JOB_PROMOTE_DUE,
+        &[
+            (&locks::maintenance_class(), Type::INT4),
+            (&locks::PROMOTION_SLOT, Type::INT4),
+            (&limit, Type::INT8),
+        ],
+    )
+    .await
 }
 
 /// Deletes up to `limit` jobs on `shard` finished more than `age` ago, with
-/// their steps. Returns how many.
+/// their steps, unless another process is doing it. Returns how many.
 ///
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one statement.
 pub async fn delete_finished(shard: &Shard, age: Duration, limit: i64) -> Result<u64, ShardError> {
-    shard
-        .within(async move {
-            let client = shard.client().await?;
-            let age_ms = age.as_millis() as i64;
-            client
-                .execute_typed(
-                    sql::JOB_DELETE_FINISHED,
-                    &[
-                        (&maintenance_lock_key(), Type::INT4),
-                        (&age_ms, Type::INT8),
-                        (&limit, Type::INT8),
-                    ],
-                )
-                .await
-                .map_err(|e| shard.query_error(e))
-        })
-        .await
+    let age_ms = age.as_millis() as i64;
+    exec::execute(
+        shard,
+        sql::JOB_DELETE_FINISHED,
+        &[
+            (&locks::maintenance_class(), Type::INT4),
+            (&locks::RETENTION_SLOT, Type::INT4),
+            (&age_ms, Type::INT8),
+            (&limit, Type::INT8),
+        ],
+    )
+    .await
 }

@@ -1,17 +1,11 @@
 //! Per-shard upkeep: lease recovery, promotion of due jobs, retention. Each
-//! statement first tries its own transaction-level advisory lock ($1, slot),
-//! so one process at a time does each job on a shard and the others skip it.
+//! statement first tries its own transaction-level advisory lock ($1 class,
+//! $2 slot: `store::locks`), so one process at a time does each job on a
+//! shard and the others skip it.
 
-/// Advisory-lock slots under the maintenance lock class.
-pub const RECOVERY_SLOT: i32 = 0;
-/// See [`RECOVERY_SLOT`].
-pub const PROMOTION_SLOT: i32 = 1;
-/// See [`RECOVERY_SLOT`].
-pub const RETENTION_SLOT: i32 = 2;
-
-/// Takes the recovery slot ($1, RECOVERY_SLOT) for this transaction; false
-/// when another process is recovering this shard.
-pub const RECOVERY_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, 0)";
+/// Takes upkeep lock ($1, $2) for this transaction; `got` is false when
+/// another process holds it.
+pub const UPKEEP_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got";
 
 /// Up to $1 running jobs whose lease expired (owner crashed or hung), oldest
 /// first. Read without row locks: the key locks come next, and a row lock
@@ -39,29 +33,28 @@ pub const JOB_RECOVER_EXPIRED: &str = "UPDATE workflow_status w SET \
         AND w.status = 'running' AND w.lease_expires_at < now() \
     RETURNING w.status";
 
-/// Makes up to $2 scheduled jobs whose time has come ready. Needs lock
-/// ($1, PROMOTION_SLOT). Returns one row per job.
+/// Makes up to $3 scheduled jobs whose time has come ready, when it gets
+/// upkeep lock ($1, $2).
 pub const JOB_PROMOTE_DUE: &str = "WITH gate AS MATERIALIZED ( \
-        SELECT pg_try_advisory_xact_lock($1::int, 1) AS got \
+        SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got \
     ), due AS ( \
         SELECT shard_key, id FROM workflow_status \
         WHERE status = 'scheduled' AND run_at <= now() AND (SELECT got FROM gate) \
-        ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED \
+        ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED \
     ) \
     UPDATE workflow_status w SET status = 'queued' \
-    FROM due WHERE w.shard_key = due.shard_key AND w.id = due.id \
-    RETURNING w.id";
+    FROM due WHERE w.shard_key = due.shard_key AND w.id = due.id";
 
-/// Deletes up to $3 finished jobs (and, by cascade, their steps) that finished
-/// more than $2 ms ago, oldest first. Needs lock ($1, RETENTION_SLOT).
+/// Deletes up to $4 finished jobs (and, by cascade, their steps) that finished
+/// more than $3 ms ago, oldest first, when it gets upkeep lock ($1, $2).
 pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \
-        SELECT pg_try_advisory_xact_lock($1::int, 2) AS got \
+        SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got \
     ), old AS ( \
         SELECT shard_key, id FROM workflow_status \
         WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
-            AND finished_at < now() - $2::bigint * interval '1 millisecond' \
+            AND finished_at < now() - $3::bigint * interval '1 millisecond' \
             AND (SELECT got FROM gate) \
-        ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED \
+        ORDER BY finished_at LIMIT $4 FOR UPDATE SKIP LOCKED \
     ) \
     DELETE FROM workflow_status w USING old \
     WHERE w.shard_key = old.shard_key AND w.id = old.id";

@@ -1,0 +1,71 @@
+//! What a failed statement means for the caller, from its SQLSTATE (never
+//! from its message).
+
+use crate::shards::ShardError;
+use tokio_postgres::error::SqlState;
+
+/// The kinds of failure callers act on differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// `lock_timeout` passed (SQLSTATE 55P03): a table or row lock is held
+    /// by someone else; try again later or elsewhere.
+    LockNotAvailable,
+    /// The server cancelled the statement (57014: `statement_timeout`, or an
+    /// operator's `pg_cancel_backend`); it did nothing.
+    QueryCanceled,
+    /// The statement failed on its data (class 22, data exception, or 23,
+    /// integrity constraint violation): it fails the same way again.
+    Data,
+    /// A unique constraint refused the write (23505); also [`ErrorKind::Data`]
+    /// for retrying, told apart for callers that report it.
+    UniqueViolation,
+    /// No answer: the connection broke or the client-side deadline passed.
+    /// The statement may have run; everything shardq runs is safe to repeat.
+    NoAnswer,
+    /// No connection could be had.
+    Unreachable,
+    /// Anything else the server refused (restarting, out of resources, …).
+    Other,
+}
+
+impl ErrorKind {
+    /// Whether a retry of the same statement fails the same way.
+    pub fn is_permanent(self) -> bool {
+        matches!(self, ErrorKind::Data | ErrorKind::UniqueViolation)
+    }
+}
+
+impl ShardError {
+    /// The SQLSTATE of a statement the server rejected, if that is what failed.
+    pub fn sqlstate(&self) -> Option<&SqlState> {
+        match self {
+            ShardError::Query { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+
+    /// What the failure means for the caller.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ShardError::Connect { .. } | ShardError::Tls { .. } | ShardError::Build { .. } => {
+                ErrorKind::Unreachable
+            }
+            ShardError::Timeout { .. } => ErrorKind::NoAnswer,
+            ShardError::Query { source, .. } => match source.code() {
+                None => ErrorKind::NoAnswer,
+                Some(code) if *code == SqlState::LOCK_NOT_AVAILABLE => ErrorKind::LockNotAvailable,
+                Some(code) if *code == SqlState::QUERY_CANCELED => ErrorKind::QueryCanceled,
+                Some(code) if *code == SqlState::UNIQUE_VIOLATION => ErrorKind::UniqueViolation,
+                Some(code) if matches!(&code.code()[..2], "22" | "23") => ErrorKind::Data,
+                Some(_) => ErrorKind::Other,
+            },
+        }
+    }
+
+    /// Whether the statement failed on its data and would fail the same way
+    /// again (SQLSTATE class 22 or 23). Everything else (connection lost,
+    /// timeouts, lock waits, server restarting) may pass on a retry.
+    pub fn is_permanent(&self) -> bool {
+        self.kind().is_permanent()
+    }
+}

@@ -1,0 +1,109 @@
+//! Running one statement on a shard: a pooled connection, the shard's
+//! deadline, typed parameters on the unnamed statement (one round trip, what
+//! a transaction pooler needs), and errors that name the shard. Every store
+//! operation goes through these.
+
+use super::sql::{self, Param};
+use crate::shards::{Shard, ShardError};
+use tokio_postgres::types::Type;
+use tokio_postgres::Row;
+
+/// Every row of `statement`.
+pub(crate) async fn query(
+    shard: &Shard,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<Row>, ShardError> {
+    shard
+        .within(async {
+            let client = shard.client().await?;
+            client
+                .query_typed(statement, params)
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// The first row of `statement`, if any.
+pub(crate) async fn query_opt(
+    shard: &Shard,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Option<Row>, ShardError> {
+    Ok(query(shard, statement, params).await?.into_iter().next())
+}
+
+/// The one row `statement` always returns.
+pub(crate) async fn query_one(
+    shard: &Shard,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Row, ShardError> {
+    shard
+        .within(async {
+            let client = shard.client().await?;
+            client
+                .query_typed_one(statement, params)
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// How many rows `statement` changed.
+pub(crate) async fn execute(
+    shard: &Shard,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<u64, ShardError> {
+    shard
+        .within(async {
+            let client = shard.client().await?;
+            client
+                .execute_typed(statement, params)
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// Runs `statement` in one transaction, between taking the key locks of
+/// the jobs (`keys`, `ids`) and releasing the keys it left free (their
+/// lowest waiting job is queued). Every change to keyed jobs but the claim
+/// goes through here or [`under_key_locks_in`].
+pub(crate) async fn under_key_locks(
+    shard: &Shard,
+    keys: &[i32],
+    ids: &[i64],
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<Row>, ShardError> {
+    shard
+        .within(async {
+            let err = |e| shard.query_error(e);
+            let mut client = shard.client().await?;
+            let tx = client.transaction().await.map_err(err)?;
+            let rows = under_key_locks_in(&tx, keys, ids, statement, params)
+                .await
+                .map_err(err)?;
+            tx.commit().await.map_err(err)?;
+            Ok(rows)
+        })
+        .await
+}
+
+/// [`under_key_locks`] inside the caller's transaction `tx`.
+pub(crate) async fn under_key_locks_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    keys: &[i32],
+    ids: &[i64],
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let job_ids: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+    tx.query_typed(sql::KEYS_LOCK, &job_ids).await?;
+    let rows = tx.query_typed(statement, params).await?;
+    tx.query_typed(sql::KEYS_PROMOTE, &job_ids).await?;
+    Ok(rows)
+}

@@ -1,0 +1,179 @@
+//! Writing new jobs.
+
+use super::super::exec;
+use super::super::sql::{self, Param};
+use super::job_id;
+use crate::job::{JobId, NewJob};
+use crate::shards::{Shard, ShardError};
+use tokio_postgres::types::Type;
+use tokio_postgres::GenericClient;
+
+/// Rows per insert statement: bounds the statement's size and memory.
+const INSERT_CHUNK: usize = 5_000;
+
+/// A job to write: the job, its routing key and its attempt limit resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRow<'a> {
+    /// The routing key (its shard is the one written to).
+    pub shard_key: i32,
+    /// The job.
+    pub job: &'a NewJob,
+    /// Its attempt limit (the job's own or the configured default).
+    pub max_attempts: i32,
+}
+
+/// Inserts `rows` on `shard`, in statements of up to 5,000. Returns their
+/// ids in input order.
+///
+/// # Errors
+///
+/// [`ShardError`] when a statement fails; the chunks before it are written.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future may leave some chunks written.
+pub async fn insert_many(shard: &Shard, rows: &[NewRow<'_>]) -> Result<Vec<JobId>, ShardError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let columns = Columns::of(chunk);
+        let ids = exec::query(shard, sql::JOB_INSERT_MANY, &columns.params()).await?;
+        out.extend(chunk.iter().zip(ids).map(|(row, id)| JobId {
+            shard_key: row.shard_key,
+            id: id.get("id"),
+        }));
+    }
+    Ok(out)
+}
+
+/// Inserts `row` inside the caller's own transaction `tx` (any connection to
+/// the shard it routes to), so it exists only if that transaction commits.
+///
+/// # Errors
+///
+/// The statement's error.
+///
+/// # Cancel safety
+///
+/// As the caller's transaction: nothing is kept unless it commits.
+pub async fn insert_in<C: GenericClient>(
+    tx: &C,
+    row: NewRow<'_>,
+) -> Result<JobId, tokio_postgres::Error> {
+    let columns = Columns::of(std::slice::from_ref(&row));
+    let written = tx
+        .query_typed(sql::JOB_INSERT_MANY, &columns.params())
+        .await?;
+    let id = written
+        .first()
+        .map(|r| r.get("id"))
+        .expect("an insert returns its id");
+    Ok(JobId {
+        shard_key: row.shard_key,
+        id,
+    })
+}
+
+/// Inserts `row` with deduplication id `dedup_id`, unless an unfinished job
+/// of its queue has that id. Returns the new id, or `None`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the statement fails.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: the job may be written.
+pub async fn insert_dedup(
+    shard: &Shard,
+    row: NewRow<'_>,
+    dedup_id: &str,
+) -> Result<Option<JobId>, ShardError> {
+    let j = row.job;
+    let delay_ms = j.delay.as_millis() as i64;
+    let inserted = exec::query_opt(
+        shard,
+        sql::JOB_INSERT_DEDUP,
+        &[
+            (&row.shard_key, Type::INT4),
+            (&j.queue, Type::TEXT),
+            (&j.handler, Type::TEXT),
+            (&j.ordering_key, Type::TEXT),
+            (&j.priority, Type::INT4),
+            (&j.payload, Type::JSONB),
+            (&delay_ms, Type::INT8),
+            (&row.max_attempts, Type::INT4),
+            (&dedup_id, Type::TEXT),
+        ],
+    )
+    .await?;
+    Ok(inserted.map(|r| JobId {
+        shard_key: row.shard_key,
+        id: r.get("id"),
+    }))
+}
+
+/// The unfinished job of `queue` with deduplication id `dedup_id`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the statement fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn find_dedup(
+    shard: &Shard,
+    queue: &str,
+    dedup_id: &str,
+) -> Result<Option<JobId>, ShardError> {
+    let row = exec::query_opt(
+        shard,
+        sql::JOB_FIND_DEDUP,
+        &[(&queue, Type::TEXT), (&dedup_id, Type::TEXT)],
+    )
+    .await?;
+    Ok(row.as_ref().map(job_id))
+}
+
+/// The columns of [`sql::JOB_INSERT_MANY`] for some rows.
+struct Columns<'a> {
+    keys: Vec<i32>,
+    queues: Vec<&'a str>,
+    handlers: Vec<&'a str>,
+    ordering: Vec<Option<&'a str>>,
+    priorities: Vec<i32>,
+    payloads: Vec<&'a serde_json::Value>,
+    delays: Vec<i64>,
+    attempts: Vec<i32>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(rows: &[NewRow<'a>]) -> Columns<'a> {
+        Columns {
+            keys: rows.iter().map(|r| r.shard_key).collect(),
+            queues: rows.iter().map(|r| r.job.queue.as_str()).collect(),
+            handlers: rows.iter().map(|r| r.job.handler.as_str()).collect(),
+            ordering: rows.iter().map(|r| r.job.ordering_key.as_deref()).collect(),
+            priorities: rows.iter().map(|r| r.job.priority).collect(),
+            payloads: rows.iter().map(|r| &r.job.payload).collect(),
+            delays: rows
+                .iter()
+                .map(|r| r.job.delay.as_millis() as i64)
+                .collect(),
+            attempts: rows.iter().map(|r| r.max_attempts).collect(),
+        }
+    }
+
+    fn params(&self) -> [Param<'_>; 8] {
+        [
+            (&self.keys, Type::INT4_ARRAY),
+            (&self.queues, Type::TEXT_ARRAY),
+            (&self.handlers, Type::TEXT_ARRAY),
+            (&self.ordering, Type::TEXT_ARRAY),
+            (&self.priorities, Type::INT4_ARRAY),
+            (&self.payloads, Type::JSONB_ARRAY),
+            (&self.delays, Type::INT8_ARRAY),
+            (&self.attempts, Type::INT4_ARRAY),
+        ]
+    }
+}

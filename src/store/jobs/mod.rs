@@ -1,0 +1,34 @@
+//! Operations on job rows, noun first: `store::jobs::claim`,
+//! `store::jobs::complete_many`, `store::jobs::insert_many`, … Each takes the
+//! shard and a params struct (or the one value it needs), runs one statement
+//! or one transaction, and decodes its rows here, next to the statement.
+
+mod change;
+mod claim;
+mod complete;
+mod insert;
+mod lease;
+mod read;
+
+pub use change::{cancel, retry};
+pub use claim::{claim, Claim, ClaimParams};
+pub use complete::{complete_many, CompleteMany, Written};
+pub use insert::{find_dedup, insert_dedup, insert_in, insert_many, NewRow};
+pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases, OwnedRunning};
+pub use read::{exists, get, outcome, JobInfo, JobOutcomeRow};
+
+use crate::job::JobId;
+use tokio_postgres::Row;
+
+/// The job id in columns `shard_key` and `id`.
+fn job_id(row: &Row) -> JobId {
+    JobId {
+        shard_key: row.get("shard_key"),
+        id: row.get("id"),
+    }
+}
+
+/// Shard keys and ids of `jobs`, as two arrays for `unnest`.
+fn id_arrays(jobs: impl Iterator<Item = JobId>) -> (Vec<i32>, Vec<i64>) {
+    jobs.map(|j| (j.shard_key, j.id)).unzip()
+}

@@ -1,0 +1,131 @@
+//! Reading one job.
+
+use super::super::exec;
+use super::super::sql::{self, Param};
+use super::super::JobStatus;
+use crate::job::JobId;
+use crate::shards::{Shard, ShardError};
+use serde_json::Value;
+use tokio_postgres::types::Type;
+
+/// One job, as `shardq job show` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct JobInfo {
+    /// `shard_key:id`.
+    pub id: String,
+    /// Queue.
+    pub queue: String,
+    /// Handler name.
+    pub handler: String,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Priority (lower first).
+    pub priority: i32,
+    /// State.
+    pub status: JobStatus,
+    /// Payload.
+    pub payload: Value,
+    /// Output, once succeeded.
+    pub output: Option<Value>,
+    /// Last error.
+    pub error: Option<String>,
+    /// Attempts started.
+    pub attempts: i32,
+    /// Attempt limit.
+    pub max_attempts: i32,
+    /// Worker holding it, while running.
+    pub owner: Option<String>,
+    /// Deduplication id.
+    pub dedup_id: Option<String>,
+    /// Whether cancellation was asked.
+    pub cancel_requested: bool,
+    /// Timestamps, as the database prints them.
+    pub created_at: Option<String>,
+    /// When it is (or was) due.
+    pub run_at: Option<String>,
+    /// When its last attempt started.
+    pub started_at: Option<String>,
+    /// When it finished.
+    pub finished_at: Option<String>,
+}
+
+/// A job's state and result columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobOutcomeRow {
+    /// State.
+    pub status: JobStatus,
+    /// Output, once succeeded.
+    pub output: Option<Value>,
+    /// Last error.
+    pub error: Option<String>,
+}
+
+fn id_params(id: &JobId) -> [Param<'_>; 2] {
+    [(&id.shard_key, Type::INT4), (&id.id, Type::INT8)]
+}
+
+/// Job `id` on `shard`, if that shard holds it.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn get(shard: &Shard, id: JobId) -> Result<Option<JobInfo>, ShardError> {
+    let row = exec::query_opt(shard, sql::JOB_GET, &id_params(&id)).await?;
+    Ok(row.map(|r| JobInfo {
+        id: id.to_string(),
+        queue: r.get("queue"),
+        handler: r.get("handler"),
+        ordering_key: r.get("ordering_key"),
+        priority: r.get("priority"),
+        status: JobStatus::from_column(r.get("status")),
+        payload: r.get("payload"),
+        output: r.get("output"),
+        error: r.get("error"),
+        attempts: r.get("attempts"),
+        max_attempts: r.get("max_attempts"),
+        owner: r.get("owner"),
+        dedup_id: r.get("dedup_id"),
+        cancel_requested: r.get("cancel_requested"),
+        created_at: r.get("created_at"),
+        run_at: r.get("run_at"),
+        started_at: r.get("started_at"),
+        finished_at: r.get("finished_at"),
+    }))
+}
+
+/// The state, output and error of job `id` on `shard`, if it holds it.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn outcome(shard: &Shard, id: JobId) -> Result<Option<JobOutcomeRow>, ShardError> {
+    let row = exec::query_opt(shard, sql::JOB_OUTCOME, &id_params(&id)).await?;
+    Ok(row.map(|r| JobOutcomeRow {
+        status: JobStatus::from_column(r.get("status")),
+        output: r.get("output"),
+        error: r.get("error"),
+    }))
+}
+
+/// Whether `shard` holds job `id` (one primary-key probe).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn exists(shard: &Shard, id: JobId) -> Result<bool, ShardError> {
+    Ok(exec::query_opt(shard, sql::JOB_EXISTS, &id_params(&id))
+        .await?
+        .is_some())
+}

@@ -1,0 +1,35 @@
+//! Every advisory lock shardq takes, in one place.
+//!
+//! All but the migration lock are transaction-level (released at commit, so
+//! they work through transaction-pooling proxies).
+//!
+//! - Dequeue slots of queue `q`: `(dequeue_class(q), slot)` for `slot` in
+//!   `0..K`; the class is the low 32 bits of FNV-1a-64 of `"shardq:dequeue:" + q`.
+//! - Per-shard upkeep: `(maintenance_class(), slot)` with the slots below, so
+//!   one process at a time recovers, promotes or deletes on a shard.
+//! - Ordering keys: one bigint lock per (queue, key), taken by the SQL
+//!   functions `shardq_key_lock`, `shardq_lock_keys` and `shardq_claim`
+//!   (migration 0004).
+//! - Migrations: [`MIGRATION`], one bigint key.
+
+use crate::router::fnv1a64;
+
+/// The advisory-lock class of queue `queue`'s dequeue slots.
+pub fn dequeue_class(queue: &str) -> i32 {
+    fnv1a64(format!("shardq:dequeue:{queue}").as_bytes()) as u32 as i32
+}
+
+/// The advisory-lock class of per-shard upkeep.
+pub fn maintenance_class() -> i32 {
+    fnv1a64(b"shardq:maintenance") as u32 as i32
+}
+
+/// Upkeep slot: recovery of expired leases.
+pub const RECOVERY_SLOT: i32 = 0;
+/// Upkeep slot: promotion of due scheduled jobs.
+pub const PROMOTION_SLOT: i32 = 1;
+/// Upkeep slot: deletion of old finished jobs.
+pub const RETENTION_SLOT: i32 = 2;
+
+/// Serialises migration runs on one shard.
+pub const MIGRATION: i64 = 0x7368_6172_6471_0001;

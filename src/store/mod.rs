@@ -1,0 +1,32 @@
+//! The driver layer: every statement shardq runs, its parameters and the
+//! decoding of its rows. Nothing outside `store/` touches SQL text or a
+//! `tokio_postgres::Row`.
+//!
+//! Operations are named noun first and take the shard plus a params struct
+//! or the one value they need: [`jobs::claim`], [`jobs::complete_many`],
+//! [`upkeep::recover_expired`], [`steps::record`], [`queues::counts`]. Each
+//! runs one statement, or one transaction, under the shard's deadline
+//! (`dequeue.statement_timeout_ms`). Failures are [`ShardError`]s; ask
+//! [`ShardError::kind`] what they mean.
+//!
+//! This module is public for tests and tools that drive the queue step by
+//! step (two claims interleaved, a completion replayed); it follows the
+//! schema, not semver.
+//!
+//! [`ShardError`]: crate::shards::ShardError
+//! [`ShardError::kind`]: crate::shards::ShardError::kind
+
+mod error;
+mod exec;
+pub mod jobs;
+pub mod locks;
+pub mod queues;
+pub mod schema;
+pub mod server;
+pub mod sql;
+mod status;
+pub mod steps;
+pub mod upkeep;
+
+pub use error::ErrorKind;
+pub use status::JobStatus;

@@ -1,0 +1,111 @@
+//! Questions about whole queues and servers: is anything left, how many jobs
+//! in each state, how many connections.
+
+use super::exec;
+use super::sql;
+use crate::shards::{Shard, ShardError};
+use tokio_postgres::types::Type;
+
+/// Finished rows are counted exactly up to this many (by the statistics'
+/// estimate); beyond, the estimate stands, since counting walks them all.
+const FINISHED_EXACT_UP_TO: i64 = 200_000;
+
+/// Jobs of one queue in one state on one shard.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueueCount {
+    /// Queue (`*` for the estimate of all finished jobs).
+    pub queue: String,
+    /// A job state, or `retrying` / `delayed` for scheduled jobs that failed
+    /// before or not, or `finished` for the estimate.
+    pub status: String,
+    /// How many.
+    pub count: i64,
+    /// Whether `count` is the planner's estimate rather than a count.
+    pub estimated: bool,
+}
+
+/// A server's client connections.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Connections {
+    /// shardq's own pools.
+    pub shardq: i64,
+    /// shardq's user pools (transactional enqueue and your statements).
+    pub user: i64,
+    /// All client connections.
+    pub total: i64,
+    /// The server's `max_connections`.
+    pub max: i64,
+}
+
+/// Whether `queue` has a queued, waiting, running or retrying job on `shard`
+/// (one index probe per state).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn has_pending(shard: &Shard, queue: &str) -> Result<bool, ShardError> {
+    let row = exec::query_one(shard, sql::QUEUE_HAS_PENDING, &[(&queue, Type::TEXT)]).await?;
+    Ok(row.get("pending"))
+}
+
+/// Job counts on `shard` by queue and state: unfinished ones from their
+/// partial indexes, finished ones exactly when few, else one estimate.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads).
+pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
+    let decode = |r: &tokio_postgres::Row| QueueCount {
+        queue: r.get("queue"),
+        status: r.get("state"),
+        count: r.get("count"),
+        estimated: false,
+    };
+    let mut counts: Vec<QueueCount> = exec::query(shard, sql::QUEUE_COUNTS, &[])
+        .await?
+        .iter()
+        .map(decode)
+        .collect();
+    let finished: i64 = exec::query_one(shard, sql::FINISHED_ESTIMATE, &[])
+        .await?
+        .get("estimate");
+    if finished <= FINISHED_EXACT_UP_TO {
+        let rows = exec::query(shard, sql::FINISHED_COUNTS, &[]).await?;
+        counts.extend(rows.iter().map(decode));
+    } else {
+        counts.push(QueueCount {
+            queue: "*".into(),
+            status: "finished".into(),
+            count: finished,
+            estimated: true,
+        });
+    }
+    Ok(counts)
+}
+
+/// The client connections of `shard`'s server.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn connections(shard: &Shard) -> Result<Connections, ShardError> {
+    let c = exec::query_one(shard, sql::SERVER_CONNECTIONS, &[]).await?;
+    Ok(Connections {
+        shardq: c.get("shardq"),
+        user: c.get("user_pool"),
+        total: c.get("total"),
+        max: c.get("max_connections"),
+    })
+}

@@ -1,0 +1,79 @@
+//! Durable workflow steps.
+
+use super::exec;
+use super::sql;
+use crate::job::JobId;
+use crate::shards::{Shard, ShardError};
+use serde_json::Value;
+use tokio_postgres::types::Type;
+
+/// The recorded output of step `name` of workflow `id`: `None` when not
+/// recorded, `Some(None)` when recorded as SQL NULL.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn get(
+    shard: &Shard,
+    id: JobId,
+    name: &str,
+) -> Result<Option<Option<Value>>, ShardError> {
+    let row = exec::query_opt(
+        shard,
+        sql::STEP_GET,
+        &[
+            (&id.shard_key, Type::INT4),
+            (&id.id, Type::INT8),
+            (&name, Type::TEXT),
+        ],
+    )
+    .await?;
+    Ok(row.map(|r| r.get("output")))
+}
+
+/// A step output to record.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordStep<'a> {
+    /// The workflow (job).
+    pub id: JobId,
+    /// Step name.
+    pub name: &'a str,
+    /// Its output.
+    pub output: &'a Value,
+    /// The worker holding the workflow.
+    pub owner: &'a str,
+    /// The fence of its claim.
+    pub fence: i64,
+}
+
+/// Records a step's output, fenced ([`sql::STEP_RECORD`]): only while the
+/// workflow is still running under this owner and claim and not being
+/// cancelled. Returns whether it is recorded (now or before).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a repeat finds the step recorded.
+pub async fn record(shard: &Shard, p: RecordStep<'_>) -> Result<bool, ShardError> {
+    let row = exec::query_opt(
+        shard,
+        sql::STEP_RECORD,
+        &[
+            (&p.id.shard_key, Type::INT4),
+            (&p.id.id, Type::INT8),
+            (&p.name, Type::TEXT),
+            (&p.output, Type::JSONB),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+        ],
+    )
+    .await?;
+    Ok(row.is_some())
+}

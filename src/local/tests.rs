@@ -58,7 +58,6 @@ fn urls_and_ports() {
         "postgres://postgres@127.0.0.1:7001/postgres"
     );
     assert!(!all[0].is_running());
-    assert_eq!(quote_ident(r#"a"b"#), r#""a""b""#);
 }
 
 #[tokio::test]

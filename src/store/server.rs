@@ -32,3 +32,11 @@ pub async fn create_database(
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn identifiers_are_quoted_with_their_quotes_doubled() {
+        assert_eq!(super::quote_ident(r#"a"b"#), r#""a""b""#);
+    }
+}

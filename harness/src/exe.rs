@@ -4,7 +4,7 @@
 //! builds every member's binaries before it runs a test.
 
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The path of the workspace binary `name` built with the same profile as
 /// the running executable.
@@ -35,4 +35,16 @@ pub fn binary(name: &str) -> Result<PathBuf> {
 /// missing (for tests).
 pub fn shardq() -> PathBuf {
     binary("shardq").unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// `shardq --config <config>`, logging warnings only and killed if dropped,
+/// so that a test that fails leaves no process behind.
+pub fn shardq_command(config: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(shardq());
+    command
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    command
 }

@@ -4,15 +4,11 @@
 
 use super::disturb::{Plan, Window};
 use super::measure::{self, Percentiles};
-use super::plan::{Load, RunSpec};
+use super::plan::{Load, RunSpec, WARMUP_S};
+use super::raw::{self, Raw, Settings};
 use super::result::{DisturbanceResult, RunResult};
-use super::runner::{self, Raw, Settings};
 use super::timeline::{self, Field, Timeline};
 use serde_json::json;
-
-/// Seconds at the start of a rate run left out of every window (the fleet
-/// ramps up, the first claims find an empty table).
-pub const WARMUP_S: f64 = 3.0;
 
 /// Step of the plotted throughput (s).
 const FINE_S: f64 = 0.25;
@@ -142,7 +138,7 @@ pub fn failed(spec: &RunSpec, s: &Settings, error: String) -> RunResult {
         id: spec.id,
         kind: spec.kind,
         mode: spec.mode,
-        slots: runner::slots(spec.mode, s),
+        slots: raw::slots(spec.mode, s),
         shards: spec.shards,
         processes: spec.processes,
         producers_per_process: spec.producers,

@@ -20,10 +20,12 @@ mod load;
 mod measure;
 mod output;
 mod plan;
+mod plot_style;
 mod plot_timeline;
 mod plots;
 mod progress;
 mod proto;
+mod raw;
 mod result;
 mod runner;
 mod stall;
@@ -68,7 +70,7 @@ pub async fn run(args: ScaleArgs, config: Option<&Path>) -> Result<()> {
         ),
     };
     let servers = info::servers(&cluster).await?;
-    let settings = runner::Settings {
+    let settings = raw::Settings {
         slots: args.slots,
         batch: args.batch,
         lock_timeout_ms: args.lock_timeout_ms,
@@ -114,7 +116,7 @@ pub async fn run(args: ScaleArgs, config: Option<&Path>) -> Result<()> {
             unhealthy_backoff_max_ms: args.unhealthy_backoff_max_ms,
             repeat: args.repeat,
             sample_every_ms: proto::SAMPLE_EVERY_MS,
-            warmup_s: analyze::WARMUP_S,
+            warmup_s: plan::WARMUP_S,
             db_set: args.db_set.clone(),
         },
         claims: claims::judge(&results),

@@ -3,9 +3,13 @@
 //! alternate and drift favours neither), then the disturbance runs.
 
 use super::args::ScaleArgs;
-use super::{analyze, disturb};
+use super::disturb;
 use anyhow::{bail, Result};
 use serde::Serialize;
+
+/// Seconds at the start of a rate run left out of every window (the fleet
+/// ramps up, the first claims find an empty table).
+pub const WARMUP_S: f64 = 3.0;
 
 /// Connections a worker process opens per shard beyond one per producer
 /// (completion writes, the leaser, maintenance, the empty check).
@@ -153,10 +157,10 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
     let top = dequeuers.iter().copied().max().unwrap_or(1);
     if matches!(load, Load::Drain { .. }) && args.latency_rate > 0.0 {
         let duration_s = args.latency_for.unwrap_or(if q { 6.0 } else { 15.0 });
-        if duration_s <= analyze::WARMUP_S {
+        if duration_s <= WARMUP_S {
             bail!(
                 "--latency-for must be longer than the {} s warm-up",
-                analyze::WARMUP_S
+                WARMUP_S
             );
         }
         for &n in &shard_counts {

@@ -1,7 +1,7 @@
 //! The throughput-over-time plot of the disturbance runs: one panel per
 //! run, one line per shard, the disturbance window shaded.
 
-use super::plots::{color, err, legend};
+use super::plot_style::{color, err, legend};
 use super::result::RunResult;
 use anyhow::Result;
 use plotters::prelude::*;

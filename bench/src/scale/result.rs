@@ -69,7 +69,7 @@ pub struct RunResult {
     /// /proc/loadavg when the run started (other work on the machine).
     pub loadavg: String,
     /// Seconds each phase of the run took (setup, start, run, stop, check).
-    pub phases: super::runner::Phases,
+    pub phases: super::raw::Phases,
     /// Whether the run finished and its check passed.
     pub ok: bool,
     /// Why not.

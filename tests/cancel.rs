@@ -75,11 +75,8 @@ async fn claim_cancel_sigterm_leaves_the_job_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shards.toml");
     std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
-    let worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardq"))
-        .arg("--config")
-        .arg(&path)
+    let worker = shardq_harness::exe::shardq_command(&path)
         .arg("worker")
-        .env("RUST_LOG", "warn")
         .spawn()
         .unwrap();
     let (_, buffered) = slow_then_buffered(&client, &set).await;

@@ -6,7 +6,7 @@ use common::TestShards;
 use std::process::{Command, Output};
 
 fn shardq(config: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shardq"))
+    Command::new(shardq_harness::exe::shardq())
         .arg("--config")
         .arg(config)
         .args(args)

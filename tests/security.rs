@@ -391,7 +391,7 @@ async fn current_user(config: &Config) -> Result<String, String> {
 
 /// Runs the `shardq` binary with debug logging; returns (success, stdout + stderr).
 async fn shardq_cli(config: &Path, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardq"))
+    let run = tokio::process::Command::new(shardq_harness::exe::shardq())
         .arg("--config")
         .arg(config)
         .args(args)

@@ -39,11 +39,8 @@ async fn sigterm_releases_the_buffer_and_loses_nothing() {
     let path = dir.path().join("shards.toml");
     std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
 
-    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardq"))
-        .arg("--config")
-        .arg(&path)
+    let mut worker = shardq_harness::exe::shardq_command(&path)
         .arg("worker")
-        .env("RUST_LOG", "warn")
         .spawn()
         .unwrap();
     let probe = set.clone();
@@ -97,11 +94,8 @@ async fn sigterm_releases_the_buffer_and_loses_nothing() {
     // A new worker drains the rest; every job ran exactly once.
     let fast = WORKER_TOML.replace("concurrency = 4", "concurrency = 64");
     std::fs::write(&path, shards.toml(&fast)).unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardq"))
-        .arg("--config")
-        .arg(&path)
+    let out = shardq_harness::exe::shardq_command(&path)
         .args(["worker", "--until-empty"])
-        .env("RUST_LOG", "warn")
         .output()
         .await
         .unwrap();

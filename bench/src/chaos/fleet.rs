@@ -1,0 +1,147 @@
+//! The worker fleet: `shardq-bench chaos-worker` processes, each logging to its own
+//! file. A killed worker is replaced at once; one that exits by itself is
+//! counted as unexpected (a crash) and replaced too.
+
+use anyhow::{Context, Result};
+use rand::Rng;
+use shardq_harness::process::{Ended, Proc};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::Command;
+
+/// How long stopped workers get to exit after SIGTERM before they are killed:
+/// their shutdown grace (5 s) plus the final completion writes.
+pub const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// One worker process.
+struct Worker {
+    /// Sequential number, also its log file name.
+    number: usize,
+    proc: Proc,
+}
+
+/// The running workers and what happened to them.
+pub struct Fleet {
+    exe: PathBuf,
+    config: PathBuf,
+    logs: PathBuf,
+    workers: Vec<Worker>,
+    started: usize,
+    /// Workers SIGKILLed by the chaos run.
+    pub killed: u64,
+    /// Exits nobody asked for, described.
+    pub unexpected: Vec<String>,
+}
+
+impl Fleet {
+    /// Starts `count` workers of this executable over `config`, logging under `logs`.
+    pub fn start(config: PathBuf, logs: PathBuf, count: usize) -> Result<Fleet> {
+        let exe = std::env::current_exe().context("cannot find the shardq-bench executable")?;
+        let mut fleet = Fleet {
+            exe,
+            config,
+            logs,
+            workers: Vec::with_capacity(count),
+            started: 0,
+            killed: 0,
+            unexpected: Vec::new(),
+        };
+        for _ in 0..count {
+            fleet.spawn()?;
+        }
+        Ok(fleet)
+    }
+
+    /// Workers started so far, replacements included.
+    pub fn started(&self) -> usize {
+        self.started
+    }
+
+    fn spawn(&mut self) -> Result<u32> {
+        let number = self.started;
+        let mut command = Command::new(&self.exe);
+        command
+            .arg("--config")
+            .arg(&self.config)
+            .arg("chaos-worker")
+            .stdin(Stdio::null());
+        // Killed on drop: if `shardq-bench chaos` fails, its workers die with it.
+        let proc = Proc::spawn(command, self.log_path(number), true)
+            .context("cannot start a chaos worker")?;
+        let pid = proc.pid;
+        self.started += 1;
+        self.workers.push(Worker { number, proc });
+        Ok(pid)
+    }
+
+    /// SIGKILLs a random worker and starts a replacement. Returns the pids.
+    pub async fn kill_random(&mut self) -> Result<(u32, u32)> {
+        self.reap()?;
+        let index = rand::thread_rng().gen_range(0..self.workers.len());
+        let mut victim = self.workers.swap_remove(index);
+        victim.proc.kill().await?;
+        self.killed += 1;
+        let replacement = self.spawn()?;
+        Ok((victim.proc.pid, replacement))
+    }
+
+    /// Replaces workers that exited without being asked; each is counted in
+    /// [`Fleet::unexpected`] with its exit status and log file.
+    pub fn reap(&mut self) -> Result<()> {
+        let mut index = 0;
+        while index < self.workers.len() {
+            match self.workers[index].proc.exited()? {
+                None => index += 1,
+                Some(status) => {
+                    let gone = self.workers.swap_remove(index);
+                    let what = format!(
+                        "worker {} (pid {}) exited by itself: {status}; see {}",
+                        gone.number,
+                        gone.proc.pid,
+                        gone.proc.log.display()
+                    );
+                    tracing::error!("{what}");
+                    self.unexpected.push(what);
+                    self.spawn()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every worker: SIGTERM (graceful: running handlers finish, every
+    /// completion is written), then SIGKILL for those still running after
+    /// `grace`. A worker that fails its graceful stop counts as unexpected.
+    pub async fn stop(&mut self, grace: Duration) -> Result<()> {
+        self.reap()?;
+        for worker in &self.workers {
+            worker.proc.terminate();
+        }
+        let deadline = Instant::now() + grace;
+        for mut worker in std::mem::take(&mut self.workers) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let problem = match worker.proc.wait_or_kill(left).await {
+                Ended::Exited(status) if status.success() => None,
+                Ended::Exited(status) => Some(format!("exited with {status} after SIGTERM")),
+                Ended::Failed(err) => Some(format!("could not be waited for: {err}")),
+                Ended::Killed => Some(format!("did not stop within {grace:?} of SIGTERM; killed")),
+            };
+            if let Some(problem) = problem {
+                let what = format!(
+                    "worker {} (pid {}) {problem}; see {}",
+                    worker.number,
+                    worker.proc.pid,
+                    worker.proc.log.display()
+                );
+                tracing::error!("{what}");
+                self.unexpected.push(what);
+            }
+        }
+        Ok(())
+    }
+
+    fn log_path(&self, number: usize) -> PathBuf {
+        self.logs.join(format!("worker-{number}.log"))
+    }
+}

@@ -1,0 +1,98 @@
+//! `shardq-bench chaos-worker`: one worker process of the chaos fleet. It serves the
+//! chaos queue with the built-in noop and a three-step durable workflow whose
+//! steps log their side effects, and stops gracefully on SIGTERM.
+
+use super::sql;
+use anyhow::Result;
+use shardq::config::Config;
+use shardq::shards::ShardSet;
+use shardq::worker::{HandlerError, HandlerResult};
+use shardq::{HandlerRegistry, JobContext, Worker};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The queue of the chaos run.
+pub const QUEUE: &str = "chaos";
+
+/// The handler of the three-step workflow.
+pub const WORKFLOW_HANDLER: &str = "chaos.workflow";
+
+/// The workflow's durable steps, in order.
+pub const STEPS: [&str; 3] = ["one", "two", "three"];
+
+/// How often a worker checks that `shardq-bench chaos` still runs: an orphaned
+/// worker (its parent killed) stops by itself instead of running forever.
+const PARENT_POLL: Duration = Duration::from_millis(500);
+
+/// Runs a worker over `config` until SIGTERM (or until its parent is gone).
+///
+/// # Errors
+///
+/// When the shard pools cannot be built.
+pub async fn run(config: Config) -> Result<()> {
+    let shards = ShardSet::connect(&config)?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal_or_orphan(shutdown.clone()));
+    let worker = Worker::new(config, shards.clone(), registry(shards));
+    let report = worker.run(shutdown).await;
+    tracing::info!(report = %serde_json::to_string(&report)?, "chaos worker stopped");
+    Ok(())
+}
+
+/// The noop handler plus [`WORKFLOW_HANDLER`].
+pub fn registry(shards: ShardSet) -> HandlerRegistry {
+    let mut registry = HandlerRegistry::new();
+    registry.register(WORKFLOW_HANDLER, move |ctx| workflow(shards.clone(), ctx));
+    registry
+}
+
+/// Three durable steps; each inserts `(job, step, attempt)` into
+/// `chaos_effects` and returns its attempt, which the step record keeps. The
+/// output names the attempt that finished the workflow, so a completion written
+/// by an older attempt would show.
+async fn workflow(shards: ShardSet, ctx: JobContext) -> HandlerResult {
+    for step in STEPS {
+        let shard = shards.for_key(ctx.id.shard_key).clone();
+        let (id, attempt) = (ctx.id, ctx.attempt);
+        let _recorded: i32 = ctx
+            .step(step, || async move {
+                let db = shard.client().await?;
+                db.execute(
+                    sql::EFFECT_INSERT,
+                    &[&id.shard_key, &id.id, &step, &attempt],
+                )
+                .await
+                .map_err(|e| shard.query_error(e))?;
+                Ok::<_, HandlerError>(attempt)
+            })
+            .await?;
+    }
+    Ok(serde_json::json!({ "attempt": ctx.attempt }))
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT, or when the parent process is gone.
+async fn stop_on_signal_or_orphan(shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    let parent = nix::unistd::getppid();
+    let mut poll = tokio::time::interval(PARENT_POLL);
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = poll.tick() => {
+                if nix::unistd::getppid() != parent {
+                    tracing::warn!("shardq-bench chaos is gone; stopping");
+                    break;
+                }
+            }
+        }
+    }
+    shutdown.cancel();
+}

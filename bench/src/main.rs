@@ -1,0 +1,103 @@
+//! `shardq-bench`: measurements and the chaos run, each on PostgreSQL
+//! servers it starts itself, so that every number comes from one invocation
+//! on one known setup. `shardq bench …` and `shardq chaos …` run this binary.
+//!
+//! The local clusters, worker processes and binaries it uses are those of
+//! `shardq-harness`, which the integration tests share.
+
+mod chaos;
+mod pipeline;
+mod procfs;
+mod scale;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use shardq::config::Config;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// shardq-bench: benchmarks and fault injection for shardq.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// A shards.toml: `scale` measures on its shards instead of local servers
+    /// (the worker processes get it from the bench).
+    #[arg(long, global = true, env = "SHARDQ_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One shard, side by side: the claim+complete statement ceiling, the
+    /// pipelined worker and the serial baseline (as real worker processes).
+    Pipeline(pipeline::PipelineArgs),
+    /// Gated vs ungated dequeue on N shards with worker processes: a sweep
+    /// over shards and dequeuers, a disturbance of one shard, plots.
+    Scale(Box<scale::ScaleArgs>),
+    /// Run jobs under injected faults on fresh local shards and check nothing was lost.
+    ///
+    /// Kills workers, restarts a shard, kills connections, locks and rewrites the queue
+    /// table; then checks that no job was lost or completed twice and that no recorded
+    /// step ran again. Exits 1 when an invariant fails.
+    Chaos(chaos::ChaosArgs),
+    /// A worker process started by `chaos` (internal).
+    #[command(hide = true)]
+    ChaosWorker,
+    /// A worker process started by `scale` (internal).
+    #[command(hide = true)]
+    ScaleWorker,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "warn,shardq=info,shardq_bench=info,shardq_harness=info".into()
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let config = cli.config.as_deref();
+    match cli.command {
+        Command::Pipeline(args) => until_interrupted(pipeline::run(args)).await,
+        Command::Scale(args) => until_interrupted(scale::run(*args, config)).await,
+        Command::Chaos(args) => chaos::run(args).await,
+        Command::ChaosWorker => chaos::worker::run(load(config)?).await,
+        Command::ScaleWorker => scale::worker::run(load(config)?).await,
+    }
+}
+
+/// The worker processes' configuration: their `--config` and `SHARDQ_*`.
+fn load(path: Option<&Path>) -> Result<Config> {
+    use anyhow::Context;
+    Config::load(path).context("cannot load the configuration")
+}
+
+/// Runs a benchmark; Ctrl-C drops it, which stops its PostgreSQL servers
+/// (worker processes get the same SIGINT and stop by themselves).
+async fn until_interrupted(bench: impl std::future::Future<Output = Result<()>>) -> Result<()> {
+    tokio::select! {
+        result = bench => result,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the benchmark's servers were stopped"),
+    }
+}

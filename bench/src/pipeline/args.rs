@@ -1,0 +1,22 @@
+//! Flags of `shardq-bench pipeline`.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Flags of `shardq-bench pipeline`.
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    /// Jobs per ceiling run and for the pipelined worker run.
+    #[arg(long, default_value_t = 200_000)]
+    pub jobs: usize,
+    /// Jobs for the serial baseline run (smaller: it is slow).
+    #[arg(long, default_value_t = 10_000)]
+    pub serial_jobs: usize,
+    /// When > 0, an extra pipelined run draining this many jobs, only to
+    /// report the worker's peak memory (e.g. 1000000).
+    #[arg(long, default_value_t = 0)]
+    pub memory_jobs: usize,
+    /// Where the JSON results go (folders are created).
+    #[arg(long, default_value = "bench/results/pipeline.json")]
+    pub out: PathBuf,
+}

@@ -1,0 +1,116 @@
+//! `shardq-bench pipeline` (also `shardq bench pipeline`): on one fresh
+//! shard, the statement ceiling, the pipelined worker and the serial
+//! baseline (as real worker processes), one after the other, each from the
+//! same starting state.
+//!
+//! Roles: [`server`] (the one shard), [`ceiling`] (claim+complete statements
+//! without a worker), [`fleet`] (a `shardq worker` process), [`pgcpu`]
+//! (the server's CPU time), [`report`] and [`table`] (results).
+
+mod args;
+mod ceiling;
+mod fleet;
+mod pgcpu;
+mod report;
+mod server;
+mod table;
+
+pub use args::PipelineArgs;
+
+use crate::procfs::{self, Clock};
+use anyhow::{bail, Result};
+use report::{Machine, Report, Runs, Settings};
+use server::BenchServer;
+
+/// Below this many jobs a run is too short to time: start-up and the
+/// worker's 200 ms empty check would dominate.
+const MIN_JOBS: usize = 1_000;
+
+/// Runs the whole benchmark, prints the table, writes the JSON.
+pub async fn run(args: PipelineArgs) -> Result<()> {
+    for (flag, n) in [("--jobs", args.jobs), ("--serial-jobs", args.serial_jobs)] {
+        if n < MIN_JOBS {
+            bail!("{flag} {n}: give at least {MIN_JOBS} jobs so the run can be timed");
+        }
+    }
+    if args.memory_jobs > 0 && args.memory_jobs < MIN_JOBS {
+        bail!(
+            "--memory-jobs {}: give 0 (skip) or at least {MIN_JOBS}",
+            args.memory_jobs
+        );
+    }
+    let machine = Machine::probe();
+    let settings = Settings::new(&args);
+    let clock = Clock::probe();
+    eprintln!(
+        "shardq bench pipeline: {} cores, {:.1} GiB; starting a PostgreSQL server",
+        machine.cpus,
+        machine.mem_total_mib / 1024.0
+    );
+    let server = BenchServer::start().await?;
+    eprintln!(
+        "PostgreSQL {} with data in {}",
+        server.version(),
+        server.data_dir().display()
+    );
+
+    let mut ceiling_runs = Vec::with_capacity(ceiling::DEQUEUERS.len());
+    for &dequeuers in ceiling::DEQUEUERS {
+        eprintln!("ceiling: {} jobs, {dequeuers} dequeuer(s)", args.jobs);
+        let run = ceiling::run(&server, clock, args.jobs, dequeuers).await?;
+        eprintln!("  {:.0} jobs/s", run.jobs_per_s);
+        ceiling_runs.push(run);
+    }
+    let pipeline = worker_run(&server, clock, "pipeline", args.jobs, false).await?;
+    let serial = worker_run(&server, clock, "serial", args.serial_jobs, true).await?;
+    let memory = if args.memory_jobs > 0 {
+        Some(worker_run(&server, clock, "memory", args.memory_jobs, false).await?)
+    } else {
+        None
+    };
+
+    let runs = Runs {
+        ceiling: ceiling_runs,
+        pipeline,
+        serial,
+        memory,
+    };
+    let report = Report::new(machine, server.version().to_string(), settings, runs)?;
+    server.close().await;
+    table::print(&report);
+    report.write(&args.out)?;
+    println!("results written to {}", args.out.display());
+    report.check()
+}
+
+/// One worker-process run with progress lines.
+async fn worker_run(
+    server: &BenchServer,
+    clock: Clock,
+    label: &str,
+    jobs: usize,
+    serial: bool,
+) -> Result<fleet::FleetRun> {
+    eprintln!("{label}: {jobs} jobs, one `shardq worker` process");
+    let run = fleet::run(server, clock, label, jobs, serial).await?;
+    eprintln!(
+        "  {:.0} jobs/s, peak RSS {:.1} MiB",
+        run.jobs_per_s, run.peak_rss_mib
+    );
+    Ok(run)
+}
+
+/// Cores and memory, for the header.
+impl Machine {
+    fn probe() -> Machine {
+        Machine {
+            cpus: procfs::cpus(),
+            mem_total_mib: procfs::mem_total_mib().unwrap_or(0.0),
+            note: format!(
+                "the database, the worker and this bench process share the machine's {} cores",
+                procfs::cpus()
+            ),
+            loadavg_at_start: procfs::loadavg(),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The benchmark's own PostgreSQL server: started fresh, migrated, described
+//! in a temporary shards.toml for the worker subprocesses, refilled before
+//! every run so each run starts from the same state.
+
+use crate::procfs;
+use anyhow::{Context, Result};
+use shardq::config::Backoff;
+use shardq::local::EphemeralServer;
+use shardq::shards::{Shard, ShardSet};
+use shardq::{Client, NewJob};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The queue every benchmark job goes to.
+pub const QUEUE: &str = "bench";
+
+/// Jobs handed to one `enqueue_many` call.
+const FILL_CHUNK: usize = 20_000;
+
+/// Run after a fill, one statement each (VACUUM refuses a multi-statement
+/// string): fresh statistics and visibility map, and no dirty pages left from
+/// the fill, so that no run pays for the previous one.
+const SETTLE_SQL: &[&str] = &["VACUUM ANALYZE workflow_status", "CHECKPOINT"];
+
+/// How long the connection tasks get to close before the server stops.
+const CLOSE_GRACE: Duration = Duration::from_millis(100);
+
+/// A running server with one migrated `shardq` database.
+pub struct BenchServer {
+    // Declared first so the config file goes before the server stops.
+    config_file: ConfigFile,
+    server: EphemeralServer,
+    shards: ShardSet,
+    client: Client,
+    postmaster: u32,
+    version: String,
+    retry_backoff: Backoff,
+}
+
+impl BenchServer {
+    /// Starts a server on a free port, migrates it, writes the shards.toml.
+    pub async fn start() -> Result<BenchServer> {
+        let shardq_harness::OneShard {
+            server,
+            toml,
+            config,
+            shards,
+        } = shardq_harness::one_shard("bench-0", "").await?;
+        let config_file = ConfigFile::write(&toml)?;
+        let client = Client::from_shards(shards.clone(), config.limits.clone());
+        let postmaster = procfs::postmaster_pid(&server.server().data_dir)?;
+        let version = shards
+            .get(0)
+            .client()
+            .await?
+            .query_one("SHOW server_version", &[])
+            .await
+            .context("cannot read the server version")?
+            .get(0);
+        Ok(BenchServer {
+            config_file,
+            server,
+            shards,
+            client,
+            postmaster,
+            version,
+            retry_backoff: config.worker.retry_backoff,
+        })
+    }
+
+    /// The default retry backoff, which completions need (noop jobs never use it).
+    pub fn retry_backoff(&self) -> Backoff {
+        self.retry_backoff
+    }
+
+    /// The one shard.
+    pub fn shard(&self) -> &Shard {
+        self.shards.get(0)
+    }
+
+    /// The shards.toml that points at this server.
+    pub fn config_path(&self) -> &Path {
+        &self.config_file.path
+    }
+
+    /// `SHOW server_version`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Where the data lives (says whether it is in memory, e.g. /dev/shm).
+    pub fn data_dir(&self) -> &Path {
+        &self.server.server().data_dir
+    }
+
+    /// The postmaster's pid, whose process tree is the server.
+    pub fn postmaster(&self) -> u32 {
+        self.postmaster
+    }
+
+    /// Closes the connections, then stops the server: stopping it under open
+    /// connections makes their pool log warnings.
+    pub async fn close(self) {
+        let BenchServer {
+            config_file,
+            server,
+            shards,
+            client,
+            ..
+        } = self;
+        drop((client, shards));
+        // Lets the connection tasks send their goodbyes before the server goes.
+        tokio::time::sleep(CLOSE_GRACE).await;
+        drop((server, config_file));
+    }
+
+    /// Opens `n` pooled connections at once so a timed run does not pay for
+    /// connecting.
+    pub async fn warm_up(&self, n: usize) -> Result<()> {
+        let shard = self.shard();
+        let clients = futures_util::future::try_join_all((0..n).map(|_| shard.client())).await?;
+        for client in &clients {
+            client.simple_query("SELECT 1").await?;
+        }
+        Ok(())
+    }
+
+    /// Empties the tables, enqueues `jobs` noop jobs, settles the table.
+    /// Returns how long the enqueue alone took.
+    pub async fn refill(&self, jobs: usize) -> Result<Duration> {
+        let db = self.shard().client().await?;
+        shardq_harness::reset(self.shard()).await?;
+        let started = Instant::now();
+        let mut done = 0;
+        while done < jobs {
+            let n = FILL_CHUNK.min(jobs - done);
+            let chunk = (0..n)
+                .map(|_| NewJob::new(QUEUE, shardq::worker::NOOP, serde_json::json!({})))
+                .collect();
+            self.client.enqueue_many(chunk).await?;
+            done += n;
+        }
+        let took = started.elapsed();
+        for sql in SETTLE_SQL {
+            db.batch_execute(sql)
+                .await
+                .with_context(|| format!("`{sql}` failed"))?;
+        }
+        Ok(took)
+    }
+}
+
+/// A shards.toml in the temp folder, deleted on drop.
+struct ConfigFile {
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    fn write(text: &str) -> Result<ConfigFile> {
+        let path = std::env::temp_dir().join(format!("shardq-bench-{}.toml", std::process::id()));
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(ConfigFile { path })
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

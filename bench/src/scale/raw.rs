@@ -1,0 +1,64 @@
+//! What one run measured, before analysis, and the settings every run
+//! shares: written by [`super::runner`], read by [`super::analyze`] and
+//! [`super::result`].
+
+use super::plan::Mode;
+use super::{disturb, fleet, stall, verify};
+use std::time::Duration;
+
+/// Settings shared by every run.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// K.
+    pub slots: u32,
+    /// dequeue.batch_size.
+    pub batch: u32,
+    /// dequeue.lock_timeout_ms of the disturbance runs.
+    pub lock_timeout_ms: u64,
+    /// dequeue.unhealthy_backoff_max_ms of the disturbance runs.
+    pub unhealthy_backoff_max_ms: u64,
+    /// Longest wait for the drain.
+    pub timeout: Duration,
+}
+
+/// What the run did, before analysis.
+pub struct Raw {
+    /// Jobs enqueued by shard.
+    pub enqueued: Vec<u64>,
+    /// The fleet's output.
+    pub output: fleet::Output,
+    /// `go` in ms since the Unix epoch.
+    pub go_unix_ms: f64,
+    /// The disturbance's real window.
+    pub window: Option<disturb::Window>,
+    /// The check.
+    pub checks: Vec<verify::ShardCheck>,
+    /// Where the run's time went.
+    pub phases: Phases,
+    /// /proc/loadavg at the start.
+    pub loadavg: String,
+    /// What the shards were doing whenever progress stopped for a while.
+    pub stalls: Vec<stall::Stall>,
+}
+
+/// Seconds each phase of a run took.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Phases {
+    /// Migrate, truncate, checkpoint.
+    pub setup_s: f64,
+    /// Worker processes started and their pools warm.
+    pub start_s: f64,
+    /// Drain runs: the backlog inserted (before `go`).
+    pub prefill_s: f64,
+    /// From `go` until every job completed (and the disturbance ended).
+    pub run_s: f64,
+    /// Graceful stop of the workers.
+    pub stop_s: f64,
+    /// The exactly-once check.
+    pub check_s: f64,
+}
+
+/// The mode's K, for the result.
+pub fn slots(mode: Mode, s: &Settings) -> Option<u32> {
+    (mode == Mode::Gated).then_some(s.slots)
+}

@@ -1,0 +1,159 @@
+//! Command-line arguments.
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// shardq: a durable job queue on sharded PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    /// Configuration file (default: ./shards.toml when present, else 4 local shards).
+    #[arg(long, global = true, env = "SHARDQ_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start, stop or inspect local PostgreSQL servers (one per shard).
+    Local {
+        #[command(subcommand)]
+        action: LocalAction,
+    },
+    /// Apply missing schema migrations to every shard.
+    Migrate,
+    /// Enqueue jobs.
+    Enqueue(EnqueueArgs),
+    /// Run a worker until SIGINT/SIGTERM (or until the queue is empty).
+    Worker(WorkerArgs),
+    /// Show, cancel or retry one job.
+    Job {
+        #[command(subcommand)]
+        action: JobAction,
+    },
+    /// Per shard: reachable or not, and jobs by queue and status.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start local shards, migrate, enqueue noop jobs, drain them, print the throughput.
+    Demo {
+        /// Jobs to enqueue and drain.
+        #[arg(long, default_value_t = 200_000)]
+        jobs: usize,
+    },
+    /// Benchmarks that start their own PostgreSQL servers: `shardq bench
+    /// pipeline|scale …` runs `shardq-bench pipeline|scale …` (see `shardq bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The benchmark and its flags, passed to `shardq-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Run jobs under injected faults on fresh local shards and check nothing was lost.
+    ///
+    /// Runs `shardq-bench chaos …` (see `shardq chaos --help`): kills workers,
+    /// restarts a shard, kills connections, locks and rewrites the queue table;
+    /// then checks that no job was lost or completed twice and that no recorded
+    /// step ran again. Exits 1 when an invariant fails.
+    #[command(disable_help_flag = true)]
+    Chaos {
+        /// Flags of the chaos run, passed to `shardq-bench chaos`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LocalAction {
+    /// Start the servers (reuses running ones) and create their databases.
+    Up {
+        /// How many servers (default: local.shards of the config).
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+    /// Stop the servers.
+    Down {
+        /// How many servers (default: local.shards of the config).
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+    /// Say which servers are up.
+    Status {
+        /// How many servers (default: local.shards of the config).
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// Print everything stored about a job, as JSON.
+    Show {
+        /// Job id, SHARDKEY-ID as printed by enqueue.
+        id: shardq::JobId,
+    },
+    /// Cancel a job: a waiting one never runs; a running one is told to stop.
+    Cancel {
+        /// Job id.
+        id: shardq::JobId,
+    },
+    /// Put a dead or cancelled job back in the queue with fresh attempts.
+    Retry {
+        /// Job id.
+        id: shardq::JobId,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// Queue name.
+    #[arg(long, default_value = "default")]
+    pub queue: String,
+    /// How many copies of the job.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    /// Handler name.
+    #[arg(long, default_value = "noop")]
+    pub handler: String,
+    /// JSON payload.
+    #[arg(long, default_value = "{}")]
+    pub payload: String,
+    /// Ordering key (routes the job and orders it among jobs of the same key).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Priority: lower runs first.
+    #[arg(long, default_value_t = 0)]
+    pub priority: i32,
+    /// Not claimable before this many milliseconds have passed.
+    #[arg(long, default_value_t = 0)]
+    pub delay_ms: u64,
+    /// Attempts before the job is dead (default: limits.default_max_attempts).
+    #[arg(long)]
+    pub max_attempts: Option<i32>,
+    /// Print the job ids, one per line.
+    #[arg(long)]
+    pub print_ids: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Queues to serve (repeat the flag for several; default: worker.queues).
+    #[arg(long)]
+    pub queue: Vec<String>,
+    /// Executor slots (default: worker.concurrency).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Exit 0 once no shard has a queued or running job of the queues.
+    #[arg(long)]
+    pub until_empty: bool,
+    /// Baseline: claim, run and complete one job at a time per slot.
+    #[arg(long)]
+    pub serial: bool,
+    /// Print the final report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,52 @@
+//! One function per subcommand.
+
+mod demo;
+mod enqueue;
+mod job;
+mod local;
+mod status;
+mod worker;
+
+use crate::args::{Cli, Command};
+use anyhow::{Context, Result};
+use shardq::config::Config;
+use shardq::shards::ShardSet;
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let config_path = cli.config.as_deref();
+    let command = match cli.command {
+        Command::Bench { args } => return crate::forward::exec(config_path, None, args),
+        Command::Chaos { args } => return crate::forward::exec(config_path, Some("chaos"), args),
+        command => command,
+    };
+    let config = Config::load(config_path).context("cannot load the configuration")?;
+    match command {
+        Command::Local { action } => local::run(&config, action).await,
+        Command::Migrate => migrate(&config).await,
+        Command::Enqueue(args) => enqueue::run(&config, args).await,
+        Command::Worker(args) => worker::run(config, args).await,
+        Command::Job { action } => job::run(&config, action).await,
+        Command::Status { json } => status::run(&config, json).await,
+        Command::Demo { jobs } => demo::run(config, jobs).await,
+        Command::Bench { .. } | Command::Chaos { .. } => {
+            unreachable!("handed to shardq-bench above")
+        }
+    }
+}
+
+pub async fn migrate(config: &Config) -> Result<()> {
+    let shards = ShardSet::connect(config)?;
+    let applied = shardq::migrate::migrate_all(&shards).await?;
+    for (shard, versions) in shards.all().iter().zip(applied) {
+        if versions.is_empty() {
+            println!(
+                "{}: up to date (version {})",
+                shard.name,
+                shardq::migrate::latest_version()
+            );
+        } else {
+            println!("{}: applied {:?}", shard.name, versions);
+        }
+    }
+    Ok(())
+}

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod exe;
+pub mod lossy_proxy;
 pub mod process;
 
 pub use cluster::{LocalCluster, TempRoot};

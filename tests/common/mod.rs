@@ -2,7 +2,7 @@
 //! databases on them, and a shardq config pointing at those shards.
 #![allow(dead_code)]
 
-pub mod lossy_proxy;
+pub use shardq_harness::lossy_proxy;
 pub mod pgbouncer;
 
 use shardq::config::Config;

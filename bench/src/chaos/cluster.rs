@@ -1,12 +1,15 @@
 //! The cluster under test: fresh local PostgreSQL servers in a temporary
-//! folder, migrated, with the `shards.toml` that the chaos workers read. It is
-//! stopped and deleted at the end, also when the run fails.
+//! folder, migrated, with the `shards.toml` that the chaos workers read. The
+//! workers reach each server through a [`LossyProxy`], which loses replies
+//! after commits while the lost-replies fault runs. It is stopped and deleted
+//! at the end, also when the run fails.
 
 use super::{sql, worker};
 use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::local::LocalServer;
 use shardq::shards::ShardSet;
+use shardq_harness::lossy_proxy::LossyProxy;
 use shardq_harness::LocalCluster;
 use std::fs;
 use std::path::PathBuf;
@@ -45,10 +48,12 @@ shutdown_grace_ms = 5000
 
 /// The servers, their folder and the config that points at them.
 pub struct Cluster {
-    /// The config file the workers read.
+    /// The config file the workers read (shards behind the proxies).
     pub config_path: PathBuf,
-    /// The same config, parsed.
+    /// The same settings with the servers' own URLs, for the enqueuer and
+    /// the checks (no reply of theirs is lost).
     pub config: Config,
+    proxies: Vec<LossyProxy>,
     local: LocalCluster,
 }
 
@@ -61,10 +66,25 @@ impl Cluster {
             .await
             .context("cannot start the chaos shards")?;
         local.keep(keep);
-        let text = config_text(local.servers());
+        let direct: Vec<String> = local.servers().iter().map(LocalServer::url).collect();
+        let text = config_text(&direct);
         let config = Config::from_toml(&text).context("the chaos config is invalid")?;
+        let proxies: Vec<LossyProxy> = local
+            .servers()
+            .iter()
+            .map(|s| LossyProxy::start(([127, 0, 0, 1], s.port).into()))
+            .collect();
+        let proxied: Vec<String> = local
+            .servers()
+            .iter()
+            .zip(&proxies)
+            .map(|(s, p)| {
+                s.url()
+                    .replace(&format!(":{}/", s.port), &format!(":{}/", p.addr().port()))
+            })
+            .collect();
         let config_path = local.root().path().join("shards.toml");
-        fs::write(&config_path, text)
+        fs::write(&config_path, config_text(&proxied))
             .with_context(|| format!("cannot write {}", config_path.display()))?;
         let shards = ShardSet::connect(&config)?;
         shardq::migrate::migrate_all(&shards).await?;
@@ -77,6 +97,7 @@ impl Cluster {
         Ok(Cluster {
             config_path,
             config,
+            proxies,
             local,
         })
     }
@@ -104,20 +125,31 @@ impl Cluster {
         self.local.freeze(index, hold).await
     }
 
+    /// Sets the chance that a worker loses the reply to a statement that
+    /// committed (its connection closes instead), on every shard.
+    pub fn lose_replies(&self, probability: f64) {
+        self.proxies
+            .iter()
+            .for_each(|p| p.set_drop_probability(probability));
+    }
+
+    /// Replies lost so far, over every shard.
+    pub fn replies_lost(&self) -> u64 {
+        self.proxies.iter().map(LossyProxy::dropped).sum()
+    }
+
     /// Stops the servers; the folder goes (unless kept) when the cluster is dropped.
     pub fn teardown(&mut self) -> Result<()> {
         self.local.teardown()
     }
 }
 
-/// The shard list of `servers` followed by [`WORKER_SETTINGS`].
-fn config_text(servers: &[LocalServer]) -> String {
+/// The shards at `urls` followed by [`WORKER_SETTINGS`].
+fn config_text(urls: &[String]) -> String {
     let mut text = String::new();
-    for server in servers {
+    for (index, url) in urls.iter().enumerate() {
         text.push_str(&format!(
-            "[[shards]]\nname = \"shard-{}\"\nurl = \"{}\"\npool_size = {POOL_SIZE}\n\n",
-            server.index,
-            server.url()
+            "[[shards]]\nname = \"shard-{index}\"\nurl = \"{url}\"\npool_size = {POOL_SIZE}\n\n"
         ));
     }
     text.push_str(&WORKER_SETTINGS.replace("{queue}", worker::QUEUE));

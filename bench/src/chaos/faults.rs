@@ -50,6 +50,15 @@ pub enum Fault {
     },
     /// `VACUUM FULL workflow_status` on a shard.
     VacuumFull(usize),
+    /// Lose the replies of committed statements (claims, completions, lease
+    /// extensions…) on every shard: the worker's connection closes after the
+    /// server committed, so the worker cannot tell whether it ran.
+    LoseReplies {
+        /// The chance per committed statement.
+        probability: f64,
+        /// How long, as a share of the fault phase.
+        share: f64,
+    },
     /// Freeze a shard's server (SIGSTOP, then SIGCONT): no answer, no error.
     FreezeShard {
         /// Shard index.
@@ -61,7 +70,8 @@ pub enum Fault {
 
 /// The schedule. Shard numbers assume [`SHARDS`] = 4: the crash, the lock
 /// and the vacuum hit three different shards, shard 0 is frozen once and
-/// otherwise only loses connections.
+/// otherwise only loses connections; every shard loses replies after
+/// commits for 30% of the phase.
 pub const SCHEDULE: &[(When, Fault)] = &[
     (When::Every(Duration::from_secs(3)), Fault::KillWorker),
     (
@@ -78,6 +88,13 @@ pub const SCHEDULE: &[(When, Fault)] = &[
     ),
     (When::At(0.60), Fault::CrashRestart(1)),
     (When::At(0.75), Fault::VacuumFull(3)),
+    (
+        When::At(0.45),
+        Fault::LoseReplies {
+            probability: 0.05,
+            share: 0.3,
+        },
+    ),
     (
         When::At(0.15),
         Fault::FreezeShard {
@@ -100,6 +117,7 @@ impl Fault {
             Fault::LockQueueTable { .. } => "lock queue table",
             Fault::VacuumFull(_) => "vacuum full",
             Fault::FreezeShard { .. } => "freeze shard",
+            Fault::LoseReplies { .. } => "lose replies",
         }
     }
 }
@@ -220,6 +238,18 @@ async fn fire(
             let processes = cluster.freeze(shard, hold).await?;
             Ok(format!(
                 "shard {shard}: {processes} server processes stopped for {:.1} s, then continued",
+                hold.as_secs_f64()
+            ))
+        }
+        Fault::LoseReplies { probability, share } => {
+            let hold = phase.mul_f64(share);
+            let before = cluster.replies_lost();
+            cluster.lose_replies(probability);
+            tokio::time::sleep(hold).await;
+            cluster.lose_replies(0.0);
+            Ok(format!(
+                "every shard: {} replies after commit lost in {:.1} s (chance {probability})",
+                cluster.replies_lost() - before,
                 hold.as_secs_f64()
             ))
         }

@@ -7,11 +7,11 @@
 
 mod common;
 
-use common::lossy_proxy::LossyProxy;
 use common::TestShards;
 use shardq::job::JobId;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq_harness::lossy_proxy::LossyProxy;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

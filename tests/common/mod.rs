@@ -2,7 +2,6 @@
 //! databases on them, and a shardq config pointing at those shards.
 #![allow(dead_code)]
 
-pub use shardq_harness::lossy_proxy;
 pub mod pgbouncer;
 
 use shardq::config::Config;

@@ -278,9 +278,18 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         sslmode: shard.tls.name(),
         pool,
         user_pool,
-        deadline: config.dequeue.statement_timeout,
+        deadline: client_deadline(config.dequeue.statement_timeout),
         behind_pooler: shard.transaction_pooler,
     })
+}
+
+/// The client-side deadline of one operation: a quarter longer than the
+/// server's `statement_timeout`, so that a statement the server cancelled
+/// reports that (SQLSTATE 57014: it did nothing) before the client gives up
+/// not knowing (found by `tests/store.rs`: with equal deadlines the client
+/// always fired first).
+fn client_deadline(statement_timeout: Duration) -> Duration {
+    statement_timeout + statement_timeout / 4
 }
 
 /// A pool of connections made with `pg` to `shard`.

@@ -17,8 +17,10 @@ pub const JOB_FIND_EXPIRED: &str = "SELECT shard_key, id FROM workflow_status \
 /// Returns the expired jobs among ($1, $2) to the queue with their attempt
 /// count kept (`waiting` behind their key when they have one); a job on its
 /// last attempt becomes `dead` with the reason as its error, a cancelled one
-/// `cancelled`. Re-checks the expiry on each row's latest version. Returns
-/// the new status of each row.
+/// `cancelled`. Re-checks the expiry on each row's latest version. Raises
+/// the fence, so that a completion from the lost attempt arriving before the
+/// next claim is fenced out, not taken for a repeat of its own write.
+/// Returns the new status of each row.
 pub const JOB_RECOVER_EXPIRED: &str = "UPDATE workflow_status w SET \
         status = CASE WHEN w.cancel_requested THEN 'cancelled' \
             WHEN w.attempts >= w.max_attempts THEN 'dead' \
@@ -27,7 +29,7 @@ pub const JOB_RECOVER_EXPIRED: &str = "UPDATE workflow_status w SET \
             THEN 'lease expired on attempt ' || w.attempts || ' of ' || w.max_attempts \
                 || ' (the worker crashed or hung)' ELSE w.error END, \
         finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts THEN now() END, \
-        owner = NULL, lease_expires_at = NULL \
+        owner = NULL, lease_expires_at = NULL, fence = w.fence + 1 \
     FROM unnest($1::int[], $2::bigint[]) AS e(shard_key, id) \
     WHERE w.shard_key = e.shard_key AND w.id = e.id \
         AND w.status = 'running' AND w.lease_expires_at < now() \

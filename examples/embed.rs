@@ -1,22 +1,23 @@
 //! Embedding shardq in a service: enqueue jobs and run a worker with your own
 //! handler, inside your own tokio runtime.
 //!
-//! Run against the local shards: `shardq local up && shardq migrate && cargo run --example embed`.
+//! Against the local shards: `shardq local up && cargo run --example embed`;
+//! against others: `cargo run --example embed -- path/to/shards.toml`.
 
-use shardq::shards::ShardSet;
-use shardq::{Client, Config, HandlerRegistry, NewJob, Worker};
+use shardq::{Config, HandlerRegistry, NewJob, Shardq};
+use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // shards.toml (or the local shards when there is none) plus SHARDQ_* variables.
-    let mut config = Config::load(None)?;
+    // The file given (or shards.toml, or the local shards) plus SHARDQ_* variables.
+    let path = std::env::args().nth(1).map(PathBuf::from);
+    let mut config = Config::load(path.as_deref())?;
     config.worker.queues = vec!["emails".into()];
-    let shards = ShardSet::connect(&config)?;
-    shardq::migrate::migrate_all(&shards).await?;
+    let shardq = Shardq::connect(config)?;
+    shardq.migrate().await?;
 
     // Jobs with the same ordering key land on one shard and run in order.
-    let client = Client::from_shards(shards.clone(), config.limits.clone());
     let jobs = (0..10)
         .map(|i| {
             NewJob::new(
@@ -27,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
             .ordering_key(format!("user{i}"))
         })
         .collect();
-    let ids = client.enqueue_many(jobs).await?;
+    let ids = shardq.client().enqueue_many(jobs).await?;
     println!("enqueued {} jobs, first {}", ids.len(), ids[0]);
 
     let mut handlers = HandlerRegistry::new();
@@ -37,7 +38,8 @@ async fn main() -> anyhow::Result<()> {
     });
 
     // Stops by itself when the queue is empty; in a service, cancel the token on shutdown.
-    let report = Worker::new(config, shards, handlers)
+    let report = shardq
+        .worker(handlers)
         .stop_when_empty(true)
         .run(CancellationToken::new())
         .await;

@@ -21,6 +21,44 @@ impl fmt::Display for JobId {
     }
 }
 
+/// What is wrong with a job, found before anything is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidJob {
+    /// The queue or handler name is empty.
+    #[error("{0} name is empty")]
+    EmptyName(&'static str),
+    /// A name, key or id holds a NUL character.
+    #[error("{0} contains a NUL character, which PostgreSQL text cannot store")]
+    NulInName(&'static str),
+    /// The payload is over `limits.max_payload_bytes`.
+    #[error("payload is {size} bytes, over limits.max_payload_bytes = {max}")]
+    PayloadTooLarge {
+        /// Its size as JSON text.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The payload holds a NUL character.
+    #[error("payload contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store")]
+    NulInPayload,
+    /// Both an ordering key and a deduplication id.
+    #[error(
+        "a job cannot have both an ordering key and a deduplication id: the \
+         ordering key chooses the shard, so the deduplication id could not be \
+         checked across all shards; drop one of them"
+    )]
+    KeyAndDedup,
+    /// Fewer than one attempt.
+    #[error("max_attempts is {0}; it must be at least 1")]
+    MaxAttempts(i32),
+    /// A deduplication id on a transactional enqueue.
+    #[error(
+        "transactional enqueue does not take a deduplication id (its check needs \
+         shardq's own statement); enqueue it with Client::enqueue"
+    )]
+    DedupInTransaction,
+}
+
 /// A job id that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid job id `{0}`: expected SHARDKEY-ID, e.g. 4821-1337")]
@@ -121,11 +159,12 @@ impl NewJob {
     ///
     /// # Errors
     ///
-    /// A message: empty names, NUL characters, an oversized payload.
-    pub fn validate(&self, limits: &crate::config::Limits) -> Result<(), String> {
+    /// [`InvalidJob`]: empty names, NUL characters, an oversized payload, an
+    /// ordering key with a deduplication id, fewer than one attempt.
+    pub fn validate(&self, limits: &crate::config::Limits) -> Result<(), InvalidJob> {
         for (what, value) in [("queue", &self.queue), ("handler", &self.handler)] {
             if value.is_empty() {
-                return Err(format!("{what} name is empty"));
+                return Err(InvalidJob::EmptyName(what));
             }
         }
         let names = [
@@ -136,35 +175,25 @@ impl NewJob {
         ];
         for (what, value) in names {
             if value.is_some_and(|v| v.contains('\0')) {
-                return Err(format!(
-                    "{what} contains a NUL character, which PostgreSQL text cannot store"
-                ));
+                return Err(InvalidJob::NulInName(what));
             }
         }
         let size = self.payload.to_string().len();
         if size > limits.max_payload_bytes {
-            return Err(format!(
-                "payload is {size} bytes, over limits.max_payload_bytes = {}",
-                limits.max_payload_bytes
-            ));
+            return Err(InvalidJob::PayloadTooLarge {
+                size,
+                max: limits.max_payload_bytes,
+            });
         }
         if has_nul(&self.payload) {
-            return Err(
-                "payload contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
-                    .into(),
-            );
+            return Err(InvalidJob::NulInPayload);
         }
         if self.ordering_key.is_some() && self.dedup_id.is_some() {
-            return Err(
-                "a job cannot have both an ordering key and a deduplication id: the \
-                 ordering key chooses the shard, so the deduplication id could not be \
-                 checked across all shards; drop one of them"
-                    .into(),
-            );
+            return Err(InvalidJob::KeyAndDedup);
         }
         if let Some(attempts) = self.max_attempts {
             if attempts < 1 {
-                return Err(format!("max_attempts is {attempts}; it must be at least 1"));
+                return Err(InvalidJob::MaxAttempts(attempts));
             }
         }
         Ok(())

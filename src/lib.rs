@@ -2,7 +2,9 @@
 //!
 //! Workers rotate over the shards; on each one they take one of a few
 //! advisory-lock dequeue slots and claim a batch with `FOR UPDATE SKIP LOCKED`,
-//! or move on at once when no slot is free. See README.md and DESIGN notes.
+//! or move on at once when no slot is free. Start at [`Shardq`]: from a
+//! [`Config`] to a migrated shard set, a [`Client`] and [`Worker`]s. See
+//! README.md for the guarantees and the architecture.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -17,10 +19,18 @@ pub mod store;
 pub mod tls;
 pub mod worker;
 
-pub use client::{Client, ClientError};
+mod app;
+
+pub use app::Shardq;
+pub use client::{Client, ClientError, JobInfo, JobOutcome, RoutedJob};
 pub use config::{Config, ConfigError};
-pub use job::{JobId, NewJob, OnDuplicate};
-pub use worker::{HandlerRegistry, JobContext, StepError, Worker, WorkerReport};
+pub use job::{InvalidJob, JobId, NewJob, OnDuplicate};
+pub use migrate::MigrateError;
+pub use shards::{ShardError, ShardSet};
+pub use store::{ErrorKind, JobStatus};
+pub use worker::{
+    HandlerError, HandlerRegistry, HandlerResult, JobContext, StepError, Worker, WorkerReport,
+};
 
 /// Formats an error with all its causes, `outer: cause: cause`.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {

@@ -95,6 +95,10 @@ impl Shard {
     /// # Errors
     ///
     /// [`ShardError::Connect`] when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a pool checkout.
     pub async fn client(&self) -> Result<deadpool_postgres::Client, ShardError> {
         self.get_from(&self.pool).await
     }
@@ -107,6 +111,10 @@ impl Shard {
     /// # Errors
     ///
     /// [`ShardError::Connect`] when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a pool checkout.
     pub async fn user_client(&self) -> Result<deadpool_postgres::Client, ShardError> {
         self.get_from(&self.user_pool).await
     }
@@ -130,6 +138,10 @@ impl Shard {
     /// # Errors
     ///
     /// `work`'s error, or [`ShardError::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As `work`'s: at the deadline `work` is dropped.
     pub async fn within<T, E: From<ShardError>>(
         &self,
         work: impl std::future::Future<Output = Result<T, E>>,

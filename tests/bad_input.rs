@@ -47,7 +47,7 @@ async fn oversized_and_nul_payloads_and_nul_names_are_rejected_before_writing() 
         // A good job first in the same batch: the whole batch is refused.
         match client.enqueue_many(vec![good.clone(), bad]).await {
             Err(ClientError::Invalid { index: 1, reason }) => {
-                assert!(reason.contains(message), "{reason}")
+                assert!(reason.to_string().contains(message), "{reason}")
             }
             other => panic!("expected a rejection with `{message}`, got {other:?}"),
         }

@@ -329,8 +329,11 @@ async fn dedup_ids_stay_global_and_retry_says_when_one_is_taken() {
     let both = keyed("K").dedup("d1", shardq::OnDuplicate::Error);
     match s.client.enqueue(both).await {
         Err(ClientError::Invalid { reason, .. }) => {
+            assert_eq!(reason, shardq::InvalidJob::KeyAndDedup);
             assert!(
-                reason.contains("ordering key and a deduplication id"),
+                reason
+                    .to_string()
+                    .contains("ordering key and a deduplication id"),
                 "{reason}"
             )
         }

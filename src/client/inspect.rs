@@ -46,6 +46,10 @@ impl Client {
     /// # Errors
     ///
     /// When a shard cannot be asked (then the answer is unknown).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn has_pending(&self, queue: &str) -> Result<bool, ClientError> {
         for shard in self.shards.all() {
             if queues::has_pending(shard, queue).await? {
@@ -56,6 +60,14 @@ impl Client {
     }
 
     /// Per shard: reachable or not, and job counts by queue and status.
+    ///
+    /// # Errors
+    ///
+    /// None: a shard that fails is reported in its own entry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn status(&self) -> Vec<ShardStatus> {
         let asks = self.shards.all().iter().map(|shard| async move {
             let result: Result<_, ShardError> = async {
@@ -86,6 +98,10 @@ impl Client {
     ///
     /// When its shard fails, or (for a job its shard does not have) when
     /// another shard fails, since the job may live there.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn job(&self, id: JobId) -> Result<Option<JobInfo>, ClientError> {
         let found = self.find(id, |shard| jobs::get(shard, id)).await?;
         Ok(found.map(|(_, info)| info))
@@ -97,6 +113,10 @@ impl Client {
     /// # Errors
     ///
     /// [`ClientError::Timeout`], [`ClientError::NotFound`], or a shard error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads, and dropping it stops the wait.
     pub async fn result(&self, id: JobId, timeout: Duration) -> Result<JobOutcome, ClientError> {
         let started = Instant::now();
         let (shard, mut row) = self
@@ -133,6 +153,11 @@ impl Client {
     /// # Errors
     ///
     /// When its shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the statement was sent, the job may be
+    /// cancelled; calling again is harmless (it answers `None` or `running`).
     pub async fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, ClientError> {
         self.change(id, |shard| jobs::cancel(shard, id)).await
     }
@@ -144,6 +169,11 @@ impl Client {
     ///
     /// [`ClientError::RetryDuplicate`] when an unfinished job of its queue
     /// holds its deduplication id now; otherwise when its shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the statement was sent, the job may be
+    /// back in the queue; calling again then answers `false`.
     pub async fn retry(&self, id: JobId) -> Result<bool, ClientError> {
         let retried = self
             .change(id, |shard| async move {

@@ -9,7 +9,7 @@ pub use inspect::{JobOutcome, ShardStatus};
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};
-use crate::job::{JobId, NewJob, OnDuplicate};
+use crate::job::{InvalidJob, JobId, NewJob, OnDuplicate};
 use crate::router;
 use crate::shards::{ShardError, ShardSet};
 use crate::store::jobs::{self, NewRow};
@@ -52,7 +52,16 @@ pub enum ClientError {
         /// Position in the batch.
         index: usize,
         /// What is wrong and what to do.
-        reason: String,
+        reason: InvalidJob,
+    },
+    /// A deduplicated enqueue kept racing with jobs that took and released
+    /// its id; nothing was written.
+    #[error("job {index}: deduplication id `{dedup_id}` kept changing hands; try again")]
+    DedupContended {
+        /// Position in the batch.
+        index: usize,
+        /// The id.
+        dedup_id: String,
     },
 }
 
@@ -91,6 +100,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::enqueue_many`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the statement was sent, the job may be
+    /// written; give it a deduplication id to make a retry safe.
     pub async fn enqueue(&self, job: NewJob) -> Result<JobId, ClientError> {
         Ok(self.enqueue_many(vec![job]).await?[0])
     }
@@ -103,6 +117,11 @@ impl Client {
     /// [`ClientError::Invalid`] (nothing written) for a bad name or payload;
     /// [`ClientError::Shard`] when a shard fails (parts on other shards may
     /// have been written; their ids are lost to the caller).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after a statement was sent, some jobs may be
+    /// written; give them deduplication ids to make a retry safe.
     pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, ClientError> {
         let total = jobs.len();
         let (per_shard, deduplicated) = self.route_all(jobs)?;
@@ -209,9 +228,9 @@ impl Client {
                 };
             }
         }
-        Err(ClientError::Invalid {
+        Err(ClientError::DedupContended {
             index,
-            reason: format!("deduplication id `{dedup_id}` kept changing hands; try again"),
+            dedup_id: dedup_id.to_string(),
         })
     }
 

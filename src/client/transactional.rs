@@ -3,7 +3,7 @@
 //! transaction commits.
 
 use super::{Client, ClientError};
-use crate::job::{JobId, NewJob};
+use crate::job::{InvalidJob, JobId, NewJob};
 use crate::router;
 use crate::shards::Shard;
 use crate::store::jobs::{self, NewRow};
@@ -33,7 +33,7 @@ impl Client {
         if job.dedup_id.is_some() {
             return Err(ClientError::Invalid {
                 index: 0,
-                reason: "transactional enqueue does not take a deduplication id".into(),
+                reason: InvalidJob::DedupInTransaction,
             });
         }
         let shard_key = match job.routing_key() {
@@ -61,6 +61,10 @@ impl RoutedJob {
     /// # Errors
     ///
     /// The statement's error (e.g. the transaction is on a shard without the schema).
+    ///
+    /// # Cancel safety
+    ///
+    /// As the caller's transaction: nothing is kept unless it commits.
     pub async fn insert<C: GenericClient>(&self, tx: &C) -> Result<JobId, tokio_postgres::Error> {
         let row = NewRow {
             shard_key: self.shard_key,

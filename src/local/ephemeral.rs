@@ -24,6 +24,16 @@ pub struct EphemeralServer {
 
 impl EphemeralServer {
     /// Starts a server on a free port and creates its `shardq` database.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalError`] when the PostgreSQL binaries are missing or `initdb` or
+    /// the server fails (its log is in the message).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a server started before the drop keeps running and its
+    /// folder stays.
     pub async fn start() -> Result<Self, LocalError> {
         let root = make_temp_root()?;
         // Built first so that Drop cleans up whatever the steps below leave behind.

@@ -39,6 +39,15 @@ pub fn servers(opts: &LocalOptions) -> Vec<LocalServer> {
 
 /// Starts every server (those running are left alone) and creates their `shardq` database
 /// if absent. Servers start in parallel.
+///
+/// # Errors
+///
+/// [`LocalError`]: binaries missing, `initdb` or a start failed, a port taken.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: servers started before the drop keep running; calling
+/// again is harmless (it starts only what is down).
 pub async fn up(opts: &LocalOptions) -> Result<Vec<LocalServer>, LocalError> {
     let servers = servers(opts);
     let tasks: Vec<_> = servers
@@ -75,6 +84,15 @@ pub fn down(opts: &LocalOptions) -> Result<(), LocalError> {
 }
 
 /// Creates database `name` on the server at `admin_url` unless it exists.
+///
+/// # Errors
+///
+/// [`LocalError::Postgres`] when the server refuses the connection or the
+/// statement.
+///
+/// # Cancel safety
+///
+/// Safe to call again after a drop: an existing database is left as is.
 pub async fn create_database(admin_url: &str, name: &str) -> Result<(), LocalError> {
     let pg_err = |action: String| move |source| LocalError::Postgres { action, source };
     let (client, connection) = tokio_postgres::connect(admin_url, NoTls)

@@ -178,6 +178,12 @@ pub enum MigrateError {
 /// The first shard that fails; shards before it stay migrated.
 /// [`MigrateError::ShardMap`] (nothing applied on that shard) when a shard
 /// records another place in the map.
+///
+/// # Cancel safety
+///
+/// Each migration is applied whole or not at all (a no-transaction one
+/// statement by statement, each safe to run again): a dropped future leaves a
+/// schema that the next call completes.
 pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateError> {
     let mut applied = Vec::with_capacity(shards.len());
     for shard in shards.all() {
@@ -202,6 +208,12 @@ pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateErro
 /// one stay applied); [`MigrateError::ShardMap`] (nothing applied) when the
 /// shard records another place in the map; [`MigrateError::NeedsSession`]
 /// when a no-transaction migration is due behind a transaction pooler.
+///
+/// # Cancel safety
+///
+/// Each migration is applied whole or not at all (a no-transaction one
+/// statement by statement, each safe to run again): a dropped future leaves a
+/// schema that the next call completes.
 pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
     let (count, index) = place(shard, shard_count);
     if let Some(recorded) = schema::shard_map(shard).await? {
@@ -269,6 +281,10 @@ async fn apply_in_transaction(shard: &Shard, m: &Migration) -> Result<bool, Migr
 ///
 /// Which shard is behind, ahead, unmigrated, unreachable, or in another
 /// place of the shard map.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
 pub async fn check_all(shards: &ShardSet) -> Result<(), MigrateError> {
     for shard in shards.all() {
         check(shard, Some(shards.len())).await?;
@@ -281,6 +297,10 @@ pub async fn check_all(shards: &ShardSet) -> Result<(), MigrateError> {
 /// # Errors
 ///
 /// As [`check_all`].
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
 pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), MigrateError> {
     check(shard, Some(shard_count)).await
 }

@@ -26,6 +26,10 @@ use tokio_postgres::types::Type;
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
 pub async fn current_version(shard: &Shard) -> Result<Option<i32>, ShardError> {
     let present: bool = exec::query_one(shard, sql::MIGRATIONS_TABLE_EXISTS, &[])
         .await?
@@ -43,6 +47,10 @@ pub async fn current_version(shard: &Shard) -> Result<Option<i32>, ShardError> {
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
 pub async fn applied(shard: &Shard) -> Result<Vec<i32>, ShardError> {
     let present: bool = exec::query_one(shard, sql::MIGRATIONS_TABLE_EXISTS, &[])
         .await?
@@ -59,6 +67,10 @@ pub async fn applied(shard: &Shard) -> Result<Vec<i32>, ShardError> {
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
 pub async fn shard_map(shard: &Shard) -> Result<Option<(i32, i32)>, ShardError> {
     let present: bool = exec::query_one(shard, sql::SHARD_MAP_TABLE_EXISTS, &[])
         .await?
@@ -86,6 +98,11 @@ impl<'s> MigrationTx<'s> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn begin(shard: &'s Shard) -> Result<MigrationTx<'s>, ShardError> {
         let client = shard.client().await?;
         let err = |e| shard.query_error(e);
@@ -118,6 +135,10 @@ impl<'s> MigrationTx<'s> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn applied(&self) -> Result<Vec<i32>, ShardError> {
         let rows = self
             .client
@@ -132,6 +153,11 @@ impl<'s> MigrationTx<'s> {
     /// # Errors
     ///
     /// [`ShardError`] when a statement fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn apply(&self, version: i32, name: &str, text: &str) -> Result<(), ShardError> {
         let err = |e| self.shard.query_error(e);
         self.client.batch_execute(text).await.map_err(err)?;
@@ -147,6 +173,10 @@ impl<'s> MigrationTx<'s> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn shard_map(&self) -> Result<Option<(i32, i32)>, ShardError> {
         let row = self
             .client
@@ -161,6 +191,11 @@ impl<'s> MigrationTx<'s> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn record_shard_map(&self, count: i32, index: i32) -> Result<(), ShardError> {
         self.client
             .execute(sql::SHARD_MAP_RECORD, &[&count, &index])
@@ -175,6 +210,11 @@ impl<'s> MigrationTx<'s> {
     ///
     /// [`ShardError`] when the shard fails (the connection is then
     /// discarded, which ends the transaction too).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn rollback(self) -> Result<(), ShardError> {
         self.client
             .batch_execute("ROLLBACK")
@@ -187,6 +227,11 @@ impl<'s> MigrationTx<'s> {
     /// # Errors
     ///
     /// [`ShardError`] when the commit fails (nothing was applied then).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn commit(self) -> Result<(), ShardError> {
         self.client
             .batch_execute("COMMIT")
@@ -211,6 +256,11 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn open(
         shard: &'c Shard,
         client: &'c deadpool_postgres::Client,
@@ -226,6 +276,11 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn lock(&self) -> Result<(), ShardError> {
         loop {
             let got: bool = self
@@ -246,6 +301,11 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails (the lock goes with the session).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn unlock(&self) -> Result<(), ShardError> {
         self.client
             .execute(sql::MIGRATION_SESSION_UNLOCK, &[&locks::MIGRATION])
@@ -259,6 +319,10 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn applied(&self) -> Result<Vec<i32>, ShardError> {
         let rows = self
             .client
@@ -273,6 +337,10 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
     pub async fn index_invalid(&self, name: &str) -> Result<bool, ShardError> {
         let row = self
             .client
@@ -287,6 +355,11 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when it fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn drop_index(&self, name: &str) -> Result<(), ShardError> {
         self.run(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
             .await
@@ -297,6 +370,11 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when it fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn run(&self, statement: &str) -> Result<(), ShardError> {
         self.client
             .batch_execute(statement)
@@ -309,6 +387,11 @@ impl<'c> MigrationSession<'c> {
     /// # Errors
     ///
     /// [`ShardError`] when the shard fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
     pub async fn record(&self, version: i32, name: &str) -> Result<(), ShardError> {
         self.client
             .execute(sql::MIGRATION_RECORD, &[&version, &name])

@@ -9,6 +9,10 @@ use tokio_postgres::error::SqlState;
 /// # Errors
 ///
 /// The statement's error.
+///
+/// # Cancel safety
+///
+/// Safe to call again after a drop: an existing database is left as is.
 pub async fn create_database(
     admin: &tokio_postgres::Client,
     name: &str,

@@ -81,6 +81,10 @@ impl JobContext {
     /// # Cancel safety
     ///
     /// Cancel safe: use it in a `tokio::select!` beside the work.
+    ///
+    /// # Errors
+    ///
+    /// None: it only waits.
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await
     }
@@ -93,6 +97,12 @@ impl JobContext {
     /// # Errors
     ///
     /// [`StepError`]; `Cancelled` and `Fenced` mean the handler should stop.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while `work` runs, nothing is recorded and the step runs again
+    /// next time; dropped while the output is recorded, it may be recorded (the
+    /// next call returns it).
     pub async fn step<T, F, Fut>(&self, name: &str, work: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,

@@ -74,6 +74,24 @@ pub struct Shard {
     user_pool: Pool,
     deadline: Duration,
     behind_pooler: bool,
+    /// How to open a connection of its own (for LISTEN), without a pool.
+    direct: Option<Direct>,
+}
+
+/// A connection's settings and TLS, for a dedicated connection.
+#[derive(Clone)]
+struct Direct {
+    pg: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+/// A dedicated connection listening on a notification channel; dropping it
+/// closes the connection.
+pub struct Listener {
+    _client: tokio_postgres::Client,
+    /// The payloads of the notifications, in order; ends when the
+    /// connection does.
+    pub payloads: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -171,6 +189,51 @@ impl Shard {
             shard: self.name.clone(),
             source,
         }
+    }
+
+    /// Opens a dedicated connection (outside the pools) that listens on
+    /// `channel`. `None` behind a transaction pooler, where a session's
+    /// `LISTEN` would stay on whichever server connection it was lent.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError`] when the server cannot be reached or refuses `LISTEN`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection half made is dropped.
+    pub async fn listen(&self, channel: &str) -> Result<Option<Listener>, ShardError> {
+        let Some(direct) = &self.direct else {
+            return Ok(None);
+        };
+        let query = |e| self.query_error(e);
+        let connect = direct.pg.connect(direct.tls.clone());
+        let (client, mut connection) = tokio::time::timeout(self.deadline, connect)
+            .await
+            .map_err(|_| ShardError::Timeout {
+                shard: self.name.clone(),
+                after: self.deadline,
+            })?
+            .map_err(query)?;
+        let (sender, payloads) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            use futures_util::StreamExt;
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                    if sender.send(n.payload().to_string()).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        let listen = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
+        self.within(async { client.batch_execute(&listen).await.map_err(query) })
+            .await?;
+        Ok(Some(Listener {
+            _client: client,
+            payloads,
+        }))
     }
 
     /// Whether the shard is reached through a transaction-pooling proxy
@@ -283,6 +346,17 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         pg.options(options);
     }
     let pool = build_pool(shard, config, &pg)?;
+    let direct = if shard.transaction_pooler {
+        None
+    } else {
+        let mut pg = pg.clone();
+        pg.ssl_mode(shard.tls.pg_ssl_mode());
+        let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {
+            shard: shard.name.clone(),
+            source,
+        })?;
+        Some(Direct { pg, tls })
+    };
     Ok(Shard {
         index,
         name: shard.name.clone(),
@@ -292,6 +366,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         user_pool,
         deadline: client_deadline(config.dequeue.statement_timeout),
         behind_pooler: shard.transaction_pooler,
+        direct,
     })
 }
 

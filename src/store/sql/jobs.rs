@@ -1,4 +1,9 @@
 //! Enqueueing, reading and changing single jobs.
+//!
+//! Every statement that makes a job ready sends `NOTIFY shardq_ready` with
+//! the queue's name (delivered at commit, and PostgreSQL folds the copies of
+//! one transaction into one), so idle workers listening on the shard wake at
+//! once instead of at their next poll.
 
 /// Inserts many jobs in one statement; returns their ids in input order. A
 /// job with a positive delay ($7, ms) starts `scheduled`.
@@ -12,7 +17,8 @@ pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
         WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
                              delay_ms, max_attempts, ord) \
     ORDER BY ord \
-    RETURNING id";
+    RETURNING id, \
+        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
 /// Inserts one job with a deduplication id ($9), unless an unfinished job of
 /// the same queue has it. Returns the new id, or no row.
@@ -23,7 +29,8 @@ pub const JOB_INSERT_DEDUP: &str = "INSERT INTO workflow_status \
     ON CONFLICT (queue, dedup_id) \
         WHERE dedup_id IS NOT NULL AND status IN ('scheduled', 'queued', 'running') \
     DO NOTHING \
-    RETURNING id";
+    RETURNING id, \
+        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
 /// The unfinished job of queue $1 with deduplication id $2.
 pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \

@@ -45,7 +45,8 @@ pub const JOB_PROMOTE_DUE: &str = "WITH gate AS MATERIALIZED ( \
         ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED \
     ) \
     UPDATE workflow_status w SET status = 'queued' \
-    FROM due WHERE w.shard_key = due.shard_key AND w.id = due.id";
+    FROM due WHERE w.shard_key = due.shard_key AND w.id = due.id \
+    RETURNING pg_notify('shardq_ready', w.queue)";
 
 /// Deletes up to $4 finished jobs (and, by cascade, their steps) that finished
 /// more than $3 ms ago, oldest first, when it gets upkeep lock ($1, $2).

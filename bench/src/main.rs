@@ -48,6 +48,9 @@ enum Command {
     /// A worker process started by `scale` (internal).
     #[command(hide = true)]
     ScaleWorker,
+    /// The serial baseline's worker process, started by `pipeline` (internal).
+    #[command(hide = true)]
+    SerialWorker(pipeline::serial::SerialWorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +87,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Chaos(args) => chaos::run(args).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,
         Command::ScaleWorker => scale::worker::run(load(config)?).await,
+        Command::SerialWorker(args) => pipeline::serial::run(load(config)?, args).await,
     }
 }
 

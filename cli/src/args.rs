@@ -150,9 +150,6 @@ pub struct WorkerArgs {
     /// Exit 0 once no shard has a queued or running job of the queues.
     #[arg(long)]
     pub until_empty: bool,
-    /// Baseline: claim, run and complete one job at a time per slot.
-    #[arg(long)]
-    pub serial: bool,
     /// Print the final report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

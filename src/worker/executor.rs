@@ -3,23 +3,50 @@
 //! and never concurrently in this process; other jobs go to any free slot.
 
 use super::context::JobContext;
-use super::Pipeline;
+use super::{HandlerRegistry, Shared};
+use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// The executor slots' settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub(crate) struct ExecutorConfig {
+    /// Longest a handler may run (`worker.handler_timeout`).
+    pub handler_timeout: Option<Duration>,
+}
+
+impl ExecutorConfig {
+    pub fn new(config: &Config) -> Self {
+        ExecutorConfig {
+            handler_timeout: config.worker.handler_timeout,
+        }
+    }
+}
+
+/// What every executor slot uses.
+pub(crate) struct Executor {
+    pub config: ExecutorConfig,
+    pub shared: Arc<Shared>,
+    pub registry: Arc<HandlerRegistry>,
+}
 
 /// One slot's loop. Returns when `stop` is cancelled (after finishing the
 /// job in hand) or when its inputs are closed and drained; hands back its own
 /// queue so that the jobs still in it can be released.
+///
+/// A completion is handed on with a send that never waits in practice: the
+/// channel holds as many as there are buffer credits (see `credits`).
 pub(crate) async fn run_slot(
-    mut own: mpsc::UnboundedReceiver<ClaimedJob>,
+    executor: Arc<Executor>,
+    mut own: mpsc::Receiver<ClaimedJob>,
     shared: async_channel::Receiver<ClaimedJob>,
-    pipeline: Arc<Pipeline>,
-    completions: mpsc::UnboundedSender<Completion>,
+    completions: mpsc::Sender<Completion>,
     stop: CancellationToken,
-) -> mpsc::UnboundedReceiver<ClaimedJob> {
+) -> mpsc::Receiver<ClaimedJob> {
     let mut held_back = HeldBack::default();
     loop {
         // Biased: stop first, then keyed work, so a key's queue never waits
@@ -35,13 +62,13 @@ pub(crate) async fn run_slot(
             Completion::of(&job, Outcome::Released)
         } else {
             let key = job.ordering_key.clone().map(|k| (k, job.claim));
-            let done = execute(&pipeline, job).await;
+            let done = execute(&executor, job).await;
             if let (Some(key), Outcome::Failed(_)) = (key, &done.outcome) {
                 held_back.failed(key);
             }
             done
         };
-        if completions.send(completion).is_err() {
+        if completions.send(completion).await.is_err() {
             return own;
         }
     }
@@ -88,13 +115,14 @@ impl HeldBack {
 /// runs, the job's cancellation token is the one the leaser cancels; a job
 /// whose cancellation was asked before it started is released instead (and
 /// written as cancelled).
-pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion {
-    let cancel = pipeline.cancel_token(job.id);
+async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
+    let shared = &executor.shared;
+    let cancel = shared.running.cancel_token(job.id);
     if cancel.is_cancelled() {
         return Completion::of(&job, Outcome::Released);
     }
     if let Ok(waited) = std::time::SystemTime::now().duration_since(job.created_at) {
-        pipeline.stats.metrics.record_pickup(waited);
+        shared.stats.metrics.record_pickup(waited);
     }
     let mut done = Completion::of(&job, Outcome::Released);
     let ctx = JobContext {
@@ -104,11 +132,11 @@ pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion 
         payload: job.payload,
         attempt: job.attempt,
         fence: job.fence,
-        shard: pipeline.shards.get(job.shard).clone(),
-        owner: pipeline.owner.clone(),
+        shard: shared.shards.get(job.shard).clone(),
+        owner: shared.owner.clone(),
         cancel,
     };
-    let result = run_with_timeout(pipeline, job.handler, ctx).await;
+    let result = run_with_timeout(executor, job.handler, ctx).await;
     done.outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
         Err(message) => {
@@ -126,13 +154,13 @@ pub(crate) async fn execute(pipeline: &Pipeline, job: ClaimedJob) -> Completion 
 /// like any failure) and the slot moves on. A task stuck without awaiting
 /// cannot be stopped, only abandoned; it is counted.
 async fn run_with_timeout(
-    pipeline: &Pipeline,
+    executor: &Executor,
     handler: String,
     ctx: JobContext,
 ) -> Result<serde_json::Value, String> {
-    let registry = pipeline.registry.clone();
+    let registry = executor.registry.clone();
     let mut task = tokio::spawn(async move { registry.run(&handler, ctx).await });
-    let Some(limit) = pipeline.config.worker.handler_timeout else {
+    let Some(limit) = executor.config.handler_timeout else {
         return task
             .await
             .unwrap_or_else(|e| Err(format!("handler task failed: {e}")));
@@ -141,7 +169,7 @@ async fn run_with_timeout(
         Ok(joined) => joined.unwrap_or_else(|e| Err(format!("handler task failed: {e}"))),
         Err(_) => {
             task.abort();
-            super::Stats::add(&pipeline.stats.abandoned, 1);
+            super::Stats::add(&executor.shared.stats.abandoned, 1);
             tracing::warn!(
                 timeout_s = limit.as_secs_f64(),
                 "handler timed out; abandoning it"

@@ -9,7 +9,8 @@
 //! Each shard has its own loop: a shard that hangs delays only its own
 //! statements (each has a deadline), never the leases on the others.
 
-use super::Pipeline;
+use super::Shared;
+use crate::config::{Backoff, Config};
 use crate::job::{Completion, Outcome};
 use crate::shards::Shard;
 use crate::store::jobs::{self, CompleteMany, ExtendLeases};
@@ -29,37 +30,69 @@ const ORPHAN_WINDOW_DEADLINES: u32 = 5;
 /// handler keeps running unaware.
 const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The leaser's settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub(crate) struct LeaserConfig {
+    /// Lease length (`worker.lease`).
+    pub lease: Duration,
+    /// Deadline of one statement (`dequeue.statement_timeout`).
+    pub statement_timeout: Duration,
+    /// Retry delays for the release of orphans (`worker.retry_backoff`).
+    pub retry: Backoff,
+}
+
+impl LeaserConfig {
+    pub fn new(config: &Config) -> Self {
+        LeaserConfig {
+            lease: config.worker.lease,
+            statement_timeout: config.dequeue.statement_timeout,
+            retry: config.worker.retry_backoff,
+        }
+    }
+}
+
 /// Runs until `stop` is cancelled.
-pub(crate) async fn run(pipeline: Arc<Pipeline>, stop: CancellationToken) {
+pub(crate) async fn run(config: LeaserConfig, shared: Arc<Shared>, stop: CancellationToken) {
+    let config = Arc::new(config);
     let mut loops = JoinSet::new();
-    for index in 0..pipeline.shards.len() {
-        loops.spawn(shard_loop(pipeline.clone(), index, stop.clone()));
+    for index in 0..shared.shards.len() {
+        loops.spawn(shard_loop(
+            config.clone(),
+            shared.clone(),
+            index,
+            stop.clone(),
+        ));
     }
     while loops.join_next().await.is_some() {}
 }
 
 /// One shard's extensions and cancellation polls.
-async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, stop: CancellationToken) {
-    let lease = pipeline.config.worker.lease;
+async fn shard_loop(
+    config: Arc<LeaserConfig>,
+    shared: Arc<Shared>,
+    index: usize,
+    stop: CancellationToken,
+) {
+    let lease = config.lease;
     let extend_every = lease / EXTENSIONS_PER_LEASE;
-    let shard = pipeline.shards.get(index).clone();
+    let shard = shared.shards.get(index).clone();
     let mut last_extension = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(CANCEL_POLL_INTERVAL.min(extend_every)) => {}
         }
-        release_orphans(&pipeline, &shard).await;
-        let held = pipeline.held_on(index);
+        release_orphans(&config, &shared, &shard).await;
+        let held = shared.running.on(index);
         if held.is_empty() {
             last_extension = Instant::now();
             continue;
         }
         if last_extension.elapsed() >= extend_every {
             last_extension = Instant::now();
-            extend(&pipeline, &shard, &held, lease).await;
+            extend(&shared, &shard, &held, lease).await;
         }
-        poll_cancellations(&pipeline, &shard, &held).await;
+        poll_cancellations(&shared, &shard, &held).await;
     }
 }
 
@@ -68,22 +101,22 @@ async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, stop: CancellationTok
 /// there but never received, at once instead of after their lease. Jobs
 /// claimed less than a deadline ago are left alone: their reply may still
 /// be on its way.
-async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
-    let deadline = pipeline.config.dequeue.statement_timeout;
-    let Some(lost) = pipeline.last_lost_claim(shard.index) else {
+async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) {
+    let deadline = config.statement_timeout;
+    let Some(lost) = shared.lost_claims.last(shard.index) else {
         return;
     };
     if lost.elapsed() > deadline * ORPHAN_WINDOW_DEADLINES {
         return;
     }
-    let owned = match jobs::owned_running(shard, &pipeline.owner, deadline).await {
+    let owned = match jobs::owned_running(shard, &shared.owner, deadline).await {
         Ok(owned) => owned,
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan check failed");
             return;
         }
     };
-    let held = pipeline.held_ids(shard.index);
+    let held = shared.running.ids_on(shard.index);
     let orphans: Vec<Completion> = owned
         .into_iter()
         .filter(|o| !held.contains(&o.id))
@@ -100,13 +133,13 @@ async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
         return;
     }
     let release = CompleteMany {
-        owner: &pipeline.owner,
-        retry: pipeline.config.worker.retry_backoff,
+        owner: &shared.owner,
+        retry: config.retry,
         done: &orphans,
     };
     match jobs::complete_many(shard, release).await {
         Ok(written) => {
-            pipeline.stats.add_written(&written);
+            shared.stats.add_written(&written);
             tracing::info!(shard = %shard.name, released = written.released, "gave back jobs a lost claim reply left this process owning");
         }
         Err(err) => {
@@ -116,13 +149,13 @@ async fn release_orphans(pipeline: &Pipeline, shard: &Shard) {
 }
 
 async fn extend(
-    pipeline: &Pipeline,
+    shared: &Shared,
     shard: &Shard,
     held: &[(crate::job::JobId, i64)],
     lease: Duration,
 ) {
     let extension = ExtendLeases {
-        owner: &pipeline.owner,
+        owner: &shared.owner,
         held,
         lease,
     };
@@ -131,10 +164,10 @@ async fn extend(
     }
 }
 
-async fn poll_cancellations(pipeline: &Pipeline, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
+async fn poll_cancellations(shared: &Shared, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
     let ids: Vec<crate::job::JobId> = held.iter().map(|(id, _)| *id).collect();
     match jobs::cancel_requested(shard, &ids).await {
-        Ok(ids) => ids.into_iter().for_each(|id| pipeline.cancel_held(id)),
+        Ok(ids) => ids.into_iter().for_each(|id| shared.running.cancel(id)),
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
         }

@@ -3,7 +3,9 @@
 //! finished jobs. Each step is gated per shard, so across the fleet one
 //! process at a time does it; the others' attempts cost one statement.
 
-use super::{Pipeline, Stats};
+use super::Stats;
+use crate::config::{Config, Retention};
+use crate::shards::ShardSet;
 use crate::store::upkeep;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,20 +23,56 @@ const IDLE_CONNECTION: std::time::Duration = std::time::Duration::from_secs(60);
 /// over several sweeps instead of holding the loop.
 const MAX_RETENTION_ROUNDS: usize = 20;
 
+/// The maintenance loop's settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub(crate) struct MaintenanceConfig {
+    /// Upkeep period per shard (`worker.maintenance_interval`).
+    pub interval: std::time::Duration,
+    /// Retention of finished jobs (`retention`).
+    pub retention: Retention,
+}
+
+impl MaintenanceConfig {
+    pub fn new(config: &Config) -> Self {
+        MaintenanceConfig {
+            interval: config.worker.maintenance_interval,
+            retention: config.retention.clone(),
+        }
+    }
+}
+
 /// Runs until shutdown: one loop per shard, so a shard that hangs delays
 /// only its own upkeep (each statement has a deadline).
-pub(crate) async fn run(pipeline: Arc<Pipeline>, shutdown: CancellationToken) {
+pub(crate) async fn run(
+    config: MaintenanceConfig,
+    shards: ShardSet,
+    stats: Arc<Stats>,
+    shutdown: CancellationToken,
+) {
+    let config = Arc::new(config);
     let mut loops = tokio::task::JoinSet::new();
-    for index in 0..pipeline.shards.len() {
-        loops.spawn(shard_loop(pipeline.clone(), index, shutdown.clone()));
+    for index in 0..shards.len() {
+        loops.spawn(shard_loop(
+            config.clone(),
+            shards.clone(),
+            stats.clone(),
+            index,
+            shutdown.clone(),
+        ));
     }
     while loops.join_next().await.is_some() {}
 }
 
-async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, shutdown: CancellationToken) {
-    let every = pipeline.config.worker.maintenance_interval;
-    let retention = pipeline.config.retention.clone();
-    let shard = pipeline.shards.get(index);
+async fn shard_loop(
+    config: Arc<MaintenanceConfig>,
+    shards: ShardSet,
+    stats: Arc<Stats>,
+    index: usize,
+    shutdown: CancellationToken,
+) {
+    let every = config.interval;
+    let retention = &config.retention;
+    let shard = shards.get(index);
     let mut last_sweep = Instant::now();
     loop {
         let pause = super::rotation::jitter(&mut rand::thread_rng(), every / 2, every);
@@ -51,7 +89,7 @@ async fn shard_loop(pipeline: Arc<Pipeline>, index: usize, shutdown: Cancellatio
             let recovered = upkeep::recover_expired(shard, MAINTENANCE_BATCH).await?;
             if recovered != Default::default() {
                 tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
-                Stats::add(&pipeline.stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
+                Stats::add(&stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
             }
             upkeep::promote_due(shard, MAINTENANCE_BATCH).await?;
             if sweep {

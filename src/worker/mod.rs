@@ -9,6 +9,7 @@
 
 mod completer;
 mod context;
+mod credits;
 mod executor;
 mod handler;
 mod leaser;
@@ -16,61 +17,48 @@ mod local_gate;
 mod maintenance;
 pub mod metrics;
 mod producer;
-pub mod rotation;
-mod serial;
+mod rotation;
+mod running;
 mod stats;
 
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
 pub use stats::{Stats, StatsSnapshot};
 
-use crate::config::Config;
+use crate::config::{Config, Limits};
+use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardSet;
+use completer::CompleterConfig;
+use credits::BufferCredits;
+use executor::{Executor, ExecutorConfig};
+use leaser::LeaserConfig;
 use local_gate::LocalGate;
+use maintenance::MaintenanceConfig;
+use producer::{Dispatch, ProducerConfig, Producers};
 use rand::Rng;
-use rotation::Rotation;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use running::{LostClaims, RunningJobs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// How often `stop_when_empty` asks the shards whether work is left.
 const EMPTY_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
-/// State shared by the roles of one worker.
-pub(crate) struct Pipeline {
-    pub config: Config,
+/// What every role of one worker uses; each role's own settings and
+/// handles (producers: gate and credits; completer: credits; ...) are given
+/// to it alone.
+pub(crate) struct Shared {
     pub shards: ShardSet,
-    pub registry: Arc<HandlerRegistry>,
-    /// Every (shard index, queue) pair this worker serves.
-    pub targets: Vec<(usize, String)>,
     /// Unique per worker run; written on claimed rows; fences completions.
     pub owner: Arc<str>,
-    /// Every job this process holds (claimed, until its outcome is written),
-    /// with the shard it is on and its cancellation token: the leaser asks
-    /// the shards about exactly these, and a cancelled one that has not
-    /// started never does.
-    pub held: Mutex<HashMap<crate::job::JobId, Held>>,
-    /// Claims made so far: numbers each claim (see [`crate::job::ClaimedJob::claim`]).
-    pub claims: std::sync::atomic::AtomicU64,
-    /// Per shard: when a claim there last failed without the server's
-    /// answer (a deadline, a cut connection), so the claim may have run
-    /// anyway and left this process owning jobs it never received.
-    pub lost_claim: Vec<Mutex<Option<std::time::Instant>>>,
-    /// Room for claimed-but-unfinished jobs (bounds memory).
-    pub room: Arc<Semaphore>,
-    /// The dequeue slots and busy backoff shared by this process's producers.
-    pub gate: LocalGate,
     pub stats: Arc<Stats>,
-}
-
-/// A job held by this process.
-pub(crate) struct Held {
-    pub shard: usize,
-    pub fence: i64,
-    pub cancel: CancellationToken,
+    /// Every job this process holds, from its claim until its outcome is written.
+    pub running: RunningJobs,
+    /// Claims that may have run without their reply (producers note them,
+    /// the leaser gives back what they left this process owning).
+    pub lost_claims: LostClaims,
 }
 
 /// A worker over a set of shards.
@@ -78,7 +66,6 @@ pub struct Worker {
     config: Config,
     shards: ShardSet,
     registry: HandlerRegistry,
-    serial: bool,
     stop_when_empty: bool,
     stats: Arc<Stats>,
 }
@@ -110,16 +97,9 @@ impl Worker {
             config,
             shards,
             registry,
-            serial: false,
             stop_when_empty: false,
             stats,
         }
-    }
-
-    /// Use the serial one-job-at-a-time baseline instead of the pipeline.
-    pub fn serial(mut self, serial: bool) -> Self {
-        self.serial = serial;
-        self
     }
 
     /// Stop by itself once no shard has a queued or running job of its queues.
@@ -145,56 +125,40 @@ impl Worker {
             rand::thread_rng().gen::<u32>()
         )
         .into();
-        let targets: Vec<(usize, String)> = (0..self.shards.len())
-            .flat_map(|s| {
-                self.config
-                    .worker
-                    .queues
-                    .iter()
-                    .map(move |q| (s, q.clone()))
-            })
-            .collect();
-        let slots = match self.config.dequeue.mode {
-            crate::config::DequeueMode::Gated { slots } => Some(slots),
-            crate::config::DequeueMode::Ungated => None,
-        };
-        let dequeue = &self.config.dequeue;
-        let gate = LocalGate::new(
-            targets.len(),
-            slots,
-            dequeue.busy_backoff,
-            dequeue.empty_backoff,
-        );
-        let shard_count = self.shards.len();
-        let pipeline = Arc::new(Pipeline {
-            room: Arc::new(Semaphore::new(self.config.worker.buffer_jobs)),
-            gate,
-            config: self.config,
+        let config = self.config;
+        let shared = Arc::new(Shared {
+            lost_claims: LostClaims::new(self.shards.len()),
             shards: self.shards,
-            registry: Arc::new(self.registry),
-            targets,
             owner,
-            held: Mutex::new(HashMap::new()),
-            claims: std::sync::atomic::AtomicU64::new(0),
-            lost_claim: (0..shard_count).map(|_| Mutex::new(None)).collect(),
-            stats: self.stats.clone(),
+            stats: self.stats,
+            running: RunningJobs::default(),
         });
-        tracing::info!(owner = %pipeline.owner, shards = pipeline.shards.len(), serial = self.serial, "worker started");
+        tracing::info!(owner = %shared.owner, shards = shared.shards.len(), "worker started");
 
         let claiming = shutdown.child_token();
         // Leases stay alive until every completion is written.
         let leasing = CancellationToken::new();
-        let leaser = tokio::spawn(leaser::run(pipeline.clone(), leasing.clone()));
+        let leaser = tokio::spawn(leaser::run(
+            LeaserConfig::new(&config),
+            shared.clone(),
+            leasing.clone(),
+        ));
         let mut background = JoinSet::new();
-        background.spawn(maintenance::run(pipeline.clone(), claiming.clone()));
+        background.spawn(maintenance::run(
+            MaintenanceConfig::new(&config),
+            shared.shards.clone(),
+            shared.stats.clone(),
+            claiming.clone(),
+        ));
         if self.stop_when_empty {
-            background.spawn(stop_when_empty(pipeline.clone(), claiming.clone()));
+            background.spawn(stop_when_empty(
+                shared.shards.clone(),
+                config.limits.clone(),
+                config.worker.queues.clone(),
+                claiming.clone(),
+            ));
         }
-        if self.serial {
-            run_serial(&pipeline, &claiming).await;
-        } else {
-            run_pipeline(&pipeline, &claiming).await;
-        }
+        run_pipeline(&config, &shared, Arc::new(self.registry), &claiming).await;
         claiming.cancel();
         // Upkeep statements are idempotent and each is atomic, so stopping them
         // mid-flight loses nothing; waiting could mean a connect timeout per
@@ -204,7 +168,7 @@ impl Worker {
         let _ = leaser.await;
         background.shutdown().await;
         let report = WorkerReport {
-            stats: pipeline.stats.snapshot(),
+            stats: shared.stats.snapshot(),
             elapsed: started.elapsed(),
         };
         tracing::info!(?report, "worker stopped");
@@ -212,138 +176,110 @@ impl Worker {
     }
 }
 
-impl Pipeline {
-    /// Starts holding `job`: from its claim until its outcome is written.
-    fn hold(&self, job: &crate::job::ClaimedJob) {
-        let held = Held {
-            shard: job.shard,
-            fence: job.fence,
-            cancel: CancellationToken::new(),
-        };
-        self.held.lock().expect("held map").insert(job.id, held);
-    }
-
-    /// The cancellation token of held job `id`.
-    fn cancel_token(&self, id: crate::job::JobId) -> CancellationToken {
-        let held = self.held.lock().expect("held map");
-        held.get(&id)
-            .map_or_else(CancellationToken::new, |h| h.cancel.clone())
-    }
-
-    /// Stops holding these jobs (their outcomes are written or given up).
-    fn forget(&self, claims: impl IntoIterator<Item = (crate::job::JobId, i64)>) {
-        let mut held = self.held.lock().expect("held map");
-        for (id, fence) in claims {
-            // Only this claim's entry: the job may have been claimed again
-            // since (a lost lease), and that claim is held now.
-            if held.get(&id).is_some_and(|h| h.fence == fence) {
-                held.remove(&id);
-            }
-        }
-    }
-
-    /// The ids of the held jobs on shard `shard`.
-    fn held_ids(&self, shard: usize) -> std::collections::HashSet<crate::job::JobId> {
-        let held = self.held.lock().expect("held map");
-        held.iter()
-            .filter(|(_, h)| h.shard == shard)
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
-    /// The held jobs on shard `shard`, with their fences.
-    fn held_on(&self, shard: usize) -> Vec<(crate::job::JobId, i64)> {
-        let held = self.held.lock().expect("held map");
-        held.iter()
-            .filter(|(_, h)| h.shard == shard)
-            .map(|(id, h)| (*id, h.fence))
-            .collect()
-    }
-
-    /// Tells held job `id` that its cancellation was asked: a running handler
-    /// sees it; an unstarted job is released instead of started.
-    fn cancel_held(&self, id: crate::job::JobId) {
-        if let Some(held) = self.held.lock().expect("held map").get(&id) {
-            held.cancel.cancel();
-        }
-    }
-
-    /// Notes that a claim on shard `shard` may have run without its reply.
-    fn claim_reply_lost(&self, shard: usize) {
-        *self.lost_claim[shard].lock().expect("lost claim") = Some(Instant::now());
-    }
-
-    /// When a claim on shard `shard` last may have lost its reply.
-    fn last_lost_claim(&self, shard: usize) -> Option<Instant> {
-        *self.lost_claim[shard].lock().expect("lost claim")
-    }
-
-    /// A new claim's number.
-    fn next_claim(&self) -> u64 {
-        self.claims
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
+/// Every (shard index, queue) pair a worker serves.
+fn targets(shards: usize, queues: &[String]) -> Vec<(usize, String)> {
+    (0..shards)
+        .flat_map(|s| queues.iter().map(move |q| (s, q.clone())))
+        .collect()
 }
 
-fn new_rotation(pipeline: &Pipeline) -> Rotation {
-    let start = rand::thread_rng().gen_range(0..pipeline.targets.len());
-    Rotation::new(pipeline.targets.len(), start, &pipeline.config.dequeue)
+/// Capacity of an executor slot's own queue (keyed jobs): its share of the
+/// buffer, at most one batch, at least one job. So a hot key holds at most
+/// this many buffered jobs; a producer dispatching more waits for the slot.
+fn slot_capacity(buffer_jobs: usize, concurrency: usize, batch_size: u32) -> usize {
+    (buffer_jobs / concurrency.max(1)).clamp(1, (batch_size as usize).max(1))
 }
 
-async fn run_serial(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
-    let mut loops = JoinSet::new();
-    for _ in 0..pipeline.config.worker.concurrency {
-        loops.spawn(serial::run(
-            pipeline.clone(),
-            new_rotation(pipeline),
-            claiming.clone(),
-        ));
-    }
-    while loops.join_next().await.is_some() {}
-}
-
-async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
-    let concurrency = pipeline.config.worker.concurrency;
-    let grace = pipeline.config.worker.shutdown_grace;
-    let (completions_tx, completions_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (shared_tx, shared_rx) = async_channel::unbounded();
+/// The pipeline: producers, executor slots and the completer, until
+/// `claiming` is cancelled; then the shutdown: producers stop, slots finish
+/// the job in hand (within the grace period), unstarted jobs are released,
+/// and every outcome is written (within the grace period again).
+///
+/// Channels: the slots' own queues hold [`slot_capacity`] jobs each; the
+/// shared queue and the completions hold `worker.buffer_jobs`, which the
+/// buffer credits guarantee they never exceed (see `credits`), so sends
+/// there never wait. Only a producer dispatching to a full slot waits, and
+/// only for that slot, which drains by itself; at shutdown it stops waiting
+/// and hands back the jobs it could not dispatch.
+async fn run_pipeline(
+    config: &Config,
+    shared: &Arc<Shared>,
+    registry: Arc<HandlerRegistry>,
+    claiming: &CancellationToken,
+) {
+    let worker = &config.worker;
+    let dequeue = &config.dequeue;
+    let concurrency = worker.concurrency;
+    let grace = worker.shutdown_grace;
+    let bound = worker.buffer_jobs.max(1);
+    let credits = BufferCredits::new(worker.buffer_jobs);
+    let (completions_tx, completions_rx) = mpsc::channel::<Completion>(bound);
+    let (shared_tx, shared_rx) = async_channel::bounded(bound);
+    let executor = Arc::new(Executor {
+        config: ExecutorConfig::new(config),
+        shared: shared.clone(),
+        registry,
+    });
+    let per_slot = slot_capacity(worker.buffer_jobs, concurrency, dequeue.batch_size);
     let mut keyed = Vec::with_capacity(concurrency);
     let mut slots = JoinSet::new();
     for _ in 0..concurrency {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(per_slot);
         keyed.push(tx);
         slots.spawn(executor::run_slot(
+            executor.clone(),
             rx,
             shared_rx.clone(),
-            pipeline.clone(),
             completions_tx.clone(),
             claiming.clone(),
         ));
     }
+    drop(executor);
     let abandon = CancellationToken::new();
     let completer = tokio::spawn(completer::run(
-        pipeline.clone(),
+        CompleterConfig::new(config),
+        shared.clone(),
+        credits.clone(),
         completions_rx,
         abandon.clone(),
     ));
-    let dispatch = Arc::new(producer::Dispatch {
-        keyed,
-        shared: shared_tx,
-    });
-    let mut producers = JoinSet::new();
-    for _ in 0..pipeline.config.worker.producers {
-        producers.spawn(producer::run(
-            pipeline.clone(),
-            dispatch.clone(),
-            new_rotation(pipeline),
-            claiming.clone(),
-        ));
+    let targets = targets(shared.shards.len(), &worker.queues);
+    let gate_slots = match dequeue.mode {
+        crate::config::DequeueMode::Gated { slots } => Some(slots),
+        crate::config::DequeueMode::Ungated => None,
+    };
+    let gate = LocalGate::new(
+        targets.len(),
+        gate_slots,
+        dequeue.busy_backoff,
+        dequeue.empty_backoff,
+    );
+    let producers = Arc::new(Producers::new(
+        ProducerConfig::new(config),
+        shared.clone(),
+        targets,
+        gate,
+        credits,
+        Dispatch {
+            keyed,
+            shared: shared_tx,
+        },
+    ));
+    let mut running = JoinSet::new();
+    for _ in 0..worker.producers {
+        running.spawn(producer::run(producers.clone(), claiming.clone()));
     }
-    while producers.join_next().await.is_some() {}
-    drop(dispatch);
+    // Jobs claimed but not started, released below.
+    let mut unstarted = Vec::new();
+    while let Some(joined) = running.join_next().await {
+        if let Ok(undispatched) = joined {
+            unstarted.extend(undispatched);
+        }
+    }
+    // The last handle on the dispatch: the slots' inputs close.
+    drop(producers);
 
     // Slots finish the job in hand (within the grace period) and stop.
-    let mut unstarted = Vec::new();
     let finished = tokio::time::timeout(grace, async {
         while let Some(Ok(mut own)) = slots.join_next().await {
             while let Ok(job) = own.try_recv() {
@@ -366,28 +302,37 @@ async fn run_pipeline(pipeline: &Arc<Pipeline>, claiming: &CancellationToken) {
     // Unstarted jobs go back through the completer (released, or cancelled
     // when that was asked), so other workers can take them at once.
     tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");
-    for job in unstarted {
-        let _ = completions_tx.send(crate::job::Completion::of(
-            &job,
-            crate::job::Outcome::Released,
-        ));
-    }
+    release(&completions_tx, unstarted).await;
     drop(completions_tx);
     if tokio::time::timeout(grace, completer).await.is_err() {
         abandon.cancel();
     }
 }
 
-async fn stop_when_empty(pipeline: Arc<Pipeline>, claiming: CancellationToken) {
-    let client =
-        crate::Client::from_shards(pipeline.shards.clone(), pipeline.config.limits.clone());
+/// Hands unstarted jobs to the completer as released. The completions
+/// channel has room for them: each still holds its buffer credit.
+async fn release(completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
+    for job in jobs {
+        let _ = completions
+            .send(Completion::of(&job, Outcome::Released))
+            .await;
+    }
+}
+
+async fn stop_when_empty(
+    shards: ShardSet,
+    limits: Limits,
+    queues: Vec<String>,
+    claiming: CancellationToken,
+) {
+    let client = crate::Client::from_shards(shards, limits);
     loop {
         tokio::select! {
             _ = claiming.cancelled() => return,
             _ = tokio::time::sleep(EMPTY_CHECK_INTERVAL) => {}
         }
         let mut pending = false;
-        for queue in &pipeline.config.worker.queues {
+        for queue in &queues {
             match client.has_pending(queue).await {
                 Ok(false) => {}
                 Ok(true) | Err(_) => {
@@ -401,5 +346,32 @@ async fn stop_when_empty(pipeline: Arc<Pipeline>, claiming: CancellationToken) {
             claiming.cancel();
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_holds_its_share_of_the_buffer_at_most_a_batch_at_least_one() {
+        assert_eq!(slot_capacity(1000, 4, 100), 100);
+        assert_eq!(slot_capacity(1000, 100, 100), 10);
+        assert_eq!(slot_capacity(10, 100, 100), 1);
+        assert_eq!(slot_capacity(10, 0, 0), 1);
+    }
+
+    #[test]
+    fn targets_are_every_shard_and_queue() {
+        let queues = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(
+            targets(2, &queues),
+            vec![
+                (0, "a".to_string()),
+                (0, "b".to_string()),
+                (1, "a".to_string()),
+                (1, "b".to_string())
+            ]
+        );
     }
 }

@@ -1,79 +1,245 @@
-//! Producers: claim batches while rotating over the shards, and hand the jobs
-//! to the executor slots. A producer claims only when the process has room
-//! for a whole batch (the `room` semaphore counts claimed-but-unfinished jobs).
+//! Producers: claim batches while rotating over the targets (shard × queue),
+//! and hand the jobs to the executor slots. A producer claims only when the
+//! process has room for a whole batch (it takes the batch's [`BufferCredits`]
+//! first and keeps one per job claimed).
 
-use super::local_gate::Refused;
+use super::credits::BufferCredits;
+use super::local_gate::{LocalGate, Refused};
 use super::rotation::{Next, Rotation};
-use super::Pipeline;
+use super::Shared;
+use crate::config::{Backoff, Config, DequeueMode};
 use crate::job::ClaimedJob;
 use crate::store::jobs::{self, Claim, ClaimParams};
 use crate::store::ErrorKind;
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// The producers' settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub(crate) struct ProducerConfig {
+    /// Jobs per claim statement (`dequeue.batch_size`).
+    pub batch_size: u32,
+    /// Lease of a claimed job (`worker.lease`).
+    pub lease: Duration,
+    /// Gated or not (`dequeue.mode`).
+    pub mode: DequeueMode,
+    /// Longest wait for a target whose gate permits are all taken: a permit
+    /// comes back within a claim statement, so this only bounds a missed
+    /// wake-up (`dequeue.busy_backoff.max`).
+    pub full_wait: Duration,
+    /// Skip time of a failing target (`dequeue.unhealthy_backoff`).
+    pub unhealthy: Backoff,
+}
+
+impl ProducerConfig {
+    pub fn new(config: &Config) -> Self {
+        ProducerConfig {
+            batch_size: config.dequeue.batch_size,
+            lease: config.worker.lease,
+            mode: config.dequeue.mode,
+            full_wait: config.dequeue.busy_backoff.max,
+            unhealthy: config.dequeue.unhealthy_backoff,
+        }
+    }
+
+    /// When a target the gate refused `now` for `why` may be tried again.
+    fn reopens(&self, why: Refused, now: Instant) -> Instant {
+        match why {
+            Refused::Full => now + self.full_wait,
+            Refused::SkipUntil(until) => until,
+        }
+    }
+}
+
+/// What the producers of one process share.
+pub(crate) struct Producers {
+    pub config: ProducerConfig,
+    pub shared: Arc<Shared>,
+    /// Every (shard index, queue) pair this worker serves.
+    pub targets: Vec<(usize, String)>,
+    /// Dequeue permits, busy backoff and empty skips per target.
+    pub gate: LocalGate,
+    pub credits: BufferCredits,
+    pub dispatch: Dispatch,
+    /// Claims made so far: numbers each claim (see [`ClaimedJob::claim`]).
+    claims: AtomicU64,
+}
+
+impl Producers {
+    pub fn new(
+        config: ProducerConfig,
+        shared: Arc<Shared>,
+        targets: Vec<(usize, String)>,
+        gate: LocalGate,
+        credits: BufferCredits,
+        dispatch: Dispatch,
+    ) -> Self {
+        Producers {
+            config,
+            shared,
+            targets,
+            gate,
+            credits,
+            dispatch,
+            claims: AtomicU64::new(0),
+        }
+    }
+
+    /// A new claim's number.
+    fn next_claim(&self) -> u64 {
+        self.claims.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A rotation from a random target, so producers spread out.
+    fn rotation(&self) -> Rotation {
+        let start = rand::thread_rng().gen_range(0..self.targets.len().max(1));
+        Rotation::new(self.targets.len(), start, self.config.unhealthy)
+    }
+}
 
 /// Where claimed jobs go: keyed jobs to the slot their key hashes to, the
 /// rest to a queue that every slot serves.
+///
+/// Both are bounded. A slot's own queue holds a few jobs (see
+/// `run_pipeline`), so a hot key cannot hold the whole buffer: a producer
+/// dispatching to a full slot waits until that slot takes its next job.
+/// That cannot deadlock: the slot drains by itself (it runs the job in hand
+/// and hands its outcome to the completions channel, whose sends never wait:
+/// see [`super::credits`]), and at shutdown the wait ends at once and the
+/// undispatched jobs are given back. The shared queue is bounded by the
+/// buffer credits, so a send there never waits.
 pub(crate) struct Dispatch {
-    pub keyed: Vec<tokio::sync::mpsc::UnboundedSender<ClaimedJob>>,
+    pub keyed: Vec<mpsc::Sender<ClaimedJob>>,
     pub shared: async_channel::Sender<ClaimedJob>,
 }
 
 impl Dispatch {
-    fn send(&self, job: ClaimedJob) {
-        // Sends fail only when the executors are gone, i.e. at shutdown; the
-        // job then stays claimed and its lease brings it back.
+    /// Dispatches `jobs` in order; the ones not dispatched when `shutdown`
+    /// came (or the executors were gone) come back, to be released.
+    async fn send_all(
+        &self,
+        jobs: Vec<ClaimedJob>,
+        shutdown: &CancellationToken,
+    ) -> Vec<ClaimedJob> {
+        let mut jobs = jobs.into_iter();
+        while let Some(job) = jobs.next() {
+            if let Err(job) = self.send(job, shutdown).await {
+                return std::iter::once(job).chain(jobs).collect();
+            }
+        }
+        Vec::new()
+    }
+
+    async fn send(&self, job: ClaimedJob, shutdown: &CancellationToken) -> Result<(), ClaimedJob> {
         match &job.ordering_key {
             Some(key) => {
                 let slot = crate::router::fnv1a64(key.as_bytes()) as usize % self.keyed.len();
-                let _ = self.keyed[slot].send(job);
+                // Biased: a job that finds room goes to its slot even at
+                // shutdown (it is released from there, unstarted).
+                let reserved = tokio::select! {
+                    biased;
+                    reserved = self.keyed[slot].reserve() => reserved,
+                    _ = shutdown.cancelled() => return Err(job),
+                };
+                match reserved {
+                    Ok(permit) => {
+                        permit.send(job);
+                        Ok(())
+                    }
+                    Err(_) => Err(job),
+                }
             }
             None => {
-                let _ = self.shared.try_send(job);
+                let mut job = job;
+                loop {
+                    match self.shared.try_send(job) {
+                        Ok(()) => return Ok(()),
+                        Err(async_channel::TrySendError::Closed(back)) => return Err(back),
+                        // Not while the credits hold (see `credits`); waiting
+                        // keeps it correct if they ever did not.
+                        Err(async_channel::TrySendError::Full(back)) => {
+                            job = back;
+                            tokio::select! {
+                                _ = shutdown.cancelled() => return Err(job),
+                                _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+                            }
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-/// One producer's loop; returns at shutdown.
-pub(crate) async fn run(
-    pipeline: Arc<Pipeline>,
-    dispatch: Arc<Dispatch>,
-    mut rotation: Rotation,
-    shutdown: CancellationToken,
-) {
-    let batch = pipeline.config.dequeue.batch_size;
+/// One producer's loop; returns at shutdown, with the jobs it claimed but
+/// could not dispatch any more (to be released).
+pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) -> Vec<ClaimedJob> {
+    let p = &*producers;
+    let mut rotation = p.rotation();
     loop {
-        let room = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            room = pipeline.room.clone().acquire_many_owned(batch) => room,
+        let credits = tokio::select! {
+            _ = shutdown.cancelled() => return Vec::new(),
+            credits = p.credits.take(p.config.batch_size) => credits,
         };
-        let Ok(room) = room else { return };
-        room.forget();
-        let claimed = claim_somewhere(&pipeline, &dispatch, &mut rotation, &shutdown).await;
-        pipeline
-            .room
-            .add_permits((batch as usize).saturating_sub(claimed.unwrap_or(0)));
-        if claimed.is_none() {
-            return;
+        // At shutdown `credits` drops unused and goes back.
+        let Some(mut jobs) = claim_somewhere(p, &mut rotation, &shutdown).await else {
+            return Vec::new();
+        };
+        credits.keep(jobs.len());
+        let claim = p.next_claim();
+        for job in &mut jobs {
+            job.claim = claim;
+            p.shared.running.hold(job);
         }
+        let undispatched = p.dispatch.send_all(jobs, &shutdown).await;
+        if !undispatched.is_empty() {
+            return undispatched;
+        }
+    }
+}
+
+/// Gate refusals in a row: once every target was refused, the producer
+/// waits until the earliest of them reopens.
+#[derive(Debug, Default)]
+struct Refusals {
+    count: usize,
+    reopens: Option<Instant>,
+}
+
+impl Refusals {
+    /// A target was refused until `until`; of `targets` targets. Returns
+    /// when to wait until once all were refused in a row (and starts over).
+    fn refused(&mut self, until: Instant, targets: usize) -> Option<Instant> {
+        self.count += 1;
+        let earliest = self.reopens.map_or(until, |r| r.min(until));
+        self.reopens = Some(earliest);
+        if self.count < targets {
+            return None;
+        }
+        *self = Refusals::default();
+        Some(earliest)
+    }
+
+    /// A target let the producer in.
+    fn entered(&mut self) {
+        *self = Refusals::default();
     }
 }
 
 /// Visits targets until one yields jobs; `None` at shutdown.
 async fn claim_somewhere(
-    pipeline: &Pipeline,
-    dispatch: &Dispatch,
+    p: &Producers,
     rotation: &mut Rotation,
     shutdown: &CancellationToken,
-) -> Option<usize> {
-    let stats = &pipeline.stats;
+) -> Option<Vec<ClaimedJob>> {
+    let stats = &p.shared.stats;
     let mut rng = StdRng::from_entropy();
-    // Targets the local gate refused in a row, and the earliest it reopens one.
-    let mut refused = 0;
-    let mut reopens: Option<Instant> = None;
+    let mut refusals = Refusals::default();
     loop {
         if shutdown.is_cancelled() {
             return None;
@@ -88,38 +254,28 @@ async fn claim_somewhere(
                 }
             }
         };
-        let entered = match pipeline.gate.try_enter(target, now) {
+        let entered = match p.gate.try_enter(target, now) {
             Ok(entered) => entered,
             Err(why) => {
-                refused += 1;
-                let until = match why {
-                    // A permit comes back within a claim statement; the cap
-                    // only bounds a missed wake-up.
-                    Refused::Full => now + pipeline.config.dequeue.busy_backoff.max,
-                    Refused::SkipUntil(until) => until,
-                };
-                reopens = Some(reopens.map_or(until, |r| r.min(until)));
-                if refused >= pipeline.targets.len() {
-                    let until = reopens.take().unwrap_or(until);
-                    refused = 0;
+                let until = p.config.reopens(why, now);
+                if let Some(until) = refusals.refused(until, p.targets.len()) {
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
-                        _ = pipeline.gate.wait(until) => {}
+                        _ = p.gate.wait(until) => {}
                     }
                 }
                 continue;
             }
         };
-        refused = 0;
-        reopens = None;
-        let (shard_index, queue) = &pipeline.targets[target];
-        let shard = pipeline.shards.get(*shard_index);
+        refusals.entered();
+        let (shard_index, queue) = &p.targets[target];
+        let shard = p.shared.shards.get(*shard_index);
         let params = ClaimParams {
             queue,
-            limit: pipeline.config.dequeue.batch_size,
-            owner: &pipeline.owner,
-            lease: pipeline.config.worker.lease,
-            mode: pipeline.config.dequeue.mode,
+            limit: p.config.batch_size,
+            owner: &p.shared.owner,
+            lease: p.config.lease,
+            mode: p.config.mode,
         };
         let started = Instant::now();
         let result = jobs::claim(shard, params).await;
@@ -130,21 +286,14 @@ async fn claim_somewhere(
                 entered.claimed();
                 drop(entered);
                 rotation.claimed(target);
-                let n = jobs.len();
-                let claim = pipeline.next_claim();
-                for mut job in jobs {
-                    job.claim = claim;
-                    pipeline.hold(&job);
-                    dispatch.send(job);
-                }
-                return Some(n);
+                return Some(jobs);
             }
             Ok(Claim::Busy) => entered.busy(now, &mut rng),
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
                 if err.kind() == ErrorKind::NoAnswer {
                     // No answer from the server: the claim may still have run.
-                    pipeline.claim_reply_lost(*shard_index);
+                    p.shared.lost_claims.lost(*shard_index);
                 }
                 let delay = rotation.failed(target, now, &mut rng);
                 tracing::warn!(
@@ -155,5 +304,97 @@ async fn claim_somewhere(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ProducerConfig {
+        ProducerConfig {
+            batch_size: 10,
+            lease: Duration::from_secs(30),
+            mode: DequeueMode::Gated { slots: 2 },
+            full_wait: Duration::from_millis(16),
+            unhealthy: Backoff {
+                min: Duration::from_millis(100),
+                max: Duration::from_millis(1000),
+            },
+        }
+    }
+
+    #[test]
+    fn a_full_target_reopens_within_the_busy_cap_a_skipped_one_when_its_skip_ends() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(3);
+        assert_eq!(
+            config().reopens(Refused::Full, now),
+            now + Duration::from_millis(16)
+        );
+        assert_eq!(config().reopens(Refused::SkipUntil(later), now), later);
+    }
+
+    #[test]
+    fn waits_only_once_every_target_was_refused_until_the_earliest_reopens() {
+        let now = Instant::now();
+        let at = |ms| now + Duration::from_millis(ms);
+        let mut r = Refusals::default();
+        assert_eq!(r.refused(at(30), 3), None);
+        assert_eq!(r.refused(at(10), 3), None);
+        assert_eq!(r.refused(at(20), 3), Some(at(10)));
+        // Starts over after a wait.
+        assert_eq!(r.refused(at(50), 3), None);
+        // An entered target breaks the streak.
+        r.entered();
+        assert_eq!(r.refused(at(40), 3), None);
+        assert_eq!(r.refused(at(60), 3), None);
+        assert_eq!(r.refused(at(70), 3), Some(at(40)));
+    }
+
+    fn job(key: Option<&str>) -> ClaimedJob {
+        ClaimedJob {
+            id: crate::job::JobId {
+                shard_key: 0,
+                id: 1,
+            },
+            shard: 0,
+            queue: "q".into(),
+            handler: "noop".into(),
+            ordering_key: key.map(Into::into),
+            payload: serde_json::Value::Null,
+            attempt: 1,
+            fence: 1,
+            claim: 0,
+            created_at: std::time::SystemTime::now(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dispatch_to_a_full_slot_waits_and_shutdown_gives_back_the_rest() {
+        let (keyed, mut own) = mpsc::channel(1);
+        let (shared, any) = async_channel::bounded(8);
+        let dispatch = Dispatch {
+            keyed: vec![keyed],
+            shared,
+        };
+        let shutdown = CancellationToken::new();
+        let jobs = vec![job(Some("k")), job(Some("k")), job(None), job(Some("k"))];
+        let sending = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { dispatch.send_all(jobs, &shutdown).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The slot holds one; the second waits for room.
+        assert!(!sending.is_finished());
+        assert!(own.recv().await.is_some());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The second went in and the unkeyed one too; the fourth waits.
+        assert_eq!(any.len(), 1);
+        assert!(!sending.is_finished());
+        shutdown.cancel();
+        let left = sending.await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].ordering_key.as_deref(), Some("k"));
     }
 }

@@ -1,23 +1,17 @@
-//! Which shard a producer visits next, and how long it pauses.
+//! Which target (shard × queue) a producer visits next.
 //!
-//! Pure bookkeeping with explicit `now`, so it is tested without a database.
-//! A busy target is skipped at once; an empty one is skipped for a jittered
-//! while; a failing one with exponential backoff. The producer idles only when
-//! every target is skipped, and pauses (adaptively) only after every available
-//! target answered busy in a row.
-//!
-//! The pipelined producers use only the order and the failure backoff here:
-//! what they learn about busy and empty targets is shared by the whole
-//! process in `local_gate`. The busy and empty bookkeeping below serves the
-//! serial baseline (`shardq worker --serial`), which has one claimer per slot.
+//! Pure bookkeeping with explicit `now`, so it is tested without a database:
+//! the order (round robin from a random start) and the backoff of a failing
+//! target (exponential, jittered). What the producers learn about busy and
+//! empty targets is shared by the whole process in `local_gate`.
 
-use crate::config::{Backoff, DequeueConfig};
+use crate::config::Backoff;
 use rand::Rng;
 use std::time::{Duration, Instant};
 
 /// What to do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Try target `i`.
     Visit(usize),
     /// Every target is skipped until then.
@@ -32,27 +26,20 @@ struct TargetState {
 
 /// Rotation state of one producer over its targets (shard × queue).
 #[derive(Debug)]
-pub struct Rotation {
+pub(crate) struct Rotation {
     targets: Vec<TargetState>,
     cursor: usize,
-    busy_streak: usize,
-    busy_pause: Duration,
-    empty: Backoff,
-    busy: Backoff,
     unhealthy: Backoff,
 }
 
 impl Rotation {
-    /// A rotation over `count` targets starting at `start`.
-    pub fn new(count: usize, start: usize, cfg: &DequeueConfig) -> Self {
+    /// A rotation over `count` targets starting at `start`; a failing target
+    /// is skipped within `unhealthy` (`dequeue.unhealthy_backoff`).
+    pub fn new(count: usize, start: usize, unhealthy: Backoff) -> Self {
         Rotation {
             targets: vec![TargetState::default(); count],
             cursor: start % count.max(1),
-            busy_streak: 0,
-            busy_pause: cfg.busy_backoff.min,
-            empty: cfg.empty_backoff,
-            busy: cfg.busy_backoff,
-            unhealthy: cfg.unhealthy_backoff,
+            unhealthy,
         }
     }
 
@@ -82,14 +69,6 @@ impl Rotation {
     /// Target `i` gave jobs.
     pub fn claimed(&mut self, i: usize) {
         self.targets[i] = TargetState::default();
-        self.busy_streak = 0;
-        self.busy_pause = self.busy.min;
-    }
-
-    /// Target `i` had a free slot but no ready job.
-    pub fn empty<R: Rng>(&mut self, i: usize, now: Instant, rng: &mut R) {
-        self.targets[i].failures = 0;
-        self.targets[i].skip_until = Some(now + jitter(rng, self.empty.min, self.empty.max));
     }
 
     /// Target `i` failed; returns how long it is skipped.
@@ -108,26 +87,10 @@ impl Rotation {
         t.skip_until = Some(now + delay);
         delay
     }
-
-    /// Target `i` answered busy. Returns a pause when every available target
-    /// has answered busy in a row; the pause doubles while that repeats.
-    pub fn busy<R: Rng>(&mut self, _i: usize, now: Instant, rng: &mut R) -> Option<Duration> {
-        self.busy_streak += 1;
-        let available = (0..self.targets.len())
-            .filter(|&i| self.available(i, now))
-            .count();
-        if self.busy_streak < available.max(1) {
-            return None;
-        }
-        self.busy_streak = 0;
-        let pause = jitter(rng, self.busy_pause / 2, self.busy_pause);
-        self.busy_pause = (self.busy_pause * 2).min(self.busy.max);
-        Some(pause)
-    }
 }
 
 /// A uniformly random duration in `[min, max]`, so processes do not synchronise.
-pub fn jitter<R: Rng>(rng: &mut R, min: Duration, max: Duration) -> Duration {
+pub(crate) fn jitter<R: Rng>(rng: &mut R, min: Duration, max: Duration) -> Duration {
     if max <= min {
         return min;
     }
@@ -138,26 +101,16 @@ pub fn jitter<R: Rng>(rng: &mut R, min: Duration, max: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn cfg() -> DequeueConfig {
-        let b = |min, max| Backoff {
-            min: Duration::from_millis(min),
-            max: Duration::from_millis(max),
-        };
-        DequeueConfig {
-            mode: crate::config::DequeueMode::Gated { slots: 2 },
-            batch_size: 10,
-            empty_backoff: b(50, 100),
-            busy_backoff: b(2, 16),
-            unhealthy_backoff: b(100, 1000),
-            lock_timeout: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(1),
-            statement_timeout: Duration::from_secs(10),
+    fn unhealthy() -> Backoff {
+        Backoff {
+            min: Duration::from_millis(100),
+            max: Duration::from_millis(1000),
         }
     }
 
     #[test]
     fn visits_round_robin_from_start() {
-        let mut r = Rotation::new(3, 1, &cfg());
+        let mut r = Rotation::new(3, 1, unhealthy());
         let now = Instant::now();
         let seq: Vec<_> = (0..4).map(|_| r.next(now)).collect();
         assert_eq!(
@@ -172,17 +125,16 @@ mod tests {
     }
 
     #[test]
-    fn one_empty_shard_does_not_idle_the_others() {
+    fn one_failing_target_does_not_idle_the_others() {
         let mut rng = rand::thread_rng();
-        let mut r = Rotation::new(3, 0, &cfg());
+        let mut r = Rotation::new(3, 0, unhealthy());
         let now = Instant::now();
-        r.empty(0, now, &mut rng);
+        r.failed(0, now, &mut rng);
         for _ in 0..6 {
             assert_ne!(r.next(now), Next::Visit(0));
-            assert!(matches!(r.next(now), Next::Visit(_)));
         }
-        r.empty(1, now, &mut rng);
-        r.empty(2, now, &mut rng);
+        r.failed(1, now, &mut rng);
+        r.failed(2, now, &mut rng);
         match r.next(now) {
             Next::WaitUntil(t) => {
                 assert!(
@@ -200,7 +152,7 @@ mod tests {
     #[test]
     fn failures_back_off_exponentially_up_to_max() {
         let mut rng = rand::thread_rng();
-        let mut r = Rotation::new(1, 0, &cfg());
+        let mut r = Rotation::new(1, 0, unhealthy());
         let now = Instant::now();
         let delays: Vec<_> = (0..6).map(|_| r.failed(0, now, &mut rng)).collect();
         assert!(delays[0] <= Duration::from_millis(100));
@@ -208,27 +160,5 @@ mod tests {
         assert!(delays.iter().all(|d| *d <= Duration::from_millis(1000)));
         r.claimed(0);
         assert!(r.failed(0, now, &mut rng) <= Duration::from_millis(100));
-    }
-
-    #[test]
-    fn busy_pauses_only_after_every_shard_was_busy_and_grows() {
-        let mut rng = rand::thread_rng();
-        let mut r = Rotation::new(3, 0, &cfg());
-        let now = Instant::now();
-        assert_eq!(r.busy(0, now, &mut rng), None);
-        assert_eq!(r.busy(1, now, &mut rng), None);
-        let first = r.busy(2, now, &mut rng).expect("all three busy");
-        assert!(first <= Duration::from_millis(2));
-        let mut last = first;
-        for _ in 0..5 {
-            r.busy(0, now, &mut rng);
-            r.busy(1, now, &mut rng);
-            last = r.busy(2, now, &mut rng).unwrap();
-        }
-        assert!(last >= Duration::from_millis(8) && last <= Duration::from_millis(16));
-        r.claimed(0);
-        r.busy(0, now, &mut rng);
-        r.busy(1, now, &mut rng);
-        assert!(r.busy(2, now, &mut rng).unwrap() <= Duration::from_millis(2));
     }
 }

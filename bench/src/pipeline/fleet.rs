@@ -1,5 +1,6 @@
 //! A real worker process (`shardq worker --until-empty --json`, the `shardq`
-//! binary built next to this one), timed from
+//! binary built next to this one; for the serial baseline
+//! `shardq-bench serial-worker`, this binary), timed from
 //! spawn to exit, with its peak memory and CPU time and the database's CPU
 //! time over the same span.
 
@@ -30,7 +31,7 @@ const WORKER_LOG_FILTER: &str = "warn";
 pub struct FleetRun {
     /// `pipeline`, `serial` or `memory`.
     pub label: String,
-    /// Whether `--serial` was passed.
+    /// Whether it was the serial baseline (`shardq-bench serial-worker`).
     pub serial: bool,
     /// Jobs enqueued before the run.
     pub jobs: u64,
@@ -69,10 +70,18 @@ pub async fn run(
     serial: bool,
 ) -> Result<FleetRun> {
     let prefill = server.refill(jobs).await?;
-    let exe = shardq_harness::exe::binary("shardq")?;
-    let mut command = Command::new(exe);
+    let mut command = if serial {
+        let exe = std::env::current_exe().context("cannot find the shardq-bench binary")?;
+        let mut command = Command::new(exe);
+        command.args(["serial-worker", "--queue", QUEUE]);
+        command
+    } else {
+        let exe = shardq_harness::exe::binary("shardq")?;
+        let mut command = Command::new(exe);
+        command.args(["worker", "--until-empty", "--json", "--queue", QUEUE]);
+        command
+    };
     command
-        .args(["worker", "--until-empty", "--json", "--queue", QUEUE])
         .arg("--config")
         .arg(server.config_path())
         // SHARDQ_* variables pass through: that is how settings are tuned.
@@ -80,9 +89,6 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    if serial {
-        command.arg("--serial");
-    }
     let pg = Sampler::start(server.postmaster())?;
     let machine_before = procfs::machine_busy_ticks()?;
     let started = Instant::now();

@@ -4,7 +4,8 @@
 //! same starting state.
 //!
 //! Roles: [`server`] (the one shard), [`ceiling`] (claim+complete statements
-//! without a worker), [`fleet`] (a `shardq worker` process), [`pgcpu`]
+//! without a worker), [`fleet`] (a `shardq worker` process, or a
+//! `shardq-bench serial-worker` one for the [`serial`] baseline), [`pgcpu`]
 //! (the server's CPU time), [`report`] and [`table`] (results).
 
 mod args;
@@ -12,6 +13,7 @@ mod ceiling;
 mod fleet;
 mod pgcpu;
 mod report;
+pub mod serial;
 mod server;
 mod table;
 
@@ -91,7 +93,12 @@ async fn worker_run(
     jobs: usize,
     serial: bool,
 ) -> Result<fleet::FleetRun> {
-    eprintln!("{label}: {jobs} jobs, one `shardq worker` process");
+    let process = if serial {
+        "`shardq-bench serial-worker`"
+    } else {
+        "`shardq worker`"
+    };
+    eprintln!("{label}: {jobs} jobs, one {process} process");
     let run = fleet::run(server, clock, label, jobs, serial).await?;
     eprintln!(
         "  {:.0} jobs/s, peak RSS {:.1} MiB",

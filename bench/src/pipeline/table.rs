@@ -75,7 +75,7 @@ pub fn print_ceiling(r: &Report) {
 /// The worker-process runs.
 pub fn print_workers(r: &Report) {
     println!();
-    println!("worker processes (`shardq worker --until-empty`), timed from spawn to exit");
+    println!("worker processes (`shardq worker --until-empty`; serial: `shardq-bench serial-worker`), timed from spawn to exit");
     println!(
         "  {:<9} {:>10} {:>12} {:>8} {:>13} {:>15} {:>13}",
         "run", "jobs", "jobs/s", "wall s", "worker CPU s", "postgres CPU s", "peak RSS MiB"

@@ -18,7 +18,7 @@ pub async fn run(mut config: Config, args: WorkerArgs) -> Result<()> {
         }
         config.worker.concurrency = c;
     }
-    let report = run_worker(config, args.serial, args.until_empty).await?;
+    let report = run_worker(config, args.until_empty).await?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -28,14 +28,12 @@ pub async fn run(mut config: Config, args: WorkerArgs) -> Result<()> {
 }
 
 /// Checks the schema, runs a worker until a signal (or until empty), returns its report.
-pub async fn run_worker(config: Config, serial: bool, until_empty: bool) -> Result<WorkerReport> {
+pub async fn run_worker(config: Config, until_empty: bool) -> Result<WorkerReport> {
     let shards = ShardSet::connect(&config)?;
     check_schema(&shards).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
-    let worker = Worker::new(config, shards, HandlerRegistry::new())
-        .serial(serial)
-        .stop_when_empty(until_empty);
+    let worker = Worker::new(config, shards, HandlerRegistry::new()).stop_when_empty(until_empty);
     Ok(worker.run(shutdown).await)
 }
 

@@ -65,3 +65,55 @@ async fn ready_jobs_notify_once_per_statement_and_queue() {
         vec!["later".to_string()]
     );
 }
+
+/// With the fallback poll pushed out to a minute, an idle worker still
+/// starts a new job, and the next job of a key freed by a completion, within
+/// seconds: only the wake-ups can have told it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_wakes_for_a_new_job_and_for_a_freed_key() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config("[dequeue]\nidle_poll_ms = 60000\n\n[worker]\nqueues = [\"q\"]\n");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let mut handlers = shardq::HandlerRegistry::new();
+    handlers.register("slow", |_ctx| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(serde_json::Value::Null)
+    });
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let worker = shardq::Worker::new(config.clone(), set.clone(), handlers);
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Every target polled empty once and is now skipped for 30-60 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let id = client
+        .enqueue(NewJob::new("q", "noop", serde_json::json!({})))
+        .await
+        .unwrap();
+    let outcome = client.result(id, Duration::from_secs(10)).await;
+    assert!(
+        matches!(outcome, Ok(shardq::JobOutcome::Succeeded(_))),
+        "{outcome:?}"
+    );
+
+    // The second job of a key arrives while the first runs: it is parked,
+    // and queued again when the first completes (no enqueue then).
+    let first = client
+        .enqueue(NewJob::new("q", "slow", serde_json::json!({})).ordering_key("k"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = client
+        .enqueue(NewJob::new("q", "noop", serde_json::json!({})).ordering_key("k"))
+        .await
+        .unwrap();
+    for id in [first, second] {
+        let outcome = client.result(id, Duration::from_secs(10)).await;
+        assert!(
+            matches!(outcome, Ok(shardq::JobOutcome::Succeeded(_))),
+            "{id}: {outcome:?}"
+        );
+    }
+    shutdown.cancel();
+    running.await.unwrap();
+}

@@ -114,6 +114,12 @@ pub struct DequeueFile {
     /// Longest time a shard that returned no job is skipped (jitter spreads the two).
     #[serde(default = "default_empty_max")]
     pub empty_backoff_max_ms: u64,
+    /// How long a shard that returned no job is skipped while the process
+    /// listens to it (`LISTEN shardq_ready`): new jobs wake the producers at
+    /// once, so this is only the fallback poll for a lost notification
+    /// (jittered between half of it and all of it).
+    #[serde(default = "default_idle_poll")]
+    pub idle_poll_ms: u64,
     /// First time a shard that answered busy is skipped by every producer of
     /// the process; doubles while it stays busy.
     #[serde(default = "default_busy_min")]
@@ -245,6 +251,9 @@ fn default_empty_min() -> u64 {
 }
 fn default_empty_max() -> u64 {
     150
+}
+fn default_idle_poll() -> u64 {
+    3000
 }
 fn default_busy_min() -> u64 {
     1

@@ -184,6 +184,9 @@ pub struct DequeueConfig {
     pub batch_size: u32,
     /// Skip time for a shard with no ready job.
     pub empty_backoff: Backoff,
+    /// Skip time for a shard with no ready job while the process listens
+    /// for its wake-ups.
+    pub idle_poll: Backoff,
     /// Pause after every shard answered busy.
     pub busy_backoff: Backoff,
     /// Retry delay for a failing shard.
@@ -293,6 +296,11 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             "dequeue.empty_backoff_max_ms",
             d.empty_backoff_min_ms,
             d.empty_backoff_max_ms,
+        )?,
+        idle_poll: backoff(
+            "dequeue.idle_poll_ms",
+            d.idle_poll_ms / 2,
+            positive("dequeue.idle_poll_ms", d.idle_poll_ms as usize)? as u64,
         )?,
         busy_backoff: backoff(
             "dequeue.busy_backoff_max_ms",

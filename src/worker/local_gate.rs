@@ -44,6 +44,8 @@ struct Target {
 struct SkipState {
     /// Left alone until then (busy or empty lately).
     until: Option<Instant>,
+    /// Whether `until` is an empty skip (which a wake-up ends).
+    empty: bool,
     /// The next busy pause.
     busy_pause: Duration,
 }
@@ -76,6 +78,7 @@ impl LocalGate {
                     permits: slots.map(|k| Arc::new(Semaphore::new(k.max(1) as usize))),
                     skip: Mutex::new(SkipState {
                         until: None,
+                        empty: false,
                         busy_pause: busy.min,
                     }),
                 })
@@ -115,6 +118,16 @@ impl LocalGate {
         })
     }
 
+    /// Ends the empty skip of target `i` (jobs were announced there); a busy
+    /// pause stays.
+    pub fn wake(&self, i: usize) {
+        let mut state = self.targets[i].skip.lock().expect("gate state");
+        if state.empty {
+            state.until = None;
+            state.empty = false;
+        }
+    }
+
     /// Waits until a permit is returned or `until`, whichever is first (a
     /// return between the refusal and this wait is missed; `until` caps that).
     pub async fn wait(&self, until: Instant) {
@@ -129,14 +142,22 @@ impl Entered {
         let mut state = self.target.skip.lock().expect("gate state");
         let pause = jitter(rng, state.busy_pause / 2, state.busy_pause);
         state.until = Some(now + pause);
+        state.empty = false;
         state.busy_pause = (state.busy_pause * 2).min(self.busy.max);
     }
 
     /// The target had a free slot but no ready job: the process leaves it
     /// alone for a jittered empty skip.
     pub fn empty<R: Rng>(&self, now: Instant, rng: &mut R) {
+        self.empty_for(now, rng, self.empty);
+    }
+
+    /// [`Entered::empty`] with a skip within `skip` (longer while wake-ups
+    /// are heard from the shard).
+    pub fn empty_for<R: Rng>(&self, now: Instant, rng: &mut R, skip: Backoff) {
         let mut state = self.target.skip.lock().expect("gate state");
-        state.until = Some(now + jitter(rng, self.empty.min, self.empty.max));
+        state.until = Some(now + jitter(rng, skip.min, skip.max));
+        state.empty = true;
         state.busy_pause = self.busy.min;
     }
 
@@ -144,6 +165,7 @@ impl Entered {
     pub fn claimed(&self) {
         let mut state = self.target.skip.lock().expect("gate state");
         state.until = None;
+        state.empty = false;
         state.busy_pause = self.busy.min;
     }
 }

@@ -20,6 +20,7 @@ mod producer;
 mod rotation;
 mod running;
 mod stats;
+mod wakeup;
 
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
@@ -42,6 +43,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use wakeup::Wakeups;
 
 /// How often `stop_when_empty` asks the shards whether work is left.
 const EMPTY_CHECK_INTERVAL: Duration = Duration::from_millis(200);
@@ -254,6 +256,15 @@ async fn run_pipeline(
         dequeue.busy_backoff,
         dequeue.empty_backoff,
     );
+    let wakeups = Arc::new(Wakeups::new(&targets, shared.shards.len()));
+    let mut listeners = JoinSet::new();
+    for shard in shared.shards.all() {
+        listeners.spawn(wakeup::listen(
+            shard.clone(),
+            wakeups.clone(),
+            claiming.clone(),
+        ));
+    }
     let producers = Arc::new(Producers::new(
         ProducerConfig::new(config),
         shared.clone(),
@@ -264,6 +275,7 @@ async fn run_pipeline(
             keyed,
             shared: shared_tx,
         },
+        wakeups,
     ));
     let mut running = JoinSet::new();
     for _ in 0..worker.producers {
@@ -278,6 +290,7 @@ async fn run_pipeline(
     }
     // The last handle on the dispatch: the slots' inputs close.
     drop(producers);
+    listeners.shutdown().await;
 
     // Slots finish the job in hand (within the grace period) and stop.
     let finished = tokio::time::timeout(grace, async {

@@ -6,6 +6,7 @@
 use super::credits::BufferCredits;
 use super::local_gate::{LocalGate, Refused};
 use super::rotation::{Next, Rotation};
+use super::wakeup::Wakeups;
 use super::Shared;
 use crate::config::{Backoff, Config, DequeueMode};
 use crate::job::ClaimedJob;
@@ -34,6 +35,9 @@ pub(crate) struct ProducerConfig {
     pub full_wait: Duration,
     /// Skip time of a failing target (`dequeue.unhealthy_backoff`).
     pub unhealthy: Backoff,
+    /// Skip time of an empty target on a shard whose wake-ups are heard
+    /// (`dequeue.idle_poll_ms`).
+    pub idle_poll: Backoff,
 }
 
 impl ProducerConfig {
@@ -44,6 +48,7 @@ impl ProducerConfig {
             mode: config.dequeue.mode,
             full_wait: config.dequeue.busy_backoff.max,
             unhealthy: config.dequeue.unhealthy_backoff,
+            idle_poll: config.dequeue.idle_poll,
         }
     }
 
@@ -66,6 +71,8 @@ pub(crate) struct Producers {
     pub gate: LocalGate,
     pub credits: BufferCredits,
     pub dispatch: Dispatch,
+    /// Targets announced ready by the shards' notifications.
+    pub wakeups: Arc<Wakeups>,
     /// Claims made so far: numbers each claim (see [`ClaimedJob::claim`]).
     claims: AtomicU64,
 }
@@ -78,6 +85,7 @@ impl Producers {
         gate: LocalGate,
         credits: BufferCredits,
         dispatch: Dispatch,
+        wakeups: Arc<Wakeups>,
     ) -> Self {
         Producers {
             config,
@@ -86,6 +94,7 @@ impl Producers {
             gate,
             credits,
             dispatch,
+            wakeups,
             claims: AtomicU64::new(0),
         }
     }
@@ -254,6 +263,9 @@ async fn claim_somewhere(
                 }
             }
         };
+        if p.wakeups.take(target) {
+            p.gate.wake(target);
+        }
         let entered = match p.gate.try_enter(target, now) {
             Ok(entered) => entered,
             Err(why) => {
@@ -262,6 +274,7 @@ async fn claim_somewhere(
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
                         _ = p.gate.wait(until) => {}
+                        _ = p.wakeups.sleep_until(until) => {}
                     }
                 }
                 continue;
@@ -289,6 +302,9 @@ async fn claim_somewhere(
                 return Some(jobs);
             }
             Ok(Claim::Busy) => entered.busy(now, &mut rng),
+            Ok(Claim::Empty) if p.wakeups.listening(*shard_index) => {
+                entered.empty_for(now, &mut rng, p.config.idle_poll)
+            }
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
                 if err.kind() == ErrorKind::NoAnswer {
@@ -320,6 +336,10 @@ mod tests {
             unhealthy: Backoff {
                 min: Duration::from_millis(100),
                 max: Duration::from_millis(1000),
+            },
+            idle_poll: Backoff {
+                min: Duration::from_millis(1500),
+                max: Duration::from_millis(3000),
             },
         }
     }

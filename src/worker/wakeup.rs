@@ -1,0 +1,112 @@
+//! Wake-ups: one dedicated `LISTEN shardq_ready` connection per shard per
+//! process (not per producer). A notification names a queue that just got
+//! ready jobs on that shard; it marks that (shard, queue) target ready, so
+//! the next producer skips its empty backoff there, and wakes the producers
+//! that sleep. Polling stays: it is the fallback when a notification is
+//! lost, when the listener is down, and behind a transaction pooler, where
+//! `LISTEN` cannot work and no listener is opened.
+
+use crate::shards::Shard;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// The channel that ready jobs are announced on (`store::sql`).
+pub(crate) const CHANNEL: &str = "shardq_ready";
+
+/// Pause before a listener connects again after its connection ended.
+const RECONNECT: Duration = Duration::from_secs(1);
+
+/// Ready marks per (shard, queue) target, and the producers' alarm clock.
+pub(crate) struct Wakeups {
+    targets: Vec<(usize, String)>,
+    ready: Vec<AtomicBool>,
+    listening: Vec<AtomicBool>,
+    notify: Notify,
+}
+
+impl Wakeups {
+    /// Marks for `targets`, over `shards` shards, none set.
+    pub fn new(targets: &[(usize, String)], shards: usize) -> Wakeups {
+        Wakeups {
+            targets: targets.to_vec(),
+            ready: targets.iter().map(|_| AtomicBool::new(false)).collect(),
+            listening: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Whether target `index` was announced ready since the last call (and
+    /// clears the mark).
+    pub fn take(&self, index: usize) -> bool {
+        self.ready[index].swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether shard `shard` has a listener now (so its idle polls can be rare).
+    pub fn listening(&self, shard: usize) -> bool {
+        self.listening[shard].load(Ordering::Acquire)
+    }
+
+    /// Sleeps until `until`, or until a notification arrives.
+    pub async fn sleep_until(&self, until: Instant) {
+        let notified = self.notify.notified();
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = notified => {}
+        }
+    }
+
+    /// `queue` got ready jobs on `shard`.
+    fn wake(&self, shard: usize, queue: &str) {
+        let mut any = false;
+        for (i, (s, q)) in self.targets.iter().enumerate() {
+            if *s == shard && q == queue {
+                self.ready[i].store(true, Ordering::Release);
+                any = true;
+            }
+        }
+        if any {
+            self.notify.notify_waiters();
+        }
+    }
+}
+
+/// Listens on `shard` until `stop`, reconnecting after failures.
+pub(crate) async fn listen(shard: Shard, wakeups: Arc<Wakeups>, stop: CancellationToken) {
+    loop {
+        let mut listener = tokio::select! {
+            _ = stop.cancelled() => return,
+            opened = shard.listen(CHANNEL) => match opened {
+                Ok(Some(listener)) => listener,
+                // Behind a pooler: polling only.
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "listener cannot connect");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(RECONNECT) => continue,
+                    }
+                }
+            },
+        };
+        wakeups.listening[shard.index].store(true, Ordering::Release);
+        // Anything announced while it was down is found by the next poll.
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                payload = listener.payloads.recv() => match payload {
+                    Some(queue) => wakeups.wake(shard.index, &queue),
+                    None => break,
+                },
+            }
+        }
+        wakeups.listening[shard.index].store(false, Ordering::Release);
+        tracing::debug!(shard = %shard.name, "listener connection ended; reconnecting");
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(RECONNECT) => {}
+        }
+    }
+}

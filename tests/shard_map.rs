@@ -120,8 +120,7 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
             .await
             .unwrap()
             .batch_execute(
-                "DROP TABLE shardq_shard_map; DROP INDEX workflow_status_queue_active; \
-                 DROP STATISTICS workflow_status_queue_status; \
+                "DROP TABLE shardq_shard_map; DROP INDEX workflow_status_scheduled_queue; \
                  DELETE FROM shardq_migrations WHERE version >= 5",
             )
             .await

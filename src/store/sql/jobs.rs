@@ -38,15 +38,22 @@ pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
 
 /// Whether queue $1 has any queued, waiting, running or retrying (scheduled
 /// after a failure) job on this shard. Each test names what its partial
-/// index needs (waiting jobs always have a key; running and scheduled ones
-/// are in `workflow_status_queue_active` by queue), so each is one probe.
+/// index needs (waiting jobs always have a key; scheduled ones are in
+/// `workflow_status_scheduled_queue` by queue), so each is one probe but the
+/// running one, which walks the running rows (the lease index) until it
+/// finds one of this queue: at most what the fleet holds. (The planner
+/// takes a queue's share of the whole table for its share of the scheduled
+/// rows and, with many finished rows of the queue, prefers walking every
+/// scheduled row; the ORDER BY ... LIMIT 1 of a scalar subquery, which EXISTS would
+/// drop, makes the probe the cheap plan.)
 pub const QUEUE_HAS_PENDING: &str = "SELECT (EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
     OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
-    OR EXISTS (SELECT 1 FROM workflow_status \
-        WHERE queue = $1 AND status = 'scheduled' AND attempts > 0)) AS pending";
+    OR coalesce((SELECT true FROM workflow_status \
+        WHERE queue = $1 AND status = 'scheduled' AND attempts > 0 \
+        ORDER BY queue, attempts LIMIT 1), false)) AS pending";
 
 /// Unfinished job counts by queue and state; scheduled jobs split into
 /// `retrying` (they failed before) and `delayed`. Each branch reads one

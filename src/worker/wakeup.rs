@@ -49,7 +49,8 @@ impl Wakeups {
         self.listening[shard].load(Ordering::Acquire)
     }
 
-    /// Sleeps until `until`, or until a notification arrives.
+    /// Sleeps until `until`, or until a notification arrives (one sleeping
+    /// producer wakes per notification: more would race for the same slots).
     pub async fn sleep_until(&self, until: Instant) {
         let notified = self.notify.notified();
         tokio::select! {
@@ -68,7 +69,7 @@ impl Wakeups {
             }
         }
         if any {
-            self.notify.notify_waiters();
+            self.notify.notify_one();
         }
     }
 }

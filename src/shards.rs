@@ -349,12 +349,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     let direct = if shard.transaction_pooler {
         None
     } else {
-        let mut pg = pg.clone();
-        pg.ssl_mode(shard.tls.pg_ssl_mode());
-        let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {
-            shard: shard.name.clone(),
-            source,
-        })?;
+        let (pg, tls) = with_tls(shard, &pg)?;
         Some(Direct { pg, tls })
     };
     Ok(Shard {
@@ -379,19 +374,34 @@ fn client_deadline(statement_timeout: Duration) -> Duration {
     statement_timeout + statement_timeout / 4
 }
 
+/// `pg` with the shard's `sslmode`, and the TLS connector for it. `tls` is
+/// the source of truth, also for a hand-built `ShardConfig`.
+fn with_tls(
+    shard: &ShardConfig,
+    pg: &tokio_postgres::Config,
+) -> Result<
+    (
+        tokio_postgres::Config,
+        tokio_postgres_rustls::MakeRustlsConnect,
+    ),
+    ShardError,
+> {
+    let mut pg = pg.clone();
+    pg.ssl_mode(shard.tls.pg_ssl_mode());
+    let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {
+        shard: shard.name.clone(),
+        source,
+    })?;
+    Ok((pg, tls))
+}
+
 /// A pool of connections made with `pg` to `shard`.
 fn build_pool(
     shard: &ShardConfig,
     config: &Config,
     pg: &tokio_postgres::Config,
 ) -> Result<Pool, ShardError> {
-    let mut pg = pg.clone();
-    // `tls` is the source of truth, also for a hand-built `ShardConfig`.
-    pg.ssl_mode(shard.tls.pg_ssl_mode());
-    let tls = crate::tls::connector(&shard.tls).map_err(|source| ShardError::Tls {
-        shard: shard.name.clone(),
-        source,
-    })?;
+    let (pg, tls) = with_tls(shard, pg)?;
     let manager = Manager::from_config(
         pg,
         tls,

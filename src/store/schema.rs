@@ -62,6 +62,19 @@ pub async fn applied(shard: &Shard) -> Result<Vec<i32>, ShardError> {
     Ok(rows.iter().map(|r| r.get("version")).collect())
 }
 
+/// The applied versions, read on `client` (inside a migration's transaction
+/// or session).
+async fn applied_on(
+    shard: &Shard,
+    client: &deadpool_postgres::Client,
+) -> Result<Vec<i32>, ShardError> {
+    let rows = client
+        .query(sql::MIGRATIONS_APPLIED, &[])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(rows.iter().map(|r| r.get("version")).collect())
+}
+
 /// The (shard count, index) `shard` records, when it has a shard map row.
 ///
 /// # Errors
@@ -140,12 +153,7 @@ impl<'s> MigrationTx<'s> {
     ///
     /// Cancel safe (reads only).
     pub async fn applied(&self) -> Result<Vec<i32>, ShardError> {
-        let rows = self
-            .client
-            .query(sql::MIGRATIONS_APPLIED, &[])
-            .await
-            .map_err(|e| self.shard.query_error(e))?;
-        Ok(rows.iter().map(|r| r.get("version")).collect())
+        applied_on(self.shard, &self.client).await
     }
 
     /// Runs a migration's text and records it as applied.
@@ -324,12 +332,7 @@ impl<'c> MigrationSession<'c> {
     ///
     /// Cancel safe (reads only).
     pub async fn applied(&self) -> Result<Vec<i32>, ShardError> {
-        let rows = self
-            .client
-            .query(sql::MIGRATIONS_APPLIED, &[])
-            .await
-            .map_err(|e| self.shard.query_error(e))?;
-        Ok(rows.iter().map(|r| r.get("version")).collect())
+        applied_on(self.shard, &self.client).await
     }
 
     /// Whether index `name` exists but is invalid (a failed concurrent build).

@@ -332,7 +332,7 @@ impl<'c> MigrationSession<'c> {
     ///
     /// Cancel safe (reads only).
     pub async fn applied(&self) -> Result<Vec<i32>, ShardError> {
-        applied_on(self.shard, &self.client).await
+        applied_on(self.shard, self.client).await
     }
 
     /// Whether index `name` exists but is invalid (a failed concurrent build).

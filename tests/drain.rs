@@ -218,14 +218,14 @@ async fn a_worker_counts_per_shard_and_records_latencies() {
     let worker = Worker::new(config, set.clone(), HandlerRegistry::new()).stop_when_empty(true);
     let stats = worker.stats();
     worker.run(CancellationToken::new()).await;
-    let per_shard = stats.metrics.shard_snapshots();
+    let per_shard = stats.shards();
     assert_eq!(per_shard.len(), 2);
     for (i, shard) in per_shard.iter().enumerate() {
         let rows = count_on(set.get(i), "succeeded").await.unwrap() as u64;
         assert_eq!(shard.claimed, rows, "shard {i} claimed count");
         assert_eq!(shard.completed, rows, "shard {i} completed count");
     }
-    let latencies = stats.metrics.latencies();
+    let latencies = stats.latencies();
     assert_eq!(latencies.pickup_us.len(), 400);
     assert_eq!(latencies.completion_lag_us.len(), 400);
     let statements: u64 = latencies.claim_statement_us.iter().map(|h| h.len()).sum();

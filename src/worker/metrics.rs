@@ -14,17 +14,17 @@ const MAX_LATENCY_US: u64 = 3_600_000_000;
 #[derive(Debug, Default)]
 pub struct ShardCounters {
     /// Claim statements that returned jobs.
-    pub claims: AtomicU64,
+    pub(crate) claims: AtomicU64,
     /// Jobs claimed.
-    pub claimed: AtomicU64,
+    pub(crate) claimed: AtomicU64,
     /// Claims that found every dequeue slot taken (lock misses).
-    pub busy: AtomicU64,
+    pub(crate) busy: AtomicU64,
     /// Claims that found no ready job.
-    pub empty: AtomicU64,
+    pub(crate) empty: AtomicU64,
     /// Claims that failed.
-    pub errors: AtomicU64,
+    pub(crate) errors: AtomicU64,
     /// Outcomes written.
-    pub completed: AtomicU64,
+    pub(crate) completed: AtomicU64,
 }
 
 /// A copy of [`ShardCounters`].
@@ -87,7 +87,7 @@ impl Latencies {
 #[derive(Debug)]
 pub struct Metrics {
     /// Counters by shard index.
-    pub shards: Vec<ShardCounters>,
+    pub(crate) shards: Vec<ShardCounters>,
     latencies: Mutex<Latencies>,
 }
 
@@ -103,7 +103,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Empty metrics for `shards` shards.
-    pub fn new(shards: usize) -> Self {
+    pub(crate) fn new(shards: usize) -> Self {
         Metrics {
             shards: (0..shards).map(|_| ShardCounters::default()).collect(),
             latencies: Mutex::new(Latencies::new(shards)),

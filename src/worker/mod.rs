@@ -91,10 +91,7 @@ impl WorkerReport {
 impl Worker {
     /// A worker for the queues in `config.worker.queues`, with `registry`'s handlers.
     pub fn new(config: Config, shards: ShardSet, registry: HandlerRegistry) -> Self {
-        let stats = Arc::new(Stats {
-            metrics: metrics::Metrics::new(shards.len()),
-            ..Stats::default()
-        });
+        let stats = Arc::new(Stats::new(shards.len()));
         Worker {
             config,
             shards,

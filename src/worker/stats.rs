@@ -2,39 +2,41 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Live counters of one worker process.
+/// Live counters of one worker process: read them with
+/// [`Stats::snapshot`], the per-shard ones with [`Stats::shards`], the
+/// latency histograms with [`Stats::latencies`].
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Per-shard counters and latency histograms.
-    pub metrics: super::metrics::Metrics,
+    pub(crate) metrics: super::metrics::Metrics,
     /// Jobs claimed.
-    pub claimed: AtomicU64,
+    pub(crate) claimed: AtomicU64,
     /// Claim attempts that found every slot taken.
-    pub busy: AtomicU64,
+    pub(crate) busy: AtomicU64,
     /// Claim attempts that found no ready job.
-    pub empty: AtomicU64,
+    pub(crate) empty: AtomicU64,
     /// Claim attempts that failed (shard unreachable, statement error).
-    pub claim_errors: AtomicU64,
+    pub(crate) claim_errors: AtomicU64,
     /// Claim statements that returned jobs.
-    pub claim_statements: AtomicU64,
+    pub(crate) claim_statements: AtomicU64,
     /// Jobs written back as succeeded.
-    pub succeeded: AtomicU64,
+    pub(crate) succeeded: AtomicU64,
     /// Failed jobs written back for another attempt.
-    pub retrying: AtomicU64,
+    pub(crate) retrying: AtomicU64,
     /// Failed jobs written back as dead (last attempt).
-    pub dead: AtomicU64,
+    pub(crate) dead: AtomicU64,
     /// Jobs written back as cancelled.
-    pub cancelled: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
     /// Completions rejected by the fence (lease lost).
-    pub fenced: AtomicU64,
+    pub(crate) fenced: AtomicU64,
     /// Completion statements executed.
-    pub completion_statements: AtomicU64,
+    pub(crate) completion_statements: AtomicU64,
     /// Jobs returned to the queue by lease recovery.
-    pub recovered: AtomicU64,
+    pub(crate) recovered: AtomicU64,
     /// Claimed jobs given back unstarted at shutdown.
-    pub released: AtomicU64,
+    pub(crate) released: AtomicU64,
     /// Handlers abandoned after `worker.handler_timeout`.
-    pub abandoned: AtomicU64,
+    pub(crate) abandoned: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -78,8 +80,26 @@ impl StatsSnapshot {
 }
 
 impl Stats {
+    /// Counters for `shards` shards, all zero.
+    pub fn new(shards: usize) -> Stats {
+        Stats {
+            metrics: super::metrics::Metrics::new(shards),
+            ..Stats::default()
+        }
+    }
+
+    /// Per-shard counters.
+    pub fn shards(&self) -> Vec<super::metrics::ShardCountersSnapshot> {
+        self.metrics.shard_snapshots()
+    }
+
+    /// The latency histograms so far.
+    pub fn latencies(&self) -> super::metrics::Latencies {
+        self.metrics.latencies()
+    }
+
     /// Counts one claim attempt on shard `shard` that took `took`.
-    pub(crate) fn record_claim(
+    pub fn record_claim(
         &self,
         shard: usize,
         result: &Result<crate::store::jobs::Claim, crate::shards::ShardError>,
@@ -122,8 +142,13 @@ impl Stats {
         Self::add(&self.fenced, w.fenced);
     }
 
+    /// Counts `n` completions written on shard `shard`.
+    pub fn record_completed(&self, shard: usize, n: u64) {
+        Self::add(&self.metrics.shards[shard].completed, n);
+    }
+
     /// Adds `n` to `counter`.
-    pub fn add(counter: &AtomicU64, n: u64) {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }
 

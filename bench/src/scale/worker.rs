@@ -48,9 +48,9 @@ pub async fn run(config: Config) -> Result<()> {
     let report = worker.run(shutdown).await;
     sampling.cancel();
     sampler.await.context("the sampler panicked")??;
-    let latencies = stats.metrics.latencies();
+    let latencies = stats.latencies();
     print(&Line::Final(Box::new(proto::FinalReport {
-        shards: stats.metrics.shard_snapshots(),
+        shards: stats.shards(),
         pickup_us: proto::to_pairs(&latencies.pickup_us),
         claim_statement_us: latencies
             .claim_statement_us
@@ -108,7 +108,7 @@ async fn sample(stats: Arc<Stats>, stop: CancellationToken) -> Result<()> {
         };
         print(&Line::Sample {
             unix_ms: proto::unix_ms(),
-            shards: stats.metrics.shard_snapshots(),
+            shards: stats.shards(),
         })?;
         if stopping {
             return Ok(());

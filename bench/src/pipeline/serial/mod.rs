@@ -21,9 +21,8 @@ use rand::{Rng, SeedableRng};
 use rotation::{Next, Rotation};
 use shardq::config::Config;
 use shardq::job::{ClaimedJob, Completion, Outcome};
-use shardq::shards::{ShardError, ShardSet};
+use shardq::shards::ShardSet;
 use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany};
-use shardq::worker::metrics::Metrics;
 use shardq::worker::{Stats, NOOP};
 use shardq::{Client, WorkerReport};
 use std::sync::Arc;
@@ -73,10 +72,7 @@ pub async fn run(mut config: Config, args: SerialWorkerArgs) -> Result<()> {
             std::process::id(),
             rand::thread_rng().gen::<u32>()
         ),
-        stats: Arc::new(Stats {
-            metrics: Metrics::new(shards.len()),
-            ..Stats::default()
-        }),
+        stats: Arc::new(Stats::new(shards.len())),
         shards,
         targets,
         config,
@@ -122,8 +118,9 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
             lease: serial.config.worker.lease,
             mode: serial.config.dequeue.mode,
         };
+        let started = Instant::now();
         let result = jobs::claim(shard, params).await;
-        count_claim(stats, *shard_index, &result);
+        stats.record_claim(*shard_index, &result, started.elapsed());
         match result {
             Ok(Claim::Jobs(jobs)) => {
                 rotation.claimed(target);
@@ -137,7 +134,7 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
                     match jobs::complete_many(shard, write).await {
                         Ok(w) => {
                             stats.add_written(&w);
-                            Stats::add(&stats.metrics.shards[*shard_index].completed, 1 - w.fenced);
+                            stats.record_completed(*shard_index, 1 - w.fenced);
                         }
                         Err(err) => {
                             tracing::warn!(error = %shardq::error_chain(&err), "completion failed; the job returns when its lease expires")
@@ -172,32 +169,6 @@ fn execute(job: &ClaimedJob) -> Completion {
         ))
     };
     Completion::of(job, outcome.storable())
-}
-
-/// Counts a claim attempt as the worker does.
-fn count_claim(stats: &Stats, shard: usize, result: &Result<Claim, ShardError>) {
-    let per_shard = &stats.metrics.shards[shard];
-    match result {
-        Ok(Claim::Jobs(jobs)) => {
-            let n = jobs.len() as u64;
-            Stats::add(&stats.claimed, n);
-            Stats::add(&stats.claim_statements, 1);
-            Stats::add(&per_shard.claimed, n);
-            Stats::add(&per_shard.claims, 1);
-        }
-        Ok(Claim::Busy) => {
-            Stats::add(&stats.busy, 1);
-            Stats::add(&per_shard.busy, 1);
-        }
-        Ok(Claim::Empty) => {
-            Stats::add(&stats.empty, 1);
-            Stats::add(&per_shard.empty, 1);
-        }
-        Err(_) => {
-            Stats::add(&stats.claim_errors, 1);
-            Stats::add(&per_shard.errors, 1);
-        }
-    }
 }
 
 /// Cancels `shutdown` once no shard has a queued or running job of the queues.

@@ -43,6 +43,8 @@ pub struct CeilingRun {
     pub postgres_cpu: PgCpu,
     /// CPU seconds of every other process on the machine meanwhile (noise).
     pub others_cpu_s: f64,
+    /// WAL the server wrote during the run, bytes.
+    pub wal_bytes: i64,
     /// Mean round trip of one claim statement, ms.
     pub claim_ms: f64,
     /// Mean round trip of one completion statement, ms.
@@ -70,6 +72,7 @@ pub async fn run(
     server.warm_up(dequeuers).await?;
     let machine_before = procfs::machine_busy_ticks()?;
     let client_before = procfs::stat("self")?.own();
+    let wal_before = server.wal_position().await?;
     let pg = Sampler::start(server.postmaster())?;
     let started = Instant::now();
     let loops: Vec<_> = (0..dequeuers)
@@ -91,6 +94,7 @@ pub async fn run(
     let wall = started.elapsed().as_secs_f64();
     let client_cpu = procfs::stat("self")?.own() - client_before;
     let postgres_cpu = pg.finish(clock).await?;
+    let wal_bytes = server.wal_position().await? - wal_before;
     let machine = clock.secs(procfs::machine_busy_ticks()? - machine_before);
     if done != jobs as u64 {
         bail!("ceiling run with {dequeuers} dequeuers completed {done} jobs, expected {jobs}");
@@ -104,6 +108,7 @@ pub async fn run(
         client_cpu_s: clock.secs(client_cpu),
         others_cpu_s: (machine - clock.secs(client_cpu) - postgres_cpu.total_s).max(0.0),
         postgres_cpu,
+        wal_bytes,
         claim_ms: mean_ms(total.claim_time, total.claims),
         complete_ms: mean_ms(total.complete_time, total.completes),
     })

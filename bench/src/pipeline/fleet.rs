@@ -59,6 +59,8 @@ pub struct FleetRun {
     pub others_cpu_s: f64,
     /// The worker's counters as it printed them.
     pub worker_stats: serde_json::Value,
+    /// WAL the server wrote during the run, bytes.
+    pub wal_bytes: i64,
 }
 
 /// Refills `jobs` jobs, runs one worker process until the queue is empty.
@@ -89,6 +91,7 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    let wal_before = server.wal_position().await?;
     let pg = Sampler::start(server.postmaster())?;
     let machine_before = procfs::machine_busy_ticks()?;
     let started = Instant::now();
@@ -109,6 +112,7 @@ pub async fn run(
     let peak_kib = sampler.await?;
     tokio::time::sleep(BACKEND_SETTLE).await;
     let postgres_cpu = pg.finish(clock).await?;
+    let wal_bytes = server.wal_position().await? - wal_before;
     let machine = clock.secs(procfs::machine_busy_ticks()? - machine_before);
     let worker_cpu_s = clock.secs(exit.cpu_ticks);
     let stdout = reader
@@ -137,6 +141,7 @@ pub async fn run(
         others_cpu_s: (machine - worker_cpu_s - postgres_cpu.total_s).max(0.0),
         postgres_cpu,
         worker_stats: report.stats,
+        wal_bytes,
     })
 }
 

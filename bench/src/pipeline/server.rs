@@ -73,6 +73,19 @@ impl BenchServer {
         self.retry_backoff
     }
 
+    /// Where the server's WAL is, in bytes since its start: the difference
+    /// of two readings is the WAL a run wrote.
+    pub async fn wal_position(&self) -> Result<i64> {
+        let db = self.shard().client().await?;
+        let row = db
+            .query_one(
+                "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint AS wal",
+                &[],
+            )
+            .await?;
+        Ok(row.get("wal"))
+    }
+
     /// The one shard.
     pub fn shard(&self) -> &Shard {
         self.shards.get(0)

@@ -106,7 +106,7 @@ pub fn print_time(r: &Report) {
         r.machine.cpus
     );
     println!(
-        "  {:<12} {:>7} {:>9} {:>9} {:>11} {:>11} {:>6} {:>7} {:>6} {:>10} {:>12}",
+        "  {:<12} {:>7} {:>9} {:>9} {:>11} {:>11} {:>6} {:>7} {:>6} {:>10} {:>12} {:>10}",
         "run",
         "client",
         "postgres",
@@ -117,14 +117,15 @@ pub fn print_time(r: &Report) {
         "others",
         "idle",
         "client µs",
-        "postgres µs"
+        "postgres µs",
+        "WAL B/job"
     );
     let cores = r.machine.cpus as f64;
     for run in &r.ceiling {
         let label = format!("ceiling D={}", run.dequeuers);
         let jobs = run.jobs as f64;
         let cpu = (run.client_cpu_s, &run.postgres_cpu, run.others_cpu_s);
-        time_row(cores, &label, cpu, run.wall_s, jobs);
+        time_row(cores, &label, cpu, run.wall_s, jobs, run.wal_bytes);
     }
     for run in [&r.pipeline, &r.serial]
         .into_iter()
@@ -132,7 +133,7 @@ pub fn print_time(r: &Report) {
     {
         let jobs = run.succeeded.max(1) as f64;
         let cpu = (run.worker_cpu_s, &run.postgres_cpu, run.others_cpu_s);
-        time_row(cores, &run.label, cpu, run.wall_s, jobs);
+        time_row(cores, &run.label, cpu, run.wall_s, jobs, run.wal_bytes);
     }
     println!(
         "  client = this bench process (ceiling) or the worker process; postgres = \
@@ -145,10 +146,17 @@ pub fn print_time(r: &Report) {
 /// CPU seconds of the client, the server (by role) and every other process.
 type Cpu<'a> = (f64, &'a PgCpu, f64);
 
-fn time_row(cores: f64, label: &str, (client_s, pg, others_s): Cpu, wall_s: f64, jobs: f64) {
+fn time_row(
+    cores: f64,
+    label: &str,
+    (client_s, pg, others_s): Cpu,
+    wall_s: f64,
+    jobs: f64,
+    wal_bytes: i64,
+) {
     let busy = |s: f64| s / wall_s;
     println!(
-        "  {:<12} {:>7.2} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>6.2} {:>7.2} {:>6.2} {:>10.1} {:>12.1}",
+        "  {:<12} {:>7.2} {:>9.2} {:>9.2} {:>11.2} {:>11.2} {:>6.2} {:>7.2} {:>6.2} {:>10.1} {:>12.1} {:>10.0}",
         label,
         busy(client_s),
         busy(pg.total_s),
@@ -159,7 +167,8 @@ fn time_row(cores: f64, label: &str, (client_s, pg, others_s): Cpu, wall_s: f64,
         busy(others_s),
         (cores - busy(client_s + pg.total_s + others_s)).max(0.0),
         client_s / jobs * US_PER_S,
-        pg.total_s / jobs * US_PER_S
+        pg.total_s / jobs * US_PER_S,
+        wal_bytes as f64 / jobs
     );
 }
 

@@ -24,9 +24,20 @@ pub const DEQUEUERS: &[usize] = &[1, 2, 4];
 /// Long enough that no lease expires during a run.
 const LEASE: Duration = Duration::from_secs(600);
 
+/// Which statements a ceiling run drains with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Statements {
+    /// shardq's own claim and fenced completion.
+    Shardq,
+    /// The least a queue can do (see [`super::minimal`]).
+    Minimal,
+}
+
 /// One ceiling run.
 #[derive(Debug, Clone, Serialize)]
 pub struct CeilingRun {
+    /// Whose statements.
+    pub statements: Statements,
     /// Concurrent claim+complete loops.
     pub dequeuers: usize,
     /// Jobs claimed and completed.
@@ -53,12 +64,12 @@ pub struct CeilingRun {
 
 /// What one dequeuer loop did.
 #[derive(Debug, Default)]
-struct Drained {
-    jobs: u64,
-    claims: u32,
-    claim_time: Duration,
-    completes: u32,
-    complete_time: Duration,
+pub struct Drained {
+    pub jobs: u64,
+    pub claims: u32,
+    pub claim_time: Duration,
+    pub completes: u32,
+    pub complete_time: Duration,
 }
 
 /// Refills `jobs` jobs, then drains them with `dequeuers` concurrent loops.
@@ -67,8 +78,12 @@ pub async fn run(
     clock: Clock,
     jobs: usize,
     dequeuers: usize,
+    statements: Statements,
 ) -> Result<CeilingRun> {
-    let prefill = server.refill(jobs).await?;
+    let prefill = match statements {
+        Statements::Shardq => server.refill(jobs).await?,
+        Statements::Minimal => super::minimal::refill(server.shard(), jobs).await?,
+    };
     server.warm_up(dequeuers).await?;
     let machine_before = procfs::machine_busy_ticks()?;
     let client_before = procfs::stat("self")?.own();
@@ -78,7 +93,11 @@ pub async fn run(
     let loops: Vec<_> = (0..dequeuers)
         .map(|i| {
             let owner = format!("bench-ceiling-{i}");
-            tokio::spawn(drain(server.shard().clone(), owner, server.retry_backoff()))
+            let shard = server.shard().clone();
+            match statements {
+                Statements::Shardq => tokio::spawn(drain(shard, owner, server.retry_backoff())),
+                Statements::Minimal => tokio::spawn(super::minimal::drain(shard)),
+            }
         })
         .collect();
     let mut total = Drained::default();
@@ -100,6 +119,7 @@ pub async fn run(
         bail!("ceiling run with {dequeuers} dequeuers completed {done} jobs, expected {jobs}");
     }
     Ok(CeilingRun {
+        statements,
         dequeuers,
         jobs: done,
         prefill_s: prefill.as_secs_f64(),

@@ -11,6 +11,7 @@
 mod args;
 mod ceiling;
 mod fleet;
+mod minimal;
 mod pgcpu;
 mod report;
 pub mod serial;
@@ -21,12 +22,16 @@ pub use args::PipelineArgs;
 
 use crate::procfs::{self, Clock};
 use anyhow::{bail, Result};
+use ceiling::Statements;
 use report::{Machine, Report, Runs, Settings};
 use server::BenchServer;
 
 /// Below this many jobs a run is too short to time: start-up and the
 /// worker's 200 ms empty check would dominate.
 const MIN_JOBS: usize = 1_000;
+
+/// Dequeuers of the minimal ceiling runs.
+const MINIMAL_DEQUEUERS: &[usize] = &[1, 2];
 
 /// Runs the whole benchmark, prints the table, writes the JSON.
 pub async fn run(args: PipelineArgs) -> Result<()> {
@@ -59,9 +64,19 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
     let mut ceiling_runs = Vec::with_capacity(ceiling::DEQUEUERS.len());
     for &dequeuers in ceiling::DEQUEUERS {
         eprintln!("ceiling: {} jobs, {dequeuers} dequeuer(s)", args.jobs);
-        let run = ceiling::run(&server, clock, args.jobs, dequeuers).await?;
+        let run = ceiling::run(&server, clock, args.jobs, dequeuers, Statements::Shardq).await?;
         eprintln!("  {:.0} jobs/s", run.jobs_per_s);
         ceiling_runs.push(run);
+    }
+    let mut minimal_runs = Vec::new();
+    for &dequeuers in MINIMAL_DEQUEUERS {
+        eprintln!(
+            "minimal ceiling: {} jobs, {dequeuers} dequeuer(s)",
+            args.jobs
+        );
+        let run = ceiling::run(&server, clock, args.jobs, dequeuers, Statements::Minimal).await?;
+        eprintln!("  {:.0} jobs/s", run.jobs_per_s);
+        minimal_runs.push(run);
     }
     let pipeline = worker_run(&server, clock, "pipeline", args.jobs, false).await?;
     let serial = worker_run(&server, clock, "serial", args.serial_jobs, true).await?;
@@ -73,6 +88,7 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
 
     let runs = Runs {
         ceiling: ceiling_runs,
+        minimal: minimal_runs,
         pipeline,
         serial,
         memory,

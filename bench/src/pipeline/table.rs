@@ -1,6 +1,6 @@
 //! The report as text tables.
 
-use super::ceiling::BATCH;
+use super::ceiling::{Statements, BATCH};
 use super::pgcpu::PgCpu;
 use super::report::{Report, GOAL_OVER_CEILING, GOAL_OVER_SERIAL, GOAL_PEAK_RSS_MIB};
 
@@ -70,6 +70,19 @@ pub fn print_ceiling(r: &Report) {
         thousands(r.summary.ceiling_jobs_per_s),
         r.summary.ceiling_dequeuers
     );
+    for run in &r.minimal {
+        println!(
+            "  minimal ceiling (bare table, UPDATE … SKIP LOCKED RETURNING + DELETE), {} dequeuer(s): {} jobs/s, claim {:.1} ms, delete {:.1} ms",
+            run.dequeuers,
+            thousands(run.jobs_per_s),
+            run.claim_ms,
+            run.complete_ms
+        );
+    }
+    println!(
+        "  pipeline / minimal ceiling: {:.0}%",
+        r.summary.pipeline_over_minimal * 100.0
+    );
 }
 
 /// The worker-process runs.
@@ -121,8 +134,12 @@ pub fn print_time(r: &Report) {
         "WAL B/job"
     );
     let cores = r.machine.cpus as f64;
-    for run in &r.ceiling {
-        let label = format!("ceiling D={}", run.dequeuers);
+    for run in r.ceiling.iter().chain(&r.minimal) {
+        let kind = match run.statements {
+            Statements::Shardq => "ceiling",
+            Statements::Minimal => "minimal",
+        };
+        let label = format!("{kind} D={}", run.dequeuers);
         let jobs = run.jobs as f64;
         let cpu = (run.client_cpu_s, &run.postgres_cpu, run.others_cpu_s);
         time_row(cores, &label, cpu, run.wall_s, jobs, run.wal_bytes);

@@ -51,14 +51,6 @@ impl JobStatus {
         }
     }
 
-    /// Whether the job is done for good (until someone retries it).
-    pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Dead | JobStatus::Cancelled
-        )
-    }
-
     /// The state named `text`, as stored in the `status` column.
     pub fn parse(text: &str) -> Option<JobStatus> {
         JobStatus::ALL.into_iter().find(|s| s.as_str() == text)

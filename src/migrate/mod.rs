@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_queue_activity.sql",
         sql: include_str!("../../migrations/0006_queue_activity.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_pause.sql",
+        sql: include_str!("../../migrations/0007_pause.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -72,6 +72,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_queue_activity.sql",
         sql: include_str!("../../migrations/0006_queue_activity.sql"),
     },
+    // 7 and 8 are taken by the claim path's migrations.
+    Migration {
+        version: 9,
+        name: "0009_schedules.sql",
+        sql: include_str!("../../migrations/0009_schedules.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

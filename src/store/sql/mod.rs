@@ -8,12 +8,14 @@
 mod claim;
 mod jobs;
 mod maintenance;
+mod schedules;
 mod schema;
 mod steps;
 
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;
+pub use schedules::*;
 pub use schema::*;
 pub use steps::*;
 

@@ -78,7 +78,10 @@ async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
             .await
             .unwrap();
         if index != home {
-            assert!(rows.is_empty(), "jobs on shard {index}, not the routed {home}");
+            assert!(
+                rows.is_empty(),
+                "jobs on shard {index}, not the routed {home}"
+            );
         }
         for row in rows {
             let dedup_id: String = row.get(0);
@@ -105,8 +108,14 @@ async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
         );
     }
     let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
-    assert!(first < killed_at - TimeDelta::seconds(2), "first tick {first}");
-    assert!(last > restarted_at + TimeDelta::seconds(3), "last tick {last}");
+    assert!(
+        first < killed_at - TimeDelta::seconds(2),
+        "first tick {first}"
+    );
+    assert!(
+        last > restarted_at + TimeDelta::seconds(3),
+        "last tick {last}"
+    );
 
     let recorded = shardq::store::schedules::last_tick(set.get(home), NAME)
         .await

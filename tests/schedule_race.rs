@@ -57,9 +57,13 @@ async fn one_registered_shard() -> (TestShards, shardq::shards::ShardSet) {
     let shards = TestShards::databases(1).await;
     let config = shards.config("");
     let set = shards.migrated(&config).await;
-    assert!(schedules::register(set.get(0), NAME, minute(0)).await.unwrap());
+    assert!(schedules::register(set.get(0), NAME, minute(0))
+        .await
+        .unwrap());
     assert!(
-        !schedules::register(set.get(0), NAME, minute(5)).await.unwrap(),
+        !schedules::register(set.get(0), NAME, minute(5))
+            .await
+            .unwrap(),
         "a second registration changes nothing"
     );
     (shards, set)
@@ -87,17 +91,21 @@ async fn two_processes_racing_for_one_tick_enqueue_it_once() {
         }
     });
     let watcher = shard.client().await.unwrap();
-    wait_until(Duration::from_secs(10), "B waits on A's row lock", || async {
-        let row = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+    wait_until(
+        Duration::from_secs(10),
+        "B waits on A's row lock",
+        || async {
+            let row = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
                  AND query LIKE '%shardq_schedules%'",
-                &[],
-            )
-            .await
-            .unwrap();
-        row.get::<_, i64>(0) == 1
-    })
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0) == 1
+        },
+    )
     .await;
     assert!(!b.is_finished());
     a_tx.commit().await.unwrap();
@@ -143,7 +151,11 @@ async fn a_process_killed_inside_its_tick_leaves_the_tick_to_the_next() {
     let (_servers, set) = one_registered_shard().await;
     let shard = set.get(0);
     let mut a = shard.user_client().await.unwrap();
-    let pid: i32 = a.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let pid: i32 = a
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
     let a_tx = a.transaction().await.unwrap();
     assert!(tick_on(&*a_tx, minute(1)).await.job.is_some());
     // Killed before its commit: the server ends the backend, the transaction aborts.
@@ -201,5 +213,9 @@ async fn a_missed_tick_under_skip_moves_last_tick_without_a_job() {
     );
     assert_eq!(jobs_of(shard, minute(3)).await, 0);
     let db = shard.client().await.unwrap();
-    assert_eq!(tick_on(&**db, minute(3)).await.job, None, "recorded as handled");
+    assert_eq!(
+        tick_on(&**db, minute(3)).await.job,
+        None,
+        "recorded as handled"
+    );
 }

@@ -1,11 +1,13 @@
 //! The client: enqueue jobs, read and change them.
 
 mod inspect;
+mod schedule_status;
 mod transactional;
 
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use inspect::{JobOutcome, ShardStatus};
+pub use schedule_status::ScheduleStatus;
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};

@@ -34,6 +34,16 @@ pub enum Missed {
     RunOnce,
 }
 
+impl Missed {
+    /// The policy as written in `shards.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Missed::Skip => "skip",
+            Missed::RunOnce => "run_once",
+        }
+    }
+}
+
 impl FromStr for Missed {
     type Err = ScheduleError;
     fn from_str(s: &str) -> Result<Missed, ScheduleError> {

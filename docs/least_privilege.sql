@@ -74,3 +74,9 @@ GRANT SELECT ON TABLE workflow_steps TO shardq_producer;
 -- The schema version: a worker refuses to run against a schema it does not
 -- know, so it reads this table. Read only: recording a migration is the owner's.
 GRANT SELECT ON TABLE shardq_migrations TO shardq_worker, shardq_producer;
+
+-- Periodic jobs (schema version 9): a worker records each schedule and moves
+-- its last tick forward (INSERT, UPDATE; the tick's job goes to
+-- workflow_status as above). A producer reads them for `shardq status`.
+GRANT SELECT, INSERT, UPDATE ON TABLE shardq_schedules TO shardq_worker;
+GRANT SELECT ON TABLE shardq_schedules TO shardq_producer;

@@ -67,11 +67,13 @@ async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
 
     let home = router::shard_index(router::shard_key_for(NAME), set.len());
     let mut ticks: Vec<DateTime<Utc>> = Vec::new();
+    // How long after its tick each job was written (printed, not asserted).
+    let mut lateness_ms: Vec<i64> = Vec::new();
     for (index, shard) in set.all().iter().enumerate() {
         let db = shard.client().await.unwrap();
         let rows = db
             .query(
-                "SELECT dedup_id, count(*) FROM workflow_status \
+                "SELECT dedup_id, count(*), min(created_at) FROM workflow_status \
                  WHERE dedup_id LIKE 'every-second@%' GROUP BY 1",
                 &[],
             )
@@ -88,10 +90,20 @@ async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
             let copies: i64 = row.get(1);
             assert_eq!(copies, 1, "tick {dedup_id} enqueued {copies} times");
             let at = dedup_id.split_once('@').unwrap().1;
-            ticks.push(DateTime::parse_from_rfc3339(at).unwrap().to_utc());
+            let tick = DateTime::parse_from_rfc3339(at).unwrap().to_utc();
+            let created: DateTime<Utc> = row.get(2);
+            lateness_ms.push((created - tick).num_milliseconds());
+            ticks.push(tick);
         }
     }
     ticks.sort();
+    lateness_ms.sort();
+    println!(
+        "written after their tick: min {} ms, median {} ms, max {} ms",
+        lateness_ms[0],
+        lateness_ms[lateness_ms.len() / 2],
+        lateness_ms[lateness_ms.len() - 1]
+    );
     println!(
         "{} ticks from {} to {}; killed at {killed_at}, restarted at {restarted_at}",
         ticks.len(),

@@ -8,7 +8,7 @@
 mod common;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use common::TestShards;
+use common::{wait_until, TestShards};
 use shardq::router;
 use shardq::Schedule;
 use shardq_harness::process::{Ended, Proc};
@@ -44,6 +44,17 @@ async fn stop(mut worker: Proc) {
     }
 }
 
+async fn schedule_jobs(shard: &shardq::shards::Shard) -> i64 {
+    let db = shard.client().await.unwrap();
+    db.query_one(
+        "SELECT count(*) FROM workflow_status WHERE dedup_id LIKE 'every-second@%'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
     let shards = TestShards::databases(2).await;
@@ -55,7 +66,14 @@ async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
 
     let a = worker(&path, &dir.path().join("a.log"));
     let mut b = worker(&path, &dir.path().join("b.log"));
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let home = router::shard_index(router::shard_key_for(NAME), set.len());
+    let probe = set.get(home).clone();
+    wait_until(Duration::from_secs(30), "the first tick's job", || {
+        let probe = probe.clone();
+        async move { schedule_jobs(&probe).await > 0 }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     b.kill().await.unwrap();
     let killed_at = Utc::now();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -65,7 +83,6 @@ async fn two_processes_enqueue_every_tick_once_across_a_kill_and_restart() {
     stop(a).await;
     stop(b).await;
 
-    let home = router::shard_index(router::shard_key_for(NAME), set.len());
     let mut ticks: Vec<DateTime<Utc>> = Vec::new();
     // How long after its tick each job was written (printed, not asserted).
     let mut lateness_ms: Vec<i64> = Vec::new();

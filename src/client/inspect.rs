@@ -104,13 +104,18 @@ impl Client {
                 Ok((c, n)) => (Some(c), Some(n), None),
                 Err(e) => (None, None, Some(crate::error_chain(&e))),
             };
+            let schedules = match &error {
+                // One wait for a shard that does not answer is enough.
+                Some(e) => super::schedule_status::unknown(&mine, now, e),
+                None => super::schedule_status::of_shard(shard, &mine, now).await,
+            };
             ShardStatus {
                 shard: shard.name.clone(),
                 target: shard.target().to_string(),
                 counts,
                 connections,
                 error,
-                schedules: super::schedule_status::of_shard(shard, &mine, now).await,
+                schedules,
             }
         });
         futures_util::future::join_all(asks).await

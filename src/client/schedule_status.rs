@@ -42,29 +42,46 @@ pub(super) async fn of_shard(
         return Vec::new();
     }
     let names: Vec<&str> = schedules.iter().map(|s| s.name()).collect();
-    let recorded = schedules::last_ticks(shard, &names).await;
+    match schedules::last_ticks(shard, &names).await {
+        Ok(ticks) => schedules
+            .iter()
+            .map(|s| status(s, ticks.get(s.name()).copied(), now, None))
+            .collect(),
+        Err(e) => unknown(schedules, now, &crate::error_chain(&e)),
+    }
+}
+
+/// The status of `schedules` whose shard could not be read (`error`).
+pub(super) fn unknown(
+    schedules: &[&Schedule],
+    now: DateTime<Utc>,
+    error: &str,
+) -> Vec<ScheduleStatus> {
     schedules
         .iter()
-        .map(|s| {
-            let (last, error) = match &recorded {
-                Ok(ticks) => (ticks.get(s.name()).copied(), None),
-                Err(e) => (None, Some(crate::error_chain(e))),
-            };
-            let from = last.map_or(now, |l| l.at.max(now));
-            ScheduleStatus {
-                name: s.name().to_string(),
-                cron: s.expression().to_string(),
-                timezone: s.timezone().name().to_string(),
-                queue: s.queue().to_string(),
-                handler: s.handler().to_string(),
-                missed: s.missed_policy(),
-                last_tick: last.map(|l| rfc3339(l.at)),
-                last_handled_at: last.map(|l| rfc3339(l.updated_at)),
-                next_tick: s.next_after(from).map(rfc3339),
-                error,
-            }
-        })
+        .map(|s| status(s, None, now, Some(error.to_string())))
         .collect()
+}
+
+fn status(
+    s: &Schedule,
+    last: Option<schedules::LastTick>,
+    now: DateTime<Utc>,
+    error: Option<String>,
+) -> ScheduleStatus {
+    let from = last.map_or(now, |l| l.at.max(now));
+    ScheduleStatus {
+        name: s.name().to_string(),
+        cron: s.expression().to_string(),
+        timezone: s.timezone().name().to_string(),
+        queue: s.queue().to_string(),
+        handler: s.handler().to_string(),
+        missed: s.missed_policy(),
+        last_tick: last.map(|l| rfc3339(l.at)),
+        last_handled_at: last.map(|l| rfc3339(l.updated_at)),
+        next_tick: s.next_after(from).map(rfc3339),
+        error,
+    }
 }
 
 fn rfc3339(at: DateTime<Utc>) -> String {

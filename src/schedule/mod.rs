@@ -4,12 +4,13 @@
 //! A [`Schedule`] is a checked value (its expression parsed, its zone known);
 //! it comes from `[[schedules]]` in `shards.toml` or from code
 //! ([`Schedule::new`], then [`crate::Worker::schedule`]). Its ticks are
-//! instants (UTC): a wall-clock time that a DST change repeats is two ticks
-//! or one as `croner` decides (see the tests below), and one that a DST
-//! change skips runs right after the gap (fixed times) or not at all
-//! (intervals). Which tick is due when, and what a worker does with ticks it
-//! missed, is in [`due`]; the worker role that enqueues them is
-//! `worker::scheduler`.
+//! instants (UTC), computed by `croner` in the schedule's zone: a fixed time
+//! (`30 2 * * *`) that a DST change skips runs right after the gap, one that
+//! it repeats runs once, at its first occurrence; an interval (`*/30 * * *
+//! *`) runs in both passes of a repeated hour and skips the times a gap
+//! removes (pinned in `tests.rs`). Which tick is due when, and what a worker
+//! does with ticks it missed, is in [`due`]; the worker role that enqueues
+//! them is `worker::scheduler`.
 
 pub mod due;
 

@@ -2,12 +2,14 @@
 
 mod inspect;
 mod pause;
+mod schedule_status;
 mod transactional;
 
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;
+pub use schedule_status::ScheduleStatus;
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};

@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_pause.sql",
         sql: include_str!("../../migrations/0007_pause.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_schedules.sql",
+        sql: include_str!("../../migrations/0008_schedules.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -21,6 +21,7 @@ mod exec;
 pub mod jobs;
 pub mod locks;
 pub mod queues;
+pub mod schedules;
 pub mod schema;
 pub mod server;
 pub mod sql;

@@ -19,6 +19,7 @@ pub mod metrics;
 mod producer;
 mod rotation;
 mod running;
+mod scheduler;
 mod slot_control;
 mod stats;
 mod wakeup;
@@ -29,6 +30,7 @@ pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::{Config, Limits};
 use crate::job::{ClaimedJob, Completion, Outcome};
+use crate::schedule::{Schedule, ScheduleError};
 use crate::shards::ShardSet;
 use completer::CompleterConfig;
 use credits::BufferCredits;
@@ -72,6 +74,8 @@ pub struct Worker {
     registry: HandlerRegistry,
     stop_when_empty: bool,
     stats: Arc<Stats>,
+    /// Periodic jobs this worker enqueues (`config.schedules` and those added in code).
+    schedules: Vec<Schedule>,
 }
 
 /// What a finished worker run did.
@@ -95,12 +99,31 @@ impl Worker {
     pub fn new(config: Config, shards: ShardSet, registry: HandlerRegistry) -> Self {
         let stats = Arc::new(Stats::new(shards.len()));
         Worker {
+            schedules: config.schedules.clone(),
             config,
             shards,
             registry,
             stop_when_empty: false,
             stats,
         }
+    }
+
+    /// Adds a periodic job to those of `config.schedules`: while the worker
+    /// runs, it enqueues the schedule's ticks (each once across the fleet,
+    /// whichever process wins it). Every process of a fleet should be given
+    /// the same schedules.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Duplicate`] when the worker has a schedule of that
+    /// name; [`ScheduleError::Job`] when its jobs break `limits`.
+    pub fn schedule(mut self, schedule: Schedule) -> Result<Worker, ScheduleError> {
+        if self.schedules.iter().any(|s| s.name() == schedule.name()) {
+            return Err(ScheduleError::Duplicate(schedule.name().to_string()));
+        }
+        schedule.validate(&self.config.limits)?;
+        self.schedules.push(schedule);
+        Ok(self)
     }
 
     /// Stop by itself once no shard has a queued or running job of its queues.
@@ -151,6 +174,14 @@ impl Worker {
             shared.stats.clone(),
             claiming.clone(),
         ));
+        if !self.schedules.is_empty() {
+            background.spawn(scheduler::run(
+                self.schedules,
+                shared.shards.clone(),
+                config.limits.default_max_attempts,
+                claiming.clone(),
+            ));
+        }
         if self.stop_when_empty {
             background.spawn(stop_when_empty(
                 shared.shards.clone(),

@@ -9,6 +9,7 @@ mod claim;
 mod jobs;
 mod maintenance;
 mod pause;
+mod schedules;
 mod schema;
 mod steps;
 
@@ -16,6 +17,7 @@ pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;
 pub use pause::*;
+pub use schedules::*;
 pub use schema::*;
 pub use steps::*;
 

@@ -5,12 +5,14 @@
 //! trip on the unnamed statement, no named prepared statement left on the
 //! connection, which is what a transaction-pooling proxy needs.
 
+mod backlog;
 mod claim;
 mod jobs;
 mod maintenance;
 mod schema;
 mod steps;
 
+pub use backlog::*;
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;

@@ -127,7 +127,7 @@ async fn db_counts(client: &Client, status: &str) -> BTreeMap<String, i64> {
 }
 
 /// Longer than the exporter's shard deadline (1.5 s) by far, much shorter
-/// than the statement deadline (120 s): a scrape that hangs on a frozen
+/// than the statement and connection deadlines (120 s): a scrape that hangs on a frozen
 /// shard fails the test instead of hanging it.
 const SCRAPE_HANG_GUARD: Duration = Duration::from_secs(20);
 
@@ -287,9 +287,11 @@ fn key_on(index: usize, count: usize, n: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exporter_reports_depth_age_and_a_shard_that_is_down() {
     let shards = TestShards::servers(2).await;
-    // A statement deadline far past the exporter's: only the exporter's own
-    // deadline can end a scrape of a frozen shard in time.
-    let extra = "[worker]\nqueues = [\"a\", \"b\"]\n[dequeue]\nstatement_timeout_ms = 120000\n";
+    // Statement and connection deadlines (a checkout's recycling check
+    // included) far past the exporter's: only the exporter's own deadline can
+    // end a scrape of a frozen shard in time.
+    let extra = "[worker]\nqueues = [\"a\", \"b\"]\n[dequeue]\n\
+                 statement_timeout_ms = 120000\nconnect_timeout_ms = 120000\n";
     let config = shards.config(extra);
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set, config.limits.clone());

@@ -232,3 +232,63 @@ impl Collector for WorkerMetrics {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::jobs::{Claim, Written};
+    use std::time::Duration;
+
+    fn metrics() -> WorkerMetrics {
+        let stats = Arc::new(Stats::for_queues(2, vec!["a".into(), "b".into()]));
+        WorkerMetrics::new(stats, vec!["s0".into(), "s1".into()])
+    }
+
+    #[test]
+    fn claims_are_exposed_by_shard_and_queue() {
+        let m = metrics();
+        // Target 3 is shard 1, queue b.
+        m.stats
+            .metrics
+            .record_target_claim(3, &Ok(Claim::Busy), Duration::from_millis(2));
+        m.stats
+            .metrics
+            .record_target_claim(0, &Ok(Claim::Empty), Duration::from_millis(2));
+        let text = m.encode();
+        assert!(text.contains("shardq_worker_claim_busy_total{shard=\"s1\",queue=\"b\"} 1\n"));
+        assert!(text.contains("shardq_worker_claim_busy_total{shard=\"s0\",queue=\"a\"} 0\n"));
+        assert!(text.contains("shardq_worker_claim_empty_total{shard=\"s0\",queue=\"a\"} 1\n"));
+        assert!(text.contains(
+            "shardq_worker_claim_duration_seconds_bucket{shard=\"s1\",queue=\"b\",le=\"0.0025\"} 1\n"
+        ));
+        assert!(text.contains(
+            "shardq_worker_claim_duration_seconds_bucket{shard=\"s1\",queue=\"b\",le=\"0.001\"} 0\n"
+        ));
+        assert!(text.contains("# TYPE shardq_worker_claim_duration_seconds histogram\n"));
+    }
+
+    #[test]
+    fn outcomes_are_exposed_by_shard_each_once() {
+        let m = metrics();
+        let written = Written {
+            succeeded: 5,
+            dead: 2,
+            fenced: 1,
+            ..Written::default()
+        };
+        m.stats.metrics.record_outcomes(1, &written);
+        m.stats.metrics.record_recovered(0, 4);
+        let text = m.encode();
+        for line in [
+            "shardq_worker_outcomes_total{shard=\"s1\",outcome=\"succeeded\"} 5\n",
+            "shardq_worker_outcomes_total{shard=\"s1\",outcome=\"dead\"} 2\n",
+            "shardq_worker_outcomes_total{shard=\"s1\",outcome=\"fenced\"} 1\n",
+            "shardq_worker_outcomes_total{shard=\"s0\",outcome=\"succeeded\"} 0\n",
+            "shardq_worker_recovered_jobs_total{shard=\"s0\"} 4\n",
+            "shardq_worker_completion_statements_total{shard=\"s1\"} 1\n",
+            "shardq_worker_running_jobs 0\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+}

@@ -3,7 +3,6 @@
 mod args;
 mod commands;
 mod forward;
-mod metrics_http;
 
 use clap::Parser;
 use std::process::ExitCode;

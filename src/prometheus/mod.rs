@@ -5,14 +5,19 @@
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
 //! [`WorkerMetrics::encode`] from your own HTTP server, or add the worker's
-//! metrics to your registry with [`WorkerMetrics::register`]. The HTTP
-//! endpoints of `shardq worker --metrics-addr` and `shardq metrics` live in
-//! the CLI, so the library pulls in no HTTP server.
+//! metrics to your registry with [`WorkerMetrics::register`]. Or let
+//! `serve` (feature `metrics-http`, which adds hyper) answer `GET /metrics`:
+//! the `shardq worker --metrics-addr` and `shardq metrics` endpoints are
+//! that function. Without the feature the library has no HTTP server.
 
 pub mod backlog;
 pub(crate) mod histogram;
+#[cfg(feature = "metrics-http")]
+mod http;
 mod worker;
 
+#[cfg(feature = "metrics-http")]
+pub use http::serve;
 pub use prometheus_client;
 pub use worker::WorkerMetrics;
 

@@ -1,7 +1,7 @@
 //! `shardq metrics`: the fleet's backlog exporter.
 
 use crate::args::MetricsArgs;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use shardq::config::Config;
 use shardq::shards::ShardSet;
 use std::sync::Arc;
@@ -20,7 +20,9 @@ pub async fn run(config: &Config, args: MetricsArgs) -> Result<()> {
         let (shards, queues) = (shards.clone(), queues.clone());
         async move { shardq::prometheus::backlog::scrape(&shards, &queues, deadline).await }
     };
-    crate::metrics_http::serve(args.listen, render, shutdown.clone()).await?;
+    shardq::prometheus::serve(args.listen, render, shutdown.clone())
+        .await
+        .with_context(|| format!("cannot listen for metrics on {}", args.listen))?;
     stopped().await?;
     shutdown.cancel();
     Ok(())

@@ -1,7 +1,7 @@
 //! `shardq worker`.
 
 use crate::args::WorkerArgs;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use shardq::config::Config;
 use shardq::migrate::{self, MigrateError};
 use shardq::shards::ShardSet;
@@ -43,7 +43,9 @@ pub async fn run_worker(
     if let Some(addr) = metrics_addr {
         let metrics = worker.metrics();
         let render = move || std::future::ready(metrics.encode());
-        crate::metrics_http::serve(addr, render, serving.clone()).await?;
+        shardq::prometheus::serve(addr, render, serving.clone())
+            .await
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
     }
     tokio::spawn(watch_signals(shutdown.clone()));
     let report = worker.run(shutdown).await;

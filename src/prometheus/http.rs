@@ -1,8 +1,8 @@
-//! A minimal HTTP server for Prometheus: `GET /metrics` answers the text a
-//! closure produces; any other path is 404. HTTP/1.1 over hyper, one task
-//! per connection, stopped by a cancellation token.
+//! A minimal HTTP server for Prometheus (feature `metrics-http`): `GET
+//! /metrics` answers the text a closure produces; any other path is 404.
+//! HTTP/1.1 over hyper, one task per connection, stopped by a cancellation
+//! token.
 
-use anyhow::{Context, Result};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -13,20 +13,36 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Binds `addr` (errors name it), then serves `render` at `/metrics` until
-/// `shutdown` is cancelled, in a task of its own. Returns the bound address.
+/// Binds `addr`, then serves what `render` returns at `GET /metrics` until
+/// `shutdown` is cancelled, in a task of its own (spawned on the current
+/// tokio runtime). Returns the bound address (useful with port 0).
+///
+/// ```no_run
+/// # async fn example(worker: shardq::Worker) -> std::io::Result<()> {
+/// let metrics = worker.metrics();
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// let addr = "127.0.0.1:9464".parse().unwrap();
+/// shardq::prometheus::serve(addr, move || std::future::ready(metrics.encode()), shutdown.clone()).await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// The [`std::io::Error`] of binding `addr` (taken, not a local address).
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropped before it returns, nothing is served.
 pub async fn serve<F, Fut>(
     addr: SocketAddr,
     render: F,
     shutdown: CancellationToken,
-) -> Result<SocketAddr>
+) -> std::io::Result<SocketAddr>
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = String> + Send + 'static,
 {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(%bound, "serving Prometheus metrics at /metrics");
     let render = Arc::new(render);
@@ -75,10 +91,7 @@ where
     }
     let text = render().await;
     response
-        .header(
-            hyper::header::CONTENT_TYPE,
-            shardq::prometheus::CONTENT_TYPE,
-        )
+        .header(hyper::header::CONTENT_TYPE, super::CONTENT_TYPE)
         .body(Full::new(Bytes::from(text)))
         .expect("a valid response")
 }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod job;
 pub mod local;
 pub mod migrate;
+pub mod prometheus;
 pub mod router;
 pub mod schedule;
 pub mod shards;

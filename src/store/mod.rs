@@ -16,6 +16,7 @@
 //! [`ShardError`]: crate::shards::ShardError
 //! [`ShardError::kind`]: crate::shards::ShardError::kind
 
+pub mod backlog;
 mod error;
 mod exec;
 pub mod jobs;

@@ -30,6 +30,7 @@ pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::{Config, Limits};
 use crate::job::{ClaimedJob, Completion, Outcome};
+use crate::prometheus::WorkerMetrics;
 use crate::schedule::{Schedule, ScheduleError};
 use crate::shards::ShardSet;
 use completer::CompleterConfig;
@@ -97,7 +98,10 @@ impl WorkerReport {
 impl Worker {
     /// A worker for the queues in `config.worker.queues`, with `registry`'s handlers.
     pub fn new(config: Config, shards: ShardSet, registry: HandlerRegistry) -> Self {
-        let stats = Arc::new(Stats::new(shards.len()));
+        let stats = Arc::new(Stats::for_queues(
+            shards.len(),
+            config.worker.queues.clone(),
+        ));
         Worker {
             schedules: config.schedules.clone(),
             config,
@@ -135,6 +139,14 @@ impl Worker {
     /// Live counters, readable while the worker runs.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// This worker's metrics in Prometheus form, live while it runs: serve
+    /// [`WorkerMetrics::encode`] from your HTTP server, or add them to your
+    /// registry with [`WorkerMetrics::register`].
+    pub fn metrics(&self) -> WorkerMetrics {
+        let names = self.shards.all().iter().map(|s| s.name.clone()).collect();
+        WorkerMetrics::new(self.stats.clone(), names)
     }
 
     /// Runs until `shutdown` is cancelled (or, with `stop_when_empty`, until no
@@ -349,7 +361,7 @@ async fn run_pipeline(
     // Unstarted jobs go back through the completer (released, or cancelled
     // when that was asked), so other workers can take them at once.
     tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");
-    release(&completions_tx, unstarted).await;
+    release(shared, &completions_tx, unstarted).await;
     drop(completions_tx);
     if tokio::time::timeout(grace, completer).await.is_err() {
         abandon.cancel();
@@ -358,7 +370,8 @@ async fn run_pipeline(
 
 /// Hands unstarted jobs to the completer as released. The completions
 /// channel has room for them: each still holds its buffer credit.
-async fn release(completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
+async fn release(shared: &Shared, completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
+    shared.stats.metrics.unbuffered(jobs.len());
     for job in jobs {
         let _ = completions
             .send(Completion::of(&job, Outcome::Released))

@@ -4,6 +4,7 @@ mod demo;
 mod enqueue;
 mod job;
 mod local;
+mod metrics;
 mod queue;
 mod status;
 mod worker;
@@ -29,6 +30,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Job { action } => job::run(&config, action).await,
         Command::Queue { action } => queue::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
+        Command::Metrics(args) => metrics::run(&config, args).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
         Command::Bench { .. } | Command::Chaos { .. } => {
             unreachable!("handed to shardq-bench above")

@@ -5,6 +5,7 @@
 //! trip on the unnamed statement, no named prepared statement left on the
 //! connection, which is what a transaction-pooling proxy needs.
 
+mod backlog;
 mod claim;
 mod jobs;
 mod maintenance;
@@ -13,6 +14,7 @@ mod schedules;
 mod schema;
 mod steps;
 
+pub use backlog::*;
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;

@@ -152,6 +152,16 @@ impl Collector for WorkerMetrics {
             "Claims that failed (shard unreachable, statement error or deadline)",
             |t| &t.errors,
         )?;
+        let slots = self.targets().map(|(labels, t)| {
+            (labels, ConstGauge::new(t.slots.load(Relaxed) as i64))
+        });
+        family(
+            e,
+            "shardq_worker_dequeue_slots",
+            "K: dequeue slots this process's claims try on the shard for the queue now (adaptive; 0 before the first claim or ungated)",
+            MetricType::Gauge,
+            slots,
+        )?;
         let outcomes = self
             .stats
             .metrics

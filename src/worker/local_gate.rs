@@ -158,6 +158,12 @@ impl Entered {
         self.slots
     }
 
+    /// K of this target now (gated mode), after what this attempt taught.
+    pub fn slots_now(&self) -> Option<u32> {
+        let slots = self.target.slots.as_ref()?;
+        Some(slots.lock().expect("gate slots").control.slots())
+    }
+
     fn record(&self, attempt: Attempt) {
         if let Some(slots) = &self.target.slots {
             slots.lock().expect("gate slots").control.record(attempt);

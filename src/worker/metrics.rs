@@ -66,6 +66,8 @@ pub(crate) struct TargetCounters {
     pub busy: AtomicU64,
     pub empty: AtomicU64,
     pub errors: AtomicU64,
+    /// K: the dequeue slots this process's claims try there now (0 ungated).
+    pub slots: AtomicU64,
     /// One claim statement, busy and empty answers included.
     pub claim_duration: LatencyHistogram,
     /// Enqueue (`created_at`, the shard's clock) → handler start.

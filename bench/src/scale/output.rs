@@ -16,8 +16,8 @@ pub struct Shared {
     pub shards_source: String,
     /// K (where it starts, when adaptive).
     pub slots: u32,
-    /// K stays fixed (else it moves within the library's default bounds).
-    pub fixed_slots: bool,
+    /// K moves within the library's default bounds (else it stays fixed).
+    pub adaptive_slots: bool,
     /// dequeue.batch_size.
     pub batch: u32,
     /// Worker processes per run at most (W).

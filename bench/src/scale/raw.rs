@@ -11,8 +11,8 @@ use std::time::Duration;
 pub struct Settings {
     /// K (where it starts, when adaptive).
     pub slots: u32,
-    /// K stays fixed.
-    pub fixed_slots: bool,
+    /// K moves (adaptive) instead of staying fixed.
+    pub adaptive_slots: bool,
     /// dequeue.batch_size.
     pub batch: u32,
     /// dequeue.lock_timeout_ms of the disturbance runs.

@@ -30,7 +30,7 @@ pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
         ("SHARDQ_DEQUEUE__SLOTS_PER_SHARD", s.slots.to_string()),
         (
             "SHARDQ_DEQUEUE__ADAPTIVE_SLOTS",
-            (!s.fixed_slots).to_string(),
+            s.adaptive_slots.to_string(),
         ),
         ("SHARDQ_DEQUEUE__BATCH_SIZE", s.batch.to_string()),
         ("SHARDQ_WORKER__PRODUCERS", spec.producers.to_string()),

@@ -27,7 +27,7 @@ pub fn print(report: &Report) {
     println!(
         "K = {} slots{}, batch {}; disturbance runs: lock_timeout {} ms, unhealthy backoff ≤ {} ms; dequeuers/shard = W processes × P producers",
         report.settings.slots,
-        if report.settings.fixed_slots { " (fixed)" } else { " to start (adaptive, 1..=8)" },
+        if report.settings.adaptive_slots { " to start (adaptive, 1..=8)" } else { " (fixed)" },
         report.settings.batch, report.settings.lock_timeout_ms, report.settings.unhealthy_backoff_max_ms
     );
     println!();

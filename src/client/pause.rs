@@ -35,13 +35,7 @@ impl Client {
     /// not, and running it again is harmless.
     pub async fn pause_queue(&self, queue: &str) -> Result<(), ClientError> {
         check_name(queue)?;
-        let results = join_all(
-            self.shards
-                .all()
-                .iter()
-                .map(|shard| queues::pause(shard, queue)),
-        )
-        .await;
+        let results = join_all(self.shards.all().iter().map(|s| queues::pause(s, queue))).await;
         self.every_shard("pause", queue, results)
     }
 
@@ -57,13 +51,7 @@ impl Client {
     /// As [`Client::pause_queue`].
     pub async fn resume_queue(&self, queue: &str) -> Result<(), ClientError> {
         check_name(queue)?;
-        let results = join_all(
-            self.shards
-                .all()
-                .iter()
-                .map(|shard| queues::resume(shard, queue)),
-        )
-        .await;
+        let results = join_all(self.shards.all().iter().map(|s| queues::resume(s, queue))).await;
         self.every_shard("resume", queue, results)
     }
 

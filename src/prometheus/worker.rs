@@ -152,9 +152,9 @@ impl Collector for WorkerMetrics {
             "Claims that failed (shard unreachable, statement error or deadline)",
             |t| &t.errors,
         )?;
-        let slots = self.targets().map(|(labels, t)| {
-            (labels, ConstGauge::new(t.slots.load(Relaxed) as i64))
-        });
+        let slots = self
+            .targets()
+            .map(|(labels, t)| (labels, ConstGauge::new(t.slots.load(Relaxed) as i64)));
         family(
             e,
             "shardq_worker_dequeue_slots",

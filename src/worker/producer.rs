@@ -243,7 +243,8 @@ fn publish_slots(p: &Producers, target: usize, entered: &super::local_gate::Ente
         entered.slots_now(),
         p.shared.stats.metrics.targets.get(target),
     ) {
-        t.slots.store(u64::from(k), std::sync::atomic::Ordering::Relaxed);
+        t.slots
+            .store(u64::from(k), std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_queue_activity.sql",
         sql: include_str!("../../migrations/0006_queue_activity.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_workers.sql",
+        sql: include_str!("../../migrations/0010_workers.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -16,6 +16,7 @@
 //! [`ShardError`]: crate::shards::ShardError
 //! [`ShardError::kind`]: crate::shards::ShardError::kind
 
+pub mod browse;
 mod error;
 mod exec;
 pub mod jobs;
@@ -27,6 +28,7 @@ pub mod sql;
 mod status;
 pub mod steps;
 pub mod upkeep;
+pub mod workers;
 
 pub use error::ErrorKind;
 pub use status::JobStatus;

@@ -5,17 +5,21 @@
 //! trip on the unnamed statement, no named prepared statement left on the
 //! connection, which is what a transaction-pooling proxy needs.
 
+mod browse;
 mod claim;
 mod jobs;
 mod maintenance;
 mod schema;
 mod steps;
+mod workers;
 
+pub use browse::*;
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;
 pub use schema::*;
 pub use steps::*;
+pub use workers::*;
 
 /// One bind parameter with its PostgreSQL type.
 pub type Param<'a> = (

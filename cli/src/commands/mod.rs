@@ -1,5 +1,6 @@
 //! One function per subcommand.
 
+mod dashboard;
 mod demo;
 mod enqueue;
 mod job;
@@ -27,6 +28,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Worker(args) => worker::run(config, args).await,
         Command::Job { action } => job::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
+        Command::Dashboard(args) => dashboard::run(&config, args).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
         Command::Bench { .. } | Command::Chaos { .. } => {
             unreachable!("handed to shardq-bench above")

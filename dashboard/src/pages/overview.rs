@@ -119,7 +119,7 @@ fn worker_table(shards: &[ShardOverview]) -> Markup {
                         td class="l" { (s.shard) } td class="l" { (w.worker_id) } td class="l" { (w.host) }
                         td { (w.pid) } td class="l" { (w.queues.join(", ")) } td class="l muted" { (w.started_at) }
                         td { (format!("{:.1}s ago", w.heartbeat_age_ms as f64 / 1000.0)) }
-                        td { (c.claims) } td { (c.claimed) } td { (c.busy) } td { (c.empty) } td { (c.completed) }
+                        td { (c.claims) } td { (c.claimed) } td { (c.busy) } td { (c.empty) } td class="completed" { (c.completed) }
                         td { @if attempts > 0 { (format!("{:.1}%", c.busy as f64 * 100.0 / attempts as f64)) } @else { "–" } }
                     }
                 }

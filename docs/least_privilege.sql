@@ -74,3 +74,6 @@ GRANT SELECT ON TABLE workflow_steps TO shardq_producer;
 -- The schema version: a worker refuses to run against a schema it does not
 -- know, so it reads this table. Read only: recording a migration is the owner's.
 GRANT SELECT ON TABLE shardq_migrations TO shardq_worker, shardq_producer;
+-- Workers read which queues are paused (in the claim); producers (operators) pause and resume.
+GRANT SELECT ON TABLE shardq_paused_queues TO shardq_worker;
+GRANT SELECT, INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_producer;

@@ -22,7 +22,7 @@ pub mod worker;
 mod app;
 
 pub use app::Shardq;
-pub use client::{Client, ClientError, JobInfo, JobOutcome, RoutedJob};
+pub use client::{Client, ClientError, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
 pub use job::{InvalidJob, JobId, NewJob, OnDuplicate};
 pub use migrate::MigrateError;

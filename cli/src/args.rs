@@ -33,6 +33,11 @@ pub enum Command {
         #[command(subcommand)]
         action: JobAction,
     },
+    /// Pause, resume or list paused queues (on every shard).
+    Queue {
+        #[command(subcommand)]
+        action: QueueAction,
+    },
     /// Per shard: reachable or not, and jobs by queue and status.
     Status {
         /// Print JSON instead of a table.
@@ -107,6 +112,27 @@ pub enum JobAction {
     Retry {
         /// Job id.
         id: shardq::JobId,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueAction {
+    /// Stop every worker claiming the queue's jobs (within a claim); running
+    /// jobs finish, enqueueing goes on, the pause survives restarts.
+    Pause {
+        /// Queue name.
+        queue: String,
+    },
+    /// Let workers claim the queue's jobs again (idle workers wake at once).
+    Resume {
+        /// Queue name.
+        queue: String,
+    },
+    /// List the paused queues and the shards each is paused on.
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
     },
 }
 

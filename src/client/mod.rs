@@ -2,6 +2,7 @@
 
 mod browse;
 mod inspect;
+mod pause;
 mod transactional;
 
 pub use crate::store::browse::{JobFilter, JobSummary, ListState, Position, StepInfo};
@@ -12,6 +13,7 @@ pub use browse::{
     JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
 };
 pub use inspect::{JobOutcome, ShardStatus};
+pub use pause::PausedQueue;
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};
@@ -59,6 +61,21 @@ pub enum ClientError {
         index: usize,
         /// What is wrong and what to do.
         reason: InvalidJob,
+    },
+    /// A pause or resume that some shards did not make (the others did;
+    /// running it again is harmless).
+    #[error(
+        "{action} of queue `{queue}` did not reach every shard: {}; the other shards made \
+         the change: run it again once these answer",
+        failed.join("; ")
+    )]
+    NotEveryShard {
+        /// `pause` or `resume`.
+        action: &'static str,
+        /// The queue.
+        queue: String,
+        /// Each shard that failed, with its error.
+        failed: Vec<String>,
     },
     /// A deduplicated enqueue kept racing with jobs that took and released
     /// its id; nothing was written.

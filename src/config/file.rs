@@ -100,9 +100,22 @@ pub struct DequeueFile {
     #[serde(default = "default_mode")]
     pub mode: String,
     /// K: how many claims may run at once on one shard for one queue. Two saturate
-    /// a shard with large batches on the measured machine class.
+    /// a shard with large batches on the measured machine class. With
+    /// `adaptive_slots`, the K each process starts with.
     #[serde(default = "default_slots")]
     pub slots_per_shard: u32,
+    /// Whether each process moves K per shard and queue within
+    /// `slots_min..=slots_max`: up while its attempts miss at a steady claim
+    /// cost, halved when claims get twice as slow per row (contention).
+    #[serde(default = "default_adaptive_slots")]
+    pub adaptive_slots: bool,
+    /// Fewest slots an adaptive K goes down to.
+    #[serde(default = "default_slots_min")]
+    pub slots_min: u32,
+    /// Most slots an adaptive K goes up to: the most claims that can run at
+    /// once on a shard for a queue, however many processes there are.
+    #[serde(default = "default_slots_max")]
+    pub slots_max: u32,
     /// Jobs claimed by one statement. Large batches make the gated claimers
     /// saturate the shard (1000 reached ~70k jobs/s with 2 claimers).
     #[serde(default = "default_batch")]
@@ -242,6 +255,17 @@ fn default_mode() -> String {
 }
 fn default_slots() -> u32 {
     2
+}
+fn default_adaptive_slots() -> bool {
+    true
+}
+fn default_slots_min() -> u32 {
+    1
+}
+// Eight claimers on one shard still drain at the single-claimer rate in the
+// sweep; the spiral starts beyond (DESIGN.md, "gating is no free win").
+fn default_slots_max() -> u32 {
+    8
 }
 fn default_batch() -> u32 {
     500

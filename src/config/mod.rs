@@ -12,7 +12,7 @@ pub use file::{
 };
 pub use validate::{
     Backoff, Config, ConfigError, DequeueConfig, DequeueMode, Limits, LocalConfig, Retention,
-    ShardConfig, WorkerConfig,
+    ShardConfig, SlotBounds, WorkerConfig,
 };
 
 use figment::providers::{Env, Format, Toml};

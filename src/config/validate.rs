@@ -166,6 +166,15 @@ pub enum DequeueMode {
     Ungated,
 }
 
+/// Bounds of an adaptive K (`dequeue.slots_min`, `dequeue.slots_max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotBounds {
+    /// Fewest slots, at least 1.
+    pub min: u32,
+    /// Most slots.
+    pub max: u32,
+}
+
 /// A jittered, bounded backoff range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -178,8 +187,11 @@ pub struct Backoff {
 /// Dequeue settings, checked.
 #[derive(Debug, Clone)]
 pub struct DequeueConfig {
-    /// Gated or not.
+    /// Gated or not; in gated mode, the K a process starts with.
     pub mode: DequeueMode,
+    /// In gated mode, the bounds K moves within per shard and queue, from
+    /// what each process sees (`None`: K stays fixed).
+    pub adaptive_slots: Option<SlotBounds>,
     /// Jobs per claim statement.
     pub batch_size: u32,
     /// Skip time for a shard with no ready job.
@@ -289,8 +301,13 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         }
     };
     let batch_size = positive("dequeue.batch_size", d.batch_size as usize)? as u32;
+    let adaptive_slots = match mode {
+        DequeueMode::Gated { slots } if d.adaptive_slots => Some(slot_bounds(&d, slots)?),
+        _ => None,
+    };
     let dequeue = DequeueConfig {
         mode,
+        adaptive_slots,
         batch_size,
         empty_backoff: backoff(
             "dequeue.empty_backoff_max_ms",
@@ -416,6 +433,30 @@ fn positive(key: &'static str, value: usize) -> Result<usize, ConfigError> {
         });
     }
     Ok(value)
+}
+
+/// The bounds of an adaptive K, which must hold the starting K.
+fn slot_bounds(d: &super::file::DequeueFile, initial: u32) -> Result<SlotBounds, ConfigError> {
+    let min = positive("dequeue.slots_min", d.slots_min as usize)? as u32;
+    if d.slots_max < min {
+        return Err(ConfigError::Invalid {
+            key: "dequeue.slots_max",
+            value: d.slots_max.to_string(),
+            fix: "must be at least dequeue.slots_min",
+        });
+    }
+    if !(min..=d.slots_max).contains(&initial) {
+        return Err(ConfigError::Invalid {
+            key: "dequeue.slots_per_shard",
+            value: initial.to_string(),
+            fix: "with adaptive_slots, K starts within slots_min..=slots_max: change one of \
+                  them, or set adaptive_slots = false",
+        });
+    }
+    Ok(SlotBounds {
+        min,
+        max: d.slots_max,
+    })
 }
 
 fn backoff(key: &'static str, min_ms: u64, max_ms: u64) -> Result<Backoff, ConfigError> {

@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0006_queue_activity.sql"),
     },
     Migration {
+        version: 7,
+        name: "0007_pause.sql",
+        sql: include_str!("../../migrations/0007_pause.sql"),
+    },
+    Migration {
         version: 10,
         name: "0010_workers.sql",
         sql: include_str!("../../migrations/0010_workers.sql"),

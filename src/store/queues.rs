@@ -109,3 +109,64 @@ pub async fn connections(shard: &Shard) -> Result<Connections, ShardError> {
         max: c.get("max_connections"),
     })
 }
+
+/// A queue paused on one shard.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShardPause {
+    /// Queue.
+    pub queue: String,
+    /// When it was paused (the shard's clock, as text).
+    pub paused_at: String,
+}
+
+/// Pauses `queue` on `shard`: from the next claim statement on, no worker
+/// claims its jobs there. Returns whether it was running before.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: the change is one statement, made or not.
+pub async fn pause(shard: &Shard, queue: &str) -> Result<bool, ShardError> {
+    Ok(exec::execute(shard, sql::QUEUE_PAUSE, &[(&queue, Type::TEXT)]).await? > 0)
+}
+
+/// Resumes `queue` on `shard` and wakes the workers that listen there.
+/// Returns whether it was paused.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: the change is one statement, made or not.
+pub async fn resume(shard: &Shard, queue: &str) -> Result<bool, ShardError> {
+    Ok(
+        exec::query_opt(shard, sql::QUEUE_RESUME, &[(&queue, Type::TEXT)])
+            .await?
+            .is_some(),
+    )
+}
+
+/// The queues paused on `shard`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn paused(shard: &Shard) -> Result<Vec<ShardPause>, ShardError> {
+    let rows = exec::query(shard, sql::QUEUE_PAUSED, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| ShardPause {
+            queue: r.get("queue"),
+            paused_at: r.get("paused_at"),
+        })
+        .collect())
+}

@@ -7,7 +7,8 @@
 //! per target:
 //!
 //! - K permits (gated mode): more than K attempts from one process could only
-//!   come back busy;
+//!   come back busy. K moves with what the target shows (`slot_control`):
+//!   up while attempts miss at a steady cost, down when claims slow down;
 //! - the busy backoff (gated mode): after a busy answer the whole process
 //!   leaves the target alone for a jittered pause that doubles while it stays
 //!   busy and resets when the target gives jobs;
@@ -21,11 +22,12 @@
 //! only the empty skip: it is the plain SKIP LOCKED baseline.
 
 use super::rotation::jitter;
+use super::slot_control::{Attempt, SlotControl};
 use crate::config::Backoff;
 use rand::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 /// The shared state of every target.
 pub(crate) struct LocalGate {
@@ -36,9 +38,14 @@ pub(crate) struct LocalGate {
 }
 
 struct Target {
-    /// K permits in gated mode; none in ungated mode.
-    permits: Option<Arc<Semaphore>>,
+    /// K and the attempts in flight, in gated mode; none in ungated mode.
+    slots: Option<Mutex<Slots>>,
     skip: Mutex<SkipState>,
+}
+
+struct Slots {
+    in_flight: u32,
+    control: SlotControl,
 }
 
 struct SkipState {
@@ -62,20 +69,27 @@ pub(crate) enum Refused {
 /// A claim attempt in flight on one target. Returns its permit on drop.
 pub(crate) struct Entered {
     target: Arc<Target>,
-    permit: Option<OwnedSemaphorePermit>,
+    /// K when it entered (gated mode): the slots its claim tries.
+    slots: Option<u32>,
     freed: Arc<Notify>,
     busy: Backoff,
     empty: Backoff,
 }
 
 impl LocalGate {
-    /// State for `targets` targets: `slots` permits each (`None`: ungated,
-    /// no permits), busy pauses within `busy`, empty skips within `empty`.
-    pub fn new(targets: usize, slots: Option<u32>, busy: Backoff, empty: Backoff) -> Self {
+    /// State for `targets` targets: permits each as `slots` says (`None`:
+    /// ungated, no permits), busy pauses within `busy`, empty skips within
+    /// `empty`.
+    pub fn new(targets: usize, slots: Option<SlotControl>, busy: Backoff, empty: Backoff) -> Self {
         let targets = (0..targets)
             .map(|_| {
                 Arc::new(Target {
-                    permits: slots.map(|k| Arc::new(Semaphore::new(k.max(1) as usize))),
+                    slots: slots.clone().map(|control| {
+                        Mutex::new(Slots {
+                            in_flight: 0,
+                            control,
+                        })
+                    }),
                     skip: Mutex::new(SkipState {
                         until: None,
                         empty: false,
@@ -100,18 +114,21 @@ impl LocalGate {
                 return Err(Refused::SkipUntil(until));
             }
         }
-        let permit = match &target.permits {
-            Some(permits) => Some(
-                permits
-                    .clone()
-                    .try_acquire_owned()
-                    .map_err(|_| Refused::Full)?,
-            ),
+        let slots = match &target.slots {
+            Some(slots) => {
+                let mut slots = slots.lock().expect("gate slots");
+                let k = slots.control.slots();
+                if slots.in_flight >= k {
+                    return Err(Refused::Full);
+                }
+                slots.in_flight += 1;
+                Some(k)
+            }
             None => None,
         };
         Ok(Entered {
             target: target.clone(),
-            permit,
+            slots,
             freed: self.freed.clone(),
             busy: self.busy,
             empty: self.empty,
@@ -136,9 +153,21 @@ impl LocalGate {
 }
 
 impl Entered {
+    /// The dequeue slots this attempt's claim tries (gated mode).
+    pub fn slots(&self) -> Option<u32> {
+        self.slots
+    }
+
+    fn record(&self, attempt: Attempt) {
+        if let Some(slots) = &self.target.slots {
+            slots.lock().expect("gate slots").control.record(attempt);
+        }
+    }
+
     /// The target answered busy: the process leaves it alone for a pause
     /// that doubles while this repeats.
     pub fn busy<R: Rng>(&self, now: Instant, rng: &mut R) {
+        self.record(Attempt::Busy);
         let mut state = self.target.skip.lock().expect("gate state");
         let pause = jitter(rng, state.busy_pause / 2, state.busy_pause);
         state.until = Some(now + pause);
@@ -161,8 +190,13 @@ impl Entered {
         state.busy_pause = self.busy.min;
     }
 
-    /// The target gave jobs: open to every producer, no pause.
-    pub fn claimed(&self) {
+    /// The target gave `rows` jobs in one statement of `took`: open to
+    /// every producer, no pause.
+    pub fn claimed(&self, rows: usize, took: Duration) {
+        self.record(Attempt::Claimed {
+            rows: rows.min(u32::MAX as usize) as u32,
+            micros: took.as_micros().min(u128::from(u64::MAX)) as u64,
+        });
         let mut state = self.target.skip.lock().expect("gate state");
         state.until = None;
         state.empty = false;
@@ -172,7 +206,8 @@ impl Entered {
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        if self.permit.take().is_some() {
+        if let Some(slots) = &self.target.slots {
+            slots.lock().expect("gate slots").in_flight -= 1;
             self.freed.notify_waiters();
         }
     }
@@ -194,7 +229,8 @@ mod tests {
     }
 
     fn gate(targets: usize, slots: Option<u32>) -> LocalGate {
-        LocalGate::new(targets, slots, backoff(4, 16), backoff(50, 100))
+        let fixed = slots.map(|k| SlotControl::new(k, None, 500));
+        LocalGate::new(targets, fixed, backoff(4, 16), backoff(50, 100))
     }
 
     fn skipped_for(gate: &LocalGate, i: usize, now: Instant) -> Duration {
@@ -235,7 +271,7 @@ mod tests {
         assert!(pauses[0] <= ms(4));
         assert!(pauses[3] >= ms(8) && pauses[3] <= ms(16), "{pauses:?}");
         let t = now + ms(100);
-        gate.try_enter(0, t).unwrap().claimed();
+        gate.try_enter(0, t).unwrap().claimed(500, ms(5));
         gate.try_enter(0, t).unwrap().busy(t, &mut rng);
         assert!(
             skipped_for(&gate, 0, t) <= ms(4),

@@ -20,6 +20,7 @@ pub mod metrics;
 mod producer;
 mod rotation;
 mod running;
+mod slot_control;
 mod stats;
 mod wakeup;
 
@@ -40,6 +41,7 @@ use maintenance::MaintenanceConfig;
 use producer::{Dispatch, ProducerConfig, Producers};
 use rand::Rng;
 use running::{LostClaims, RunningJobs};
+use slot_control::SlotControl;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -256,7 +258,11 @@ async fn run_pipeline(
     ));
     let targets = targets(shared.shards.len(), &worker.queues);
     let gate_slots = match dequeue.mode {
-        crate::config::DequeueMode::Gated { slots } => Some(slots),
+        crate::config::DequeueMode::Gated { slots } => Some(SlotControl::new(
+            slots,
+            dequeue.adaptive_slots,
+            dequeue.batch_size,
+        )),
         crate::config::DequeueMode::Ungated => None,
     };
     let gate = LocalGate::new(

@@ -27,8 +27,6 @@ pub(crate) struct ProducerConfig {
     pub batch_size: u32,
     /// Lease of a claimed job (`worker.lease`).
     pub lease: Duration,
-    /// Gated or not (`dequeue.mode`).
-    pub mode: DequeueMode,
     /// Longest wait for a target whose gate permits are all taken: a permit
     /// comes back within a claim statement, so this only bounds a missed
     /// wake-up (`dequeue.busy_backoff.max`).
@@ -45,7 +43,6 @@ impl ProducerConfig {
         ProducerConfig {
             batch_size: config.dequeue.batch_size,
             lease: config.worker.lease,
-            mode: config.dequeue.mode,
             full_wait: config.dequeue.busy_backoff.max,
             unhealthy: config.dequeue.unhealthy_backoff,
             idle_poll: config.dequeue.idle_poll,
@@ -288,7 +285,10 @@ async fn claim_somewhere(
             limit: p.config.batch_size,
             owner: &p.shared.owner,
             lease: p.config.lease,
-            mode: p.config.mode,
+            mode: match entered.slots() {
+                Some(slots) => DequeueMode::Gated { slots },
+                None => DequeueMode::Ungated,
+            },
         };
         let started = Instant::now();
         let result = jobs::claim(shard, params).await;
@@ -296,7 +296,7 @@ async fn claim_somewhere(
         stats.record_claim(*shard_index, &result, now - started);
         match result {
             Ok(Claim::Jobs(jobs)) => {
-                entered.claimed();
+                entered.claimed(jobs.len(), now - started);
                 drop(entered);
                 rotation.claimed(target);
                 return Some(jobs);
@@ -331,7 +331,6 @@ mod tests {
         ProducerConfig {
             batch_size: 10,
             lease: Duration::from_secs(30),
-            mode: DequeueMode::Gated { slots: 2 },
             full_wait: Duration::from_millis(16),
             unhealthy: Backoff {
                 min: Duration::from_millis(100),

@@ -5,6 +5,7 @@ mod demo;
 mod enqueue;
 mod job;
 mod local;
+mod queue;
 mod status;
 mod worker;
 
@@ -27,6 +28,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Enqueue(args) => enqueue::run(&config, args).await,
         Command::Worker(args) => worker::run(config, args).await,
         Command::Job { action } => job::run(&config, action).await,
+        Command::Queue { action } => queue::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
         Command::Dashboard(args) => dashboard::run(&config, args).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,

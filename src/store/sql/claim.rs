@@ -58,7 +58,9 @@ pub const KEYS_PROMOTE: &str = "WITH promoted AS MATERIALIZED ( \
 /// already (by an earlier try of this same write whose reply was lost: the
 /// row still has this claim's fence and no owner, which no other claim
 /// leaves; the `again` snapshot is the statement's, from before `done`); the
-/// rest were fenced out.
+/// rest were fenced out. The `again` probes run only when `done` wrote fewer
+/// rows than the batch has (a one-time filter): the common batch, written
+/// whole, probes each row once, not twice.
 pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
         SELECT c.*, $6::text AS owner \
         FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::text[], $5::jsonb[], $7::text[]) \
@@ -94,6 +96,7 @@ pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
         SELECT w.status FROM batch c JOIN workflow_status w \
             ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence \
             AND w.owner IS NULL \
+        WHERE (SELECT count(*) FROM done) < (SELECT count(*) FROM batch) \
     ) \
     SELECT count(*) FILTER (WHERE status = 'succeeded') AS succeeded, \
         count(*) FILTER (WHERE status = 'scheduled') AS retrying, \

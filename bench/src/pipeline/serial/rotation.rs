@@ -143,6 +143,7 @@ mod tests {
         };
         DequeueConfig {
             mode: shardq::config::DequeueMode::Gated { slots: 2 },
+            adaptive_slots: None,
             batch_size: 10,
             empty_backoff: b(50, 100),
             idle_poll: b(1500, 3000),

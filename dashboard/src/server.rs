@@ -137,6 +137,10 @@ impl Bound {
                 "/jobs/{id}/{action}",
                 get(pages::actions::confirm).post(pages::actions::perform),
             )
+            .route(
+                "/queues/{queue}/{action}",
+                get(pages::actions::queue_confirm).post(pages::actions::queue_perform),
+            )
             .layer(middleware::from_fn_with_state(state.clone(), guard))
             .with_state(state);
         axum::serve(self.listener, app)

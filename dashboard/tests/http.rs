@@ -475,3 +475,60 @@ fn number_in(cell: &str) -> i64 {
     out.parse()
         .unwrap_or_else(|_| panic!("no number in {cell}"))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_is_paused_and_resumed_on_every_shard_through_confirmed_forms() {
+    let shards = Shards::start(2).await;
+    shards
+        .client
+        .enqueue_many(
+            (0..10)
+                .map(|_| NewJob::new("mail", "ok", serde_json::json!({})))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let http = http();
+    let overview = text(http.get(format!("http://{addr}/")).send().await.unwrap()).await;
+    assert!(overview.contains("id=\"pause-mail\""), "{overview}");
+    for (action, paused_on) in [
+        ("pause", vec!["s0".to_string(), "s1".to_string()]),
+        ("resume", vec![]),
+    ] {
+        let confirm = format!("http://{addr}/queues/mail/{action}");
+        let (token, cookie) = token_and_cookie(&http, &confirm).await;
+        assert!(
+            shards.client.paused_queues().await.unwrap().len() == usize::from(action == "resume"),
+            "the confirm page changed nothing"
+        );
+        let done = http
+            .post(&confirm)
+            .form(&[("csrf", token)])
+            .header("cookie", cookie)
+            .header("origin", format!("http://{addr}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(done.status(), StatusCode::SEE_OTHER);
+        let paused = shards.client.paused_queues().await.unwrap();
+        assert_eq!(
+            paused
+                .iter()
+                .flat_map(|p| p.shards.clone())
+                .collect::<Vec<_>>(),
+            paused_on
+        );
+        let overview = text(http.get(format!("http://{addr}/")).send().await.unwrap()).await;
+        let other = if action == "pause" { "resume" } else { "pause" };
+        assert!(
+            overview.contains(&format!("id=\"{other}-mail\"")),
+            "{overview}"
+        );
+        assert_eq!(
+            overview.contains("paused on s0, s1"),
+            action == "pause",
+            "{overview}"
+        );
+    }
+}

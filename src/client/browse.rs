@@ -8,6 +8,7 @@ use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
 use crate::store::browse::{self, JobFilter, JobSummary, ListPage, ListState, Position, StepInfo};
 use crate::store::jobs::{self, JobInfo};
+use crate::store::queues;
 use crate::store::workers::{self, WorkerRow};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -52,6 +53,8 @@ pub struct QueueOverview {
     /// Jobs finished per bucket, oldest bucket first, the last one the
     /// current (partial) bucket.
     pub completions: Vec<i64>,
+    /// Whether the queue is paused on this shard.
+    pub paused: bool,
 }
 
 impl QueueOverview {
@@ -319,6 +322,10 @@ async fn shard_overview(
                 q.completions[buckets - 1 - ago] += n;
             }
         }
+    }
+    // A paused queue with no job here still shows, so it can be resumed.
+    for pause in queues::paused(shard).await? {
+        entry(&mut queues, pause.queue).paused = true;
     }
     for q in queues.values_mut() {
         q.completions.resize(buckets, 0);

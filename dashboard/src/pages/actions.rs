@@ -88,3 +88,64 @@ pub(crate) async fn perform(
     tracing::info!(job = %id, action, "dashboard action");
     Ok(Redirect::to(&format!("/jobs/{id}?done={}", super::q(&done))).into_response())
 }
+
+fn known_queue_action(action: &str) -> Result<(), PageError> {
+    match action {
+        "pause" | "resume" => Ok(()),
+        other => Err(PageError(
+            StatusCode::NOT_FOUND,
+            format!("no action `{other}`; a queue can be paused or resumed"),
+        )),
+    }
+}
+
+pub(crate) async fn queue_confirm(
+    State(state): State<Shared>,
+    Path((queue, action)): Path<(String, String)>,
+) -> Result<Html<String>, PageError> {
+    known_queue_action(&action)?;
+    if state.options.read_only {
+        return Err(PageError(
+            StatusCode::FORBIDDEN,
+            "the dashboard is read-only".into(),
+        ));
+    }
+    let what = if action == "pause" {
+        "No worker claims its jobs until it is resumed; running jobs finish, enqueueing goes on."
+    } else {
+        "Workers claim its jobs again at once."
+    };
+    let body = html! {
+        p { (action) " queue " strong { (queue) } " on every shard. " (what) }
+        form method="post" action={"/queues/" (super::q(&queue)) "/" (action)} {
+            input type="hidden" name=(csrf::FIELD) value=(state.csrf.value());
+            button type="submit" id="confirm" { "Yes, " (action) " " (queue) }
+            " " a href="/" { "No, go back" }
+        }
+    };
+    Ok(layout(&format!("{action} queue {queue}?"), false, body))
+}
+
+pub(crate) async fn queue_perform(
+    State(state): State<Shared>,
+    Path((queue, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, PageError> {
+    known_queue_action(&action)?;
+    if let Some(why) = state
+        .csrf
+        .refusal(&headers, form.get(csrf::FIELD).map(String::as_str))
+    {
+        return Err(PageError(StatusCode::FORBIDDEN, format!("refused: {why}")));
+    }
+    let done = if action == "pause" {
+        state.client.pause_queue(&queue).await
+    } else {
+        state.client.resume_queue(&queue).await
+    };
+    // A shard that did not answer is named; the others made the change.
+    done.map_err(|e| PageError(StatusCode::BAD_GATEWAY, shardq::error_chain(&e)))?;
+    tracing::info!(queue, action, "dashboard action");
+    Ok(Redirect::to("/").into_response())
+}

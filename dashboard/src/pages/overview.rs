@@ -32,6 +32,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         (shard_table(&shards))
         h2 { "Queues" }
         (queue_table(&shards, bucket_s, options.window.as_secs()))
+        (pause_table(&shards, state.options.read_only))
         h2 { "Live workers" }
         (worker_table(&shards))
     };
@@ -93,6 +94,42 @@ fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup
                         td { @match queue.oldest_ready { Some(d) => (age(d)), None => span class="muted" { "–" } } }
                         td { (format!("{:.1}", queue.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
                         td class="l" { (chart::completions(&queue.completions, bucket_s)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Each queue: paused on which shards, and the button that fits.
+fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
+    let mut names: Vec<&str> = shards
+        .iter()
+        .flat_map(|s| s.queues.iter().map(|q| q.queue.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    html! {
+        @if !names.is_empty() {
+            table id="pauses" {
+                tr { th class="l" { "Queue" } th class="l" { "Claiming" } @if !read_only { th {} } }
+                @for name in names {
+                    @let paused: Vec<&str> = shards
+                        .iter()
+                        .filter(|s| s.queues.iter().any(|q| q.queue == name && q.paused))
+                        .map(|s| s.shard.as_str())
+                        .collect();
+                    tr data-queue=(name) {
+                        td class="l" { (name) }
+                        td class="l paused" {
+                            @if paused.is_empty() { "active" } @else { span class="down" { "paused on " (paused.join(", ")) } }
+                        }
+                        @if !read_only {
+                            td {
+                                @let action = if paused.is_empty() { "pause" } else { "resume" };
+                                a id={(action) "-" (name)} href={"/queues/" (q(name)) "/" (action)} { button { (action) "…" } }
+                            }
+                        }
                     }
                 }
             }

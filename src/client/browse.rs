@@ -158,6 +158,17 @@ async fn within<T>(
         })
 }
 
+/// What went wrong on a shard, for an operator: a missed view deadline is
+/// named as that (not as the statement timeout the shard error speaks of).
+fn describe(err: &ShardError, deadline: Duration) -> String {
+    match err {
+        ShardError::Timeout { shard, after } if *after == deadline => {
+            format!("shard `{shard}`: no answer within {after:?} (the view's deadline per shard)")
+        }
+        other => crate::error_chain(other),
+    }
+}
+
 impl Client {
     /// Per shard: job counts per queue and state, the oldest ready job's
     /// age, recent completions, live workers. A shard that fails or misses
@@ -175,7 +186,7 @@ impl Client {
             let read = within(shard, options.deadline, shard_overview(shard, options)).await;
             let (queues, workers, error) = match read {
                 Ok((q, w)) => (q, w, None),
-                Err(e) => (Vec::new(), Vec::new(), Some(crate::error_chain(&e))),
+                Err(e) => (Vec::new(), Vec::new(), Some(describe(&e, options.deadline))),
             };
             ShardOverview {
                 shard: shard.name.clone(),
@@ -226,7 +237,7 @@ impl Client {
         for (shard, read) in futures_util::future::join_all(reads).await {
             match read {
                 Ok(rows) => heads.push((shard.index, rows.len() == limit, rows.into_iter())),
-                Err(e) => unreachable.push((shard.name.clone(), crate::error_chain(&e))),
+                Err(e) => unreachable.push((shard.name.clone(), describe(&e, query.deadline))),
             }
         }
         let mut after = query.cursor.after.clone();

@@ -7,7 +7,9 @@
 //! ($4 NULL on the first page; `pos_text`, `pos_text2`, `pos_num`, `id` of
 //! the last row shown), $8 the page size, $9 the state they read. Each
 //! returns the job summary and its position. Keyset, never OFFSET: a page
-//! costs its own rows, however deep it is.
+//! costs its own rows, however deep it is. ORDER BY names the table's
+//! columns (`workflow_status.run_at`): a bare name would sort by the
+//! summary's text column of the same name (tests/browse_plans.rs).
 
 /// The columns of a job summary.
 macro_rules! summary {
@@ -91,7 +93,7 @@ pub const JOBS_SCHEDULED: &str = concat!(
     filters!(),
     " AND ($4::text IS NULL OR (run_at, id) > \
         (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \
-     ORDER BY run_at, id LIMIT $8"
+     ORDER BY workflow_status.run_at, workflow_status.id LIMIT $8"
 );
 
 /// Running jobs, the lease that expires first first (`workflow_status_lease`).
@@ -104,7 +106,7 @@ pub const JOBS_RUNNING: &str = concat!(
     filters!(),
     " AND ($4::text IS NULL OR (lease_expires_at, id) > \
         (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \
-     ORDER BY lease_expires_at, id LIMIT $8"
+     ORDER BY workflow_status.lease_expires_at, workflow_status.id LIMIT $8"
 );
 
 /// Finished jobs of state $9, newest first: succeeded ones through
@@ -119,7 +121,7 @@ pub const JOBS_FINISHED: &str = concat!(
     filters!(),
     " AND ($4::text IS NULL OR (finished_at, id) < \
         (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \
-     ORDER BY finished_at DESC, id DESC LIMIT $8"
+     ORDER BY workflow_status.finished_at DESC, workflow_status.id DESC LIMIT $8"
 );
 
 /// Dead, failed and cancelled jobs by queue and state, from

@@ -22,5 +22,5 @@ mod cursor;
 mod pages;
 mod server;
 
-pub use auth::{Auth, AuthError};
+pub use auth::{Auth, AuthError, BASIC_ENV, TOKEN_ENV};
 pub use server::{bind, Bound, DashboardError, DashboardOptions};

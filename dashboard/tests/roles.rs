@@ -95,7 +95,7 @@ async fn the_dashboard_and_heartbeats_work_under_their_least_privilege_roles() {
         "app_worker's heartbeats: {overview}"
     );
     for path in [
-        format!("/jobs?state=dead"),
+        "/jobs?state=dead".to_string(),
         format!("/jobs/{}", fixture.dead_on_0),
     ] {
         let page = http

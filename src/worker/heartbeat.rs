@@ -95,11 +95,15 @@ async fn shard_loop(
             running_for: started.elapsed(),
             counters,
         };
-        let result = async {
+        let beat = async {
             workers::heartbeat(shard, &beat).await?;
             workers::expire(shard, HEARTBEAT_TTL).await
-        }
-        .await;
+        };
+        // A beat on a shard that hangs must not hold the worker's shutdown.
+        let result = tokio::select! {
+            _ = stop.cancelled() => break,
+            result = beat => result,
+        };
         if let Err(err) = result {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "heartbeat skipped");
         }

@@ -1243,7 +1243,11 @@ async fn schema_reads_versions_and_shard_map_and_create_database_is_idempotent()
     );
     assert_eq!(
         schema::applied(migrated).await.unwrap(),
-        (1..=latest).collect::<Vec<_>>()
+        // Versions may skip numbers (reserved by branches merged later).
+        shardq::migrate::MIGRATIONS
+            .iter()
+            .map(|m| m.version)
+            .collect::<Vec<_>>()
     );
     assert_eq!(schema::shard_map(migrated).await.unwrap(), Some((2, 0)));
 

@@ -16,6 +16,9 @@ pub async fn run(config: &Config, args: DashboardArgs) -> Result<()> {
         ..DashboardOptions::new(args.listen)
     };
     let client = Client::new(config)?;
+    // A shard at another schema version would fail every page; an
+    // unreachable one only warns (the pages say which).
+    super::worker::check_schema(client.shards()).await?;
     let bound = shardq_dashboard::bind(options).await?;
     let addr = bound.local_addr()?;
     // Tests and scripts read the address from this line (the port of `:0`).

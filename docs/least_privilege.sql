@@ -87,6 +87,12 @@ GRANT SELECT ON TABLE shardq_migrations TO shardq_worker, shardq_producer;
 GRANT SELECT ON TABLE shardq_paused_queues TO shardq_worker;
 GRANT SELECT, INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_producer;
 
+-- Periodic jobs (schema version 8): a worker records each schedule and moves
+-- its last tick forward (INSERT, UPDATE; the tick's job goes to
+-- workflow_status as above). A producer reads them for `shardq status`.
+GRANT SELECT, INSERT, UPDATE ON TABLE shardq_schedules TO shardq_worker;
+GRANT SELECT ON TABLE shardq_schedules TO shardq_producer;
+
 -- Worker heartbeats (migration 10): each worker upserts its own row and
 -- deletes expired ones (ON CONFLICT DO UPDATE needs SELECT too).
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_workers TO shardq_worker;

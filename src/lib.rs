@@ -13,7 +13,9 @@ pub mod config;
 pub mod job;
 pub mod local;
 pub mod migrate;
+pub mod prometheus;
 pub mod router;
+pub mod schedule;
 pub mod shards;
 pub mod store;
 pub mod tls;
@@ -26,6 +28,7 @@ pub use client::{Client, ClientError, JobInfo, JobOutcome, PausedQueue, RoutedJo
 pub use config::{Config, ConfigError};
 pub use job::{InvalidJob, JobId, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
+pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
 pub use store::{ErrorKind, JobStatus};
 pub use worker::{

@@ -9,6 +9,7 @@ mod chaos;
 mod pipeline;
 mod procfs;
 mod scale;
+mod scrape_cost;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -42,6 +43,9 @@ enum Command {
     /// table; then checks that no job was lost or completed twice and that no recorded
     /// step ran again. Exits 1 when an invariant fails.
     Chaos(chaos::ChaosArgs),
+    /// What one scrape of `shardq metrics` costs a shard with a long history
+    /// (10M finished rows by default): median ms per scrape and the plan's buffers.
+    ScrapeCost(scrape_cost::ScrapeCostArgs),
     /// A worker process started by `chaos` (internal).
     #[command(hide = true)]
     ChaosWorker,
@@ -85,6 +89,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Pipeline(args) => until_interrupted(pipeline::run(args)).await,
         Command::Scale(args) => until_interrupted(scale::run(*args, config)).await,
         Command::Chaos(args) => chaos::run(args).await,
+        Command::ScrapeCost(args) => until_interrupted(scrape_cost::run(args)).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,
         Command::ScaleWorker => scale::worker::run(load(config)?).await,
         Command::SerialWorker(args) => pipeline::serial::run(load(config)?, args).await,

@@ -46,6 +46,9 @@ pub enum Command {
     },
     /// Serve the web dashboard over every shard (HTML, no JavaScript).
     Dashboard(DashboardArgs),
+    /// Serve every shard's backlog (queue depth, oldest ready age, shard up)
+    /// as Prometheus metrics: one exporter per fleet, not one per worker.
+    Metrics(MetricsArgs),
     /// Start local shards, migrate, enqueue noop jobs, drain them, print the throughput.
     Demo {
         /// Jobs to enqueue and drain.
@@ -181,6 +184,20 @@ pub struct WorkerArgs {
     /// Print the final report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Serve this worker's Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Address to serve http://ADDR/metrics on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9465")]
+    pub listen: std::net::SocketAddr,
+    /// Longest a scrape waits for one shard; a shard that takes longer is
+    /// reported as `shardq_shard_up 0`.
+    #[arg(long, default_value_t = 2000)]
+    pub shard_timeout_ms: u64,
 }
 
 #[derive(Debug, Args)]

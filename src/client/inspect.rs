@@ -2,6 +2,7 @@
 
 use super::{Client, ClientError};
 use crate::job::JobId;
+use crate::schedule::Schedule;
 use crate::shards::{Shard, ShardError};
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues::{self, Connections, QueueCount};
@@ -26,6 +27,9 @@ pub struct ShardStatus {
     pub connections: Option<Connections>,
     /// Why it did not answer.
     pub error: Option<String>,
+    /// The schedules whose name routes to this shard (those given to
+    /// [`Client::status_with`]).
+    pub schedules: Vec<super::ScheduleStatus>,
 }
 
 /// How a job ended.
@@ -69,7 +73,26 @@ impl Client {
     ///
     /// Cancel safe (reads only).
     pub async fn status(&self) -> Vec<ShardStatus> {
+        self.status_with(&[]).await
+    }
+
+    /// [`Client::status`], and for each shard the last and next tick of the
+    /// `schedules` that live on it.
+    ///
+    /// # Errors
+    ///
+    /// None: a shard that fails is reported in its own entry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn status_with(&self, schedules: &[Schedule]) -> Vec<ShardStatus> {
+        let now = chrono::Utc::now();
         let asks = self.shards.all().iter().map(|shard| async move {
+            let mine: Vec<&Schedule> = schedules
+                .iter()
+                .filter(|s| self.shards.for_key(s.shard_key()).index == shard.index)
+                .collect();
             let result: Result<_, ShardError> = async {
                 Ok((
                     queues::counts(shard).await?,
@@ -81,12 +104,18 @@ impl Client {
                 Ok((c, n)) => (Some(c), Some(n), None),
                 Err(e) => (None, None, Some(crate::error_chain(&e))),
             };
+            let schedules = match &error {
+                // One wait for a shard that does not answer is enough.
+                Some(e) => super::schedule_status::unknown(&mine, now, e),
+                None => super::schedule_status::of_shard(shard, &mine, now).await,
+            };
             ShardStatus {
                 shard: shard.name.clone(),
                 target: shard.target().to_string(),
                 counts,
                 connections,
                 error,
+                schedules,
             }
         });
         futures_util::future::join_all(asks).await

@@ -3,6 +3,7 @@
 mod browse;
 mod inspect;
 mod pause;
+mod schedule_status;
 mod transactional;
 
 pub use crate::store::browse::{JobFilter, JobSummary, ListState, Position, StepInfo};
@@ -14,6 +15,7 @@ pub use browse::{
 };
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;
+pub use schedule_status::ScheduleStatus;
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};

@@ -29,6 +29,35 @@ pub struct ConfigFile {
     /// How long finished jobs are kept.
     #[serde(default)]
     pub retention: RetentionFile,
+    /// Periodic jobs (`[[schedules]]`), run by every worker process; each
+    /// tick is enqueued once across the fleet.
+    #[serde(default)]
+    pub schedules: Vec<ScheduleFile>,
+}
+
+/// One periodic job (see README, "Periodic jobs").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleFile {
+    /// Unique name: it routes the schedule to its shard and keys its last tick there.
+    pub name: String,
+    /// Cron expression: 5 fields (minute hour day-of-month month
+    /// day-of-week), or 6 with seconds first; `@daily` and the like work too.
+    pub cron: String,
+    /// IANA time zone the expression is read in, e.g. `"Europe/Berlin"`.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// Queue of its jobs.
+    pub queue: String,
+    /// Handler of its jobs.
+    pub handler: String,
+    /// Payload of its jobs (a TOML table or any TOML value); `{}` by default.
+    #[serde(default)]
+    pub payload: Option<serde_json::Value>,
+    /// Ticks missed while no worker ran: `"skip"` (enqueue none) or
+    /// `"run_once"` (enqueue one job for the whole missed period).
+    #[serde(default = "default_missed")]
+    pub missed: String,
 }
 
 /// One shard: a PostgreSQL database, given by URL or by its parts.
@@ -250,6 +279,12 @@ pub struct RetentionFile {
     pub interval_ms: u64,
 }
 
+fn default_timezone() -> String {
+    "UTC".into()
+}
+fn default_missed() -> String {
+    "skip".into()
+}
 fn default_mode() -> String {
     "gated".into()
 }

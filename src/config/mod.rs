@@ -8,7 +8,8 @@ mod file;
 mod validate;
 
 pub use file::{
-    ConfigFile, DequeueFile, LimitsFile, LocalFile, RetentionFile, ShardFile, WorkerFile,
+    ConfigFile, DequeueFile, LimitsFile, LocalFile, RetentionFile, ScheduleFile, ShardFile,
+    WorkerFile,
 };
 pub use validate::{
     Backoff, Config, ConfigError, DequeueConfig, DequeueMode, Limits, LocalConfig, Retention,

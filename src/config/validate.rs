@@ -1,9 +1,11 @@
 //! Turns the raw file into typed, checked configuration.
 
+mod schedule;
 mod shard;
 
 use super::file::{ConfigFile, ShardFile};
 use crate::tls::{TlsError, TlsMode};
+use schedule::validate_schedules;
 use shard::validate_shards;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -109,6 +111,20 @@ pub enum ConfigError {
         #[source]
         source: Box<TlsError>,
     },
+    /// A `[[schedules]]` entry that cannot work: a bad cron expression, an
+    /// unknown time zone or policy, a name used twice, a job that would be refused.
+    #[error("schedules[{index}].{key} (schedule `{name}`) is invalid")]
+    Schedule {
+        /// Position in the list.
+        index: usize,
+        /// Schedule name.
+        name: String,
+        /// The key at fault (`cron`, `timezone`, `missed`, `name`, ...).
+        key: &'static str,
+        /// What is wrong and what to do.
+        #[source]
+        source: crate::schedule::ScheduleError,
+    },
     /// A numeric setting out of range, or settings that contradict each other.
     #[error("{key} = {value}: {fix}")]
     Invalid {
@@ -136,6 +152,9 @@ pub struct Config {
     pub limits: Limits,
     /// Retention of finished jobs.
     pub retention: Retention,
+    /// Periodic jobs, each checked; a worker runs them all (add more in code
+    /// with [`crate::Worker::schedule`]).
+    pub schedules: Vec<crate::schedule::Schedule>,
 }
 
 /// One shard, ready to connect. `Debug` never shows the password.
@@ -391,6 +410,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             positive("retention.interval_ms", r.interval_ms as usize)? as u64
         ),
     };
+    let schedules = validate_schedules(raw.schedules, &limits)?;
     Ok(Config {
         shards,
         dequeue,
@@ -398,6 +418,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         local,
         limits,
         retention,
+        schedules,
     })
 }
 

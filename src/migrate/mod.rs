@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0007_pause.sql"),
     },
     Migration {
+        version: 8,
+        name: "0008_schedules.sql",
+        sql: include_str!("../../migrations/0008_schedules.sql"),
+    },
+    Migration {
         version: 10,
         name: "0010_workers.sql",
         sql: include_str!("../../migrations/0010_workers.sql"),

@@ -16,12 +16,14 @@
 //! [`ShardError`]: crate::shards::ShardError
 //! [`ShardError::kind`]: crate::shards::ShardError::kind
 
+pub mod backlog;
 pub mod browse;
 mod error;
 mod exec;
 pub mod jobs;
 pub mod locks;
 pub mod queues;
+pub mod schedules;
 pub mod schema;
 pub mod server;
 pub mod sql;

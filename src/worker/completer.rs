@@ -325,13 +325,14 @@ fn record_written(
 ) {
     let stats = &shared.stats;
     stats.add_written(written);
+    stats.metrics.record_outcomes(shard_index, written);
     stats.metrics.shards[shard_index].completed.fetch_add(
         part.len() as u64 - written.fenced,
         std::sync::atomic::Ordering::Relaxed,
     );
     stats
         .metrics
-        .record_completion_lags(part.iter().map(|c| c.finished.elapsed()));
+        .record_completion_lags(shard_index, part.iter().map(|c| c.finished.elapsed()));
     if written.fenced > 0 {
         let shard = &shared.shards.get(shard_index).name;
         tracing::warn!(shard = %shard, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");

@@ -7,10 +7,12 @@ use super::{HandlerRegistry, Shared};
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// The executor slots' settings, from [`Config`].
 #[derive(Debug, Clone)]
@@ -58,6 +60,7 @@ pub(crate) async fn run_slot(
             Ok(job) = shared.recv() => job,
             else => return own,
         };
+        executor.shared.stats.metrics.unbuffered(1);
         let completion = if held_back.holds(&job) {
             Completion::of(&job, Outcome::Released)
         } else {
@@ -122,7 +125,10 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         return Completion::of(&job, Outcome::Released);
     }
     if let Ok(waited) = std::time::SystemTime::now().duration_since(job.created_at) {
-        shared.stats.metrics.record_pickup(waited);
+        shared
+            .stats
+            .metrics
+            .record_pickup(job.shard, &job.queue, waited);
     }
     let mut done = Completion::of(&job, Outcome::Released);
     let ctx = JobContext {
@@ -136,7 +142,10 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         owner: shared.owner.clone(),
         cancel,
     };
+    let running = &shared.stats.metrics.running;
+    running.fetch_add(1, Relaxed);
     let result = run_with_timeout(executor, job.handler, ctx).await;
+    running.fetch_sub(1, Relaxed);
     done.outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
         Err(message) => {
@@ -159,7 +168,17 @@ async fn run_with_timeout(
     ctx: JobContext,
 ) -> Result<serde_json::Value, String> {
     let registry = executor.registry.clone();
-    let mut task = tokio::spawn(async move { registry.run(&handler, ctx).await });
+    let shard = ctx.shard.index;
+    // The handler's own events carry the job: its id, queue, shard and attempt.
+    let span = tracing::info_span!(
+        "job",
+        id = %ctx.id,
+        queue = %ctx.queue,
+        shard = %ctx.shard.name,
+        attempt = ctx.attempt,
+        handler = %handler,
+    );
+    let mut task = tokio::spawn(async move { registry.run(&handler, ctx).await }.instrument(span));
     let Some(limit) = executor.config.handler_timeout else {
         return task
             .await
@@ -170,6 +189,7 @@ async fn run_with_timeout(
         Err(_) => {
             task.abort();
             super::Stats::add(&executor.shared.stats.abandoned, 1);
+            executor.shared.stats.metrics.record_abandoned(shard);
             tracing::warn!(
                 timeout_s = limit.as_secs_f64(),
                 "handler timed out; abandoning it"

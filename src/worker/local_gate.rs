@@ -158,6 +158,12 @@ impl Entered {
         self.slots
     }
 
+    /// K of this target now (gated mode), after what this attempt taught.
+    pub fn slots_now(&self) -> Option<u32> {
+        let slots = self.target.slots.as_ref()?;
+        Some(slots.lock().expect("gate slots").control.slots())
+    }
+
     fn record(&self, attempt: Attempt) {
         if let Some(slots) = &self.target.slots {
             slots.lock().expect("gate slots").control.record(attempt);
@@ -291,6 +297,28 @@ mod tests {
             assert!(gate.try_enter(0, now + ms(101)).is_ok());
             assert!(gate.try_enter(1, now).is_ok());
         }
+    }
+
+    #[test]
+    fn an_adaptive_k_admits_more_once_misses_grew_it() {
+        let bounds = crate::config::SlotBounds { min: 1, max: 4 };
+        let adaptive = SlotControl::new(2, Some(bounds), 500);
+        let gate = LocalGate::new(1, Some(adaptive), backoff(0, 0), backoff(50, 100));
+        let now = Instant::now();
+        let a = gate.try_enter(0, now).unwrap();
+        let b = gate.try_enter(0, now).unwrap();
+        assert_eq!(a.slots(), Some(2));
+        assert_eq!(gate.try_enter(0, now).err(), Some(Refused::Full));
+        // A window of full claims at a steady cost, half of them misses.
+        let mut rng = rand::thread_rng();
+        for _ in 0..6 {
+            a.claimed(500, ms(5));
+            a.busy(now, &mut rng);
+        }
+        let c = gate.try_enter(0, now).expect("K is 3 now");
+        assert_eq!(c.slots(), Some(3), "its claim tries three slots");
+        assert_eq!(gate.try_enter(0, now).err(), Some(Refused::Full));
+        drop((a, b, c));
     }
 
     #[test]

@@ -89,7 +89,7 @@ async fn shard_loop(
             let recovered = upkeep::recover_expired(shard, MAINTENANCE_BATCH).await?;
             if recovered != Default::default() {
                 tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
-                Stats::add(&stats.recovered, recovered.requeued + recovered.dead + recovered.cancelled);
+                stats.record_recovered(index, recovered.requeued + recovered.dead + recovered.cancelled);
             }
             upkeep::promote_due(shard, MAINTENANCE_BATCH).await?;
             if sweep {

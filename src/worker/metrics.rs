@@ -1,9 +1,15 @@
 //! Per-shard counters and latency histograms of one worker, for operators and
 //! for the benchmark. Histograms are hdrhistogram with 3 significant figures
 //! and a fixed range, so memory stays bounded however long the worker runs.
+//!
+//! The Prometheus exposition ([`crate::prometheus::WorkerMetrics`]) reads
+//! these same counters; what it adds on the per-job path (outcomes by shard,
+//! bucketed latencies, the buffer and running gauges) is relaxed atomics
+//! only: no lock, no allocation.
 
+use crate::prometheus::histogram::LatencyHistogram;
 use hdrhistogram::Histogram;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -25,6 +31,47 @@ pub struct ShardCounters {
     pub(crate) errors: AtomicU64,
     /// Outcomes written.
     pub(crate) completed: AtomicU64,
+    /// Outcomes written by kind, and the rest of what the worker learns
+    /// about this shard's jobs (for the exposition).
+    pub(crate) outcomes: OutcomeCounters,
+    /// Handler end → outcome written.
+    pub(crate) completion_lag: LatencyHistogram,
+}
+
+/// What became of the jobs of one shard, as this worker learned it.
+#[derive(Debug, Default)]
+pub(crate) struct OutcomeCounters {
+    pub succeeded: AtomicU64,
+    pub retrying: AtomicU64,
+    pub dead: AtomicU64,
+    pub cancelled: AtomicU64,
+    /// Unstarted jobs given back (shutdown, a lost claim reply, a held-back key run).
+    pub released: AtomicU64,
+    /// Completions refused by the fence (lease lost, job re-claimed).
+    pub fenced: AtomicU64,
+    /// Expired leases (of any worker) this process's maintenance recovered.
+    pub recovered: AtomicU64,
+    /// Handlers abandoned after `worker.handler_timeout` (their attempts
+    /// also count as retrying or dead).
+    pub abandoned: AtomicU64,
+    /// Completion statements.
+    pub statements: AtomicU64,
+}
+
+/// Claims of one (shard, queue) pair and the latencies of its jobs.
+#[derive(Debug, Default)]
+pub(crate) struct TargetCounters {
+    pub claims: AtomicU64,
+    pub claimed: AtomicU64,
+    pub busy: AtomicU64,
+    pub empty: AtomicU64,
+    pub errors: AtomicU64,
+    /// K: the dequeue slots this process's claims try there now (0 ungated).
+    pub slots: AtomicU64,
+    /// One claim statement, busy and empty answers included.
+    pub claim_duration: LatencyHistogram,
+    /// Enqueue (`created_at`, the shard's clock) → handler start.
+    pub pickup: LatencyHistogram,
 }
 
 /// A copy of [`ShardCounters`].
@@ -88,6 +135,14 @@ impl Latencies {
 pub struct Metrics {
     /// Counters by shard index.
     pub(crate) shards: Vec<ShardCounters>,
+    /// The queues served, in `worker.queues` order.
+    pub(crate) queues: Vec<String>,
+    /// Counters by target: shard index × queues + queue index.
+    pub(crate) targets: Vec<TargetCounters>,
+    /// Jobs claimed and not yet started (or given back unstarted).
+    pub(crate) buffered: AtomicI64,
+    /// Handlers running now.
+    pub(crate) running: AtomicI64,
     latencies: Mutex<Latencies>,
 }
 
@@ -97,17 +152,93 @@ fn micros(d: Duration) -> u64 {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics::new(0)
+        Metrics::new(0, Vec::new())
     }
 }
 
 impl Metrics {
-    /// Empty metrics for `shards` shards.
-    pub(crate) fn new(shards: usize) -> Self {
+    /// Empty metrics for `shards` shards and these queues.
+    pub(crate) fn new(shards: usize, queues: Vec<String>) -> Self {
         Metrics {
             shards: (0..shards).map(|_| ShardCounters::default()).collect(),
+            targets: (0..shards * queues.len())
+                .map(|_| TargetCounters::default())
+                .collect(),
+            queues,
+            buffered: AtomicI64::new(0),
+            running: AtomicI64::new(0),
             latencies: Mutex::new(Latencies::new(shards)),
         }
+    }
+
+    /// The counters of `queue` on shard `shard`, when this worker serves it.
+    /// A linear search: a worker serves a handful of queues.
+    pub(crate) fn target(&self, shard: usize, queue: &str) -> Option<&TargetCounters> {
+        let q = self.queues.iter().position(|name| name == queue)?;
+        self.targets.get(shard * self.queues.len() + q)
+    }
+
+    /// Counts one claim of target `target` (as numbered by the worker's
+    /// targets: shard-major, queues in order).
+    pub(crate) fn record_target_claim(
+        &self,
+        target: usize,
+        result: &Result<crate::store::jobs::Claim, crate::shards::ShardError>,
+        took: Duration,
+    ) {
+        use crate::store::jobs::Claim;
+        let Some(t) = self.targets.get(target) else {
+            return;
+        };
+        let counter = match result {
+            Ok(Claim::Jobs(jobs)) => {
+                t.claimed.fetch_add(jobs.len() as u64, Relaxed);
+                self.buffered.fetch_add(jobs.len() as i64, Relaxed);
+                &t.claims
+            }
+            Ok(Claim::Busy) => &t.busy,
+            Ok(Claim::Empty) => &t.empty,
+            Err(_) => &t.errors,
+        };
+        counter.fetch_add(1, Relaxed);
+        t.claim_duration.record(took);
+    }
+
+    /// Counts how a batch of completions of shard `shard` landed.
+    pub(crate) fn record_outcomes(&self, shard: usize, w: &crate::store::jobs::Written) {
+        let Some(o) = self.shards.get(shard).map(|s| &s.outcomes) else {
+            return;
+        };
+        for (counter, n) in [
+            (&o.succeeded, w.succeeded),
+            (&o.retrying, w.retrying),
+            (&o.dead, w.dead),
+            (&o.cancelled, w.cancelled),
+            (&o.released, w.released),
+            (&o.fenced, w.fenced),
+            (&o.statements, 1),
+        ] {
+            counter.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Counts `n` expired leases recovered on shard `shard`.
+    pub(crate) fn record_recovered(&self, shard: usize, n: u64) {
+        if let Some(s) = self.shards.get(shard) {
+            s.outcomes.recovered.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Counts a handler abandoned on shard `shard`.
+    pub(crate) fn record_abandoned(&self, shard: usize) {
+        if let Some(s) = self.shards.get(shard) {
+            s.outcomes.abandoned.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `n` buffered jobs left the buffer (started, or given back unstarted).
+    pub(crate) fn unbuffered(&self, n: usize) {
+        self.buffered.fetch_sub(n as i64, Relaxed);
     }
 
     /// A copy of the histograms.
@@ -127,7 +258,10 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn record_pickup(&self, waited: Duration) {
+    pub(crate) fn record_pickup(&self, shard: usize, queue: &str, waited: Duration) {
+        if let Some(t) = self.target(shard, queue) {
+            t.pickup.record(waited);
+        }
         self.latencies
             .lock()
             .expect("latency lock")
@@ -135,9 +269,17 @@ impl Metrics {
             .saturating_record(micros(waited));
     }
 
-    pub(crate) fn record_completion_lags(&self, lags: impl Iterator<Item = Duration>) {
+    pub(crate) fn record_completion_lags(
+        &self,
+        shard: usize,
+        lags: impl Iterator<Item = Duration>,
+    ) {
+        let per_shard = self.shards.get(shard).map(|s| &s.completion_lag);
         let mut l = self.latencies.lock().expect("latency lock");
         for lag in lags {
+            if let Some(h) = per_shard {
+                h.record(lag);
+            }
             l.completion_lag_us.saturating_record(micros(lag));
         }
     }

@@ -20,6 +20,7 @@ pub mod metrics;
 mod producer;
 mod rotation;
 mod running;
+mod scheduler;
 mod slot_control;
 mod stats;
 mod wakeup;
@@ -31,6 +32,8 @@ pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::{Config, Limits};
 use crate::job::{ClaimedJob, Completion, Outcome};
+use crate::prometheus::WorkerMetrics;
+use crate::schedule::{Schedule, ScheduleError};
 use crate::shards::ShardSet;
 use completer::CompleterConfig;
 use credits::BufferCredits;
@@ -74,6 +77,8 @@ pub struct Worker {
     registry: HandlerRegistry,
     stop_when_empty: bool,
     stats: Arc<Stats>,
+    /// Periodic jobs this worker enqueues (`config.schedules` and those added in code).
+    schedules: Vec<Schedule>,
 }
 
 /// What a finished worker run did.
@@ -95,14 +100,36 @@ impl WorkerReport {
 impl Worker {
     /// A worker for the queues in `config.worker.queues`, with `registry`'s handlers.
     pub fn new(config: Config, shards: ShardSet, registry: HandlerRegistry) -> Self {
-        let stats = Arc::new(Stats::new(shards.len()));
+        let stats = Arc::new(Stats::for_queues(
+            shards.len(),
+            config.worker.queues.clone(),
+        ));
         Worker {
+            schedules: config.schedules.clone(),
             config,
             shards,
             registry,
             stop_when_empty: false,
             stats,
         }
+    }
+
+    /// Adds a periodic job to those of `config.schedules`: while the worker
+    /// runs, it enqueues the schedule's ticks (each once across the fleet,
+    /// whichever process wins it). Every process of a fleet should be given
+    /// the same schedules.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Duplicate`] when the worker has a schedule of that
+    /// name; [`ScheduleError::Job`] when its jobs break `limits`.
+    pub fn schedule(mut self, schedule: Schedule) -> Result<Worker, ScheduleError> {
+        if self.schedules.iter().any(|s| s.name() == schedule.name()) {
+            return Err(ScheduleError::Duplicate(schedule.name().to_string()));
+        }
+        schedule.validate(&self.config.limits)?;
+        self.schedules.push(schedule);
+        Ok(self)
     }
 
     /// Stop by itself once no shard has a queued or running job of its queues.
@@ -114,6 +141,14 @@ impl Worker {
     /// Live counters, readable while the worker runs.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// This worker's metrics in Prometheus form, live while it runs: serve
+    /// [`WorkerMetrics::encode`] from your HTTP server, or add them to your
+    /// registry with [`WorkerMetrics::register`].
+    pub fn metrics(&self) -> WorkerMetrics {
+        let names = self.shards.all().iter().map(|s| s.name.clone()).collect();
+        WorkerMetrics::new(self.stats.clone(), names)
     }
 
     /// Runs until `shutdown` is cancelled (or, with `stop_when_empty`, until no
@@ -161,6 +196,14 @@ impl Worker {
             shared.stats.clone(),
             claiming.clone(),
         ));
+        if !self.schedules.is_empty() {
+            background.spawn(scheduler::run(
+                self.schedules,
+                shared.shards.clone(),
+                config.limits.default_max_attempts,
+                claiming.clone(),
+            ));
+        }
         if self.stop_when_empty {
             background.spawn(stop_when_empty(
                 shared.shards.clone(),
@@ -330,7 +373,7 @@ async fn run_pipeline(
     // Unstarted jobs go back through the completer (released, or cancelled
     // when that was asked), so other workers can take them at once.
     tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");
-    release(&completions_tx, unstarted).await;
+    release(shared, &completions_tx, unstarted).await;
     drop(completions_tx);
     if tokio::time::timeout(grace, completer).await.is_err() {
         abandon.cancel();
@@ -339,7 +382,8 @@ async fn run_pipeline(
 
 /// Hands unstarted jobs to the completer as released. The completions
 /// channel has room for them: each still holds its buffer credit.
-async fn release(completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
+async fn release(shared: &Shared, completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
+    shared.stats.metrics.unbuffered(jobs.len());
     for job in jobs {
         let _ = completions
             .send(Completion::of(&job, Outcome::Released))

@@ -237,6 +237,16 @@ impl Refusals {
     }
 }
 
+/// Shows the K of `target` in the worker's metrics.
+fn publish_slots(p: &Producers, target: usize, entered: &super::local_gate::Entered) {
+    if let (Some(k), Some(t)) = (
+        entered.slots_now(),
+        p.shared.stats.metrics.targets.get(target),
+    ) {
+        t.slots.store(u64::from(k), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Visits targets until one yields jobs; `None` at shutdown.
 async fn claim_somewhere(
     p: &Producers,
@@ -294,14 +304,21 @@ async fn claim_somewhere(
         let result = jobs::claim(shard, params).await;
         let now = Instant::now();
         stats.record_claim(*shard_index, &result, now - started);
+        stats
+            .metrics
+            .record_target_claim(target, &result, now - started);
         match result {
             Ok(Claim::Jobs(jobs)) => {
                 entered.claimed(jobs.len(), now - started);
+                publish_slots(p, target, &entered);
                 drop(entered);
                 rotation.claimed(target);
                 return Some(jobs);
             }
-            Ok(Claim::Busy) => entered.busy(now, &mut rng),
+            Ok(Claim::Busy) => {
+                entered.busy(now, &mut rng);
+                publish_slots(p, target, &entered);
+            }
             Ok(Claim::Empty) if p.wakeups.listening(*shard_index) => {
                 entered.empty_for(now, &mut rng, p.config.idle_poll)
             }

@@ -15,8 +15,11 @@
 //!   forgotten slowly ([`BASELINE_DRIFT`] per window), so a shard that got
 //!   slower for good does not keep K at its floor.
 //! - **Missing**: more than [`MISSES_TO_GROW`] of the attempts were lock
-//!   misses while claims came back full and were no slower than
-//!   [`UNCONTENDED`] times the best: one more slot.
+//!   misses while claims were no slower than [`UNCONTENDED`] times the
+//!   best: one more slot.
+//!
+//! Only windows whose claims came back full decide: the small claims of a
+//! nearly empty queue cost more per row whatever K is.
 //!
 //! Pure bookkeeping with no clock, so it is tested without a database.
 
@@ -26,8 +29,12 @@ pub(crate) use crate::config::SlotBounds;
 /// statement does not halve K, few enough to react within a second or so.
 const WINDOW: u32 = 12;
 /// Time per row above this many times the best seen: the shard is contended.
-const CONTENDED: f64 = 2.0;
-/// Time per row at most this many times the best: more claimers are cheap.
+/// (On a shared machine a window is often twice as slow as the best for
+/// want of CPU alone; the spiral costs tens of times more per row.)
+const CONTENDED: f64 = 3.0;
+/// Time per row at most this many times the best: more claimers are cheap
+/// (kept well below [`CONTENDED`], so K does not climb into the spiral
+/// and fall back every few windows).
 const UNCONTENDED: f64 = 1.5;
 /// Share of lock misses above which a slot is added (when uncontended).
 const MISSES_TO_GROW: f64 = 0.3;
@@ -37,6 +44,9 @@ const FULL_BATCH: f64 = 0.5;
 /// The best time per row is raised by this factor every window, so it
 /// follows a shard that became slower for good.
 const BASELINE_DRIFT: f64 = 1.02;
+/// Weight of the newest window in the smoothed time per row: one noisy
+/// window on a shared machine moves it only half way.
+const SMOOTHING: f64 = 0.5;
 
 /// What one claim attempt found.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,6 +64,8 @@ pub(crate) struct SlotControl {
     bounds: Option<SlotBounds>,
     batch: u32,
     best_us_per_row: Option<f64>,
+    /// Time per row, smoothed over windows since K last moved.
+    us_per_row: Option<f64>,
     window: Window,
 }
 
@@ -78,6 +90,7 @@ impl SlotControl {
             bounds,
             batch: batch.max(1),
             best_us_per_row: None,
+            us_per_row: None,
             window: Window::default(),
         }
     }
@@ -106,28 +119,34 @@ impl SlotControl {
     }
 
     fn decide(&mut self, w: Window, bounds: SlotBounds) {
-        let per_row = (w.rows > 0).then(|| w.micros as f64 / w.rows as f64);
-        let best = match (self.best_us_per_row, per_row) {
-            (Some(best), Some(now)) => (best * BASELINE_DRIFT).min(now),
-            (Some(best), None) => best * BASELINE_DRIFT,
-            (None, now) => match now {
-                Some(now) => now,
-                None => return,
-            },
-        };
-        self.best_us_per_row = Some(best);
-        let Some(per_row) = per_row else {
+        let before = self.k;
+        if w.rows == 0 {
             // Only misses: nothing measured, so no slower; more slots help.
             self.k = (self.k + 1).min(bounds.max);
-            return;
-        };
-        let attempts = f64::from(w.claims + w.busy);
-        let misses = f64::from(w.busy) / attempts;
-        let full = w.rows as f64 / f64::from(w.claims.max(1)) >= FULL_BATCH * f64::from(self.batch);
-        if per_row > CONTENDED * best {
-            self.k = (self.k / 2).max(bounds.min.max(1));
-        } else if misses > MISSES_TO_GROW && full && per_row <= UNCONTENDED * best {
-            self.k = (self.k + 1).min(bounds.max);
+        } else {
+            let now = w.micros as f64 / w.rows as f64;
+            let cost = self.us_per_row.map_or(now, |c| c + SMOOTHING * (now - c));
+            self.us_per_row = Some(cost);
+            let best = self
+                .best_us_per_row
+                .map_or(cost, |b| (b * BASELINE_DRIFT).min(cost));
+            self.best_us_per_row = Some(best);
+            let misses = f64::from(w.busy) / f64::from(w.claims + w.busy);
+            let per_claim = w.rows as f64 / f64::from(w.claims.max(1));
+            let full = per_claim >= FULL_BATCH * f64::from(self.batch);
+            if !full {
+                // A nearly empty queue: its small claims cost more per row
+                // whatever K is, so they say nothing about contention.
+            } else if cost > CONTENDED * best {
+                self.k = (self.k / 2).max(bounds.min.max(1));
+            } else if misses > MISSES_TO_GROW && cost <= UNCONTENDED * best {
+                self.k = (self.k + 1).min(bounds.max);
+            }
+        }
+        if self.k != before {
+            // A new K starts its own measurement.
+            self.us_per_row = None;
+            tracing::debug!(from = before, to = self.k, "dequeue slots moved");
         }
     }
 }
@@ -168,16 +187,16 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_twice_as_slow_per_row_halves_k_down_to_the_min() {
+    fn a_claim_three_times_as_slow_per_row_halves_k_down_to_the_min() {
         let mut c = SlotControl::new(8, Some(BOUNDS), 500);
         window(&mut c, 12, 0, 10);
         assert_eq!(c.slots(), 8, "no misses: K stays");
-        window(&mut c, 8, 4, 25);
+        window(&mut c, 8, 4, 70);
         assert_eq!(c.slots(), 4);
-        window(&mut c, 8, 4, 30);
+        window(&mut c, 8, 4, 40);
         assert_eq!(c.slots(), 2);
-        window(&mut c, 8, 4, 30);
-        window(&mut c, 8, 4, 30);
+        window(&mut c, 8, 4, 40);
+        window(&mut c, 8, 4, 40);
         assert_eq!(c.slots(), 1, "never below the min");
     }
 
@@ -186,8 +205,9 @@ mod tests {
         let mut c = SlotControl::new(4, Some(BOUNDS), 500);
         window(&mut c, 6, 6, 10);
         assert_eq!(c.slots(), 5);
-        // 1.8x the best: too slow to grow, not slow enough to shrink.
-        window(&mut c, 6, 6, 18);
+        // 2.5x the best: too slow to grow, not slow enough to shrink.
+        window(&mut c, 6, 6, 25);
+        window(&mut c, 6, 6, 25);
         assert_eq!(c.slots(), 5);
     }
 
@@ -207,11 +227,13 @@ mod tests {
     fn the_best_cost_is_forgotten_slowly() {
         let mut c = SlotControl::new(2, Some(BOUNDS), 500);
         window(&mut c, 12, 0, 10);
+        window(&mut c, 6, 6, 10);
+        assert_eq!(c.slots(), 3);
         // The shard got 1.9x slower for good: K holds while the best drifts
         // up, then growth resumes once the new cost is within 1.5x of it.
         let grew_after = (0..40).find(|_| {
             window(&mut c, 6, 6, 19);
-            c.slots() > 2
+            c.slots() > 3
         });
         let rounds = grew_after.expect("growth resumes");
         assert!(rounds >= 5, "not at once: {rounds}");

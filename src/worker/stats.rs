@@ -82,8 +82,13 @@ impl StatsSnapshot {
 impl Stats {
     /// Counters for `shards` shards, all zero.
     pub fn new(shards: usize) -> Stats {
+        Stats::for_queues(shards, Vec::new())
+    }
+
+    /// Counters for `shards` shards and, per shard, these queues.
+    pub(crate) fn for_queues(shards: usize, queues: Vec<String>) -> Stats {
         Stats {
-            metrics: super::metrics::Metrics::new(shards),
+            metrics: super::metrics::Metrics::new(shards, queues),
             ..Stats::default()
         }
     }
@@ -140,6 +145,12 @@ impl Stats {
         Self::add(&self.cancelled, w.cancelled);
         Self::add(&self.released, w.released);
         Self::add(&self.fenced, w.fenced);
+    }
+
+    /// Counts `n` expired leases recovered on shard `shard`.
+    pub(crate) fn record_recovered(&self, shard: usize, n: u64) {
+        Self::add(&self.recovered, n);
+        self.metrics.record_recovered(shard, n);
     }
 
     /// Counts `n` completions written on shard `shard`.

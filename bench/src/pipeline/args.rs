@@ -16,6 +16,11 @@ pub struct PipelineArgs {
     /// report the worker's peak memory (e.g. 1000000).
     #[arg(long, default_value_t = 0)]
     pub memory_jobs: usize,
+    /// After the measured runs, one more pipelined run with every statement
+    /// (nested ones too) counted by pg_stat_statements: where the database
+    /// time goes, per statement.
+    #[arg(long)]
+    pub profile: bool,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/pipeline.json")]
     pub out: PathBuf,

@@ -16,6 +16,7 @@ mod pgcpu;
 mod report;
 pub mod serial;
 mod server;
+mod statements;
 mod table;
 
 pub use args::PipelineArgs;
@@ -86,6 +87,17 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
         None
     };
 
+    let profile = if args.profile {
+        statements::start(&server).await?;
+        let run = worker_run(&server, clock, "profile", args.jobs, false).await?;
+        Some((
+            statements::finish(&server, run.succeeded).await?,
+            run.succeeded,
+        ))
+    } else {
+        None
+    };
+
     let runs = Runs {
         ceiling: ceiling_runs,
         minimal: minimal_runs,
@@ -96,6 +108,9 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
     let report = Report::new(machine, server.version().to_string(), settings, runs)?;
     server.close().await;
     table::print(&report);
+    if let Some((costs, jobs)) = &profile {
+        statements::print(costs, *jobs);
+    }
     report.write(&args.out)?;
     println!("results written to {}", args.out.display());
     report.check()

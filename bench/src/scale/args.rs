@@ -27,9 +27,15 @@ pub struct ScaleArgs {
     /// Worker processes per run (W).
     #[arg(long, default_value_t = 4)]
     pub processes: usize,
-    /// Dequeue slots per shard in gated mode (K).
+    /// Dequeue slots per shard in gated mode (K): where an adaptive K
+    /// starts (the library's default, within slots_min..=slots_max), or the
+    /// fixed K with --fixed-slots.
     #[arg(long, default_value_t = 2)]
     pub slots: u32,
+    /// Gated workers keep K fixed (dequeue.adaptive_slots = false), the
+    /// behaviour before adaptive K, for comparison.
+    #[arg(long)]
+    pub fixed_slots: bool,
     /// Jobs per claim statement (dequeue.batch_size), both modes; 500 is
     /// the library's default.
     #[arg(long, default_value_t = 500)]

@@ -67,7 +67,10 @@ impl Fleet {
                 .arg(config)
                 .arg("scale-worker")
                 .envs(env.iter().map(|(k, v)| (k, v)))
-                .env("RUST_LOG", "warn")
+                .env(
+                    "RUST_LOG",
+                    std::env::var("SHARDQ_BENCH_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
+                )
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped());
             let log = log_dir.join(format!("{name}-w{p}.log"));

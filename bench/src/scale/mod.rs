@@ -72,6 +72,7 @@ pub async fn run(args: ScaleArgs, config: Option<&Path>) -> Result<()> {
     let servers = info::servers(&cluster).await?;
     let settings = raw::Settings {
         slots: args.slots,
+        fixed_slots: args.fixed_slots,
         batch: args.batch,
         lock_timeout_ms: args.lock_timeout_ms,
         unhealthy_backoff_max_ms: args.unhealthy_backoff_max_ms,
@@ -110,6 +111,7 @@ pub async fn run(args: ScaleArgs, config: Option<&Path>) -> Result<()> {
         settings: Shared {
             shards_source,
             slots: args.slots,
+            fixed_slots: args.fixed_slots,
             batch: args.batch,
             processes: args.processes,
             lock_timeout_ms: args.lock_timeout_ms,

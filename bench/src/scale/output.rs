@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 pub struct Shared {
     /// Where the shards came from.
     pub shards_source: String,
-    /// K.
+    /// K (where it starts, when adaptive).
     pub slots: u32,
+    /// K stays fixed (else it moves within the library's default bounds).
+    pub fixed_slots: bool,
     /// dequeue.batch_size.
     pub batch: u32,
     /// Worker processes per run at most (W).

@@ -9,8 +9,10 @@ use std::time::Duration;
 /// Settings shared by every run.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// K.
+    /// K (where it starts, when adaptive).
     pub slots: u32,
+    /// K stays fixed.
+    pub fixed_slots: bool,
     /// dequeue.batch_size.
     pub batch: u32,
     /// dequeue.lock_timeout_ms of the disturbance runs.

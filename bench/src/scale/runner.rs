@@ -28,6 +28,10 @@ pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
     let mut env = vec![
         ("SHARDQ_DEQUEUE__MODE", spec.mode.name().to_string()),
         ("SHARDQ_DEQUEUE__SLOTS_PER_SHARD", s.slots.to_string()),
+        (
+            "SHARDQ_DEQUEUE__ADAPTIVE_SLOTS",
+            (!s.fixed_slots).to_string(),
+        ),
         ("SHARDQ_DEQUEUE__BATCH_SIZE", s.batch.to_string()),
         ("SHARDQ_WORKER__PRODUCERS", spec.producers.to_string()),
         ("SHARDQ_WORKER__BUFFER_JOBS", buffer.to_string()),

@@ -25,8 +25,10 @@ pub fn print(report: &Report) {
         report.settings.shards_source,
     );
     println!(
-        "K = {} slots, batch {}; disturbance runs: lock_timeout {} ms, unhealthy backoff ≤ {} ms; dequeuers/shard = W processes × P producers",
-        report.settings.slots, report.settings.batch, report.settings.lock_timeout_ms, report.settings.unhealthy_backoff_max_ms
+        "K = {} slots{}, batch {}; disturbance runs: lock_timeout {} ms, unhealthy backoff ≤ {} ms; dequeuers/shard = W processes × P producers",
+        report.settings.slots,
+        if report.settings.fixed_slots { " (fixed)" } else { " to start (adaptive, 1..=8)" },
+        report.settings.batch, report.settings.lock_timeout_ms, report.settings.unhealthy_backoff_max_ms
     );
     println!();
     println!(

@@ -26,7 +26,7 @@ pub async fn run(mut config: Config, jobs: usize) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     config.worker.queues = vec![DEMO_QUEUE.into()];
-    let report = worker::run_worker(config, true).await?;
+    let report = worker::run_worker(config, true, None).await?;
     worker::print_report(&report);
     println!("the local shards keep running; stop them with `shardq local down`");
     Ok(())

@@ -5,6 +5,7 @@ mod demo;
 mod enqueue;
 mod job;
 mod local;
+mod metrics;
 mod queue;
 mod status;
 mod worker;
@@ -31,6 +32,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Queue { action } => queue::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
         Command::Dashboard(args) => dashboard::run(&config, args).await,
+        Command::Metrics(args) => metrics::run(&config, args).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
         Command::Bench { .. } | Command::Chaos { .. } => {
             unreachable!("handed to shardq-bench above")

@@ -1,11 +1,12 @@
 //! `shardq worker`.
 
 use crate::args::WorkerArgs;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use shardq::config::Config;
 use shardq::migrate::{self, MigrateError};
 use shardq::shards::ShardSet;
 use shardq::{HandlerRegistry, Worker, WorkerReport};
+use std::net::SocketAddr;
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(mut config: Config, args: WorkerArgs) -> Result<()> {
@@ -18,7 +19,7 @@ pub async fn run(mut config: Config, args: WorkerArgs) -> Result<()> {
         }
         config.worker.concurrency = c;
     }
-    let report = run_worker(config, args.until_empty).await?;
+    let report = run_worker(config, args.until_empty, args.metrics_addr).await?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -27,14 +28,29 @@ pub async fn run(mut config: Config, args: WorkerArgs) -> Result<()> {
     Ok(())
 }
 
-/// Checks the schema, runs a worker until a signal (or until empty), returns its report.
-pub async fn run_worker(config: Config, until_empty: bool) -> Result<WorkerReport> {
+/// Checks the schema, runs a worker until a signal (or until empty), serving
+/// its metrics at `metrics_addr` while it runs; returns its report.
+pub async fn run_worker(
+    config: Config,
+    until_empty: bool,
+    metrics_addr: Option<SocketAddr>,
+) -> Result<WorkerReport> {
     let shards = ShardSet::connect(&config)?;
     check_schema(&shards).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(watch_signals(shutdown.clone()));
     let worker = Worker::new(config, shards, HandlerRegistry::new()).stop_when_empty(until_empty);
-    Ok(worker.run(shutdown).await)
+    let serving = CancellationToken::new();
+    if let Some(addr) = metrics_addr {
+        let metrics = worker.metrics();
+        let render = move || std::future::ready(metrics.encode());
+        shardq::prometheus::serve(addr, render, serving.clone())
+            .await
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    }
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let report = worker.run(shutdown).await;
+    serving.cancel();
+    Ok(report)
 }
 
 /// Refuses to run against a schema of another version; an unreachable shard

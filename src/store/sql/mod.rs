@@ -5,20 +5,24 @@
 //! trip on the unnamed statement, no named prepared statement left on the
 //! connection, which is what a transaction-pooling proxy needs.
 
+mod backlog;
 mod browse;
 mod claim;
 mod jobs;
 mod maintenance;
 mod pause;
+mod schedules;
 mod schema;
 mod steps;
 mod workers;
 
+pub use backlog::*;
 pub use browse::*;
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;
 pub use pause::*;
+pub use schedules::*;
 pub use schema::*;
 pub use steps::*;
 pub use workers::*;

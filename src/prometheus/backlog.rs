@@ -1,0 +1,191 @@
+//! The fleet's backlog as Prometheus metrics, read from every shard per
+//! scrape by one exporter (`shardq metrics`), not by every worker: queue
+//! depth by state, the oldest ready job's age, and whether each shard
+//! answered.
+
+use super::family;
+use crate::shards::{Shard, ShardSet};
+use crate::store::backlog::{self, QueueBacklog};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The unfinished states exposed for every queue, zero when none: a series
+/// that vanished when its queue drained would read as stale, not as 0.
+pub const STATES: [&str; 5] = ["queued", "waiting", "retrying", "delayed", "running"];
+
+/// What one shard answered in one scrape.
+#[derive(Debug, Clone)]
+pub struct ShardBacklog {
+    /// Shard name.
+    pub shard: String,
+    /// Its backlog, or why it is missing (an error or the deadline).
+    pub backlog: Result<Vec<QueueBacklog>, String>,
+    /// How long the read took (until the deadline when it passed).
+    pub took: Duration,
+}
+
+/// Reads every shard's backlog at once, each within `deadline`: a shard
+/// that fails or does not answer in time is reported down; it never delays
+/// the others or fails the scrape.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
+pub async fn read_all(shards: &ShardSet, deadline: Duration) -> Vec<ShardBacklog> {
+    futures_util::future::join_all(shards.all().iter().map(|s| read_one(s, deadline))).await
+}
+
+async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
+    let started = Instant::now();
+    let backlog = match tokio::time::timeout(deadline, backlog::read(shard)).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(err)) => Err(crate::error_chain(&err)),
+        Err(_) => Err(format!(
+            "no answer within the scrape deadline of {} ms",
+            deadline.as_millis()
+        )),
+    };
+    if let Err(error) = &backlog {
+        tracing::warn!(shard = %shard.name, %error, "backlog scrape failed; reporting the shard down");
+    }
+    ShardBacklog {
+        shard: shard.name.clone(),
+        backlog,
+        took: started.elapsed(),
+    }
+}
+
+/// Reads every shard (see [`read_all`]) and returns the Prometheus text.
+/// `queues` are always exposed, with zeros when a shard has none of their
+/// jobs; other queues appear while they have unfinished jobs.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
+pub async fn scrape(shards: &ShardSet, queues: &[String], deadline: Duration) -> String {
+    encode(&read_all(shards, deadline).await, queues)
+}
+
+/// The Prometheus text of one scrape's answers.
+pub fn encode(answers: &[ShardBacklog], queues: &[String]) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Exposition {
+        shards: answers.iter().map(|a| ShardView::new(a, queues)).collect(),
+    }));
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+/// One shard's answer, by queue, states filled in.
+#[derive(Debug)]
+struct ShardView {
+    shard: String,
+    up: bool,
+    took: Duration,
+    /// Queue → (count per state of [`STATES`], oldest ready age in s).
+    queues: BTreeMap<String, ([i64; STATES.len()], f64)>,
+}
+
+impl ShardView {
+    fn new(answer: &ShardBacklog, known: &[String]) -> Self {
+        let mut queues = BTreeMap::new();
+        if let Ok(rows) = &answer.backlog {
+            for queue in known {
+                queues.insert(queue.clone(), ([0; STATES.len()], 0.0));
+            }
+            for row in rows {
+                let entry = queues
+                    .entry(row.queue.clone())
+                    .or_insert(([0; STATES.len()], 0.0));
+                if let Some(i) = STATES.iter().position(|s| *s == row.state) {
+                    entry.0[i] += row.count;
+                }
+                if let Some(age) = row.oldest_ready_s {
+                    entry.1 = age.max(0.0);
+                }
+            }
+        }
+        ShardView {
+            shard: answer.shard.clone(),
+            up: answer.backlog.is_ok(),
+            took: answer.took,
+            queues,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Exposition {
+    shards: Vec<ShardView>,
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let e = &mut e;
+        family(
+            e,
+            "shardq_shard_up",
+            "1 when the shard answered this scrape within its deadline, else 0",
+            MetricType::Gauge,
+            self.shards.iter().map(|s| {
+                (
+                    [("shard", s.shard.as_str())],
+                    ConstGauge::new(i64::from(s.up)),
+                )
+            }),
+        )?;
+        family(
+            e,
+            "shardq_shard_scrape_duration_seconds",
+            "How long reading the shard's backlog took",
+            MetricType::Gauge,
+            self.shards.iter().map(|s| {
+                (
+                    [("shard", s.shard.as_str())],
+                    ConstGauge::new(s.took.as_secs_f64()),
+                )
+            }),
+        )?;
+        family(
+            e,
+            "shardq_queue_jobs",
+            "Unfinished jobs by queue and state (queued = ready to claim); absent while the shard is down",
+            MetricType::Gauge,
+            self.shards.iter().flat_map(|s| {
+                s.queues.iter().flat_map(move |(queue, (counts, _))| {
+                    STATES.iter().zip(counts).map(move |(state, n)| {
+                        (
+                            [
+                                ("shard", s.shard.as_str()),
+                                ("queue", queue.as_str()),
+                                ("state", *state),
+                            ],
+                            ConstGauge::new(*n),
+                        )
+                    })
+                })
+            }),
+        )?;
+        family(
+            e,
+            "shardq_queue_oldest_ready_age_seconds",
+            "Seconds since the queue's lowest-id ready job became ready; 0 when none is ready",
+            MetricType::Gauge,
+            self.shards.iter().flat_map(|s| {
+                s.queues.iter().map(move |(queue, (_, age))| {
+                    (
+                        [("shard", s.shard.as_str()), ("queue", queue.as_str())],
+                        ConstGauge::new(*age),
+                    )
+                })
+            }),
+        )
+    }
+}

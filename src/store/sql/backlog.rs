@@ -1,0 +1,45 @@
+//! What the metrics exporter reads per scrape: queue depth by state and the
+//! age of each queue's oldest ready job. Every branch reads a partial index
+//! that holds no finished row, so the cost follows the backlog (ready,
+//! waiting, scheduled and running rows), never the history.
+
+/// Per queue: the count of jobs in each unfinished state (`queued`,
+/// `waiting`, `retrying`, `delayed`, `running`), and for `queued` the age in
+/// seconds of its lowest-id ready job: the one enqueued first, measured from
+/// when it became ready (`run_at`).
+///
+/// The ready rows are counted from the two dequeue indexes (queue,
+/// priority, id), index only, grouped by (queue, priority) with their lowest
+/// id; the lowest of those ids per queue is then looked up by the same
+/// index with its full key (one probe, one heap row), since those indexes
+/// hold no time. The other states are [`super::QUEUE_COUNTS`]'s branches.
+pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
+        SELECT queue, priority, keyed, count(*) AS n, min(id) AS first_id FROM ( \
+            SELECT queue, priority, id, false AS keyed FROM workflow_status \
+                WHERE status = 'queued' AND ordering_key IS NULL \
+            UNION ALL SELECT queue, priority, id, true FROM workflow_status \
+                WHERE status = 'queued' AND ordering_key IS NOT NULL \
+        ) r GROUP BY 1, 2, 3 \
+    ), heads AS ( \
+        SELECT DISTINCT ON (queue) queue, priority, keyed, first_id FROM ready \
+        ORDER BY queue, first_id \
+    ) \
+    SELECT h.queue, 'queued' AS state, \
+        (SELECT sum(n) FROM ready WHERE ready.queue = h.queue)::bigint AS count, \
+        extract(epoch FROM now() - coalesce( \
+            (SELECT w.run_at FROM workflow_status w \
+                WHERE NOT h.keyed AND w.status = 'queued' AND w.ordering_key IS NULL \
+                  AND w.queue = h.queue AND w.priority = h.priority AND w.id = h.first_id), \
+            (SELECT w.run_at FROM workflow_status w \
+                WHERE h.keyed AND w.status = 'queued' AND w.ordering_key IS NOT NULL \
+                  AND w.queue = h.queue AND w.priority = h.priority AND w.id = h.first_id) \
+        ))::float8 AS oldest_ready_s \
+    FROM heads h \
+    UNION ALL \
+    SELECT queue, state, count(*), NULL FROM ( \
+        SELECT queue, 'waiting' AS state FROM workflow_status \
+            WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+        UNION ALL SELECT queue, CASE WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
+            FROM workflow_status WHERE status = 'scheduled' \
+        UNION ALL SELECT queue, 'running' FROM workflow_status WHERE status = 'running' \
+    ) unfinished GROUP BY 1, 2";

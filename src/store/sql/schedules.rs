@@ -1,0 +1,42 @@
+//! Periodic jobs: the durable last tick of each schedule (`shardq_schedules`).
+
+/// Records schedule $1 with last tick $2 unless it is recorded already.
+/// Returns a row when it was new.
+pub const SCHEDULE_REGISTER: &str = "INSERT INTO shardq_schedules (name, last_tick) \
+    VALUES ($1, $2) ON CONFLICT (name) DO NOTHING RETURNING name";
+
+/// The last tick of schedule $1.
+pub const SCHEDULE_LAST_TICK: &str =
+    "SELECT last_tick, updated_at FROM shardq_schedules WHERE name = $1";
+
+/// The last ticks of the schedules named in $1.
+pub const SCHEDULE_LAST_TICKS: &str =
+    "SELECT name, last_tick, updated_at FROM shardq_schedules WHERE name = ANY($1)";
+
+/// One tick of schedule $1 at $2, in one statement: moves `last_tick`
+/// forward to $2 only if it is older, and only then, when $9 is true,
+/// enqueues the tick's job (shard key $3, queue $4, handler $5, payload $6,
+/// attempts $7, deduplication id $8).
+///
+/// Two processes running the same tick serialise on the schedule's row: the
+/// second one's UPDATE waits for the first to commit, then re-reads the row
+/// (READ COMMITTED re-checks the WHERE on the new version), finds
+/// `last_tick = $2` and changes nothing, so its INSERT selects no row. A
+/// process killed before the commit leaves nothing: the row and the job
+/// commit together or not at all. The deduplication conflict clause only
+/// keeps a job of the same id that is still unfinished from failing the
+/// statement; `last_tick` is what makes the tick exactly once.
+pub const SCHEDULE_TICK: &str = "WITH advanced AS ( \
+        UPDATE shardq_schedules SET last_tick = $2, updated_at = now() \
+        WHERE name = $1 AND last_tick < $2 \
+        RETURNING name \
+    ), job AS ( \
+        INSERT INTO workflow_status \
+            (shard_key, queue, handler, payload, status, run_at, max_attempts, dedup_id) \
+        SELECT $3, $4, $5, $6, 'queued', now(), $7, $8 FROM advanced WHERE $9 \
+        ON CONFLICT (queue, dedup_id) \
+            WHERE dedup_id IS NOT NULL AND status IN ('scheduled', 'queued', 'running') \
+        DO NOTHING \
+        RETURNING id, pg_notify('shardq_ready', queue) AS woken \
+    ) \
+    SELECT EXISTS (SELECT 1 FROM advanced) AS advanced, (SELECT id FROM job) AS job_id";

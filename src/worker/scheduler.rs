@@ -1,0 +1,191 @@
+//! The scheduler: enqueues the ticks of periodic jobs. One loop per schedule
+//! (so a shard that hangs delays only the schedules that live on it), each a
+//! single `select!` over shutdown and "sleep to the next tick, then handle
+//! what is due". Which ticks are due, and the missed-tick policy, are in
+//! [`crate::schedule::due`]; exactly-once is the tick statement's
+//! (`store::schedules::tick`). Every worker process runs every schedule;
+//! the processes race for each tick and one wins.
+
+use super::rotation::jitter;
+use crate::schedule::due::{self, LATE_TICK_GRACE};
+use crate::schedule::{Missed, Schedule};
+use crate::shards::{Shard, ShardError, ShardSet};
+use crate::store::schedules::{self, Tick};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Added to each wake-up so that the processes of a fleet do not all hit a
+/// schedule's row in the same millisecond (the losers' statements are no-ops,
+/// but they queue on the row lock).
+const TICK_JITTER_MAX: Duration = Duration::from_millis(50);
+
+/// Longest sleep: a wall clock that jumps (an NTP step, a suspended host)
+/// is noticed within this.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// First retry delay after a failed pass (shard down, statement deadline);
+/// doubles per failure up to [`RETRY_MAX`]. A tick retried past
+/// [`LATE_TICK_GRACE`] is then handled as missed.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+
+/// Longest retry delay: well inside the grace, so a shard that comes back
+/// gets its late ticks enqueued as on time.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Runs every schedule until `shutdown`; `max_attempts` is the attempt
+/// limit of their jobs.
+pub(crate) async fn run(
+    schedules: Vec<Schedule>,
+    shards: ShardSet,
+    max_attempts: i32,
+    shutdown: CancellationToken,
+) {
+    let mut loops = tokio::task::JoinSet::new();
+    for schedule in schedules {
+        let shard = shards.for_key(schedule.shard_key()).clone();
+        let one = ScheduleLoop {
+            schedule,
+            shard,
+            max_attempts,
+            cursor: None,
+            failures: 0,
+        };
+        loops.spawn(one.run(shutdown.clone()));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+/// One schedule's loop and its state.
+struct ScheduleLoop {
+    schedule: Schedule,
+    /// The shard the schedule's name routes to.
+    shard: Shard,
+    max_attempts: i32,
+    /// The latest tick this process has handled (`None` before the first pass).
+    cursor: Option<DateTime<Utc>>,
+    /// Failed passes in a row.
+    failures: u32,
+}
+
+impl ScheduleLoop {
+    async fn run(mut self, shutdown: CancellationToken) {
+        tracing::info!(schedule = %self.schedule.name(), shard = %self.shard.name, "schedule started");
+        loop {
+            let pause = self.pause(Utc::now());
+            // A pass cut short by shutdown leaves each tick written or not:
+            // every tick is one statement.
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = async {
+                    tokio::time::sleep(pause).await;
+                    self.pass(Utc::now()).await;
+                } => {}
+            }
+        }
+    }
+
+    /// How long to sleep before the next pass.
+    fn pause(&self, now: DateTime<Utc>) -> Duration {
+        let mut rng = rand::thread_rng();
+        if self.failures > 0 {
+            let doubled = RETRY_MIN.saturating_mul(1 << self.failures.min(16));
+            let max = doubled.min(RETRY_MAX);
+            return jitter(&mut rng, max / 2, max);
+        }
+        let Some(cursor) = self.cursor else {
+            return Duration::ZERO;
+        };
+        match self.schedule.next_after(cursor) {
+            Some(next) => {
+                let until = (next - now).to_std().unwrap_or(Duration::ZERO);
+                until.min(MAX_SLEEP) + jitter(&mut rng, Duration::ZERO, TICK_JITTER_MAX)
+            }
+            None => MAX_SLEEP,
+        }
+    }
+
+    async fn pass(&mut self, now: DateTime<Utc>) {
+        match self.try_pass(now).await {
+            Ok(()) => self.failures = 0,
+            Err(err) => {
+                self.failures += 1;
+                tracing::warn!(
+                    schedule = %self.schedule.name(),
+                    error = %crate::error_chain(&err),
+                    "schedule tick failed; retrying"
+                );
+            }
+        }
+    }
+
+    /// Handles every due tick in order; the cursor moves past each one
+    /// handled, so a failure retries from the first tick not handled.
+    async fn try_pass(&mut self, now: DateTime<Utc>) -> Result<(), ShardError> {
+        let cursor = match self.cursor {
+            Some(cursor) => cursor,
+            None => match self.first_cursor(now).await? {
+                Some(cursor) => cursor,
+                None => return Ok(()),
+            },
+        };
+        let due = due::due(&self.schedule, cursor, now, LATE_TICK_GRACE);
+        if let Some(missed) = due.missed {
+            let run_once = self.schedule.missed_policy() == Missed::RunOnce;
+            let outcome = self.tick(missed, run_once).await?;
+            if outcome.advanced {
+                tracing::info!(
+                    schedule = %self.schedule.name(),
+                    last_missed = %missed,
+                    policy = ?self.schedule.missed_policy(),
+                    job = ?outcome.job.map(|j| j.to_string()),
+                    "ticks were missed while no worker ran them"
+                );
+            }
+            self.cursor = Some(missed);
+        }
+        for tick in due.on_time {
+            let outcome = self.tick(tick, true).await?;
+            if let Some(job) = outcome.job {
+                tracing::debug!(schedule = %self.schedule.name(), %tick, %job, "tick enqueued");
+            }
+            self.cursor = Some(tick);
+        }
+        Ok(())
+    }
+
+    /// The cursor of the first pass: the recorded last tick, or, for a
+    /// schedule no process has seen, its latest tick so far (recorded
+    /// without a job; then the pass is over: `Ok(None)`).
+    async fn first_cursor(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, ShardError> {
+        let start = due::first_cursor(&self.schedule, now);
+        if schedules::register(&self.shard, self.schedule.name(), start).await? {
+            self.cursor = Some(start);
+            return Ok(None);
+        }
+        let last = schedules::last_tick(&self.shard, self.schedule.name()).await?;
+        let cursor = last.map_or(start, |l| l.at);
+        self.cursor = Some(cursor);
+        Ok(Some(cursor))
+    }
+
+    async fn tick(
+        &self,
+        at: DateTime<Utc>,
+        enqueue: bool,
+    ) -> Result<schedules::TickOutcome, ShardError> {
+        let job = self.schedule.job_for(at);
+        let tick = Tick {
+            name: self.schedule.name(),
+            at,
+            shard_key: self.schedule.shard_key(),
+            job: &job,
+            max_attempts: self.max_attempts,
+            enqueue,
+        };
+        schedules::tick(&self.shard, tick).await
+    }
+}

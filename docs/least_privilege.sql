@@ -11,7 +11,10 @@
 --                    recovery, retention) and everything a producer does;
 --   shardq_producer  `shardq enqueue`, `shardq status`, `shardq job
 --                    show|cancel|retry` and an embedded `shardq::Client`: it
---                    can neither delete jobs nor write step outputs.
+--                    can neither delete jobs nor write step outputs;
+--   shardq_dashboard_ro  `shardq dashboard --read-only`: reads only;
+--   shardq_dashboard `shardq dashboard`: reads, and retries, cancels, pauses
+--                    and resumes; it cannot enqueue, delete jobs or write steps.
 -- Migrations (DDL) stay with the owner: run `shardq migrate` with the owner's
 -- URL, everything else with a login role in one of the groups, e.g.
 --
@@ -33,6 +36,12 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_producer') THEN
         CREATE ROLE shardq_producer NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_dashboard_ro') THEN
+        CREATE ROLE shardq_dashboard_ro NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_dashboard') THEN
+        CREATE ROLE shardq_dashboard NOLOGIN IN ROLE shardq_dashboard_ro;
+    END IF;
 END
 $$;
 
@@ -40,8 +49,8 @@ $$;
 -- revoked it from PUBLIC still lets shardq's workers in.
 DO $$
 BEGIN
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO shardq_worker, shardq_producer',
-                   current_database());
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO shardq_worker, shardq_producer, '
+                   'shardq_dashboard_ro', current_database());
 END
 $$;
 
@@ -50,7 +59,7 @@ $$;
 -- PostgreSQL 15, PUBLIC has no CREATE on schema public; on an older server
 -- every role may create tables there unless you revoke it from PUBLIC (a
 -- database-wide change, so this file leaves it to you).
-GRANT USAGE ON SCHEMA public TO shardq_worker, shardq_producer;
+GRANT USAGE ON SCHEMA public TO shardq_worker, shardq_producer, shardq_dashboard_ro;
 
 -- The jobs. SELECT: claims, status, inspection, the "is work left" check.
 -- INSERT: enqueue (the id is an identity column, which needs no sequence
@@ -83,3 +92,16 @@ GRANT SELECT, INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_producer;
 -- workflow_status as above). A producer reads them for `shardq status`.
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_schedules TO shardq_worker;
 GRANT SELECT ON TABLE shardq_schedules TO shardq_producer;
+
+-- Worker heartbeats (migration 10): each worker upserts its own row and
+-- deletes expired ones (ON CONFLICT DO UPDATE needs SELECT too).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_workers TO shardq_worker;
+
+-- The dashboard. Read-only: every table it shows, nothing else.
+GRANT SELECT ON TABLE workflow_status, workflow_steps, shardq_workers, shardq_paused_queues,
+    shardq_migrations TO shardq_dashboard_ro;
+-- With actions (it is a member of shardq_dashboard_ro): UPDATE for retry and
+-- cancel (and the key bookkeeping they do), INSERT and DELETE of pause rows.
+-- No INSERT or DELETE of jobs, no step outputs.
+GRANT UPDATE ON TABLE workflow_status TO shardq_dashboard;
+GRANT INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_dashboard;

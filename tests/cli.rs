@@ -130,3 +130,60 @@ async fn job_show_cancel_retry_and_status_counts_through_the_cli() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("SHARDKEY-ID"));
 }
+
+/// One HTTP/1.1 GET to `addr`, the whole response as text.
+async fn http_get(addr: &str, path: &str, bearer: Option<&str>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_command_refuses_an_open_address_and_serves_with_a_token() {
+    use tokio::io::AsyncBufReadExt;
+    let shards = TestShards::databases(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml("")).unwrap();
+    ok(&shardq(&path, &["migrate"]));
+
+    let out = shardq(&path, &["dashboard", "--listen", "0.0.0.0:0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("without authentication") && err.contains("SHARDQ_DASHBOARD_TOKEN"),
+        "{err}"
+    );
+
+    let token = dir.path().join("token");
+    std::fs::write(&token, "cli-t0ken\n").unwrap();
+    let mut child = shardq_harness::exe::shardq_command(&path)
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines
+        .next_line()
+        .await
+        .unwrap()
+        .expect("the listening line");
+    let addr = line
+        .strip_prefix("dashboard listening on http://")
+        .and_then(|rest| rest.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    assert!(http_get(&addr, "/", None).await.starts_with("HTTP/1.1 401"));
+    let page = http_get(&addr, "/", Some("cli-t0ken")).await;
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("Overview"),
+        "{page}"
+    );
+    child.kill().await.unwrap();
+}

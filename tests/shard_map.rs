@@ -121,6 +121,8 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
             .unwrap()
             .batch_execute(
                 "DROP TABLE shardq_shard_map; DROP INDEX workflow_status_scheduled_queue; \
+                 DROP TABLE IF EXISTS shardq_paused_queues; DROP TABLE IF EXISTS shardq_workers; \
+                 DROP INDEX IF EXISTS workflow_status_failed; \
                  DELETE FROM shardq_migrations WHERE version >= 5",
             )
             .await
@@ -129,7 +131,13 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
     let e = migrate::check_all(&set).await.unwrap_err();
     assert!(matches!(e, MigrateError::Behind { found: 4, .. }), "{e}");
     let applied = migrate::migrate_all(&set).await.unwrap();
-    assert_eq!(applied, vec![vec![5, 6], vec![5, 6]]);
+    // Every migration from 5 on (later ones too, whatever their numbers).
+    let from_5: Vec<i32> = migrate::MIGRATIONS
+        .iter()
+        .map(|m| m.version)
+        .filter(|&v| v >= 5)
+        .collect();
+    assert_eq!(applied, vec![from_5.clone(), from_5]);
     assert_eq!(recorded_map(set.get(0)).await, Some((2, 0)));
     assert_eq!(recorded_map(set.get(1)).await, Some((2, 1)));
     migrate::check_all(&set).await.expect("current and mapped");

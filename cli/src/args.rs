@@ -44,6 +44,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the web dashboard over every shard (HTML, no JavaScript).
+    Dashboard(DashboardArgs),
     /// Serve every shard's backlog (queue depth, oldest ready age, shard up)
     /// as Prometheus metrics: one exporter per fleet, not one per worker.
     Metrics(MetricsArgs),
@@ -196,4 +198,21 @@ pub struct MetricsArgs {
     /// reported as `shardq_shard_up 0`.
     #[arg(long, default_value_t = 2000)]
     pub shard_timeout_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// Address to listen on. Beyond loopback it needs authentication
+    /// (SHARDQ_DASHBOARD_TOKEN, SHARDQ_DASHBOARD_BASIC_AUTH or the files below).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// No actions: no retry or cancel buttons, and their POSTs are refused.
+    #[arg(long)]
+    pub read_only: bool,
+    /// File holding the bearer token requests must carry (instead of SHARDQ_DASHBOARD_TOKEN).
+    #[arg(long, env = "SHARDQ_DASHBOARD_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// File holding `user:password` for basic auth (instead of SHARDQ_DASHBOARD_BASIC_AUTH).
+    #[arg(long, env = "SHARDQ_DASHBOARD_BASIC_AUTH_FILE")]
+    pub basic_auth_file: Option<PathBuf>,
 }

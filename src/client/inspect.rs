@@ -250,7 +250,7 @@ impl Client {
     ///
     /// When the routed shard fails, or when no shard had the row and one
     /// of them failed (the job may be there).
-    async fn find<'s, T, F, Fut>(
+    pub(super) async fn find<'s, T, F, Fut>(
         &'s self,
         id: JobId,
         read: F,

@@ -1,12 +1,18 @@
 //! The client: enqueue jobs, read and change them.
 
+mod browse;
 mod inspect;
 mod pause;
 mod schedule_status;
 mod transactional;
 
+pub use crate::store::browse::{JobFilter, JobSummary, ListState, Position, StepInfo};
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
+pub use crate::store::workers::WorkerRow;
+pub use browse::{
+    JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
+};
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;
 pub use schedule_status::ScheduleStatus;

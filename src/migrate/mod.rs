@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_schedules.sql",
         sql: include_str!("../../migrations/0008_schedules.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_workers.sql",
+        sql: include_str!("../../migrations/0010_workers.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

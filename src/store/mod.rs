@@ -17,6 +17,7 @@
 //! [`ShardError::kind`]: crate::shards::ShardError::kind
 
 pub mod backlog;
+pub mod browse;
 mod error;
 mod exec;
 pub mod jobs;
@@ -29,6 +30,7 @@ pub mod sql;
 mod status;
 pub mod steps;
 pub mod upkeep;
+pub mod workers;
 
 pub use error::ErrorKind;
 pub use status::JobStatus;

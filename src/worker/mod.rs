@@ -12,6 +12,7 @@ mod context;
 mod credits;
 mod executor;
 mod handler;
+mod heartbeat;
 mod leaser;
 mod local_gate;
 mod maintenance;
@@ -26,6 +27,7 @@ mod wakeup;
 
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
+pub use heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 pub use stats::{Stats, StatsSnapshot};
 
 use crate::config::{Config, Limits};
@@ -179,6 +181,14 @@ impl Worker {
             shared.clone(),
             leasing.clone(),
         ));
+        // Heartbeats go on until every completion is written, then say goodbye.
+        let beating = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat::run(
+            heartbeat::HeartbeatConfig::new(&config),
+            shared.clone(),
+            started,
+            beating.clone(),
+        ));
         let mut background = JoinSet::new();
         background.spawn(maintenance::run(
             MaintenanceConfig::new(&config),
@@ -211,6 +221,8 @@ impl Worker {
         leaser.abort();
         let _ = leaser.await;
         background.shutdown().await;
+        beating.cancel();
+        let _ = heartbeat.await;
         let report = WorkerReport {
             stats: shared.stats.snapshot(),
             elapsed: started.elapsed(),

@@ -1,5 +1,6 @@
 //! One function per subcommand.
 
+mod dashboard;
 mod demo;
 mod enqueue;
 mod job;
@@ -30,6 +31,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Job { action } => job::run(&config, action).await,
         Command::Queue { action } => queue::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
+        Command::Dashboard(args) => dashboard::run(&config, args).await,
         Command::Metrics(args) => metrics::run(&config, args).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,
         Command::Bench { .. } | Command::Chaos { .. } => {

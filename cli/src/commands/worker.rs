@@ -55,7 +55,7 @@ pub async fn run_worker(
 
 /// Refuses to run against a schema of another version; an unreachable shard
 /// only warns, since the worker retries it.
-async fn check_schema(shards: &ShardSet) -> Result<()> {
+pub(crate) async fn check_schema(shards: &ShardSet) -> Result<()> {
     for shard in shards.all() {
         match migrate::check_shard(shard, shards.len()).await {
             Ok(()) => {}

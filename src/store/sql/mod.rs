@@ -6,6 +6,7 @@
 //! connection, which is what a transaction-pooling proxy needs.
 
 mod backlog;
+mod browse;
 mod claim;
 mod jobs;
 mod maintenance;
@@ -13,8 +14,10 @@ mod pause;
 mod schedules;
 mod schema;
 mod steps;
+mod workers;
 
 pub use backlog::*;
+pub use browse::*;
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;
@@ -22,6 +25,7 @@ pub use pause::*;
 pub use schedules::*;
 pub use schema::*;
 pub use steps::*;
+pub use workers::*;
 
 /// One bind parameter with its PostgreSQL type.
 pub type Param<'a> = (

@@ -1,0 +1,166 @@
+//! `/`: every shard and queue at a glance; refreshes itself every 5 s.
+
+use super::{age, layout, q};
+use crate::chart;
+use crate::server::Shared;
+use axum::extract::State;
+use axum::response::Html;
+use maud::{html, Markup, PreEscaped};
+use shardq::client::{ListState, OverviewOptions, QueueOverview, ShardOverview};
+
+/// The count columns, in lifecycle order.
+const COLUMNS: [ListState; 7] = [
+    ListState::Ready,
+    ListState::Scheduled,
+    ListState::Running,
+    ListState::Retrying,
+    ListState::Waiting,
+    ListState::Dead,
+    ListState::Cancelled,
+];
+
+pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
+    let options = OverviewOptions {
+        deadline: state.options.shard_deadline,
+        ..OverviewOptions::default()
+    };
+    let shards = state.client.overview(&options).await;
+    let bucket_s = options.bucket.as_secs();
+    let body = html! {
+        (PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
+        h2 { "Shards" }
+        (shard_table(&shards))
+        h2 { "Queues" }
+        (queue_table(&shards, bucket_s, options.window.as_secs()))
+        (pause_table(&shards, state.options.read_only))
+        h2 { "Live workers" }
+        (worker_table(&shards))
+    };
+    layout("Overview", state.options.read_only, body)
+}
+
+fn shard_table(shards: &[ShardOverview]) -> Markup {
+    html! {
+        table id="shards" {
+            tr { th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" }
+                 th { "Live workers" } th { "Lock-miss rate" } }
+            @for s in shards {
+                tr data-shard=(s.shard) {
+                    td class="l" { (s.shard) }
+                    td class="l muted" { (s.target) }
+                    @match &s.error {
+                        Some(e) => td class="l down" data-state="unreachable" title=(e) { "unreachable: " (e) },
+                        None => td class="l up" data-state="up" { "up" },
+                    }
+                    td { (s.workers.len()) }
+                    td class="miss" { @match s.lock_miss_rate() {
+                        Some(r) => (format!("{:.1}%", r * 100.0)),
+                        None => span class="muted" { "–" },
+                    } }
+                }
+            }
+        }
+    }
+}
+
+fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup {
+    let rows: Vec<(&ShardOverview, &QueueOverview)> = shards
+        .iter()
+        .flat_map(|s| s.queues.iter().map(move |q| (s, q)))
+        .collect();
+    html! {
+        @if rows.is_empty() { p class="muted" { "No jobs on any shard that answered." } }
+        @else {
+            table id="queues" {
+                tr {
+                    th class="l" { "Queue" } th class="l" { "Shard" }
+                    @for c in COLUMNS { th { (c.as_str()) } }
+                    th { "Oldest ready" }
+                    th { "Done/s (" (window_s / 60) " min)" }
+                    th class="l" { "Completions per " (bucket_s) " s" }
+                }
+                @for (s, queue) in rows {
+                    tr data-shard=(s.shard) data-queue=(queue.queue) {
+                        td class="l" { (queue.queue) }
+                        td class="l" { (s.shard) }
+                        @for c in COLUMNS {
+                            td class="count" data-shard=(s.shard) data-queue=(queue.queue) data-state=(c.as_str()) {
+                                @let n = queue.count(c);
+                                @if n > 0 {
+                                    a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (n) }
+                                } @else { span class="muted" { "0" } }
+                            }
+                        }
+                        td { @match queue.oldest_ready { Some(d) => (age(d)), None => span class="muted" { "–" } } }
+                        td { (format!("{:.1}", queue.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
+                        td class="l" { (chart::completions(&queue.completions, bucket_s)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Each queue: paused on which shards, and the button that fits.
+fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
+    let mut names: Vec<&str> = shards
+        .iter()
+        .flat_map(|s| s.queues.iter().map(|q| q.queue.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    html! {
+        @if !names.is_empty() {
+            table id="pauses" {
+                tr { th class="l" { "Queue" } th class="l" { "Claiming" } @if !read_only { th {} } }
+                @for name in names {
+                    @let paused: Vec<&str> = shards
+                        .iter()
+                        .filter(|s| s.queues.iter().any(|q| q.queue == name && q.paused))
+                        .map(|s| s.shard.as_str())
+                        .collect();
+                    tr data-queue=(name) {
+                        td class="l" { (name) }
+                        td class="l paused" {
+                            @if paused.is_empty() { "active" } @else { span class="down" { "paused on " (paused.join(", ")) } }
+                        }
+                        @if !read_only {
+                            td {
+                                @let action = if paused.is_empty() { "pause" } else { "resume" };
+                                a id={(action) "-" (name)} href={"/queues/" (q(name)) "/" (action)} { button { (action) "…" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn worker_table(shards: &[ShardOverview]) -> Markup {
+    let rows: Vec<_> = shards
+        .iter()
+        .flat_map(|s| s.workers.iter().map(move |w| (s, w)))
+        .collect();
+    html! {
+        @if rows.is_empty() { p class="muted" { "No worker has sent a heartbeat in the last 30 s." } }
+        @else {
+            table id="workers" {
+                tr { th class="l" { "Shard" } th class="l" { "Worker" } th class="l" { "Host" } th { "PID" }
+                     th class="l" { "Queues" } th class="l" { "Started" } th { "Heartbeat" }
+                     th { "Claims" } th { "Claimed" } th { "Lock misses" } th { "Empty" } th { "Completed" } th { "Miss rate" } }
+                @for (s, w) in rows {
+                    @let c = &w.counters;
+                    @let attempts = c.claims + c.busy + c.empty + c.errors;
+                    tr data-shard=(s.shard) data-worker=(w.worker_id) {
+                        td class="l" { (s.shard) } td class="l" { (w.worker_id) } td class="l" { (w.host) }
+                        td { (w.pid) } td class="l" { (w.queues.join(", ")) } td class="l muted" { (w.started_at) }
+                        td { (format!("{:.1}s ago", w.heartbeat_age_ms as f64 / 1000.0)) }
+                        td { (c.claims) } td { (c.claimed) } td { (c.busy) } td { (c.empty) } td class="completed" { (c.completed) }
+                        td { @if attempts > 0 { (format!("{:.1}%", c.busy as f64 * 100.0 / attempts as f64)) } @else { "–" } }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The dashboard in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver), against a dashboard over two real shards.
+//! Loads the overview and checks each shard's counts, opens a dead job,
+//! retries it through the confirmation page, runs a worker, and sees the
+//! job succeed on the page. With `SHARDQ_DASHBOARD_SCREENSHOT=FILE` it
+//! saves the overview as a PNG (docs/dashboard.png is made this way).
+//!
+//! Needs `chromium` and `chromium-driver` (Debian packages; `.ci/run`
+//! installs them). Without them the test fails and says so: it is never
+//! skipped silently.
+
+mod common;
+
+use common::{loopback, serve, Handlers, Shards};
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const CHROMIUM: &[&str] = &[
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+];
+const CHROMEDRIVER: &[&str] = &["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"];
+
+fn first_present(candidates: &[&str]) -> Option<PathBuf> {
+    candidates.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// chromedriver on a free port, killed on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_driver(driver: &Path) -> Driver {
+    let port = free_port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "chromedriver did not listen on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Driver {
+        child,
+        port,
+        _profile: tempfile::tempdir().unwrap(),
+    }
+}
+
+async fn open_browser(driver: &Driver, chromium: &Path) -> Browser {
+    let profile = format!("--user-data-dir={}", driver._profile.path().display());
+    let args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+        profile.as_str(),
+    ];
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({ "binary": chromium.display().to_string(), "args": args }),
+    );
+    ClientBuilder::new(HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a chromium session through chromedriver")
+}
+
+/// The element at `css`, waiting for it (a click's navigation may still be
+/// under way).
+async fn find(browser: &Browser, css: &str) -> fantoccini::elements::Element {
+    browser
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+}
+
+async fn text_of(browser: &Browser, css: &str) -> String {
+    browser
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sees_the_counts_retries_a_dead_job_and_sees_it_succeed() {
+    let (Some(chromium), Some(driver)) = (first_present(CHROMIUM), first_present(CHROMEDRIVER))
+    else {
+        panic!(
+            "this test drives headless Chromium and needs it installed: \
+             apt-get install -y chromium chromium-driver (looked for {CHROMIUM:?} and {CHROMEDRIVER:?})"
+        );
+    };
+    let shards = Shards::start(2).await;
+    let handlers = Handlers::new();
+    let (fixture, worker, stop_worker) =
+        common::jobs_in_every_state(&shards, &handlers, true).await;
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let driver = start_driver(&driver).await;
+    let browser = open_browser(&driver, &chromium).await;
+
+    browser.goto(&format!("http://{addr}/")).await.unwrap();
+    let expected = shards.counts().await;
+    for (s, counts) in expected.iter().enumerate() {
+        assert_eq!(
+            text_of(
+                &browser,
+                &format!("#shards tr[data-shard=\"s{s}\"] td[data-state]")
+            )
+            .await,
+            "up"
+        );
+        for state in [
+            "ready",
+            "scheduled",
+            "running",
+            "retrying",
+            "dead",
+            "cancelled",
+        ] {
+            for queue in ["dash", "idle"] {
+                let want = counts
+                    .get(&(queue.to_string(), state.to_string()))
+                    .copied()
+                    .unwrap_or(0);
+                let css = format!(
+                    "td[data-shard=\"s{s}\"][data-queue=\"{queue}\"][data-state=\"{state}\"]"
+                );
+                assert_eq!(
+                    text_of(&browser, &css).await,
+                    want.to_string(),
+                    "s{s} {queue} {state}"
+                );
+            }
+        }
+    }
+    // The running worker shows, once per shard, from its heartbeats; a later
+    // beat carries its counters (each shard wrote outcomes).
+    let started = Instant::now();
+    loop {
+        let workers = browser
+            .find_all(Locator::Css("#workers tr[data-worker]"))
+            .await
+            .unwrap();
+        assert_eq!(workers.len(), 2);
+        let mut completed = Vec::new();
+        for s in 0..2 {
+            let css = format!("#workers tr[data-shard=\"s{s}\"] td.completed");
+            completed.push(text_of(&browser, &css).await.parse::<u64>().unwrap());
+        }
+        if completed.iter().all(|&n| n > 0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no heartbeat brought the worker's counters: {completed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        browser.refresh().await.unwrap();
+    }
+    if let Ok(path) = std::env::var("SHARDQ_DASHBOARD_SCREENSHOT") {
+        let png = browser.screenshot().await.unwrap();
+        std::fs::write(&path, png).expect("write the screenshot");
+    }
+    handlers.release.add_permits(1);
+    stop_worker.cancel();
+    worker.await.unwrap();
+
+    // Overview -> shard 0's dead jobs -> the dead job -> retry -> confirm.
+    find(
+        &browser,
+        "td[data-shard=\"s0\"][data-queue=\"dash\"][data-state=\"dead\"] a",
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
+    let id = fixture.dead_on_0.to_string();
+    find(&browser, &format!("tr.job[data-id=\"{id}\"] a"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(text_of(&browser, "#status").await, "dead");
+    assert!(text_of(&browser, "#error")
+        .await
+        .contains("failed on purpose"));
+    find(&browser, "#action-retry").await.click().await.unwrap();
+    find(&browser, "#confirm").await.click().await.unwrap();
+    assert!(text_of(&browser, "#done").await.starts_with("Retried"));
+    assert_eq!(text_of(&browser, "#status").await, "queued");
+    assert_eq!(shards.status_of(fixture.dead_on_0).await, "queued");
+
+    // A worker whose flaky handler works now runs it.
+    handlers.failing.store(false, Ordering::SeqCst);
+    let (worker, stop_worker) = common::start_worker(&shards, handlers.registry());
+    let started = Instant::now();
+    loop {
+        browser.refresh().await.unwrap();
+        if text_of(&browser, "#status").await == "succeeded" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the retried job did not succeed on the page"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(text_of(&browser, "#output").await.contains("fine now"));
+    stop_worker.cancel();
+    worker.await.unwrap();
+    browser.close().await.unwrap();
+}

@@ -1,0 +1,534 @@
+//! The dashboard over HTTP (reqwest against a real server on loopback, real
+//! PostgreSQL behind it): authentication, CSRF, read-only, keyset paging,
+//! the overview's counts, and a shard that hangs.
+
+mod common;
+
+use common::{attrs, loopback, serve, Handlers, Shards};
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+use shardq::{Client, Config, NewJob};
+use shardq_dashboard::{Auth, DashboardError, DashboardOptions};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+async fn text(response: reqwest::Response) -> String {
+    response.text().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_loopback_it_refuses_to_listen_without_authentication() {
+    let open = DashboardOptions::new("0.0.0.0:0".parse().unwrap());
+    let err = shardq_dashboard::bind(open.clone())
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, DashboardError::Unauthenticated(_)), "{err}");
+    assert!(err.to_string().contains("SHARDQ_DASHBOARD_TOKEN"), "{err}");
+    let with_auth = DashboardOptions {
+        auth: Some(Auth::token("t0ken").unwrap()),
+        ..open
+    };
+    assert!(shardq_dashboard::bind(with_auth).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_the_credentials_are_refused() {
+    let shards = Shards::start(1).await;
+    let auth = Auth::token("s3cret-token").unwrap();
+    let (addr, _stop) = serve(
+        shards.client.clone(),
+        DashboardOptions {
+            auth: Some(auth),
+            ..loopback()
+        },
+    )
+    .await;
+    let url = format!("http://{addr}/");
+    let http = http();
+    let none = http.get(&url).send().await.unwrap();
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    let wrong = http
+        .get(&url)
+        .bearer_auth("s3cret-tokeN")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let jobs = http
+        .get(format!("{url}jobs?state=dead"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        jobs.status(),
+        StatusCode::UNAUTHORIZED,
+        "every page is behind it"
+    );
+    let right = http
+        .get(&url)
+        .bearer_auth("s3cret-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    assert!(text(right).await.contains("Overview"));
+
+    let basic = Auth::basic("ops", "pa55").unwrap();
+    let (addr, _stop) = serve(
+        shards.client.clone(),
+        DashboardOptions {
+            auth: Some(basic),
+            ..loopback()
+        },
+    )
+    .await;
+    let url = format!("http://{addr}/");
+    let asked = http.get(&url).send().await.unwrap();
+    assert_eq!(asked.status(), StatusCode::UNAUTHORIZED);
+    assert!(asked.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Basic"));
+    let wrong = http
+        .get(&url)
+        .basic_auth("ops", Some("pa56"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let right = http
+        .get(&url)
+        .basic_auth("ops", Some("pa55"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+
+    // Without authentication, only loopback host names are served (DNS rebinding).
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let rebound = http
+        .get(format!("http://{addr}/"))
+        .header("host", format!("evil.example:{}", addr.port()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), StatusCode::MISDIRECTED_REQUEST);
+}
+
+/// The CSRF token and cookie a page hands out.
+async fn token_and_cookie(http: &reqwest::Client, url: &str) -> (String, String) {
+    let page = http.get(url).send().await.unwrap();
+    let cookie = page.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let html = text(page).await;
+    let token = html
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a csrf field on the confirm page")
+        .to_string();
+    (token, cookie)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_without_the_csrf_token_cookie_or_same_origin_is_refused() {
+    let shards = Shards::start(2).await;
+    let handlers = Handlers::new();
+    let (fixture, worker, stop_worker) =
+        common::jobs_in_every_state(&shards, &handlers, false).await;
+    stop_worker.cancel();
+    worker.await.unwrap();
+    let id = fixture.dead_on_0;
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let http = http();
+    let action = format!("http://{addr}/jobs/{id}/retry");
+    let (token, cookie) = token_and_cookie(&http, &action).await;
+    let origin = format!("http://{addr}");
+
+    let post = |form: Vec<(&'static str, String)>, cookie: Option<String>, origin: &str| {
+        let mut request = http.post(&action).form(&form).header("origin", origin);
+        if let Some(c) = cookie {
+            request = request.header("cookie", c);
+        }
+        request.send()
+    };
+    let no_token = post(vec![], Some(cookie.clone()), &origin).await.unwrap();
+    assert_eq!(no_token.status(), StatusCode::FORBIDDEN);
+    let forged = post(
+        vec![("csrf", "0".repeat(64))],
+        Some(cookie.clone()),
+        &origin,
+    )
+    .await
+    .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let no_cookie = post(vec![("csrf", token.clone())], None, &origin)
+        .await
+        .unwrap();
+    assert_eq!(no_cookie.status(), StatusCode::FORBIDDEN);
+    let other_site = post(
+        vec![("csrf", token.clone())],
+        Some(cookie.clone()),
+        "http://evil.example",
+    )
+    .await
+    .unwrap();
+    assert_eq!(other_site.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        shards.status_of(id).await,
+        "dead",
+        "no refused request retried it"
+    );
+
+    let allowed = post(vec![("csrf", token)], Some(cookie), &origin)
+        .await
+        .unwrap();
+    assert_eq!(allowed.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        shards.status_of(id).await,
+        "queued",
+        "the confirmed retry put it back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_shows_no_actions_and_refuses_their_posts() {
+    let shards = Shards::start(2).await;
+    let handlers = Handlers::new();
+    let (fixture, worker, stop_worker) =
+        common::jobs_in_every_state(&shards, &handlers, false).await;
+    stop_worker.cancel();
+    worker.await.unwrap();
+    let id = fixture.dead_on_0;
+    let http = http();
+    // The token and cookie of a dashboard that allows actions, to show the
+    // read-only one refuses even a well-formed request.
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let (token, _) = token_and_cookie(&http, &format!("http://{addr}/jobs/{id}/retry")).await;
+
+    let (addr, _stop) = serve(
+        shards.client.clone(),
+        DashboardOptions {
+            read_only: true,
+            ..loopback()
+        },
+    )
+    .await;
+    let page = text(
+        http.get(format!("http://{addr}/jobs/{id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(page.contains("dead"), "{page}");
+    assert!(!page.contains("action-retry"), "no retry button: {page}");
+    let confirm = http
+        .get(format!("http://{addr}/jobs/{id}/retry"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(confirm.status(), StatusCode::FORBIDDEN);
+    let cookie = http
+        .get(format!("http://{addr}/"))
+        .send()
+        .await
+        .unwrap()
+        .headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let own_token = cookie.split_once('=').unwrap().1.to_string();
+    for t in [token, own_token] {
+        let post = http
+            .post(format!("http://{addr}/jobs/{id}/retry"))
+            .form(&[("csrf", t)])
+            .header("cookie", &cookie)
+            .header("origin", format!("http://{addr}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(post.status(), StatusCode::FORBIDDEN);
+        assert!(text(post).await.contains("read-only"));
+    }
+    assert_eq!(shards.status_of(id).await, "dead");
+}
+
+/// Follows the "Next page" links from `first`; returns each page's job ids.
+async fn walk(http: &reqwest::Client, addr: std::net::SocketAddr, first: &str) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut url = format!("http://{addr}{first}");
+    loop {
+        let response = http.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{url}");
+        let html = text(response).await;
+        pages.push(attrs(&html, "data-id"));
+        let next = html
+            .split("id=\"next\" href=\"")
+            .nth(1)
+            .map(|rest| common::unescape(rest.split('"').next().unwrap()));
+        match next {
+            Some(path) => url = format!("http://{addr}{path}"),
+            None => return pages,
+        }
+        assert!(pages.len() < 20, "paging does not end");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyset_pages_follow_each_other_without_overlap_or_gap() {
+    let shards = Shards::start(2).await;
+    // 130 ready jobs over both shards, five priorities, two queues: the
+    // ready list orders by queue, priority, id on each shard.
+    let jobs: Vec<NewJob> = (0..130)
+        .map(|i| {
+            NewJob::new(
+                if i % 3 == 0 { "pa" } else { "pb" },
+                "ok",
+                serde_json::json!({}),
+            )
+            .priority(i % 5)
+        })
+        .collect();
+    let ready: BTreeSet<String> = shards
+        .client
+        .enqueue_many(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    // 70 dead jobs: a worker without their handler; the dead list runs newest first.
+    let jobs: Vec<NewJob> = (0..70)
+        .map(|_| NewJob::new("dash", "nobody-handles-this", serde_json::json!({})).max_attempts(1))
+        .collect();
+    let dead: BTreeSet<String> = shards
+        .client
+        .enqueue_many(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    let (worker, stop) = common::start_worker(&shards, Handlers::new().registry());
+    let started = std::time::Instant::now();
+    while shards
+        .counts()
+        .await
+        .iter()
+        .map(|c| c.get(&("dash".into(), "dead".into())).copied().unwrap_or(0))
+        .sum::<i64>()
+        < 70
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "jobs did not die in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    worker.await.unwrap();
+
+    let (addr, _stop) = serve(
+        shards.client.clone(),
+        DashboardOptions {
+            page_size: 25,
+            ..loopback()
+        },
+    )
+    .await;
+    let http = http();
+    for (first, expected, pages) in [
+        ("/jobs?state=ready", &ready, 6),
+        ("/jobs?state=dead", &dead, 3),
+    ] {
+        let walked = walk(&http, addr, first).await;
+        let sizes: Vec<usize> = walked.iter().map(Vec::len).collect();
+        assert_eq!(walked.len(), pages, "{first}: pages of {sizes:?}");
+        assert!(
+            sizes[..pages - 1].iter().all(|&n| n == 25),
+            "{first}: full pages but the last: {sizes:?}"
+        );
+        let all: Vec<&String> = walked.iter().flatten().collect();
+        let distinct: BTreeSet<String> = all.iter().map(|s| s.to_string()).collect();
+        assert_eq!(all.len(), distinct.len(), "{first}: a job shown twice");
+        assert_eq!(&distinct, expected, "{first}: every job shown once");
+        assert!(
+            !walked[0].contains(&walked[1][0]),
+            "{first}: page 2 starts after page 1"
+        );
+    }
+    // One shard only: its jobs, none of the other's.
+    let walked = walk(&http, addr, "/jobs?state=dead&shard=s1").await;
+    let on_s1: BTreeSet<String> = walked.into_iter().flatten().collect();
+    let expected: BTreeSet<String> = dead
+        .iter()
+        .filter(|id| {
+            shards
+                .set
+                .for_key(id.parse::<shardq::JobId>().unwrap().shard_key)
+                .index
+                == 1
+        })
+        .cloned()
+        .collect();
+    assert_eq!(on_s1, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_shows_each_shards_counts_and_a_hung_shard_does_not_hold_the_page() {
+    let shards = Shards::start(2).await;
+    let handlers = Handlers::new();
+    let (_fixture, worker, stop_worker) =
+        common::jobs_in_every_state(&shards, &handlers, true).await;
+    // A third shard that accepts connections and never answers.
+    let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let frozen_port = frozen.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = frozen.accept().await {
+            held.push(socket);
+        }
+    });
+    let mut urls = shards.urls.clone();
+    urls.push(format!(
+        "postgres://postgres@127.0.0.1:{frozen_port}/shardq"
+    ));
+    let config = Config::from_toml(&common::toml(&urls, "")).unwrap();
+    let client = Client::new(&config).unwrap();
+    let (addr, _stop) = serve(client, loopback()).await;
+    let page = tokio::time::timeout(Duration::from_secs(20), async {
+        text(http().get(format!("http://{addr}/")).send().await.unwrap()).await
+    })
+    .await
+    .expect("the page came despite the frozen shard");
+
+    assert!(page.contains("data-shard=\"s2\""), "{page}");
+    assert!(
+        page.contains("data-state=\"unreachable\""),
+        "the frozen shard is marked: {page}"
+    );
+    assert_eq!(page.matches("data-state=\"up\"").count(), 2, "{page}");
+    let expected = shards.counts().await;
+    for (s, counts) in expected.iter().enumerate() {
+        for state in [
+            "ready",
+            "scheduled",
+            "running",
+            "retrying",
+            "dead",
+            "cancelled",
+        ] {
+            for queue in ["dash", "idle"] {
+                let want = counts
+                    .get(&(queue.to_string(), state.to_string()))
+                    .copied()
+                    .unwrap_or(0);
+                let cell =
+                    format!("data-shard=\"s{s}\" data-queue=\"{queue}\" data-state=\"{state}\">");
+                let shown = page
+                    .split(&cell)
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("no cell {cell}: {page}"));
+                let shown = shown.split("</td>").next().unwrap();
+                let value = number_in(shown);
+                assert_eq!(value, want, "s{s} {queue} {state}: {shown}");
+            }
+        }
+    }
+    // The running worker's heartbeat: one live worker row per shard.
+    assert_eq!(page.matches("data-worker=").count(), 2, "{page}");
+    handlers.release.add_permits(1);
+    stop_worker.cancel();
+    worker.await.unwrap();
+}
+
+/// The number in a count cell (`<a …>3</a>` or `<span …>0</span>`).
+fn number_in(cell: &str) -> i64 {
+    let mut inside = false;
+    let mut out = String::new();
+    for c in cell.chars() {
+        match c {
+            '<' => inside = true,
+            '>' => inside = false,
+            c if !inside && c.is_ascii_digit() => out.push(c),
+            _ => {}
+        }
+    }
+    out.parse()
+        .unwrap_or_else(|_| panic!("no number in {cell}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_is_paused_and_resumed_on_every_shard_through_confirmed_forms() {
+    let shards = Shards::start(2).await;
+    shards
+        .client
+        .enqueue_many(
+            (0..10)
+                .map(|_| NewJob::new("mail", "ok", serde_json::json!({})))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let http = http();
+    let overview = text(http.get(format!("http://{addr}/")).send().await.unwrap()).await;
+    assert!(overview.contains("id=\"pause-mail\""), "{overview}");
+    for (action, paused_on) in [
+        ("pause", vec!["s0".to_string(), "s1".to_string()]),
+        ("resume", vec![]),
+    ] {
+        let confirm = format!("http://{addr}/queues/mail/{action}");
+        let (token, cookie) = token_and_cookie(&http, &confirm).await;
+        assert!(
+            shards.client.paused_queues().await.unwrap().len() == usize::from(action == "resume"),
+            "the confirm page changed nothing"
+        );
+        let done = http
+            .post(&confirm)
+            .form(&[("csrf", token)])
+            .header("cookie", cookie)
+            .header("origin", format!("http://{addr}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(done.status(), StatusCode::SEE_OTHER);
+        let paused = shards.client.paused_queues().await.unwrap();
+        assert_eq!(
+            paused
+                .iter()
+                .flat_map(|p| p.shards.clone())
+                .collect::<Vec<_>>(),
+            paused_on
+        );
+        let overview = text(http.get(format!("http://{addr}/")).send().await.unwrap()).await;
+        let other = if action == "pause" { "resume" } else { "pause" };
+        assert!(
+            overview.contains(&format!("id=\"{other}-mail\"")),
+            "{overview}"
+        );
+        assert_eq!(
+            overview.contains("paused on s0, s1"),
+            action == "pause",
+            "{overview}"
+        );
+    }
+}

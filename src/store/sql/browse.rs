@@ -1,0 +1,198 @@
+//! Reading many jobs for operators (the dashboard): lists by state, paged by
+//! keyset, each read through the partial index of its state; counts of
+//! failed jobs; completions per time bucket; the age of the oldest ready job.
+//!
+//! The list statements share their parameters: $1 queue, $2 handler, $3
+//! ordering key (each NULL for any), $4..$7 the position to continue after
+//! ($4 NULL on the first page; `pos_text`, `pos_text2`, `pos_num`, `id` of
+//! the last row shown), $8 the page size, $9 the state they read. Each
+//! returns the job summary and its position. Keyset, never OFFSET: a page
+//! costs its own rows, however deep it is. ORDER BY names the table's
+//! columns (`workflow_status.run_at`): a bare name would sort by the
+//! summary's text column of the same name (tests/browse_plans.rs).
+
+/// The columns of a job summary.
+macro_rules! summary {
+    () => {
+        "shard_key, id, queue, handler, ordering_key, status, attempts, max_attempts, \
+         left(error, 300) AS error, created_at::text AS created_at, run_at::text AS run_at, \
+         finished_at::text AS finished_at"
+    };
+}
+
+/// A job's filters (queue, handler, key), for every list.
+macro_rules! filters {
+    () => {
+        "($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR handler = $2) \
+         AND ($3::text IS NULL OR ordering_key = $3)"
+    };
+}
+
+/// One branch of the ready list: the dequeue index `$index` in claim order.
+macro_rules! ready_branch {
+    ($keyed:literal) => {
+        concat!(
+            "(SELECT ",
+            summary!(),
+            ", queue AS pos_text, '' AS pos_text2, priority::bigint AS pos_num \
+             FROM workflow_status WHERE status = 'queued' AND ordering_key ",
+            $keyed,
+            " AND ",
+            filters!(),
+            " AND ($4::text IS NULL OR (queue, priority, id) > ($4, $6::int, $7)) \
+             ORDER BY queue, priority, id LIMIT $8)"
+        )
+    };
+}
+
+/// Ready jobs in claim order (queue, priority, id): the unkeyed and the
+/// keyed dequeue index each give their first rows in order, merged here.
+pub const JOBS_READY: &str = concat!(
+    "SELECT * FROM (",
+    ready_branch!("IS NULL"),
+    " UNION ALL ",
+    ready_branch!("IS NOT NULL"),
+    ") ready ORDER BY pos_text, pos_num, id LIMIT $8"
+);
+
+/// Jobs parked behind their key, by (queue, key, id): the key index
+/// `workflow_status_key` (queue, ordering_key, status, id) with the status
+/// fixed.
+pub const JOBS_WAITING: &str = concat!(
+    "SELECT ",
+    summary!(),
+    ", queue AS pos_text, ordering_key AS pos_text2, 0::bigint AS pos_num \
+     FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL AND ",
+    filters!(),
+    " AND ($4::text IS NULL OR (queue, ordering_key, status, id) > ($4, $5, 'waiting', $7)) \
+     ORDER BY queue, ordering_key, status, id LIMIT $8"
+);
+
+/// The position of a row ordered by timestamp `$col`: microseconds since the
+/// epoch, exact (an integer both ways).
+macro_rules! micros {
+    ($col:literal) => {
+        concat!(
+            "'' AS pos_text, '' AS pos_text2, (extract(epoch FROM ",
+            $col,
+            ") * 1000000)::bigint AS pos_num"
+        )
+    };
+}
+
+/// Jobs not due yet, next due first (`workflow_status_scheduled` on
+/// run_at): $9 `retrying` for those that failed before, `scheduled` for
+/// delayed ones that never ran.
+pub const JOBS_SCHEDULED: &str = concat!(
+    "SELECT ",
+    summary!(),
+    ", ",
+    micros!("run_at"),
+    " FROM workflow_status WHERE status = 'scheduled' \
+     AND (attempts > 0) = ($9::text = 'retrying') AND ",
+    filters!(),
+    " AND ($4::text IS NULL OR (run_at, id) > \
+        (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \
+     ORDER BY workflow_status.run_at, workflow_status.id LIMIT $8"
+);
+
+/// Running jobs, the lease that expires first first (`workflow_status_lease`).
+pub const JOBS_RUNNING: &str = concat!(
+    "SELECT ",
+    summary!(),
+    ", ",
+    micros!("lease_expires_at"),
+    " FROM workflow_status WHERE status = 'running' AND ",
+    filters!(),
+    " AND ($4::text IS NULL OR (lease_expires_at, id) > \
+        (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \
+     ORDER BY workflow_status.lease_expires_at, workflow_status.id LIMIT $8"
+);
+
+/// Finished jobs of state $9, newest first: succeeded ones through
+/// `workflow_status_finished`, dead, failed and cancelled ones through
+/// `workflow_status_failed` (migration 10), both on finished_at.
+pub const JOBS_FINISHED: &str = concat!(
+    "SELECT ",
+    summary!(),
+    ", ",
+    micros!("finished_at"),
+    " FROM workflow_status WHERE status = $9 AND ",
+    filters!(),
+    " AND ($4::text IS NULL OR (finished_at, id) < \
+        (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \
+     ORDER BY workflow_status.finished_at DESC, workflow_status.id DESC LIMIT $8"
+);
+
+/// Dead, failed and cancelled jobs by queue and state, from
+/// `workflow_status_failed`: succeeded history is not walked.
+pub const FAILED_COUNTS: &str = "SELECT queue, status AS state, count(*) FROM workflow_status \
+    WHERE status IN ('dead', 'failed', 'cancelled') GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// Jobs finished in the last $2 seconds by queue and age bucket of $1
+/// seconds (0: the newest). A range of `workflow_status_finished`: it reads
+/// the rows of the window, never the older history.
+pub const COMPLETIONS_RECENT: &str = "SELECT queue, \
+        floor(extract(epoch FROM now() - finished_at) / $1::bigint)::bigint AS ago, count(*) \
+    FROM workflow_status \
+    WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
+        AND finished_at >= now() - $2::bigint * interval '1 second' \
+    GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// The head of one dequeue index at one priority level of queue $1.
+macro_rules! head {
+    ($keyed:literal, $what:literal, $level:literal) => {
+        concat!(
+            "(SELECT ",
+            $what,
+            " FROM workflow_status WHERE status = 'queued' AND ordering_key ",
+            $keyed,
+            " AND queue = $1 ",
+            $level,
+            " LIMIT 1)"
+        )
+    };
+}
+
+/// Seconds since the longest-waiting ready job of queue $1 became due
+/// (NULL when none): the head (lowest id) of each priority level of both
+/// dequeue indexes, found by skipping from level to level (one probe each,
+/// however many jobs are ready).
+pub const QUEUE_OLDEST_READY: &str = concat!(
+    "WITH RECURSIVE levels(keyed, priority) AS ( \
+        SELECT false, ",
+    head!("IS NULL", "priority", "ORDER BY priority"),
+    " UNION ALL SELECT true, ",
+    head!("IS NOT NULL", "priority", "ORDER BY priority"),
+    " UNION ALL SELECT l.keyed, CASE WHEN l.keyed THEN ",
+    head!(
+        "IS NOT NULL",
+        "priority",
+        "AND priority > l.priority ORDER BY priority"
+    ),
+    " ELSE ",
+    head!(
+        "IS NULL",
+        "priority",
+        "AND priority > l.priority ORDER BY priority"
+    ),
+    " END FROM levels l WHERE l.priority IS NOT NULL \
+    ) SELECT extract(epoch FROM now() - min(CASE WHEN l.keyed THEN ",
+    head!(
+        "IS NOT NULL",
+        "run_at",
+        "AND priority = l.priority ORDER BY priority, id"
+    ),
+    " ELSE ",
+    head!(
+        "IS NULL",
+        "run_at",
+        "AND priority = l.priority ORDER BY priority, id"
+    ),
+    " END))::float8 AS age_s FROM levels l WHERE l.priority IS NOT NULL"
+);
+
+/// The recorded steps of one workflow, in the order they were recorded.
+pub const STEPS_OF_JOB: &str = "SELECT step_name, output, error, created_at::text AS created_at \
+    FROM workflow_steps WHERE shard_key = $1 AND workflow_id = $2 \
+    ORDER BY created_at, step_name";

@@ -1,0 +1,128 @@
+//! The heartbeat: every few seconds this worker writes its row on every
+//! shard (`shardq_workers`): who it is, what it serves, and its cumulative
+//! per-shard counters from [`Stats::shards`], so that operators see the live
+//! fleet and its lock-miss rate without asking each process. Each beat also
+//! deletes rows whose heartbeat stopped (a killed worker's); a worker that
+//! stops deletes its own.
+//!
+//! One loop per shard, like maintenance: a shard that hangs delays only its
+//! own heartbeat (each statement has the shard's deadline).
+
+use super::rotation::jitter;
+use super::{Shared, Stats};
+use crate::config::Config;
+use crate::store::workers::{self, Heartbeat};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How often a worker writes its row on each shard: often enough that the
+/// dashboard's counters are fresh, rare enough to cost nothing (one small
+/// upsert per process and shard).
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A row whose heartbeat is older than this belongs to a worker that
+/// stopped without saying so: six missed beats, so a slow shard or a long
+/// pause is not taken for a dead worker.
+pub const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+
+/// How long a stopping worker waits to delete its rows; an unreachable
+/// shard keeps its row until it expires.
+const GOODBYE_LIMIT: Duration = Duration::from_secs(2);
+
+/// The heartbeat's settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub(crate) struct HeartbeatConfig {
+    /// The queues this worker serves (`worker.queues`).
+    pub queues: Vec<String>,
+    /// Host name of this machine.
+    pub host: String,
+}
+
+impl HeartbeatConfig {
+    pub fn new(config: &Config) -> Self {
+        HeartbeatConfig {
+            queues: config.worker.queues.clone(),
+            host: host_name(),
+        }
+    }
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Beats on every shard until `stop` is cancelled, then deletes this
+/// worker's rows (within [`GOODBYE_LIMIT`]).
+pub(crate) async fn run(
+    config: HeartbeatConfig,
+    shared: Arc<Shared>,
+    started: Instant,
+    stop: CancellationToken,
+) {
+    let config = Arc::new(config);
+    let mut loops = tokio::task::JoinSet::new();
+    for index in 0..shared.shards.len() {
+        loops.spawn(shard_loop(
+            config.clone(),
+            shared.clone(),
+            index,
+            started,
+            stop.clone(),
+        ));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+async fn shard_loop(
+    config: Arc<HeartbeatConfig>,
+    shared: Arc<Shared>,
+    index: usize,
+    started: Instant,
+    stop: CancellationToken,
+) {
+    let shard = shared.shards.get(index);
+    loop {
+        let counters = counters_of(&shared.stats, index);
+        let beat = Heartbeat {
+            worker_id: &shared.owner,
+            host: &config.host,
+            pid: std::process::id() as i32,
+            queues: &config.queues,
+            running_for: started.elapsed(),
+            counters,
+        };
+        let beat = async {
+            workers::heartbeat(shard, &beat).await?;
+            workers::expire(shard, HEARTBEAT_TTL).await
+        };
+        // A beat on a shard that hangs must not hold the worker's shutdown.
+        let result = tokio::select! {
+            _ = stop.cancelled() => break,
+            result = beat => result,
+        };
+        if let Err(err) = result {
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "heartbeat skipped");
+        }
+        let pause = jitter(
+            &mut rand::thread_rng(),
+            HEARTBEAT_INTERVAL * 4 / 5,
+            HEARTBEAT_INTERVAL,
+        );
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    let goodbye = tokio::time::timeout(GOODBYE_LIMIT, workers::remove(shard, &shared.owner)).await;
+    if !matches!(goodbye, Ok(Ok(()))) {
+        tracing::debug!(shard = %shard.name, "worker row left to expire");
+    }
+}
+
+fn counters_of(stats: &Stats, index: usize) -> crate::worker::metrics::ShardCountersSnapshot {
+    stats.shards().get(index).copied().unwrap_or_default()
+}

@@ -93,7 +93,7 @@ GRANT SELECT, INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_producer;
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_schedules TO shardq_worker;
 GRANT SELECT ON TABLE shardq_schedules TO shardq_producer;
 
--- Worker heartbeats (migration 10): each worker upserts its own row and
+-- Worker heartbeats (migration 9): each worker upserts its own row and
 -- deletes expired ones (ON CONFLICT DO UPDATE needs SELECT too).
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_workers TO shardq_worker;
 

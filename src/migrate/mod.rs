@@ -83,9 +83,9 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0008_schedules.sql"),
     },
     Migration {
-        version: 10,
-        name: "0010_workers.sql",
-        sql: include_str!("../../migrations/0010_workers.sql"),
+        version: 9,
+        name: "0009_workers.sql",
+        sql: include_str!("../../migrations/0009_workers.sql"),
     },
 ];
 

@@ -111,7 +111,7 @@ pub const JOBS_RUNNING: &str = concat!(
 
 /// Finished jobs of state $9, newest first: succeeded ones through
 /// `workflow_status_finished`, dead, failed and cancelled ones through
-/// `workflow_status_failed` (migration 10), both on finished_at.
+/// `workflow_status_failed` (migration 9), both on finished_at.
 pub const JOBS_FINISHED: &str = concat!(
     "SELECT ",
     summary!(),

@@ -1,4 +1,4 @@
-//! Worker heartbeats (`shardq_workers`, migration 10).
+//! Worker heartbeats (`shardq_workers`, migration 9).
 
 /// Writes this worker's row on the shard: inserted on the first beat,
 /// counters and `heartbeat_at` replaced on every later one. $1 worker id, $2

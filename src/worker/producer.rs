@@ -304,10 +304,7 @@ async fn claim_somewhere(
         let started = Instant::now();
         let result = jobs::claim(shard, params).await;
         let now = Instant::now();
-        stats.record_claim(*shard_index, &result, now - started);
-        stats
-            .metrics
-            .record_target_claim(target, &result, now - started);
+        stats.record_claim(*shard_index, target, &result, now - started);
         match result {
             Ok(Claim::Jobs(jobs)) => {
                 entered.claimed(jobs.len(), now - started);

@@ -103,10 +103,13 @@ impl Stats {
         self.metrics.latencies()
     }
 
-    /// Counts one claim attempt on shard `shard` that took `took`.
+    /// Counts one claim attempt on target `target` (shard × queue, in
+    /// `worker.queues` order) of shard `shard` that took `took`: in the
+    /// totals, the shard's counters and the target's.
     pub fn record_claim(
         &self,
         shard: usize,
+        target: usize,
         result: &Result<crate::store::jobs::Claim, crate::shards::ShardError>,
         took: std::time::Duration,
     ) {
@@ -134,6 +137,7 @@ impl Stats {
             }
         }
         self.metrics.record_claim_statement(shard, took);
+        self.metrics.record_target_claim(target, result, took);
     }
 
     /// Counts a written batch of completions.

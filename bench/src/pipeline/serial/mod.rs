@@ -120,7 +120,7 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
         };
         let started = Instant::now();
         let result = jobs::claim(shard, params).await;
-        stats.record_claim(*shard_index, &result, started.elapsed());
+        stats.record_claim(*shard_index, target, &result, started.elapsed());
         match result {
             Ok(Claim::Jobs(jobs)) => {
                 rotation.claimed(target);

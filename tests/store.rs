@@ -501,6 +501,48 @@ async fn complete_many_fences_out_a_wrong_fence_or_owner_and_counts_a_repeat_as_
     assert_eq!(status(shard, ids[1]).await, JobStatus::Running);
 }
 
+/// The lost-replies run found this: the leaser gave back as an orphan a job
+/// whose success was written while it asked the shard, and the release,
+/// finding the row with its claim's fence and no owner, counted as a second
+/// success. A repeat counts as already written only when it asks what the
+/// row shows; a release after the success, or a success after a release,
+/// of the same claim is fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_many_counts_as_already_only_a_repeat_that_agrees_with_the_row() {
+    let (_pg, _config, set) = one_shard("").await;
+    let shard = set.get(0);
+    let ids = insert(shard, &[job("q", 0), job("q", 1)]).await;
+    let claimed = claim(shard, "q", 10, OWNER).await;
+
+    let succeed = Completion::of(&claimed[0], Outcome::Succeeded(json!("out")));
+    assert_eq!(
+        complete(shard, OWNER, &[succeed.clone()]).await.succeeded,
+        1
+    );
+    let release = Completion::of(&claimed[0], Outcome::Released);
+    let w = complete(shard, OWNER, &[release]).await;
+    assert_eq!(
+        w,
+        Written {
+            fenced: 1,
+            ..Written::default()
+        }
+    );
+    assert_eq!(status(shard, ids[0]).await, JobStatus::Succeeded);
+    // The same success again still counts as already written.
+    let w = complete(shard, OWNER, &[succeed]).await;
+    assert_eq!((w.succeeded, w.already, w.fenced), (1, 1, 0));
+
+    let release = Completion::of(&claimed[1], Outcome::Released);
+    assert_eq!(complete(shard, OWNER, &[release.clone()]).await.released, 1);
+    let late = Completion::of(&claimed[1], Outcome::Succeeded(json!("late")));
+    let w = complete(shard, OWNER, &[late]).await;
+    assert_eq!((w.total(), w.already, w.fenced), (0, 0, 1));
+    assert_eq!(status(shard, ids[1]).await, JobStatus::Queued);
+    let w = complete(shard, OWNER, &[release]).await;
+    assert_eq!((w.released, w.already, w.fenced), (1, 1, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn complete_many_of_a_keyed_job_queues_the_next_job_of_its_key() {
     let (_pg, _config, set) = one_shard("").await;

@@ -99,8 +99,14 @@ async fn shard_loop(
 /// After a claim on this shard lost its reply (it may have run anyway), for
 /// a few statement deadlines: gives back the running jobs this process owns
 /// there but never received, at once instead of after their lease. Jobs
-/// claimed less than a deadline ago are left alone: their reply may still
-/// be on its way.
+/// claimed less than two deadlines ago are left alone: the reply of such a
+/// claim may still be on its way (the client waits a deadline plus a
+/// quarter for the whole claim).
+///
+/// The jobs this process holds are read both before and after the shard is
+/// asked: a job whose outcome is written (and forgotten) while the question
+/// is out was seen running by it, yet is no orphan; the earlier read still
+/// holds it.
 async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) {
     let deadline = config.statement_timeout;
     let Some(lost) = shared.lost_claims.last(shard.index) else {
@@ -109,14 +115,15 @@ async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) 
     if lost.elapsed() > deadline * ORPHAN_WINDOW_DEADLINES {
         return;
     }
-    let owned = match jobs::owned_running(shard, &shared.owner, deadline).await {
+    let mut held = shared.running.ids_on(shard.index);
+    let owned = match jobs::owned_running(shard, &shared.owner, deadline * 2).await {
         Ok(owned) => owned,
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan check failed");
             return;
         }
     };
-    let held = shared.running.ids_on(shard.index);
+    held.extend(shared.running.ids_on(shard.index));
     let orphans: Vec<Completion> = owned
         .into_iter()
         .filter(|o| !held.contains(&o.id))

@@ -58,7 +58,11 @@ pub const KEYS_PROMOTE: &str = "WITH promoted AS MATERIALIZED ( \
 /// already (by an earlier try of this same write whose reply was lost: the
 /// row still has this claim's fence and no owner, which no other claim
 /// leaves; the `again` snapshot is the statement's, from before `done`); the
-/// rest were fenced out. The `again` probes run only when `done` wrote fewer
+/// rest were fenced out. A row counts as written already only when it agrees
+/// with this write's ask: a success by a succeeded row, a failure or release
+/// by a row that did not succeed. So a release of the same claim written
+/// after its success (or a success after its release) is fenced, never
+/// counted as a second success or a success that is not there. The `again` probes run only when `done` wrote fewer
 /// rows than the batch has (a one-time filter): the common batch, written
 /// whole, probes each row once, not twice.
 pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
@@ -96,6 +100,7 @@ pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
         SELECT w.status FROM batch c JOIN workflow_status w \
             ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence \
             AND w.owner IS NULL \
+            AND (c.status = 'succeeded') = (w.status = 'succeeded') \
         WHERE (SELECT count(*) FROM done) < (SELECT count(*) FROM batch) \
     ) \
     SELECT count(*) FILTER (WHERE status = 'succeeded') AS succeeded, \

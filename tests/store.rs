@@ -516,7 +516,9 @@ async fn complete_many_counts_as_already_only_a_repeat_that_agrees_with_the_row(
 
     let succeed = Completion::of(&claimed[0], Outcome::Succeeded(json!("out")));
     assert_eq!(
-        complete(shard, OWNER, &[succeed.clone()]).await.succeeded,
+        complete(shard, OWNER, std::slice::from_ref(&succeed))
+            .await
+            .succeeded,
         1
     );
     let release = Completion::of(&claimed[0], Outcome::Released);
@@ -534,7 +536,12 @@ async fn complete_many_counts_as_already_only_a_repeat_that_agrees_with_the_row(
     assert_eq!((w.succeeded, w.already, w.fenced), (1, 1, 0));
 
     let release = Completion::of(&claimed[1], Outcome::Released);
-    assert_eq!(complete(shard, OWNER, &[release.clone()]).await.released, 1);
+    assert_eq!(
+        complete(shard, OWNER, std::slice::from_ref(&release))
+            .await
+            .released,
+        1
+    );
     let late = Completion::of(&claimed[1], Outcome::Succeeded(json!("late")));
     let w = complete(shard, OWNER, &[late]).await;
     assert_eq!((w.total(), w.already, w.fenced), (0, 0, 1));

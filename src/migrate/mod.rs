@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_workers.sql",
         sql: include_str!("../../migrations/0009_workers.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_fillfactor.sql",
+        sql: include_str!("../../migrations/0010_fillfactor.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

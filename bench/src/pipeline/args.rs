@@ -21,6 +21,11 @@ pub struct PipelineArgs {
     /// time goes, per statement.
     #[arg(long)]
     pub profile: bool,
+    /// Sets the job table's fillfactor before the runs (the migrations set
+    /// 40): to measure another page layout side by side with the same build,
+    /// e.g. 70, what migration 0010 changed.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(10..=100))]
+    pub table_fillfactor: Option<u8>,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/pipeline.json")]
     pub out: PathBuf,

@@ -56,6 +56,9 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
         machine.mem_total_mib / 1024.0
     );
     let server = BenchServer::start().await?;
+    if let Some(fillfactor) = args.table_fillfactor {
+        server.set_table_fillfactor(fillfactor).await?;
+    }
     eprintln!(
         "PostgreSQL {} with data in {}",
         server.version(),

@@ -45,6 +45,9 @@ pub struct Settings {
     pub memory_jobs: usize,
     /// Claim batch of the ceiling runs.
     pub ceiling_batch: u32,
+    /// The job table's fillfactor, when `--table-fillfactor` overrode the
+    /// migrations' 40.
+    pub table_fillfactor: Option<u8>,
     /// `SHARDQ_*` variables the worker subprocesses inherited (URLs redacted).
     pub worker_env: BTreeMap<String, String>,
 }
@@ -62,6 +65,7 @@ impl Settings {
             serial_jobs: args.serial_jobs,
             memory_jobs: args.memory_jobs,
             ceiling_batch: ceiling::BATCH,
+            table_fillfactor: args.table_fillfactor,
             worker_env,
         }
     }

@@ -73,6 +73,18 @@ impl BenchServer {
         self.retry_backoff
     }
 
+    /// Sets the job table's fillfactor (`--table-fillfactor`); every run
+    /// starts from an emptied table, so each fills pages under it.
+    pub async fn set_table_fillfactor(&self, fillfactor: u8) -> Result<()> {
+        let db = self.shard().client().await?;
+        db.batch_execute(&format!(
+            "ALTER TABLE workflow_status SET (fillfactor = {fillfactor})"
+        ))
+        .await
+        .context("cannot set the job table's fillfactor")?;
+        Ok(())
+    }
+
     /// Where the server's WAL is, in bytes since its start: the difference
     /// of two readings is the WAL a run wrote.
     pub async fn wal_position(&self) -> Result<i64> {

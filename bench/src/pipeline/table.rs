@@ -25,6 +25,9 @@ pub fn print(r: &Report) {
         m.note
     );
     println!("load average at start: {}", m.loadavg_at_start);
+    if let Some(fillfactor) = r.settings.table_fillfactor {
+        println!("job table fillfactor: {fillfactor} (set by --table-fillfactor)");
+    }
     if !r.settings.worker_env.is_empty() {
         println!("worker environment: {:?}", r.settings.worker_env);
     }

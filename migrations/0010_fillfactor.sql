@@ -1,0 +1,15 @@
+-- Room on each page for both updates of every row a claim takes.
+--
+-- A claim takes a whole run of rows and updates each (status changes, so the
+-- update is not HOT). At fillfactor 70 a page of ~38 rows had room for ~12
+-- new versions: the rest went to other pages, and each such update writes an
+-- extra WAL record (the old row locked while a new page is found) and
+-- touches a second page. At 40 the claim's and the completion's versions fit
+-- beside the row, and the completion prunes the claim's dead versions.
+-- Measured on PostgreSQL 15 (100,000 jobs, claim and complete 1,000 at a
+-- time): 24.0 → 20.1 µs of server CPU and 961 → 841 WAL bytes per job; every
+-- update stayed on its page (pg_waldump: one Heap/LOCK per job, not two).
+--
+-- Only pages filled from now on use it; existing rows stay where they are.
+-- SET (fillfactor) takes SHARE UPDATE EXCLUSIVE: claims and completions go on.
+ALTER TABLE workflow_status SET (fillfactor = 40);

@@ -22,6 +22,7 @@ pub mod tls;
 pub mod worker;
 
 mod app;
+mod lent;
 
 pub use app::Shardq;
 pub use client::{Client, ClientError, JobInfo, JobOutcome, PausedQueue, RoutedJob};

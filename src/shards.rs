@@ -1,6 +1,8 @@
 //! The shard set: one connection pool per configured shard.
 
 use crate::config::{Config, ShardConfig};
+use crate::lent::Lent;
+pub use crate::lent::PooledClient;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::time::Duration;
 
@@ -73,6 +75,8 @@ pub struct Shard {
     pool: Pool,
     user_pool: Pool,
     deadline: Duration,
+    /// Longest cleaning of a connection lent through [`Shard::client`].
+    clean_within: Duration,
     behind_pooler: bool,
     /// How to open a connection of its own (for LISTEN), without a pool.
     direct: Option<Direct>,
@@ -109,6 +113,7 @@ impl Shard {
     /// A connection of shardq's own pool. It carries shardq's settings
     /// (index-only plans, `lock_timeout`, `statement_timeout`), tuned for
     /// shardq's statements: for your own, take [`Shard::user_client`].
+    /// Whatever you `SET` on it is cleaned off before the pool lends it again.
     ///
     /// # Errors
     ///
@@ -117,8 +122,16 @@ impl Shard {
     /// # Cancel safety
     ///
     /// Cancel safe: a pool checkout.
-    pub async fn client(&self) -> Result<deadpool_postgres::Client, ShardError> {
-        self.get_from(&self.pool).await
+    pub async fn client(&self) -> Result<PooledClient, ShardError> {
+        let client = self.get_from(&self.pool).await?;
+        Ok(PooledClient::new(client, self.clean_within))
+    }
+
+    /// A connection of shardq's pool for one of its own operations, which
+    /// leave nothing on the session: it goes back uncleaned once settled,
+    /// and is closed when the operation is cut off (see [`crate::lent`]).
+    pub(crate) async fn lend(&self) -> Result<Lent, ShardError> {
+        Ok(Lent::new(self.get_from(&self.pool).await?))
     }
 
     /// A connection for your own statements on this shard (a transactional
@@ -150,8 +163,7 @@ impl Shard {
     /// Runs `work` (one operation on this shard: a connection and its
     /// statements) within the statement deadline. A server that stops
     /// answering without closing the connection becomes an error here
-    /// instead of a hang; the connection it held is checked (and dropped when
-    /// still stuck) before the pool hands it out again.
+    /// instead of a hang; the connection it held is closed, not lent again.
     ///
     /// # Errors
     ///
@@ -311,7 +323,12 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     let mut pg = shard.pg.clone();
     pg.connect_timeout(config.dequeue.connect_timeout);
     // Your own statements run with the server's settings, not shardq's.
-    let user_pool = build_pool(shard, config, pg.clone().application_name("shardq-user"))?;
+    let user_pool = build_pool(
+        shard,
+        config,
+        pg.clone().application_name("shardq-user"),
+        RecyclingMethod::Clean,
+    )?;
     pg.application_name("shardq");
     // Custom plans always: with a generic plan the planner does not know the
     // batch size or array lengths, and with a large table of finished rows it
@@ -345,7 +362,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     if !shard.transaction_pooler {
         pg.options(options);
     }
-    let pool = build_pool(shard, config, &pg)?;
+    let pool = build_pool(shard, config, &pg, RecyclingMethod::Fast)?;
     let direct = if shard.transaction_pooler {
         None
     } else {
@@ -360,6 +377,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         pool,
         user_pool,
         deadline: client_deadline(config.dequeue.statement_timeout),
+        clean_within: config.dequeue.connect_timeout,
         behind_pooler: shard.transaction_pooler,
         direct,
     })
@@ -395,23 +413,25 @@ fn with_tls(
     Ok((pg, tls))
 }
 
-/// A pool of connections made with `pg` to `shard`.
+/// A pool of connections made with `pg` to `shard`, handed out again as
+/// `recycling` says: the user pool cleans each connection before it lends
+/// it again (a `SET` made on it does not reach the next user; the cleaning
+/// is a round trip, so a connection left stuck by a statement past its
+/// deadline fails the recycle deadline and is dropped); shardq's own pool
+/// does not, since the connections it lends are cleaned or closed on their
+/// way back ([`crate::lent`]).
 fn build_pool(
     shard: &ShardConfig,
     config: &Config,
     pg: &tokio_postgres::Config,
+    recycling: RecyclingMethod,
 ) -> Result<Pool, ShardError> {
     let (pg, tls) = with_tls(shard, pg)?;
     let manager = Manager::from_config(
         pg,
         tls,
-        // Each connection is cleaned before it is handed out again: a `SET`
-        // made on it does not reach the next user. The cleaning is a round
-        // trip, so a connection left stuck by a statement past its deadline
-        // (a frozen server) fails the recycle deadline and is dropped, not
-        // reused.
         ManagerConfig {
-            recycling_method: RecyclingMethod::Clean,
+            recycling_method: recycling,
         },
     );
     Pool::builder(manager)

@@ -102,3 +102,47 @@ async fn a_frozen_shard_costs_the_healthy_one_no_lease() {
         .get(0);
     assert_eq!(reruns, 0, "a job on the healthy shard ran more than once");
 }
+
+/// A statement cut off by its deadline leaves its connection waiting for a
+/// reply; that connection must be closed, not lent to the next statement.
+/// Here one server process stops answering (SIGSTOP of the backend of the
+/// pool's only connection) while the server itself is fine: the next
+/// statement must get a new connection and an answer. Lent again, the
+/// stuck connection would fail every later statement of this process on
+/// the shard until that backend woke up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_off_mid_statement_is_closed_not_lent_again() {
+    let shards = TestShards::databases(1).await;
+    let toml = shards
+        .toml(
+            "[dequeue]\nstatement_timeout_ms = 1000\nlock_timeout_ms = 500\nconnect_timeout_ms = 1000\n",
+        )
+        .replace("pool_size = 12", "pool_size = 1");
+    let config = shardq::Config::from_toml(&toml).unwrap();
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let pid: i32 = set
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let backend = nix::unistd::Pid::from_raw(pid);
+    // Waits for the pool's one connection, cleaned after that checkout.
+    assert!(!client.has_pending("q").await.unwrap());
+    nix::sys::signal::kill(backend, Signal::SIGSTOP).unwrap();
+    let cut_off = client.has_pending("q").await;
+    let next = client.has_pending("q").await;
+    nix::sys::signal::kill(backend, Signal::SIGCONT).unwrap();
+    assert!(
+        cut_off.is_err(),
+        "the stopped backend cannot answer in time"
+    );
+    assert!(
+        !next.expect("the next statement runs on a new connection"),
+        "nothing is pending"
+    );
+}

@@ -168,7 +168,7 @@ async fn a_process_killed_inside_its_tick_leaves_the_tick_to_the_next() {
     drop(a);
     assert_eq!(jobs_of(shard, minute(1)).await, 0);
 
-    let next = tick_on(&**admin, minute(1)).await;
+    let next = tick_on(&***admin, minute(1)).await;
     assert!(next.advanced && next.job.is_some(), "{next:?}");
     assert_eq!(jobs_of(shard, minute(1)).await, 1);
 }
@@ -214,7 +214,7 @@ async fn a_missed_tick_under_skip_moves_last_tick_without_a_job() {
     assert_eq!(jobs_of(shard, minute(3)).await, 0);
     let db = shard.client().await.unwrap();
     assert_eq!(
-        tick_on(&**db, minute(3)).await.job,
+        tick_on(&***db, minute(3)).await.job,
         None,
         "recorded as handled"
     );

@@ -18,6 +18,34 @@ async fn show(client: &deadpool_postgres::Client, name: &str) -> String {
         .get(0)
 }
 
+/// Its backend's pid, after a `SET` of two settings on it.
+async fn set_on(client: &deadpool_postgres::Client) -> i32 {
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    client
+        .batch_execute("SET enable_indexscan = off; SET work_mem = '64kB'")
+        .await
+        .unwrap();
+    pid
+}
+
+/// Its backend's pid, and the two settings [`set_on`] changes.
+async fn settings_of(client: &deadpool_postgres::Client) -> (i32, String, String) {
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    (
+        pid,
+        show(client, "enable_indexscan").await,
+        show(client, "work_mem").await,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_on_a_pooled_connection_does_not_outlive_its_use() {
     let shards = TestShards::databases(1).await;
@@ -27,34 +55,22 @@ async fn a_set_on_a_pooled_connection_does_not_outlive_its_use() {
     let set = shards.migrated(&config).await;
     let shard = set.get(0);
     for (take, label) in [(0, "shardq's pool"), (1, "the user pool")] {
-        let first = if take == 0 {
-            shard.client().await.unwrap()
+        // Each checkout is dropped at the end of its block: shardq's pool
+        // cleans the connection then (the next checkout waits for it), the
+        // user pool when it lends it again.
+        let pid = if take == 0 {
+            set_on(&shard.client().await.unwrap()).await
         } else {
-            shard.user_client().await.unwrap()
+            set_on(&shard.user_client().await.unwrap()).await
         };
-        let pid: i32 = first
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        first
-            .batch_execute("SET enable_indexscan = off; SET work_mem = '64kB'")
-            .await
-            .unwrap();
-        drop(first);
-        let next = if take == 0 {
-            shard.client().await.unwrap()
+        let (again, indexscan, work_mem) = if take == 0 {
+            settings_of(&shard.client().await.unwrap()).await
         } else {
-            shard.user_client().await.unwrap()
+            settings_of(&shard.user_client().await.unwrap()).await
         };
-        let again: i32 = next
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
         assert_eq!(pid, again, "{label}: the same connection came back");
-        assert_eq!(show(&next, "enable_indexscan").await, "on", "{label}");
-        assert_eq!(show(&next, "work_mem").await, "4MB", "{label}");
+        assert_eq!(indexscan, "on", "{label}");
+        assert_eq!(work_mem, "4MB", "{label}");
     }
     // shardq's own settings survive the cleaning on its own connections.
     let own = shard.client().await.unwrap();

@@ -16,11 +16,10 @@ pub(crate) async fn query(
 ) -> Result<Vec<Row>, ShardError> {
     shard
         .within(async {
-            let client = shard.client().await?;
-            client
-                .query_typed(statement, params)
-                .await
-                .map_err(|e| shard.query_error(e))
+            let mut client = shard.lend().await?;
+            let rows = client.query_typed(statement, params).await;
+            client.settle();
+            rows.map_err(|e| shard.query_error(e))
         })
         .await
 }
@@ -42,11 +41,10 @@ pub(crate) async fn query_one(
 ) -> Result<Row, ShardError> {
     shard
         .within(async {
-            let client = shard.client().await?;
-            client
-                .query_typed_one(statement, params)
-                .await
-                .map_err(|e| shard.query_error(e))
+            let mut client = shard.lend().await?;
+            let row = client.query_typed_one(statement, params).await;
+            client.settle();
+            row.map_err(|e| shard.query_error(e))
         })
         .await
 }
@@ -59,11 +57,10 @@ pub(crate) async fn execute(
 ) -> Result<u64, ShardError> {
     shard
         .within(async {
-            let client = shard.client().await?;
-            client
-                .execute_typed(statement, params)
-                .await
-                .map_err(|e| shard.query_error(e))
+            let mut client = shard.lend().await?;
+            let changed = client.execute_typed(statement, params).await;
+            client.settle();
+            changed.map_err(|e| shard.query_error(e))
         })
         .await
 }
@@ -82,13 +79,16 @@ pub(crate) async fn under_key_locks(
     shard
         .within(async {
             let err = |e| shard.query_error(e);
-            let mut client = shard.client().await?;
-            let tx = client.transaction().await.map_err(err)?;
-            let rows = under_key_locks_in(&tx, keys, ids, statement, params)
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            Ok(rows)
+            let mut client = shard.lend().await?;
+            let rows = async {
+                let tx = client.transaction().await?;
+                let rows = under_key_locks_in(&tx, keys, ids, statement, params).await?;
+                tx.commit().await?;
+                Ok(rows)
+            }
+            .await;
+            client.settle();
+            rows.map_err(err)
         })
         .await
 }

@@ -101,7 +101,7 @@ pub async fn shard_map(shard: &Shard) -> Result<Option<(i32, i32)>, ShardError> 
 /// the server rolls the transaction back.
 pub struct MigrationTx<'s> {
     shard: &'s Shard,
-    client: deadpool_postgres::Client,
+    client: crate::shards::PooledClient,
 }
 
 impl<'s> MigrationTx<'s> {

@@ -35,47 +35,58 @@ pub struct Recovered {
 pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
     shard
         .within(async move {
-            let err = |e| shard.query_error(e);
-            let mut client = shard.client().await?;
-            let tx = client.transaction().await.map_err(err)?;
-            let gate = tx
-                .query_typed(
-                    sql::UPKEEP_GATE,
-                    &[
-                        (&locks::maintenance_class(), Type::INT4),
-                        (&locks::RECOVERY_SLOT, Type::INT4),
-                    ],
-                )
-                .await
-                .map_err(err)?;
-            if !gate.first().is_some_and(|row| row.get::<_, bool>("got")) {
-                return Ok(Recovered::default());
-            }
-            let expired = tx
-                .query_typed(sql::JOB_FIND_EXPIRED, &[(&limit, Type::INT8)])
-                .await
-                .map_err(err)?;
-            if expired.is_empty() {
-                return Ok(Recovered::default());
-            }
-            let keys: Vec<i32> = expired.iter().map(|r| r.get("shard_key")).collect();
-            let ids: Vec<i64> = expired.iter().map(|r| r.get("id")).collect();
-            let params: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
-            let rows = under_key_locks_in(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &params)
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            let mut out = Recovered::default();
-            for row in rows {
-                match JobStatus::from_column(row.get("status")) {
-                    JobStatus::Queued | JobStatus::Waiting => out.requeued += 1,
-                    JobStatus::Dead => out.dead += 1,
-                    _ => out.cancelled += 1,
-                }
-            }
-            Ok(out)
+            let mut client = shard.lend().await?;
+            let recovered = recover_on(shard, &mut client, limit).await;
+            client.settle();
+            recovered
         })
         .await
+}
+
+/// [`recover_expired`] on a lent connection.
+async fn recover_on(
+    shard: &Shard,
+    client: &mut deadpool_postgres::Client,
+    limit: i64,
+) -> Result<Recovered, ShardError> {
+    let err = |e| shard.query_error(e);
+    let tx = client.transaction().await.map_err(err)?;
+    let gate = tx
+        .query_typed(
+            sql::UPKEEP_GATE,
+            &[
+                (&locks::maintenance_class(), Type::INT4),
+                (&locks::RECOVERY_SLOT, Type::INT4),
+            ],
+        )
+        .await
+        .map_err(err)?;
+    if !gate.first().is_some_and(|row| row.get::<_, bool>("got")) {
+        return Ok(Recovered::default());
+    }
+    let expired = tx
+        .query_typed(sql::JOB_FIND_EXPIRED, &[(&limit, Type::INT8)])
+        .await
+        .map_err(err)?;
+    if expired.is_empty() {
+        return Ok(Recovered::default());
+    }
+    let keys: Vec<i32> = expired.iter().map(|r| r.get("shard_key")).collect();
+    let ids: Vec<i64> = expired.iter().map(|r| r.get("id")).collect();
+    let params: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+    let rows = under_key_locks_in(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &params)
+        .await
+        .map_err(err)?;
+    tx.commit().await.map_err(err)?;
+    let mut out = Recovered::default();
+    for row in rows {
+        match JobStatus::from_column(row.get("status")) {
+            JobStatus::Queued | JobStatus::Waiting => out.requeued += 1,
+            JobStatus::Dead => out.dead += 1,
+            _ => out.cancelled += 1,
+        }
+    }
+    Ok(out)
 }
 
 /// Makes up to `limit` due scheduled jobs on `shard` ready, unless another

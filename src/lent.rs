@@ -17,10 +17,10 @@ use deadpool_postgres::{Client, Object};
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
-/// What deadpool's `Clean` recycling runs: a session as a new one has it,
-/// prepared statements kept.
-const CLEAN: &str = "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; \
-    SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES;";
+/// A session as a new one has it, prepared statements kept: what deadpool's
+/// `Clean` recycling runs, after rolling back a transaction left open.
+const CLEAN: &str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; \
+    UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES;";
 
 /// A connection lent for one of shardq's own operations. It goes back to
 /// the pool as it is once [`Lent::settle`] was called, and is closed when

@@ -113,3 +113,43 @@ async fn your_transactions_run_with_your_settings_not_shardqs() {
     let id = routed.insert(&plain).await.unwrap();
     assert_eq!(client.job(id).await.unwrap().unwrap().status, "queued");
 }
+
+/// A transaction left open on a connection of shardq's pool (its user
+/// dropped it mid-way) is rolled back before the connection is lent again:
+/// the next user's statement runs in a transaction of its own, and whatever
+/// the open one locked is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_left_open_is_rolled_back_before_the_next_use() {
+    let shards = TestShards::databases(1).await;
+    let toml = shards.toml("").replace("pool_size = 12", "pool_size = 1");
+    let config = shardq::Config::from_toml(&toml).unwrap();
+    let set = shards.migrated(&config).await;
+    let shard = set.get(0);
+    shard
+        .client()
+        .await
+        .unwrap()
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(4711)")
+        .await
+        .unwrap();
+    // Lent again only once cleaned (one connection in the pool).
+    let next = shard.client().await.unwrap();
+    let pid: i32 = next
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let mine = shard.user_client().await.unwrap();
+    let state: String = mine
+        .query_one("SELECT state FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "idle", "no transaction left open on the connection");
+    let free: bool = mine
+        .query_one("SELECT pg_try_advisory_lock(4711)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(free, "the open transaction's lock went with it");
+}

@@ -11,7 +11,9 @@
 //!   up while attempts miss at a steady cost, down when claims slow down;
 //! - the busy backoff (gated mode): after a busy answer the whole process
 //!   leaves the target alone for a jittered pause that doubles while it stays
-//!   busy and resets when the target gives jobs;
+//!   busy and resets when the target gives jobs. The first pause is at least
+//!   half of what this process's claims there take: the slots are held by
+//!   claims as long as those, so a retry sooner could only miss again;
 //! - the empty skip (both modes): after an empty answer the whole process
 //!   leaves the target alone for a jittered `dequeue.empty_backoff`.
 //!
@@ -55,6 +57,26 @@ struct SkipState {
     empty: bool,
     /// The next busy pause.
     busy_pause: Duration,
+    /// What this process's claims here took lately (a moving average), once
+    /// one gave jobs.
+    claim_time: Option<Duration>,
+}
+
+impl SkipState {
+    /// The pause after a busy answer now: the doubling pause, and at least
+    /// half a claim's time, within `busy`.
+    fn busy_pause(&self, busy: Backoff) -> Duration {
+        let half_claim = self.claim_time.map_or(Duration::ZERO, |t| t / 2);
+        self.busy_pause.max(half_claim).clamp(busy.min, busy.max)
+    }
+
+    /// A claim here took `took`: weighs it in at a quarter.
+    fn claim_took(&mut self, took: Duration) {
+        self.claim_time = Some(match self.claim_time {
+            Some(average) => (average * 3 + took) / 4,
+            None => took,
+        });
+    }
 }
 
 /// Why the gate refused a target.
@@ -94,6 +116,7 @@ impl LocalGate {
                         until: None,
                         empty: false,
                         busy_pause: busy.min,
+                        claim_time: None,
                     }),
                 })
             })
@@ -175,10 +198,11 @@ impl Entered {
     pub fn busy<R: Rng>(&self, now: Instant, rng: &mut R) {
         self.record(Attempt::Busy);
         let mut state = self.target.skip.lock().expect("gate state");
-        let pause = jitter(rng, state.busy_pause / 2, state.busy_pause);
+        let base = state.busy_pause(self.busy);
+        let pause = jitter(rng, base / 2, base);
         state.until = Some(now + pause);
         state.empty = false;
-        state.busy_pause = (state.busy_pause * 2).min(self.busy.max);
+        state.busy_pause = (base * 2).min(self.busy.max);
     }
 
     /// The target had a free slot but no ready job: the process leaves it
@@ -207,6 +231,7 @@ impl Entered {
         state.until = None;
         state.empty = false;
         state.busy_pause = self.busy.min;
+        state.claim_took(took);
     }
 }
 
@@ -282,6 +307,36 @@ mod tests {
         assert!(
             skipped_for(&gate, 0, t) <= ms(4),
             "a claim resets the pause"
+        );
+    }
+
+    #[test]
+    fn after_slow_claims_the_first_busy_pause_is_half_a_claim() {
+        let mut rng = rand::thread_rng();
+        let gate = LocalGate::new(
+            2,
+            Some(SlotControl::new(2, None, 500)),
+            backoff(1, 40),
+            backoff(50, 100),
+        );
+        let now = Instant::now();
+        gate.try_enter(1, now).unwrap().busy(now, &mut rng);
+        assert!(
+            skipped_for(&gate, 1, now) <= ms(1),
+            "no claim seen: the minimum"
+        );
+        for _ in 0..3 {
+            gate.try_enter(0, now).unwrap().claimed(500, ms(24));
+        }
+        gate.try_enter(0, now).unwrap().busy(now, &mut rng);
+        let first = skipped_for(&gate, 0, now);
+        assert!(first >= ms(6) && first <= ms(12), "{first:?}");
+        let t = now + ms(20);
+        gate.try_enter(0, t).unwrap().busy(t, &mut rng);
+        let second = skipped_for(&gate, 0, t);
+        assert!(
+            second >= ms(12) && second <= ms(24),
+            "doubles from there: {second:?}"
         );
     }
 

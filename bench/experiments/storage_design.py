@@ -11,6 +11,11 @@ server's machine), WAL bytes per job and jobs/s:
                      partitioned by finished_at (DELETE … RETURNING → INSERT)
   delete             the completion deletes the row (no history kept)
   delete-without-fk  the same without the steps table's foreign key
+  without-lease-index, without-finished-index, without-both
+                     shardq's completion, with the index of running rows by
+                     lease expiry (a claim's second index entry), the index of
+                     finished rows (a completion's), or both dropped: what
+                     each index entry costs a job
 
 Each variant runs under each --fillfactor of the job table, the rounds
 alternating. Usage:
@@ -49,6 +54,14 @@ MOVE = f"""{PICKED}, d AS (DELETE FROM workflow_status w USING c WHERE {FENCED}
         new_output, attempts, created_at, started_at, now(), fence FROM d"""
 FK = "workflow_steps_shard_key_workflow_id_fkey"
 VARIANTS = ["current", "move", "delete", "delete-without-fk"]
+INDEXES_DROPPED = {
+    "without-lease-index": ["workflow_status_lease"],
+    "without-finished-index": ["workflow_status_finished"],
+    "without-both": ["workflow_status_lease", "workflow_status_finished"],
+}
+VARIANTS += list(INDEXES_DROPPED)
+# Definitions of the indexes a variant dropped, to put them back.
+DROPPED = []
 
 
 def backend_cpu_s(pid):
@@ -69,6 +82,9 @@ def prepare(admin, variant, fillfactor, jobs):
         a("CREATE INDEX ON shardq_history (shard_key, id)")
     if variant == "delete-without-fk":
         a(f"ALTER TABLE workflow_steps DROP CONSTRAINT {FK}")
+    for index in INDEXES_DROPPED.get(variant, []):
+        DROPPED.append(a("SELECT pg_get_indexdef(%s::regclass)", (index,)).fetchone()[0])
+        a(f"DROP INDEX {index}")
     a("INSERT INTO workflow_status (shard_key, queue, handler, payload) "
       "SELECT g %% 1024, 'q', 'noop', '{\"n\": 1}' FROM generate_series(1, %s) g", (jobs,))
     a("VACUUM ANALYZE workflow_status")
@@ -81,6 +97,8 @@ def restore(admin, variant):
                       "(shard_key, workflow_id) REFERENCES workflow_status (shard_key, id) "
                       "ON DELETE CASCADE")
     admin.execute("DROP TABLE IF EXISTS shardq_history")
+    while DROPPED:
+        admin.execute(DROPPED.pop())
 
 
 def drain(dsn, variant, batch):
@@ -89,7 +107,7 @@ def drain(dsn, variant, batch):
                 .replace("$4", "%(st)s").replace("$5", "%(o)s").replace("$6", "'w'")
                 .replace("$7", "%(e)s").replace("$8", "100").replace("$9", "1000"))
     statement = {"current": complete, "move": MOVE, "delete": DELETE,
-                 "delete-without-fk": DELETE}[variant]
+                 "delete-without-fk": DELETE}.get(variant, complete)
     conn = psycopg.connect(dsn, autocommit=True)
     pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
     cpu0, t0, done = backend_cpu_s(pid), time.time(), 0

@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_fillfactor.sql",
         sql: include_str!("../../migrations/0010_fillfactor.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_claim_by_tid.sql",
+        sql: include_str!("../../migrations/0011_claim_by_tid.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

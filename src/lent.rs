@@ -2,7 +2,7 @@
 //!
 //! The pool hands a connection out again without a round trip (deadpool's
 //! `Fast` recycling): every claim and completion checks one out, and a
-//! cleaning round trip before each was a sixth of an idle claim's pickup
+//! cleaning round trip before each was about 15% of a pickup at low load
 //! (README, "Pickup latency"). So whoever could leave something behind on
 //! a connection cleans or closes it instead:
 //! - shardq's own statements ([`Lent`]) set nothing on the session; one

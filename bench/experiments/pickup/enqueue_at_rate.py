@@ -34,6 +34,8 @@ for job, created, returned in sent:
     parts["created -> commit returned"].append((returned - created) * 1000)
     parts["commit returned -> claim start"].append((claim - returned) * 1000)
     parts["created -> claim start"].append((claim - created) * 1000)
+if not parts["created -> claim start"]:
+    sys.exit("no job was claimed: is a worker serving queue `default` on this database?")
 for name, values in parts.items():
     values.sort()
     at = lambda p: values[int(p * (len(values) - 1))]

@@ -4,6 +4,7 @@
 # their Prometheus metrics. Usage: SHARDQ_BIN=target/release/shardq
 # SHARDQ_CONFIG=one-shard.toml SHARDQ_EXPERIMENT_DSN=... four_workers.sh [JOBS]
 here=$(dirname "$0")
+"$SHARDQ_BIN" migrate || exit 1
 psql "$SHARDQ_EXPERIMENT_DSN" -qc "TRUNCATE workflow_status CASCADE" 2>/dev/null
 for p in 9911 9912 9913 9914; do
   RUST_LOG=warn "$SHARDQ_BIN" worker --metrics-addr 127.0.0.1:$p > /dev/null 2>&1 &

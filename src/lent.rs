@@ -78,7 +78,8 @@ impl Drop for Lent {
 /// lends it again, or closed if the cleaning fails or takes longer than the
 /// shard's connect timeout.
 pub struct PooledClient {
-    client: Option<Client>,
+    /// Closed unless settled, as any lent connection: settled once cleaned.
+    lent: Option<Lent>,
     clean_within: Duration,
 }
 
@@ -91,7 +92,7 @@ impl std::fmt::Debug for PooledClient {
 impl PooledClient {
     pub(crate) fn new(client: Client, clean_within: Duration) -> PooledClient {
         PooledClient {
-            client: Some(client),
+            lent: Some(Lent::new(client)),
             clean_within,
         }
     }
@@ -100,28 +101,27 @@ impl PooledClient {
 impl Deref for PooledClient {
     type Target = Client;
     fn deref(&self) -> &Client {
-        self.client
-            .as_ref()
+        self.lent
+            .as_deref()
             .expect("a pooled connection until dropped")
     }
 }
 
 impl DerefMut for PooledClient {
     fn deref_mut(&mut self) -> &mut Client {
-        self.client
-            .as_mut()
+        self.lent
+            .as_deref_mut()
             .expect("a pooled connection until dropped")
     }
 }
 
 impl Drop for PooledClient {
     fn drop(&mut self) {
-        let Some(client) = self.client.take() else {
-            return;
-        };
         // Unsettled, it closes: without a runtime to clean it on, or if the
         // runtime drops the cleaning task.
-        let mut lent = Lent::new(client);
+        let Some(mut lent) = self.lent.take() else {
+            return;
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

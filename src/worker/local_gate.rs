@@ -65,7 +65,7 @@ struct SkipState {
 impl SkipState {
     /// The pause after a busy answer now: the doubling pause, and at least
     /// half a claim's time, within `busy`.
-    fn busy_pause(&self, busy: Backoff) -> Duration {
+    fn next_busy_pause(&self, busy: Backoff) -> Duration {
         let half_claim = self.claim_time.map_or(Duration::ZERO, |t| t / 2);
         self.busy_pause.max(half_claim).clamp(busy.min, busy.max)
     }
@@ -198,7 +198,7 @@ impl Entered {
     pub fn busy<R: Rng>(&self, now: Instant, rng: &mut R) {
         self.record(Attempt::Busy);
         let mut state = self.target.skip.lock().expect("gate state");
-        let base = state.busy_pause(self.busy);
+        let base = state.next_busy_pause(self.busy);
         let pause = jitter(rng, base / 2, base);
         state.until = Some(now + pause);
         state.empty = false;

@@ -113,6 +113,7 @@ pub fn result(spec: &RunSpec, s: &Settings, raw: Raw) -> RunResult {
         fine: fine(&timeline),
         phases: raw.phases,
         loadavg: raw.loadavg,
+        cpu_busy: raw.cpu_busy,
         stalls: raw.stalls,
         ..failed(spec, s, String::new())
     }
@@ -165,6 +166,7 @@ pub fn failed(spec: &RunSpec, s: &Settings, error: String) -> RunResult {
         fine: Vec::new(),
         phases: Default::default(),
         loadavg: String::new(),
+        cpu_busy: 0.0,
         stalls: Vec::new(),
     }
 }

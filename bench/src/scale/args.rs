@@ -45,9 +45,10 @@ pub struct ScaleArgs {
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Steady-state sweep instead of burst-and-drain: offer this many jobs/s
-    /// (all shards together) for --duration seconds.
-    #[arg(long)]
-    pub rate: Option<f64>,
+    /// (all shards together) for --duration seconds; a list (`2500,5000`)
+    /// runs each rate in every cell, side by side.
+    #[arg(long, value_delimiter = ',')]
+    pub rate: Option<Vec<f64>>,
     /// Seconds a rate run offers load.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,

@@ -108,15 +108,22 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
     {
         bail!("--shards, --dequeuers, --processes and --repeat take positive numbers");
     }
-    let load = match args.rate {
-        Some(rate) if rate > 0.0 && args.duration > 0.0 => Load::Rate {
-            rate,
-            duration_s: args.duration,
-        },
-        Some(_) => bail!("--rate and --duration must be positive"),
-        None => Load::Drain {
+    let loads = match &args.rate {
+        Some(rates) => rates
+            .iter()
+            .map(|&rate| {
+                if rate <= 0.0 || args.duration <= 0.0 {
+                    bail!("--rate and --duration must be positive");
+                }
+                Ok(Load::Rate {
+                    rate,
+                    duration_s: args.duration,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => vec![Load::Drain {
             per_shard: args.jobs.unwrap_or(if q { 15_000 } else { 30_000 }),
-        },
+        }],
     };
     let mut runs = Vec::new();
     let mut push = |kind, mode, shards, dequeuers: usize, load, disturbance| {
@@ -134,7 +141,10 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         });
     };
     for &n in &shard_counts {
-        for &d in &dequeuers {
+        for (&d, &load) in dequeuers
+            .iter()
+            .flat_map(|d| loads.iter().map(move |load| (d, load)))
+        {
             let load = match load {
                 // The full sweep keeps the backlog at least three times what
                 // the fleet can hold claimed, so the claimers contend for
@@ -155,7 +165,7 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         }
     }
     let top = dequeuers.iter().copied().max().unwrap_or(1);
-    if matches!(load, Load::Drain { .. }) && args.latency_rate > 0.0 {
+    if args.rate.is_none() && args.latency_rate > 0.0 {
         let duration_s = args.latency_for.unwrap_or(if q { 6.0 } else { 15.0 });
         if duration_s <= WARMUP_S {
             bail!(
@@ -239,5 +249,37 @@ mod tests {
         assert_eq!(split(128, 4), (4, 32));
         assert_eq!(split(2, 4), (2, 1));
         assert_eq!(split(10, 4), (4, 3));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        scale: ScaleArgs,
+    }
+
+    fn runs_of(flags: &str) -> Vec<RunSpec> {
+        let cli = <Cli as clap::Parser>::try_parse_from(flags.split(' ')).unwrap();
+        build(&cli.scale).unwrap().0
+    }
+
+    #[test]
+    fn a_list_of_rates_runs_every_rate_in_both_modes() {
+        let runs = runs_of("scale --shards 4 --dequeuers 8 --rate 2500,5000 --no-disturb");
+        let offered: Vec<(f64, Mode)> = runs
+            .iter()
+            .map(|r| match r.load {
+                Load::Rate { rate, .. } => (rate, r.mode),
+                Load::Drain { .. } => panic!("a drain run in a rate sweep"),
+            })
+            .collect();
+        assert_eq!(
+            offered,
+            [
+                (2500.0, Mode::Gated),
+                (2500.0, Mode::Ungated),
+                (5000.0, Mode::Gated),
+                (5000.0, Mode::Ungated)
+            ]
+        );
     }
 }

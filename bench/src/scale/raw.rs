@@ -39,6 +39,8 @@ pub struct Raw {
     pub phases: Phases,
     /// /proc/loadavg at the start.
     pub loadavg: String,
+    /// Share of the machine's cores busy from `go` until every job completed.
+    pub cpu_busy: f64,
     /// What the shards were doing whenever progress stopped for a while.
     pub stalls: Vec<stall::Stall>,
 }

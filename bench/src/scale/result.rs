@@ -68,6 +68,9 @@ pub struct RunResult {
     pub stalls: Vec<super::stall::Stall>,
     /// /proc/loadavg when the run started (other work on the machine).
     pub loadavg: String,
+    /// Share of the machine's cores busy (any process) from the start of the
+    /// run until its last job completed: 1.0 = every core busy all along.
+    pub cpu_busy: f64,
     /// Seconds each phase of the run took (setup, start, run, stop, check).
     pub phases: super::raw::Phases,
     /// Whether the run finished and its check passed.

@@ -111,6 +111,7 @@ async fn execute(
     };
     lap(&mut phases.prefill_s);
     let go_unix_ms = proto::unix_ms();
+    let busy_at_go = crate::procfs::machine_busy_ticks()?;
     let go = Instant::now();
     fleet.go().await?;
     let deadline = go + s.timeout;
@@ -167,6 +168,7 @@ async fn execute(
     };
     let (enqueued, window) = tokio::join!(work, disturbance);
     let (enqueued, window) = (enqueued?, window?);
+    let cpu_busy = cpu_share(busy_at_go, go.elapsed())?;
     lap(&mut phases.run_s);
     let output = fleet.stop().await?;
     lap(&mut phases.stop_s);
@@ -180,8 +182,17 @@ async fn execute(
         checks,
         phases,
         loadavg,
+        cpu_busy,
         stalls: watch.stalls,
     })
+}
+
+/// Share of all cores busy since `busy_before` was read, `wall` ago: tells a
+/// latency lost to a saturated machine from one lost in shardq.
+fn cpu_share(busy_before: u64, wall: Duration) -> Result<f64> {
+    let busy =
+        crate::procfs::Clock::probe().secs(crate::procfs::machine_busy_ticks()? - busy_before);
+    Ok(busy / (wall.as_secs_f64() * crate::procfs::cpus() as f64).max(f64::EPSILON))
 }
 
 fn check_alive(fleet: &mut Fleet) -> Result<()> {

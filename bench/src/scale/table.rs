@@ -32,8 +32,8 @@ pub fn print(report: &Report) {
     );
     println!();
     println!(
-        "{:>3} {:<12} {:<8} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}  check",
-        "#", "kind", "mode", "shards", "W×P", "jobs", "jobs/s", "p50 ms", "p95 ms", "p99 ms", "p99.9", "max ms", "stmt p99", "miss%"
+        "{:>3} {:<12} {:<8} {:>6} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6} {:>5}  check",
+        "#", "kind", "mode", "shards", "W×P", "jobs", "jobs/s", "p50 ms", "p95 ms", "p99 ms", "p99.9", "max ms", "stmt p99", "miss%", "cpu%"
     );
     for r in &report.runs {
         print_run(r);
@@ -65,7 +65,7 @@ fn print_run(r: &RunResult) {
     };
     let l = &r.claim_latency_ms;
     println!(
-        "{:>3} {:<12} {:<8} {:>6} {:>9} {:>9} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.2} {:>6.1}  {}",
+        "{:>3} {:<12} {:<8} {:>6} {:>9} {:>9} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.2} {:>6.1} {:>5.0}  {}",
         r.id,
         kind.replace("disturbance", "dist"),
         r.mode.name(),
@@ -80,6 +80,7 @@ fn print_run(r: &RunResult) {
         l.max,
         stmt_p99,
         r.lock_miss_rate * 100.0,
+        r.cpu_busy * 100.0,
         if r.ok { "ok".to_string() } else { format!("FAILED: {}", r.error.as_deref().unwrap_or("?")) }
     );
 }

@@ -342,9 +342,16 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     // 30k-row table, found by `shardq bench scale`; tests/plans.rs). Without
     // seq scans, hash and merge joins it keeps the nested loop over the
     // batch's primary keys.
+    //
+    // No JIT: a disabled seq scan is costed at 10^10, far above
+    // `jit_above_cost`, so every statement that still has to scan a small
+    // table (the expiry of `shardq_workers`, say) was compiled by LLVM with
+    // inlining and optimization on every call: 30 ms instead of 0.02 on an
+    // idle server, and most of four servers' CPU under load (`shardq bench
+    // scale`, tests/plans.rs). shardq's statements are short; JIT never pays.
     let mut options = String::from(
         "-c plan_cache_mode=force_custom_plan -c enable_seqscan=off \
-         -c enable_hashjoin=off -c enable_mergejoin=off",
+         -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off",
     );
     if !config.dequeue.lock_timeout.is_zero() {
         options.push_str(&format!(

@@ -97,6 +97,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_claim_by_tid.sql",
         sql: include_str!("../../migrations/0011_claim_by_tid.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_claim_plans_once.sql",
+        sql: include_str!("../../migrations/0012_claim_plans_once.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

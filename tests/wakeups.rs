@@ -117,3 +117,51 @@ async fn an_idle_worker_wakes_for_a_new_job_and_for_a_freed_key() {
     shutdown.cancel();
     running.await.unwrap();
 }
+
+/// Under a trickle of jobs, a claim that took fewer jobs than it asked for
+/// is not followed by another claim at once (it would find nothing, or a
+/// job or two): the target waits for its next wake-up. Without that, every
+/// job cost a claim that found it and one that came back empty; under a
+/// steady offer those claims kept the servers' CPU busy (`bench scale --rate`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caught_up_target_waits_for_its_next_wake_up() {
+    const JOBS: usize = 60;
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("[dequeue]\nidle_poll_ms = 60000\n\n[worker]\nqueues = [\"q\"]\n");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let worker = shardq::Worker::new(config.clone(), set.clone(), shardq::HandlerRegistry::new());
+    let stats = worker.stats();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Every producer polled the empty target once and now waits for wake-ups.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = stats.snapshot();
+
+    let mut ids = Vec::new();
+    for _ in 0..JOBS {
+        let id = client
+            .enqueue(NewJob::new("q", "noop", serde_json::json!({})))
+            .await
+            .unwrap();
+        ids.push(id);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for id in ids {
+        let outcome = client.result(id, Duration::from_secs(10)).await;
+        assert!(
+            matches!(outcome, Ok(shardq::JobOutcome::Succeeded(_))),
+            "{outcome:?}"
+        );
+    }
+    let after = stats.snapshot();
+    shutdown.cancel();
+    running.await.unwrap();
+    let claims = after.claim_statements - before.claim_statements;
+    let empty = after.empty - before.empty;
+    assert!(claims > 0 && claims <= JOBS as u64, "{claims} claims");
+    assert!(
+        empty * 4 < claims,
+        "{empty} empty claims for {claims} that found jobs: a caught-up target was claimed again at once"
+    );
+}

@@ -13,7 +13,7 @@
 -- builds, moves unchanged into shardq_claim_keyed and is still planned for
 -- each call.
 
-CREATE FUNCTION shardq_claim_keyed(p_queue text, p_limit int,
+CREATE OR REPLACE FUNCTION shardq_claim_keyed(p_queue text, p_limit int,
                                    p_owner text, p_lease_ms bigint)
 RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
                ordering_key text, priority int, payload jsonb, attempts int,

@@ -162,6 +162,13 @@ pub struct DequeueFile {
     /// (jittered between half of it and all of it).
     #[serde(default = "default_idle_poll")]
     pub idle_poll_ms: u64,
+    /// After a claim found a shard's queue caught up, the least time before
+    /// a wake-up lets this process claim there again (0: at once). Every
+    /// process hears every notification and only one finds the job, so this
+    /// bounds each process's claims per queue and shard under a steady offer;
+    /// a job that arrives after a quiet spell is claimed at once.
+    #[serde(default = "default_wake_cooldown")]
+    pub wake_cooldown_ms: u64,
     /// First time a shard that answered busy is skipped by every producer of
     /// the process; doubles while it stays busy.
     #[serde(default = "default_busy_min")]
@@ -315,6 +322,9 @@ fn default_empty_max() -> u64 {
 }
 fn default_idle_poll() -> u64 {
     3000
+}
+fn default_wake_cooldown() -> u64 {
+    0
 }
 fn default_busy_min() -> u64 {
     1

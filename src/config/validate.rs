@@ -218,6 +218,9 @@ pub struct DequeueConfig {
     /// Skip time for a shard with no ready job while the process listens
     /// for its wake-ups.
     pub idle_poll: Backoff,
+    /// Least time from a claim that found a target caught up to the next
+    /// claim a wake-up lets in there.
+    pub wake_cooldown: Duration,
     /// Pause after every shard answered busy.
     pub busy_backoff: Backoff,
     /// Retry delay for a failing shard.
@@ -338,6 +341,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             d.idle_poll_ms / 2,
             positive("dequeue.idle_poll_ms", d.idle_poll_ms as usize)? as u64,
         )?,
+        wake_cooldown: Duration::from_millis(d.wake_cooldown_ms),
         busy_backoff: backoff(
             "dequeue.busy_backoff_max_ms",
             d.busy_backoff_min_ms,

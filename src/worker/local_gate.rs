@@ -37,6 +37,9 @@ pub(crate) struct LocalGate {
     freed: Arc<Notify>,
     busy: Backoff,
     empty: Backoff,
+    /// Least time between a claim that found the target caught up and the
+    /// next one a wake-up lets in (`dequeue.wake_cooldown_ms`).
+    wake_cooldown: Duration,
 }
 
 struct Target {
@@ -55,6 +58,9 @@ struct SkipState {
     until: Option<Instant>,
     /// Whether `until` is an empty skip (which a wake-up ends).
     empty: bool,
+    /// When a claim here last found the target caught up (empty, or fewer
+    /// jobs than asked).
+    caught_up_at: Option<Instant>,
     /// The next busy pause.
     busy_pause: Duration,
     /// What this process's claims here took lately (a moving average), once
@@ -115,6 +121,7 @@ impl LocalGate {
                     skip: Mutex::new(SkipState {
                         until: None,
                         empty: false,
+                        caught_up_at: None,
                         busy_pause: busy.min,
                         claim_time: None,
                     }),
@@ -126,7 +133,17 @@ impl LocalGate {
             freed: Arc::new(Notify::new()),
             busy,
             empty,
+            wake_cooldown: Duration::ZERO,
         }
+    }
+
+    /// After a claim found a target caught up, a wake-up lets the next claim
+    /// in no sooner than `cooldown` later: each notification wakes a
+    /// producer in every process, and all but one find nothing, so under a
+    /// steady offer answering every one kept the servers' CPU busy.
+    pub fn with_wake_cooldown(mut self, cooldown: Duration) -> Self {
+        self.wake_cooldown = cooldown;
+        self
     }
 
     /// Enters target `i` for one claim attempt, unless the gate refuses it.
@@ -163,7 +180,11 @@ impl LocalGate {
     pub fn wake(&self, i: usize) {
         let mut state = self.targets[i].skip.lock().expect("gate state");
         if state.empty {
-            state.until = None;
+            let now = Instant::now();
+            state.until = state
+                .caught_up_at
+                .map(|at| at + self.wake_cooldown)
+                .filter(|&open| open > now);
             state.empty = false;
         }
     }
@@ -217,6 +238,7 @@ impl Entered {
         let mut state = self.target.skip.lock().expect("gate state");
         state.until = Some(now + jitter(rng, skip.min, skip.max));
         state.empty = true;
+        state.caught_up_at = Some(now);
         state.busy_pause = self.busy.min;
     }
 
@@ -269,6 +291,30 @@ mod tests {
             Err(Refused::SkipUntil(until)) => until - now,
             other => panic!("expected a skip, got {:?}", other.err()),
         }
+    }
+
+    #[test]
+    fn a_wake_up_soon_after_a_caught_up_claim_waits_out_the_cooldown() {
+        let mut rng = rand::thread_rng();
+        let gate = gate(1, None).with_wake_cooldown(ms(50));
+        let now = Instant::now();
+        gate.try_enter(0, now)
+            .unwrap()
+            .empty_for(now, &mut rng, backoff(60_000, 60_000));
+        gate.wake(0);
+        let left = skipped_for(&gate, 0, now);
+        assert!(left > ms(0) && left <= ms(50), "{left:?}");
+        assert!(gate.try_enter(0, now + ms(50)).is_ok());
+
+        // After a quiet spell a wake-up opens the target at once.
+        let long_ago = now - ms(1000);
+        gate.try_enter(0, now + ms(50)).unwrap().empty_for(
+            long_ago,
+            &mut rng,
+            backoff(60_000, 60_000),
+        );
+        gate.wake(0);
+        assert!(gate.try_enter(0, now + ms(50)).is_ok());
     }
 
     #[test]

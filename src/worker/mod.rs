@@ -313,7 +313,8 @@ async fn run_pipeline(
         gate_slots,
         dequeue.busy_backoff,
         dequeue.empty_backoff,
-    );
+    )
+    .with_wake_cooldown(dequeue.wake_cooldown);
     let wakeups = Arc::new(Wakeups::new(&targets, shared.shards.len()));
     let mut listeners = JoinSet::new();
     for shard in shared.shards.all() {

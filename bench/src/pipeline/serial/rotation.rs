@@ -147,6 +147,7 @@ mod tests {
             batch_size: 10,
             empty_backoff: b(50, 100),
             idle_poll: b(1500, 3000),
+            wake_cooldown: Duration::ZERO,
             busy_backoff: b(2, 16),
             unhealthy_backoff: b(100, 1000),
             lock_timeout: Duration::from_secs(1),

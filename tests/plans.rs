@@ -232,12 +232,20 @@ async fn no_statement_is_jit_compiled_on_shardqs_connections() {
     let config = shards.config("");
     let set = shards.migrated(&config).await;
     let shard = set.get(0);
-    let explain = format!(
-        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-        shardq::store::sql::WORKERS_EXPIRE
-    );
-    let ttl_ms = 60_000i64;
-    let jit_of = |plan: &Value| plan[0].get("JIT").cloned();
+    // The expiry of silent workers' rows, as the server ran it: whether it
+    // was JIT-compiled.
+    async fn expiry_jit(db: &impl tokio_postgres::GenericClient) -> (Option<Value>, Value) {
+        let explain = format!(
+            "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+            shardq::store::sql::WORKERS_EXPIRE
+        );
+        let plan: Value = db
+            .query_one(explain.as_str(), &[&60_000i64])
+            .await
+            .unwrap()
+            .get(0);
+        (plan[0].get("JIT").cloned(), plan)
+    }
 
     // The server's own settings with seq scans off, as shardq sets them: the
     // expiry is JIT-compiled (so this test can tell).
@@ -246,28 +254,16 @@ async fn no_statement_is_jit_compiled_on_shardqs_connections() {
     tx.batch_execute("SET LOCAL enable_seqscan = off")
         .await
         .unwrap();
-    let plan: Value = tx
-        .query_one(explain.as_str(), &[&ttl_ms])
-        .await
-        .unwrap()
-        .get(0);
+    let (jit, plan) = expiry_jit(&*tx).await;
     assert!(
-        jit_of(&plan).is_some(),
+        jit.is_some(),
         "the server does not JIT this plan, so the test cannot tell: {plan}"
     );
     tx.rollback().await.unwrap();
 
     let own = shard.client().await.unwrap();
-    let plan: Value = own
-        .query_one(explain.as_str(), &[&ttl_ms])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(
-        jit_of(&plan),
-        None,
-        "JIT-compiled on shardq's connection: {plan}"
-    );
+    let (jit, plan) = expiry_jit(&***own).await;
+    assert_eq!(jit, None, "JIT-compiled on shardq's connection: {plan}");
 }
 
 /// The claim function's probes and its unkeyed claim keep one generic plan

@@ -67,6 +67,22 @@ fn zero_slots_are_rejected() {
 }
 
 #[test]
+fn a_wake_cooldown_longer_than_the_fallback_poll_is_rejected() {
+    let e = err(&format!(
+        "{ONE_SHARD}[dequeue]\nidle_poll_ms = 3000\nwake_cooldown_ms = 60000\n"
+    ));
+    assert!(
+        e.contains("dequeue.wake_cooldown_ms") && e.contains("idle_poll_ms"),
+        "{e}"
+    );
+    let ok = Config::from_toml(&format!("{ONE_SHARD}[dequeue]\nwake_cooldown_ms = 10\n")).unwrap();
+    assert_eq!(
+        ok.dequeue.wake_cooldown,
+        std::time::Duration::from_millis(10)
+    );
+}
+
+#[test]
 fn unparsable_urls_are_rejected_with_the_shard_named() {
     let e = err("[[shards]]\nname = \"broken\"\nurl = \"postgres://u@h:notaport/db\"\n");
     assert!(e.contains("shards[0].url (shard `broken`)"), "{e}");

@@ -341,7 +341,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             d.idle_poll_ms / 2,
             positive("dequeue.idle_poll_ms", d.idle_poll_ms as usize)? as u64,
         )?,
-        wake_cooldown: Duration::from_millis(d.wake_cooldown_ms),
+        wake_cooldown: wake_cooldown(d.wake_cooldown_ms, d.idle_poll_ms)?,
         busy_backoff: backoff(
             "dequeue.busy_backoff_max_ms",
             d.busy_backoff_min_ms,
@@ -458,6 +458,20 @@ fn positive(key: &'static str, value: usize) -> Result<usize, ConfigError> {
         });
     }
     Ok(value)
+}
+
+/// The wake-up cooldown: a wake-up reopens a caught-up target no sooner than
+/// this, so one longer than the fallback poll would hold jobs back longer
+/// than polling alone does.
+fn wake_cooldown(cooldown_ms: u64, idle_poll_ms: u64) -> Result<Duration, ConfigError> {
+    if cooldown_ms > idle_poll_ms / 2 {
+        return Err(ConfigError::Invalid {
+            key: "dequeue.wake_cooldown_ms",
+            value: cooldown_ms.to_string(),
+            fix: "must not exceed half of dequeue.idle_poll_ms (tens of ms at most is what it is for)",
+        });
+    }
+    Ok(Duration::from_millis(cooldown_ms))
 }
 
 /// The bounds of an adaptive K, which must hold the starting K.

@@ -102,6 +102,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_claim_plans_once.sql",
         sql: include_str!("../../migrations/0012_claim_plans_once.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_primary_key_by_id.sql",
+        sql: include_str!("../../migrations/0013_primary_key_by_id.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -84,17 +84,20 @@ async fn run_statement(
 }
 
 /// The statements of a migration file: each ends with `;` at the end of a
-/// line (so a no-transaction migration holds no function bodies).
+/// line outside a `$$` body (a `DO $$ … $$;` block is one statement, so
+/// the steps that must happen together run in one transaction).
 pub fn statements(sql: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
+    let mut in_body = false;
     for line in sql.lines() {
         if line.trim_start().starts_with("--") {
             continue;
         }
         current.push_str(line);
         current.push('\n');
-        if line.trim_end().ends_with(';') {
+        in_body ^= line.matches("$$").count() % 2 == 1;
+        if !in_body && line.trim_end().ends_with(';') {
             out.push(current.trim().to_string());
             current.clear();
         }
@@ -241,5 +244,14 @@ mod tests {
         assert_eq!(concurrent_index_name(&parts[0]).as_deref(), Some("ix_a"));
         assert_eq!(concurrent_index_name(&parts[1]), None);
         assert!(!migration("-- shardq:no-transaction\nSELECT 1;").runs_in_transaction());
+    }
+
+    #[test]
+    fn a_do_block_is_one_statement() {
+        let sql = "-- shardq:no-transaction\nDO $$\nBEGIN\n    SELECT 1;\n    SELECT 2;\nEND $$;\nSELECT 3;";
+        let parts = statements(sql);
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert!(parts[0].starts_with("DO $$") && parts[0].ends_with("END $$;"));
+        assert_eq!(parts[1], "SELECT 3;");
     }
 }

@@ -1,6 +1,6 @@
 //! The no-transaction runner against a real server: it holds no lock that
 //! stops writers while it works, and it rebuilds an index that a failed
-//! concurrent build left invalid.
+//! concurrent build left invalid; and the primary key move of migration 13.
 
 use super::*;
 use crate::config::Config;
@@ -165,4 +165,122 @@ async fn a_failed_concurrent_build_is_rebuilt_on_the_next_run() {
         .expect("index")
         .get(0);
     assert!(valid);
+}
+
+/// The columns of `index`, in order.
+async fn index_columns(db: &tokio_postgres::Client, index: &str) -> Vec<String> {
+    db.query_one(
+        "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i \
+         CROSS JOIN unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
+         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+         WHERE i.indexrelid = $1::text::regclass",
+        &[&index],
+    )
+    .await
+    .expect("index columns")
+    .get(0)
+}
+
+/// Puts the shard back at version 12: the primary key led by the shard key.
+const BACK_TO_12: &str = "BEGIN; \
+    ALTER TABLE workflow_status DROP CONSTRAINT workflow_status_pkey CASCADE, \
+        ADD PRIMARY KEY (shard_key, id); \
+    ALTER TABLE workflow_steps ADD FOREIGN KEY (shard_key, workflow_id) \
+        REFERENCES workflow_status (shard_key, id) ON DELETE CASCADE; \
+    DELETE FROM shardq_migrations WHERE version = 13; \
+    COMMIT";
+
+#[tokio::test]
+async fn the_primary_key_moves_to_the_id_without_losing_steps_or_waiting_long() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated_shard(&server).await;
+    let db = admin(&server).await;
+    assert_eq!(
+        index_columns(&db, "workflow_status_pkey").await,
+        ["id", "shard_key"]
+    );
+    db.batch_execute(BACK_TO_12).await.expect("back to 12");
+    db.batch_execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler, payload) \
+             SELECT g, 'q', 'h', '{}' FROM generate_series(1, 50) AS g; \
+         INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+             SELECT shard_key, id, 'first', 'null' FROM workflow_status",
+    )
+    .await
+    .expect("jobs with steps");
+
+    // A transaction that holds the table: the swap gives up after its lock
+    // timeout (instead of queueing every claim behind it), names the
+    // migration, and leaves the old key in place.
+    let holder = admin(&server).await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE workflow_status IN ACCESS SHARE MODE")
+        .await
+        .expect("hold");
+    let err = tokio::time::timeout(std::time::Duration::from_secs(60), migrate_all(&shards))
+        .await
+        .expect("the swap gives up instead of waiting")
+        .expect_err("the swap cannot get its lock");
+    let message = crate::error_chain(&err);
+    assert!(message.contains("0013_primary_key_by_id.sql"), "{message}");
+    assert!(message.contains("lock timeout"), "{message}");
+    assert_eq!(
+        index_columns(&db, "workflow_status_pkey").await,
+        ["shard_key", "id"]
+    );
+    holder.batch_execute("COMMIT").await.expect("release");
+
+    migrate_all(&shards)
+        .await
+        .expect("migrate once the lock is free");
+    assert_eq!(
+        index_columns(&db, "workflow_status_pkey").await,
+        ["id", "shard_key"]
+    );
+    let steps_key_valid: bool = db
+        .query_one(
+            "SELECT convalidated FROM pg_constraint \
+             WHERE conname = 'workflow_steps_shard_key_workflow_id_fkey'",
+            &[],
+        )
+        .await
+        .expect("constraint")
+        .get(0);
+    assert!(steps_key_valid);
+    // Steps still belong to their jobs: deleting a job deletes its steps, and
+    // a step of no job is refused.
+    db.batch_execute("DELETE FROM workflow_status WHERE shard_key <= 10")
+        .await
+        .expect("delete");
+    let steps: i64 = db
+        .query_one("SELECT count(*) FROM workflow_steps", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(steps, 40);
+    let orphan = db
+        .batch_execute(
+            "INSERT INTO workflow_steps (shard_key, workflow_id, step_name) VALUES (1, 999999, 'x')",
+        )
+        .await
+        .expect_err("a step of no job");
+    assert!(crate::error_chain(&orphan).contains("foreign key"));
+
+    // Run again (a shard whose record was lost): nothing swapped, and the
+    // index the run builds anew is dropped, so the key is not kept twice.
+    db.batch_execute("DELETE FROM shardq_migrations WHERE version = 13")
+        .await
+        .expect("forget 13");
+    migrate_all(&shards).await.expect("again");
+    let unique_on_id: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pg_index WHERE indrelid = 'workflow_status'::regclass \
+             AND indkey::text = (SELECT indkey::text FROM pg_index \
+                                 WHERE indexrelid = 'workflow_status_pkey'::regclass)",
+            &[],
+        )
+        .await
+        .expect("indexes")
+        .get(0);
+    assert_eq!(unique_on_id, 1);
 }

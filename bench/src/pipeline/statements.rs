@@ -26,6 +26,9 @@ pub struct StatementCost {
     pub rows: i64,
     /// Execution time per job, µs (wall time inside the executor).
     pub exec_us_per_job: f64,
+    /// Planning time per job, µs (top-level statements only: the plans of a
+    /// function's statements are counted in the function's execution).
+    pub plan_us_per_job: f64,
     /// Buffers dirtied per job.
     pub dirtied_per_job: f64,
     /// WAL bytes per job.
@@ -43,6 +46,7 @@ pub async fn start(server: &BenchServer) -> Result<()> {
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
         "ALTER SYSTEM SET pg_stat_statements.track = 'all'",
+        "ALTER SYSTEM SET pg_stat_statements.track_planning = on",
         "SELECT pg_reload_conf()",
         "SELECT pg_stat_statements_reset()",
     ] {
@@ -64,7 +68,7 @@ pub async fn finish(server: &BenchServer, jobs: u64) -> Result<Vec<StatementCost
     let rows = db
         .query(
             "SELECT regexp_replace(query, '\\s+', ' ', 'g') AS text, NOT toplevel AS nested, \
-                calls, rows, total_exec_time, shared_blks_dirtied, wal_bytes::float8 AS wal \
+                calls, rows, total_exec_time, total_plan_time, shared_blks_dirtied, wal_bytes::float8 AS wal \
              FROM pg_stat_statements \
              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                AND query NOT LIKE '%pg_stat_statements%' \
@@ -75,6 +79,7 @@ pub async fn finish(server: &BenchServer, jobs: u64) -> Result<Vec<StatementCost
         .context("cannot read pg_stat_statements")?;
     for statement in [
         "ALTER SYSTEM RESET pg_stat_statements.track",
+        "ALTER SYSTEM RESET pg_stat_statements.track_planning",
         "SELECT pg_reload_conf()",
     ] {
         db.batch_execute(statement).await?;
@@ -88,6 +93,7 @@ pub async fn finish(server: &BenchServer, jobs: u64) -> Result<Vec<StatementCost
             calls: r.get("calls"),
             rows: r.get("rows"),
             exec_us_per_job: per_job(r.get::<_, f64>("total_exec_time") * 1000.0),
+            plan_us_per_job: per_job(r.get::<_, f64>("total_plan_time") * 1000.0),
             dirtied_per_job: per_job(r.get::<_, i64>("shared_blks_dirtied") as f64),
             wal_bytes_per_job: per_job(r.get("wal")),
         })
@@ -100,6 +106,7 @@ pub async fn finish(server: &BenchServer, jobs: u64) -> Result<Vec<StatementCost
             calls: rest.iter().map(|c| c.calls).sum(),
             rows: rest.iter().map(|c| c.rows).sum(),
             exec_us_per_job: rest.iter().map(|c| c.exec_us_per_job).sum(),
+            plan_us_per_job: rest.iter().map(|c| c.plan_us_per_job).sum(),
             dirtied_per_job: rest.iter().map(|c| c.dirtied_per_job).sum(),
             wal_bytes_per_job: rest.iter().map(|c| c.wal_bytes_per_job).sum(),
         });
@@ -116,15 +123,16 @@ pub fn print(costs: &[StatementCost], jobs: u64) {
          time in the executor, summed over backends"
     );
     println!(
-        "  {:>9} {:>10} {:>9} {:>9} {:>9}  statement",
-        "calls", "rows", "exec µs/j", "dirty/j", "WAL B/j"
+        "  {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}  statement",
+        "calls", "rows", "exec µs/j", "plan µs/j", "dirty/j", "WAL B/j"
     );
     for c in costs {
         println!(
-            "  {:>9} {:>10} {:>9.2} {:>9.3} {:>9.1}  {}{}",
+            "  {:>9} {:>10} {:>9.2} {:>9.2} {:>9.3} {:>9.1}  {}{}",
             c.calls,
             c.rows,
             c.exec_us_per_job,
+            c.plan_us_per_job,
             c.dirtied_per_job,
             c.wal_bytes_per_job,
             if c.nested { "> " } else { "" },

@@ -1,6 +1,7 @@
 //! Graceful shutdown: SIGTERM a worker process holding a full buffer. It exits
 //! within the grace period with status 0; every buffered job is claimable again
-//! at once; none is lost or run twice.
+//! at once; none is lost or run twice. A SIGTERM while it is still starting
+//! stops it cleanly too.
 
 mod common;
 
@@ -114,4 +115,41 @@ async fn sigterm_releases_the_buffer_and_loses_nothing() {
             .unwrap();
         assert_eq!(row.get::<_, i64>(0), 0, "every job ran exactly once");
     }
+}
+
+/// A SIGTERM that arrives while the worker is still starting (its schema
+/// check waits on a shard that accepts connections and never answers) stops
+/// it cleanly: status 0, not killed by the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_the_start_check_exits_cleanly() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[shards]]\nname = \"silent\"\nurl = \"postgres://shardq@127.0.0.1:{port}/shardq\"\n\
+             [dequeue]\nconnect_timeout_ms = 60000\n[worker]\nqueues = [\"s\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut worker = shardq_harness::exe::shardq_command(&path)
+        .arg("worker")
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    kill(Pid::from_raw(worker.id().unwrap() as i32), Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), worker.wait())
+        .await
+        .expect("the worker exits")
+        .unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    held.abort();
 }

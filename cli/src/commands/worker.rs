@@ -35,9 +35,16 @@ pub async fn run_worker(
     until_empty: bool,
     metrics_addr: Option<SocketAddr>,
 ) -> Result<WorkerReport> {
-    let shards = ShardSet::connect(&config)?;
-    check_schema(&shards).await?;
+    // Signals are caught from the start: a SIGTERM while the schema check
+    // waits on a slow shard stops the worker cleanly instead of killing it.
     let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(Signals::install()?, shutdown.clone()));
+    let shards = ShardSet::connect(&config)?;
+    tokio::select! {
+        checked = check_schema(&shards) => checked?,
+        // Told to stop before it started: the worker below ends at once.
+        _ = shutdown.cancelled() => {}
+    }
     let worker = Worker::new(config, shards, HandlerRegistry::new()).stop_when_empty(until_empty);
     let serving = CancellationToken::new();
     if let Some(addr) = metrics_addr {
@@ -47,7 +54,6 @@ pub async fn run_worker(
             .await
             .with_context(|| format!("cannot listen for metrics on {addr}"))?;
     }
-    tokio::spawn(watch_signals(shutdown.clone()));
     let report = worker.run(shutdown).await;
     serving.cancel();
     Ok(report)
@@ -70,21 +76,30 @@ pub(crate) async fn check_schema(shards: &ShardSet) -> Result<()> {
     Ok(())
 }
 
+/// SIGTERM and SIGINT, caught (their default action, exiting, is off from
+/// the moment these exist).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+        })
+    }
+}
+
 /// First SIGINT/SIGTERM: graceful shutdown. Second: exit at once (claimed jobs
 /// come back when their leases expire).
-async fn watch_signals(shutdown: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+async fn watch_signals(mut signals: Signals, shutdown: CancellationToken) {
     for round in 0..2 {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = signals.term.recv() => {}
+            _ = signals.int.recv() => {}
         }
         if round == 0 {
             tracing::info!("shutting down: no new claims, finishing running jobs");

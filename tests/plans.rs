@@ -14,6 +14,9 @@ const QUEUED: usize = 15_000;
 const RUNNING: i64 = 4_000;
 const BATCH: i64 = 2_000;
 
+/// The completion (inside `shardq_complete_many`, migration 14) keeps one
+/// generic plan per connection, and that plan probes the primary key per
+/// batch row whatever the statistics say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     let shards = TestShards::databases(1).await;
@@ -50,31 +53,52 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     let statuses = vec!["succeeded"; n];
     let outputs = vec![Value::Null; n];
     let errors: Vec<Option<&str>> = vec![None; n];
-    let explain = format!(
-        "EXPLAIN (FORMAT JSON) {}",
-        shardq::store::sql::JOB_COMPLETE_MANY
-    );
-    let plan: Value = db
-        .query_one(
-            explain.as_str(),
+    // The statement inside shardq_complete_many, as the server planned it,
+    // on the second call (the plan it keeps). Nothing is written: the
+    // owner does not match, so both calls plan and run the same way.
+    let (db, mut plans) = session_showing_plans(&shards.urls[0], "json").await;
+    for _ in 0..2 {
+        db.query_one(
+            shardq::store::sql::JOB_COMPLETE_MANY,
             &[
                 &keys,
                 &ids,
                 &fences,
                 &statuses,
                 &outputs,
-                &"w1",
+                &"someone else",
                 &errors,
                 &1000.0f64,
                 &60_000.0f64,
             ],
         )
         .await
-        .unwrap()
-        .get(0);
+        .unwrap();
+    }
+    drop(db);
+    let mut completions = Vec::new();
+    while let Some(notice) = plans.recv().await {
+        if notice.contains("ModifyTable") {
+            completions.push(notice);
+        }
+    }
+    assert_eq!(completions.len(), 2, "one plan per call: {completions:#?}");
+    let logged: Value =
+        serde_json::from_str(&completions[1][completions[1].find('{').unwrap()..]).unwrap();
+    let plan = &logged["Plan"];
+    // A plan made for this call's arrays knows their length; the kept one
+    // does not.
+    let batch_rows = plan["Plans"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["Subplan Name"] == "CTE batch"))
+        .map(|n| n["Plan Rows"].as_f64().unwrap());
+    assert!(
+        batch_rows.is_some_and(|rows| rows != n as f64),
+        "the completion was planned for this call's {n} jobs, not once: {plan}"
+    );
     let text = plan.to_string();
     let mut scans = Vec::new();
-    table_scans(&plan, &mut scans);
+    table_scans(plan, &mut scans);
     assert!(!scans.is_empty(), "no scan of workflow_status in {text}");
     for scan in scans {
         assert_eq!(
@@ -274,7 +298,6 @@ async fn no_statement_is_jit_compiled_on_shardqs_connections() {
 /// of the statements inside the function as the server ran them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unkeyed_claim_keeps_one_index_plan() {
-    use futures_util::StreamExt;
     let shards = TestShards::databases(1).await;
     let config = shards.config("");
     let set = shards.migrated(&config).await;
@@ -293,27 +316,7 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
         .await
         .unwrap();
 
-    let (db, mut connection) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let (notices, mut plans) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(Ok(message)) = messages.next().await {
-            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
-                let _ = notices.send(notice.message().to_string());
-            }
-        }
-    });
-    // shardq's session settings (src/shards.rs), and every plan as a notice.
-    db.batch_execute(
-        "SET plan_cache_mode = force_custom_plan; SET enable_seqscan = off; \
-         SET enable_hashjoin = off; SET enable_mergejoin = off; SET jit = off; \
-         LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; \
-         SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice",
-    )
-    .await
-    .unwrap();
+    let (db, mut plans) = session_showing_plans(&shards.urls[0], "text").await;
     for _ in 0..3 {
         let rows = db
             .query(
@@ -343,4 +346,39 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
             "the claim was planned for this call's values, not once: {plan}"
         );
     }
+}
+
+/// A session with shardq's planner settings (src/shards.rs) that receives
+/// every plan the server runs, nested statements too, as a notice in
+/// `format` (auto_explain).
+async fn session_showing_plans(
+    url: &str,
+    format: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use futures_util::StreamExt;
+    let (db, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (notices, plans) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                let _ = notices.send(notice.message().to_string());
+            }
+        }
+    });
+    db.batch_execute(&format!(
+        "SET plan_cache_mode = force_custom_plan; SET enable_seqscan = off; \
+         SET enable_hashjoin = off; SET enable_mergejoin = off; SET jit = off; \
+         LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; \
+         SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice; \
+         SET auto_explain.log_format = {format}"
+    ))
+    .await
+    .unwrap();
+    (db, plans)
 }

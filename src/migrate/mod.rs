@@ -107,6 +107,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_primary_key_by_id.sql",
         sql: include_str!("../../migrations/0013_primary_key_by_id.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_complete_plans_once.sql",
+        sql: include_str!("../../migrations/0014_complete_plans_once.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -65,51 +65,12 @@ pub const KEYS_PROMOTE: &str = "WITH promoted AS MATERIALIZED ( \
 /// counted as a second success or a success that is not there. The `again` probes run only when `done` wrote fewer
 /// rows than the batch has (a one-time filter): the common batch, written
 /// whole, probes each row once, not twice.
-pub const JOB_COMPLETE_MANY: &str = "WITH batch AS MATERIALIZED ( \
-        SELECT c.*, $6::text AS owner \
-        FROM unnest($1::int[], $2::bigint[], $3::bigint[], $4::text[], $5::jsonb[], $7::text[]) \
-            AS c(shard_key, id, fence, status, output, error) \
-    ), done AS ( \
-        UPDATE workflow_status w SET \
-            status = CASE \
-                WHEN c.status = 'succeeded' THEN 'succeeded' \
-                WHEN w.cancel_requested THEN 'cancelled' \
-                WHEN c.status = 'released' THEN \
-                    CASE WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END \
-                WHEN w.attempts >= w.max_attempts THEN 'dead' \
-                ELSE 'scheduled' END, \
-            attempts = CASE WHEN c.status = 'released' THEN w.attempts - 1 ELSE w.attempts END, \
-            started_at = CASE WHEN c.status = 'released' THEN NULL ELSE w.started_at END, \
-            run_at = CASE WHEN c.status = 'failed' AND NOT w.cancel_requested \
-                    AND w.attempts < w.max_attempts \
-                THEN now() + least($9::float8, $8::float8 * power(2, w.attempts - 1)) \
-                    * (0.5 + random() * 0.5) * interval '1 millisecond' \
-                ELSE w.run_at END, \
-            finished_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested \
-                    OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END, \
-            output = CASE WHEN c.status = 'released' THEN w.output ELSE c.output END, \
-            error = CASE WHEN c.status = 'released' AND w.cancel_requested \
-                    THEN 'cancelled before it started' \
-                WHEN c.status = 'released' THEN w.error ELSE c.error END, \
-            owner = NULL, lease_expires_at = NULL \
-        FROM batch c \
-        WHERE w.shard_key = c.shard_key AND w.id = c.id \
-            AND w.owner = c.owner AND w.fence = c.fence \
-        RETURNING w.status \
-    ), again AS ( \
-        SELECT w.status FROM batch c JOIN workflow_status w \
-            ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence \
-            AND w.owner IS NULL \
-            AND (c.status = 'succeeded') = (w.status = 'succeeded') \
-        WHERE (SELECT count(*) FROM done) < (SELECT count(*) FROM batch) \
-    ) \
-    SELECT count(*) FILTER (WHERE status = 'succeeded') AS succeeded, \
-        count(*) FILTER (WHERE status = 'scheduled') AS retrying, \
-        count(*) FILTER (WHERE status = 'dead') AS dead, \
-        count(*) FILTER (WHERE status = 'cancelled') AS cancelled, \
-        count(*) FILTER (WHERE status IN ('queued', 'waiting')) AS released, \
-        (SELECT count(*) FROM again) AS already \
-    FROM (SELECT status FROM done UNION ALL SELECT status FROM again) written";
+///
+/// The statement lives in `shardq_complete_many` (migration 14), which keeps
+/// one generic plan per connection: planning it took 5x longer than running
+/// it for one job. tests/plans.rs checks that plan.
+pub const JOB_COMPLETE_MANY: &str = "SELECT * FROM shardq_complete_many($1::int[], $2::bigint[], \
+    $3::bigint[], $4::text[], $5::jsonb[], $6::text, $7::text[], $8::float8, $9::float8)";
 
 /// Extends by $5 ms the leases of the jobs ($1 shard keys, $2 ids, $3 fences)
 /// that this owner ($4) holds: one primary-key probe per job the process

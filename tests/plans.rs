@@ -56,7 +56,7 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
     // The statement inside shardq_complete_many, as the server planned it,
     // on the second call (the plan it keeps). Nothing is written: the
     // owner does not match, so both calls plan and run the same way.
-    let (db, mut plans) = session_showing_plans(&shards.urls[0], "json").await;
+    let (db, plans) = session_showing_plans(&shards.urls[0], "json").await;
     for _ in 0..2 {
         db.query_one(
             shardq::store::sql::JOB_COMPLETE_MANY,
@@ -76,12 +76,7 @@ async fn completions_use_the_primary_key_whatever_the_statistics_say() {
         .unwrap();
     }
     drop(db);
-    let mut completions = Vec::new();
-    while let Some(notice) = plans.recv().await {
-        if notice.contains("ModifyTable") {
-            completions.push(notice);
-        }
-    }
+    let completions = plans_containing(plans, "ModifyTable").await;
     assert_eq!(completions.len(), 2, "one plan per call: {completions:#?}");
     let logged: Value =
         serde_json::from_str(&completions[1][completions[1].find('{').unwrap()..]).unwrap();
@@ -316,7 +311,7 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
         .await
         .unwrap();
 
-    let (db, mut plans) = session_showing_plans(&shards.urls[0], "text").await;
+    let (db, plans) = session_showing_plans(&shards.urls[0], "text").await;
     for _ in 0..3 {
         let rows = db
             .query(
@@ -328,12 +323,7 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
         assert_eq!(rows.len(), 500);
     }
     drop(db);
-    let mut claims = Vec::new();
-    while let Some(plan) = plans.recv().await {
-        if plan.contains("LockRows") {
-            claims.push(plan);
-        }
-    }
+    let claims = plans_containing(plans, "LockRows").await;
     assert_eq!(claims.len(), 3, "one claim plan per call: {claims:#?}");
     for plan in &claims {
         assert!(
@@ -381,4 +371,18 @@ async fn session_showing_plans(
     .await
     .unwrap();
     (db, plans)
+}
+
+/// The plans received until the session closed that contain `node`.
+async fn plans_containing(
+    mut plans: tokio::sync::mpsc::UnboundedReceiver<String>,
+    node: &str,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    while let Some(plan) = plans.recv().await {
+        if plan.contains(node) {
+            found.push(plan);
+        }
+    }
+    found
 }

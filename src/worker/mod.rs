@@ -21,6 +21,7 @@ mod producer;
 mod rotation;
 mod running;
 mod scheduler;
+mod shard_health;
 mod slot_control;
 mod stats;
 mod wakeup;
@@ -347,6 +348,8 @@ async fn run_pipeline(
             unstarted.extend(undispatched);
         }
     }
+    // Claims past their budget hand their jobs on (or back) first.
+    producer::finish_background(&producers, grace).await;
     // The last handle on the dispatch: the slots' inputs close.
     drop(producers);
     listeners.shutdown().await;

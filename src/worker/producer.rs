@@ -2,23 +2,38 @@
 //! and hand the jobs to the executor slots. A producer claims only when the
 //! process has room for a whole batch (it takes the batch's [`BufferCredits`]
 //! first and keeps one per job claimed).
+//!
+//! A producer waits on one claim no longer than its shard's budget
+//! ([`super::shard_health`]); a claim past it is left to a task of its own
+//! ([`late_reply`]), the shard is skipped by every producer until its probe
+//! ([`probe`]) answers in time, and the producer moves on at once with the
+//! same credits.
 
 use super::credits::BufferCredits;
-use super::local_gate::{LocalGate, Refused};
-use super::rotation::{Next, Rotation};
+use super::local_gate::{Entered, LocalGate, Refused};
+use super::rotation::{jitter, Next, Rotation};
+use super::shard_health::{ShardHealth, BUDGET_MAX, PROBE_DEADLINE, PROBE_INTERVAL};
 use super::wakeup::Wakeups;
-use super::Shared;
+use super::{Shared, Stats};
 use crate::config::{Backoff, Config, DequeueMode};
-use crate::job::ClaimedJob;
-use crate::store::jobs::{self, Claim, ClaimParams};
+use crate::job::{ClaimedJob, Completion, Outcome};
+use crate::shards::ShardError;
+use crate::store::jobs::{self, Claim, ClaimParams, CompleteMany};
 use crate::store::ErrorKind;
+use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+
+/// How often a producer whose every target is skipped (their shards
+/// suspect) looks again: half the probe interval, so a shard a probe found
+/// well again is used within that.
+const SUSPECT_RECHECK: Duration = Duration::from_millis(100);
 
 /// The producers' settings, from [`Config`].
 #[derive(Debug, Clone)]
@@ -36,6 +51,8 @@ pub(crate) struct ProducerConfig {
     /// Skip time of an empty target on a shard whose wake-ups are heard
     /// (`dequeue.idle_poll_ms`).
     pub idle_poll: Backoff,
+    /// Retry delays written with a release (`worker.retry_backoff`).
+    pub retry: Backoff,
 }
 
 impl ProducerConfig {
@@ -46,6 +63,7 @@ impl ProducerConfig {
             full_wait: config.dequeue.busy_backoff.max,
             unhealthy: config.dequeue.unhealthy_backoff,
             idle_poll: config.dequeue.idle_poll,
+            retry: config.worker.retry_backoff,
         }
     }
 
@@ -70,6 +88,12 @@ pub(crate) struct Producers {
     pub dispatch: Dispatch,
     /// Targets announced ready by the shards' notifications.
     pub wakeups: Arc<Wakeups>,
+    /// Per shard: how long a claim may keep a producer, and whether the
+    /// shard is skipped.
+    health: ShardHealth,
+    /// Claims past their budget and probes of suspect shards, each a task
+    /// of its own; awaited at shutdown ([`finish_background`]).
+    background: Mutex<JoinSet<()>>,
     /// Claims made so far: numbers each claim (see [`ClaimedJob::claim`]).
     claims: AtomicU64,
 }
@@ -86,12 +110,14 @@ impl Producers {
     ) -> Self {
         Producers {
             config,
+            health: ShardHealth::new(shared.shards.len()),
             shared,
             targets,
             gate,
             credits,
             dispatch,
             wakeups,
+            background: Mutex::new(JoinSet::new()),
             claims: AtomicU64::new(0),
         }
     }
@@ -105,6 +131,34 @@ impl Producers {
     fn rotation(&self) -> Rotation {
         let start = rand::thread_rng().gen_range(0..self.targets.len().max(1));
         Rotation::new(self.targets.len(), start, self.config.unhealthy)
+    }
+
+    /// Runs `task` on its own, awaited at shutdown.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut background = self.background.lock().expect("background tasks");
+        while background.try_join_next().is_some() {}
+        background.spawn(task);
+    }
+}
+
+/// After the producers stopped: waits for the claims past their budget
+/// (their replies, or their deadlines) and the probes, at most `grace`;
+/// then abandons the rest (a claim abandoned so may leave jobs running
+/// under this process, which lease recovery returns).
+pub(crate) async fn finish_background(producers: &Producers, grace: Duration) {
+    let mut background =
+        std::mem::take(&mut *producers.background.lock().expect("background tasks"));
+    if tokio::time::timeout(grace, async {
+        while background.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        tracing::warn!(
+            grace_s = grace.as_secs_f64(),
+            "claims still unanswered after the grace period; abandoning them (their jobs return when leases expire)"
+        );
+        background.shutdown().await;
     }
 }
 
@@ -185,7 +239,7 @@ impl Dispatch {
 /// One producer's loop; returns at shutdown, with the jobs it claimed but
 /// could not dispatch any more (to be released).
 pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) -> Vec<ClaimedJob> {
-    let p = &*producers;
+    let p = &producers;
     let mut rotation = p.rotation();
     loop {
         let credits = tokio::select! {
@@ -238,7 +292,7 @@ impl Refusals {
 }
 
 /// Shows the K of `target` in the worker's metrics.
-fn publish_slots(p: &Producers, target: usize, entered: &super::local_gate::Entered) {
+fn publish_slots(p: &Producers, target: usize, entered: &Entered) {
     if let (Some(k), Some(t)) = (
         entered.slots_now(),
         p.shared.stats.metrics.targets.get(target),
@@ -248,9 +302,59 @@ fn publish_slots(p: &Producers, target: usize, entered: &super::local_gate::Ente
     }
 }
 
+/// Whether a claim's failure is its shard's (the server or the way to it),
+/// not its target's: then every producer skips the shard until its probe
+/// answers. A lock timeout or a cancelled statement is about one queue's
+/// rows; a data error about one statement.
+fn fails_the_shard(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::NoAnswer | ErrorKind::Unreachable | ErrorKind::Other
+    )
+}
+
+/// Marks shard `shard` suspect for the whole process; the producer that
+/// made it so starts its one probe.
+fn suspect(p: &Arc<Producers>, shard: usize, shutdown: &CancellationToken) {
+    if p.health.with(shard, |h| h.suspect(Instant::now())) {
+        tracing::warn!(
+            shard = %p.shared.shards.get(shard).name,
+            budget_ms = p.health.budget(shard).as_millis() as u64,
+            "shard did not answer in time; every producer skips it until a probe answers"
+        );
+        p.spawn(probe(p.clone(), shard, shutdown.clone()));
+    }
+}
+
+/// A claim of target `target` in a task of its own, so that a producer can
+/// stop waiting for it without dropping it.
+fn spawn_claim(
+    p: &Arc<Producers>,
+    target: usize,
+    mode: DequeueMode,
+) -> JoinHandle<Result<Claim, ShardError>> {
+    let p = p.clone();
+    tokio::spawn(async move {
+        let (shard_index, queue) = &p.targets[target];
+        let params = ClaimParams {
+            queue,
+            limit: p.config.batch_size,
+            owner: &p.shared.owner,
+            lease: p.config.lease,
+            mode,
+        };
+        jobs::claim(p.shared.shards.get(*shard_index), params).await
+    })
+}
+
+/// The value of a finished task; its panic goes on in the caller.
+fn joined<T>(result: Result<T, tokio::task::JoinError>) -> T {
+    result.unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
+}
+
 /// Visits targets until one yields jobs; `None` at shutdown.
 async fn claim_somewhere(
-    p: &Producers,
+    p: &Arc<Producers>,
     rotation: &mut Rotation,
     shutdown: &CancellationToken,
 ) -> Option<Vec<ClaimedJob>> {
@@ -271,13 +375,23 @@ async fn claim_somewhere(
                 }
             }
         };
-        if p.wakeups.take(target) {
-            p.gate.wake(target);
-        }
-        let entered = match p.gate.try_enter(target, now) {
+        let (shard_index, queue) = &p.targets[target];
+        let shard_index = *shard_index;
+        // Before the wake-up is taken: a suspect shard's wake-up waits for
+        // it to answer again.
+        let entered = if p.health.usable(shard_index) {
+            if p.wakeups.take(target) {
+                p.gate.wake(target);
+            }
+            p.gate
+                .try_enter(target, now)
+                .map_err(|why| p.config.reopens(why, now))
+        } else {
+            Err(now + SUSPECT_RECHECK)
+        };
+        let entered = match entered {
             Ok(entered) => entered,
-            Err(why) => {
-                let until = p.config.reopens(why, now);
+            Err(until) => {
                 if let Some(until) = refusals.refused(until, p.targets.len()) {
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
@@ -289,32 +403,51 @@ async fn claim_somewhere(
             }
         };
         refusals.entered();
-        let (shard_index, queue) = &p.targets[target];
-        let shard = p.shared.shards.get(*shard_index);
-        let params = ClaimParams {
-            queue,
-            limit: p.config.batch_size,
-            owner: &p.shared.owner,
-            lease: p.config.lease,
-            mode: match entered.slots() {
-                Some(slots) => DequeueMode::Gated { slots },
-                None => DequeueMode::Ungated,
-            },
+        let shard = p.shared.shards.get(shard_index);
+        let mode = match entered.slots() {
+            Some(slots) => DequeueMode::Gated { slots },
+            None => DequeueMode::Ungated,
         };
         let started = Instant::now();
-        let result = jobs::claim(shard, params).await;
+        let budget = p.health.budget(shard_index);
+        let mut claim = spawn_claim(p, target, mode);
+        let result = match tokio::time::timeout(budget, &mut claim).await {
+            Ok(result) => joined(result),
+            Err(_) => {
+                // No answer within the budget: the shard is skipped, the
+                // claim's reply is handled when it comes, and this producer
+                // goes on with its credits.
+                stats.record_claim_wait(started.elapsed());
+                Stats::add(&stats.claims_detached, 1);
+                suspect(p, shard_index, shutdown);
+                p.spawn(late_reply(
+                    p.clone(),
+                    claim,
+                    entered,
+                    target,
+                    started,
+                    shutdown.clone(),
+                ));
+                continue;
+            }
+        };
         let now = Instant::now();
-        stats.record_claim(*shard_index, target, &result, now - started);
+        let took = now - started;
+        stats.record_claim_wait(took);
+        stats.record_claim(shard_index, target, &result, took);
+        if result.is_ok() {
+            p.health.with(shard_index, |h| h.answered(took));
+        }
         match result {
             Ok(Claim::Jobs(jobs)) => {
-                entered.claimed(jobs.len(), now - started);
+                entered.claimed(jobs.len(), took);
                 // Fewer jobs than asked: the target is caught up. Where the
                 // shard's wake-ups are heard, its next ready job announces
                 // itself, so nobody claims here again until then: claiming
                 // again at once found a job or two per statement under a
                 // steady offer, and those claims kept four servers' CPU busy
                 // at a tenth of their peak (`bench scale --rate`).
-                if jobs.len() < p.config.batch_size as usize && p.wakeups.listening(*shard_index) {
+                if jobs.len() < p.config.batch_size as usize && p.wakeups.listening(shard_index) {
                     entered.empty_for(now, &mut rng, p.config.idle_poll);
                 }
                 publish_slots(p, target, &entered);
@@ -326,23 +459,166 @@ async fn claim_somewhere(
                 entered.busy(now, &mut rng);
                 publish_slots(p, target, &entered);
             }
-            Ok(Claim::Empty) if p.wakeups.listening(*shard_index) => {
+            Ok(Claim::Empty) if p.wakeups.listening(shard_index) => {
                 entered.empty_for(now, &mut rng, p.config.idle_poll)
             }
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
                 if err.kind() == ErrorKind::NoAnswer {
                     // No answer from the server: the claim may still have run.
-                    p.shared.lost_claims.lost(*shard_index);
+                    p.shared.lost_claims.lost(shard_index);
+                }
+                if fails_the_shard(err.kind()) {
+                    suspect(p, shard_index, shutdown);
                 }
                 let delay = rotation.failed(target, now, &mut rng);
                 tracing::warn!(
                     shard = %shard.name,
+                    %queue,
                     retry_in_ms = delay.as_millis() as u64,
                     error = %crate::error_chain(&err),
-                    "claim failed; skipping shard"
+                    "claim failed; skipping target"
                 );
             }
+        }
+    }
+}
+
+/// The reply of a claim that ran out of its budget, whenever it comes
+/// (within the statement deadline): its jobs run when the process has room
+/// for them now, and go back to the queue otherwise (fenced release); a
+/// claim that got no answer at all is noted as lost, so that the leaser
+/// gives back what it may have left this process owning. The gate permit
+/// (`entered`) stays taken until then.
+async fn late_reply(
+    p: Arc<Producers>,
+    claim: JoinHandle<Result<Claim, ShardError>>,
+    entered: Entered,
+    target: usize,
+    started: Instant,
+    shutdown: CancellationToken,
+) {
+    let result = joined(claim.await);
+    let now = Instant::now();
+    let took = now - started;
+    let shard_index = p.targets[target].0;
+    p.shared
+        .stats
+        .record_claim(shard_index, target, &result, took);
+    if result.is_ok() {
+        p.health.with(shard_index, |h| h.answered(took));
+    }
+    let mut rng = StdRng::from_entropy();
+    match result {
+        Ok(Claim::Jobs(jobs)) => {
+            // A late answer says nothing about the usual claim time.
+            entered.claimed(jobs.len(), took.min(BUDGET_MAX));
+            drop(entered);
+            take_late(&p, jobs, &shutdown).await;
+        }
+        Ok(Claim::Busy) => entered.busy(now, &mut rng),
+        Ok(Claim::Empty) => entered.empty(now, &mut rng),
+        Err(err) => {
+            if err.kind() == ErrorKind::NoAnswer {
+                p.shared.lost_claims.lost(shard_index);
+            }
+            tracing::debug!(
+                shard = %p.shared.shards.get(shard_index).name,
+                error = %crate::error_chain(&err),
+                "a claim past its budget failed"
+            );
+        }
+    }
+}
+
+/// Runs the jobs of a late reply if their credits are free now, else gives
+/// them back. Never waits for credits: the producers' claims, which were
+/// made in time, come first.
+async fn take_late(p: &Producers, mut jobs: Vec<ClaimedJob>, shutdown: &CancellationToken) {
+    let n = jobs.len();
+    let credits = match shutdown.is_cancelled() {
+        true => None,
+        false => p.credits.take(n as u32).now_or_never(),
+    };
+    let Some(credits) = credits else {
+        return give_back_late(p, jobs).await;
+    };
+    let claim = p.next_claim();
+    for job in &mut jobs {
+        job.claim = claim;
+        p.shared.running.hold(job);
+    }
+    let undispatched = p.dispatch.send_all(jobs, shutdown).await;
+    credits.keep(n - undispatched.len());
+    if !undispatched.is_empty() {
+        p.shared
+            .running
+            .forget(undispatched.iter().map(|j| (j.id, j.fence)));
+        give_back_late(p, undispatched).await;
+    }
+}
+
+/// Releases `jobs` (claimed, never started) at once, fenced. When that
+/// fails, the claim is noted as lost: the leaser then gives them back, or
+/// their leases expire.
+async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
+    let Some(first) = jobs.first() else {
+        return;
+    };
+    let shard = p.shared.shards.get(first.shard);
+    p.shared.stats.metrics.unbuffered(jobs.len());
+    let done: Vec<Completion> = jobs
+        .iter()
+        .map(|job| Completion::of(job, Outcome::Released))
+        .collect();
+    let release = CompleteMany {
+        owner: &p.shared.owner,
+        retry: p.config.retry,
+        done: &done,
+    };
+    match jobs::complete_many(shard, release).await {
+        Ok(written) => {
+            p.shared.stats.add_written(&written);
+            p.shared
+                .stats
+                .metrics
+                .record_outcomes(shard.index, &written);
+            tracing::info!(shard = %shard.name, released = written.released, "gave back the jobs of a late claim reply");
+        }
+        Err(err) => {
+            p.shared.lost_claims.lost(shard.index);
+            tracing::warn!(
+                shard = %shard.name,
+                jobs = done.len(),
+                error = %crate::error_chain(&err),
+                "cannot give back the jobs of a late claim reply; the leaser will"
+            );
+        }
+    }
+}
+
+/// The one probe of suspect shard `shard`: every [`PROBE_INTERVAL`], one
+/// trivial statement with a deadline of its own, until an answer comes
+/// within the shard's budget (or shutdown).
+async fn probe(p: Arc<Producers>, shard: usize, shutdown: CancellationToken) {
+    let mut rng = StdRng::from_entropy();
+    let target = p.shared.shards.get(shard);
+    loop {
+        let pause = jitter(&mut rng, PROBE_INTERVAL.min, PROBE_INTERVAL.max);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let started = Instant::now();
+        let answer = tokio::time::timeout(PROBE_DEADLINE, jobs::probe(target)).await;
+        let took = matches!(answer, Ok(Ok(()))).then(|| started.elapsed());
+        if p.health.with(shard, |h| h.probed(took)) {
+            tracing::info!(
+                shard = %target.name,
+                answered_ms = took.unwrap_or_default().as_millis() as u64,
+                "shard answers again; producers use it"
+            );
+            return;
         }
     }
 }
@@ -363,6 +639,10 @@ mod tests {
             idle_poll: Backoff {
                 min: Duration::from_millis(1500),
                 max: Duration::from_millis(3000),
+            },
+            retry: Backoff {
+                min: Duration::from_millis(100),
+                max: Duration::from_millis(1000),
             },
         }
     }

@@ -37,6 +37,11 @@ pub struct Stats {
     pub(crate) released: AtomicU64,
     /// Handlers abandoned after `worker.handler_timeout`.
     pub(crate) abandoned: AtomicU64,
+    /// Longest a producer waited on one claim, in µs (see `shard_health`).
+    pub(crate) claim_wait_max_us: AtomicU64,
+    /// Claims not answered within their shard's budget, left to a task of
+    /// their own while the producer moved on.
+    pub(crate) claims_detached: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -70,6 +75,12 @@ pub struct StatsSnapshot {
     pub released: u64,
     /// Abandoned handlers.
     pub abandoned: u64,
+    /// Longest a producer waited on one claim, in µs: at most the budget
+    /// of that claim's shard (a few hundred ms) and the time to give up.
+    pub claim_wait_max_us: u64,
+    /// Claims not answered within their shard's budget (their replies are
+    /// handled by a task of their own: jobs run or go back).
+    pub claims_detached: u64,
 }
 
 impl StatsSnapshot {
@@ -140,6 +151,12 @@ impl Stats {
         self.metrics.record_target_claim(target, result, took);
     }
 
+    /// A producer waited `waited` on one claim.
+    pub(crate) fn record_claim_wait(&self, waited: std::time::Duration) {
+        let us = waited.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.claim_wait_max_us.fetch_max(us, Relaxed);
+    }
+
     /// Counts a written batch of completions.
     pub fn add_written(&self, w: &crate::store::jobs::Written) {
         Self::add(&self.completion_statements, 1);
@@ -184,6 +201,8 @@ impl Stats {
             recovered: self.recovered.load(Relaxed),
             released: self.released.load(Relaxed),
             abandoned: self.abandoned.load(Relaxed),
+            claim_wait_max_us: self.claim_wait_max_us.load(Relaxed),
+            claims_detached: self.claims_detached.load(Relaxed),
         }
     }
 }

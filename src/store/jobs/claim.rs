@@ -97,3 +97,20 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
         Claim::Jobs(jobs)
     })
 }
+
+/// Asks `shard` for a trivial answer ([`sql::SHARD_PROBE`]), through shardq's
+/// pool and within the shard's statement deadline: whether it answers again
+/// after a claim there got no answer in time.
+///
+/// # Errors
+///
+/// [`ShardError`] when no connection can be had or no answer comes.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it changes nothing (a connection cut off mid-statement is
+/// closed, not lent again).
+pub async fn probe(shard: &Shard) -> Result<(), ShardError> {
+    super::super::exec::query_one(shard, sql::SHARD_PROBE, &[]).await?;
+    Ok(())
+}

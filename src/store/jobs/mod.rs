@@ -11,7 +11,7 @@ mod lease;
 mod read;
 
 pub use change::{cancel, retry};
-pub use claim::{claim, Claim, ClaimParams};
+pub use claim::{claim, probe, Claim, ClaimParams};
 pub use complete::{complete_many, CompleteMany, Written};
 pub use insert::{find_dedup, insert_dedup, insert_in, insert_many, NewRow};
 pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases, OwnedRunning};

@@ -13,6 +13,11 @@
 pub const JOB_CLAIM: &str = "SELECT * FROM shardq_claim($1::int, $2::int, $3::text, \
     $4::int, $5::text, $6::bigint)";
 
+/// Asks a shard whether it answers at all: the probe of a shard that did
+/// not answer a claim in time (it touches no table, so it measures the
+/// server and the network, not a queue).
+pub const SHARD_PROBE: &str = "SELECT 1";
+
 /// Waits for the key locks of the keyed jobs among ($1 shard keys, $2 ids).
 /// Run first in a transaction that changes keyed jobs.
 pub const KEYS_LOCK: &str = "SELECT shardq_lock_keys($1::int[], $2::bigint[])";

@@ -1,0 +1,265 @@
+//! What the producers of one process know about each shard's answers: how
+//! long a claim there may keep a producer, and whether the shard is skipped.
+//!
+//! A producer never waits on one shard for longer than that shard's
+//! [`Health::budget`]: a few times its recent answer time, within
+//! [`BUDGET_MIN`]..=[`BUDGET_MAX`]. A claim that is not answered within it
+//! (or that fails for a reason that is the shard's, not the target's) makes
+//! the shard *suspect* for the whole process: every producer skips it, and one
+//! probe, alone in flight and detached from the producers, asks it every
+//! [`PROBE_INTERVAL`] whether it answers again; an answer within the budget
+//! makes it healthy. The claim that ran out of budget is not dropped (a
+//! claim that committed would strand its jobs as running): the producer
+//! leaves it to a task of its own and moves on.
+//!
+//! Pure state with an explicit `now`, so it is tested without a database.
+
+use crate::config::Backoff;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Shortest budget: a healthy claim on a loaded host (a batch of hundreds of
+/// rows, two cores shared with the servers) rarely takes longer; a budget
+/// below it would make healthy shards suspect on a scheduler hiccup.
+pub(crate) const BUDGET_MIN: Duration = Duration::from_millis(100);
+
+/// Longest budget: one wait this long costs the healthy shards little even
+/// with a small buffer (200 jobs on 16 slots of 10 ms jobs last ~125 ms),
+/// and it is paid once per episode, since the shard is then skipped. A
+/// shard that answers slower than this is skipped while it does.
+pub(crate) const BUDGET_MAX: Duration = Duration::from_millis(250);
+
+/// Budget in multiples of the shard's typical answer time: room for the
+/// usual spread of a claim's time, not for a stall.
+const BUDGET_FACTOR: u32 = 4;
+
+/// Pause between probes of a suspect shard (jittered): frequent enough that
+/// a shard is used again well within 2 s of its recovery, rare enough that a
+/// sick server sees one statement per process every few hundred ms.
+pub(crate) const PROBE_INTERVAL: Backoff = Backoff {
+    min: Duration::from_millis(200),
+    max: Duration::from_millis(400),
+};
+
+/// Longest a probe waits for its answer: a probe sent into a silent or
+/// frozen server must end soon, so that the next one sees the recovery
+/// (within 2 s of it, with [`PROBE_INTERVAL`]).
+pub(crate) const PROBE_DEADLINE: Duration = Duration::from_secs(1);
+
+/// A falling answer time counts this fraction per sample (a rising one half):
+/// the typical time follows a high percentile of the recent answers, so one
+/// fast answer does not shrink the budget below the usual spread.
+const DECAY_DIVISOR: u32 = 16;
+
+/// Whether a shard is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Producers claim there.
+    Healthy,
+    /// Skipped by every producer since then, until a probe answers in time.
+    Suspect { since: Instant },
+}
+
+/// One shard's answer times and state.
+#[derive(Debug, Clone)]
+pub(crate) struct Health {
+    /// A high percentile of the recent answer times (none answered yet).
+    typical: Option<Duration>,
+    state: State,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            typical: None,
+            state: State::Healthy,
+        }
+    }
+}
+
+impl Health {
+    /// How long a claim here may keep a producer: [`BUDGET_FACTOR`] times
+    /// the typical answer, within the bounds; [`BUDGET_MAX`] before the
+    /// first answer (its connection is still to be made).
+    pub fn budget(&self) -> Duration {
+        self.typical.map_or(BUDGET_MAX, |t| {
+            (t * BUDGET_FACTOR).clamp(BUDGET_MIN, BUDGET_MAX)
+        })
+    }
+
+    /// Whether producers claim here.
+    pub fn usable(&self) -> bool {
+        self.state == State::Healthy
+    }
+
+    /// The shard answered after `took` (a claim, in time or late, or a
+    /// probe): weighs it into the typical time. Times past [`BUDGET_MAX`]
+    /// count as that: beyond it the budget is capped anyway, and a reply
+    /// after a freeze says nothing about how fast the shard answers.
+    pub fn answered(&mut self, took: Duration) {
+        let took = took.min(BUDGET_MAX);
+        self.typical = Some(match self.typical {
+            None => took,
+            Some(t) if took > t => t + (took - t) / 2,
+            Some(t) => t - (t - took) / DECAY_DIVISOR,
+        });
+    }
+
+    /// A claim ran out of its budget, or failed for a reason that is the
+    /// shard's. Returns whether the shard just became suspect (then one
+    /// probe must be started; it was healthy until now).
+    pub fn suspect(&mut self, now: Instant) -> bool {
+        match self.state {
+            State::Healthy => {
+                self.state = State::Suspect { since: now };
+                true
+            }
+            State::Suspect { .. } => false,
+        }
+    }
+
+    /// A probe ended: answered after `took`, or not at all (`None`: an
+    /// error, or nothing within [`PROBE_DEADLINE`]). Returns whether the
+    /// shard is healthy again: it answered within the budget it had.
+    pub fn probed(&mut self, took: Option<Duration>) -> bool {
+        let Some(took) = took else {
+            return false;
+        };
+        let in_time = took <= self.budget();
+        self.answered(took);
+        if in_time {
+            self.state = State::Healthy;
+        }
+        in_time
+    }
+}
+
+/// The [`Health`] of every shard of one process.
+#[derive(Debug)]
+pub(crate) struct ShardHealth {
+    shards: Vec<Mutex<Health>>,
+}
+
+impl ShardHealth {
+    /// For `shards` shards, each healthy and not yet heard from.
+    pub fn new(shards: usize) -> Self {
+        ShardHealth {
+            shards: (0..shards).map(|_| Mutex::new(Health::default())).collect(),
+        }
+    }
+
+    /// Runs `f` on shard `shard`'s health.
+    pub fn with<T>(&self, shard: usize, f: impl FnOnce(&mut Health) -> T) -> T {
+        f(&mut self.shards[shard].lock().expect("shard health"))
+    }
+
+    /// See [`Health::budget`].
+    pub fn budget(&self, shard: usize) -> Duration {
+        self.with(shard, |h| h.budget())
+    }
+
+    /// See [`Health::usable`].
+    pub fn usable(&self, shard: usize) -> bool {
+        self.with(shard, |h| h.usable())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_budget_is_the_longest_before_any_answer_then_follows_the_answers_within_bounds() {
+        let mut h = Health::default();
+        assert_eq!(h.budget(), BUDGET_MAX);
+        h.answered(5 * MS);
+        assert_eq!(h.budget(), BUDGET_MIN, "4 × 5 ms is below the floor");
+        for _ in 0..10 {
+            h.answered(40 * MS);
+        }
+        let b = h.budget();
+        assert!(b > 150 * MS && b <= 160 * MS, "about 4 × 40 ms: {b:?}");
+        h.answered(Duration::from_secs(8));
+        assert_eq!(h.budget(), BUDGET_MAX, "capped");
+    }
+
+    #[test]
+    fn the_typical_time_rises_fast_and_falls_slowly() {
+        let mut h = Health::default();
+        h.answered(10 * MS);
+        h.answered(90 * MS);
+        // Half of the rise at once.
+        assert_eq!(h.typical, Some(50 * MS));
+        h.answered(10 * MS);
+        // A sixteenth of the fall.
+        assert_eq!(h.typical, Some(50 * MS - 40 * MS / 16));
+    }
+
+    #[test]
+    fn a_late_answer_counts_at_most_as_the_longest_budget() {
+        let mut h = Health::default();
+        h.answered(Duration::from_secs(12));
+        assert_eq!(h.typical, Some(BUDGET_MAX));
+    }
+
+    #[test]
+    fn a_shard_becomes_suspect_once_and_only_a_probe_in_time_makes_it_healthy() {
+        let now = Instant::now();
+        let mut h = Health::default();
+        h.answered(5 * MS);
+        assert!(h.usable());
+        assert!(h.suspect(now), "the first suspicion starts the probe");
+        assert!(!h.suspect(now + MS), "a second one does not start another");
+        assert_eq!(h.state, State::Suspect { since: now });
+        assert!(!h.usable());
+        // No answer, then answers slower than the budget: still skipped.
+        assert!(!h.probed(None));
+        assert!(!h.probed(Some(300 * MS)));
+        assert!(!h.usable());
+        // An answer in time ends it.
+        assert!(h.probed(Some(2 * MS)));
+        assert!(h.usable());
+        assert!(h.suspect(now + 10 * MS), "a new episode starts a new probe");
+    }
+
+    #[test]
+    fn a_shard_that_keeps_answering_slower_than_the_longest_budget_stays_skipped() {
+        let now = Instant::now();
+        let mut h = Health::default();
+        h.answered(5 * MS);
+        h.suspect(now);
+        // 300 ms per reply: the typical time climbs to the cap, the budget
+        // with it, and still no probe is in time.
+        for _ in 0..50 {
+            assert!(!h.probed(Some(300 * MS)));
+        }
+        assert_eq!(h.budget(), BUDGET_MAX);
+        assert!(!h.usable());
+    }
+
+    #[test]
+    fn a_consistently_slower_shard_gets_a_larger_budget_and_stays_in_use() {
+        let now = Instant::now();
+        let mut h = Health::default();
+        h.answered(5 * MS);
+        h.suspect(now);
+        // 60 ms answers are within the first budget (100 ms) ...
+        assert!(h.probed(Some(60 * MS)));
+        // ... and the budget grows with them: 60 ms is usual here.
+        for _ in 0..10 {
+            h.answered(60 * MS);
+        }
+        assert!(h.budget() >= 200 * MS, "{:?}", h.budget());
+    }
+
+    #[test]
+    fn shards_are_independent() {
+        let health = ShardHealth::new(2);
+        health.with(0, |h| h.suspect(Instant::now()));
+        assert!(!health.usable(0));
+        assert!(health.usable(1));
+        assert_eq!(health.budget(1), BUDGET_MAX);
+    }
+}

@@ -60,9 +60,10 @@ pub fn result(spec: &RunSpec, s: &Settings, raw: Raw) -> RunResult {
         Load::Rate { .. } => by_shard.iter().sum(),
     };
     let disturbance = match (spec.disturbance, raw.window, spec.load) {
-        (Some(plan), Some(window), Load::Rate { duration_s, .. }) => {
-            Some(disturbance(&timeline, plan, window, duration_s))
-        }
+        (Some(plan), Some(window), Load::Rate { duration_s, .. }) => Some(DisturbanceResult {
+            fault_statements: raw.fault_statements,
+            ..disturbance(&timeline, plan, window, duration_s)
+        }),
         _ => None,
     };
     let recovery_s = match &disturbance {
@@ -194,16 +195,16 @@ fn disturbance(t: &Timeline, plan: Plan, w: Window, end_s: f64) -> DisturbanceRe
     let before = rates(WARMUP_S.max(w.start_s - BEFORE_S), w.start_s);
     let during = rates(w.start_s, w.end_s);
     let after = rates(w.end_s, end_s);
-    let others_kept = (0..t.shards)
-        .filter(|&i| i != plan.shard)
-        .map(|i| {
-            if before[i] > 0.0 {
-                during[i] / before[i]
-            } else {
-                0.0
-            }
-        })
+    let kept_by_shard: Vec<Option<f64>> = (0..t.shards)
+        .map(|i| (before[i] > 0.0).then(|| during[i] / before[i]))
+        .collect();
+    let others = || (0..t.shards).filter(|&i| i != plan.shard);
+    let others_kept = others()
+        .map(|i| kept_by_shard[i].unwrap_or(0.0))
         .fold(f64::INFINITY, f64::min);
+    let healthy_before: f64 = others().map(|i| before[i]).sum();
+    let healthy_kept =
+        (healthy_before > 0.0).then(|| others().map(|i| during[i]).sum::<f64>() / healthy_before);
     DisturbanceResult {
         plan,
         window: w,
@@ -214,10 +215,28 @@ fn disturbance(t: &Timeline, plan: Plan, w: Window, end_s: f64) -> DisturbanceRe
         },
         recovery_s: recovery(t, plan.shard, timeline::completed, w, end_s),
         recovery_claims_s: recovery(t, plan.shard, timeline::claimed, w, end_s),
+        reclaimed_s: reclaimed(t, plan.shard, w),
+        healthy_kept,
+        kept_by_shard,
+        fault_statements: None,
         before_jobs_per_s: before,
         during_jobs_per_s: during,
         after_jobs_per_s: after,
     }
+}
+
+/// A job counts as claimed once the interpolated counter rose this much
+/// (interpolation between two samples makes fractions of jobs).
+const CLAIMED_AGAIN: f64 = 0.5;
+
+/// Seconds from the end of the disturbance until a job of `shard` is claimed
+/// again (to the workers' sampling, 50 ms); None when none is before the
+/// last sample. A shard that was claimed from all along (slow replies)
+/// reads about 0.
+fn reclaimed(t: &Timeline, shard: usize, w: Window) -> Option<f64> {
+    let at_end = t.at(shard, timeline::claimed, w.end_s);
+    let when = t.reach(&[shard], timeline::claimed, at_end + CLAIMED_AGAIN)?;
+    Some((when - w.end_s).max(0.0))
 }
 
 /// Seconds from the end of the disturbance until the centred moving average

@@ -1,6 +1,7 @@
 //! Flags of `shardq-bench scale` (also `shardq bench scale`).
 
 use super::disturb::Kind;
+use super::plan::Mode;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -37,8 +38,17 @@ pub struct ScaleArgs {
     pub adaptive_slots: bool,
     /// Jobs per claim statement (dequeue.batch_size), both modes; 500 is
     /// the library's default.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, visible_alias = "batch-size", default_value_t = 500)]
     pub batch: u32,
+    /// worker.buffer_jobs of every run's workers (default: room for every
+    /// producer's claim plus two batches, at least the library's 4,000).
+    /// Users with slow jobs set it small (e.g. 200 with --batch 50).
+    #[arg(long)]
+    pub buffer_jobs: Option<usize>,
+    /// How long each job runs (ms): the built-in `sleep` handler; 0 (the
+    /// default) enqueues `noop` jobs.
+    #[arg(long, default_value_t = 0)]
+    pub job_ms: u64,
     /// Drain runs: jobs per shard, inserted before the workers start
     /// claiming (default 15,000 with --quick; else 30,000 or three times
     /// what the fleet's buffers hold, whichever is more).
@@ -65,13 +75,17 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// Disturbance runs (gated and ungated, at a fixed rate): what to do to
-    /// shard 0, one or more (default: access-exclusive with --quick, all
-    /// three otherwise).
+    /// shard 0, one or more (default: access-exclusive with --quick, the
+    /// four server-side kinds otherwise; slow, silent and refuse put a
+    /// proxy in front of the shard).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub disturb: Option<Vec<Kind>>,
     /// No disturbance runs.
     #[arg(long, conflicts_with = "disturb")]
     pub no_disturb: bool,
+    /// Only the disturbance runs: no sweep, no latency runs.
+    #[arg(long, conflicts_with = "no_disturb")]
+    pub only_disturb: bool,
     /// Seconds after the start of the run.
     #[arg(long)]
     pub disturb_at: Option<f64>,
@@ -87,6 +101,27 @@ pub struct ScaleArgs {
     /// Dequeuers per shard of the disturbance runs.
     #[arg(long, default_value_t = 32)]
     pub disturb_dequeuers: usize,
+    /// worker.producers of the disturbance runs' processes (then dequeuers
+    /// per shard = --processes × this, instead of --disturb-dequeuers).
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// Which modes the disturbance runs use (default both, gated first).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub disturb_modes: Option<Vec<Mode>>,
+    /// Disturbance runs: jobs per shard inserted before the workers start,
+    /// on top of --disturb-rate (which may then be 0), so that every shard
+    /// has a backlog and the workers run at their capacity before, during
+    /// and after the disturbance. Size it to last past the disturbance.
+    #[arg(long, default_value_t = 0)]
+    pub disturb_backlog: usize,
+    /// --disturb slow: how much longer each reply of the shard takes (ms).
+    #[arg(long, default_value_t = 300)]
+    pub slow_ms: u64,
+    /// The disturbance runs' workers keep the library's lock wait,
+    /// statement deadline and failing-shard backoff (instead of
+    /// --lock-timeout-ms, 1 s statements and --unhealthy-backoff-max-ms).
+    #[arg(long)]
+    pub worker_defaults: bool,
     /// Jobs/s offered in the disturbance runs (all shards together).
     #[arg(long, default_value_t = 2_000.0)]
     pub disturb_rate: f64,

@@ -9,6 +9,7 @@ use shardq::config::{Config, ConfigFile};
 use shardq::shards::ShardSet;
 use shardq_harness::{LocalCluster, TempRoot};
 use std::fs::{self, Permissions};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -113,15 +114,31 @@ impl Cluster {
         self.entries.len()
     }
 
-    /// Writes the shards.toml of a run on the first `n` shards and returns its path.
+    /// Where local shard `i`'s server listens (what a proxy in front of it
+    /// forwards to). Local shards only.
+    pub fn upstream(&self, i: usize, what: &str) -> Result<SocketAddr> {
+        let server = &self.servers(what)?.servers()[i];
+        Ok(([127, 0, 0, 1], server.port).into())
+    }
+
+    /// Writes the shards.toml of a run on the first `n` shards and returns
+    /// its path; with `via = Some((i, port))` the workers reach local shard
+    /// `i` on 127.0.0.1:`port` (a proxy) instead.
     pub fn worker_config(
         &self,
         name: &str,
         n: usize,
         pool_size: usize,
         queue: &str,
+        via: Option<(usize, u16)>,
     ) -> Result<PathBuf> {
-        let text = toml_text::config(&self.entries[..n], pool_size, &[queue], "");
+        let mut entries = self.entries[..n].to_vec();
+        if let Some((i, port)) = via {
+            let mut server = self.servers("a proxied shard")?.servers()[i].clone();
+            server.port = port;
+            entries[i] = toml_text::url_entry(&format!("local-{}", server.index), &server.url());
+        }
+        let text = toml_text::config(&entries, pool_size, &[queue], "");
         Config::from_toml(&text).context("the workers' shards.toml is invalid")?;
         let path = self.root().join(format!("{name}.toml"));
         fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;

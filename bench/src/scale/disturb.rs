@@ -1,10 +1,16 @@
 //! Disturbances on one shard at a chosen time: an ACCESS EXCLUSIVE lock held
-//! for a while, `VACUUM FULL` repeated for a while, a crash restart, or a
-//! freeze (the server stops answering without closing connections).
+//! for a while, `VACUUM FULL` repeated for a while, a crash restart, a
+//! freeze (the server stops answering without closing connections), or a
+//! fault of the network path in front of it: slow replies, silence with the
+//! sockets open, refused connections. For those the workers reach the shard
+//! through a [`LossyProxy`] for the whole run (so what is measured before
+//! and after the fault went through it too); the bench's own enqueuer and
+//! checks go straight to the server.
 
 use super::cluster::Cluster;
 use anyhow::{Context, Result};
 use serde::Serialize;
+use shardq_harness::lossy_proxy::{Fault, LossyProxy};
 use std::time::{Duration, Instant};
 
 /// What to do to the shard.
@@ -23,6 +29,24 @@ pub enum Kind {
     /// Every process of the server stopped (SIGSTOP) for `--disturb-for`
     /// seconds, then continued: a hung host. Local shards only.
     Freeze,
+    /// Every reply of the server (each exchange up to ReadyForQuery, the
+    /// opening of a session too) held `--slow-ms` longer by the proxy for
+    /// `--disturb-for` seconds: an overloaded server or a slow link.
+    Slow,
+    /// The proxy forwards no byte either way for `--disturb-for` seconds while
+    /// every socket stays open (new ones are accepted and get nothing); at
+    /// the end the connections it touched are closed, as a partition's die.
+    Silent,
+    /// The proxy resets open connections and every new one for
+    /// `--disturb-for` seconds: a host whose server is gone.
+    Refuse,
+}
+
+impl Kind {
+    /// Whether the workers reach the shard through a proxy for this kind.
+    pub fn needs_proxy(self) -> bool {
+        matches!(self, Kind::Slow | Kind::Silent | Kind::Refuse)
+    }
 }
 
 /// A planned disturbance.
@@ -36,6 +60,8 @@ pub struct Plan {
     pub at_s: f64,
     /// For how long (seconds).
     pub for_s: f64,
+    /// [`Kind::Slow`]: how much longer each reply takes (ms).
+    pub slow_ms: u64,
 }
 
 /// When it really happened, in seconds since `go`: from the lock being held
@@ -49,8 +75,14 @@ pub struct Window {
     pub end_s: f64,
 }
 
-/// Waits until `plan.at_s` after `go`, then disturbs.
-pub async fn run(cluster: &Cluster, plan: Plan, go: Instant) -> Result<Window> {
+/// Waits until `plan.at_s` after `go`, then disturbs; `proxy` is the one in
+/// front of the shard when [`Kind::needs_proxy`].
+pub async fn run(
+    cluster: &Cluster,
+    plan: Plan,
+    go: Instant,
+    proxy: Option<&LossyProxy>,
+) -> Result<Window> {
     tokio::time::sleep_until((go + Duration::from_secs_f64(plan.at_s)).into()).await;
     let hold = Duration::from_secs_f64(plan.for_s);
     let shard = cluster.admin.get(plan.shard);
@@ -100,6 +132,22 @@ pub async fn run(cluster: &Cluster, plan: Plan, go: Instant) -> Result<Window> {
         Kind::Restart => {
             let start = Instant::now();
             cluster.crash_restart(plan.shard, hold).await?;
+            Ok(Window {
+                start_s: since(start),
+                end_s: since(Instant::now()),
+            })
+        }
+        Kind::Slow | Kind::Silent | Kind::Refuse => {
+            let proxy = proxy.context("a proxy fault without a proxy in front of the shard")?;
+            let fault = match plan.kind {
+                Kind::Slow => Fault::Delay(Duration::from_millis(plan.slow_ms)),
+                Kind::Silent => Fault::Silent,
+                _ => Fault::Refuse,
+            };
+            let start = Instant::now();
+            proxy.set_fault(fault);
+            tokio::time::sleep(hold).await;
+            proxy.set_fault(Fault::None);
             Ok(Window {
                 start_s: since(start),
                 end_s: since(Instant::now()),

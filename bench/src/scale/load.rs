@@ -1,4 +1,4 @@
-//! Load generation: noop jobs inserted straight onto each shard (the
+//! Load generation: noop (or `sleep`) jobs inserted straight onto each shard (the
 //! library's own insert statement), so the bench knows exactly how many each
 //! shard got even when one shard fails for a while. Either a burst (as fast
 //! as the inserts go) or a fixed rate credited by real elapsed time.
@@ -40,15 +40,25 @@ fn keys_for(shard: usize, n: usize, count: usize, rng: &mut impl Rng) -> Vec<i32
         .collect()
 }
 
-/// Inserts one noop job per key on `shard` in one statement; all or nothing.
-async fn insert(shard: &Shard, queue: &str, keys: &[i32]) -> Result<u64, ShardError> {
+/// The handler and payload of the bench's jobs: `noop`, or the built-in
+/// `sleep` for `job_ms` when it is not 0.
+fn job(job_ms: u64) -> (&'static str, Value) {
+    if job_ms == 0 {
+        (shardq::worker::NOOP, json!({}))
+    } else {
+        (shardq::worker::SLEEP, json!({ "ms": job_ms }))
+    }
+}
+
+/// Inserts one job per key on `shard` in one statement; all or nothing.
+async fn insert(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) -> Result<u64, ShardError> {
     let db = shard.client().await?;
     let stmt = db
         .prepare_cached(shardq::store::sql::JOB_INSERT_MANY)
         .await
         .map_err(|e| shard.query_error(e))?;
     let n = keys.len();
-    let payload = json!({});
+    let (handler, payload) = job(job_ms);
     let payloads: Vec<&Value> = vec![&payload; n];
     let ordering: Vec<Option<&str>> = vec![None; n];
     db.execute(
@@ -56,7 +66,7 @@ async fn insert(shard: &Shard, queue: &str, keys: &[i32]) -> Result<u64, ShardEr
         &[
             &keys,
             &vec![queue; n],
-            &vec![shardq::worker::NOOP; n],
+            &vec![handler; n],
             &ordering,
             &vec![0i32; n],
             &payloads,
@@ -70,10 +80,10 @@ async fn insert(shard: &Shard, queue: &str, keys: &[i32]) -> Result<u64, ShardEr
 
 /// Inserts `keys` on `shard`, retrying a failed statement until it succeeds
 /// (or [`GIVE_UP_AFTER`]).
-async fn insert_retrying(shard: &Shard, queue: &str, keys: &[i32]) -> Result<u64> {
+async fn insert_retrying(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) -> Result<u64> {
     let started = Instant::now();
     loop {
-        match insert(shard, queue, keys).await {
+        match insert(shard, queue, job_ms, keys).await {
             Ok(n) => return Ok(n),
             Err(err) if started.elapsed() < GIVE_UP_AFTER => {
                 tracing::debug!(error = %shardq::error_chain(&err), "insert failed; retrying");
@@ -95,6 +105,7 @@ pub fn burst(
     n: usize,
     per_shard: usize,
     queue: &str,
+    job_ms: u64,
 ) -> JoinHandle<Result<Vec<u64>>> {
     let mut tasks = JoinSet::new();
     for i in 0..n {
@@ -104,7 +115,7 @@ pub fn burst(
             while (done as usize) < per_shard {
                 let count = CHUNK.min(per_shard - done as usize);
                 let keys = keys_for(i, n, count, &mut rand::thread_rng());
-                done += insert_retrying(&shard, &queue, &keys).await?;
+                done += insert_retrying(&shard, &queue, job_ms, &keys).await?;
             }
             Ok::<_, anyhow::Error>((i, done))
         });
@@ -129,6 +140,7 @@ pub fn rate(
     t0: Instant,
     duration: Duration,
     queue: &str,
+    job_ms: u64,
 ) -> JoinHandle<Result<Vec<u64>>> {
     let inserted: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let mut senders = Vec::with_capacity(n);
@@ -137,7 +149,7 @@ pub fn rate(
         let (tx, rx) = mpsc::unbounded_channel::<i32>();
         senders.push(tx);
         let (shard, queue, counts) = (shards.get(i).clone(), queue.to_string(), inserted.clone());
-        inserters.spawn(inserter(shard, queue, rx, counts, i));
+        inserters.spawn(inserter(shard, queue, job_ms, rx, counts, i));
     }
     tokio::spawn(async move {
         credit(senders, n, rate, t0, duration).await;
@@ -176,6 +188,7 @@ async fn credit(
 async fn inserter(
     shard: Shard,
     queue: String,
+    job_ms: u64,
     mut rx: mpsc::UnboundedReceiver<i32>,
     counts: Arc<Vec<AtomicU64>>,
     i: usize,
@@ -188,7 +201,7 @@ async fn inserter(
                 Err(_) => break,
             }
         }
-        let n = insert_retrying(&shard, &queue, &keys).await?;
+        let n = insert_retrying(&shard, &queue, job_ms, &keys).await?;
         counts[i].fetch_add(n, Relaxed);
     }
     Ok(())

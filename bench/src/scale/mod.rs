@@ -77,6 +77,9 @@ pub async fn run(args: ScaleArgs, config: Option<&Path>) -> Result<()> {
         lock_timeout_ms: args.lock_timeout_ms,
         unhealthy_backoff_max_ms: args.unhealthy_backoff_max_ms,
         timeout: Duration::from_secs_f64(args.timeout),
+        buffer_jobs: args.buffer_jobs,
+        job_ms: args.job_ms,
+        worker_defaults: args.worker_defaults,
     };
     let progress = progress::Progress::new(runs.len());
     let mut results = Vec::with_capacity(runs.len());
@@ -116,6 +119,9 @@ pub async fn run(args: ScaleArgs, config: Option<&Path>) -> Result<()> {
             processes: args.processes,
             lock_timeout_ms: args.lock_timeout_ms,
             unhealthy_backoff_max_ms: args.unhealthy_backoff_max_ms,
+            buffer_jobs: args.buffer_jobs,
+            job_ms: args.job_ms,
+            worker_defaults: args.worker_defaults,
             repeat: args.repeat,
             sample_every_ms: proto::SAMPLE_EVERY_MS,
             warmup_s: plan::WARMUP_S,

@@ -26,6 +26,13 @@ pub struct Shared {
     pub lock_timeout_ms: u64,
     /// dequeue.unhealthy_backoff_max_ms given to the workers of the disturbance runs.
     pub unhealthy_backoff_max_ms: u64,
+    /// worker.buffer_jobs given with --buffer-jobs (null: the bench's default per run).
+    pub buffer_jobs: Option<usize>,
+    /// How long each job runs (ms; 0: noop jobs).
+    pub job_ms: u64,
+    /// Whether the disturbance runs' workers kept the library's lock wait,
+    /// statement deadline and failing-shard backoff.
+    pub worker_defaults: bool,
     /// Sweep repetitions.
     pub repeat: usize,
     /// How often workers report their counters (ms).

@@ -16,7 +16,7 @@ pub const WARMUP_S: f64 = 3.0;
 pub const EXTRA_POOL: usize = 4;
 
 /// Gated or ungated dequeue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// K advisory-lock slots per shard.
@@ -73,15 +73,18 @@ pub struct RunSpec {
     pub dequeuers_per_shard: usize,
     /// How jobs arrive.
     pub load: Load,
+    /// Jobs per shard inserted before the workers start, on top of a rate
+    /// load's offer (a drain's backlog is in `load`).
+    pub backlog: usize,
     /// The disturbance, if any.
     pub disturbance: Option<disturb::Plan>,
 }
 
 /// The ready buffer of a worker process with `producers` producers: room for
 /// every producer's claim in flight plus two batches, at least the library's
-/// default.
-pub fn buffer_jobs(producers: usize, batch: u32) -> usize {
-    4_000usize.max((producers + 2) * batch as usize)
+/// default; or what `--buffer-jobs` says.
+pub fn buffer_jobs(producers: usize, batch: u32, given: Option<usize>) -> usize {
+    given.unwrap_or_else(|| 4_000usize.max((producers + 2) * batch as usize))
 }
 
 /// W and P for `dequeuers` claimers per shard with up to `processes` processes.
@@ -126,8 +129,16 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         }],
     };
     let mut runs = Vec::new();
-    let mut push = |kind, mode, shards, dequeuers: usize, load, disturbance| {
-        let (w, p) = split(dequeuers, args.processes);
+    let mut push = |kind, mode, shards, dequeuers: usize, load, disturbance: Option<_>| {
+        let (w, p) = match (disturbance.is_some(), args.producers) {
+            (true, Some(p)) => (args.processes, p),
+            _ => split(dequeuers, args.processes),
+        };
+        let backlog = if disturbance.is_some() {
+            args.disturb_backlog
+        } else {
+            0
+        };
         runs.push(RunSpec {
             id: runs.len() + 1,
             kind,
@@ -137,8 +148,14 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
             producers: p,
             dequeuers_per_shard: w * p,
             load,
+            backlog,
             disturbance,
         });
+    };
+    let shard_counts = if args.only_disturb {
+        Vec::new()
+    } else {
+        shard_counts
     };
     for &n in &shard_counts {
         for (&d, &load) in dequeuers
@@ -152,7 +169,8 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
                 Load::Drain { per_shard } if args.jobs.is_none() && !q => {
                     let (w, p) = split(d, args.processes);
                     Load::Drain {
-                        per_shard: per_shard.max(3 * w * buffer_jobs(p, args.batch)),
+                        per_shard: per_shard
+                            .max(3 * w * buffer_jobs(p, args.batch, args.buffer_jobs)),
                     }
                 }
                 load => load,
@@ -205,17 +223,28 @@ pub fn build(args: &ScaleArgs) -> Result<(Vec<RunSpec>, usize)> {
         if at_s < 4.0 || for_s <= 0.0 || after_s < 1.0 {
             bail!("--disturb-at must be at least 4 (3 s warm-up + 1 s before), --disturb-for positive, --disturb-after at least 1");
         }
+        if args.producers == Some(0) {
+            bail!("--producers takes a positive number");
+        }
+        if args.disturb_rate < 0.0 || (args.disturb_rate == 0.0 && args.disturb_backlog == 0) {
+            bail!("--disturb-rate must be positive, or 0 with a --disturb-backlog");
+        }
         let plan = disturb::Plan {
             kind,
             shard: 0,
             at_s,
             for_s,
+            slow_ms: args.slow_ms,
         };
         let load = Load::Rate {
             rate: args.disturb_rate,
             duration_s: at_s + for_s + after_s,
         };
-        for mode in [Mode::Gated, Mode::Ungated] {
+        let modes = args
+            .disturb_modes
+            .clone()
+            .unwrap_or(vec![Mode::Gated, Mode::Ungated]);
+        for mode in modes {
             push(
                 "disturbance",
                 mode,
@@ -281,5 +310,32 @@ mod tests {
                 (5000.0, Mode::Ungated)
             ]
         );
+    }
+
+    #[test]
+    fn proxy_disturbances_take_the_worker_settings_given() {
+        let runs = runs_of(
+            "scale --only-disturb --disturb slow,silent,refuse --disturb-modes gated \
+             --processes 2 --producers 1 --disturb-backlog 1000 --disturb-rate 0 --slow-ms 250",
+        );
+        assert_eq!(runs.len(), 3, "no sweep or latency runs, one mode");
+        for r in &runs {
+            assert_eq!(r.kind, "disturbance");
+            assert_eq!(r.mode, Mode::Gated);
+            assert_eq!((r.processes, r.producers, r.dequeuers_per_shard), (2, 1, 2));
+            assert_eq!(r.backlog, 1000);
+            let plan = r.disturbance.expect("a disturbance");
+            assert!(plan.kind.needs_proxy());
+            assert_eq!(plan.slow_ms, 250);
+        }
+    }
+
+    #[test]
+    fn a_zero_rate_needs_a_backlog() {
+        let cli = <Cli as clap::Parser>::try_parse_from(
+            "scale --only-disturb --disturb silent --disturb-rate 0".split(' '),
+        )
+        .unwrap();
+        assert!(build(&cli.scale).is_err());
     }
 }

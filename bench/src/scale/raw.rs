@@ -21,6 +21,12 @@ pub struct Settings {
     pub unhealthy_backoff_max_ms: u64,
     /// Longest wait for the drain.
     pub timeout: Duration,
+    /// worker.buffer_jobs, when given (else [`super::plan::buffer_jobs`]'s default).
+    pub buffer_jobs: Option<usize>,
+    /// How long each job sleeps (ms); 0: noop jobs.
+    pub job_ms: u64,
+    /// The disturbance runs keep the library's deadlines and backoff.
+    pub worker_defaults: bool,
 }
 
 /// What the run did, before analysis.
@@ -43,6 +49,9 @@ pub struct Raw {
     pub cpu_busy: f64,
     /// What the shards were doing whenever progress stopped for a while.
     pub stalls: Vec<stall::Stall>,
+    /// A proxy disturbance: the statements the workers sent (or had
+    /// answered) through the proxy while the fault was on.
+    pub fault_statements: Option<usize>,
 }
 
 /// Seconds each phase of a run took.

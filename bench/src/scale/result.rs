@@ -100,6 +100,17 @@ pub struct DisturbanceResult {
     pub after_jobs_per_s: Vec<f64>,
     /// The lowest during/before ratio among the undisturbed shards.
     pub others_kept: f64,
+    /// The undisturbed shards together: their completions/s during the
+    /// disturbance as a share of theirs before it (None: none before).
+    pub healthy_kept: Option<f64>,
+    /// during/before by shard (None: nothing completed before).
+    pub kept_by_shard: Vec<Option<f64>>,
+    /// Seconds from the end of the disturbance until a job of the disturbed
+    /// shard was claimed again (None: never within the run).
+    pub reclaimed_s: Option<f64>,
+    /// Proxy kinds: statements the workers sent to (or had answered by) the
+    /// disturbed shard while the fault was on.
+    pub fault_statements: Option<usize>,
     /// Recovery of the disturbed shard's completions (s, None = never).
     pub recovery_s: Option<f64>,
     /// Recovery of its claims (jobs claimed/s), to tell claiming from completing.

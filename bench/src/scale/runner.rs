@@ -9,6 +9,7 @@ use super::raw::{Phases, Raw, Settings};
 use super::result::RunResult;
 use super::{analyze, disturb, proto, stall, timeline, verify};
 use anyhow::{bail, Result};
+use shardq_harness::lossy_proxy::LossyProxy;
 use std::time::{Duration, Instant};
 
 /// The queue of the bench's jobs.
@@ -24,7 +25,7 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The `SHARDQ_*` settings of the worker processes of `spec`.
 pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
-    let buffer = super::plan::buffer_jobs(spec.producers, s.batch);
+    let buffer = super::plan::buffer_jobs(spec.producers, s.batch, s.buffer_jobs);
     let mut env = vec![
         ("SHARDQ_DEQUEUE__MODE", spec.mode.name().to_string()),
         ("SHARDQ_DEQUEUE__SLOTS_PER_SHARD", s.slots.to_string()),
@@ -37,8 +38,9 @@ pub fn worker_env(spec: &RunSpec, s: &Settings) -> Vec<(String, String)> {
         ("SHARDQ_WORKER__BUFFER_JOBS", buffer.to_string()),
     ];
     // Only the disturbance runs shorten the lock wait, the statement deadline
-    // and the failing-shard backoff; the sweep keeps the library's defaults.
-    if spec.disturbance.is_some() {
+    // and the failing-shard backoff (unless told to keep them); the sweep
+    // keeps the library's defaults.
+    if spec.disturbance.is_some() && !s.worker_defaults {
         env.push((
             "SHARDQ_DEQUEUE__LOCK_TIMEOUT_MS",
             s.lock_timeout_ms.to_string(),
@@ -89,17 +91,32 @@ async fn execute(
         cluster.execute(i, SETTLE_SQL).await?;
     }
     lap(&mut phases.setup_s);
+    // The disturbed shard's proxy, for the whole run: before and after are
+    // measured through it too.
+    let proxy = match spec.disturbance {
+        Some(plan) if plan.kind.needs_proxy() => {
+            let upstream = cluster.upstream(plan.shard, "--disturb slow, silent or refuse")?;
+            Some((plan.shard, LossyProxy::start(upstream)))
+        }
+        _ => None,
+    };
+    let via = proxy.as_ref().map(|(i, p)| (*i, p.addr().port()));
     let name = format!("run{:02}", spec.id);
-    let config = cluster.worker_config(&name, n, spec.producers + EXTRA_POOL, QUEUE)?;
+    let config = cluster.worker_config(&name, n, spec.producers + EXTRA_POOL, QUEUE, via)?;
     let env = worker_env(spec, s);
     let logs = cluster.log_dir();
     let mut fleet = Fleet::start(spec.processes, &config, &env, &logs, &name).await?;
     lap(&mut phases.start_s);
     // A drain run prefills its backlog before `go`, so it measures the
     // dequeue alone, not the inserts competing with it.
-    let prefilled = match spec.load {
-        Load::Drain { per_shard } => {
-            let counts = load::burst(&cluster.admin, n, per_shard, QUEUE).await??;
+    let backlog = match spec.load {
+        Load::Drain { per_shard } => per_shard,
+        Load::Rate { .. } => spec.backlog,
+    };
+    let prefilled = match backlog {
+        0 => None,
+        per_shard => {
+            let counts = load::burst(&cluster.admin, n, per_shard, QUEUE, s.job_ms).await??;
             // Statistics of the filled table, so every run plans its claims
             // and completions alike instead of whenever autovacuum analyzes.
             for i in 0..n {
@@ -107,7 +124,6 @@ async fn execute(
             }
             Some(counts)
         }
-        Load::Rate { .. } => None,
     };
     lap(&mut phases.prefill_s);
     let go_unix_ms = proto::unix_ms();
@@ -122,11 +138,13 @@ async fn execute(
                 tokio::spawn(async move { Ok(counts) }),
                 (per_shard * n) as u64,
             ),
-            (Load::Drain { .. }, None) => unreachable!("a drain run is prefilled"),
+            // `--jobs 0`: nothing to drain.
+            (Load::Drain { .. }, None) => (tokio::spawn(async move { Ok(vec![0; n]) }), 0),
             (Load::Rate { rate, duration_s }, _) => {
                 let duration = Duration::from_secs_f64(duration_s);
-                let task = load::rate(&cluster.admin, n, rate, go, duration, QUEUE);
-                (task, (rate * duration_s).round() as u64)
+                let task = load::rate(&cluster.admin, n, rate, go, duration, QUEUE, s.job_ms);
+                let offered = (rate * duration_s).round() as u64;
+                (task, offered + (spec.backlog * n) as u64)
             }
         };
         while !loading.is_finished() {
@@ -138,7 +156,12 @@ async fn execute(
                 .await;
             tokio::time::sleep(POLL).await;
         }
-        let enqueued = loading.await??;
+        let mut enqueued = loading.await??;
+        if let (Load::Rate { .. }, Some(counts)) = (spec.load, &prefilled) {
+            for (e, c) in enqueued.iter_mut().zip(counts) {
+                *e += c;
+            }
+        }
         let total: u64 = enqueued.iter().sum();
         loop {
             let by_shard = fleet.by_shard(n, timeline::completed);
@@ -162,7 +185,10 @@ async fn execute(
     };
     let disturbance = async {
         match spec.disturbance {
-            Some(plan) => disturb::run(cluster, plan, go).await.map(Some),
+            Some(plan) => {
+                let proxy = proxy.as_ref().map(|(_, p)| p);
+                disturb::run(cluster, plan, go, proxy).await.map(Some)
+            }
             None => Ok(None),
         }
     };
@@ -184,6 +210,7 @@ async fn execute(
         loadavg,
         cpu_busy,
         stalls: watch.stalls,
+        fault_statements: proxy.map(|(_, p)| p.fault_statements().len()),
     })
 }
 

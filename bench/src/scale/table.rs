@@ -25,10 +25,29 @@ pub fn print(report: &Report) {
         report.settings.shards_source,
     );
     println!(
-        "K = {} slots{}, batch {}; disturbance runs: lock_timeout {} ms, unhealthy backoff ≤ {} ms; dequeuers/shard = W processes × P producers",
+        "K = {} slots{}, batch {}; disturbance runs: {}; dequeuers/shard = W processes × P producers",
         report.settings.slots,
         if report.settings.adaptive_slots { " to start (adaptive, 1..=8)" } else { " (fixed)" },
-        report.settings.batch, report.settings.lock_timeout_ms, report.settings.unhealthy_backoff_max_ms
+        report.settings.batch,
+        if report.settings.worker_defaults {
+            "the library's lock wait, statement deadline and failing-shard backoff".to_string()
+        } else {
+            format!(
+                "lock_timeout {} ms, statements 1 s, unhealthy backoff ≤ {} ms",
+                report.settings.lock_timeout_ms, report.settings.unhealthy_backoff_max_ms
+            )
+        }
+    );
+    let buffer = report
+        .settings
+        .buffer_jobs
+        .map_or("the bench's default".to_string(), |b| b.to_string());
+    println!(
+        "worker.buffer_jobs {buffer}; jobs: {}",
+        match report.settings.job_ms {
+            0 => "noop".to_string(),
+            ms => format!("sleep {ms} ms"),
+        }
     );
     println!();
     println!(
@@ -100,22 +119,34 @@ fn print_disturbance(r: &RunResult) {
         d.plan.for_s
     );
     println!(
-        "  {:>5} {:>9} {:>9} {:>9}",
-        "shard", "before", "during", "after"
+        "  {:>5} {:>9} {:>9} {:>9} {:>7}",
+        "shard", "before", "during", "after", "kept"
     );
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |k| format!("{:.0}%", k * 100.0));
     for i in 0..d.before_jobs_per_s.len() {
         println!(
-            "  {:>5} {:>9.0} {:>9.0} {:>9.0}",
-            i, d.before_jobs_per_s[i], d.during_jobs_per_s[i], d.after_jobs_per_s[i]
+            "  {:>5} {:>9.0} {:>9.0} {:>9.0} {:>7}",
+            i,
+            d.before_jobs_per_s[i],
+            d.during_jobs_per_s[i],
+            d.after_jobs_per_s[i],
+            pct(d.kept_by_shard.get(i).copied().flatten())
         );
     }
     let secs = |v: Option<f64>| v.map_or("never".to_string(), |s| format!("{s:.2} s"));
     println!(
-        "  undisturbed shards kept ≥ {:.0}%; disturbed shard recovered (completions) after {}, (claims) after {}",
+        "  undisturbed shards together kept {} of their rate (each ≥ {:.0}%); disturbed shard claimed from again {} after the end, recovered (completions) after {}, (claims) after {}",
+        pct(d.healthy_kept),
         d.others_kept * 100.0,
+        secs(d.reclaimed_s),
         secs(d.recovery_s),
         secs(d.recovery_claims_s)
     );
+    if let Some(n) = d.fault_statements {
+        println!(
+            "  statements sent to the disturbed shard during the fault (through its proxy): {n}"
+        );
+    }
 }
 
 /// The first snapshot of each run's stalls, most common activity first.

@@ -1,6 +1,8 @@
 //! One sick shard must not slow the healthy ones (issue 21, §1). Four
 //! shards; one of them falls sick while a worker drains all four: frozen
-//! (its server SIGSTOPped), slow, silent or refusing (behind a proxy). At a
+//! (its server SIGSTOPped), slow (300 ms per reply), silent (no bytes,
+//! sockets open) or refusing (connections reset), the last three behind a
+//! proxy. At a
 //! small buffer with one producer, and at the defaults:
 //!
 //! - no producer waits on one claim longer than a shard's budget allows
@@ -24,7 +26,9 @@ use nix::sys::signal::Signal;
 use shardq::job::JobId;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq_harness::lossy_proxy::{Fault, LossyProxy};
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -52,8 +56,13 @@ const HEALTHY_DRAIN_LIMIT: Duration = Duration::from_secs(45);
 /// the connect timeout (3 s) or the statement deadline (10 s) on the sick
 /// shard, and with a small buffer nothing finished meanwhile.
 const STALL_LIMIT: Duration = Duration::from_millis(2_000);
-/// After the fault, the sick shard's jobs must finish within this.
-const RECOVERY_LIMIT: Duration = Duration::from_secs(45);
+/// After the fault, the sick shard's jobs must finish within this: a claim
+/// whose reply a silence swallowed leaves its jobs running under the
+/// worker until the leaser gives them back (two statement deadlines after
+/// the claim) or, failing that, their lease (60 s) expires.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(90);
+/// Each reply's extra time on the slow shard.
+const SLOW: Duration = Duration::from_millis(300);
 /// The longest a producer may have waited on one claim: the budget is at
 /// most 250 ms; the rest is room for a loaded machine's timers. The old
 /// code waited up to the connect timeout (3 s) or the statement deadline
@@ -163,10 +172,26 @@ impl Sickness for Frozen<'_> {
     }
 }
 
+/// The sick shard reached through a proxy that injects `fault`.
+struct Proxied {
+    proxy: LossyProxy,
+    fault: Fault,
+}
+
+impl Sickness for Proxied {
+    fn fall_sick(&self) {
+        self.proxy.set_fault(self.fault);
+    }
+    fn get_well(&self) {
+        self.proxy.set_fault(Fault::None);
+    }
+}
+
 /// What one run saw.
 struct Seen {
     producers: u64,
     detached_during_fault: u64,
+    fault_lasted: Duration,
 }
 
 /// Drains `jobs` jobs over `shards` (shard [`SICK`] reached through
@@ -217,7 +242,7 @@ async fn drain_with_a_sick_shard(
         || async { succeeded_on(&set, SICK).await >= WARM_JOBS },
     )
     .await;
-    let detached_before = stats.snapshot().claims_detached;
+    let detached_before = stats.claims_detached_on(SICK);
     sickness.fall_sick();
     // Progress of the healthy shards, polled: the longest span without a
     // job finished there.
@@ -241,7 +266,9 @@ async fn drain_with_a_sick_shard(
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let during = stats.snapshot();
+    let detached_during_fault = stats.claims_detached_on(SICK) - detached_before;
     sickness.get_well();
+    let fault_lasted = fault_on.elapsed();
     let mut left = Vec::new();
     for shard in 0..SHARDS {
         left.push(unfinished_on(&set, shard).await);
@@ -268,7 +295,6 @@ async fn drain_with_a_sick_shard(
         "a producer waited {:?} on one claim",
         Duration::from_micros(during.claim_wait_max_us)
     );
-    let detached_during_fault = during.claims_detached - detached_before;
 
     let recovered = eventually(
         RECOVERY_LIMIT,
@@ -298,6 +324,7 @@ async fn drain_with_a_sick_shard(
     Seen {
         producers,
         detached_during_fault,
+        fault_lasted,
     }
 }
 
@@ -335,4 +362,92 @@ async fn a_frozen_shard_with_a_small_buffer_and_one_producer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_shard_at_the_defaults() {
     frozen(DEFAULTS, JOBS_DEFAULTS).await;
+}
+
+/// The server address in a shard URL.
+fn upstream(url: &str) -> SocketAddr {
+    let config: tokio_postgres::Config = url.parse().expect("shard url");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Four shards as databases on one server, the worker reaching shard
+/// [`SICK`] through a proxy that injects `fault` while it is sick. Beyond
+/// the promises of [`drain_with_a_sick_shard`]: while the fault was on, the
+/// sick shard got at most one claim per producer (those in flight when it
+/// fell sick, or sent before it was found out) and otherwise only probes,
+/// one at a time, at most one per probe interval (200 ms).
+async fn proxied(fault: Fault, settings: &str, jobs: usize) {
+    let shards = TestShards::databases(SHARDS).await;
+    let sick_url = &shards.urls[SICK];
+    let server = upstream(sick_url).to_string();
+    assert!(sick_url.contains(&server), "{sick_url} names {server}");
+    let proxy = LossyProxy::start(upstream(sick_url));
+    let mut worker_urls = shards.urls.clone();
+    worker_urls[SICK] = sick_url.replace(&server, &proxy.addr().to_string());
+    let sickness = Proxied { proxy, fault };
+    let seen = drain_with_a_sick_shard(&shards, &worker_urls, settings, jobs, &sickness).await;
+
+    let statements = sickness.proxy.fault_statements();
+    let claims = statements
+        .iter()
+        .filter(|s| *s == shardq::store::sql::JOB_CLAIM)
+        .count() as u64;
+    let probes = statements
+        .iter()
+        .filter(|s| *s == shardq::store::sql::SHARD_PROBE)
+        .count() as u64;
+    eprintln!(
+        "{fault:?}: during the fault ({:?}) the sick shard got {claims} claims, {probes} probes, \
+         {} statements in all; {} claims ran out of budget",
+        seen.fault_lasted,
+        statements.len(),
+        seen.detached_during_fault
+    );
+    assert!(
+        claims <= seen.producers,
+        "{claims} claims reached the sick shard during the fault, with {} producers",
+        seen.producers
+    );
+    let probe_limit = seen.fault_lasted.as_millis() as u64 / 200 + 1;
+    assert!(
+        probes <= probe_limit,
+        "{probes} probes in {:?}: more than one per 200 ms",
+        seen.fault_lasted
+    );
+    assert!(
+        seen.detached_during_fault <= seen.producers,
+        "{} claims ran out of budget during the fault",
+        seen.detached_during_fault
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shard_with_a_small_buffer_and_one_producer() {
+    proxied(Fault::Delay(SLOW), SMALL_BUFFER, JOBS_SMALL_BUFFER).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shard_at_the_defaults() {
+    proxied(Fault::Delay(SLOW), DEFAULTS, JOBS_DEFAULTS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_shard_with_a_small_buffer_and_one_producer() {
+    proxied(Fault::Silent, SMALL_BUFFER, JOBS_SMALL_BUFFER).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_shard_at_the_defaults() {
+    proxied(Fault::Silent, DEFAULTS, JOBS_DEFAULTS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_shard_with_a_small_buffer_and_one_producer() {
+    proxied(Fault::Refuse, SMALL_BUFFER, JOBS_SMALL_BUFFER).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_shard_at_the_defaults() {
+    proxied(Fault::Refuse, DEFAULTS, JOBS_DEFAULTS).await;
 }

@@ -29,6 +29,8 @@ pub struct ShardCounters {
     pub(crate) empty: AtomicU64,
     /// Claims that failed.
     pub(crate) errors: AtomicU64,
+    /// Claims not answered within the shard's budget (see `shard_health`).
+    pub(crate) detached: AtomicU64,
     /// Outcomes written.
     pub(crate) completed: AtomicU64,
     /// Outcomes written by kind, and the rest of what the worker learns

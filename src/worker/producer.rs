@@ -14,7 +14,7 @@ use super::local_gate::{Entered, LocalGate, Refused};
 use super::rotation::{jitter, Next, Rotation};
 use super::shard_health::{ShardHealth, BUDGET_MAX, PROBE_DEADLINE, PROBE_INTERVAL};
 use super::wakeup::Wakeups;
-use super::{Shared, Stats};
+use super::Shared;
 use crate::config::{Backoff, Config, DequeueMode};
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
@@ -418,7 +418,7 @@ async fn claim_somewhere(
                 // claim's reply is handled when it comes, and this producer
                 // goes on with its credits.
                 stats.record_claim_wait(started.elapsed());
-                Stats::add(&stats.claims_detached, 1);
+                stats.record_detached(shard_index);
                 suspect(p, shard_index, shutdown);
                 p.spawn(late_reply(
                     p.clone(),

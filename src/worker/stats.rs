@@ -157,6 +157,18 @@ impl Stats {
         self.claim_wait_max_us.fetch_max(us, Relaxed);
     }
 
+    /// Counts a claim on shard `shard` not answered within its budget.
+    pub(crate) fn record_detached(&self, shard: usize) {
+        Self::add(&self.claims_detached, 1);
+        Self::add(&self.metrics.shards[shard].detached, 1);
+    }
+
+    /// Claims on shard `shard` not answered within its budget so far (the
+    /// producer moved on; the shard was skipped until its probe answered).
+    pub fn claims_detached_on(&self, shard: usize) -> u64 {
+        self.metrics.shards[shard].detached.load(Relaxed)
+    }
+
     /// Counts a written batch of completions.
     pub fn add_written(&self, w: &crate::store::jobs::Written) {
         Self::add(&self.completion_statements, 1);

@@ -1,8 +1,8 @@
 //! One sick shard must not slow the healthy ones (issue 21, §1). Four
 //! shards; one of them falls sick while a worker drains all four: frozen
 //! (its server SIGSTOPped), slow (300 ms per reply), silent (no bytes,
-//! sockets open) or refusing (connections reset), the last three behind a
-//! proxy. At a
+//! sockets open) or refusing (connections reset), those three behind a
+//! proxy, or restarting (its server stopped, then started again). At a
 //! small buffer with one producer, and at the defaults:
 //!
 //! - no producer waits on one claim longer than a shard's budget allows
@@ -102,16 +102,27 @@ fn registry(runs: Arc<Runs>) -> HandlerRegistry {
     registry
 }
 
-/// Jobs of shard `shard` not finished yet.
+/// Jobs of shard `shard` not finished yet (asked again for a while when
+/// the question fails: a restarted shard's pooled connections are gone).
 async fn unfinished_on(set: &ShardSet, shard: usize) -> i64 {
-    let db = set.get(shard).client().await.expect("direct connection");
-    db.query_one(
-        "SELECT count(*) FROM workflow_status WHERE status <> 'succeeded'",
-        &[],
-    )
-    .await
-    .expect("count")
-    .get(0)
+    let mut tries = 0;
+    loop {
+        let asked = async {
+            let db = set.get(shard).client().await.ok()?;
+            db.query_one(
+                "SELECT count(*) FROM workflow_status WHERE status <> 'succeeded'",
+                &[],
+            )
+            .await
+            .ok()
+        };
+        match asked.await {
+            Some(row) => return row.get(0),
+            None if tries < 50 => tries += 1,
+            None => panic!("cannot count the jobs of shard {shard}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn succeeded_on(set: &ShardSet, shard: usize) -> i64 {
@@ -169,6 +180,19 @@ impl Sickness for Frozen<'_> {
             .server()
             .signal_all(Signal::SIGCONT)
             .expect("SIGCONT");
+    }
+}
+
+/// The sick shard's server stopped (clients disconnected) and started
+/// again on the same port: refused while down, then new connections.
+struct Restarting<'a>(&'a shardq::local::EphemeralServer);
+
+impl Sickness for Restarting<'_> {
+    fn fall_sick(&self) {
+        self.0.stop(shardq::local::StopMode::Fast).expect("stop");
+    }
+    fn get_well(&self) {
+        tokio::task::block_in_place(|| self.0.start_again()).expect("start again");
     }
 }
 
@@ -352,6 +376,34 @@ async fn frozen(settings: &str, jobs: usize) {
          one before the shard was skipped",
         seen.detached_during_fault
     );
+}
+
+async fn restarting(settings: &str, jobs: usize) {
+    let shards = shards_with_a_sick_server().await;
+    let sick_server = shards.servers.last().expect("the sick shard's server");
+    let seen = drain_with_a_sick_shard(
+        &shards,
+        &shards.urls,
+        settings,
+        jobs,
+        &Restarting(sick_server),
+    )
+    .await;
+    assert!(
+        seen.detached_during_fault <= seen.producers,
+        "{} claims ran out of budget on the stopped shard",
+        seen.detached_during_fault
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarting_shard_with_a_small_buffer_and_one_producer() {
+    restarting(SMALL_BUFFER, JOBS_SMALL_BUFFER).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarting_shard_at_the_defaults() {
+    restarting(DEFAULTS, JOBS_DEFAULTS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -159,3 +159,63 @@ async fn a_promotion_between_the_busy_check_and_the_park_strands_no_key() {
     let run: Vec<JobId> = claim(&shard, "w2").await.iter().map(|j| j.id).collect();
     assert_eq!(run, vec![retrying, later]);
 }
+
+/// The same race as it happens under a real worker: keyed jobs enqueued
+/// while it runs, one in ten failing its first attempt (so its key is held
+/// by a `scheduled` retry while later jobs of the key arrive), promotions
+/// every few milliseconds while claims run. Every job ends, and no key is
+/// left with only `waiting` jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_failing_keyed_jobs_strands_no_key() {
+    const KEYS: usize = 100;
+    const ROUNDS: usize = 30;
+    let dbs = TestShards::databases(1).await;
+    let config = dbs.config(
+        "[worker]\nqueues = [\"q\"]\nmaintenance_interval_ms = 10\n\
+         retry_backoff_min_ms = 5\nretry_backoff_max_ms = 20\n",
+    );
+    let set = dbs.migrated(&config).await;
+    let shard = set.get(0).clone();
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let mut handlers = shardq::HandlerRegistry::new();
+    handlers.register("flaky", |ctx| async move {
+        if ctx.payload["fail"] == json!(true) && ctx.attempt == 1 {
+            return Err("first attempt fails".into());
+        }
+        Ok(json!(null))
+    });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(shardq::Worker::new(config, set.clone(), handlers).run(stop.clone()));
+    for round in 0..ROUNDS {
+        let batch = (0..KEYS)
+            .map(|k| {
+                let fail = (round * KEYS + k) % 10 == 0;
+                NewJob::new("q", "flaky", json!({ "fail": fail })).ordering_key(format!("k{k}"))
+            })
+            .collect();
+        client.enqueue_many(batch).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let finished = {
+        let shard = shard.clone();
+        tokio::time::timeout(Duration::from_secs(60), async move {
+            loop {
+                let done = common::count_on(&shard, "succeeded").await.unwrap();
+                if done == (KEYS * ROUNDS) as i64 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+    };
+    let left = stranded(&shard).await;
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "keys stranded with waiting jobs only"
+    );
+    assert!(finished.is_ok(), "every job ended within 60 s");
+}

@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod prometheus;
 pub mod router;
 pub mod schedule;
+pub mod session;
 pub mod shards;
 pub mod store;
 pub mod tls;

@@ -111,8 +111,11 @@ impl std::fmt::Debug for Shard {
 
 impl Shard {
     /// A connection of shardq's own pool. It carries shardq's settings
-    /// (index-only plans, `lock_timeout`, `statement_timeout`), tuned for
-    /// shardq's statements: for your own, take [`Shard::user_client`].
+    /// (index-only plans, `lock_timeout`, `statement_timeout`, and an
+    /// `idle_in_transaction_session_timeout` of
+    /// [`crate::session::IDLE_IN_TRANSACTION_DEADLINES`] statement
+    /// deadlines), tuned for shardq's statements: for your own, take
+    /// [`Shard::user_client`].
     /// Whatever you `SET` on it is cleaned off before the pool lends it again.
     ///
     /// # Errors
@@ -322,6 +325,7 @@ impl ShardSet {
 fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Shard, ShardError> {
     let mut pg = shard.pg.clone();
     pg.connect_timeout(config.dequeue.connect_timeout);
+    crate::session::keep_alive(&mut pg);
     // Your own statements run with the server's settings, not shardq's.
     let user_pool = build_pool(
         shard,
@@ -362,6 +366,10 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     options.push_str(&format!(
         " -c statement_timeout={}",
         config.dequeue.statement_timeout.as_millis()
+    ));
+    // A frozen or cut-off worker's session must not hold its locks for hours.
+    options.push_str(&crate::session::server_options(
+        config.dequeue.statement_timeout,
     ));
     // A transaction-pooling proxy refuses session settings at connect time
     // (and would not keep them): behind one, the role's or database's own

@@ -256,10 +256,10 @@ async fn no_statement_is_jit_compiled_on_shardqs_connections() {
     async fn expiry_jit(db: &impl tokio_postgres::GenericClient) -> (Option<Value>, Value) {
         let explain = format!(
             "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-            shardq::store::sql::WORKERS_EXPIRE
+            shardq::store::sql::WORKERS_SILENT
         );
         let plan: Value = db
-            .query_one(explain.as_str(), &[&60_000i64])
+            .query_one(explain.as_str(), &[&"w", &60_000i64])
             .await
             .unwrap()
             .get(0);

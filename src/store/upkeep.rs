@@ -2,13 +2,14 @@
 //! at a time does it on a shard: recovery of expired leases, promotion of due
 //! scheduled jobs, deletion of old finished jobs.
 
-use super::exec::{self, under_key_locks_in};
+use super::exec;
 use super::locks;
 use super::sql::{self, Param};
 use super::JobStatus;
 use crate::shards::{Shard, ShardError};
 use std::time::Duration;
 use tokio_postgres::types::Type;
+use tokio_postgres::Row;
 
 /// What one recovery pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -21,9 +22,21 @@ pub struct Recovered {
     pub cancelled: u64,
 }
 
+/// Distinct key locks one upkeep statement takes at most. Every advisory
+/// lock held is an entry in the server's shared lock table until commit, and
+/// that table holds `max_locks_per_transaction` (64) x `max_connections`
+/// (100) entries for the whole server by default: a pass that locked
+/// thousands of keys would leave too few for the claims and completions
+/// running beside it (`out of shared memory`, 53200). The jobs of further
+/// keys come back in the next pass.
+pub const KEY_LOCKS_PER_STATEMENT: i64 = 1_000;
+
 /// Returns up to `limit` jobs with expired leases on `shard` to the queue
 /// (attempt count kept), unless another process is doing it. Keyed jobs go
-/// back behind their key, under its lock, and free keys are released.
+/// back behind their key, under its lock, and free keys are released. A
+/// job whose key lock is held now (a frozen worker's open transaction, say)
+/// or whose row is being written is skipped, left for a later pass: one
+/// stuck key never stops the recovery of the others.
 ///
 /// # Errors
 ///
@@ -44,6 +57,11 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
 }
 
 /// [`recover_expired`] on a lent connection.
+///
+/// Between its statements, without the locks it holds: enqueue (adds jobs,
+/// changes none of these), and any writer of a key whose lock the try did
+/// not get, whose jobs this pass then leaves alone. The found rows are
+/// locked, so no completion or extension changes them in between.
 async fn recover_on(
     shard: &Shard,
     client: &mut deadpool_postgres::Client,
@@ -68,29 +86,72 @@ async fn recover_on(
         .query_typed(sql::JOB_FIND_EXPIRED, &[(&limit, Type::INT8)])
         .await
         .map_err(err)?;
-    if expired.is_empty() {
-        return Ok(Recovered::default());
-    }
-    let keys: Vec<i32> = expired.iter().map(|r| r.get("shard_key")).collect();
-    let ids: Vec<i64> = expired.iter().map(|r| r.get("id")).collect();
-    let params: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
-    let rows = under_key_locks_in(&tx, &keys, &ids, sql::JOB_RECOVER_EXPIRED, &params)
+    let rows = return_lost_in(&tx, &expired, sql::JOB_RECOVER_EXPIRED, &[])
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)?;
-    let mut out = Recovered::default();
-    for row in rows {
-        match JobStatus::from_column(row.get("status")) {
-            JobStatus::Queued | JobStatus::Waiting => out.requeued += 1,
-            JobStatus::Dead => out.dead += 1,
-            _ => out.cancelled += 1,
+    Ok(Recovered::tally(&rows))
+}
+
+impl Recovered {
+    /// Counts the new statuses (`status` column) of returned jobs.
+    pub(crate) fn tally(rows: &[Row]) -> Recovered {
+        let mut out = Recovered::default();
+        for row in rows {
+            match JobStatus::from_column(row.get("status")) {
+                JobStatus::Queued | JobStatus::Waiting => out.requeued += 1,
+                JobStatus::Dead => out.dead += 1,
+                _ => out.cancelled += 1,
+            }
         }
+        out
     }
-    Ok(out)
+}
+
+/// Inside `tx`: tries the key locks of the `found` jobs (rows with
+/// `shard_key` and `id`, locked by the caller), runs `statement` on those it
+/// may change ($1 shard keys, $2 ids, then `extra` from $3 on), and releases
+/// their keys (a free key's lowest waiting job is queued). Returns
+/// `statement`'s rows. Never waits for a key lock: jobs of held keys are
+/// left as they are.
+pub(crate) async fn return_lost_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    found: &[Row],
+    statement: &str,
+    extra: &[Param<'_>],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<i32> = found.iter().map(|r| r.get("shard_key")).collect();
+    let ids: Vec<i64> = found.iter().map(|r| r.get("id")).collect();
+    let free = tx
+        .query_typed(
+            sql::KEYS_TRY_LOCK,
+            &[
+                (&keys, Type::INT4_ARRAY),
+                (&ids, Type::INT8_ARRAY),
+                (&KEY_LOCKS_PER_STATEMENT, Type::INT8),
+            ],
+        )
+        .await?;
+    if free.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<i32> = free.iter().map(|r| r.get("shard_key")).collect();
+    let ids: Vec<i64> = free.iter().map(|r| r.get("id")).collect();
+    let mut params: Vec<Param> = vec![(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+    params.extend_from_slice(extra);
+    let rows = tx.query_typed(statement, &params).await?;
+    let job_ids: [Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+    tx.query_typed(sql::KEYS_PROMOTE, &job_ids).await?;
+    Ok(rows)
 }
 
 /// Makes up to `limit` due scheduled jobs on `shard` ready, unless another
-/// process is doing it. Returns how many.
+/// process is doing it. Returns how many. A keyed job is made ready under
+/// its key's lock, tried: a key held now is promoted by a later pass (see
+/// [`sql::JOB_PROMOTE_DUE`]).
 ///
 /// # Errors
 ///
@@ -107,6 +168,7 @@ pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
             (&locks::maintenance_class(), Type::INT4),
             (&locks::PROMOTION_SLOT, Type::INT4),
             (&limit, Type::INT8),
+            (&KEY_LOCKS_PER_STATEMENT, Type::INT8),
         ],
     )
     .await

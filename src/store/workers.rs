@@ -3,6 +3,7 @@
 
 use super::exec;
 use super::sql::{self, Param};
+use super::upkeep;
 use crate::shards::{Shard, ShardError};
 use crate::worker::metrics::ShardCountersSnapshot;
 use std::time::Duration;
@@ -86,7 +87,38 @@ pub async fn heartbeat(shard: &Shard, beat: &Heartbeat<'_>) -> Result<(), ShardE
     Ok(())
 }
 
-/// Deletes the rows of workers silent for longer than `after`; returns how many.
+/// What one [`release_silent`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Released {
+    /// Running jobs of silent workers given back (queued, waiting, dead or
+    /// cancelled, as lease recovery would).
+    pub jobs: u64,
+    /// Rows of silent workers deleted (those left hold jobs not given back
+    /// yet: a held key lock, a row being written).
+    pub workers: u64,
+}
+
+/// Gives back, fenced, up to `limit` running jobs of the workers whose
+/// heartbeat on `shard` stopped `after` or longer before `me`'s previous
+/// beat there, and deletes the rows of those workers that hold no running
+/// job any more. So a killed worker's jobs run again a few beats after it
+/// died, not when their lease ends. A worker that was alive after all (cut
+/// off, frozen) finds its completions fenced, and its jobs run again
+/// elsewhere. Key locks are only tried, as in lease recovery: a job whose
+/// key is held now waits for a later beat.
+///
+/// Run it before `me`'s own beat: the silence is judged against `me`'s
+/// previous beat, the last moment `me` knows the shard answered, so a shard
+/// that was itself unreachable is not taken for every worker's death. On
+/// `me`'s first beat it does nothing.
+///
+/// Between its statements, without locks: enqueue (adds jobs, changes none
+/// of these), the silent worker's own claims (committed after the first
+/// statement, they are given back too: it re-runs them after a silence of
+/// many beats), and writers of keys whose lock the try did not get, whose
+/// jobs it leaves alone. The worker rows and the jobs found are locked, so
+/// two releasers never work on one worker, and no completion changes a
+/// found job in between.
 ///
 /// # Errors
 ///
@@ -94,10 +126,54 @@ pub async fn heartbeat(shard: &Shard, beat: &Heartbeat<'_>) -> Result<(), ShardE
 ///
 /// # Cancel safety
 ///
-/// Cancel safe.
-pub async fn expire(shard: &Shard, after: Duration) -> Result<u64, ShardError> {
+/// Cancel safe: one transaction, committed or not.
+pub async fn release_silent(
+    shard: &Shard,
+    me: &str,
+    after: Duration,
+    limit: i64,
+) -> Result<Released, ShardError> {
     let ms = count(after.as_millis() as u64);
-    exec::execute(shard, sql::WORKERS_EXPIRE, &[(&ms, Type::INT8)]).await
+    shard
+        .within(async move {
+            let err = |e| shard.query_error(e);
+            let mut client = shard.lend().await?;
+            let released = async {
+                let tx = client.transaction().await?;
+                let silent = tx
+                    .query_typed(sql::WORKERS_SILENT, &[(&me, Type::TEXT), (&ms, Type::INT8)])
+                    .await?;
+                if silent.is_empty() {
+                    return Ok(Released::default());
+                }
+                let owners: Vec<String> = silent.iter().map(|r| r.get("worker_id")).collect();
+                let found = tx
+                    .query_typed(
+                        sql::JOBS_OF_OWNERS,
+                        &[(&owners, Type::TEXT_ARRAY), (&limit, Type::INT8)],
+                    )
+                    .await?;
+                let rows = upkeep::return_lost_in(
+                    &tx,
+                    &found,
+                    sql::JOB_RELEASE_SILENT,
+                    &[(&owners, Type::TEXT_ARRAY)],
+                )
+                .await?;
+                let workers = tx
+                    .execute_typed(sql::WORKERS_FORGET, &[(&owners, Type::TEXT_ARRAY)])
+                    .await?;
+                tx.commit().await?;
+                Ok(Released {
+                    jobs: rows.len() as u64,
+                    workers,
+                })
+            }
+            .await;
+            client.settle();
+            released.map_err(err)
+        })
+        .await
 }
 
 /// Deletes worker `worker_id`'s row (it is stopping).

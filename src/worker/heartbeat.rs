@@ -1,8 +1,10 @@
 //! The heartbeat: every few seconds this worker writes its row on every
 //! shard (`shardq_workers`): who it is, what it serves, and its cumulative
 //! per-shard counters from [`Stats::shards`], so that operators see the live
-//! fleet and its lock-miss rate without asking each process. Each beat also
-//! deletes rows whose heartbeat stopped (a killed worker's); a worker that
+//! fleet and its lock-miss rate without asking each process. Before each
+//! beat it gives back, fenced, the running jobs of workers whose heartbeat
+//! stopped (a killed worker's), so they run again within seconds instead of
+//! waiting out their lease, and deletes those workers' rows; a worker that
 //! stops deletes its own.
 //!
 //! One loop per shard, like maintenance: a shard that hangs delays only its
@@ -21,10 +23,17 @@ use tokio_util::sync::CancellationToken;
 /// upsert per process and shard).
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 
-/// A row whose heartbeat is older than this belongs to a worker that
-/// stopped without saying so: six missed beats, so a slow shard or a long
-/// pause is not taken for a dead worker.
-pub const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+/// A worker silent this long (before another worker's previous beat on the
+/// same shard, so an unreachable shard does not count) stopped without
+/// saying so, and its running jobs are given back: three missed beats, so
+/// one slow beat is not taken for a dead worker, and a killed worker's jobs
+/// run again within about 20 s instead of their lease (60 s by default). A
+/// worker that was alive after all finds its late completions fenced.
+pub const HEARTBEAT_TTL: Duration = Duration::from_secs(15);
+
+/// Jobs of silent workers given back per beat and shard; a dead worker's
+/// whole buffer comes back in a beat or two.
+const RELEASE_BATCH: i64 = 5_000;
 
 /// How long a stopping worker waits to delete its rows; an unreachable
 /// shard keeps its row until it expires.
@@ -96,8 +105,26 @@ async fn shard_loop(
             counters,
         };
         let beat = async {
-            workers::heartbeat(shard, &beat).await?;
-            workers::expire(shard, HEARTBEAT_TTL).await
+            // First, judged by this worker's previous beat: the silent ones.
+            match workers::release_silent(shard, &shared.owner, HEARTBEAT_TTL, RELEASE_BATCH).await
+            {
+                Ok(released) if released.jobs > 0 => {
+                    tracing::info!(
+                        shard = %shard.name,
+                        jobs = released.jobs,
+                        workers = released.workers,
+                        "gave back the running jobs of workers whose heartbeat stopped"
+                    );
+                    shared.stats.record_recovered(index, released.jobs);
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(
+                    shard = %shard.name,
+                    error = %crate::error_chain(&err),
+                    "cannot give back the jobs of silent workers; tried again next beat"
+                ),
+            }
+            workers::heartbeat(shard, &beat).await
         };
         // A beat on a shard that hangs must not hold the worker's shutdown.
         let result = tokio::select! {

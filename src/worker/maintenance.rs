@@ -5,7 +5,7 @@
 
 use super::Stats;
 use crate::config::{Config, Retention};
-use crate::shards::ShardSet;
+use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::upkeep;
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,30 +85,52 @@ async fn shard_loop(
             last_sweep = Instant::now();
             shard.release_idle(IDLE_CONNECTION);
         }
-        let result = async {
-            let recovered = upkeep::recover_expired(shard, MAINTENANCE_BATCH).await?;
-            if recovered != Default::default() {
+        // Three duties, each on its own: one that fails (a deadline on a
+        // stuck shard, say) is logged and the others still run.
+        match upkeep::recover_expired(shard, MAINTENANCE_BATCH).await {
+            Ok(recovered) if recovered != Default::default() => {
                 tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
-                stats.record_recovered(index, recovered.requeued + recovered.dead + recovered.cancelled);
+                stats.record_recovered(
+                    index,
+                    recovered.requeued + recovered.dead + recovered.cancelled,
+                );
             }
-            upkeep::promote_due(shard, MAINTENANCE_BATCH).await?;
-            if sweep {
-                // Bounded statements, repeated while they come back full.
-                for _ in 0..MAX_RETENTION_ROUNDS {
-                    let deleted = upkeep::delete_finished(shard, retention.finished_after, retention.batch).await?;
-                    if deleted > 0 {
-                        tracing::info!(shard = %shard.name, deleted, "deleted finished jobs past retention");
-                    }
-                    if deleted < retention.batch as u64 {
-                        break;
-                    }
-                }
-            }
-            Ok::<_, crate::shards::ShardError>(())
+            Ok(_) => {}
+            Err(err) => failed(shard, "lease recovery", &err),
         }
-        .await;
-        if let Err(err) = result {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "maintenance skipped");
+        if let Err(err) = upkeep::promote_due(shard, MAINTENANCE_BATCH).await {
+            failed(shard, "promotion of due jobs", &err);
+        }
+        if sweep {
+            if let Err(err) = sweep_finished(shard, retention).await {
+                failed(shard, "retention", &err);
+            }
         }
     }
+}
+
+/// Deletes finished jobs past retention with bounded statements, repeated
+/// while they come back full.
+async fn sweep_finished(shard: &Shard, retention: &Retention) -> Result<(), ShardError> {
+    for _ in 0..MAX_RETENTION_ROUNDS {
+        let deleted =
+            upkeep::delete_finished(shard, retention.finished_after, retention.batch).await?;
+        if deleted > 0 {
+            tracing::info!(shard = %shard.name, deleted, "deleted finished jobs past retention");
+        }
+        if deleted < retention.batch as u64 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A duty that failed on `shard` this pass: the next pass tries again.
+fn failed(shard: &Shard, duty: &str, err: &ShardError) {
+    tracing::warn!(
+        shard = %shard.name,
+        duty,
+        error = %crate::error_chain(err),
+        "maintenance duty failed; the others ran, it is tried again next pass"
+    );
 }

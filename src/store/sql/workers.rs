@@ -13,10 +13,50 @@ pub const WORKER_HEARTBEAT: &str = "INSERT INTO shardq_workers \
         claims = EXCLUDED.claims, claimed = EXCLUDED.claimed, busy = EXCLUDED.busy, \
         empty = EXCLUDED.empty, errors = EXCLUDED.errors, completed = EXCLUDED.completed";
 
-/// Deletes the rows of workers whose last heartbeat is older than $1 ms
-/// (they stopped without saying so: killed, or the shard was unreachable).
-pub const WORKERS_EXPIRE: &str = "DELETE FROM shardq_workers \
-    WHERE heartbeat_at < now() - $1::bigint * interval '1 millisecond'";
+/// The workers silent for longer than $2 ms before worker $1's previous
+/// heartbeat on this shard, locked (rows another releaser holds are
+/// skipped). Judged against the caller's own last beat, not the clock: when
+/// the shard itself did not answer for a while, every worker's row is old,
+/// and none of them missed a beat this shard could have taken. No previous
+/// beat of $1 (its first): none.
+pub const WORKERS_SILENT: &str = "SELECT d.worker_id FROM shardq_workers d \
+    WHERE d.heartbeat_at < (SELECT m.heartbeat_at FROM shardq_workers m WHERE m.worker_id = $1) \
+        - $2::bigint * interval '1 millisecond' \
+    FOR UPDATE OF d SKIP LOCKED";
+
+/// Up to $2 running jobs of the owners $1, locked (rows being written now
+/// are skipped: their completion or extension is in flight).
+pub const JOBS_OF_OWNERS: &str = "SELECT shard_key, id FROM workflow_status \
+    WHERE status = 'running' AND owner = ANY($1::text[]) \
+    ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED";
+
+/// Gives back the jobs among ($1, $2) still running under one of the
+/// silent owners $3, as lease recovery does (attempt count kept, `waiting`
+/// behind their key, `dead` on the last attempt, `cancelled` when asked)
+/// without waiting for the lease. Raises the fence, so the owner's late
+/// completion (it was alive after all, only cut off) is fenced out, not
+/// taken for a repeat of its own write. Returns the new status of each row.
+pub const JOB_RELEASE_SILENT: &str = "UPDATE workflow_status w SET \
+        status = CASE WHEN w.cancel_requested THEN 'cancelled' \
+            WHEN w.attempts >= w.max_attempts THEN 'dead' \
+            WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
+        error = CASE WHEN w.attempts >= w.max_attempts \
+            THEN 'worker ' || w.owner || ' stopped heartbeating on attempt ' || w.attempts \
+                || ' of ' || w.max_attempts || ' (it crashed, hung or lost the shard)' \
+            ELSE w.error END, \
+        finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts THEN now() END, \
+        owner = NULL, lease_expires_at = NULL, fence = w.fence + 1 \
+    FROM unnest($1::int[], $2::bigint[]) AS e(shard_key, id) \
+    WHERE w.shard_key = e.shard_key AND w.id = e.id \
+        AND w.status = 'running' AND w.owner = ANY($3::text[]) \
+    RETURNING w.status";
+
+/// Deletes the rows of the silent workers $1 that hold no running job on
+/// this shard any more (one whose jobs could not all be given back yet
+/// keeps its row, so a later beat tries again).
+pub const WORKERS_FORGET: &str = "DELETE FROM shardq_workers d \
+    WHERE d.worker_id = ANY($1::text[]) AND NOT EXISTS ( \
+        SELECT 1 FROM workflow_status w WHERE w.status = 'running' AND w.owner = d.worker_id)";
 
 /// Deletes worker $1's row (it stopped).
 pub const WORKER_DELETE: &str = "DELETE FROM shardq_workers WHERE worker_id = $1";

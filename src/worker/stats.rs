@@ -37,6 +37,10 @@ pub struct Stats {
     pub(crate) released: AtomicU64,
     /// Handlers abandoned after `worker.handler_timeout`.
     pub(crate) abandoned: AtomicU64,
+    /// Outcomes at the completer not yet written (nor fenced, nor given up).
+    pub(crate) unwritten: AtomicU64,
+    /// The most [`Stats::unwritten`] has been.
+    pub(crate) unwritten_peak: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -70,6 +74,10 @@ pub struct StatsSnapshot {
     pub released: u64,
     /// Abandoned handlers.
     pub abandoned: u64,
+    /// Outcomes at the completer not yet written now.
+    pub unwritten: u64,
+    /// The most outcomes that ever waited at the completer at once.
+    pub unwritten_peak: u64,
 }
 
 impl StatsSnapshot {
@@ -162,6 +170,17 @@ impl Stats {
         Self::add(&self.metrics.shards[shard].completed, n);
     }
 
+    /// `n` outcomes reached the completer, to be written.
+    pub(crate) fn outcomes_arrived(&self, n: u64) {
+        let now = self.unwritten.fetch_add(n, Relaxed) + n;
+        self.unwritten_peak.fetch_max(now, Relaxed);
+    }
+
+    /// `n` outcomes at the completer were written, fenced or given up.
+    pub(crate) fn outcomes_settled(&self, n: u64) {
+        self.unwritten.fetch_sub(n, Relaxed);
+    }
+
     /// Adds `n` to `counter`.
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
@@ -184,6 +203,8 @@ impl Stats {
             recovered: self.recovered.load(Relaxed),
             released: self.released.load(Relaxed),
             abandoned: self.abandoned.load(Relaxed),
+            unwritten: self.unwritten.load(Relaxed),
+            unwritten_peak: self.unwritten_peak.load(Relaxed),
         }
     }
 }

@@ -48,8 +48,8 @@ pub enum InvalidJob {
          checked across all shards; drop one of them"
     )]
     KeyAndDedup,
-    /// Fewer than one attempt.
-    #[error("max_attempts is {0}; it must be at least 1")]
+    /// Fewer than one attempt, or more than [`MAX_ATTEMPTS`].
+    #[error("max_attempts is {0}; it must be at least 1 and at most {MAX_ATTEMPTS}")]
     MaxAttempts(i32),
     /// A deduplication id on a transactional enqueue.
     #[error(
@@ -191,11 +191,7 @@ impl NewJob {
         if self.ordering_key.is_some() && self.dedup_id.is_some() {
             return Err(InvalidJob::KeyAndDedup);
         }
-        if let Some(attempts) = self.max_attempts {
-            if attempts < 1 {
-                return Err(InvalidJob::MaxAttempts(attempts));
-            }
-        }
+        check_max_attempts(self.max_attempts)?;
         Ok(())
     }
 
@@ -314,6 +310,21 @@ impl Completion {
             outcome: outcome.storable(),
             finished: std::time::Instant::now(),
         }
+    }
+}
+
+/// The most attempts a job may have (`NewJob::max_attempts`,
+/// `limits.default_max_attempts`). A thousand attempts at even the shortest
+/// backoff outlast any failure a retry can wait out; beyond that a job
+/// retries forever in all but name, and its counters drift toward the
+/// limits of their types (`attempts` is an int4).
+pub const MAX_ATTEMPTS: i32 = 1_000;
+
+/// A job's own attempt limit, when it sets one, within `1..=MAX_ATTEMPTS`.
+fn check_max_attempts(attempts: Option<i32>) -> Result<(), InvalidJob> {
+    match attempts {
+        Some(n) if !(1..=MAX_ATTEMPTS).contains(&n) => Err(InvalidJob::MaxAttempts(n)),
+        _ => Ok(()),
     }
 }
 

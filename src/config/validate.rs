@@ -383,8 +383,20 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         concurrency: positive("worker.concurrency", w.concurrency)?,
         producers: positive("worker.producers", w.producers)?,
         buffer_jobs: w.buffer_jobs,
-        lease: Duration::from_millis(positive("worker.lease_ms", w.lease_ms as usize)? as u64),
-        completion_batch: positive("worker.completion_batch", w.completion_batch)?,
+        lease: Duration::from_millis(at_most(
+            "worker.lease_ms",
+            positive("worker.lease_ms", w.lease_ms as usize)? as u64,
+            MAX_LEASE_MS,
+            "must be at most 86400000 (a day): a crashed worker's jobs wait this long, \
+             and a long job needs no long lease (leases are renewed every third of one)",
+        )?),
+        completion_batch: at_most(
+            "worker.completion_batch",
+            positive("worker.completion_batch", w.completion_batch)? as u64,
+            MAX_COMPLETION_BATCH as u64,
+            "must be at most 5000: one completion statement holds its rows' locks \
+             until it commits, and more gains nothing",
+        )? as usize,
         completion_flush: Duration::from_millis(w.completion_flush_ms),
         maintenance_interval: Duration::from_millis(positive(
             "worker.maintenance_interval_ms",
@@ -393,7 +405,12 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         retry_backoff: backoff(
             "worker.retry_backoff_max_ms",
             w.retry_backoff_min_ms,
-            w.retry_backoff_max_ms,
+            at_most(
+                "worker.retry_backoff_max_ms",
+                w.retry_backoff_max_ms,
+                MAX_RETRY_BACKOFF_MS,
+                "must be at most 604800000 (a week): a later retry is a schedule, not a backoff",
+            )?,
         )?,
         shutdown_grace: Duration::from_millis(w.shutdown_grace_ms),
         handler_timeout: (w.handler_timeout_ms > 0)
@@ -401,9 +418,14 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
     };
     let limits = Limits {
         max_payload_bytes: positive("limits.max_payload_bytes", raw.limits.max_payload_bytes)?,
-        default_max_attempts: positive(
+        default_max_attempts: at_most(
             "limits.default_max_attempts",
-            raw.limits.default_max_attempts.max(0) as usize,
+            positive(
+                "limits.default_max_attempts",
+                raw.limits.default_max_attempts.max(0) as usize,
+            )? as u64,
+            crate::job::MAX_ATTEMPTS as u64,
+            "must be at most 1000: more attempts never end a failing job, they only retry it forever",
         )? as i32,
     };
     let r = raw.retention;
@@ -447,6 +469,31 @@ fn local_shard_files(local: &LocalConfig) -> Vec<ShardFile> {
             transaction_pooler: false,
         })
         .collect()
+}
+
+/// The longest lease (`worker.lease_ms`): 24 h, in ms.
+const MAX_LEASE_MS: u64 = 24 * 3600 * 1000;
+
+/// The longest retry backoff (`worker.retry_backoff_max_ms`): 7 days, in ms.
+/// It also keeps `now() + delay` and the backoff arithmetic of the
+/// completion far from any overflow.
+const MAX_RETRY_BACKOFF_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The most completions per statement (`worker.completion_batch`): a few
+/// thousand rows already make one statement's cost per row flat.
+const MAX_COMPLETION_BATCH: usize = 5_000;
+
+/// `value` when it is at most `max`; else the error naming `key`, with `fix`
+/// (which states `max`).
+fn at_most(key: &'static str, value: u64, max: u64, fix: &'static str) -> Result<u64, ConfigError> {
+    if value > max {
+        return Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            fix,
+        });
+    }
+    Ok(value)
 }
 
 fn positive(key: &'static str, value: usize) -> Result<usize, ConfigError> {

@@ -112,6 +112,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0014_complete_plans_once.sql",
         sql: include_str!("../../migrations/0014_complete_plans_once.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_backoff_capped.sql",
+        sql: include_str!("../../migrations/0015_backoff_capped.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

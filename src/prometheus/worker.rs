@@ -221,6 +221,14 @@ impl Collector for WorkerMetrics {
             let metric = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
             prometheus_client::encoding::EncodeMetric::encode(&gauge(value), metric)?;
         }
+        let unwritten = self.stats.unwritten.load(Relaxed) as i64;
+        let metric = e.encode_descriptor(
+            "shardq_worker_unwritten_outcomes",
+            "Outcomes at the completer not yet written (at most twice worker.buffer_jobs)",
+            None,
+            MetricType::Gauge,
+        )?;
+        prometheus_client::encoding::EncodeMetric::encode(&ConstGauge::new(unwritten), metric)?;
         self.per_target_histogram(
             e,
             "shardq_worker_pickup_latency_seconds",

@@ -19,6 +19,11 @@ pub enum ErrorKind {
     /// A unique constraint refused the write (23505); also [`ErrorKind::Data`]
     /// for retrying, told apart for callers that report it.
     UniqueViolation,
+    /// The server ran out of memory or of room in its lock table for this
+    /// statement (53200, `out of memory` / `out of shared memory`): the
+    /// same statement fails the same way while it is that big; a smaller
+    /// one (fewer rows, fewer locks) may pass.
+    OutOfMemory,
     /// No answer: the connection broke or the client-side deadline passed.
     /// The statement may have run; everything shardq runs is safe to repeat.
     NoAnswer,
@@ -56,6 +61,7 @@ impl ShardError {
                 Some(code) if *code == SqlState::LOCK_NOT_AVAILABLE => ErrorKind::LockNotAvailable,
                 Some(code) if *code == SqlState::QUERY_CANCELED => ErrorKind::QueryCanceled,
                 Some(code) if *code == SqlState::UNIQUE_VIOLATION => ErrorKind::UniqueViolation,
+                Some(code) if *code == SqlState::OUT_OF_MEMORY => ErrorKind::OutOfMemory,
                 Some(code) if matches!(&code.code()[..2], "22" | "23") => ErrorKind::Data,
                 Some(_) => ErrorKind::Other,
             },

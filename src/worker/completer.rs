@@ -6,11 +6,12 @@
 //! writes retrying) cannot hold back completions for the others.
 
 use super::credits::BufferCredits;
-use super::Shared;
+use super::{Shared, Stats};
 use crate::config::{Backoff, Config};
 use crate::job::{Completion, Outcome};
 use crate::store::jobs::{self, CompleteMany};
-use std::collections::HashMap;
+use crate::store::ErrorKind;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,18 @@ use tokio_util::sync::CancellationToken;
 /// Completion writes in flight per shard: two overlap one statement's round
 /// trip with the next batch's accumulation.
 const WRITES_PER_SHARD: usize = 2;
+
+/// The most keyed outcomes one completion statement carries. The statement
+/// takes one advisory lock per distinct key, all held until it commits, in
+/// the server's shared lock table: `max_locks_per_transaction` (64 by
+/// default) times `max_connections` (100) plus a little, about 6,400 on a
+/// stock server, shared by every session (the write failed with `out of
+/// shared memory` at ~20,000 keys on shardq's local servers). A thousand
+/// keeps one write to a sixth of a stock table, so a few processes' writes
+/// fit at once; when they do not, the write is split (see
+/// [`write_with_retry`]). Keyed rows count as keys: a key has one running
+/// job at a time, so a batch's keyed outcomes are nearly all distinct keys.
+const MAX_KEYS_PER_WRITE: usize = 1_000;
 
 /// First and longest pause between retries of a failed write.
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
@@ -39,6 +52,8 @@ pub(crate) struct CompleterConfig {
     pub retry: Backoff,
     /// Writes in flight per shard.
     pub writes_per_shard: usize,
+    /// Most keyed outcomes per statement.
+    pub keys_per_write: usize,
 }
 
 impl CompleterConfig {
@@ -48,6 +63,7 @@ impl CompleterConfig {
             flush: config.worker.completion_flush.max(Duration::from_millis(1)),
             retry: config.worker.retry_backoff,
             writes_per_shard: WRITES_PER_SHARD,
+            keys_per_write: MAX_KEYS_PER_WRITE,
         }
     }
 }
@@ -60,25 +76,37 @@ pub(crate) struct Write {
 }
 
 /// The completer's decisions, without I/O or clocks: which shard's pending
-/// completions to write, and when. A shard's batch is written when it
-/// reaches the size threshold ([`Batcher::push`]) or on the flush timer
-/// ([`Batcher::flush`]), in both cases only while the shard has fewer than
-/// `writes_per_shard` writes in flight; otherwise it keeps growing until one
-/// finishes ([`Batcher::written`]).
+/// completions to write, and when. A shard's batch is written when it is
+/// full ([`Batcher::push`]: `batch` outcomes, or `keys_per_write` keyed
+/// ones) or on the flush timer ([`Batcher::flush`]), in both cases only
+/// while the shard has fewer than `writes_per_shard` writes in flight;
+/// otherwise it waits until one finishes ([`Batcher::written`]). A write
+/// takes the oldest pending outcomes, at most `batch` of them and at most
+/// `keys_per_write` keyed ones; the rest wait for the next.
 #[derive(Debug)]
 pub(crate) struct Batcher {
     batch: usize,
+    keys_per_write: usize,
     writes_per_shard: usize,
-    pending: Vec<Vec<Completion>>,
+    pending: Vec<VecDeque<Completion>>,
+    /// Keyed outcomes among each shard's pending ones.
+    keyed: Vec<usize>,
     in_flight: Vec<usize>,
 }
 
 impl Batcher {
-    pub fn new(shards: usize, batch: usize, writes_per_shard: usize) -> Self {
+    pub fn new(
+        shards: usize,
+        batch: usize,
+        keys_per_write: usize,
+        writes_per_shard: usize,
+    ) -> Self {
         Batcher {
-            batch,
+            batch: batch.max(1),
+            keys_per_write: keys_per_write.max(1),
             writes_per_shard: writes_per_shard.max(1),
-            pending: vec![Vec::new(); shards],
+            pending: vec![VecDeque::new(); shards],
+            keyed: vec![0; shards],
             in_flight: vec![0; shards],
         }
     }
@@ -86,8 +114,9 @@ impl Batcher {
     /// An outcome arrived: a write to start if its shard's batch is full now.
     pub fn push(&mut self, done: Completion) -> Option<Write> {
         let shard = done.shard;
-        self.pending[shard].push(done);
-        if self.pending[shard].len() >= self.batch {
+        self.keyed[shard] += usize::from(done.keyed);
+        self.pending[shard].push_back(done);
+        if self.is_full(shard) {
             self.take(shard)
         } else {
             None
@@ -102,25 +131,46 @@ impl Batcher {
             .collect()
     }
 
-    /// A write on `shard` finished (written, given up or abandoned).
-    pub fn written(&mut self, shard: usize) {
+    /// A write on `shard` finished (written, given up or abandoned): the
+    /// next write there, at once, when a full batch waits for it.
+    pub fn written(&mut self, shard: usize) -> Option<Write> {
         self.in_flight[shard] = self.in_flight[shard].saturating_sub(1);
+        if self.is_full(shard) {
+            self.take(shard)
+        } else {
+            None
+        }
     }
 
     /// Whether no outcome waits to be written.
     pub fn is_empty(&self) -> bool {
-        self.pending.iter().all(Vec::is_empty)
+        self.pending.iter().all(VecDeque::is_empty)
+    }
+
+    fn is_full(&self, shard: usize) -> bool {
+        self.pending[shard].len() >= self.batch || self.keyed[shard] >= self.keys_per_write
     }
 
     fn take(&mut self, shard: usize) -> Option<Write> {
-        if self.pending[shard].is_empty() || self.in_flight[shard] >= self.writes_per_shard {
+        let pending = &mut self.pending[shard];
+        if pending.is_empty() || self.in_flight[shard] >= self.writes_per_shard {
             return None;
         }
+        let mut part = Vec::with_capacity(pending.len().min(self.batch));
+        let mut keyed = 0;
+        while part.len() < self.batch {
+            match pending.front() {
+                Some(next) if next.keyed && keyed >= self.keys_per_write => break,
+                Some(_) => {}
+                None => break,
+            }
+            let next = pending.pop_front().expect("a front was seen");
+            keyed += usize::from(next.keyed);
+            part.push(next);
+        }
+        self.keyed[shard] -= keyed;
         self.in_flight[shard] += 1;
-        Some(Write {
-            shard,
-            part: std::mem::take(&mut self.pending[shard]),
-        })
+        Some(Write { shard, part })
     }
 }
 
@@ -136,30 +186,38 @@ pub(crate) async fn run(
 ) {
     let retry = config.retry;
     let shards = shared.shards.len();
+    let stats = shared.clone();
     let write = move |w: Write| {
         let shared = shared.clone();
         let abandon = abandon.clone();
         async move { write_with_retry(&shared, w.shard, w.part, retry, &abandon).await }
     };
-    drive(&config, shards, input, &credits, write).await;
+    drive(&config, shards, input, &credits, &stats.stats, write).await;
 }
 
 /// The completer's loop over any writer (the tests' writes take no database).
 ///
-/// As each outcome reaches it, its buffer credit goes back at once, so
-/// that writes stuck on one shard never stop claims on the others (a
-/// waiting completion is a few bytes).
+/// As each outcome reaches it, its buffer credit goes back at once, so that
+/// writes stuck on one shard do not take buffer room from the others; its
+/// held credit goes back when its write ends, so that stuck writes stop
+/// claims once a buffer's worth of outcomes waits (see `credits`).
 async fn drive<W, F>(
     config: &CompleterConfig,
     shards: usize,
     mut input: mpsc::Receiver<Completion>,
     credits: &BufferCredits,
+    stats: &Stats,
     mut write: W,
 ) where
     W: FnMut(Write) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
-    let mut batcher = Batcher::new(shards, config.batch, config.writes_per_shard);
+    let mut batcher = Batcher::new(
+        shards,
+        config.batch,
+        config.keys_per_write,
+        config.writes_per_shard,
+    );
     let mut writes = Writes::default();
     let mut tick = tokio::time::interval(config.flush);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -167,7 +225,8 @@ async fn drive<W, F>(
         tokio::select! {
             received = input.recv() => match received {
                 Some(done) => {
-                    credits.give_back(1);
+                    credits.reached_completer(1);
+                    stats.outcomes_arrived(1);
                     if let Some(w) = batcher.push(done) {
                         writes.start(w, &mut write);
                     }
@@ -179,7 +238,12 @@ async fn drive<W, F>(
                     writes.start(w, &mut write);
                 }
             }
-            Some(shard) = writes.next(), if !writes.is_empty() => batcher.written(shard),
+            Some((shard, n)) = writes.next(), if !writes.is_empty() => {
+                settled(credits, stats, n);
+                if let Some(w) = batcher.written(shard) {
+                    writes.start(w, &mut write);
+                }
+            }
         }
     }
     // Final flush: wait for write slots as writes finish.
@@ -191,18 +255,32 @@ async fn drive<W, F>(
             break;
         }
         match writes.next().await {
-            Some(shard) => batcher.written(shard),
+            Some((shard, n)) => {
+                settled(credits, stats, n);
+                if let Some(w) = batcher.written(shard) {
+                    writes.start(w, &mut write);
+                }
+            }
             None => tokio::time::sleep(config.flush).await,
         }
     }
-    while writes.next().await.is_some() {}
+    while let Some((_, n)) = writes.next().await {
+        settled(credits, stats, n);
+    }
 }
 
-/// Writes in flight, each known by its shard (even one that panicked).
+/// A write of `n` outcomes ended (each written, fenced or given up): their
+/// jobs stop counting against the buffer.
+fn settled(credits: &BufferCredits, stats: &Stats, n: usize) {
+    credits.settled(n);
+    stats.outcomes_settled(n as u64);
+}
+
+/// Writes in flight, each known by its shard and size (even one that panicked).
 #[derive(Default)]
 struct Writes {
     tasks: JoinSet<()>,
-    shards: HashMap<tokio::task::Id, usize>,
+    shards: HashMap<tokio::task::Id, (usize, usize)>,
 }
 
 impl Writes {
@@ -211,17 +289,18 @@ impl Writes {
         W: FnMut(Write) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
-        let shard = w.shard;
+        let (shard, n) = (w.shard, w.part.len());
         let handle = self.tasks.spawn(write(w));
-        self.shards.insert(handle.id(), shard);
+        self.shards.insert(handle.id(), (shard, n));
     }
 
     fn is_empty(&self) -> bool {
         self.tasks.is_empty()
     }
 
-    /// The shard of the next write to finish; `None` when none is in flight.
-    async fn next(&mut self) -> Option<usize> {
+    /// The shard and size of the next write to finish (all its outcomes
+    /// written, fenced or given up); `None` when none is in flight.
+    async fn next(&mut self) -> Option<(usize, usize)> {
         let id = match self.tasks.join_next_with_id().await? {
             Ok((id, ())) => id,
             Err(err) => err.id(),
@@ -234,7 +313,11 @@ impl Writes {
 /// a passing reason. A write refused for its data (SQLSTATE class 22 or 23,
 /// say a row a constraint rejects) is split to find the rows it fails on;
 /// each such job is written as failed with the reason, and the rest as they
-/// were. The jobs are let go of (their leases no longer extended) once written.
+/// were. A write the server had no memory or lock room for (53200) is split
+/// in halves, each retried at once: the same statement would fail the same
+/// way, a smaller one takes fewer locks. The jobs are let go of (their
+/// leases no longer extended) once written, fenced or given up, so a job
+/// whose outcome cannot be written returns by lease expiry.
 async fn write_with_retry(
     shared: &Shared,
     shard_index: usize,
@@ -245,7 +328,7 @@ async fn write_with_retry(
     let shard = shared.shards.get(shard_index);
     let mut delay = FIRST_RETRY_DELAY;
     let mut todo = vec![part];
-    while let Some(part) = todo.pop() {
+    while let Some(mut part) = todo.pop() {
         let write = CompleteMany {
             owner: &shared.owner,
             retry,
@@ -255,7 +338,7 @@ async fn write_with_retry(
         match result {
             Ok(written) => {
                 record_written(shared, shard_index, &part, &written);
-                shared.running.forget(part.iter().map(|c| (c.id, c.fence)));
+                let_go(shared, &part);
                 delay = FIRST_RETRY_DELAY;
             }
             Err(err) if err.is_permanent() => {
@@ -265,14 +348,26 @@ async fn write_with_retry(
                         todo.push(right);
                         todo.push(left);
                     }
-                    Err(Some(failed)) => {
+                    Err(Failed::Instead(failed)) => {
                         tracing::warn!(shard = %shard.name, job = %failed.id, %error, "outcome refused by the database; writing the job as failed");
                         todo.push(vec![failed]);
                     }
-                    Err(None) => {
-                        tracing::error!(shard = %shard.name, %error, "even a failure could not be written; the job returns when its lease expires");
+                    Err(Failed::GiveUp(given_up)) => {
+                        tracing::error!(shard = %shard.name, job = %given_up.id, %error, "even a failure could not be written; the job returns when its lease expires");
+                        let_go(shared, std::slice::from_ref(&given_up));
                     }
                 }
+            }
+            Err(err) if err.kind() == ErrorKind::OutOfMemory && part.len() > 1 => {
+                let right = part.split_off(part.len() / 2);
+                tracing::warn!(
+                    shard = %shard.name,
+                    jobs = part.len() + right.len(),
+                    error = %crate::error_chain(&err),
+                    "completion write too big for the server's lock table or memory; splitting it"
+                );
+                todo.push(right);
+                todo.push(part);
             }
             Err(err) => {
                 tracing::warn!(
@@ -285,6 +380,8 @@ async fn write_with_retry(
                 tokio::select! {
                     _ = abandon.cancelled() => {
                         tracing::warn!(shard = %shard.name, jobs = part.len(), "completion write abandoned; the jobs return when their leases expire");
+                        let_go(shared, &part);
+                        todo.into_iter().for_each(|rest| let_go(shared, &rest));
                         return;
                     }
                     _ = tokio::time::sleep(delay) => {}
@@ -296,25 +393,40 @@ async fn write_with_retry(
     }
 }
 
+/// Stops holding these jobs: their outcomes are written, fenced or given up,
+/// so the leaser no longer extends their leases.
+fn let_go(shared: &Shared, part: &[Completion]) {
+    shared.running.forget(part.iter().map(|c| (c.id, c.fence)));
+}
+
+/// What to do with one job whose outcome the database refused for good.
+#[derive(Debug)]
+enum Failed {
+    /// Write it as failed, with the refusal as its error.
+    Instead(Completion),
+    /// It already was that failure: give it up (it returns by lease expiry).
+    GiveUp(Completion),
+}
+
 /// After a permanent refusal of `part`: its two halves to write apart, or,
-/// for a single job, that job as failed with `error` (`Err(Some)`), or
-/// nothing left to try when it already was a failure report (`Err(None)`),
-/// so that the job is let go and comes back by lease expiry.
+/// for a single job, that job as failed with `error`, or, when it already
+/// was that failure report, the job to give up, so that it is let go and
+/// comes back by lease expiry.
 fn split_or_fail(
     mut part: Vec<Completion>,
     error: &str,
-) -> Result<(Vec<Completion>, Vec<Completion>), Option<Completion>> {
+) -> Result<(Vec<Completion>, Vec<Completion>), Failed> {
     if part.len() > 1 {
         let right = part.split_off(part.len() / 2);
         return Ok((part, right));
     }
-    let mut one = part.pop().ok_or(None)?;
-    let message = format!("the database refused this job's outcome: {error}");
+    let mut one = part.pop().expect("a write carries at least one outcome");
     if matches!(&one.outcome, Outcome::Failed(m) if m.starts_with("the database refused")) {
-        return Err(None);
+        return Err(Failed::GiveUp(one));
     }
+    let message = format!("the database refused this job's outcome: {error}");
     one.outcome = Outcome::Failed(message).storable();
-    Err(Some(one))
+    Err(Failed::Instead(one))
 }
 
 fn record_written(
@@ -366,6 +478,7 @@ mod tests {
                 max: Duration::from_secs(1),
             },
             writes_per_shard: WRITES_PER_SHARD,
+            keys_per_write: MAX_KEYS_PER_WRITE,
         }
     }
 
@@ -416,7 +529,7 @@ mod tests {
         };
         let driving = tokio::spawn({
             let credits = credits.clone();
-            async move { drive(&config, shards, rx, &credits, write).await }
+            async move { drive(&config, shards, rx, &credits, &Stats::new(shards), write).await }
         });
         (tx, credits, log, driving)
     }
@@ -473,8 +586,9 @@ mod tests {
         let mut seen: Vec<_> = writes(&log).iter().map(|w| (w.1, w.2)).collect();
         seen.sort();
         assert_eq!(seen, vec![(0, 5), (1, 1)]);
-        // One credit back per outcome received.
+        // One credit of each kind back per outcome received and written.
         assert_eq!(credits.free(), 1024 + 6);
+        assert_eq!(credits.free_held(), 2048 + 6);
     }
 
     #[tokio::test(start_paused = true)]
@@ -486,9 +600,11 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
         // Shard 0 has its two writes in flight; the rest waits, but its
-        // credits came back at once.
+        // buffer credits came back at once. Its held credits come back as
+        // writes end.
         assert_eq!(writes(&log).len(), 2);
         assert_eq!(credits.free(), 1024 + 20);
+        assert_eq!(credits.free_held(), 2048);
         tx.send(done(1, 100)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(writes(&log).last().map(|w| (w.1, w.2)), Some((1, 1)));
@@ -501,17 +617,86 @@ mod tests {
     }
 
     #[test]
-    fn batcher_grows_a_batch_while_the_shard_has_no_write_slot() {
-        let mut b = Batcher::new(1, 2, 1);
+    fn batcher_holds_a_full_batch_until_the_shard_has_a_write_slot() {
+        let mut b = Batcher::new(1, 2, 1_000, 1);
         assert!(b.push(done(0, 1)).is_none());
         assert_eq!(b.push(done(0, 2)).map(|w| w.part.len()), Some(2));
         assert!(b.push(done(0, 3)).is_none());
         assert!(b.push(done(0, 4)).is_none());
         assert!(b.flush().is_empty());
-        b.written(0);
-        let w = b.flush();
-        assert_eq!(w.len(), 1);
-        assert_eq!(w[0].part.len(), 2);
+        let w = b.written(0).expect("a full batch goes as the slot frees");
+        assert_eq!(w.part.len(), 2);
         assert!(b.is_empty());
+    }
+
+    fn keyed(shard: usize, id: i64) -> Completion {
+        Completion {
+            keyed: true,
+            ..done(shard, id)
+        }
+    }
+
+    fn ids(w: &Write) -> Vec<i64> {
+        w.part.iter().map(|c| c.id.id).collect()
+    }
+
+    #[test]
+    fn batcher_cuts_a_backlog_into_writes_of_at_most_the_batch() {
+        let mut b = Batcher::new(1, 2, 1_000, 1);
+        let first = b.push(done(0, 0)).or_else(|| b.push(done(0, 1))).unwrap();
+        assert_eq!(ids(&first), vec![0, 1]);
+        for id in 2..7 {
+            assert!(b.push(done(0, id)).is_none(), "the write slot is taken");
+        }
+        // The backlog goes out oldest first, a batch at a time, each as
+        // soon as the write before it ends.
+        assert_eq!(b.written(0).map(|w| ids(&w)), Some(vec![2, 3]));
+        assert_eq!(b.written(0).map(|w| ids(&w)), Some(vec![4, 5]));
+        assert!(b.written(0).is_none(), "one left waits for the timer");
+        assert_eq!(b.flush().iter().map(ids).collect::<Vec<_>>(), vec![vec![6]]);
+    }
+
+    #[test]
+    fn batcher_cuts_a_write_at_the_most_keys_per_statement() {
+        let mut b = Batcher::new(1, 10, 3, 1);
+        assert!(b.push(keyed(0, 1)).is_none());
+        assert!(b.push(keyed(0, 2)).is_none());
+        // Three keyed outcomes fill a write, though the batch takes ten.
+        assert_eq!(b.push(keyed(0, 3)).map(|w| ids(&w)), Some(vec![1, 2, 3]));
+        for c in [
+            keyed(0, 4),
+            done(0, 5),
+            keyed(0, 6),
+            keyed(0, 7),
+            keyed(0, 8),
+            done(0, 9),
+        ] {
+            assert!(b.push(c).is_none(), "the write slot is taken");
+        }
+        // The next write stops before a fourth keyed outcome; unkeyed ones
+        // ride along.
+        assert_eq!(b.written(0).map(|w| ids(&w)), Some(vec![4, 5, 6, 7]));
+        assert!(b.written(0).is_none(), "one keyed outcome is no full batch");
+        assert_eq!(
+            b.flush().iter().map(ids).collect::<Vec<_>>(),
+            vec![vec![8, 9]]
+        );
+        assert!(b.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_credits_come_back_when_the_write_ends_not_when_the_outcome_arrives() {
+        let (tx, credits, log, driving) = start(config(5, 5), 1, Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        for id in 0..5 {
+            tx.send(keyed(0, id)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(writes(&log).len(), 1);
+        assert_eq!((credits.free(), credits.free_held()), (1024 + 5, 2048));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(credits.free_held(), 2048 + 5);
+        drop(tx);
+        driving.await.unwrap();
     }
 }

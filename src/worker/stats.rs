@@ -42,6 +42,10 @@ pub struct Stats {
     /// Claims not answered within their shard's budget, left to a task of
     /// their own while the producer moved on.
     pub(crate) claims_detached: AtomicU64,
+    /// Outcomes at the completer not yet written (nor fenced, nor given up).
+    pub(crate) unwritten: AtomicU64,
+    /// The most [`Stats::unwritten`] has been.
+    pub(crate) unwritten_peak: AtomicU64,
 }
 
 /// A point-in-time copy of [`Stats`].
@@ -81,6 +85,10 @@ pub struct StatsSnapshot {
     /// Claims not answered within their shard's budget (their replies are
     /// handled by a task of their own: jobs run or go back).
     pub claims_detached: u64,
+    /// Outcomes at the completer not yet written now.
+    pub unwritten: u64,
+    /// The most outcomes that ever waited at the completer at once.
+    pub unwritten_peak: u64,
 }
 
 impl StatsSnapshot {
@@ -191,6 +199,17 @@ impl Stats {
         Self::add(&self.metrics.shards[shard].completed, n);
     }
 
+    /// `n` outcomes reached the completer, to be written.
+    pub(crate) fn outcomes_arrived(&self, n: u64) {
+        let now = self.unwritten.fetch_add(n, Relaxed) + n;
+        self.unwritten_peak.fetch_max(now, Relaxed);
+    }
+
+    /// `n` outcomes at the completer were written, fenced or given up.
+    pub(crate) fn outcomes_settled(&self, n: u64) {
+        self.unwritten.fetch_sub(n, Relaxed);
+    }
+
     /// Adds `n` to `counter`.
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
@@ -215,6 +234,8 @@ impl Stats {
             abandoned: self.abandoned.load(Relaxed),
             claim_wait_max_us: self.claim_wait_max_us.load(Relaxed),
             claims_detached: self.claims_detached.load(Relaxed),
+            unwritten: self.unwritten.load(Relaxed),
+            unwritten_peak: self.unwritten_peak.load(Relaxed),
         }
     }
 }

@@ -52,8 +52,9 @@ pub const KEYS_PROMOTE: &str = "WITH promoted AS MATERIALIZED ( \
 /// row's asked status ($4) is `succeeded`, `failed` or `released`.
 ///
 /// A failure with attempts left becomes `scheduled` again after an
-/// exponential, jittered backoff ($8 ms doubling per attempt, at most $9 ms):
-/// the delay is stored, not slept. A failure on the last attempt is `dead`.
+/// exponential, jittered backoff ($8 ms doubling per attempt, at most $9 ms;
+/// the doubling stops at 2^62, so no attempt count overflows it): the delay
+/// is stored, not slept. A failure on the last attempt is `dead`.
 /// A released job (claimed, never started) goes back uncounted: `queued`, or
 /// `waiting` when it has a key (its key's lowest waiting job is queued when
 /// the key is free). A job whose cancellation was asked and that did not
@@ -71,7 +72,8 @@ pub const KEYS_PROMOTE: &str = "WITH promoted AS MATERIALIZED ( \
 /// rows than the batch has (a one-time filter): the common batch, written
 /// whole, probes each row once, not twice.
 ///
-/// The statement lives in `shardq_complete_many` (migration 14), which keeps
+/// The statement lives in `shardq_complete_many` (migration 14; 15 caps the
+/// backoff's exponent), which keeps
 /// one generic plan per connection: planning it took 5x longer than running
 /// it for one job. tests/plans.rs checks that plan.
 pub const JOB_COMPLETE_MANY: &str = "SELECT * FROM shardq_complete_many($1::int[], $2::bigint[], \

@@ -232,6 +232,45 @@ async fn a_key_with_only_waiting_jobs_is_stranded() {
     assert!(examples[0].1.contains("1 waiting"), "{examples:?}");
 }
 
+/// The stranded-key read stops at its bound in the middle of a key: a key
+/// cut there shows its running job before its waiting ones, so the cut
+/// never makes it look stranded; the report says the read was bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_cut_by_the_read_bound_is_not_taken_for_stranded() {
+    let s = setup("").await;
+    let ids = s.enqueue((0..4).map(|_| keyed("q", "a")).collect()).await;
+    s.claim("q", "w", 1).await;
+    s.sql("UPDATE workflow_status SET status = 'waiting' WHERE status = 'queued'")
+        .await;
+    // The running job gets the highest id: in id order a waiting job comes
+    // first, and a read cut after it would take the key for stranded.
+    s.break_job(
+        ids[0],
+        "UPDATE workflow_status SET status = 'waiting', owner = NULL, \
+         lease_expires_at = NULL, attempts = 0 WHERE shard_key = $1 AND id = $2",
+    )
+    .await;
+    s.break_job(
+        ids[3],
+        "UPDATE workflow_status SET status = 'running', owner = 'w', attempts = 1, \
+         fence = fence + 1, started_at = now(), lease_expires_at = now() + interval '1 h' \
+         WHERE shard_key = $1 AND id = $2",
+    )
+    .await;
+    assert_eq!(s.status_count("waiting").await, 3);
+    for bound in 1..=4 {
+        let options = CheckOptions {
+            key_entries: bound,
+            ..CheckOptions::from_config(&s.config)
+        };
+        let report = s.client.check(&options).await;
+        assert_eq!(report.violations(), 0, "bound {bound}: {report:#?}");
+        let finding = report.shards[0].finding(Invariant::StrandedKey).unwrap();
+        assert_eq!(finding.scanned, u64::from(bound));
+        assert_eq!(finding.capped, bound < 5, "bound {bound}");
+    }
+}
+
 /// A second claim of a key that has a running job: two owners run it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_claims_running_one_key_are_reported() {
@@ -497,4 +536,89 @@ async fn a_busy_healthy_drain_never_breaks_an_invariant() {
     assert!(samples >= 3, "only {samples} samples");
     assert!(saw_running, "no sample saw a running job");
     assert_eq!(s.check().await.violations(), 0);
+}
+
+/// `shardq check` end to end: 0 while every invariant holds, 3 (with the
+/// broken invariant and its job in the report) once one is broken, 4 when
+/// nothing is broken but a shard does not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_command_exits_by_what_it_found() {
+    let s = setup("").await;
+    let ids = s.enqueue(vec![job("q"), job("q")]).await;
+    let claimed = s.claim("q", "w", 1).await;
+    let queued = *ids.iter().find(|id| **id != claimed[0].id).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, s._shards.toml("")).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(shardq_harness::exe::shardq())
+            .arg("--config")
+            .arg(&path)
+            .arg("check")
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run shardq")
+    };
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("all hold"), "{}", text(&out));
+
+    s.break_job(
+        queued,
+        "UPDATE workflow_status SET owner = 'ghost' WHERE shard_key = $1 AND id = $2",
+    )
+    .await;
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("job_state"), "{}", text(&out));
+    assert!(text(&out).contains(&queued.to_string()), "{}", text(&out));
+
+    let out = run(&["--json"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let finding = report["shards"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["invariant"] == "job_state")
+        .unwrap()
+        .clone();
+    assert_eq!(finding["broken"], 1, "{report}");
+    assert_eq!(
+        finding["examples"][0]["job"],
+        queued.to_string(),
+        "{report}"
+    );
+
+    // Healthy again, plus a shard that refuses connections: 4.
+    s.break_job(
+        queued,
+        "UPDATE workflow_status SET owner = NULL WHERE shard_key = $1 AND id = $2",
+    )
+    .await;
+    s.sql("UPDATE shardq_shard_map SET shard_count = 2").await;
+    std::fs::write(
+        &path,
+        format!(
+            "{}[[shards]]\nname = \"gone\"\nurl = \"postgres://postgres@127.0.0.1:1/x\"\n",
+            s._shards.toml("")
+        ),
+    )
+    .unwrap();
+    let out = run(&["--shard-timeout-ms", "2000"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(
+        text(&out).contains("gone: did not answer"),
+        "{}",
+        text(&out)
+    );
 }

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 pub const STALE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Keyed unfinished index entries read for stranded keys by default:
-/// about 130 ms of one server's CPU at the bound, far less below it.
+/// about 200 ms of one server's CPU at the bound (measured with 58,000
+/// keys, 44,000 of them stranded), far less below it.
 pub const DEFAULT_KEY_ENTRIES: u32 = 100_000;
 
 /// Rows read per window for job states by default: 2,000 per window is

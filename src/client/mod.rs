@@ -15,7 +15,10 @@ pub use crate::store::workers::WorkerRow;
 pub use browse::{
     JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
 };
-pub use check::{CheckOptions, CheckReport, ShardCheck, STALE_MARGIN};
+pub use check::{
+    CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES,
+    DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
+};
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;
 pub use schedule_status::ScheduleStatus;

@@ -622,3 +622,84 @@ async fn the_check_command_exits_by_what_it_found() {
         text(&out)
     );
 }
+
+/// The value of `name` with labels containing every one of `labels`
+/// (`k="v"`), from Prometheus text; `None` when no such series.
+fn gauge(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|kv| l.contains(kv)))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+}
+
+/// `GET /metrics` over plain TCP, retried while the exporter starts.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for _ in 0..200 {
+        if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.unwrap();
+            assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+            return response;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nothing answered at http://{addr}/metrics");
+}
+
+/// `shardq metrics` exposes one gauge per invariant and shard: 0 while it
+/// holds, the count once broken; and whether the shard answered the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exporter_has_a_gauge_per_invariant() {
+    let s = setup("").await;
+    let ids = s.enqueue(vec![keyed("q", "a"), keyed("q", "a")]).await;
+    s.claim("q", "w", 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, s._shards.toml("")).unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let _exporter = shardq_harness::exe::shardq_command(&path)
+        .args(["metrics", "--listen", &addr.to_string()])
+        .spawn()
+        .unwrap();
+    let name = "shardq_invariant_violations";
+
+    let text = scrape(addr).await;
+    assert_eq!(
+        gauge(&text, "shardq_invariant_check_up", &["shard=\"s0\""]),
+        Some(1.0),
+        "{text}"
+    );
+    for invariant in Invariant::ALL {
+        let label = format!("invariant=\"{}\"", invariant.as_str());
+        assert_eq!(
+            gauge(&text, name, &[&label, "shard=\"s0\""]),
+            Some(0.0),
+            "{invariant}: {text}"
+        );
+    }
+    // The backlog is still there.
+    assert!(text.contains("shardq_queue_jobs{"), "{text}");
+
+    s.break_job(
+        ids[0],
+        "UPDATE workflow_status SET status = 'succeeded', owner = NULL, \
+         lease_expires_at = NULL, finished_at = now() WHERE shard_key = $1 AND id = $2",
+    )
+    .await;
+    let text = scrape(addr).await;
+    let stranded = ["invariant=\"stranded_key\"", "shard=\"s0\""];
+    assert_eq!(gauge(&text, name, &stranded), Some(1.0), "{text}");
+    assert_eq!(
+        gauge(&text, name, &["invariant=\"job_state\"", "shard=\"s0\""]),
+        Some(0.0),
+        "{text}"
+    );
+}

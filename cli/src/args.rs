@@ -55,6 +55,7 @@ pub enum Command {
     /// Serve the web dashboard over every shard (HTML, no JavaScript).
     Dashboard(DashboardArgs),
     /// Serve every shard's backlog (queue depth, oldest ready age, shard up)
+    /// and the invariants of `shardq check` (`shardq_invariant_violations`)
     /// as Prometheus metrics: one exporter per fleet, not one per worker.
     Metrics(MetricsArgs),
     /// Start local shards, migrate, enqueue noop jobs, drain them, print the throughput.
@@ -203,7 +204,7 @@ pub struct MetricsArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9465")]
     pub listen: std::net::SocketAddr,
     /// Longest a scrape waits for one shard; a shard that takes longer is
-    /// reported as `shardq_shard_up 0`.
+    /// reported as `shardq_shard_up 0` (and `shardq_invariant_check_up 0`).
     #[arg(long, default_value_t = 2000)]
     pub shard_timeout_ms: u64,
 }

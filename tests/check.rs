@@ -760,3 +760,65 @@ async fn a_drain_with_failing_keyed_jobs_never_strands_a_key() {
     let _ = worker.await;
     assert!(first_broken.is_none(), "{first_broken:#?}");
 }
+
+/// The job-state read stays bounded by its windows: on a shard of 2.36
+/// million rows the planner, left to itself, read all 40,000 waiting rows
+/// by a bitmap scan and sorted them to keep a window's worth (446 ms instead
+/// of 72); the check's own settings (`CHECK_SETTINGS`) keep each window an
+/// index walk its `LIMIT` stops. At this test's size the planner walks the
+/// index either way, so this guards the settings' plan, it does not
+/// reproduce the bad one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_state_read_walks_indexes_its_limits_stop() {
+    let s = setup("").await;
+    s.sql(
+        "INSERT INTO workflow_status (shard_key, queue, handler, ordering_key, status) \
+         SELECT g % 65536, 'q', 'noop', 'k' || (g % 5000), 'waiting' \
+         FROM generate_series(1, 40000) g; \
+         INSERT INTO workflow_status (shard_key, queue, handler, ordering_key, status) \
+         SELECT g % 65536, 'q', 'noop', 'k' || (g % 5000), 'queued' \
+         FROM generate_series(1, 60000) g; \
+         INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at) \
+         SELECT g % 65536, 'q', 'noop', 'succeeded', now() FROM generate_series(1, 40000) g; \
+         ANALYZE workflow_status",
+    )
+    .await;
+    let bounded = {
+        let mut db = s.shard().client().await.unwrap();
+        let tx = db.transaction().await.unwrap();
+        let deadline = "10000".to_string();
+        tx.query_typed(
+            shardq::store::sql::CHECK_SETTINGS,
+            &[(&deadline, tokio_postgres::types::Type::TEXT)],
+        )
+        .await
+        .unwrap();
+        let (rows, shown) = (100_i64, 5_i64);
+        let explain = format!("EXPLAIN {}", shardq::store::sql::CHECK_JOB_STATE);
+        let lines = tx
+            .query_typed(
+                &explain,
+                &[
+                    (&rows, tokio_postgres::types::Type::INT8),
+                    (&shown, tokio_postgres::types::Type::INT8),
+                ],
+            )
+            .await
+            .unwrap();
+        lines
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for unbounded in ["Bitmap Heap Scan", "Seq Scan"] {
+        assert!(!bounded.contains(unbounded), "{unbounded}:\n{bounded}");
+    }
+    let report = s.check().await;
+    assert_eq!(report.violations(), 0, "{report:#?}");
+    let states = report.shards[0].finding(Invariant::JobState).unwrap();
+    assert!(
+        states.capped,
+        "40,000 waiting rows pass the window: {states:?}"
+    );
+}

@@ -178,7 +178,7 @@ async fn read_on(
         .read_only(true)
         .start()
         .await?;
-    tx.query_typed(sql::CHECK_DEADLINE, &[(&deadline_ms, Type::TEXT)])
+    tx.query_typed(sql::CHECK_SETTINGS, &[(&deadline_ms, Type::TEXT)])
         .await?;
     let asks: [(Invariant, &str, Vec<Param>); 5] = [
         (

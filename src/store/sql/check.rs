@@ -1,6 +1,6 @@
 //! `shardq check`: reads that find broken invariants on one shard.
 //!
-//! All run in one `REPEATABLE READ READ ONLY` transaction ([`CHECK_DEADLINE`]
+//! All run in one `REPEATABLE READ READ ONLY` transaction ([`CHECK_SETTINGS`]
 //! first), so they judge one snapshot, and `now()` is that snapshot's time.
 //! Each walks a partial index that holds no finished row, or a window of at
 //! most a bound number of rows, never the history: the cost of every
@@ -13,11 +13,18 @@
 //! parallel arrays `ex_shard_key`, `ex_id`, `ex_queue`, `ex_key`,
 //! `ex_detail`.
 
-/// Gives the server the same deadline as the client ($1, ms, as text), for
-/// this transaction only: a check cut off by its deadline stops working on
-/// the server too.
-pub const CHECK_DEADLINE: &str =
-    "SELECT set_config('statement_timeout', $1::text, true) AS statement_timeout";
+/// Settings for this transaction only (nothing stays on the session, which
+/// a pooler may lend on): the client's deadline ($1, ms, as text), so a
+/// check cut off stops working on the server too; and the plans that keep
+/// every read bounded. Each window is an index walk that its `LIMIT` stops:
+/// with bitmap scans allowed, the planner read all 40,000 waiting rows and
+/// sorted them to keep 2,000 (446 ms instead of 72 for the job states on
+/// the shard measured above). Seq scans and JIT are off as on shardq's own
+/// connections, which a transaction pooler does not give (no connect-time
+/// options behind one).
+pub const CHECK_SETTINGS: &str = "SELECT set_config('statement_timeout', $1::text, true), \
+    set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), \
+    set_config('jit', 'off', true)";
 
 /// Keys stranded: a (queue, ordering key) with `waiting` jobs and no
 /// queued, running or scheduled job, so nothing ever queues them again.
@@ -172,7 +179,8 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 /// (`workflow_status_finished` backward: rows without `finished_at` come
 /// first); and the $1 newest jobs of any state (the primary key backward:
 /// the only way to meet an unkeyed waiting job, which no index holds).
-/// Cost: about 2 µs per row read (25 ms with $1 = 2,000 and 5,000 running).
+/// Cost: about 2-4 µs per row read (25 ms with $1 = 2,000 and 5,000 running
+/// on an idle server, 54-66 ms on this 2-core machine under load).
 /// `capped` says an unfinished state had more rows than $1. Examples ($2):
 /// the lowest ids, with the first rule each breaks.
 pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \

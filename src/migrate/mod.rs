@@ -112,6 +112,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0014_complete_plans_once.sql",
         sql: include_str!("../../migrations/0014_complete_plans_once.sql"),
     },
+    Migration {
+        version: 20,
+        name: "0020_enqueue_ids.sql",
+        sql: include_str!("../../migrations/0020_enqueue_ids.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -20,6 +20,45 @@ pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
+/// Takes $1 job ids from the table's identity sequence (migration 20), for
+/// [`JOB_INSERT_MANY_AS`].
+pub const JOB_RESERVE_IDS: &str = "SELECT id FROM shardq_reserve_ids($1::int) AS id ORDER BY id";
+
+/// [`JOB_INSERT_MANY`] with the ids given ($1, from [`JOB_RESERVE_IDS`]); a
+/// row whose id exists already is skipped (ON CONFLICT on the primary key), so
+/// sending it again after a lost reply writes nothing twice. An earlier try
+/// still in flight is waited for by the primary key's uniqueness check: the
+/// row is then skipped if that try committed and written if it did not.
+/// Returns the ids written by this statement.
+pub const JOB_INSERT_MANY_AS: &str = "INSERT INTO workflow_status \
+    (id, shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts) \
+    OVERRIDING SYSTEM VALUE \
+    SELECT id, shard_key, queue, handler, ordering_key, priority, payload, \
+        CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + delay_ms * interval '1 millisecond', max_attempts \
+    FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], \
+                $7::jsonb[], $8::bigint[], $9::int[]) \
+        WITH ORDINALITY AS t(id, shard_key, queue, handler, ordering_key, priority, payload, \
+                             delay_ms, max_attempts, ord) \
+    ORDER BY ord \
+    ON CONFLICT (id, shard_key) DO NOTHING \
+    RETURNING id, \
+        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
+
+/// [`JOB_INSERT_DEDUP`] with the id given ($10, from [`JOB_RESERVE_IDS`]):
+/// skipped when that id exists already (a retry after a lost reply) or an
+/// unfinished job of the queue has the deduplication id. Returns the id when
+/// this statement wrote it.
+pub const JOB_INSERT_DEDUP_AS: &str = "INSERT INTO workflow_status \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
+     dedup_id, id) \
+    OVERRIDING SYSTEM VALUE \
+    VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + $7::bigint * interval '1 millisecond', $8, $9, $10) \
+    ON CONFLICT DO NOTHING \
+    RETURNING id, \
+        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
+
 /// Inserts one job with a deduplication id ($9), unless an unfinished job of
 /// the same queue has it. Returns the new id, or no row.
 pub const JOB_INSERT_DEDUP: &str = "INSERT INTO workflow_status \

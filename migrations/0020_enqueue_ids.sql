@@ -10,14 +10,21 @@
 --
 -- SECURITY DEFINER: `nextval` needs a privilege on the sequence that a role
 -- allowed to insert jobs does not have (an identity column needs none,
--- docs/least_privilege.sql); this function lends only that. The sequence is
--- named by the identity column itself, resolved now, schema-qualified.
+-- docs/least_privilege.sql); this function lends only that. Every name in
+-- it is schema-qualified (the sequence is resolved now, from the identity
+-- column), so the caller's search_path cannot redirect it; a `SET
+-- search_path` clause would do the same at a cost on every call. plpgsql
+-- keeps its plan per connection; one array, not a set, comes back.
 DO $$
 BEGIN
     EXECUTE format($f$
-        CREATE OR REPLACE FUNCTION shardq_reserve_ids(p_n int) RETURNS SETOF bigint
-        LANGUAGE sql VOLATILE SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
-        AS $b$SELECT nextval(%L::regclass) FROM generate_series(1, p_n)$b$
+        CREATE OR REPLACE FUNCTION shardq_reserve_ids(p_n int) RETURNS bigint[]
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+        AS $b$
+        BEGIN
+            RETURN ARRAY(SELECT pg_catalog.nextval(%L::pg_catalog.regclass)
+                         FROM pg_catalog.generate_series(1, p_n));
+        END
+        $b$
     $f$, pg_get_serial_sequence('workflow_status', 'id'));
 END $$;

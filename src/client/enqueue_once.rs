@@ -3,10 +3,11 @@
 //! A connection that breaks after the server committed an insert looks to the
 //! client exactly like one that broke before: it cannot tell whether its jobs
 //! were written. So every enqueue takes its jobs' ids first (one statement per
-//! shard, [`jobs::reserve_ids`]), then inserts them under those ids with
-//! `ON CONFLICT DO NOTHING` on the primary key ([`jobs::insert_many_as`]):
-//! sending the insert again writes each job once, whatever became of the
-//! earlier try. The client retries a failed insert itself a few times; when
+//! shard, [`jobs::reserve_ids`]), then inserts them under those ids
+//! ([`jobs::insert_many_as`]); a retry inserts with `ON CONFLICT DO NOTHING`
+//! on the primary key, so it writes each job once, whatever became of the
+//! earlier try (the first try needs no ON CONFLICT, which costs a WAL record
+//! per row: nothing can conflict with ids just taken). The client retries a failed insert itself a few times; when
 //! that does not settle it, the error carries the call ([`PendingEnqueue`])
 //! for [`Client::enqueue_again`], which is just as safe.
 //!
@@ -87,41 +88,38 @@ impl PendingEnqueue {
 
 /// Runs `op` until it succeeds, fails permanently (SQLSTATE class 22 or 23),
 /// was tried [`ENQUEUE_TRIES`] times, or [`RETRY_WINDOW`] has passed. `op`
-/// must be safe to repeat. Each retry borrows a fresh connection (a broken
-/// one is not returned to the pool).
-async fn with_retries<T, F, Fut>(what: &str, mut op: F) -> Result<T, ShardError>
+/// is told whether an earlier try (this call's, or one before it when
+/// `again` is set) may have written something, and must then be safe to
+/// repeat. Each retry borrows a fresh connection (a broken one is not
+/// returned to the pool).
+async fn with_retries<T, F, Fut>(what: &str, again: bool, mut op: F) -> Result<T, ShardError>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<T, ShardError>>,
 {
     let started = Instant::now();
     let mut pause = FIRST_RETRY_PAUSE;
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match op().await {
+    for tries in 1.. {
+        let err = match op(again || tries > 1).await {
             Ok(value) => return Ok(value),
-            Err(err)
-                if err.is_permanent()
-                    || tries >= ENQUEUE_TRIES
-                    || started.elapsed() + pause > RETRY_WINDOW =>
-            {
-                return Err(err)
-            }
-            Err(err) => {
-                tracing::debug!(
-                    error = %crate::error_chain(&err),
-                    tries,
-                    "{what} failed; trying again with the same ids"
-                );
-                // Jitter, so that the clients a fault hit together do not
-                // come back together.
-                let jittered = pause.mul_f64(rand::thread_rng().gen_range(0.5..1.5));
-                tokio::time::sleep(jittered).await;
-                pause *= RETRY_GROWTH;
-            }
+            Err(err) => err,
+        };
+        if err.is_permanent() || tries >= ENQUEUE_TRIES || started.elapsed() + pause > RETRY_WINDOW
+        {
+            return Err(err);
         }
+        tracing::debug!(
+            error = %crate::error_chain(&err),
+            tries,
+            "{what} failed; trying again with the same ids"
+        );
+        // Jitter, so that the clients a fault hit together do not come back
+        // together.
+        let jittered = pause.mul_f64(rand::thread_rng().gen_range(0.5..1.5));
+        tokio::time::sleep(jittered).await;
+        pause *= RETRY_GROWTH;
     }
+    unreachable!("the loop returns")
 }
 
 impl Client {
@@ -146,8 +144,10 @@ impl Client {
             .map(|(shard_index, mut part)| async move {
                 part.sort_by_key(|(index, _, _)| *index);
                 let shard = self.shards.get(shard_index);
-                let ids =
-                    with_retries("taking job ids", || jobs::reserve_ids(shard, part.len())).await?;
+                let ids = with_retries("taking job ids", false, |_| {
+                    jobs::reserve_ids(shard, part.len())
+                })
+                .await?;
                 // Ascending ids in input order: a key's jobs keep the order
                 // they were given in.
                 let reserved = part
@@ -181,17 +181,22 @@ impl Client {
     /// Not cancel safe (some jobs may be written), but calling it again with
     /// the same pending enqueue is safe.
     pub async fn enqueue_again(&self, pending: PendingEnqueue) -> Result<Vec<JobId>, ClientError> {
-        self.write(pending).await
+        self.write(pending, true).await
     }
 
     /// Writes every part of `pending`, shards in parallel (each shard is
     /// tried even when another fails). An error that a retry may clear
-    /// becomes [`ClientError::OutcomeUnknown`] carrying `pending`.
-    pub(super) async fn write(&self, pending: PendingEnqueue) -> Result<Vec<JobId>, ClientError> {
+    /// becomes [`ClientError::OutcomeUnknown`] carrying `pending`. `again`:
+    /// an earlier call may have written some of it.
+    pub(super) async fn write(
+        &self,
+        pending: PendingEnqueue,
+        again: bool,
+    ) -> Result<Vec<JobId>, ClientError> {
         let writes = pending
             .parts
             .iter()
-            .map(|(shard_index, part)| self.write_part(self.shards.get(*shard_index), part));
+            .map(|(shard_index, part)| self.write_part(self.shards.get(*shard_index), part, again));
         let mut ids = vec![
             JobId {
                 shard_key: 0,
@@ -237,6 +242,7 @@ impl Client {
         &self,
         shard: &Shard,
         part: &[Reserved],
+        again: bool,
     ) -> Result<Vec<(usize, JobId)>, ClientError> {
         let (plain, deduplicated): (Vec<&Reserved>, Vec<&Reserved>) =
             part.iter().partition(|r| r.job.dedup_id.is_none());
@@ -246,11 +252,14 @@ impl Client {
             .collect();
         let row_ids: Vec<i64> = plain.iter().map(|r| r.id).collect();
         if !rows.is_empty() {
-            with_retries("enqueue", || jobs::insert_many_as(shard, &rows, &row_ids)).await?;
+            with_retries("enqueue", again, |again| {
+                jobs::insert_many_as(shard, &rows, &row_ids, again)
+            })
+            .await?;
         }
         let mut out: Vec<(usize, JobId)> = plain.iter().map(|r| (r.index, r.job_id())).collect();
         for r in deduplicated {
-            out.push((r.index, self.write_deduplicated(shard, r).await?));
+            out.push((r.index, self.write_deduplicated(shard, r, again).await?));
         }
         Ok(out)
     }
@@ -269,18 +278,25 @@ impl Client {
     /// and is skipped; only when this call found another holder of the
     /// deduplication id, and that holder finished before the late try ran,
     /// is the late try written as well.
-    async fn write_deduplicated(&self, shard: &Shard, r: &Reserved) -> Result<JobId, ClientError> {
+    async fn write_deduplicated(
+        &self,
+        shard: &Shard,
+        r: &Reserved,
+        again: bool,
+    ) -> Result<JobId, ClientError> {
         let dedup_id = r.job.dedup_id.as_deref().unwrap_or_default();
         let row = self.row(r.shard_key, &r.job);
         for _ in 0..DEDUP_RACE_RETRIES {
-            let written = with_retries("enqueue", || {
+            let written = with_retries("enqueue", again, |_| {
                 jobs::insert_dedup_as(shard, row, dedup_id, r.id)
             })
             .await?;
-            if written || with_retries("enqueue", || jobs::exists(shard, r.job_id())).await? {
+            if written
+                || with_retries("enqueue", again, |_| jobs::exists(shard, r.job_id())).await?
+            {
                 return Ok(r.job_id());
             }
-            let holder = with_retries("enqueue", || {
+            let holder = with_retries("enqueue", again, |_| {
                 jobs::find_dedup(shard, &r.job.queue, dedup_id)
             })
             .await?;

@@ -178,7 +178,7 @@ impl Client {
         let total = jobs.len();
         let (per_shard, deduplicated) = self.route_all(jobs)?;
         let pending = self.reserve(total, per_shard, deduplicated).await?;
-        self.write(pending).await
+        self.write(pending, false).await
     }
 
     /// `job` as a row to write, its attempt limit resolved.

@@ -62,29 +62,40 @@ pub async fn reserve_ids(shard: &Shard, n: usize) -> Result<Vec<i64>, ShardError
         return Ok(Vec::new());
     }
     let n = i32::try_from(n).expect("fewer than 2^31 jobs in one call");
-    let rows = exec::query(shard, sql::JOB_RESERVE_IDS, &[(&n, Type::INT4)]).await?;
-    Ok(rows.iter().map(|r| r.get("id")).collect())
+    let row = exec::query_one(shard, sql::JOB_RESERVE_IDS, &[(&n, Type::INT4)]).await?;
+    let mut ids: Vec<i64> = row.get("ids");
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// Inserts `rows` on `shard` with the ids `ids` (one per row, from
-/// [`reserve_ids`] on this shard), in statements of up to 5,000, skipping a
-/// row whose id exists already. Idempotent: after a failure, or a reply that
-/// never came, calling it again with the same rows and ids writes each job
-/// exactly once. Returns how many rows this call wrote.
+/// [`reserve_ids`] on this shard), in statements of up to 5,000. `again`:
+/// an earlier call with these rows may have written some of them (it failed,
+/// or its reply never came); then a row whose id exists is skipped, so each
+/// job is written exactly once. Returns how many rows this call wrote.
 ///
 /// # Errors
 ///
 /// [`ShardError`] when a statement fails; the chunks before it are written.
+/// Without `again`, a row that exists already fails its chunk (unique
+/// violation): call it with `again` after any failure.
 ///
 /// # Cancel safety
 ///
-/// Not cancel safe (some chunks may be written), but safe to call again.
+/// Not cancel safe (some chunks may be written), but safe to call again with
+/// `again`.
 pub async fn insert_many_as(
     shard: &Shard,
     rows: &[NewRow<'_>],
     ids: &[i64],
+    again: bool,
 ) -> Result<u64, ShardError> {
     assert_eq!(rows.len(), ids.len(), "one id per row");
+    let statement = if again {
+        sql::JOB_INSERT_MANY_AGAIN
+    } else {
+        sql::JOB_INSERT_MANY_AS
+    };
     let mut written = 0;
     for (chunk, ids) in rows.chunks(INSERT_CHUNK).zip(ids.chunks(INSERT_CHUNK)) {
         let columns = Columns::of(chunk);
@@ -102,7 +113,7 @@ pub async fn insert_many_as(
             delays,
             attempts,
         ];
-        written += exec::execute(shard, sql::JOB_INSERT_MANY_AS, &params).await?;
+        written += exec::execute(shard, statement, &params).await?;
     }
     Ok(written)
 }

@@ -114,8 +114,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 20,
-        name: "0020_enqueue_ids.sql",
-        sql: include_str!("../../migrations/0020_enqueue_ids.sql"),
+        name: "0020_retry_safe_writes.sql",
+        sql: include_str!("../../migrations/0020_retry_safe_writes.sql"),
     },
 ];
 

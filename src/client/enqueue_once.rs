@@ -86,9 +86,9 @@ impl PendingEnqueue {
     }
 }
 
-/// Runs `op` until it succeeds, fails permanently (SQLSTATE class 22 or 23),
-/// was tried [`ENQUEUE_TRIES`] times, or [`RETRY_WINDOW`] has passed. `op`
-/// is told whether an earlier try (this call's, or one before it when
+/// Runs `op` until it succeeds, fails permanently (SQLSTATE class 22, 23 or
+/// 42), was tried [`ENQUEUE_TRIES`] times, or [`RETRY_WINDOW`] has passed.
+/// `op` is told whether an earlier try (this call's, or one before it when
 /// `again` is set) may have written something, and must then be safe to
 /// repeat. Each retry borrows a fresh connection (a broken one is not
 /// returned to the pool).
@@ -104,7 +104,10 @@ where
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
-        if err.is_permanent() || tries >= ENQUEUE_TRIES || started.elapsed() + pause > RETRY_WINDOW
+        if err.is_permanent()
+            || repeats_identically(&err)
+            || tries >= ENQUEUE_TRIES
+            || started.elapsed() + pause > RETRY_WINDOW
         {
             return Err(err);
         }
@@ -120,6 +123,14 @@ where
         pause *= RETRY_GROWTH;
     }
     unreachable!("the loop returns")
+}
+
+/// Whether `err` is one a retry meets again though it is not about the data:
+/// SQLSTATE class 42 (an undefined function: the shard's schema is older
+/// than this client, run `shardq migrate`; a missing privilege).
+fn repeats_identically(err: &ShardError) -> bool {
+    err.sqlstate()
+        .is_some_and(|code| code.code().starts_with("42"))
 }
 
 impl Client {

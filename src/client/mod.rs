@@ -2,6 +2,7 @@
 
 mod browse;
 mod check;
+mod enqueue_once;
 mod inspect;
 mod pause;
 mod schedule_status;
@@ -19,27 +20,41 @@ pub use check::{
     CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES,
     DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
 };
+pub use enqueue_once::PendingEnqueue;
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;
 pub use schedule_status::ScheduleStatus;
 pub use transactional::RoutedJob;
 
 use crate::config::{Config, Limits};
-use crate::job::{InvalidJob, JobId, NewJob, OnDuplicate};
+use crate::job::{InvalidJob, JobId, NewJob};
 use crate::router;
 use crate::shards::{ShardError, ShardSet};
-use crate::store::jobs::{self, NewRow};
-use futures_util::future::try_join_all;
-
-/// Attempts at inserting a deduplicated job while the holder of its id finishes.
-const DEDUP_RACE_RETRIES: usize = 3;
+use crate::store::jobs::NewRow;
 
 /// Errors from enqueueing or reading jobs.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// A shard failed.
+    /// A shard failed. From an enqueue: nothing of it was written when the
+    /// error is transient ([`ShardError::is_permanent`] is false); a
+    /// permanent one (bad data) may leave the jobs of other shards written.
     #[error(transparent)]
     Shard(#[from] ShardError),
+    /// A shard did not confirm an enqueue, after retries: some of its jobs
+    /// may be written, some not. [`Client::enqueue_again`] with `pending`
+    /// writes the rest and returns every id, each job exactly once.
+    #[error(
+        "enqueue of {} jobs not confirmed (some may be written): pass the error's pending \
+         enqueue to `Client::enqueue_again`, which writes each job exactly once",
+        pending.len()
+    )]
+    OutcomeUnknown {
+        /// The call, with its jobs' ids fixed.
+        pending: Box<PendingEnqueue>,
+        /// The last failure.
+        #[source]
+        source: ShardError,
+    },
     /// A job with [`OnDuplicate::Error`] whose deduplication id is taken.
     #[error("job {index}: deduplication id `{dedup_id}` is taken by unfinished job {existing}")]
     Duplicate {
@@ -134,63 +149,42 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropped after the statement was sent, the job may be
-    /// written; give it a deduplication id to make a retry safe.
+    /// As [`Client::enqueue_many`].
     pub async fn enqueue(&self, job: NewJob) -> Result<JobId, ClientError> {
         Ok(self.enqueue_many(vec![job]).await?[0])
     }
 
-    /// Enqueues jobs, one statement per shard (per 5,000 jobs), shards in
-    /// parallel. Returns the ids in input order.
+    /// Enqueues jobs, shards in parallel: per shard one statement that takes
+    /// the jobs' ids, then one insert per 5,000 jobs (and one per job with a
+    /// deduplication id). Returns the ids in input order; a key's jobs get
+    /// ascending ids in input order.
+    ///
+    /// Exactly once, even when a reply is lost: the jobs are written under
+    /// the ids taken first, and a row whose id exists is skipped, so a
+    /// failed insert is retried (a few times, within seconds) without
+    /// writing anything twice.
     ///
     /// # Errors
     ///
     /// [`ClientError::Invalid`] (nothing written) for a bad name or payload;
-    /// [`ClientError::Shard`] when a shard fails (parts on other shards may
-    /// have been written; their ids are lost to the caller).
+    /// [`ClientError::Shard`] with a transient error when ids could not be
+    /// taken (nothing written: call again); [`ClientError::OutcomeUnknown`]
+    /// when a shard did not confirm its insert after retries (call
+    /// [`Client::enqueue_again`] with it); [`ClientError::Shard`] with a
+    /// permanent error (bad data; other shards' jobs may be written),
+    /// [`ClientError::Duplicate`] and [`ClientError::DedupContended`] as
+    /// documented there.
     ///
     /// # Cancel safety
     ///
-    /// Not cancel safe: dropped after a statement was sent, some jobs may be
-    /// written; give them deduplication ids to make a retry safe.
+    /// Not cancel safe: dropped after an insert was sent, some jobs may be
+    /// written, and their ids are lost with the future; give them
+    /// deduplication ids to make a new call safe.
     pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, ClientError> {
         let total = jobs.len();
         let (per_shard, deduplicated) = self.route_all(jobs)?;
-        let writes = per_shard
-            .iter()
-            .enumerate()
-            .filter(|(_, part)| !part.is_empty())
-            .map(|(shard, part)| self.insert_on_shard(shard, part));
-        let mut ids = vec![
-            JobId {
-                shard_key: 0,
-                id: 0
-            };
-            total
-        ];
-        for part in try_join_all(writes).await? {
-            for (index, id) in part {
-                ids[index] = id;
-            }
-        }
-        // Deduplicated jobs go one statement each: the insert may be skipped.
-        for (index, shard_key, job) in deduplicated {
-            ids[index] = self.insert_deduplicated(index, shard_key, &job).await?;
-        }
-        Ok(ids)
-    }
-
-    async fn insert_on_shard(
-        &self,
-        shard_index: usize,
-        part: &[(usize, i32, NewJob)],
-    ) -> Result<Vec<(usize, JobId)>, ClientError> {
-        let rows: Vec<NewRow> = part
-            .iter()
-            .map(|(_, shard_key, job)| self.row(*shard_key, job))
-            .collect();
-        let ids = jobs::insert_many(self.shards.get(shard_index), &rows).await?;
-        Ok(part.iter().map(|(index, _, _)| *index).zip(ids).collect())
+        let pending = self.reserve(total, per_shard, deduplicated).await?;
+        self.write(pending, false).await
     }
 
     /// `job` as a row to write, its attempt limit resolved.
@@ -230,39 +224,6 @@ impl Client {
         job.max_attempts
             .unwrap_or(self.limits.default_max_attempts)
             .max(1)
-    }
-
-    /// Inserts a job with a deduplication id, or finds the unfinished job that
-    /// holds it. Retries when that job finishes between the two statements.
-    async fn insert_deduplicated(
-        &self,
-        index: usize,
-        shard_key: i32,
-        job: &NewJob,
-    ) -> Result<JobId, ClientError> {
-        let shard = self.shards.for_key(shard_key);
-        let dedup_id = job.dedup_id.as_deref().unwrap_or_default();
-        // Between a skipped insert and the lookup, the holder may finish:
-        // then try the insert again.
-        for _ in 0..DEDUP_RACE_RETRIES {
-            if let Some(id) = jobs::insert_dedup(shard, self.row(shard_key, job), dedup_id).await? {
-                return Ok(id);
-            }
-            if let Some(existing) = jobs::find_dedup(shard, &job.queue, dedup_id).await? {
-                return match job.on_duplicate {
-                    OnDuplicate::ReturnExisting => Ok(existing),
-                    OnDuplicate::Error => Err(ClientError::Duplicate {
-                        index,
-                        dedup_id: dedup_id.to_string(),
-                        existing,
-                    }),
-                };
-            }
-        }
-        Err(ClientError::DedupContended {
-            index,
-            dedup_id: dedup_id.to_string(),
-        })
     }
 
     fn validate_job(&self, index: usize, job: &NewJob) -> Result<(), ClientError> {

@@ -117,6 +117,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0015_backoff_capped.sql",
         sql: include_str!("../../migrations/0015_backoff_capped.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_retry_safe_writes.sql",
+        sql: include_str!("../../migrations/0016_retry_safe_writes.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -45,6 +45,79 @@ pub async fn insert_many(shard: &Shard, rows: &[NewRow<'_>]) -> Result<Vec<JobId
     Ok(out)
 }
 
+/// Takes `n` job ids on `shard` for [`insert_many_as`] and
+/// [`insert_dedup_as`], ascending: ids taken by a call that returned before
+/// another began are smaller than that one's. An id taken and never used is
+/// a harmless gap.
+///
+/// # Errors
+///
+/// [`ShardError`] when the statement fails (taking ids again is harmless).
+///
+/// # Cancel safety
+///
+/// Cancel safe: at worst some ids go unused.
+pub async fn reserve_ids(shard: &Shard, n: usize) -> Result<Vec<i64>, ShardError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let n = i32::try_from(n).expect("fewer than 2^31 jobs in one call");
+    let row = exec::query_one(shard, sql::JOB_RESERVE_IDS, &[(&n, Type::INT4)]).await?;
+    let mut ids: Vec<i64> = row.get("ids");
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Inserts `rows` on `shard` with the ids `ids` (one per row, from
+/// [`reserve_ids`] on this shard), in statements of up to 5,000. `again`:
+/// an earlier call with these rows may have written some of them (it failed,
+/// or its reply never came); then a row whose id exists is skipped, so each
+/// job is written exactly once. Returns how many rows this call wrote.
+///
+/// # Errors
+///
+/// [`ShardError`] when a statement fails; the chunks before it are written.
+/// Without `again`, a row that exists already fails its chunk (unique
+/// violation): call it with `again` after any failure.
+///
+/// # Cancel safety
+///
+/// Not cancel safe (some chunks may be written), but safe to call again with
+/// `again`.
+pub async fn insert_many_as(
+    shard: &Shard,
+    rows: &[NewRow<'_>],
+    ids: &[i64],
+    again: bool,
+) -> Result<u64, ShardError> {
+    assert_eq!(rows.len(), ids.len(), "one id per row");
+    let statement = if again {
+        sql::JOB_INSERT_MANY_AGAIN
+    } else {
+        sql::JOB_INSERT_MANY_AS
+    };
+    let mut written = 0;
+    for (chunk, ids) in rows.chunks(INSERT_CHUNK).zip(ids.chunks(INSERT_CHUNK)) {
+        let columns = Columns::of(chunk);
+        let ids = ids.to_vec();
+        let [keys, queues, handlers, ordering, priorities, payloads, delays, attempts] =
+            columns.params();
+        let params: [Param; 9] = [
+            (&ids, Type::INT8_ARRAY),
+            keys,
+            queues,
+            handlers,
+            ordering,
+            priorities,
+            payloads,
+            delays,
+            attempts,
+        ];
+        written += exec::execute(shard, statement, &params).await?;
+    }
+    Ok(written)
+}
+
 /// Inserts `row` inside the caller's own transaction `tx` (any connection to
 /// the shard it routes to), so it exists only if that transaction commits.
 ///
@@ -112,6 +185,47 @@ pub async fn insert_dedup(
     }))
 }
 
+/// Inserts `row` with deduplication id `dedup_id` as job `id` (from
+/// [`reserve_ids`] on this shard), unless job `id` exists already or an
+/// unfinished job of its queue has that deduplication id. Returns whether
+/// this call wrote it; when it did not, [`super::exists`] on `id` tells a
+/// retry of an earlier write (it is there) from a duplicate.
+///
+/// # Errors
+///
+/// [`ShardError`] when the statement fails.
+///
+/// # Cancel safety
+///
+/// Not cancel safe (the job may be written), but safe to call again.
+pub async fn insert_dedup_as(
+    shard: &Shard,
+    row: NewRow<'_>,
+    dedup_id: &str,
+    id: i64,
+) -> Result<bool, ShardError> {
+    let j = row.job;
+    let delay_ms = j.delay.as_millis() as i64;
+    let inserted = exec::query_opt(
+        shard,
+        sql::JOB_INSERT_DEDUP_AS,
+        &[
+            (&row.shard_key, Type::INT4),
+            (&j.queue, Type::TEXT),
+            (&j.handler, Type::TEXT),
+            (&j.ordering_key, Type::TEXT),
+            (&j.priority, Type::INT4),
+            (&j.payload, Type::JSONB),
+            (&delay_ms, Type::INT8),
+            (&row.max_attempts, Type::INT4),
+            (&dedup_id, Type::TEXT),
+            (&id, Type::INT8),
+        ],
+    )
+    .await?;
+    Ok(inserted.is_some())
+}
+
 /// The unfinished job of `queue` with deduplication id `dedup_id`.
 ///
 /// # Errors
@@ -135,7 +249,8 @@ pub async fn find_dedup(
     Ok(row.as_ref().map(job_id))
 }
 
-/// The columns of [`sql::JOB_INSERT_MANY`] for some rows.
+/// The columns of [`sql::JOB_INSERT_MANY`] for some rows (and, after the
+/// ids, of [`sql::JOB_INSERT_MANY_AS`]).
 struct Columns<'a> {
     keys: Vec<i32>,
     queues: Vec<&'a str>,

@@ -13,7 +13,10 @@ mod read;
 pub use change::{cancel, retry};
 pub use claim::{claim, probe, Claim, ClaimParams};
 pub use complete::{complete_many, CompleteMany, Written};
-pub use insert::{find_dedup, insert_dedup, insert_in, insert_many, NewRow};
+pub use insert::{
+    find_dedup, insert_dedup, insert_dedup_as, insert_in, insert_many, insert_many_as, reserve_ids,
+    NewRow,
+};
 pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases, OwnedRunning};
 pub use read::{exists, get, outcome, JobInfo, JobOutcomeRow};
 

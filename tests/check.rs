@@ -713,7 +713,6 @@ async fn the_exporter_has_a_gauge_per_invariant() {
 /// Ignored until that race is fixed (the promotion under the key lock);
 /// then it must pass as it stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds the §2.3 promotion race until its fix is merged"]
 async fn a_drain_with_failing_keyed_jobs_never_strands_a_key() {
     const KEYS: usize = 500;
     const PER_KEY: usize = 20;

@@ -254,3 +254,50 @@ fn recovery(t: &Timeline, shard: usize, field: Field, w: Window, end_s: f64) -> 
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scale::proto::Sample;
+    use shardq::worker::metrics::ShardCountersSnapshot;
+
+    /// One process's samples of one shard's `claimed` counter, (ms, claimed).
+    fn timeline(points: &[(f64, u64)]) -> Timeline {
+        let samples: Vec<Sample> = points
+            .iter()
+            .map(|&(ms, claimed)| Sample {
+                unix_ms: ms,
+                shards: vec![ShardCountersSnapshot {
+                    claimed,
+                    ..Default::default()
+                }],
+            })
+            .collect();
+        Timeline::new(&[samples], 0.0, 1)
+    }
+
+    #[test]
+    fn reclaimed_is_the_first_claim_after_the_end() {
+        // Claims stop at 2 s, the fault ends at 4 s, the next claim is seen
+        // in the sample at 5.5 s (claimed between 5.0 and 5.5).
+        let t = timeline(&[
+            (1000.0, 100),
+            (2000.0, 200),
+            (4000.0, 200),
+            (5000.0, 200),
+            (5500.0, 260),
+        ]);
+        let w = Window {
+            start_s: 3.0,
+            end_s: 4.0,
+        };
+        let at = reclaimed(&t, 0, w).expect("claimed again");
+        assert!((1.0..=1.5).contains(&at), "{at}");
+        // Never claimed again within the run.
+        let w = Window {
+            start_s: 3.0,
+            end_s: 5.6,
+        };
+        assert_eq!(reclaimed(&t, 0, w), None);
+    }
+}

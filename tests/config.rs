@@ -83,6 +83,29 @@ fn a_wake_cooldown_longer_than_the_fallback_poll_is_rejected() {
 }
 
 #[test]
+fn a_claim_budget_ceiling_outside_its_floor_and_the_statement_deadline_is_rejected() {
+    for bad in ["50", "20000"] {
+        let e = err(&format!(
+            "{ONE_SHARD}[dequeue]\nstatement_timeout_ms = 10000\nclaim_budget_max_ms = {bad}\n"
+        ));
+        assert!(e.contains("dequeue.claim_budget_max_ms"), "{e}");
+    }
+    let ok = Config::from_toml(&format!(
+        "{ONE_SHARD}[dequeue]\nclaim_budget_max_ms = 2000\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        ok.dequeue.claim_budget_max,
+        std::time::Duration::from_millis(2000)
+    );
+    let default = Config::from_toml(ONE_SHARD).unwrap();
+    assert_eq!(
+        default.dequeue.claim_budget_max,
+        std::time::Duration::from_millis(250)
+    );
+}
+
+#[test]
 fn unparsable_urls_are_rejected_with_the_shard_named() {
     let e = err("[[shards]]\nname = \"broken\"\nurl = \"postgres://u@h:notaport/db\"\n");
     assert!(e.contains("shards[0].url (shard `broken`)"), "{e}");

@@ -195,6 +195,13 @@ pub struct DequeueFile {
     /// stops answering without closing the connection).
     #[serde(default = "default_statement_timeout")]
     pub statement_timeout_ms: u64,
+    /// Longest a producer waits on one shard's claim before it leaves the
+    /// claim to a task of its own and skips the shard until a probe says it
+    /// answers again (the wait is 4x the shard's recent answer time, within
+    /// 100 ms and this). Raise it for shards whose round trip is this long
+    /// (another region): a shard that cannot answer within it is not used.
+    #[serde(default = "default_claim_budget_max")]
+    pub claim_budget_max_ms: u64,
 }
 
 /// Worker settings.
@@ -325,6 +332,9 @@ fn default_idle_poll() -> u64 {
 }
 fn default_wake_cooldown() -> u64 {
     0
+}
+fn default_claim_budget_max() -> u64 {
+    250
 }
 fn default_busy_min() -> u64 {
     1

@@ -221,6 +221,9 @@ pub struct DequeueConfig {
     /// Least time from a claim that found a target caught up to the next
     /// claim a wake-up lets in there.
     pub wake_cooldown: Duration,
+    /// Longest a producer waits on one shard's claim
+    /// (`dequeue.claim_budget_max_ms`).
+    pub claim_budget_max: Duration,
     /// Pause after every shard answered busy.
     pub busy_backoff: Backoff,
     /// Retry delay for a failing shard.
@@ -342,6 +345,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             positive("dequeue.idle_poll_ms", d.idle_poll_ms as usize)? as u64,
         )?,
         wake_cooldown: wake_cooldown(d.wake_cooldown_ms, d.idle_poll_ms)?,
+        claim_budget_max: claim_budget_max(d.claim_budget_max_ms, d.statement_timeout_ms)?,
         busy_backoff: backoff(
             "dequeue.busy_backoff_max_ms",
             d.busy_backoff_min_ms,
@@ -519,6 +523,21 @@ fn wake_cooldown(cooldown_ms: u64, idle_poll_ms: u64) -> Result<Duration, Config
         });
     }
     Ok(Duration::from_millis(cooldown_ms))
+}
+
+/// The ceiling of a producer's wait on one shard: at least the budget's
+/// floor, and within a statement's deadline (past which the claim fails
+/// anyway).
+fn claim_budget_max(budget_ms: u64, statement_timeout_ms: u64) -> Result<Duration, ConfigError> {
+    let floor = crate::worker::CLAIM_BUDGET_MIN.as_millis() as u64;
+    if budget_ms < floor || budget_ms > statement_timeout_ms {
+        return Err(ConfigError::Invalid {
+            key: "dequeue.claim_budget_max_ms",
+            value: budget_ms.to_string(),
+            fix: "must be at least 100 and at most dequeue.statement_timeout_ms (250 suits shards on one network)",
+        });
+    }
+    Ok(Duration::from_millis(budget_ms))
 }
 
 /// The bounds of an adaptive K, which must hold the starting K.

@@ -22,6 +22,7 @@ mod rotation;
 mod running;
 mod scheduler;
 mod shard_health;
+pub(crate) use shard_health::BUDGET_MIN as CLAIM_BUDGET_MIN;
 mod slot_control;
 mod stats;
 mod wakeup;

@@ -12,7 +12,7 @@
 use super::credits::BufferCredits;
 use super::local_gate::{Entered, LocalGate, Refused};
 use super::rotation::{jitter, Next, Rotation};
-use super::shard_health::{ShardHealth, BUDGET_MAX, PROBE_DEADLINE, PROBE_INTERVAL};
+use super::shard_health::{ShardHealth, PROBE_INTERVAL};
 use super::wakeup::Wakeups;
 use super::Shared;
 use crate::config::{Backoff, Config, DequeueMode};
@@ -53,6 +53,8 @@ pub(crate) struct ProducerConfig {
     pub idle_poll: Backoff,
     /// Retry delays written with a release (`worker.retry_backoff`).
     pub retry: Backoff,
+    /// Ceiling of a shard's claim budget (`dequeue.claim_budget_max_ms`).
+    pub claim_budget_max: Duration,
 }
 
 impl ProducerConfig {
@@ -64,6 +66,7 @@ impl ProducerConfig {
             unhealthy: config.dequeue.unhealthy_backoff,
             idle_poll: config.dequeue.idle_poll,
             retry: config.worker.retry_backoff,
+            claim_budget_max: config.dequeue.claim_budget_max,
         }
     }
 
@@ -109,8 +112,8 @@ impl Producers {
         wakeups: Arc<Wakeups>,
     ) -> Self {
         Producers {
+            health: ShardHealth::new(shared.shards.len(), config.claim_budget_max),
             config,
-            health: ShardHealth::new(shared.shards.len()),
             shared,
             targets,
             gate,
@@ -512,7 +515,7 @@ async fn late_reply(
     match result {
         Ok(Claim::Jobs(jobs)) => {
             // A late answer says nothing about the usual claim time.
-            entered.claimed(jobs.len(), took.min(BUDGET_MAX));
+            entered.claimed(jobs.len(), took.min(p.config.claim_budget_max));
             drop(entered);
             take_late(&p, jobs, &shutdown).await;
         }
@@ -610,7 +613,7 @@ async fn probe(p: Arc<Producers>, shard: usize, shutdown: CancellationToken) {
             _ = tokio::time::sleep(pause) => {}
         }
         let started = Instant::now();
-        let answer = tokio::time::timeout(PROBE_DEADLINE, jobs::probe(target)).await;
+        let answer = tokio::time::timeout(p.health.probe_deadline(), jobs::probe(target)).await;
         let took = matches!(answer, Ok(Ok(()))).then(|| started.elapsed());
         if p.health.with(shard, |h| h.probed(took)) {
             tracing::info!(
@@ -644,6 +647,7 @@ mod tests {
                 min: Duration::from_millis(100),
                 max: Duration::from_millis(1000),
             },
+            claim_budget_max: Duration::from_millis(250),
         }
     }
 

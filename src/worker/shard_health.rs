@@ -3,7 +3,7 @@
 //!
 //! A producer never waits on one shard for longer than that shard's
 //! [`Health::budget`]: a few times its recent answer time, within
-//! [`BUDGET_MIN`]..=[`BUDGET_MAX`]. A claim that is not answered within it
+//! [`BUDGET_MIN`] and `dequeue.claim_budget_max_ms`. A claim that is not answered within it
 //! (or that fails for a reason that is the shard's, not the target's) makes
 //! the shard *suspect* for the whole process: every producer skips it, and one
 //! probe, alone in flight and detached from the producers, asks it every
@@ -23,10 +23,12 @@ use std::time::{Duration, Instant};
 /// below it would make healthy shards suspect on a scheduler hiccup.
 pub(crate) const BUDGET_MIN: Duration = Duration::from_millis(100);
 
-/// Longest budget: one wait this long costs the healthy shards little even
-/// with a small buffer (200 jobs on 16 slots of 10 ms jobs last ~125 ms),
-/// and it is paid once per episode, since the shard is then skipped. A
-/// shard that answers slower than this is skipped while it does.
+/// Longest budget by default (`dequeue.claim_budget_max_ms`): one wait this
+/// long costs the healthy shards little even with a small buffer (200 jobs
+/// on 16 slots of 10 ms jobs last ~125 ms), and it is paid once per
+/// episode, since the shard is then skipped. A shard that answers slower
+/// than the ceiling is skipped while it does.
+#[cfg(test)]
 pub(crate) const BUDGET_MAX: Duration = Duration::from_millis(250);
 
 /// Budget in multiples of the shard's typical answer time: room for the
@@ -66,24 +68,31 @@ pub(crate) struct Health {
     /// A high percentile of the recent answer times (none answered yet).
     typical: Option<Duration>,
     state: State,
-}
-
-impl Default for Health {
-    fn default() -> Self {
-        Health {
-            typical: None,
-            state: State::Healthy,
-        }
-    }
+    /// The budget's ceiling (`dequeue.claim_budget_max_ms`).
+    max: Duration,
 }
 
 impl Health {
+    /// Healthy and not yet heard from, with budgets up to `max`.
+    pub fn new(max: Duration) -> Self {
+        Health {
+            typical: None,
+            state: State::Healthy,
+            max: max.max(BUDGET_MIN),
+        }
+    }
+
+    /// The budget's ceiling.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
     /// How long a claim here may keep a producer: [`BUDGET_FACTOR`] times
-    /// the typical answer, within the bounds; [`BUDGET_MAX`] before the
-    /// first answer (its connection is still to be made).
+    /// the typical answer, within [`BUDGET_MIN`] and the ceiling; the
+    /// ceiling before the first answer (its connection is still to be made).
     pub fn budget(&self) -> Duration {
-        self.typical.map_or(BUDGET_MAX, |t| {
-            (t * BUDGET_FACTOR).clamp(BUDGET_MIN, BUDGET_MAX)
+        self.typical.map_or(self.max, |t| {
+            (t * BUDGET_FACTOR).clamp(BUDGET_MIN, self.max)
         })
     }
 
@@ -93,11 +102,11 @@ impl Health {
     }
 
     /// The shard answered after `took` (a claim, in time or late, or a
-    /// probe): weighs it into the typical time. Times past [`BUDGET_MAX`]
+    /// probe): weighs it into the typical time. Times past the ceiling
     /// count as that: beyond it the budget is capped anyway, and a reply
     /// after a freeze says nothing about how fast the shard answers.
     pub fn answered(&mut self, took: Duration) {
-        let took = took.min(BUDGET_MAX);
+        let took = took.min(self.max);
         self.typical = Some(match self.typical {
             None => took,
             Some(t) if took > t => t + (took - t) / 2,
@@ -141,11 +150,22 @@ pub(crate) struct ShardHealth {
 }
 
 impl ShardHealth {
-    /// For `shards` shards, each healthy and not yet heard from.
-    pub fn new(shards: usize) -> Self {
+    /// For `shards` shards, each healthy and not yet heard from, with
+    /// budgets up to `max`.
+    pub fn new(shards: usize, max: Duration) -> Self {
         ShardHealth {
-            shards: (0..shards).map(|_| Mutex::new(Health::default())).collect(),
+            shards: (0..shards).map(|_| Mutex::new(Health::new(max))).collect(),
         }
+    }
+
+    /// How long a probe waits for its answer: [`PROBE_DEADLINE`], or twice
+    /// the ceiling where that is longer (a far shard's answer must fit).
+    pub fn probe_deadline(&self) -> Duration {
+        let max = self
+            .shards
+            .first()
+            .map_or(BUDGET_MIN, |h| h.lock().expect("shard health").max());
+        PROBE_DEADLINE.max(max * 2)
     }
 
     /// Runs `f` on shard `shard`'s health.
@@ -172,7 +192,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_the_longest_before_any_answer_then_follows_the_answers_within_bounds() {
-        let mut h = Health::default();
+        let mut h = Health::new(BUDGET_MAX);
         assert_eq!(h.budget(), BUDGET_MAX);
         h.answered(5 * MS);
         assert_eq!(h.budget(), BUDGET_MIN, "4 × 5 ms is below the floor");
@@ -187,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_typical_time_rises_fast_and_falls_slowly() {
-        let mut h = Health::default();
+        let mut h = Health::new(BUDGET_MAX);
         h.answered(10 * MS);
         h.answered(90 * MS);
         // Half of the rise at once.
@@ -199,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_late_answer_counts_at_most_as_the_longest_budget() {
-        let mut h = Health::default();
+        let mut h = Health::new(BUDGET_MAX);
         h.answered(Duration::from_secs(12));
         assert_eq!(h.typical, Some(BUDGET_MAX));
     }
@@ -207,7 +227,7 @@ mod tests {
     #[test]
     fn a_shard_becomes_suspect_once_and_only_a_probe_in_time_makes_it_healthy() {
         let now = Instant::now();
-        let mut h = Health::default();
+        let mut h = Health::new(BUDGET_MAX);
         h.answered(5 * MS);
         assert!(h.usable());
         assert!(h.suspect(now), "the first suspicion starts the probe");
@@ -227,7 +247,7 @@ mod tests {
     #[test]
     fn a_shard_that_keeps_answering_slower_than_the_longest_budget_stays_skipped() {
         let now = Instant::now();
-        let mut h = Health::default();
+        let mut h = Health::new(BUDGET_MAX);
         h.answered(5 * MS);
         h.suspect(now);
         // 300 ms per reply: the typical time climbs to the cap, the budget
@@ -242,7 +262,7 @@ mod tests {
     #[test]
     fn a_consistently_slower_shard_gets_a_larger_budget_and_stays_in_use() {
         let now = Instant::now();
-        let mut h = Health::default();
+        let mut h = Health::new(BUDGET_MAX);
         h.answered(5 * MS);
         h.suspect(now);
         // 60 ms answers are within the first budget (100 ms) ...
@@ -256,10 +276,33 @@ mod tests {
 
     #[test]
     fn shards_are_independent() {
-        let health = ShardHealth::new(2);
+        let health = ShardHealth::new(2, BUDGET_MAX);
         health.with(0, |h| h.suspect(Instant::now()));
         assert!(!health.usable(0));
         assert!(health.usable(1));
         assert_eq!(health.budget(1), BUDGET_MAX);
+    }
+
+    #[test]
+    fn a_raised_ceiling_lets_a_far_shard_answer_in_time() {
+        // A shard 300 ms away: with the default ceiling every claim there
+        // runs out of budget; with a ceiling of 2 s it keeps being used.
+        let far = 300 * MS;
+        let mut default = Health::new(BUDGET_MAX);
+        default.answered(far);
+        assert!(default.budget() < far);
+        let mut raised = Health::new(2_000 * MS);
+        raised.answered(far);
+        assert_eq!(raised.budget(), 1_200 * MS, "4 x its answer time");
+        assert!(
+            raised.probed(Some(far)),
+            "a probe answered in 300 ms is in time"
+        );
+        let health = ShardHealth::new(1, 2_000 * MS);
+        assert_eq!(health.probe_deadline(), 4_000 * MS);
+        assert_eq!(
+            ShardHealth::new(1, BUDGET_MAX).probe_deadline(),
+            PROBE_DEADLINE
+        );
     }
 }

@@ -148,6 +148,7 @@ mod tests {
             empty_backoff: b(50, 100),
             idle_poll: b(1500, 3000),
             wake_cooldown: Duration::ZERO,
+            claim_budget_max: Duration::from_millis(250),
             busy_backoff: b(2, 16),
             unhealthy_backoff: b(100, 1000),
             lock_timeout: Duration::from_secs(1),

@@ -1,7 +1,8 @@
 //! The cluster under test: fresh local PostgreSQL servers in a temporary
 //! folder, migrated, with the `shards.toml` that the chaos workers read. The
 //! workers reach each server through a [`LossyProxy`], which loses replies
-//! after commits while the lost-replies fault runs. It is stopped and deleted
+//! after commits while the lost-replies fault runs, and delays, silences or
+//! refuses one shard's traffic during a wire fault. It is stopped and deleted
 //! at the end, also when the run fails.
 
 use super::faults::WireFault;
@@ -11,7 +12,7 @@ use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::local::LocalServer;
 use shardq::shards::ShardSet;
-use shardq_harness::lossy_proxy::LossyProxy;
+use shardq_harness::lossy_proxy::{Fault as ProxyFault, LossyProxy};
 use shardq_harness::LocalCluster;
 use std::fs;
 use std::path::PathBuf;
@@ -138,13 +139,13 @@ impl Cluster {
     }
 
     /// Makes the proxy in front of shard `index` misbehave (`None`: behave).
-    ///
-    /// # Errors
-    ///
-    /// Interim: always, until the harness proxy can delay and silence.
-    pub fn wire_fault(&self, index: usize, fault: Option<WireFault>) -> Result<()> {
-        let _ = (&self.proxies[index], fault);
-        anyhow::bail!("the harness proxy cannot delay, silence or refuse yet")
+    pub fn wire_fault(&self, index: usize, fault: Option<WireFault>) {
+        self.proxies[index].set_fault(match fault {
+            None => ProxyFault::None,
+            Some(WireFault::Slow(by)) => ProxyFault::Delay(by),
+            Some(WireFault::Silent) => ProxyFault::Silent,
+            Some(WireFault::Refuse) => ProxyFault::Refuse,
+        });
     }
 
     /// Replies lost so far, over every shard.

@@ -446,9 +446,9 @@ async fn fire(
             share,
         } => {
             let hold = phase.mul_f64(share).max(SHORTEST_HOLD);
-            cluster.wire_fault(shard, Some(fault))?;
+            cluster.wire_fault(shard, Some(fault));
             tokio::time::sleep(hold).await;
-            cluster.wire_fault(shard, None)?;
+            cluster.wire_fault(shard, None);
             Ok(format!(
                 "shard {shard}: its proxy {fault:?} for {:.1} s",
                 hold.as_secs_f64()

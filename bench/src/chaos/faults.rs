@@ -78,9 +78,12 @@ pub enum Fault {
     /// SIGSTOP a random worker process, SIGCONT it after `hold`: it is very
     /// likely inside a transaction or holding a key when it stops.
     StopWorker {
-        /// How long it stays stopped (shorter than the lease, so that its
-        /// jobs stay its own).
+        /// How long it stays stopped.
         hold: Duration,
+        /// Whether `hold` outlasts the lease: its jobs are recovered while
+        /// it still holds whatever it held, and per-key order is no longer
+        /// promised for its runs (guarantees hold while leases hold).
+        past_lease: bool,
     },
     /// The proxy in front of a shard misbehaves for a while (the workers'
     /// connections only; the enqueuer and the checks go direct).
@@ -154,14 +157,22 @@ pub const TORTURE_SCHEDULE: &[(When, Fault)] = &[
     (
         When::Every(Duration::from_secs(7)),
         Fault::StopWorker {
-            hold: Duration::from_secs(3),
+            hold: Duration::from_millis(2_500),
+            past_lease: false,
+        },
+    ),
+    (
+        When::At(0.2),
+        Fault::StopWorker {
+            hold: Duration::from_secs(20),
+            past_lease: true,
         },
     ),
     (
         When::Every(Duration::from_secs(9)),
         Fault::CompletionStall {
             min: Duration::from_secs(2),
-            max: Duration::from_secs(5),
+            max: Duration::from_secs(4),
         },
     ),
     (
@@ -242,7 +253,14 @@ impl Fault {
             Fault::FreezeShard { .. } => "freeze shard",
             Fault::LoseReplies { .. } => "lose replies",
             Fault::CompletionStall { .. } => "completion stall",
-            Fault::StopWorker { .. } => "stop worker",
+            Fault::StopWorker {
+                past_lease: false,
+                ..
+            } => "stop worker",
+            Fault::StopWorker {
+                past_lease: true,
+                ..
+            } => "stop worker past its lease",
             Fault::Wire {
                 fault: WireFault::Slow(_),
                 ..
@@ -430,8 +448,8 @@ async fn fire(
                 hold.as_secs_f64()
             ))
         }
-        Fault::StopWorker { hold } => {
-            let pid = fleet.lock().await.pause_random()?;
+        Fault::StopWorker { hold, past_lease } => {
+            let pid = fleet.lock().await.pause_random(past_lease)?;
             tokio::time::sleep(hold).await;
             let resumed = fleet.lock().await.resume(pid);
             Ok(format!(

@@ -37,6 +37,8 @@ pub struct Fleet {
     pub killed: u64,
     /// Exits nobody asked for, described.
     pub unexpected: Vec<String>,
+    /// Workers stopped for longer than their lease.
+    pub lost_leases: Vec<u32>,
 }
 
 impl Fleet {
@@ -51,6 +53,7 @@ impl Fleet {
             started: 0,
             killed: 0,
             unexpected: Vec::new(),
+            lost_leases: Vec::new(),
         };
         for _ in 0..count {
             fleet.spawn()?;
@@ -95,14 +98,19 @@ impl Fleet {
         Ok((victim.proc.pid, replacement))
     }
 
-    /// SIGSTOPs a random running worker; returns its pid for [`Fleet::resume`].
-    pub fn pause_random(&mut self) -> Result<u32> {
+    /// SIGSTOPs a random running worker (noted in [`Fleet::lost_leases`]
+    /// when it stays stopped `past_lease`); returns its pid for [`Fleet::resume`].
+    pub fn pause_random(&mut self, past_lease: bool) -> Result<u32> {
         self.reap()?;
         let index = self.random_running()?;
         let worker = &mut self.workers[index];
         signal(worker.proc.pid, Signal::SIGSTOP)?;
         worker.paused = true;
-        Ok(worker.proc.pid)
+        let pid = worker.proc.pid;
+        if past_lease {
+            self.lost_leases.push(pid);
+        }
+        Ok(pid)
     }
 
     /// SIGCONTs the paused worker `pid`; false if it is no longer in the fleet.

@@ -272,7 +272,7 @@ async fn run_on(
     let checks = verify::check(&client, queues, &load).await?;
     let torture = match monitored {
         Some((samples, progress)) => Some(TortureReport {
-            order: torture::order::check(&client, &load).await?,
+            order: torture::order::check(&client, &load, &fleet.lost_leases).await?,
             samples,
             stalls: torture::progress::stalls(&progress, &events),
         }),

@@ -36,13 +36,14 @@ const CHAOS_TUNING: Tuning = Tuning {
     small_buffers: None,
 };
 
-/// The torture run's settings. The lease outlives the longest stop of a
-/// worker (SIGSTOP) and of a completion stall, so that per-key order is a
-/// guarantee under those faults (it holds only while leases hold); a killed
+/// The torture run's settings. The lease (extended every third of it)
+/// outlives the short stops of a worker (2.5 s) and the completion stalls
+/// (up to 4 s), so that per-key order is a guarantee under those faults (it
+/// holds only while leases hold); one stop outlasts it on purpose. A killed
 /// worker's jobs wait for it. Small buffers are what users with slow jobs
 /// set, and the setting under which one sick shard starved the others.
 const TORTURE_TUNING: Tuning = Tuning {
-    lease_ms: 10_000,
+    lease_ms: 8_000,
     maintenance_interval_ms: 50,
     small_buffers: Some((200, 50)),
 };

@@ -4,7 +4,7 @@
 use super::faults::{Event, Fault, When};
 use super::profile::Profile;
 use super::torture::order::OrderChecks;
-use super::torture::progress::{Stall, HEALTHY_STALL_LIMIT};
+use super::torture::progress::{Stall, HEALTHY_LAG_LIMIT, HEALTHY_STALL_LIMIT};
 use super::torture::sampler::Samples;
 use super::verify::Checks;
 use serde::Serialize;
@@ -45,6 +45,9 @@ pub const SAMPLES_TAKEN: &str = "invariant samples taken";
 pub const SAMPLE_VIOLATIONS: &str = "violations in invariant samples";
 /// Torture invariant: no shard without a fault on it stopped finishing jobs.
 pub const HEALTHY_STALLS: &str = "healthy shards stalled (> 10 s)";
+/// Torture invariant: no shard without a fault on it left due jobs
+/// unpromoted or expired leases unrecovered.
+pub const HEALTHY_LAGS: &str = "healthy shards' upkeep behind (> 10 s)";
 
 /// What the run was asked to do.
 #[derive(Debug, Clone, Serialize)]
@@ -182,6 +185,12 @@ impl Summary {
                 .iter()
                 .filter(|s| s.longest_s > HEALTHY_STALL_LIMIT.as_secs_f64())
                 .count();
+            let lag_limit = HEALTHY_LAG_LIMIT.as_secs_f64();
+            let lagging = t
+                .stalls
+                .iter()
+                .filter(|s| s.promotion_lag_s.max(s.recovery_lag_s) > lag_limit)
+                .count();
             self.invariants.extend([
                 must_be(OUT_OF_ORDER, count(o.out_of_order), 0),
                 must_be(OVERLAPS, count(o.overlaps), 0),
@@ -191,6 +200,7 @@ impl Summary {
                 at_least(SAMPLES_TAKEN, t.samples.taken, 1),
                 must_be(SAMPLE_VIOLATIONS, t.samples.violations, 0),
                 must_be(HEALTHY_STALLS, stalled as u64, 0),
+                must_be(HEALTHY_LAGS, lagging as u64, 0),
             ]);
         }
         self
@@ -329,8 +339,14 @@ impl TortureReport {
         }
         for s in &self.stalls {
             println!(
-                "  shard {}: longest stall outside its faults {:.0} s (at {:.0} s), {} samples, {} failed",
-                s.shard, s.longest_s, s.at_s, s.samples, s.failed_samples
+                "  shard {}: outside its faults: longest stall {:.0} s (at {:.0} s), promotion lag {:.1} s, recovery lag {:.1} s; {} samples, {} failed",
+                s.shard,
+                s.longest_s,
+                s.at_s,
+                s.promotion_lag_s,
+                s.recovery_lag_s,
+                s.samples,
+                s.failed_samples
             );
         }
     }

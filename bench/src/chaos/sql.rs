@@ -24,13 +24,19 @@ pub const LOCK_QUEUE_TABLE: &str = "LOCK TABLE workflow_status IN ACCESS EXCLUSI
 pub const VACUUM_FULL_QUEUE_TABLE: &str = "VACUUM FULL workflow_status";
 
 /// Jobs of the queues $1 on this shard: unfinished, succeeded, all,
-/// finished (in any final state), ready now.
+/// finished (in any final state), ready now; seconds the most overdue
+/// scheduled job is past its time (promotion lag) and the oldest expired
+/// lease is past its expiry (recovery lag).
 pub const QUEUE_PROGRESS: &str = "SELECT \
     count(*) FILTER (WHERE status IN ('waiting', 'scheduled', 'queued', 'running')), \
     count(*) FILTER (WHERE status = 'succeeded'), \
     count(*), \
     count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled')), \
-    count(*) FILTER (WHERE status = 'queued') \
+    count(*) FILTER (WHERE status = 'queued'), \
+    greatest(0, extract(epoch FROM now() \
+        - min(run_at) FILTER (WHERE status = 'scheduled')))::float8, \
+    greatest(0, extract(epoch FROM now() \
+        - min(lease_expires_at) FILTER (WHERE status = 'running')))::float8 \
     FROM workflow_status WHERE queue = ANY($1)";
 
 /// The completion stall: row locks on every running job of this shard,
@@ -49,14 +55,15 @@ pub const RUNS_CREATE: &str = "CREATE TABLE IF NOT EXISTS torture_runs ( \
     job_id bigint NOT NULL, \
     attempt integer NOT NULL, \
     by_design boolean NOT NULL, \
+    pid integer NOT NULL, \
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(), \
     finished_at timestamptz)";
 
-/// Records that attempt $5 of job ($3, $4) of queue $1, key $2, started
-/// ($6: it fails by design); returns the run.
+/// Records that attempt $5 of job ($3, $4) of queue $1, key $2, started in
+/// worker process $7 ($6: it fails by design); returns the run.
 pub const RUN_START: &str = "INSERT INTO torture_runs \
-    (queue, ordering_key, shard_key, job_id, attempt, by_design) \
-    VALUES ($1, $2, $3, $4, $5, $6) RETURNING run";
+    (queue, ordering_key, shard_key, job_id, attempt, by_design, pid) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING run";
 
 /// Records that run $1 finished.
 pub const RUN_FINISH: &str =
@@ -67,7 +74,8 @@ pub const RUN_FINISH: &str =
 /// the later jobs of their key). Other attempts (killed, cut off) are not
 /// checked, nor are jobs whose payload number is in $1: their enqueue was not
 /// acknowledged, so they may have committed after later jobs (order is id
-/// order among committed jobs). Each with the job and finish of the run
+/// order among committed jobs), nor runs of the worker processes in $3: they
+/// were stopped past their lease. Each with the job and finish of the run
 /// before it on its (queue, key), in start order.
 macro_rules! checked_runs {
     () => {
@@ -77,7 +85,7 @@ macro_rules! checked_runs {
             JOIN workflow_status w ON w.shard_key = r.shard_key AND w.id = r.job_id \
             WHERE ((w.status = 'succeeded' AND r.attempt = w.attempts) \
                OR (r.by_design AND r.finished_at IS NOT NULL)) \
-              AND (w.payload->>'n')::bigint <> ALL($1) \
+              AND (w.payload->>'n')::bigint <> ALL($1) AND r.pid <> ALL($3) \
         ), ordered AS ( \
             SELECT *, lag(job_id) OVER k AS prev_job, lag(attempt) OVER k AS prev_attempt, \
                 lag(finished_at) OVER k AS prev_finished \
@@ -86,7 +94,7 @@ macro_rules! checked_runs {
     };
 }
 
-/// Per-key order on this shard. Columns: checked runs, runs that started
+/// Per-key order on this shard (`checked_runs` for $1, $3). Columns: checked runs, runs that started
 /// before an earlier-started run of a later job (out of id order), runs that
 /// started before the previous run of their key finished (overlap), (job,
 /// attempt) pairs that started twice, succeeded keyed jobs (handler $2)
@@ -109,7 +117,7 @@ pub const ORDER_CHECKS: &str = concat!(
                 AND later.attempt > r.attempt))"
 );
 
-/// Up to $2 runs that broke per-key order: queue, key, job, attempt, the
+/// Up to $2 runs that broke per-key order (`checked_runs` for $1, $3): queue, key, job, attempt, the
 /// previous run's job and attempt, whether it overlapped that run.
 pub const ORDER_VIOLATIONS: &str = concat!(
     checked_runs!(),

@@ -93,6 +93,7 @@ pub async fn run(shards: ShardSet, ctx: JobContext) -> HandlerResult {
                 &ctx.id.id,
                 &ctx.attempt,
                 &by_design,
+                &(std::process::id() as i32),
             ],
         )
         .await

@@ -34,12 +34,14 @@ pub struct OrderChecks {
     pub examples: Vec<String>,
 }
 
-/// Reads the order checks of every shard.
+/// Reads the order checks of every shard; the runs of the worker processes
+/// `lost_leases` (stopped past their lease) are not checked.
 ///
 /// # Errors
 ///
 /// When a shard cannot be read.
-pub async fn check(client: &Client, load: &Load) -> Result<OrderChecks> {
+pub async fn check(client: &Client, load: &Load, lost_leases: &[u32]) -> Result<OrderChecks> {
+    let lost_leases: Vec<i32> = lost_leases.iter().map(|&pid| pid as i32).collect();
     let unacknowledged: Vec<i64> = (0..load.acknowledged.len())
         .filter(|&n| !load.acknowledged[n])
         .map(|n| n as i64)
@@ -48,7 +50,7 @@ pub async fn check(client: &Client, load: &Load) -> Result<OrderChecks> {
     for shard in client.shards().all() {
         let db = shard.client().await?;
         let row = db
-            .query_one(sql::ORDER_CHECKS, &[&unacknowledged, &HANDLER])
+            .query_one(sql::ORDER_CHECKS, &[&unacknowledged, &HANDLER, &lost_leases])
             .await
             .map_err(|e| shard.query_error(e))?;
         checks.checked_runs += row.get::<_, i64>(0);
@@ -62,7 +64,10 @@ pub async fn check(client: &Client, load: &Load) -> Result<OrderChecks> {
             continue;
         }
         for bad in db
-            .query(sql::ORDER_VIOLATIONS, &[&unacknowledged, &EXAMPLES])
+            .query(
+                sql::ORDER_VIOLATIONS,
+                &[&unacknowledged, &EXAMPLES, &lost_leases],
+            )
             .await
             .map_err(|e| shard.query_error(e))?
         {

@@ -44,9 +44,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check every shard's invariants (stranded keys, a key running twice,
+    /// stale leases and due jobs, job states, the shard map) from one
+    /// snapshot per shard.
+    ///
+    /// Exits 0 when every invariant holds on every shard, 3 when one is
+    /// broken, 4 when none is broken but a shard did not answer (1 for any
+    /// other error, such as a bad configuration).
+    Check(CheckArgs),
     /// Serve the web dashboard over every shard (HTML, no JavaScript).
     Dashboard(DashboardArgs),
     /// Serve every shard's backlog (queue depth, oldest ready age, shard up)
+    /// and the invariants of `shardq check` (`shardq_invariant_violations`)
     /// as Prometheus metrics: one exporter per fleet, not one per worker.
     Metrics(MetricsArgs),
     /// Start local shards, migrate, enqueue noop jobs, drain them, print the throughput.
@@ -195,7 +204,7 @@ pub struct MetricsArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9465")]
     pub listen: std::net::SocketAddr,
     /// Longest a scrape waits for one shard; a shard that takes longer is
-    /// reported as `shardq_shard_up 0`.
+    /// reported as `shardq_shard_up 0` (and `shardq_invariant_check_up 0`).
     #[arg(long, default_value_t = 2000)]
     pub shard_timeout_ms: u64,
 }
@@ -215,4 +224,28 @@ pub struct DashboardArgs {
     /// File holding `user:password` for basic auth (instead of SHARDQ_DASHBOARD_BASIC_AUTH).
     #[arg(long, env = "SHARDQ_DASHBOARD_BASIC_AUTH_FILE")]
     pub basic_auth_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// A lease expired, or a scheduled job due, longer ago than this is a
+    /// violation (default: 2 x worker.maintenance_interval_ms + 10 s).
+    #[arg(long, value_name = "MS")]
+    pub stale_after_ms: Option<u64>,
+    /// Longest wait for one shard; a shard that takes longer did not answer.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub shard_timeout_ms: u64,
+    /// Rows read per window when judging job states (each unfinished
+    /// state, the latest finished, the newest jobs; every running job besides).
+    #[arg(long, value_name = "N", default_value_t = shardq::client::DEFAULT_STATE_ROWS)]
+    pub state_rows: u32,
+    /// Keyed unfinished index entries read when looking for stranded keys.
+    #[arg(long, value_name = "N", default_value_t = shardq::client::DEFAULT_KEY_ENTRIES)]
+    pub key_entries: u32,
+    /// Example jobs shown per invariant and shard.
+    #[arg(long, value_name = "N", default_value_t = shardq::client::DEFAULT_EXAMPLES)]
+    pub examples: u32,
 }

@@ -25,9 +25,16 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(commands::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitCode::FAILURE
-        }
+        Err(err) => match err.downcast_ref::<commands::check::Verdict>() {
+            // The report is printed; the verdict is its last line.
+            Some(verdict) => {
+                eprintln!("{verdict}");
+                ExitCode::from(verdict.code)
+            }
+            None => {
+                eprintln!("error: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

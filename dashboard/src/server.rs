@@ -29,11 +29,14 @@ pub struct DashboardOptions {
     pub page_size: usize,
     /// How long one shard may take to answer a page's questions.
     pub shard_deadline: Duration,
+    /// The overview's invariant line: a lease expired, or a scheduled job
+    /// due, longer ago than this is a violation (see `shardq check`).
+    pub stale_after: Duration,
 }
 
 impl DashboardOptions {
     /// Loopback or `listen`, no authentication, actions on, 50 jobs a page,
-    /// two seconds per shard.
+    /// two seconds per shard, the invariant check's default threshold.
     pub fn new(listen: SocketAddr) -> DashboardOptions {
         DashboardOptions {
             listen,
@@ -41,6 +44,7 @@ impl DashboardOptions {
             auth: None,
             page_size: 50,
             shard_deadline: Duration::from_secs(2),
+            stale_after: shardq::client::CheckOptions::default().stale_after,
         }
     }
 }

@@ -1,17 +1,23 @@
 //! The client: enqueue jobs, read and change them.
 
 mod browse;
+mod check;
 mod inspect;
 mod pause;
 mod schedule_status;
 mod transactional;
 
 pub use crate::store::browse::{JobFilter, JobSummary, ListState, Position, StepInfo};
+pub use crate::store::check::{Example, Finding, Invariant};
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use crate::store::workers::WorkerRow;
 pub use browse::{
     JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
+};
+pub use check::{
+    CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES,
+    DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
 };
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;
@@ -205,7 +211,7 @@ impl Client {
         let mut per_shard: Vec<Vec<(usize, i32, NewJob)>> = vec![Vec::new(); self.shards.len()];
         let mut deduplicated = Vec::new();
         for (index, job) in jobs.into_iter().enumerate() {
-            self.check(index, &job)?;
+            self.validate_job(index, &job)?;
             let shard_key = match job.routing_key() {
                 Some(key) => router::shard_key_for(key),
                 None => router::random_shard_key(&mut rng),
@@ -259,7 +265,7 @@ impl Client {
         })
     }
 
-    fn check(&self, index: usize, job: &NewJob) -> Result<(), ClientError> {
+    fn validate_job(&self, index: usize, job: &NewJob) -> Result<(), ClientError> {
         job.validate(&self.limits)
             .map_err(|reason| ClientError::Invalid { index, reason })
     }

@@ -29,7 +29,7 @@ impl Client {
     ///
     /// [`ClientError::Invalid`] for a bad name or payload, or a dedup id.
     pub fn route(&self, job: NewJob) -> Result<RoutedJob, ClientError> {
-        self.check(0, &job)?;
+        self.validate_job(0, &job)?;
         if job.dedup_id.is_some() {
             return Err(ClientError::Invalid {
                 index: 0,

@@ -1,9 +1,11 @@
 //! The fleet's backlog as Prometheus metrics, read from every shard per
 //! scrape by one exporter (`shardq metrics`), not by every worker: queue
 //! depth by state, the oldest ready job's age, and whether each shard
-//! answered.
+//! answered; with [`scrape_with_check`], the invariants of `shardq check`
+//! too.
 
 use super::family;
+use crate::client::{CheckOptions, CheckReport, Client};
 use crate::shards::{Shard, ShardSet};
 use crate::store::backlog::{self, QueueBacklog};
 use prometheus_client::collector::Collector;
@@ -71,12 +73,39 @@ pub async fn scrape(shards: &ShardSet, queues: &[String], deadline: Duration) ->
     encode(&read_all(shards, deadline).await, queues)
 }
 
+/// [`scrape`], and the invariants of `shardq check` ([`super::invariants`])
+/// read at the same time under `check`'s options (its deadline too): what
+/// `shardq metrics` serves.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
+pub async fn scrape_with_check(client: &Client, queues: &[String], check: &CheckOptions) -> String {
+    let (answers, report) = tokio::join!(
+        read_all(client.shards(), check.deadline),
+        client.check(check)
+    );
+    encode_with_check(&answers, queues, Some(report))
+}
+
 /// The Prometheus text of one scrape's answers.
 pub fn encode(answers: &[ShardBacklog], queues: &[String]) -> String {
+    encode_with_check(answers, queues, None)
+}
+
+/// [`encode`], with the gauges of a [`CheckReport`] when one is given.
+pub fn encode_with_check(
+    answers: &[ShardBacklog],
+    queues: &[String],
+    check: Option<CheckReport>,
+) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Exposition {
         shards: answers.iter().map(|a| ShardView::new(a, queues)).collect(),
     }));
+    if let Some(report) = check {
+        registry.register_collector(Box::new(super::invariants::Invariants::new(report)));
+    }
     let mut text = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
         .expect("writing to a String cannot fail");

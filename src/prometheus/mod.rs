@@ -1,6 +1,7 @@
 //! Prometheus metrics: a worker's own ([`WorkerMetrics`]: claims, outcomes,
 //! latencies, buffer) and the shards' backlog ([`backlog`]: queue depth and
-//! oldest-ready age, read from the database by one exporter per fleet).
+//! oldest-ready age, read from the database by one exporter per fleet, with
+//! the invariants of `shardq check` beside it: [`invariants`]).
 //!
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
@@ -14,6 +15,7 @@ pub mod backlog;
 pub(crate) mod histogram;
 #[cfg(feature = "metrics-http")]
 mod http;
+pub mod invariants;
 mod worker;
 
 #[cfg(feature = "metrics-http")]

@@ -18,6 +18,7 @@
 
 pub mod backlog;
 pub mod browse;
+pub mod check;
 mod error;
 mod exec;
 pub mod jobs;

@@ -13,6 +13,7 @@ pub async fn run(config: &Config, args: DashboardArgs) -> Result<()> {
     let options = DashboardOptions {
         read_only: args.read_only,
         auth,
+        stale_after: shardq::client::CheckOptions::from_config(config).stale_after,
         ..DashboardOptions::new(args.listen)
     };
     let client = Client::new(config)?;

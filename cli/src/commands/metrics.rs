@@ -1,9 +1,12 @@
-//! `shardq metrics`: the fleet's backlog exporter.
+//! `shardq metrics`: the fleet's backlog exporter, with the invariants of
+//! `shardq check` (`shardq_invariant_violations`).
 
 use crate::args::MetricsArgs;
 use anyhow::{bail, Context, Result};
+use shardq::client::CheckOptions;
 use shardq::config::Config;
 use shardq::shards::ShardSet;
+use shardq::Client;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -12,13 +15,19 @@ pub async fn run(config: &Config, args: MetricsArgs) -> Result<()> {
     if args.shard_timeout_ms == 0 {
         bail!("--shard-timeout-ms must be at least 1");
     }
-    let deadline = Duration::from_millis(args.shard_timeout_ms);
-    let shards = Arc::new(ShardSet::connect(config)?);
+    let check = CheckOptions {
+        deadline: Duration::from_millis(args.shard_timeout_ms),
+        ..CheckOptions::from_config(config)
+    };
+    let client = Arc::new(Client::from_shards(
+        ShardSet::connect(config)?,
+        config.limits.clone(),
+    ));
     let queues: Arc<[String]> = config.worker.queues.clone().into();
     let shutdown = CancellationToken::new();
     let render = move || {
-        let (shards, queues) = (shards.clone(), queues.clone());
-        async move { shardq::prometheus::backlog::scrape(&shards, &queues, deadline).await }
+        let (client, queues) = (client.clone(), queues.clone());
+        async move { shardq::prometheus::backlog::scrape_with_check(&client, &queues, &check).await }
     };
     shardq::prometheus::serve(args.listen, render, shutdown.clone())
         .await

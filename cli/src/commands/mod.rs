@@ -1,5 +1,6 @@
 //! One function per subcommand.
 
+pub mod check;
 mod dashboard;
 mod demo;
 mod enqueue;
@@ -31,6 +32,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Job { action } => job::run(&config, action).await,
         Command::Queue { action } => queue::run(&config, action).await,
         Command::Status { json } => status::run(&config, json).await,
+        Command::Check(args) => check::run(&config, args).await,
         Command::Dashboard(args) => dashboard::run(&config, args).await,
         Command::Metrics(args) => metrics::run(&config, args).await,
         Command::Demo { jobs } => demo::run(config, jobs).await,

@@ -6,7 +6,9 @@ use crate::server::Shared;
 use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};
-use shardq::client::{ListState, OverviewOptions, QueueOverview, ShardOverview};
+use shardq::client::{
+    CheckOptions, CheckReport, ListState, OverviewOptions, QueueOverview, ShardOverview,
+};
 
 /// The count columns, in lifecycle order.
 const COLUMNS: [ListState; 7] = [
@@ -24,11 +26,20 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         deadline: state.options.shard_deadline,
         ..OverviewOptions::default()
     };
-    let shards = state.client.overview(&options).await;
+    let check = CheckOptions {
+        deadline: state.options.shard_deadline,
+        stale_after: state.options.stale_after,
+        ..CheckOptions::default()
+    };
+    // Both under the same per-shard deadline, at once: the check costs the
+    // page no extra wait.
+    let (shards, report) =
+        tokio::join!(state.client.overview(&options), state.client.check(&check));
     let bucket_s = options.bucket.as_secs();
     let body = html! {
         (PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
         h2 { "Shards" }
+        (invariant_line(&report))
         (shard_table(&shards))
         h2 { "Queues" }
         (queue_table(&shards, bucket_s, options.window.as_secs()))
@@ -37,6 +48,41 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         (worker_table(&shards))
     };
     layout("Overview", state.options.read_only, body)
+}
+
+/// "Invariants: all hold" or "N broken", which ones where, and the shards
+/// whose answer is unknown (`shardq check` lists the jobs).
+fn invariant_line(report: &CheckReport) -> Markup {
+    let broken = report.violations();
+    let where_broken: Vec<String> = report
+        .shards
+        .iter()
+        .flat_map(|s| {
+            s.findings
+                .iter()
+                .filter(|f| f.broken > 0)
+                .map(move |f| format!("{} on {}: {}", f.invariant, s.shard, f.broken))
+        })
+        .collect();
+    let unknown: Vec<&str> = report
+        .unanswered()
+        .iter()
+        .map(|s| s.shard.as_str())
+        .collect();
+    html! {
+        p id="invariants" data-broken=(broken) data-unanswered=(unknown.len()) {
+            "Invariants: "
+            @if broken == 0 {
+                span class="up" { "all hold" }
+            } @else {
+                span class="down" { (broken) " broken" }
+                " (" (where_broken.join(", ")) "; run " code { "shardq check" } " for the jobs)"
+            }
+            @if !unknown.is_empty() {
+                " · " span class="down" { "unknown on " (unknown.join(", ")) " (did not answer)" }
+            }
+        }
+    }
 }
 
 fn shard_table(shards: &[ShardOverview]) -> Markup {

@@ -7,6 +7,7 @@
 
 mod backlog;
 mod browse;
+mod check;
 mod claim;
 mod jobs;
 mod maintenance;
@@ -18,6 +19,7 @@ mod workers;
 
 pub use backlog::*;
 pub use browse::*;
+pub use check::*;
 pub use claim::*;
 pub use jobs::*;
 pub use maintenance::*;

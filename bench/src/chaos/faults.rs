@@ -254,12 +254,10 @@ impl Fault {
             Fault::LoseReplies { .. } => "lose replies",
             Fault::CompletionStall { .. } => "completion stall",
             Fault::StopWorker {
-                past_lease: false,
-                ..
+                past_lease: false, ..
             } => "stop worker",
             Fault::StopWorker {
-                past_lease: true,
-                ..
+                past_lease: true, ..
             } => "stop worker past its lease",
             Fault::Wire {
                 fault: WireFault::Slow(_),

@@ -185,7 +185,12 @@ impl Monitors {
         let urls = (0..cluster::SHARDS).map(|i| cluster.url(i)).collect();
         let queues = queues.iter().map(|q| q.to_string()).collect();
         Ok(Monitors {
-            samples: tokio::spawn(torture::sampler::run(sampled, started, stop.clone())),
+            samples: tokio::spawn(torture::sampler::run(
+                sampled,
+                cluster.config.clone(),
+                started,
+                stop.clone(),
+            )),
             progress: tokio::spawn(torture::progress::monitor(
                 urls,
                 queues,
@@ -271,9 +276,12 @@ async fn run_on(
     }
     let checks = verify::check(&client, queues, &load).await?;
     let torture = match monitored {
-        Some((samples, progress)) => Some(TortureReport {
+        Some((mut samples, progress)) => Some(TortureReport {
             order: torture::order::check(&client, &load, &fleet.lost_leases).await?,
-            samples,
+            samples: {
+                samples.judge(&events);
+                samples
+            },
             stalls: torture::progress::stalls(&progress, &events),
         }),
         None => None,

@@ -294,7 +294,7 @@ impl Summary {
                 .examples
                 .iter()
                 .chain(&t.samples.first)
-                .chain(&t.samples.first_error)
+                .chain(&t.samples.first_unanswered)
         });
         for what in self
             .unexpected_exits
@@ -333,7 +333,18 @@ impl TortureReport {
             o.retried_by_design.to_string(),
         );
         line("invariant samples taken", self.samples.taken.to_string());
-        line("invariant samples failed", self.samples.failed.to_string());
+        line(
+            "shard answers missing from samples",
+            self.samples.unanswered.to_string(),
+        );
+        line(
+            "staleness under a fault (excused)",
+            self.samples.excused.to_string(),
+        );
+        line(
+            "staleness threshold (ms)",
+            self.samples.stale_after_ms.to_string(),
+        );
         for (name, n) in &self.samples.by_invariant {
             println!("  violated in samples: {name}: {n}");
         }

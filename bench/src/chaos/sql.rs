@@ -265,23 +265,3 @@ pub const INJECT_MISSING_STEP: &str = concat!(
     "DELETE FROM workflow_steps s USING victim v \
     WHERE s.shard_key = v.shard_key AND s.workflow_id = v.id AND s.step_name = $4"
 );
-
-/// Names of the columns of [`INTERIM_INVARIANTS`].
-pub const INTERIM_INVARIANT_NAMES: [&str; 3] = [
-    "stranded key (waiting jobs, none running, scheduled or queued)",
-    "running rows whose lease expired over 30 s ago",
-    "scheduled rows due over 30 s ago",
-];
-
-/// Interim invariant sample of one shard, in one snapshot, until
-/// `Client::check()` lands: stranded keys, recovery not happening,
-/// promotion not running.
-pub const INTERIM_INVARIANTS: &str = "SELECT \
-    (SELECT count(DISTINCT (w.queue, w.ordering_key)) FROM workflow_status w \
-        WHERE w.status = 'waiting' AND NOT EXISTS (SELECT 1 FROM workflow_status o \
-            WHERE o.queue = w.queue AND o.ordering_key = w.ordering_key \
-            AND o.status IN ('running', 'scheduled', 'queued'))), \
-    (SELECT count(*) FROM workflow_status \
-        WHERE status = 'running' AND lease_expires_at < now() - interval '30 seconds'), \
-    (SELECT count(*) FROM workflow_status \
-        WHERE status = 'scheduled' AND run_at < now() - interval '30 seconds')";

@@ -50,7 +50,10 @@ pub async fn check(client: &Client, load: &Load, lost_leases: &[u32]) -> Result<
     for shard in client.shards().all() {
         let db = shard.client().await?;
         let row = db
-            .query_one(sql::ORDER_CHECKS, &[&unacknowledged, &HANDLER, &lost_leases])
+            .query_one(
+                sql::ORDER_CHECKS,
+                &[&unacknowledged, &HANDLER, &lost_leases],
+            )
             .await
             .map_err(|e| shard.query_error(e))?;
         checks.checked_runs += row.get::<_, i64>(0);

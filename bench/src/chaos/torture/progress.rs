@@ -241,7 +241,10 @@ mod tests {
         };
         let samples = vec![lagging(1.0, 30.0), lagging(20.0, 12.0), lagging(30.0, 3.0)];
         let found = stalls(&[(samples, 0)], &[fault_on(0, 0.0, 10.0)]);
-        assert_eq!(found[0].promotion_lag_s, 12.0, "the 30 s lag was under the fault");
+        assert_eq!(
+            found[0].promotion_lag_s, 12.0,
+            "the 30 s lag was under the fault"
+        );
         assert_eq!(found[0].recovery_lag_s, 6.0);
     }
 }

@@ -72,7 +72,8 @@ pub const RUN_FINISH: &str =
 /// The runs whose order is a guarantee: the attempt that succeeded, and the
 /// attempts that failed by design and finished (their retry must come before
 /// the later jobs of their key). Other attempts (killed, cut off) are not
-/// checked, nor are jobs whose payload number is in $1: their enqueue was not
+/// checked, nor are jobs whose payload number is in $1 (an anti-join: the
+/// list can hold tens of thousands of numbers): their enqueue was not
 /// acknowledged, so they may have committed after later jobs (order is id
 /// order among committed jobs), nor runs of the worker processes in $3: they
 /// were stopped past their lease. Each with the job and finish of the run
@@ -85,7 +86,9 @@ macro_rules! checked_runs {
             JOIN workflow_status w ON w.shard_key = r.shard_key AND w.id = r.job_id \
             WHERE ((w.status = 'succeeded' AND r.attempt = w.attempts) \
                OR (r.by_design AND r.finished_at IS NOT NULL)) \
-              AND (w.payload->>'n')::bigint <> ALL($1) AND r.pid <> ALL($3) \
+              AND r.pid <> ALL($3) \
+              AND NOT EXISTS (SELECT 1 FROM unnest($1::bigint[]) AS u(n) \
+                  WHERE u.n = (w.payload->>'n')::bigint) \
         ), ordered AS ( \
             SELECT *, lag(job_id) OVER k AS prev_job, lag(attempt) OVER k AS prev_attempt, \
                 lag(finished_at) OVER k AS prev_finished \

@@ -1,15 +1,18 @@
 //! The cluster under test: fresh local PostgreSQL servers in a temporary
 //! folder, migrated, with the `shards.toml` that the chaos workers read. The
 //! workers reach each server through a [`LossyProxy`], which loses replies
-//! after commits while the lost-replies fault runs. It is stopped and deleted
+//! after commits while the lost-replies fault runs, and delays, silences or
+//! refuses one shard's traffic during a wire fault. It is stopped and deleted
 //! at the end, also when the run fails.
 
-use super::{sql, worker};
+use super::faults::WireFault;
+use super::profile::Profile;
+use super::sql;
 use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::local::LocalServer;
 use shardq::shards::ShardSet;
-use shardq_harness::lossy_proxy::LossyProxy;
+use shardq_harness::lossy_proxy::{Fault as ProxyFault, LossyProxy};
 use shardq_harness::LocalCluster;
 use std::fs;
 use std::path::PathBuf;
@@ -25,26 +28,26 @@ const ROOT_PREFIX: &str = "shardq-chaos";
 /// and the checks together stay far below the servers' 300).
 const POOL_SIZE: usize = 8;
 
-/// Worker settings of the chaos fleet, appended to the shard list (`{queue}`
-/// is replaced by the chaos queue).
+/// Worker settings of the chaos fleet, appended to the shard list; the
+/// placeholders come from the profile's [`super::profile::Tuning`].
 const WORKER_SETTINGS: &str = r#"
 [dequeue]
 # A restarted shard is retried within a second, not after up to 10 s.
 unhealthy_backoff_max_ms = 1000
 connect_timeout_ms = 2000
-# A frozen shard's statements give up within a second (the lease is 2 s).
+# A frozen shard's statements give up within a second.
 statement_timeout_ms = 1000
-
+{dequeue_extra}
 [worker]
-queues = ["{queue}"]
-# Short leases: a killed worker's jobs come back within ~2 s.
-lease_ms = 2000
-maintenance_interval_ms = 300
+queues = {queues}
+# The chaos run's short leases bring a killed worker's jobs back within ~2 s.
+lease_ms = {lease_ms}
+maintenance_interval_ms = {maintenance_ms}
 # An attempt that failed because its connection was killed retries soon.
 retry_backoff_min_ms = 100
 retry_backoff_max_ms = 2000
 shutdown_grace_ms = 5000
-"#;
+{worker_extra}"#;
 
 /// The servers, their folder and the config that points at them.
 pub struct Cluster {
@@ -61,13 +64,13 @@ impl Cluster {
     /// Starts [`SHARDS`] servers on `base_port..` (or free ports), migrates
     /// them and creates the side-effect table. Whatever was started is torn
     /// down again when this fails.
-    pub async fn start(base_port: Option<u16>, keep: bool) -> Result<Cluster> {
+    pub async fn start(base_port: Option<u16>, keep: bool, profile: Profile) -> Result<Cluster> {
         let mut local = LocalCluster::start(ROOT_PREFIX, SHARDS, base_port)
             .await
             .context("cannot start the chaos shards")?;
         local.keep(keep);
         let direct: Vec<String> = local.servers().iter().map(LocalServer::url).collect();
-        let text = config_text(&direct);
+        let text = config_text(&direct, profile);
         let config = Config::from_toml(&text).context("the chaos config is invalid")?;
         let proxies: Vec<LossyProxy> = local
             .servers()
@@ -84,15 +87,17 @@ impl Cluster {
             })
             .collect();
         let config_path = local.root().path().join("shards.toml");
-        fs::write(&config_path, config_text(&proxied))
+        fs::write(&config_path, config_text(&proxied, profile))
             .with_context(|| format!("cannot write {}", config_path.display()))?;
         let shards = ShardSet::connect(&config)?;
         shardq::migrate::migrate_all(&shards).await?;
         for shard in shards.all() {
             let db = shard.client().await?;
-            db.batch_execute(sql::EFFECTS_CREATE)
-                .await
-                .map_err(|e| shard.query_error(e))?;
+            for table in [sql::EFFECTS_CREATE, sql::RUNS_CREATE] {
+                db.batch_execute(table)
+                    .await
+                    .map_err(|e| shard.query_error(e))?;
+            }
         }
         Ok(Cluster {
             config_path,
@@ -133,6 +138,16 @@ impl Cluster {
             .for_each(|p| p.set_drop_probability(probability));
     }
 
+    /// Makes the proxy in front of shard `index` misbehave (`None`: behave).
+    pub fn wire_fault(&self, index: usize, fault: Option<WireFault>) {
+        self.proxies[index].set_fault(match fault {
+            None => ProxyFault::None,
+            Some(WireFault::Slow(by)) => ProxyFault::Delay(by),
+            Some(WireFault::Silent) => ProxyFault::Silent,
+            Some(WireFault::Refuse) => ProxyFault::Refuse,
+        });
+    }
+
     /// Replies lost so far, over every shard.
     pub fn replies_lost(&self) -> u64 {
         self.proxies.iter().map(LossyProxy::dropped).sum()
@@ -144,14 +159,33 @@ impl Cluster {
     }
 }
 
-/// The shards at `urls` followed by [`WORKER_SETTINGS`].
-fn config_text(urls: &[String]) -> String {
+/// The shards at `urls` followed by [`WORKER_SETTINGS`] for `profile`.
+fn config_text(urls: &[String], profile: Profile) -> String {
     let mut text = String::new();
     for (index, url) in urls.iter().enumerate() {
         text.push_str(&format!(
             "[[shards]]\nname = \"shard-{index}\"\nurl = \"{url}\"\npool_size = {POOL_SIZE}\n\n"
         ));
     }
-    text.push_str(&WORKER_SETTINGS.replace("{queue}", worker::QUEUE));
+    let tuning = profile.tuning();
+    let (dequeue_extra, worker_extra) = match tuning.small_buffers {
+        Some((buffer, batch)) => (
+            format!("batch_size = {batch}\n"),
+            format!("buffer_jobs = {buffer}\n"),
+        ),
+        None => (String::new(), String::new()),
+    };
+    let queues = serde_json::to_string(profile.queues()).expect("queue names");
+    text.push_str(
+        &WORKER_SETTINGS
+            .replace("{dequeue_extra}", &dequeue_extra)
+            .replace("{worker_extra}", &worker_extra)
+            .replace("{queues}", &queues)
+            .replace("{lease_ms}", &tuning.lease_ms.to_string())
+            .replace(
+                "{maintenance_ms}",
+                &tuning.maintenance_interval_ms.to_string(),
+            ),
+    );
     text
 }

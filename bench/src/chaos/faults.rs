@@ -1,4 +1,4 @@
-//! The fault schedule and the faults themselves. Each fault runs on its own
+//! The fault schedules and the faults themselves. Each fault runs on its own
 //! connection (not a shardq pool), under an application name that the
 //! connection-killing fault leaves alone.
 
@@ -66,6 +66,46 @@ pub enum Fault {
         /// How long, as a share of the fault phase (at least 3 s).
         share: f64,
     },
+    /// Hold the row locks of every running job of a random shard
+    /// (`SELECT … FOR UPDATE`) for a while, then commit: completions, lease
+    /// extensions and recovery of those rows wait, claims do not.
+    CompletionStall {
+        /// Shortest hold.
+        min: Duration,
+        /// Longest hold.
+        max: Duration,
+    },
+    /// SIGSTOP a random worker process, SIGCONT it after `hold`: it is very
+    /// likely inside a transaction or holding a key when it stops.
+    StopWorker {
+        /// How long it stays stopped.
+        hold: Duration,
+        /// Whether `hold` outlasts the lease: its jobs are recovered while
+        /// it still holds whatever it held, and per-key order is no longer
+        /// promised for its runs (guarantees hold while leases hold).
+        past_lease: bool,
+    },
+    /// The proxy in front of a shard misbehaves for a while (the workers'
+    /// connections only; the enqueuer and the checks go direct).
+    Wire {
+        /// Shard index.
+        shard: usize,
+        /// What the proxy does.
+        fault: WireFault,
+        /// How long, as a share of the fault phase (at least 3 s).
+        share: f64,
+    },
+}
+
+/// What the proxy in front of a shard does during a [`Fault::Wire`].
+#[derive(Debug, Clone, Copy)]
+pub enum WireFault {
+    /// Every reply arrives this much later.
+    Slow(Duration),
+    /// No byte passes, the sockets stay open.
+    Silent,
+    /// New connections are refused, open ones reset.
+    Refuse,
 }
 
 /// The schedule. Shard numbers assume [`SHARDS`] = 4: the crash, the lock
@@ -104,8 +144,102 @@ pub const SCHEDULE: &[(When, Fault)] = &[
     ),
 ];
 
-/// The longest period in [`SCHEDULE`]: a shorter phase would skip a fault.
-pub const LONGEST_PERIOD: Duration = Duration::from_secs(5);
+/// The torture schedule (`--torture`). Shard faults are spread so that at
+/// most two shards are disturbed at once, and each fault kind hits a shard the
+/// previous one left alone; the whole-fleet faults (kills, stops, terminated
+/// connections, completion stalls, lost replies) run across them.
+pub const TORTURE_SCHEDULE: &[(When, Fault)] = &[
+    (When::Every(Duration::from_secs(4)), Fault::KillWorker),
+    (
+        When::Every(Duration::from_secs(5)),
+        Fault::TerminateBackends,
+    ),
+    (
+        When::Every(Duration::from_secs(7)),
+        Fault::StopWorker {
+            hold: Duration::from_millis(2_500),
+            past_lease: false,
+        },
+    ),
+    (
+        When::At(0.2),
+        Fault::StopWorker {
+            hold: Duration::from_secs(20),
+            past_lease: true,
+        },
+    ),
+    (
+        When::Every(Duration::from_secs(9)),
+        Fault::CompletionStall {
+            min: Duration::from_secs(2),
+            max: Duration::from_secs(4),
+        },
+    ),
+    (
+        When::At(0.10),
+        Fault::FreezeShard {
+            shard: 0,
+            share: 0.1,
+        },
+    ),
+    (When::At(0.20), Fault::CrashRestart(1)),
+    (
+        When::At(0.35),
+        Fault::LockQueueTable {
+            shard: 2,
+            hold: Duration::from_secs(3),
+        },
+    ),
+    (
+        When::At(0.45),
+        Fault::Wire {
+            shard: 3,
+            fault: WireFault::Slow(Duration::from_millis(300)),
+            share: 0.12,
+        },
+    ),
+    (
+        When::At(0.50),
+        Fault::LoseReplies {
+            probability: 0.05,
+            share: 0.2,
+        },
+    ),
+    (
+        When::At(0.65),
+        Fault::Wire {
+            shard: 1,
+            fault: WireFault::Silent,
+            share: 0.1,
+        },
+    ),
+    (When::At(0.80), Fault::VacuumFull(3)),
+    (
+        When::At(0.85),
+        Fault::Wire {
+            shard: 2,
+            fault: WireFault::Refuse,
+            share: 0.05,
+        },
+    ),
+];
+
+/// The longest period in `schedule`: a shorter phase than twice it would
+/// skip a fault.
+pub fn longest_period(schedule: &[(When, Fault)]) -> Duration {
+    schedule
+        .iter()
+        .filter_map(|(when, _)| match when {
+            When::Every(period) => Some(*period),
+            When::At(_) => None,
+        })
+        .max()
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Shortest hold of the faults that last a share of the phase: long enough
+/// to outlast every deadline of the workers (1 s statements, 2 s connects).
+const SHORTEST_HOLD: Duration = Duration::from_secs(3);
 
 impl Fault {
     /// A short name, the same for every firing of this kind.
@@ -118,6 +252,41 @@ impl Fault {
             Fault::VacuumFull(_) => "vacuum full",
             Fault::FreezeShard { .. } => "freeze shard",
             Fault::LoseReplies { .. } => "lose replies",
+            Fault::CompletionStall { .. } => "completion stall",
+            Fault::StopWorker {
+                past_lease: false, ..
+            } => "stop worker",
+            Fault::StopWorker {
+                past_lease: true, ..
+            } => "stop worker past its lease",
+            Fault::Wire {
+                fault: WireFault::Slow(_),
+                ..
+            } => "slow shard",
+            Fault::Wire {
+                fault: WireFault::Silent,
+                ..
+            } => "silent shard",
+            Fault::Wire {
+                fault: WireFault::Refuse,
+                ..
+            } => "refusing shard",
+        }
+    }
+
+    /// The shard this fault disturbs: its own, a random one, or none (the
+    /// whole fleet).
+    fn pick_shard(&self) -> Option<usize> {
+        match *self {
+            Fault::CrashRestart(shard)
+            | Fault::VacuumFull(shard)
+            | Fault::LockQueueTable { shard, .. }
+            | Fault::FreezeShard { shard, .. }
+            | Fault::Wire { shard, .. } => Some(shard),
+            Fault::TerminateBackends | Fault::CompletionStall { .. } => {
+                Some(rand::thread_rng().gen_range(0..SHARDS))
+            }
+            Fault::KillWorker | Fault::LoseReplies { .. } | Fault::StopWorker { .. } => None,
         }
     }
 }
@@ -127,28 +296,40 @@ impl Fault {
 pub struct Event {
     /// Seconds since the fault phase began.
     pub at_s: f64,
+    /// When it ended (seconds since the fault phase began).
+    pub until_s: f64,
     /// [`Fault::name`].
     pub fault: &'static str,
+    /// The shard it disturbed; `None` for faults of the whole fleet.
+    pub shard: Option<usize>,
     /// What happened.
     pub detail: String,
     /// Why it failed, when it did.
     pub error: Option<String>,
 }
 
-/// Runs [`SCHEDULE`] for `phase` and returns what happened, in firing order.
-/// A fault in progress at the end of the phase is finished.
-pub async fn run(cluster: &Cluster, fleet: &Mutex<Fleet>, phase: Duration) -> Vec<Event> {
-    let started = Instant::now();
+/// Runs `schedule` for `phase` from `started` and returns what happened, in
+/// firing order. A fault in progress at the end of the phase is finished.
+pub async fn run(
+    cluster: &Cluster,
+    fleet: &Mutex<Fleet>,
+    schedule: &[(When, Fault)],
+    started: Instant,
+    phase: Duration,
+) -> Vec<Event> {
     let end = started + phase;
     let events = std::sync::Mutex::new(Vec::new());
     let fire_and_record = |fault: Fault| {
         let events = &events;
         async move {
             let at_s = started.elapsed().as_secs_f64();
-            let result = fire(fault, cluster, fleet, phase).await;
+            let shard = fault.pick_shard();
+            let result = fire(fault, shard.unwrap_or(0), cluster, fleet, phase).await;
             let event = Event {
                 at_s,
+                until_s: started.elapsed().as_secs_f64(),
                 fault: fault.name(),
+                shard,
                 detail: result.as_ref().map(String::clone).unwrap_or_default(),
                 error: result.err().map(|e| format!("{e:#}")),
             };
@@ -166,7 +347,7 @@ pub async fn run(cluster: &Cluster, fleet: &Mutex<Fleet>, phase: Duration) -> Ve
             events.lock().expect("events").push(event);
         }
     };
-    let timelines = SCHEDULE.iter().map(|&(when, fault)| {
+    let timelines = schedule.iter().map(|&(when, fault)| {
         let fire_and_record = &fire_and_record;
         async move {
             match when {
@@ -191,9 +372,10 @@ pub async fn run(cluster: &Cluster, fleet: &Mutex<Fleet>, phase: Duration) -> Ve
     events
 }
 
-/// Injects one fault; returns what it did.
+/// Injects one fault (on `shard`, for a fault of one shard); returns what it did.
 async fn fire(
     fault: Fault,
+    shard: usize,
     cluster: &Cluster,
     fleet: &Mutex<Fleet>,
     phase: Duration,
@@ -204,7 +386,6 @@ async fn fire(
             Ok(format!("killed pid {killed}, started pid {started}"))
         }
         Fault::TerminateBackends => {
-            let shard = rand::thread_rng().gen_range(0..SHARDS);
             let db = connect(&cluster.url(shard)).await?;
             let rows = db
                 .query(sql::TERMINATE_BACKENDS, &[&SHARDQ_APPLICATION])
@@ -234,7 +415,7 @@ async fn fire(
             ))
         }
         Fault::FreezeShard { shard, share } => {
-            let hold = phase.mul_f64(share).max(Duration::from_secs(3));
+            let hold = phase.mul_f64(share).max(SHORTEST_HOLD);
             let processes = cluster.freeze(shard, hold).await?;
             Ok(format!(
                 "shard {shard}: {processes} server processes stopped for {:.1} s, then continued",
@@ -253,6 +434,42 @@ async fn fire(
                 hold.as_secs_f64()
             ))
         }
+        Fault::CompletionStall { min, max } => {
+            let hold = rand::thread_rng().gen_range(min..=max);
+            let mut db = connect(&cluster.url(shard)).await?;
+            let tx = db.transaction().await?;
+            let rows = tx.execute(sql::LOCK_RUNNING_ROWS, &[]).await?;
+            tokio::time::sleep(hold).await;
+            tx.commit().await?;
+            Ok(format!(
+                "shard {shard}: held the row locks of {rows} running jobs for {:.1} s",
+                hold.as_secs_f64()
+            ))
+        }
+        Fault::StopWorker { hold, past_lease } => {
+            let pid = fleet.lock().await.pause_random(past_lease)?;
+            tokio::time::sleep(hold).await;
+            let resumed = fleet.lock().await.resume(pid);
+            Ok(format!(
+                "pid {pid}: stopped (SIGSTOP) for {:.1} s, then {}",
+                hold.as_secs_f64(),
+                if resumed { "continued" } else { "found gone" }
+            ))
+        }
+        Fault::Wire {
+            shard,
+            fault,
+            share,
+        } => {
+            let hold = phase.mul_f64(share).max(SHORTEST_HOLD);
+            cluster.wire_fault(shard, Some(fault));
+            tokio::time::sleep(hold).await;
+            cluster.wire_fault(shard, None);
+            Ok(format!(
+                "shard {shard}: its proxy {fault:?} for {:.1} s",
+                hold.as_secs_f64()
+            ))
+        }
         Fault::VacuumFull(shard) => {
             let db = connect(&cluster.url(shard)).await?;
             let began = Instant::now();
@@ -266,7 +483,7 @@ async fn fire(
 }
 
 /// A plain connection to `url` under [`FAULT_APPLICATION`].
-async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+pub async fn connect(url: &str) -> Result<tokio_postgres::Client> {
     let mut config: tokio_postgres::Config = url.parse()?;
     config
         .application_name(FAULT_APPLICATION)

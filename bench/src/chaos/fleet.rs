@@ -1,8 +1,11 @@
 //! The worker fleet: `shardq-bench chaos-worker` processes, each logging to its own
 //! file. A killed worker is replaced at once; one that exits by itself is
-//! counted as unexpected (a crash) and replaced too.
+//! counted as unexpected (a crash) and replaced too. A worker may be stopped
+//! (SIGSTOP) for a while; it is left alone by the kills until it continues.
 
 use anyhow::{Context, Result};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use rand::Rng;
 use shardq_harness::process::{Ended, Proc};
 use std::path::PathBuf;
@@ -19,6 +22,8 @@ struct Worker {
     /// Sequential number, also its log file name.
     number: usize,
     proc: Proc,
+    /// SIGSTOPped by the stop fault, not yet continued.
+    paused: bool,
 }
 
 /// The running workers and what happened to them.
@@ -32,6 +37,8 @@ pub struct Fleet {
     pub killed: u64,
     /// Exits nobody asked for, described.
     pub unexpected: Vec<String>,
+    /// Workers stopped for longer than their lease.
+    pub lost_leases: Vec<u32>,
 }
 
 impl Fleet {
@@ -46,6 +53,7 @@ impl Fleet {
             started: 0,
             killed: 0,
             unexpected: Vec::new(),
+            lost_leases: Vec::new(),
         };
         for _ in 0..count {
             fleet.spawn()?;
@@ -71,19 +79,59 @@ impl Fleet {
             .context("cannot start a chaos worker")?;
         let pid = proc.pid;
         self.started += 1;
-        self.workers.push(Worker { number, proc });
+        self.workers.push(Worker {
+            number,
+            proc,
+            paused: false,
+        });
         Ok(pid)
     }
 
     /// SIGKILLs a random worker and starts a replacement. Returns the pids.
     pub async fn kill_random(&mut self) -> Result<(u32, u32)> {
         self.reap()?;
-        let index = rand::thread_rng().gen_range(0..self.workers.len());
+        let index = self.random_running()?;
         let mut victim = self.workers.swap_remove(index);
         victim.proc.kill().await?;
         self.killed += 1;
         let replacement = self.spawn()?;
         Ok((victim.proc.pid, replacement))
+    }
+
+    /// SIGSTOPs a random running worker (noted in [`Fleet::lost_leases`]
+    /// when it stays stopped `past_lease`); returns its pid for [`Fleet::resume`].
+    pub fn pause_random(&mut self, past_lease: bool) -> Result<u32> {
+        self.reap()?;
+        let index = self.random_running()?;
+        let worker = &mut self.workers[index];
+        signal(worker.proc.pid, Signal::SIGSTOP)?;
+        worker.paused = true;
+        let pid = worker.proc.pid;
+        if past_lease {
+            self.lost_leases.push(pid);
+        }
+        Ok(pid)
+    }
+
+    /// SIGCONTs the paused worker `pid`; false if it is no longer in the fleet.
+    pub fn resume(&mut self, pid: u32) -> bool {
+        let Some(worker) = self.workers.iter_mut().find(|w| w.proc.pid == pid) else {
+            return false;
+        };
+        worker.paused = false;
+        if let Err(err) = signal(pid, Signal::SIGCONT) {
+            tracing::error!(pid, error = format!("{err:#}"), "cannot continue a worker");
+        }
+        true
+    }
+
+    /// The index of a random worker that is not paused.
+    fn random_running(&self) -> Result<usize> {
+        let running: Vec<usize> = (0..self.workers.len())
+            .filter(|&i| !self.workers[i].paused)
+            .collect();
+        anyhow::ensure!(!running.is_empty(), "every worker is paused");
+        Ok(running[rand::thread_rng().gen_range(0..running.len())])
     }
 
     /// Replaces workers that exited without being asked; each is counted in
@@ -115,6 +163,15 @@ impl Fleet {
     /// `grace`. A worker that fails its graceful stop counts as unexpected.
     pub async fn stop(&mut self, grace: Duration) -> Result<()> {
         self.reap()?;
+        let paused: Vec<u32> = self
+            .workers
+            .iter()
+            .filter(|w| w.paused)
+            .map(|w| w.proc.pid)
+            .collect();
+        for pid in paused {
+            self.resume(pid);
+        }
         for worker in &self.workers {
             worker.proc.terminate();
         }
@@ -144,4 +201,11 @@ impl Fleet {
     fn log_path(&self, number: usize) -> PathBuf {
         self.logs.join(format!("worker-{number}.log"))
     }
+}
+
+/// Sends `signal` to process `pid`.
+fn signal(pid: u32, signal: Signal) -> Result<()> {
+    let pid = i32::try_from(pid).context("pid out of range")?;
+    nix::sys::signal::kill(Pid::from_raw(pid), signal)
+        .with_context(|| format!("cannot send {signal} to pid {pid}"))
 }

@@ -55,9 +55,15 @@ pub fn is_workflow(n: u64) -> bool {
     n % WORKFLOW_EVERY == 0
 }
 
-/// Enqueues `jobs` jobs, spread evenly over `spread`, retrying failed chunks
-/// with fresh numbers; gives up at `deadline`.
-pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instant) -> Load {
+/// Enqueues `jobs` jobs (job `n` is `make(n)`), spread evenly over `spread`,
+/// retrying failed chunks with fresh numbers; gives up at `deadline`.
+pub async fn run(
+    client: Client,
+    jobs: usize,
+    spread: Duration,
+    deadline: Instant,
+    make: impl Fn(u64) -> NewJob,
+) -> Load {
     let chunk = (jobs / TARGET_CHUNKS).clamp(CHUNK_RANGE.0, CHUNK_RANGE.1);
     let chunks = jobs.div_ceil(chunk).max(1);
     let started = Instant::now();
@@ -69,7 +75,7 @@ pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instan
         tokio::time::sleep_until(due.into()).await;
         let first = load.acknowledged.len() as u64;
         let size = chunk.min(jobs - load.enqueued as usize) as u64;
-        let batch: Vec<NewJob> = (first..first + size).map(new_job).collect();
+        let batch: Vec<NewJob> = (first..first + size).map(&make).collect();
         load.acknowledged.resize((first + size) as usize, false);
         let outcome = tokio::time::timeout(CHUNK_TIMEOUT, client.enqueue_many(batch)).await;
         let error = match outcome {
@@ -106,7 +112,8 @@ pub async fn run(client: Client, jobs: usize, spread: Duration, deadline: Instan
     load
 }
 
-fn new_job(n: u64) -> NewJob {
+/// Job `n` of the chaos run: a workflow, or a noop (half of them keyed).
+pub fn new_job(n: u64) -> NewJob {
     let handler = if is_workflow(n) {
         WORKFLOW_HANDLER
     } else {

@@ -6,6 +6,12 @@
 //! and rewritten. Afterwards every row is read back and checked: no job lost,
 //! none completed twice, no recorded step applied again.
 //!
+//! `--torture` widens it (see [`profile`] and [`torture`]): two queues that
+//! share key strings, keyed jobs that fail and retry, delayed jobs promoted
+//! every 50 ms, small buffers, completion stalls, stopped workers, a shard
+//! frozen, slow, silent and refusing; invariants sampled every second, per-key
+//! order checked afterwards, and any stall of a healthy shard fails the run.
+//!
 //! ```text
 //! setup ─> fault phase (enqueue + faults) ─> drain ─> stop workers ─> check ─> teardown
 //! ```
@@ -15,16 +21,20 @@ mod faults;
 mod fleet;
 mod inject;
 mod load;
+mod profile;
 mod report;
 mod sql;
+mod torture;
 mod verify;
 pub mod worker;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use cluster::Cluster;
+use faults::{Fault, When};
 use fleet::Fleet;
-use report::{Settings, Summary};
+use profile::Profile;
+use report::{Settings, Summary, TortureReport};
 use shardq::shards::ShardSet;
 use shardq::Client;
 use std::path::PathBuf;
@@ -68,6 +78,36 @@ pub struct ChaosArgs {
     /// when the checks report exactly what was broken.
     #[arg(long, hide = true)]
     pub inject_violations: bool,
+    /// The torture profile: the widened workload and faults, invariants
+    /// sampled every second, per-key order checked, healthy-shard stalls.
+    #[arg(long)]
+    pub torture: bool,
+    /// Torture: cold ordering keys (each cold job takes the next one, so a
+    /// run has up to this many distinct keys, plus 64 hot ones).
+    #[arg(long, default_value_t = 50_000)]
+    pub keys: u64,
+    /// Switch a fault kind off, by its name in the summary (e.g. "completion
+    /// stall"); repeatable.
+    #[arg(long = "skip-fault", value_name = "NAME")]
+    pub skip_faults: Vec<String>,
+}
+
+impl ChaosArgs {
+    /// The profile's schedule without the faults switched off.
+    fn schedule(&self) -> Result<Vec<(When, Fault)>> {
+        let full = Profile::from_flag(self.torture).schedule();
+        for name in &self.skip_faults {
+            if !full.iter().any(|(_, f)| f.name() == name) {
+                let known: Vec<&str> = full.iter().map(|(_, f)| f.name()).collect();
+                bail!("--skip-fault {name:?} is no fault of this run; its faults: {known:?}");
+            }
+        }
+        Ok(full
+            .iter()
+            .filter(|(_, f)| !self.skip_faults.iter().any(|name| name == f.name()))
+            .copied()
+            .collect())
+    }
 }
 
 /// Runs the chaos test; fails (exit 1) when an invariant fails.
@@ -75,13 +115,18 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
     if args.workers == 0 || args.jobs == 0 {
         bail!("--workers and --jobs must be at least 1");
     }
-    let shortest = faults::LONGEST_PERIOD.as_secs() * 2;
+    if args.torture && args.inject_violations {
+        bail!("--inject-violations checks the chaos profile's checks; run it without --torture");
+    }
+    let schedule = args.schedule()?;
+    let shortest = faults::longest_period(&schedule).as_secs() * 2;
     if args.duration_s < shortest {
         bail!("--duration-s must be at least {shortest}, so that every fault fires");
     }
-    let mut cluster = Cluster::start(args.base_port, args.keep_dir).await?;
+    let profile = Profile::from_flag(args.torture);
+    let mut cluster = Cluster::start(args.base_port, args.keep_dir, profile).await?;
     let outcome = tokio::select! {
-        summary = run_on(&cluster, &args) => summary,
+        summary = run_on(&cluster, &args, &schedule) => summary,
         () = interrupted() => Err(anyhow::anyhow!("interrupted")),
     };
     // The fleet is gone (workers stopped, or killed on drop): stop the servers.
@@ -106,13 +151,74 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
 /// Statement deadline of the chaos command's own connections.
 const CHECK_STATEMENT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Statement deadline of the invariant sampler: a frozen shard fails its
+/// sample instead of holding up the next ones.
+const SAMPLE_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client over the servers' own URLs with statements given up after `timeout`.
+fn own_client(cluster: &Cluster, timeout: Duration) -> Result<Client> {
+    let mut own = cluster.config.clone();
+    own.dequeue.statement_timeout = timeout;
+    Ok(Client::from_shards(
+        ShardSet::connect(&own)?,
+        own.limits.clone(),
+    ))
+}
+
+/// The invariant samples and each shard's progress samples (and failures).
+type Progress = (
+    torture::sampler::Samples,
+    Vec<(Vec<torture::progress::Sample>, usize)>,
+);
+
+/// The monitors of the torture run, until the drain.
+struct Monitors {
+    stop: CancellationToken,
+    samples: tokio::task::JoinHandle<torture::sampler::Samples>,
+    progress: tokio::task::JoinHandle<Vec<(Vec<torture::progress::Sample>, usize)>>,
+}
+
+impl Monitors {
+    fn start(cluster: &Cluster, queues: &[&str], started: Instant) -> Result<Monitors> {
+        let stop = CancellationToken::new();
+        let sampled = own_client(cluster, SAMPLE_STATEMENT_TIMEOUT)?;
+        let urls = (0..cluster::SHARDS).map(|i| cluster.url(i)).collect();
+        let queues = queues.iter().map(|q| q.to_string()).collect();
+        Ok(Monitors {
+            samples: tokio::spawn(torture::sampler::run(
+                sampled,
+                cluster.config.clone(),
+                started,
+                stop.clone(),
+            )),
+            progress: tokio::spawn(torture::progress::monitor(
+                urls,
+                queues,
+                started,
+                stop.clone(),
+            )),
+            stop: stop.clone(),
+        })
+    }
+
+    /// Stops the monitors; returns the samples and each shard's progress.
+    async fn finish(self) -> Result<Progress> {
+        self.stop.cancel();
+        Ok((self.samples.await?, self.progress.await?))
+    }
+}
+
 /// The run proper, on a started cluster.
-async fn run_on(cluster: &Cluster, args: &ChaosArgs) -> Result<Summary> {
+async fn run_on(
+    cluster: &Cluster,
+    args: &ChaosArgs,
+    schedule: &[(When, Fault)],
+) -> Result<Summary> {
+    let profile = Profile::from_flag(args.torture);
+    let queues = profile.queues();
     // The enqueuer and the checks: the workers' 1 s statement deadline is too
     // short for the checks' scans over the whole run's rows.
-    let mut own = cluster.config.clone();
-    own.dequeue.statement_timeout = CHECK_STATEMENT_TIMEOUT;
-    let client = Client::from_shards(ShardSet::connect(&own)?, own.limits.clone());
+    let client = own_client(cluster, CHECK_STATEMENT_TIMEOUT)?;
     let fleet = Mutex::new(Fleet::start(
         cluster.config_path.clone(),
         cluster.log_dir(),
@@ -128,19 +234,28 @@ async fn run_on(cluster: &Cluster, args: &ChaosArgs) -> Result<Summary> {
         "fault phase begins"
     );
 
+    let monitors = match profile {
+        Profile::Torture => Some(Monitors::start(cluster, queues, started)?),
+        Profile::Chaos => None,
+    };
     let reaping = CancellationToken::new();
+    let keys = args.keys;
     let load = tokio::spawn(load::run(
         client.clone(),
         args.jobs,
         phase.mul_f64(ENQUEUE_SHARE),
         deadline,
+        move |n| match profile {
+            Profile::Chaos => load::new_job(n),
+            Profile::Torture => torture::keyed::new_job(n, keys),
+        },
     ));
     let phases = async {
-        let events = faults::run(cluster, &fleet, phase).await;
+        let events = faults::run(cluster, &fleet, schedule, started, phase).await;
         tracing::info!("fault phase over; waiting for the enqueuer and the drain");
         let load = load.await;
         let drained = match &load {
-            Ok(_) => verify::drain(&client, deadline).await,
+            Ok(_) => verify::drain(&client, queues, deadline).await,
             Err(_) => None,
         };
         reaping.cancel();
@@ -150,15 +265,34 @@ async fn run_on(cluster: &Cluster, args: &ChaosArgs) -> Result<Summary> {
     let ((events, load, drained), ()) = tokio::join!(phases, reap_until(&fleet, reaping.clone()));
     let load = load?;
     let end = drained.unwrap_or_else(Instant::now);
+    let monitored = match monitors {
+        Some(monitors) => Some(monitors.finish().await?),
+        None => None,
+    };
     let mut fleet = fleet.into_inner();
     fleet.stop(fleet::STOP_GRACE).await?;
     if args.inject_violations {
         inject::inject(&client, &load).await?;
     }
-    let checks = verify::check(&client, &load).await?;
+    let checks = verify::check(&client, queues, &load).await?;
+    let torture = match monitored {
+        Some((mut samples, progress)) => Some(TortureReport {
+            order: torture::order::check(&client, &load, &fleet.lost_leases).await?,
+            samples: {
+                samples.judge(&events);
+                samples
+            },
+            stalls: torture::progress::stalls(&progress, &events),
+        }),
+        None => None,
+    };
     let elapsed_s = end.duration_since(started).as_secs_f64();
+    let skipped_faults = args.skip_faults.clone();
     Ok(Summary {
         settings: Settings {
+            profile,
+            skipped_faults,
+            keys: args.keys,
             shards: cluster::SHARDS,
             workers: args.workers,
             jobs: args.jobs,
@@ -179,9 +313,10 @@ async fn run_on(cluster: &Cluster, args: &ChaosArgs) -> Result<Summary> {
         elapsed_s,
         jobs_per_second: checks.all_succeeded as f64 / elapsed_s.max(1e-9),
         checks,
+        torture,
         invariants: Vec::new(),
     }
-    .finish())
+    .finish(schedule))
 }
 
 /// Replaces workers that exit by themselves, until `stop`.

@@ -1,7 +1,11 @@
 //! The chaos run's summary: what was done, what the rows say, and the
 //! invariants with PASS/FAIL, as a table on stdout and as JSON.
 
-use super::faults::{Event, SCHEDULE};
+use super::faults::{Event, Fault, When};
+use super::profile::Profile;
+use super::torture::order::OrderChecks;
+use super::torture::progress::{Stall, HEALTHY_LAG_LIMIT, HEALTHY_STALL_LIMIT};
+use super::torture::sampler::Samples;
 use super::verify::Checks;
 use serde::Serialize;
 
@@ -25,10 +29,35 @@ pub const STEP_NO_EFFECT: &str = "recorded steps without their effect";
 pub const MISSING_STEP: &str = "succeeded workflows missing a step";
 /// Invariant: no worker process crashed or failed its graceful stop.
 pub const WORKER_EXITS: &str = "unexpected worker exits";
+/// Torture invariant: jobs of one (queue, key) start in id order, retries included.
+pub const OUT_OF_ORDER: &str = "keyed runs out of order";
+/// Torture invariant: runs of one (queue, key) never overlap.
+pub const OVERLAPS: &str = "keyed runs overlapping";
+/// Torture invariant: one attempt starts once.
+pub const ATTEMPT_TWICE: &str = "attempts started twice";
+/// Torture invariant: a succeeded keyed job ran its last attempt to the end.
+pub const SUCCEEDED_NO_RUN: &str = "succeeded keyed jobs without their run";
+/// Torture invariant: the failures by design happened and were retried.
+pub const RETRIED: &str = "keyed jobs failed by design, retried";
+/// Torture invariant: the invariant sampler read the shards during the run.
+pub const SAMPLES_TAKEN: &str = "invariant samples taken";
+/// Torture invariant: no sample found a broken invariant.
+pub const SAMPLE_VIOLATIONS: &str = "violations in invariant samples";
+/// Torture invariant: no shard without a fault on it stopped finishing jobs.
+pub const HEALTHY_STALLS: &str = "healthy shards stalled (> 10 s)";
+/// Torture invariant: no shard without a fault on it left due jobs
+/// unpromoted or expired leases unrecovered.
+pub const HEALTHY_LAGS: &str = "healthy shards' upkeep behind (> 10 s)";
 
 /// What the run was asked to do.
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
+    /// Chaos or torture.
+    pub profile: Profile,
+    /// Fault kinds switched off (`--skip-fault`).
+    pub skipped_faults: Vec<String>,
+    /// Cold keys of the torture workload (`--keys`).
+    pub keys: u64,
     /// Shards (servers).
     pub shards: usize,
     /// Worker processes at any time.
@@ -61,8 +90,10 @@ pub struct Invariant {
     pub name: &'static str,
     /// The measured value.
     pub value: u64,
-    /// The value it must have.
+    /// The value it must have (at least, with `at_least`).
     pub expected: u64,
+    /// Whether `expected` is a lower bound.
+    pub at_least: bool,
     /// Whether it held.
     pub pass: bool,
 }
@@ -98,20 +129,41 @@ pub struct Summary {
     pub jobs_per_second: f64,
     /// What the rows say.
     pub checks: Checks,
+    /// What only the torture run measures.
+    pub torture: Option<TortureReport>,
     /// The invariants.
     pub invariants: Vec<Invariant>,
 }
 
+/// What the torture run measured besides the chaos checks.
+#[derive(Debug, Clone, Serialize)]
+pub struct TortureReport {
+    /// Per-key order of the keyed runs.
+    pub order: OrderChecks,
+    /// The invariant samples taken during the run.
+    pub samples: Samples,
+    /// Each shard's longest stall outside its faults.
+    pub stalls: Vec<Stall>,
+}
+
 impl Summary {
-    /// Counts the faults and evaluates the invariants.
-    pub fn finish(mut self) -> Summary {
-        self.fault_counts = count_faults(&self.faults);
+    /// Counts the faults of `schedule` and evaluates the invariants.
+    pub fn finish(mut self, schedule: &[(When, Fault)]) -> Summary {
+        self.fault_counts = count_faults(schedule, &self.faults);
         let c = &self.checks;
         let must_be = |name, value: u64, expected| Invariant {
             name,
             value,
             expected,
+            at_least: false,
             pass: value == expected,
+        };
+        let at_least = |name, value: u64, expected| Invariant {
+            name,
+            value,
+            expected,
+            at_least: true,
+            pass: value >= expected,
         };
         let kinds_missing = self.fault_counts.iter().filter(|f| f.done == 0).count() as u64;
         self.invariants = vec![
@@ -126,6 +178,31 @@ impl Summary {
             must_be(MISSING_STEP, count(c.succeeded_missing_steps), 0),
             must_be(WORKER_EXITS, self.unexpected_exits.len() as u64, 0),
         ];
+        if let Some(t) = &self.torture {
+            let o = &t.order;
+            let stalled = t
+                .stalls
+                .iter()
+                .filter(|s| s.longest_s > HEALTHY_STALL_LIMIT.as_secs_f64())
+                .count();
+            let lag_limit = HEALTHY_LAG_LIMIT.as_secs_f64();
+            let lagging = t
+                .stalls
+                .iter()
+                .filter(|s| s.promotion_lag_s.max(s.recovery_lag_s) > lag_limit)
+                .count();
+            self.invariants.extend([
+                must_be(OUT_OF_ORDER, count(o.out_of_order), 0),
+                must_be(OVERLAPS, count(o.overlaps), 0),
+                must_be(ATTEMPT_TWICE, count(o.attempt_started_twice), 0),
+                must_be(SUCCEEDED_NO_RUN, count(o.succeeded_without_run), 0),
+                at_least(RETRIED, count(o.retried_by_design), 1),
+                at_least(SAMPLES_TAKEN, t.samples.taken, 1),
+                must_be(SAMPLE_VIOLATIONS, t.samples.violations, 0),
+                must_be(HEALTHY_STALLS, stalled as u64, 0),
+                must_be(HEALTHY_LAGS, lagging as u64, 0),
+            ]);
+        }
         self
     }
 
@@ -139,9 +216,12 @@ impl Summary {
         let s = &self.settings;
         let c = &self.checks;
         println!(
-            "\nshardq chaos: {} shards, {} worker processes, {} jobs, {} s of faults, on {} CPUs shared by all",
-            s.shards, s.workers, s.jobs, s.duration_s, s.cpus
+            "\nshardq {:?}: {} shards, {} worker processes, {} jobs, {} s of faults, on {} CPUs shared by all",
+            s.profile, s.shards, s.workers, s.jobs, s.duration_s, s.cpus
         );
+        if !s.skipped_faults.is_empty() {
+            println!("faults switched off: {}", s.skipped_faults.join(", "));
+        }
         println!("\n{:<40} {:>8} {:>8}", "fault", "done", "failed");
         for f in &self.fault_counts {
             println!("  {:<38} {:>8} {:>8}", f.fault, f.done, f.failed);
@@ -193,18 +273,35 @@ impl Summary {
         for dead in &c.dead_errors {
             println!("  dead: {dead}");
         }
+        if let Some(t) = &self.torture {
+            t.print();
+        }
         println!(
             "\n{:<40} {:>8} {:>8}  result",
             "invariant", "value", "must be"
         );
         for i in &self.invariants {
             let result = if i.pass { "PASS" } else { "FAIL" };
-            println!(
-                "  {:<38} {:>8} {:>8}  {result}",
-                i.name, i.value, i.expected
-            );
+            let expected = if i.at_least {
+                format!(">= {}", i.expected)
+            } else {
+                i.expected.to_string()
+            };
+            println!("  {:<38} {:>8} {expected:>8}  {result}", i.name, i.value);
         }
-        for what in self.unexpected_exits.iter().chain(&c.examples) {
+        let torture_evidence = self.torture.iter().flat_map(|t| {
+            t.order
+                .examples
+                .iter()
+                .chain(&t.samples.first)
+                .chain(&t.samples.first_unanswered)
+        });
+        for what in self
+            .unexpected_exits
+            .iter()
+            .chain(&c.examples)
+            .chain(torture_evidence)
+        {
             println!("  evidence: {what}");
         }
         let failed = self.invariants.iter().filter(|i| !i.pass).count();
@@ -224,10 +321,52 @@ fn count(value: i64) -> u64 {
     value.max(0) as u64
 }
 
+impl TortureReport {
+    /// Prints the torture run's own lines.
+    fn print(&self) {
+        let line = |what: &str, value: String| println!("  {what:<38} {value:>8}");
+        let o = &self.order;
+        line("distinct keys (strings)", o.distinct_keys.to_string());
+        line("keyed runs checked for order", o.checked_runs.to_string());
+        line(
+            "jobs failed by design, retried",
+            o.retried_by_design.to_string(),
+        );
+        line("invariant samples taken", self.samples.taken.to_string());
+        line(
+            "shard answers missing from samples",
+            self.samples.unanswered.to_string(),
+        );
+        line(
+            "staleness under a fault (excused)",
+            self.samples.excused.to_string(),
+        );
+        line(
+            "staleness threshold (ms)",
+            self.samples.stale_after_ms.to_string(),
+        );
+        for (name, n) in &self.samples.by_invariant {
+            println!("  violated in samples: {name}: {n}");
+        }
+        for s in &self.stalls {
+            println!(
+                "  shard {}: outside its faults: longest stall {:.0} s (at {:.0} s), promotion lag {:.1} s, recovery lag {:.1} s; {} samples, {} failed",
+                s.shard,
+                s.longest_s,
+                s.at_s,
+                s.promotion_lag_s,
+                s.recovery_lag_s,
+                s.samples,
+                s.failed_samples
+            );
+        }
+    }
+}
+
 /// Firings per fault kind, in schedule order, each kind once.
-fn count_faults(events: &[Event]) -> Vec<FaultCount> {
+fn count_faults(schedule: &[(When, Fault)], events: &[Event]) -> Vec<FaultCount> {
     let mut counts: Vec<FaultCount> = Vec::new();
-    for (_, fault) in SCHEDULE {
+    for (_, fault) in schedule {
         if counts.iter().all(|c| c.fault != fault.name()) {
             counts.push(FaultCount {
                 fault: fault.name(),

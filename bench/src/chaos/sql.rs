@@ -23,12 +23,112 @@ pub const LOCK_QUEUE_TABLE: &str = "LOCK TABLE workflow_status IN ACCESS EXCLUSI
 /// Rewrites the queue table under an ACCESS EXCLUSIVE lock.
 pub const VACUUM_FULL_QUEUE_TABLE: &str = "VACUUM FULL workflow_status";
 
-/// Jobs of queue $1 on this shard: unfinished, succeeded, all.
+/// Jobs of the queues $1 on this shard: unfinished, succeeded, all,
+/// finished (in any final state), ready now; seconds the most overdue
+/// scheduled job is past its time (promotion lag) and the oldest expired
+/// lease is past its expiry (recovery lag).
 pub const QUEUE_PROGRESS: &str = "SELECT \
     count(*) FILTER (WHERE status IN ('waiting', 'scheduled', 'queued', 'running')), \
     count(*) FILTER (WHERE status = 'succeeded'), \
-    count(*) \
-    FROM workflow_status WHERE queue = $1";
+    count(*), \
+    count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled')), \
+    count(*) FILTER (WHERE status = 'queued'), \
+    greatest(0, extract(epoch FROM now() \
+        - min(run_at) FILTER (WHERE status = 'scheduled')))::float8, \
+    greatest(0, extract(epoch FROM now() \
+        - min(lease_expires_at) FILTER (WHERE status = 'running')))::float8 \
+    FROM workflow_status WHERE queue = ANY($1)";
+
+/// The completion stall: row locks on every running job of this shard,
+/// held until the transaction ends.
+pub const LOCK_RUNNING_ROWS: &str =
+    "SELECT id FROM workflow_status WHERE status = 'running' FOR UPDATE";
+
+/// The torture run's log of keyed runs: one row per time the keyed handler
+/// started an attempt, with when it started and finished (this server's
+/// clock: every job of a key lives on one shard).
+pub const RUNS_CREATE: &str = "CREATE TABLE IF NOT EXISTS torture_runs ( \
+    run bigserial PRIMARY KEY, \
+    queue text NOT NULL, \
+    ordering_key text NOT NULL, \
+    shard_key integer NOT NULL, \
+    job_id bigint NOT NULL, \
+    attempt integer NOT NULL, \
+    by_design boolean NOT NULL, \
+    pid integer NOT NULL, \
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(), \
+    finished_at timestamptz)";
+
+/// Records that attempt $5 of job ($3, $4) of queue $1, key $2, started in
+/// worker process $7 ($6: it fails by design); returns the run.
+pub const RUN_START: &str = "INSERT INTO torture_runs \
+    (queue, ordering_key, shard_key, job_id, attempt, by_design, pid) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING run";
+
+/// Records that run $1 finished.
+pub const RUN_FINISH: &str =
+    "UPDATE torture_runs SET finished_at = clock_timestamp() WHERE run = $1";
+
+/// The runs whose order is a guarantee: the attempt that succeeded, and the
+/// attempts that failed by design and finished (their retry must come before
+/// the later jobs of their key). Other attempts (killed, cut off) are not
+/// checked, nor are jobs whose payload number is in $1 (an anti-join: the
+/// list can hold tens of thousands of numbers): their enqueue was not
+/// acknowledged, so they may have committed after later jobs (order is id
+/// order among committed jobs), nor runs of the worker processes in $3: they
+/// were stopped past their lease. Each with the job and finish of the run
+/// before it on its (queue, key), in start order.
+macro_rules! checked_runs {
+    () => {
+        "WITH checked AS ( \
+            SELECT r.run, r.queue, r.ordering_key, r.job_id, r.attempt, r.started_at, r.finished_at \
+            FROM torture_runs r \
+            JOIN workflow_status w ON w.shard_key = r.shard_key AND w.id = r.job_id \
+            WHERE ((w.status = 'succeeded' AND r.attempt = w.attempts) \
+               OR (r.by_design AND r.finished_at IS NOT NULL)) \
+              AND r.pid <> ALL($3) \
+              AND NOT EXISTS (SELECT 1 FROM unnest($1::bigint[]) AS u(n) \
+                  WHERE u.n = (w.payload->>'n')::bigint) \
+        ), ordered AS ( \
+            SELECT *, lag(job_id) OVER k AS prev_job, lag(attempt) OVER k AS prev_attempt, \
+                lag(finished_at) OVER k AS prev_finished \
+            FROM checked WINDOW k AS (PARTITION BY queue, ordering_key ORDER BY started_at, run) \
+        ) "
+    };
+}
+
+/// Per-key order on this shard (`checked_runs` for $1, $3). Columns: checked runs, runs that started
+/// before an earlier-started run of a later job (out of id order), runs that
+/// started before the previous run of their key finished (overlap), (job,
+/// attempt) pairs that started twice, succeeded keyed jobs (handler $2)
+/// without a finished run of their last attempt, distinct key strings,
+/// keyed jobs that failed by design and were retried.
+pub const ORDER_CHECKS: &str = concat!(
+    checked_runs!(),
+    "SELECT \
+        (SELECT count(*) FROM checked), \
+        (SELECT count(*) FROM ordered WHERE job_id < prev_job), \
+        (SELECT count(*) FROM ordered WHERE started_at < prev_finished), \
+        (SELECT count(*) FROM (SELECT job_id, attempt FROM torture_runs \
+            GROUP BY 1, 2 HAVING count(*) > 1) twice), \
+        (SELECT count(*) FROM workflow_status w WHERE w.handler = $2 AND w.status = 'succeeded' \
+            AND NOT EXISTS (SELECT 1 FROM torture_runs r WHERE r.shard_key = w.shard_key \
+                AND r.job_id = w.id AND r.attempt = w.attempts AND r.finished_at IS NOT NULL)), \
+        (SELECT count(DISTINCT ordering_key) FROM workflow_status WHERE handler = $2), \
+        (SELECT count(DISTINCT job_id) FROM torture_runs r WHERE by_design AND EXISTS ( \
+            SELECT 1 FROM torture_runs later WHERE later.job_id = r.job_id \
+                AND later.attempt > r.attempt))"
+);
+
+/// Up to $2 runs that broke per-key order (`checked_runs` for $1, $3): queue, key, job, attempt, the
+/// previous run's job and attempt, whether it overlapped that run.
+pub const ORDER_VIOLATIONS: &str = concat!(
+    checked_runs!(),
+    "SELECT queue, ordering_key, job_id, attempt, prev_job, prev_attempt, \
+        started_at < prev_finished \
+    FROM ordered WHERE job_id < prev_job OR started_at < prev_finished \
+    ORDER BY started_at LIMIT $2"
+);
 
 /// Every job of queue $1 on this shard: its key, id, payload number, handler,
 /// status, attempts, the attempt its output says produced it, and its error.

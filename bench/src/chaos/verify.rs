@@ -3,6 +3,7 @@
 
 use super::load::Load;
 use super::sql;
+use super::torture::keyed;
 use super::worker::{QUEUE, STEPS, WORKFLOW_HANDLER};
 use anyhow::Result;
 use serde::Serialize;
@@ -16,15 +17,18 @@ const DRAIN_POLL: Duration = Duration::from_secs(1);
 /// How often drain progress is logged.
 const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
 
+/// The handlers whose output names the attempt that produced it.
+const ATTEMPT_IN_OUTPUT: [&str; 2] = [WORKFLOW_HANDLER, keyed::HANDLER];
+
 /// Offending jobs quoted per failed check, as evidence.
 const EXAMPLES: usize = 5;
 
-/// Waits until no job of the chaos queue is scheduled, queued or running on
-/// any shard. Returns when that was seen, or `None` at `deadline`.
-pub async fn drain(client: &Client, deadline: Instant) -> Option<Instant> {
+/// Waits until no job of `queues` is waiting, scheduled, queued or running
+/// on any shard. Returns when that was seen, or `None` at `deadline`.
+pub async fn drain(client: &Client, queues: &[&str], deadline: Instant) -> Option<Instant> {
     let mut last_log = Instant::now();
     loop {
-        match progress(client).await {
+        match progress(client, queues).await {
             Ok((0, _, _)) => return Some(Instant::now()),
             Ok((unfinished, succeeded, total)) if last_log.elapsed() >= DRAIN_LOG_EVERY => {
                 last_log = Instant::now();
@@ -40,13 +44,13 @@ pub async fn drain(client: &Client, deadline: Instant) -> Option<Instant> {
     }
 }
 
-/// Unfinished, succeeded and all jobs of the chaos queue, over every shard.
-async fn progress(client: &Client) -> Result<(i64, i64, i64), ShardError> {
+/// Unfinished, succeeded and all jobs of `queues`, over every shard.
+async fn progress(client: &Client, queues: &[&str]) -> Result<(i64, i64, i64), ShardError> {
     let mut sums = (0, 0, 0);
     for shard in client.shards().all() {
         let db = shard.client().await?;
         let row = db
-            .query_one(sql::QUEUE_PROGRESS, &[&QUEUE])
+            .query_one(sql::QUEUE_PROGRESS, &[&queues])
             .await
             .map_err(|e| shard.query_error(e))?;
         sums.0 += row.get::<_, i64>(0);
@@ -152,21 +156,25 @@ impl JobRow {
     }
 }
 
-/// Reads every row of the chaos queue and every step record and side effect,
-/// and counts what breaks an invariant.
+/// Reads every row of `queues` and every step record and side effect, and
+/// counts what breaks an invariant.
 ///
 /// # Errors
 ///
 /// When a shard cannot be read.
-pub async fn check(client: &Client, load: &Load) -> Result<Checks> {
+pub async fn check(client: &Client, queues: &[&str], load: &Load) -> Result<Checks> {
     let mut checks = Checks::default();
     let mut rows_per_n = vec![0u32; load.acknowledged.len()];
     for shard in client.shards().all() {
         let db = shard.client().await?;
-        let rows = db
-            .query(sql::JOB_ROWS, &[&QUEUE])
-            .await
-            .map_err(|e| shard.query_error(e))?;
+        let mut rows = Vec::new();
+        for queue in queues {
+            rows.extend(
+                db.query(sql::JOB_ROWS, &[queue])
+                    .await
+                    .map_err(|e| shard.query_error(e))?,
+            );
+        }
         for row in rows {
             let job = JobRow {
                 shard_key: row.get(0),
@@ -253,7 +261,7 @@ fn check_row(checks: &mut Checks, rows_per_n: &mut [u32], load: &Load, job: &Job
             job.describe(shard)
         ));
     }
-    if job.handler == WORKFLOW_HANDLER
+    if ATTEMPT_IN_OUTPUT.contains(&job.handler.as_str())
         && status == "succeeded"
         && job.output_attempt != Some(job.attempts)
     {

@@ -1,8 +1,10 @@
 //! `shardq-bench chaos-worker`: one worker process of the chaos fleet. It serves the
-//! chaos queue with the built-in noop and a three-step durable workflow whose
-//! steps log their side effects, and stops gracefully on SIGTERM.
+//! chaos queues with the built-in noop, a three-step durable workflow whose
+//! steps log their side effects and the torture run's keyed handler, which
+//! logs when each attempt starts and finishes; it stops gracefully on SIGTERM.
 
 use super::sql;
+use super::torture::keyed;
 use anyhow::Result;
 use shardq::config::Config;
 use shardq::shards::ShardSet;
@@ -13,6 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 /// The queue of the chaos run.
 pub const QUEUE: &str = "chaos";
+
+/// The torture run's second queue: it uses the same key strings as [`QUEUE`].
+pub const TORTURE_QUEUE: &str = "chaos-b";
 
 /// The handler of the three-step workflow.
 pub const WORKFLOW_HANDLER: &str = "chaos.workflow";
@@ -39,10 +44,14 @@ pub async fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
-/// The noop handler plus [`WORKFLOW_HANDLER`].
+/// The noop handler plus [`WORKFLOW_HANDLER`] and [`keyed::HANDLER`].
 pub fn registry(shards: ShardSet) -> HandlerRegistry {
     let mut registry = HandlerRegistry::new();
+    let for_keyed = shards.clone();
     registry.register(WORKFLOW_HANDLER, move |ctx| workflow(shards.clone(), ctx));
+    registry.register(keyed::HANDLER, move |ctx| {
+        keyed::run(for_keyed.clone(), ctx)
+    });
     registry
 }
 

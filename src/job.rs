@@ -21,6 +21,22 @@ impl fmt::Display for JobId {
     }
 }
 
+/// Longest queue name, in bytes. Queue names sit in the jobs table's indexes
+/// next to an ordering key or deduplication id, and one btree entry must fit
+/// in a third of a page (2,704 bytes on 8 kB pages): a name plus a key at
+/// their limits stay well under it.
+pub const MAX_QUEUE_BYTES: usize = 255;
+
+/// Longest handler name, in bytes: a name, not data (it is not indexed, but
+/// is written on every row and in every log line of the job).
+pub const MAX_HANDLER_BYTES: usize = 255;
+
+/// Longest ordering key, in bytes: indexed with its queue (see [`MAX_QUEUE_BYTES`]).
+pub const MAX_ORDERING_KEY_BYTES: usize = 1024;
+
+/// Longest deduplication id, in bytes: indexed with its queue (see [`MAX_QUEUE_BYTES`]).
+pub const MAX_DEDUP_ID_BYTES: usize = 1024;
+
 /// What is wrong with a job, found before anything is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidJob {
@@ -36,6 +52,16 @@ pub enum InvalidJob {
         /// Its size as JSON text.
         size: usize,
         /// The limit.
+        max: usize,
+    },
+    /// A name, key or id is longer than its limit.
+    #[error("{field} is {size} bytes, over the limit of {max} bytes; shorten it (a long key or id can be hashed)")]
+    TooLong {
+        /// Which field: `queue`, `handler`, `ordering key` or `deduplication id`.
+        field: &'static str,
+        /// Its size in bytes (UTF-8).
+        size: usize,
+        /// Its limit ([`MAX_QUEUE_BYTES`] and the like).
         max: usize,
     },
     /// The payload holds a NUL character.
@@ -159,7 +185,8 @@ impl NewJob {
     ///
     /// # Errors
     ///
-    /// [`InvalidJob`]: empty names, NUL characters, an oversized payload, an
+    /// [`InvalidJob`]: empty names, NUL characters, a name, key or id over
+    /// its size limit ([`NewJob::check_sizes`]), an oversized payload, an
     /// ordering key with a deduplication id, fewer than one attempt.
     pub fn validate(&self, limits: &crate::config::Limits) -> Result<(), InvalidJob> {
         for (what, value) in [("queue", &self.queue), ("handler", &self.handler)] {
@@ -178,6 +205,7 @@ impl NewJob {
                 return Err(InvalidJob::NulInName(what));
             }
         }
+        self.check_sizes()?;
         let size = self.payload.to_string().len();
         if size > limits.max_payload_bytes {
             return Err(InvalidJob::PayloadTooLarge {
@@ -192,6 +220,37 @@ impl NewJob {
             return Err(InvalidJob::KeyAndDedup);
         }
         check_max_attempts(self.max_attempts)?;
+        Ok(())
+    }
+
+    /// Checks every name, key and id against its size limit, so a batch is
+    /// refused before any shard writes its part (the database would refuse
+    /// an oversized index entry only on the shard that holds it).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidJob::TooLong`] naming the first field over its limit.
+    pub fn check_sizes(&self) -> Result<(), InvalidJob> {
+        let fields = [
+            ("queue", Some(&self.queue), MAX_QUEUE_BYTES),
+            ("handler", Some(&self.handler), MAX_HANDLER_BYTES),
+            (
+                "ordering key",
+                self.ordering_key.as_ref(),
+                MAX_ORDERING_KEY_BYTES,
+            ),
+            (
+                "deduplication id",
+                self.dedup_id.as_ref(),
+                MAX_DEDUP_ID_BYTES,
+            ),
+        ];
+        for (field, value, max) in fields {
+            let size = value.map_or(0, String::len);
+            if size > max {
+                return Err(InvalidJob::TooLong { field, size, max });
+            }
+        }
         Ok(())
     }
 

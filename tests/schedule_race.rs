@@ -114,6 +114,7 @@ async fn two_processes_racing_for_one_tick_enqueue_it_once() {
     assert_eq!(
         second,
         TickOutcome {
+            not_yet: false,
             advanced: false,
             job: None
         },
@@ -139,6 +140,7 @@ async fn a_tick_whose_job_finished_is_not_enqueued_again() {
     assert_eq!(
         late,
         TickOutcome {
+            not_yet: false,
             advanced: false,
             job: None
         }
@@ -207,6 +209,7 @@ async fn a_missed_tick_under_skip_moves_last_tick_without_a_job() {
     assert_eq!(
         outcome,
         TickOutcome {
+            not_yet: false,
             advanced: true,
             job: None
         }

@@ -108,6 +108,83 @@ async fn a_shard_list_that_grew_or_was_reordered_is_refused() {
         .expect("one shard of the migrated list, in its place");
 }
 
+/// Whether `shard` has any shardq table (a refused migrate must leave none).
+async fn has_schema(shard: &Shard) -> bool {
+    shard
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT to_regclass('shardq_migrations') IS NOT NULL \
+                 OR to_regclass('workflow_status') IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_whose_third_shard_mismatches_changes_no_shard_and_the_right_list_migrates() {
+    let dbs = TestShards::databases(3).await;
+    let (a, b, c) = (
+        dbs.urls[0].as_str(),
+        dbs.urls[1].as_str(),
+        dbs.urls[2].as_str(),
+    );
+    // `c` was migrated as the first of [c, a, b] (a run stopped after it).
+    let right = ShardSet::connect(&config_of(&[("c", c), ("a", a), ("b", b)])).unwrap();
+    migrate::migrate_shard(right.get(0), 3).await.unwrap();
+
+    // The same shards listed with `c` third: refused, naming `c`, before the
+    // first two are changed at all.
+    let wrong = ShardSet::connect(&config_of(&[("a", a), ("b", b), ("c", c)])).unwrap();
+    let e = migrate::migrate_all(&wrong).await.unwrap_err();
+    assert_map_error(&e, "c", (3, 0), (3, 2));
+    for shard in &wrong.all()[..2] {
+        assert!(!has_schema(shard).await, "`{}` was changed", shard.name);
+    }
+    assert_eq!(recorded_map(right.get(0)).await, Some((3, 0)));
+
+    // The right list is not blocked by the refused one.
+    migrate::migrate_all(&right)
+        .await
+        .expect("the right list migrates");
+    migrate::check_all(&right)
+        .await
+        .expect("current and mapped");
+    for (i, shard) in right.all().iter().enumerate() {
+        assert_eq!(recorded_map(shard).await, Some((3, i as i32)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_map_is_recorded_in_the_transaction_that_creates_its_table() {
+    let dbs = TestShards::databases(2).await;
+    let config = dbs.config("");
+    let set = dbs.migrated(&config).await;
+    for shard in set.all() {
+        // `now()` is the transaction's start: equal stamps, one transaction.
+        let same: bool = shard
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT m.recorded_at = v.applied_at FROM shardq_shard_map m, shardq_migrations v \
+                 WHERE v.name = '0005_shard_map.sql'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            same,
+            "`{}`: the map was recorded in a later transaction",
+            shard.name
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
     let dbs = TestShards::databases(2).await;

@@ -218,16 +218,26 @@ pub enum MigrateError {
     },
 }
 
+/// The first migration whose transaction can record the shard map (it
+/// creates `shardq_shard_map`).
+const SHARD_MAP_SINCE: i32 = 5;
+
 /// Applies every missing migration to every shard, and records each shard's
 /// place in the shard map (its index among `shards.len()`) where none is
 /// recorded yet. `shards` is the whole configured shard list. Returns, per
 /// shard, the versions applied by this call.
 ///
+/// Every shard's recorded place is checked against the list before any
+/// shard is changed: a list that disagrees with one shard changes none
+/// (migrating the shards before it would record the wrong list on them,
+/// which would then refuse the right one).
+///
 /// # Errors
 ///
-/// The first shard that fails; shards before it stay migrated.
-/// [`MigrateError::ShardMap`] (nothing applied on that shard) when a shard
-/// records another place in the map.
+/// [`MigrateError::ShardMap`] (nothing applied on any shard) when a shard
+/// records another place in the map; [`MigrateError::Shard`] (nothing
+/// applied) when a shard cannot be reached for that check; otherwise the
+/// first shard that fails, shards before it staying migrated.
 ///
 /// # Cancel safety
 ///
@@ -235,6 +245,9 @@ pub enum MigrateError {
 /// statement by statement, each safe to run again): a dropped future leaves a
 /// schema that the next call completes.
 pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateError> {
+    for shard in shards.all() {
+        check_place(shard, shards.len()).await?;
+    }
     let mut applied = Vec::with_capacity(shards.len());
     for shard in shards.all() {
         applied.push(migrate_shard(shard, shards.len()).await?);
@@ -242,9 +255,20 @@ pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateErro
     Ok(applied)
 }
 
-/// Applies missing migrations to one shard, then records its place in the
+/// Checks the place `shard` records in the shard map, if any, against the
+/// configured one (index `shard.index` of `shard_count`). Reads only.
+async fn check_place(shard: &Shard, shard_count: usize) -> Result<(), MigrateError> {
+    let (count, index) = place(shard, shard_count);
+    match schema::shard_map(shard).await? {
+        Some(recorded) => compare_map(shard, recorded, Some(count), index),
+        None => Ok(()),
+    }
+}
+
+/// Applies missing migrations to one shard and records its place in the
 /// shard map (index `shard.index` of `shard_count` shards) if none is
-/// recorded.
+/// recorded: in the transaction of the migration that creates the map (or
+/// of the first one applied after it), else in its own transaction at the end.
 ///
 /// A migration runs in one transaction with its record, under the migration
 /// lock, unless its file starts with `-- shardq:no-transaction`: then its
@@ -265,14 +289,12 @@ pub async fn migrate_all(shards: &ShardSet) -> Result<Vec<Vec<i32>>, MigrateErro
 /// statement by statement, each safe to run again): a dropped future leaves a
 /// schema that the next call completes.
 pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
-    let (count, index) = place(shard, shard_count);
-    if let Some(recorded) = schema::shard_map(shard).await? {
-        compare_map(shard, recorded, Some(count), index)?;
-    }
+    check_place(shard, shard_count).await?;
+    let place = place(shard, shard_count);
     let mut applied = Vec::new();
     for m in MIGRATIONS {
         let newly = if m.runs_in_transaction() {
-            apply_in_transaction(shard, m).await?
+            apply_in_transaction(shard, m, place).await?
         } else {
             no_transaction::apply(shard, m).await?
         };
@@ -280,13 +302,10 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
             applied.push(m.version);
         }
     }
+    // Nothing was due (or only no-transaction migrations): the map of a
+    // shard migrated before it existed is recorded here.
     let tx = MigrationTx::begin(shard).await?;
-    let recorded = match tx.shard_map().await {
-        Ok(Some(recorded)) => compare_map(shard, recorded, Some(count), index),
-        Ok(None) => tx.record_shard_map(count, index).await.map_err(Into::into),
-        Err(e) => Err(e.into()),
-    };
-    match recorded {
+    match record_place(&tx, shard, place).await {
         Ok(()) => tx.commit().await?,
         Err(e) => {
             let _ = tx.rollback().await;
@@ -296,9 +315,31 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
     Ok(applied)
 }
 
+/// In `tx` (which holds the migration lock): refuses a recorded place other
+/// than `(count, index)`, records it where none is.
+///
+/// Under the lock no other `migrate` writes the map between the read and
+/// the insert; a concurrent one with another list waits and is refused.
+async fn record_place(
+    tx: &MigrationTx<'_>,
+    shard: &Shard,
+    (count, index): (i32, i32),
+) -> Result<(), MigrateError> {
+    match tx.shard_map().await? {
+        Some(recorded) => compare_map(shard, recorded, Some(count), index),
+        None => Ok(tx.record_shard_map(count, index).await?),
+    }
+}
+
 /// Applies `m` with its record in one transaction, under the migration lock,
-/// unless it is applied already. Returns whether this call applied it.
-async fn apply_in_transaction(shard: &Shard, m: &Migration) -> Result<bool, MigrateError> {
+/// unless it is applied already; from [`SHARD_MAP_SINCE`] on, the same
+/// transaction checks or records the shard's place (`place`), so a shard's
+/// schema and its map commit together. Returns whether this call applied it.
+async fn apply_in_transaction(
+    shard: &Shard,
+    m: &Migration,
+    place: (i32, i32),
+) -> Result<bool, MigrateError> {
     let tx = MigrationTx::begin(shard).await?;
     // End the transaction on every path: one left open on a pooled
     // connection would hold the lock from the next try.
@@ -313,9 +354,13 @@ async fn apply_in_transaction(shard: &Shard, m: &Migration) -> Result<bool, Migr
         tx.rollback().await?;
         return Ok(false);
     }
-    if let Err(e) = tx.apply(m.version, m.name, m.sql).await {
+    let mut result = tx.apply(m.version, m.name, m.sql).await.map_err(Into::into);
+    if result.is_ok() && m.version >= SHARD_MAP_SINCE {
+        result = record_place(&tx, shard, place).await;
+    }
+    if let Err(e) = result {
         let _ = tx.rollback().await;
-        return Err(e.into());
+        return Err(e);
     }
     tx.commit().await?;
     Ok(true)

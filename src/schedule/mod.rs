@@ -101,6 +101,12 @@ impl ScheduleError {
             ScheduleError::Missed(_) => "missed",
             ScheduleError::Job(InvalidJob::EmptyName("queue")) => "queue",
             ScheduleError::Job(InvalidJob::NulInName("queue")) => "queue",
+            ScheduleError::Job(InvalidJob::TooLong { field: "queue", .. }) => "queue",
+            ScheduleError::Job(InvalidJob::TooLong {
+                field: "handler", ..
+            }) => "handler",
+            // The tick's deduplication id is the schedule's name and the tick.
+            ScheduleError::Job(InvalidJob::TooLong { .. }) => "name",
             ScheduleError::Job(InvalidJob::EmptyName(_) | InvalidJob::NulInName(_)) => "handler",
             ScheduleError::Job(_) => "payload",
         }

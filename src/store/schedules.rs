@@ -6,6 +6,7 @@
 use super::exec;
 use super::sql::{self, Param};
 use crate::job::{JobId, NewJob};
+use crate::schedule::due::LATE_TICK_GRACE;
 use crate::shards::{Shard, ShardError};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -33,6 +34,10 @@ pub struct Tick<'a> {
 /// What a tick statement did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TickOutcome {
+    /// The tick was not ripe by the database's clock (in the future, or for a
+    /// skip not older than [`LATE_TICK_GRACE`]): nothing was written; try it
+    /// again later.
+    pub not_yet: bool,
     /// `last_tick` moved forward to this tick (no other process had got there).
     pub advanced: bool,
     /// The job it enqueued.
@@ -116,9 +121,24 @@ pub async fn last_ticks(
         .collect())
 }
 
+/// The shard's clock now: what judges which ticks are due.
+///
+/// # Errors
+///
+/// [`ShardError`] when the statement fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn clock(shard: &Shard) -> Result<DateTime<Utc>, ShardError> {
+    let row = exec::query_one(shard, sql::SCHEDULE_CLOCK, &[]).await?;
+    Ok(row.get("now"))
+}
+
 /// Runs one tick on `shard`, in one statement (see `sql::SCHEDULE_TICK`):
-/// moves the schedule's `last_tick` forward to the tick if it is older and,
-/// only then, enqueues the tick's job.
+/// moves the schedule's `last_tick` forward to the tick if it is older and
+/// ripe by the database's clock (not in the future; a skipped tick older
+/// than [`LATE_TICK_GRACE`]) and, only then, enqueues the tick's job.
 ///
 /// # Errors
 ///
@@ -161,6 +181,8 @@ pub async fn tick_in<C: GenericClient>(
 struct TickParams<'a> {
     tick: &'a Tick<'a>,
     dedup_id: &'a str,
+    /// [`LATE_TICK_GRACE`] in milliseconds.
+    grace_ms: i64,
 }
 
 impl<'a> TickParams<'a> {
@@ -168,10 +190,11 @@ impl<'a> TickParams<'a> {
         TickParams {
             tick,
             dedup_id: tick.job.dedup_id.as_deref().unwrap_or(tick.name),
+            grace_ms: LATE_TICK_GRACE.num_milliseconds(),
         }
     }
 
-    fn params(&self) -> [Param<'_>; 9] {
+    fn params(&self) -> [Param<'_>; 10] {
         let t = self.tick;
         [
             (&t.name, Type::TEXT),
@@ -183,12 +206,14 @@ impl<'a> TickParams<'a> {
             (&t.max_attempts, Type::INT4),
             (&self.dedup_id, Type::TEXT),
             (&t.enqueue, Type::BOOL),
+            (&self.grace_ms, Type::INT8),
         ]
     }
 
     fn outcome(&self, row: &tokio_postgres::Row) -> TickOutcome {
         let id: Option<i64> = row.get("job_id");
         TickOutcome {
+            not_yet: !row.get::<_, bool>("ripe"),
             advanced: row.get("advanced"),
             job: id.map(|id| JobId {
                 shard_key: self.tick.shard_key,

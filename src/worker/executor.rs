@@ -1,6 +1,7 @@
 //! Executor slots: each runs one handler at a time. Jobs with an ordering key
-//! always reach the same slot (hash of the key), so they run in claim order
-//! and never concurrently in this process; other jobs go to any free slot.
+//! always reach the same slot (hash of their queue and key: ordering is per
+//! queue and key, see [`slot_for`]), so they run in claim order and never
+//! concurrently in this process; other jobs go to any free slot.
 
 use super::context::JobContext;
 use super::{HandlerRegistry, Shared};
@@ -27,6 +28,19 @@ impl ExecutorConfig {
             handler_timeout: config.worker.handler_timeout,
         }
     }
+}
+
+/// The slot of the jobs of ordering key `key` in `queue`, among `slots`: the
+/// producers dispatch by it, and a slot's hold-back ([`HeldBack`]) is by the
+/// same (queue, key), so the same key string in two queues is two keys.
+pub(crate) fn slot_for(queue: &str, key: &str, slots: usize) -> usize {
+    // A NUL cannot occur in either (PostgreSQL text): ("ab", "c") and
+    // ("a", "bc") hash apart.
+    let mut bytes = Vec::with_capacity(queue.len() + 1 + key.len());
+    bytes.extend_from_slice(queue.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(key.as_bytes());
+    (crate::router::fnv1a64(&bytes) % slots.max(1) as u64) as usize
 }
 
 /// What every executor slot uses.
@@ -64,7 +78,10 @@ pub(crate) async fn run_slot(
         let completion = if held_back.holds(&job) {
             Completion::of(&job, Outcome::Released)
         } else {
-            let key = job.ordering_key.clone().map(|k| (k, job.claim));
+            let key = job
+                .ordering_key
+                .clone()
+                .map(|k| ((job.queue.clone(), k), job.claim));
             let done = execute(&executor, job).await;
             if let (Some(key), Outcome::Failed(_)) = (key, &done.outcome) {
                 held_back.failed(key);
@@ -80,10 +97,12 @@ pub(crate) async fn run_slot(
 /// Keys whose run failed in this slot: the rest of that run (the jobs of the
 /// key that came in the same claim) is released unstarted, so the key's
 /// later jobs wait behind the failed one's retry instead of overtaking it.
+/// A key is a (queue, ordering key): a job of the same key string in another
+/// queue is another key and neither lifts nor takes the hold.
 #[derive(Default)]
 struct HeldBack {
-    /// Key → the claim whose run failed.
-    failed: HashMap<String, u64>,
+    /// (Queue, key) → the claim whose run failed.
+    failed: HashMap<(String, String), u64>,
 }
 
 /// More failed runs than this remembered at once means something is badly
@@ -91,7 +110,7 @@ struct HeldBack {
 const HELD_BACK_LIMIT: usize = 4096;
 
 impl HeldBack {
-    fn failed(&mut self, (key, claim): (String, u64)) {
+    fn failed(&mut self, (key, claim): ((String, String), u64)) {
         if self.failed.len() >= HELD_BACK_LIMIT {
             self.failed.clear();
         }
@@ -103,10 +122,11 @@ impl HeldBack {
         let Some(key) = &job.ordering_key else {
             return false;
         };
-        match self.failed.get(key) {
+        let key = (job.queue.clone(), key.clone());
+        match self.failed.get(&key) {
             Some(&claim) if claim == job.claim => true,
             Some(_) => {
-                self.failed.remove(key);
+                self.failed.remove(&key);
                 false
             }
             None => false,
@@ -199,5 +219,131 @@ async fn run_with_timeout(
                 limit.as_millis()
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobId;
+    use crate::shards::ShardSet;
+    use crate::worker::running::LostClaims;
+    use crate::worker::Stats;
+    use std::sync::Mutex;
+
+    /// An executor over a shard it never connects to: the handler here
+    /// touches no database, and pools connect only when used.
+    fn executor(calls: Arc<Mutex<Vec<String>>>) -> Arc<Executor> {
+        let config = Config::from_toml(
+            "[[shards]]\nname = \"s0\"\nurl = \"postgres://nobody@127.0.0.1:1/none\"\n",
+        )
+        .unwrap();
+        let shards = ShardSet::connect(&config).unwrap();
+        let mut registry = HandlerRegistry::new();
+        registry.register("record", move |ctx: JobContext| {
+            let calls = calls.clone();
+            async move {
+                let name = ctx.payload["name"].as_str().unwrap_or_default().to_string();
+                calls.lock().unwrap().push(name);
+                if ctx.payload["fail"] == true {
+                    return Err("failed on purpose".into());
+                }
+                Ok(serde_json::Value::Null)
+            }
+        });
+        Arc::new(Executor {
+            config: ExecutorConfig::new(&config),
+            shared: Arc::new(Shared {
+                lost_claims: LostClaims::new(1),
+                shards,
+                owner: "test".into(),
+                stats: Arc::new(Stats::new(1)),
+                running: Default::default(),
+            }),
+            registry: Arc::new(registry),
+        })
+    }
+
+    fn job(id: i64, queue: &str, key: &str, claim: u64, fail: bool) -> ClaimedJob {
+        ClaimedJob {
+            id: JobId { shard_key: 0, id },
+            shard: 0,
+            queue: queue.into(),
+            handler: "record".into(),
+            ordering_key: Some(key.into()),
+            payload: serde_json::json!({ "name": format!("{queue}{id}"), "fail": fail }),
+            attempt: 1,
+            fence: 1,
+            claim,
+            created_at: std::time::SystemTime::now(),
+        }
+    }
+
+    /// A slot serving two queues whose jobs share a key string: a job of
+    /// queue B between the failed run of queue A and the rest of that run
+    /// must not lift A's hold-back (ordering is per queue and key).
+    #[tokio::test]
+    async fn another_queues_job_of_the_same_key_string_keeps_the_failed_runs_hold() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (own_tx, own_rx) = mpsc::channel(8);
+        let (shared_tx, shared_rx) = async_channel::bounded::<ClaimedJob>(1);
+        let (done_tx, mut done_rx) = mpsc::channel(8);
+        // Claim 1 brought A's run of key k (A1 fails); claim 2, B's job of k,
+        // reached the slot between A1 and the rest of A's run.
+        for j in [
+            job(1, "A", "k", 1, true),
+            job(2, "B", "k", 2, false),
+            job(3, "A", "k", 1, false),
+            job(4, "A", "k", 1, false),
+        ] {
+            own_tx.send(j).await.unwrap();
+        }
+        let stop = CancellationToken::new();
+        let slot = tokio::spawn(run_slot(
+            executor(calls.clone()),
+            own_rx,
+            shared_rx,
+            done_tx,
+            stop.clone(),
+        ));
+        let mut outcomes = Vec::new();
+        while outcomes.len() < 4 {
+            let done = done_rx.recv().await.expect("a completion");
+            let what = match done.outcome {
+                Outcome::Succeeded(_) => "succeeded",
+                Outcome::Failed(_) => "failed",
+                Outcome::Released => "released",
+            };
+            outcomes.push((done.id.id, what));
+        }
+        stop.cancel();
+        slot.await.unwrap();
+        drop((own_tx, shared_tx));
+        assert_eq!(
+            outcomes,
+            vec![
+                (1, "failed"),
+                (2, "succeeded"),
+                (3, "released"),
+                (4, "released")
+            ],
+            "A's later jobs wait behind A1's retry; B's job runs"
+        );
+        assert_eq!(*calls.lock().unwrap(), vec!["A1", "B2"]);
+    }
+
+    #[test]
+    fn the_slot_of_a_key_is_fixed_per_queue_and_key() {
+        for slots in [1, 3, 16] {
+            let slot = slot_for("A", "k", slots);
+            assert!(slot < slots);
+            assert_eq!(slot_for("A", "k", slots), slot);
+        }
+        // The queue is part of the key: some key string lands apart in two
+        // queues (with one hash of the string alone, none would).
+        assert!((0..64).any(|i| {
+            let key = format!("k{i}");
+            slot_for("A", &key, 16) != slot_for("B", &key, 16)
+        }));
     }
 }

@@ -81,6 +81,8 @@ pub struct Worker {
     stats: Arc<Stats>,
     /// Periodic jobs this worker enqueues (`config.schedules` and those added in code).
     schedules: Vec<Schedule>,
+    /// The scheduler's local clock (set off only by tests).
+    scheduler_clock: scheduler::LocalClock,
 }
 
 /// What a finished worker run did.
@@ -113,7 +115,18 @@ impl Worker {
             registry,
             stop_when_empty: false,
             stats,
+            scheduler_clock: scheduler::LocalClock::default(),
         }
+    }
+
+    /// Sets the scheduler's local clock `ahead` of the system clock (negative:
+    /// behind), as on a host whose clock is off. For tests and the torture
+    /// run: ticks are judged by the shards' clocks, so this changes only how
+    /// long the scheduler sleeps.
+    #[doc(hidden)]
+    pub fn scheduler_clock_ahead(mut self, ahead: chrono::TimeDelta) -> Self {
+        self.scheduler_clock = scheduler::LocalClock { ahead };
+        self
     }
 
     /// Adds a periodic job to those of `config.schedules`: while the worker
@@ -203,6 +216,7 @@ impl Worker {
                 self.schedules,
                 shared.shards.clone(),
                 config.limits.default_max_attempts,
+                self.scheduler_clock,
                 claiming.clone(),
             ));
         }

@@ -165,8 +165,8 @@ pub(crate) async fn finish_background(producers: &Producers, grace: Duration) {
     }
 }
 
-/// Where claimed jobs go: keyed jobs to the slot their key hashes to, the
-/// rest to a queue that every slot serves.
+/// Where claimed jobs go: keyed jobs to the slot their queue and key hash to
+/// (`executor::slot_for`), the rest to a queue that every slot serves.
 ///
 /// Both are bounded. A slot's own queue holds a few jobs (see
 /// `run_pipeline`), so a hot key cannot hold the whole buffer: a producer
@@ -201,7 +201,7 @@ impl Dispatch {
     async fn send(&self, job: ClaimedJob, shutdown: &CancellationToken) -> Result<(), ClaimedJob> {
         match &job.ordering_key {
             Some(key) => {
-                let slot = crate::router::fnv1a64(key.as_bytes()) as usize % self.keyed.len();
+                let slot = super::executor::slot_for(&job.queue, key, self.keyed.len());
                 // Biased: a job that finds room goes to its slot even at
                 // shutdown (it is released from there, unstarted).
                 let reserved = tokio::select! {

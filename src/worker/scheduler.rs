@@ -5,13 +5,19 @@
 //! [`crate::schedule::due`]; exactly-once is the tick statement's
 //! (`store::schedules::tick`). Every worker process runs every schedule;
 //! the processes race for each tick and one wins.
+//!
+//! Time is the database's: each pass reads the shard's clock and judges
+//! which ticks are due (and which were missed) by it, and the tick statement
+//! refuses a tick that is not ripe by it. A worker whose own clock is off by
+//! minutes then neither enqueues ticks early nor skips ticks that have not
+//! happened yet; its clock only sets how long it sleeps.
 
 use super::rotation::jitter;
 use crate::schedule::due::{self, LATE_TICK_GRACE};
 use crate::schedule::{Missed, Schedule};
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::schedules::{self, Tick};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -33,12 +39,28 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 /// gets its late ticks enqueued as on time.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// This process's clock as the scheduler reads it: the system clock, or one
+/// set off by `ahead` (tests and the torture run show that a skewed clock
+/// changes nothing but sleep times).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LocalClock {
+    /// How far this clock runs ahead of the system clock (negative: behind).
+    pub ahead: TimeDelta,
+}
+
+impl LocalClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + self.ahead
+    }
+}
+
 /// Runs every schedule until `shutdown`; `max_attempts` is the attempt
 /// limit of their jobs.
 pub(crate) async fn run(
     schedules: Vec<Schedule>,
     shards: ShardSet,
     max_attempts: i32,
+    clock: LocalClock,
     shutdown: CancellationToken,
 ) {
     let mut loops = tokio::task::JoinSet::new();
@@ -48,6 +70,8 @@ pub(crate) async fn run(
             schedule,
             shard,
             max_attempts,
+            clock,
+            skew: TimeDelta::zero(),
             cursor: None,
             failures: 0,
         };
@@ -56,12 +80,24 @@ pub(crate) async fn run(
     while loops.join_next().await.is_some() {}
 }
 
+/// How a pass that did not fail ended.
+enum Pass {
+    /// Every due tick was handled.
+    Done,
+    /// The tick statement found this tick not yet due by the shard's clock.
+    NotYet(DateTime<Utc>),
+}
+
 /// One schedule's loop and its state.
 struct ScheduleLoop {
     schedule: Schedule,
     /// The shard the schedule's name routes to.
     shard: Shard,
     max_attempts: i32,
+    clock: LocalClock,
+    /// The shard's clock minus the local one, as last read: turns a local
+    /// time into the shard's for the sleep to the next tick.
+    skew: TimeDelta,
     /// The latest tick this process has handled (`None` before the first pass).
     cursor: Option<DateTime<Utc>>,
     /// Failed passes in a row.
@@ -72,20 +108,20 @@ impl ScheduleLoop {
     async fn run(mut self, shutdown: CancellationToken) {
         tracing::info!(schedule = %self.schedule.name(), shard = %self.shard.name, "schedule started");
         loop {
-            let pause = self.pause(Utc::now());
+            let pause = self.pause(self.clock.now() + self.skew);
             // A pass cut short by shutdown leaves each tick written or not:
             // every tick is one statement.
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = async {
                     tokio::time::sleep(pause).await;
-                    self.pass(Utc::now()).await;
+                    self.pass().await;
                 } => {}
             }
         }
     }
 
-    /// How long to sleep before the next pass.
+    /// How long to sleep before the next pass; `now` is the shard's time.
     fn pause(&self, now: DateTime<Utc>) -> Duration {
         let mut rng = rand::thread_rng();
         if self.failures > 0 {
@@ -105,9 +141,23 @@ impl ScheduleLoop {
         }
     }
 
-    async fn pass(&mut self, now: DateTime<Utc>) {
-        match self.try_pass(now).await {
-            Ok(()) => self.failures = 0,
+    /// One pass, judged by the shard's clock (read first).
+    async fn pass(&mut self) {
+        let result = match schedules::clock(&self.shard).await {
+            Ok(now) => {
+                self.skew = now - self.clock.now();
+                self.try_pass(now).await
+            }
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(Pass::Done) => self.failures = 0,
+            // Only a shard clock that stepped back between the read and the
+            // tick gets here: try again after a short wait.
+            Ok(Pass::NotYet(tick)) => {
+                self.failures = self.failures.max(1);
+                tracing::debug!(schedule = %self.schedule.name(), %tick, "tick not yet due by the shard's clock");
+            }
             Err(err) => {
                 self.failures += 1;
                 tracing::warn!(
@@ -119,20 +169,25 @@ impl ScheduleLoop {
         }
     }
 
-    /// Handles every due tick in order; the cursor moves past each one
-    /// handled, so a failure retries from the first tick not handled.
-    async fn try_pass(&mut self, now: DateTime<Utc>) -> Result<(), ShardError> {
+    /// Handles every tick due at `now` (the shard's time) in order; the
+    /// cursor moves past each one handled, so a failure retries from the
+    /// first tick not handled, and a tick the statement finds not yet due
+    /// stays ahead of the cursor.
+    async fn try_pass(&mut self, now: DateTime<Utc>) -> Result<Pass, ShardError> {
         let cursor = match self.cursor {
             Some(cursor) => cursor,
             None => match self.first_cursor(now).await? {
                 Some(cursor) => cursor,
-                None => return Ok(()),
+                None => return Ok(Pass::Done),
             },
         };
         let due = due::due(&self.schedule, cursor, now, LATE_TICK_GRACE);
         if let Some(missed) = due.missed {
             let run_once = self.schedule.missed_policy() == Missed::RunOnce;
             let outcome = self.tick(missed, run_once).await?;
+            if outcome.not_yet {
+                return Ok(Pass::NotYet(missed));
+            }
             if outcome.advanced {
                 tracing::info!(
                     schedule = %self.schedule.name(),
@@ -146,12 +201,15 @@ impl ScheduleLoop {
         }
         for tick in due.on_time {
             let outcome = self.tick(tick, true).await?;
+            if outcome.not_yet {
+                return Ok(Pass::NotYet(tick));
+            }
             if let Some(job) = outcome.job {
                 tracing::debug!(schedule = %self.schedule.name(), %tick, %job, "tick enqueued");
             }
             self.cursor = Some(tick);
         }
-        Ok(())
+        Ok(Pass::Done)
     }
 
     /// The cursor of the first pass: the recorded last tick, or, for a

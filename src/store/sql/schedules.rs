@@ -13,10 +13,20 @@ pub const SCHEDULE_LAST_TICK: &str =
 pub const SCHEDULE_LAST_TICKS: &str =
     "SELECT name, last_tick, updated_at FROM shardq_schedules WHERE name = ANY($1)";
 
+/// The shard's clock, which judges when a tick is due (a worker's own clock
+/// may be minutes off).
+pub const SCHEDULE_CLOCK: &str = "SELECT now() AS now";
+
 /// One tick of schedule $1 at $2, in one statement: moves `last_tick`
-/// forward to $2 only if it is older, and only then, when $9 is true,
-/// enqueues the tick's job (shard key $3, queue $4, handler $5, payload $6,
-/// attempts $7, deduplication id $8).
+/// forward to $2 only if it is older and the tick is ripe by the database's
+/// clock, and only then, when $9 is true, enqueues the tick's job (shard key
+/// $3, queue $4, handler $5, payload $6, attempts $7, deduplication id $8).
+///
+/// Ripe: a tick to enqueue ($9) once it is not in the future; a tick to skip
+/// as missed (not $9) once it is older than the grace $10 (milliseconds).
+/// So a worker whose clock runs ahead can neither enqueue a tick early nor
+/// move `last_tick` past ticks that have not happened yet; `ripe` false
+/// means nothing was written and the tick is to be tried again later.
 ///
 /// Two processes running the same tick serialise on the schedule's row: the
 /// second one's UPDATE waits for the first to commit, then re-reads the row
@@ -26,9 +36,12 @@ pub const SCHEDULE_LAST_TICKS: &str =
 /// commit together or not at all. The deduplication conflict clause only
 /// keeps a job of the same id that is still unfinished from failing the
 /// statement; `last_tick` is what makes the tick exactly once.
-pub const SCHEDULE_TICK: &str = "WITH advanced AS ( \
+pub const SCHEDULE_TICK: &str = "WITH judged AS ( \
+        SELECT $2 <= now() - CASE WHEN $9 THEN 0 ELSE $10 END * interval '1 millisecond' \
+            AS ripe \
+    ), advanced AS ( \
         UPDATE shardq_schedules SET last_tick = $2, updated_at = now() \
-        WHERE name = $1 AND last_tick < $2 \
+        WHERE name = $1 AND last_tick < $2 AND (SELECT ripe FROM judged) \
         RETURNING name \
     ), job AS ( \
         INSERT INTO workflow_status \
@@ -39,4 +52,5 @@ pub const SCHEDULE_TICK: &str = "WITH advanced AS ( \
         DO NOTHING \
         RETURNING id, pg_notify('shardq_ready', queue) AS woken \
     ) \
-    SELECT EXISTS (SELECT 1 FROM advanced) AS advanced, (SELECT id FROM job) AS job_id";
+    SELECT (SELECT ripe FROM judged) AS ripe, EXISTS (SELECT 1 FROM advanced) AS advanced, \
+        (SELECT id FROM job) AS job_id";

@@ -55,7 +55,7 @@ pub enum ClientError {
         #[source]
         source: ShardError,
     },
-    /// A job with [`OnDuplicate::Error`] whose deduplication id is taken.
+    /// A job with [`OnDuplicate::Error`](crate::OnDuplicate::Error) whose deduplication id is taken.
     #[error("job {index}: deduplication id `{dedup_id}` is taken by unfinished job {existing}")]
     Duplicate {
         /// Position in the batch.

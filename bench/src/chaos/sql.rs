@@ -57,47 +57,80 @@ pub const RUNS_CREATE: &str = "CREATE TABLE IF NOT EXISTS torture_runs ( \
     by_design boolean NOT NULL, \
     pid integer NOT NULL, \
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(), \
-    finished_at timestamptz)";
+    finished_at timestamptz, \
+    claimed_at timestamptz, \
+    error_at_start text)";
 
 /// Records that attempt $5 of job ($3, $4) of queue $1, key $2, started in
-/// worker process $7 ($6: it fails by design); returns the run.
+/// worker process $7 ($6: it fails by design); returns the run. With it, the
+/// job row as this attempt found it: when its claim was made (`started_at`:
+/// the claim statement's time, the same for every job of one claim) and its
+/// error (a failure of an earlier attempt that was written; a failure whose
+/// worker died before writing it leaves none).
 pub const RUN_START: &str = "INSERT INTO torture_runs \
-    (queue, ordering_key, shard_key, job_id, attempt, by_design, pid) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING run";
+    (queue, ordering_key, shard_key, job_id, attempt, by_design, pid, claimed_at, error_at_start) \
+    SELECT $1::text, $2::text, $3::int, $4::bigint, $5::int, $6::boolean, $7::int, \
+        w.started_at, w.error \
+    FROM (SELECT 1) one LEFT JOIN workflow_status w ON w.shard_key = $3 AND w.id = $4 \
+    RETURNING run";
+
+/// What the keyed handler's failure by design says; a retry that finds it as
+/// its job's error knows the failure was written.
+pub const BY_DESIGN_MARK: &str = "fails its first attempt by design";
 
 /// Records that run $1 finished.
 pub const RUN_FINISH: &str =
     "UPDATE torture_runs SET finished_at = clock_timestamp() WHERE run = $1";
 
 /// The runs whose order is a guarantee: the attempt that succeeded, and the
-/// attempts that failed by design and finished (their retry must come before
-/// the later jobs of their key). Other attempts (killed, cut off) are not
-/// checked, nor are jobs whose payload number is in $1 (an anti-join: the
-/// list can hold tens of thousands of numbers): their enqueue was not
-/// acknowledged, so they may have committed after later jobs (order is id
-/// order among committed jobs), nor runs of the worker processes in $3: they
-/// were stopped past their lease. Each with the job and finish of the run
-/// before it on its (queue, key), in start order.
+/// attempts that failed by design, finished, and whose failure was written
+/// (a later attempt of the job found it as the job's error, $4 marks it):
+/// their retry must come before the later jobs of their key. A failure by
+/// design whose worker died before writing it is no failure of the job: the
+/// job's lease expired and its attempt ran again, as did the attempts of the
+/// earlier jobs that worker had run and not yet written. Other attempts
+/// (killed, cut off) are not checked, nor are jobs whose payload number is
+/// in $1 (an anti-join: the list can hold tens of thousands of numbers):
+/// their enqueue was not acknowledged, so they may have committed after
+/// later jobs (order is id order among committed jobs), nor runs of the
+/// worker processes in $3: they were stopped past their lease. Each with the
+/// job and finish of the run before it on its (queue, key), in start order,
+/// and `rerun`: this run is the at-least-once re-run of a job whose earlier
+/// attempt (not a failure by design) ran in the same claim as that previous
+/// run, before it, and whose outcome was lost with that claim's worker, so
+/// the previous run did not overtake it.
 macro_rules! checked_runs {
     () => {
         "WITH checked AS ( \
-            SELECT r.run, r.queue, r.ordering_key, r.job_id, r.attempt, r.started_at, r.finished_at \
+            SELECT r.run, r.queue, r.ordering_key, r.shard_key, r.job_id, r.attempt, r.pid, \
+                r.claimed_at, r.started_at, r.finished_at \
             FROM torture_runs r \
             JOIN workflow_status w ON w.shard_key = r.shard_key AND w.id = r.job_id \
             WHERE ((w.status = 'succeeded' AND r.attempt = w.attempts) \
-               OR (r.by_design AND r.finished_at IS NOT NULL)) \
+               OR (r.by_design AND r.finished_at IS NOT NULL AND EXISTS ( \
+                   SELECT 1 FROM torture_runs later WHERE later.shard_key = r.shard_key \
+                       AND later.job_id = r.job_id AND later.attempt > r.attempt \
+                       AND strpos(later.error_at_start, $4) > 0))) \
               AND r.pid <> ALL($3) \
               AND NOT EXISTS (SELECT 1 FROM unnest($1::bigint[]) AS u(n) \
                   WHERE u.n = (w.payload->>'n')::bigint) \
-        ), ordered AS ( \
+        ), lagged AS ( \
             SELECT *, lag(job_id) OVER k AS prev_job, lag(attempt) OVER k AS prev_attempt, \
-                lag(finished_at) OVER k AS prev_finished \
+                lag(finished_at) OVER k AS prev_finished, lag(started_at) OVER k AS prev_started, \
+                lag(pid) OVER k AS prev_pid, lag(claimed_at) OVER k AS prev_claimed \
             FROM checked WINDOW k AS (PARTITION BY queue, ordering_key ORDER BY started_at, run) \
+        ), ordered AS ( \
+            SELECT l.*, EXISTS (SELECT 1 FROM torture_runs z \
+                WHERE z.shard_key = l.shard_key AND z.job_id = l.job_id \
+                    AND z.attempt < l.attempt AND NOT z.by_design \
+                    AND z.pid = l.prev_pid AND z.claimed_at = l.prev_claimed \
+                    AND z.started_at < l.prev_started) AS rerun \
+            FROM lagged l \
         ) "
     };
 }
 
-/// Per-key order on this shard (`checked_runs` for $1, $3). Columns: checked runs, runs that started
+/// Per-key order on this shard (`checked_runs` for $1, $3, $4). Columns: checked runs, runs that started
 /// before an earlier-started run of a later job (out of id order), runs that
 /// started before the previous run of their key finished (overlap), (job,
 /// attempt) pairs that started twice, succeeded keyed jobs (handler $2)
@@ -107,7 +140,7 @@ pub const ORDER_CHECKS: &str = concat!(
     checked_runs!(),
     "SELECT \
         (SELECT count(*) FROM checked), \
-        (SELECT count(*) FROM ordered WHERE job_id < prev_job), \
+        (SELECT count(*) FROM ordered WHERE job_id < prev_job AND NOT rerun), \
         (SELECT count(*) FROM ordered WHERE started_at < prev_finished), \
         (SELECT count(*) FROM (SELECT job_id, attempt FROM torture_runs \
             GROUP BY 1, 2 HAVING count(*) > 1) twice), \
@@ -120,13 +153,13 @@ pub const ORDER_CHECKS: &str = concat!(
                 AND later.attempt > r.attempt))"
 );
 
-/// Up to $2 runs that broke per-key order (`checked_runs` for $1, $3): queue, key, job, attempt, the
+/// Up to $2 runs that broke per-key order (`checked_runs` for $1, $3, $4): queue, key, job, attempt, the
 /// previous run's job and attempt, whether it overlapped that run.
 pub const ORDER_VIOLATIONS: &str = concat!(
     checked_runs!(),
     "SELECT queue, ordering_key, job_id, attempt, prev_job, prev_attempt, \
         started_at < prev_finished \
-    FROM ordered WHERE job_id < prev_job OR started_at < prev_finished \
+    FROM ordered WHERE (job_id < prev_job AND NOT rerun) OR started_at < prev_finished \
     ORDER BY started_at LIMIT $2"
 );
 

@@ -104,7 +104,7 @@ pub async fn run(shards: ShardSet, ctx: JobContext) -> HandlerResult {
         .await
         .map_err(|e| shard.query_error(e))?;
     if by_design {
-        return Err(format!("job n={n} fails its first attempt by design").into());
+        return Err(format!("job n={n} {}", sql::BY_DESIGN_MARK).into());
     }
     Ok(serde_json::json!({ "attempt": ctx.attempt }))
 }

@@ -1,10 +1,11 @@
-//! shardq: a durable job and workflow queue on sharded PostgreSQL.
+#![doc = include_str!("../README.md")]
 //!
-//! Workers rotate over the shards; on each one they take one of a few
-//! advisory-lock dequeue slots and claim a batch with `FOR UPDATE SKIP LOCKED`,
-//! or move on at once when no slot is free. Start at [`Shardq`]: from a
-//! [`Config`] to a migrated shard set, a [`Client`] and [`Worker`]s. See
-//! README.md for the guarantees and the architecture.
+//! ## In this documentation
+//!
+//! Start at [`Shardq`]: from a [`Config`] to a migrated shard set, a
+//! [`Client`] that enqueues and reads jobs, and [`Worker`]s that run your
+//! [`HandlerRegistry`]'s handlers. The guides named above live in the
+//! repository's `docs/` folder.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

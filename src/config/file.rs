@@ -35,7 +35,7 @@ pub struct ConfigFile {
     pub schedules: Vec<ScheduleFile>,
 }
 
-/// One periodic job (see README, "Periodic jobs").
+/// One periodic job (see docs/operations.md, "Periodic jobs").
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleFile {
@@ -91,11 +91,13 @@ pub struct ShardFile {
     /// required by `verify-full`. Also read from a `?sslrootcert=` in `url`.
     pub sslrootcert: Option<PathBuf>,
     /// Connections this process may open to the shard; by default what a
-    /// worker process needs (`worker.producers` + 5, see README "Sizing").
+    /// worker process needs (`worker.producers` + 5, see docs/operations.md,
+    /// "Sizing connections").
     pub pool_size: Option<usize>,
     /// The URL reaches the shard through a transaction-pooling proxy
     /// (PgBouncer `pool_mode = transaction`): no session settings are sent
-    /// at connect time (the proxy refuses them). See README, "Behind PgBouncer".
+    /// at connect time (the proxy refuses them). See docs/operations.md,
+    /// "Behind PgBouncer".
     #[serde(default)]
     pub transaction_pooler: bool,
 }
@@ -121,7 +123,8 @@ impl std::fmt::Debug for ShardFile {
     }
 }
 
-/// Dequeue settings (see DESIGN.md, "Measured here: gating is no free win").
+/// Dequeue settings: the gate, the skips and the budget (see
+/// docs/configuration.md and docs/architecture.md, "Dequeue").
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DequeueFile {
@@ -129,7 +132,7 @@ pub struct DequeueFile {
     #[serde(default = "default_mode")]
     pub mode: String,
     /// K: how many claims may run at once on one shard for one queue. Two saturate
-    /// a shard with large batches on the measured machine class. With
+    /// a shard with large batches on the 2-core machine the benchmarks ran on. With
     /// `adaptive_slots`, the K each process starts with.
     #[serde(default = "default_slots")]
     pub slots_per_shard: u32,
@@ -145,8 +148,9 @@ pub struct DequeueFile {
     /// once on a shard for a queue, however many processes there are.
     #[serde(default = "default_slots_max")]
     pub slots_max: u32,
-    /// Jobs claimed by one statement. Large batches make the gated claimers
-    /// saturate the shard (1000 reached ~70k jobs/s with 2 claimers).
+    /// Jobs claimed by one statement. Large batches let the few gated
+    /// claimers saturate the shard (the statement ceiling peaks at 2
+    /// dequeuers with batches of 1,000; docs/benchmarks.md).
     #[serde(default = "default_batch")]
     pub batch_size: u32,
     /// Shortest time a shard that returned no job is skipped by every
@@ -306,15 +310,16 @@ fn default_slots() -> u32 {
     2
 }
 // Off: measured side by side on 2 cores, a fixed K = 2 kept gated at or
-// above ungated where adaptive K did not (README, "Adaptive K").
+// above ungated where adaptive K did not (docs/benchmarks.md, "Adaptive K").
 fn default_adaptive_slots() -> bool {
     false
 }
 fn default_slots_min() -> u32 {
     1
 }
-// Eight claimers on one shard still drain at the single-claimer rate in the
-// sweep; the spiral starts beyond (DESIGN.md, "gating is no free win").
+// Eight claimers on one shard still drain about as fast as two (ungated at 8
+// dequeuers per shard came within 12 % of gated); the SKIP LOCKED spiral shows
+// beyond (docs/benchmarks.md, "Scale-out: gated vs ungated").
 fn default_slots_max() -> u32 {
     8
 }

@@ -2,9 +2,9 @@
 //!
 //! A shard admits at most K claims at once per queue (its advisory-lock
 //! slots), and every busy or empty answer is a round trip that burns the CPU
-//! the slot holders need (see `shared/experiments/gating`: gating with hot
-//! retries lost to plain SKIP LOCKED). So the producers of one process share,
-//! per target:
+//! the slot holders need: a gate whose misses retry at once spends the
+//! shard's CPU on misses instead of claims. So the producers of one process
+//! share, per target:
 //!
 //! - K permits (gated mode): more than K attempts from one process could only
 //!   come back busy. K moves with what the target shows (`slot_control`):

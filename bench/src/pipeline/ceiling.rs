@@ -14,8 +14,8 @@ use shardq::shards::Shard;
 use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany};
 use std::time::{Duration, Instant};
 
-/// Jobs per claim statement (the batch at which 2 clients reached ~70k jobs/s
-/// in shared/experiments/gating).
+/// Jobs per claim statement: large enough that two dequeuers saturate one
+/// shard (the ceiling runs peak at 2 dequeuers, bench/results/pipeline.txt).
 pub const BATCH: u32 = 1_000;
 
 /// Concurrent dequeuers tried, one run each.

@@ -1,7 +1,9 @@
 //! Every relative link in README.md, CHANGELOG.md and docs/*.md resolves
 //! inside the repository: the file or folder it names exists, and an anchor
 //! (`#…`) matches the GitHub slug of a heading in the Markdown file it points
-//! at. Links with a scheme (`https:`, `mailto:`) are not followed.
+//! at. Links with a scheme (`https:`, `mailto:`) are not followed. A path of
+//! the repository named in a code span (`tests/pause.rs`) must exist too, so
+//! that moving a file shows every page that still names its old place.
 //!
 //! Lives in the harness because that crate builds cheaply and needs nothing
 //! here but `std`: no server, no Markdown crate.
@@ -66,13 +68,19 @@ fn prose_lines(text: &str) -> Vec<(usize, &str)> {
     out
 }
 
-/// `text` with its code spans blanked out (same length, newlines kept), so
-/// that a link written inside backticks is not taken for one. An opening run
-/// of backticks without a closing run of the same length is literal.
-fn without_code_spans(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = chars.clone();
+/// A code span: the characters `start..end` of a text, backticks included,
+/// and what it holds.
+struct CodeSpan {
+    start: usize,
+    end: usize,
+    content: String,
+}
+
+/// The code spans of a paragraph. An opening run of backticks without a
+/// closing run of the same length is literal.
+fn code_spans(chars: &[char]) -> Vec<CodeSpan> {
     let run_at = |i: usize| chars[i..].iter().take_while(|c| **c == '`').count();
+    let mut spans = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         if chars[i] != '`' {
@@ -96,17 +104,76 @@ fn without_code_spans(text: &str) -> String {
         }
         match close {
             Some(end) => {
-                for c in &mut out[i..end + open] {
-                    if *c != '\n' {
-                        *c = ' ';
-                    }
-                }
+                spans.push(CodeSpan {
+                    start: i,
+                    end: end + open,
+                    content: chars[i + open..end].iter().collect(),
+                });
                 i = end + open;
             }
             None => i += open,
         }
     }
+    spans
+}
+
+/// `text` with its code spans blanked out (newlines kept), so that a link
+/// written inside backticks is not taken for one.
+fn without_code_spans(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = chars.clone();
+    for span in code_spans(&chars) {
+        for c in &mut out[span.start..span.end] {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+    }
     out.into_iter().collect()
+}
+
+/// The folders at the repository's root: a code span that starts with one of
+/// them names a file of the repository (`tests/pause.rs`, `src/worker/`).
+const REPO_FOLDERS: &[&str] = &[
+    ".ci/",
+    "bench/",
+    "cli/",
+    "dashboard/",
+    "docs/",
+    "examples/",
+    "harness/",
+    "migrations/",
+    "scripts/",
+    "src/",
+    "tests/",
+];
+
+/// Repository paths named in code spans, relative to the root, with their
+/// lines: `src/router.rs`, `tests/plans.rs` (of `tests/plans.rs::a_test`).
+/// Spans with spaces, globs or placeholders are not paths.
+fn code_paths(text: &str) -> Vec<Link> {
+    let lines = prose_lines(text);
+    let mut found = Vec::new();
+    for paragraph in lines.split(|(_, line)| line.trim().is_empty()) {
+        let Some(&(first_line, _)) = paragraph.first() else {
+            continue;
+        };
+        let joined: Vec<&str> = paragraph.iter().map(|(_, line)| *line).collect();
+        let chars: Vec<char> = joined.join("\n").chars().collect();
+        for span in code_spans(&chars) {
+            let content = span.content.trim();
+            let path = content.split("::").next().unwrap_or(content);
+            let is_path = REPO_FOLDERS.iter().any(|folder| path.starts_with(folder))
+                && !path.contains(|c: char| c.is_whitespace() || "*<>{}…|".contains(c));
+            if is_path {
+                found.push(Link {
+                    line: first_line + chars[..span.start].iter().filter(|c| **c == '\n').count(),
+                    target: path.to_string(),
+                });
+            }
+        }
+    }
+    found
 }
 
 /// The link targets of a document: inline links and images `[..](target)`,
@@ -310,6 +377,15 @@ fn problems(
     exists: &dyn Fn(&Path) -> bool,
 ) -> Vec<String> {
     let mut out = Vec::new();
+    for Link { line, target } in code_paths(text) {
+        let exists_there = normalize(Path::new(&target)).is_some_and(|path| exists(&path));
+        if !exists_there {
+            out.push(format!(
+                "{}:{line}: `{target}`: names a repository path that does not exist",
+                doc.display()
+            ));
+        }
+    }
     let here = doc.parent().unwrap_or(Path::new(""));
     for Link { line, target } in links(text) {
         let at = format!("{}:{line}: `{target}`", doc.display());
@@ -377,7 +453,7 @@ fn every_relative_link_and_anchor_in_the_docs_resolves() {
 }
 
 #[test]
-fn a_missing_file_a_missing_anchor_and_an_escape_are_reported() {
+fn a_missing_file_anchor_or_named_path_and_an_escape_are_reported() {
     let docs = [
         (
             "docs/a.md",
@@ -385,11 +461,13 @@ fn a_missing_file_a_missing_anchor_and_an_escape_are_reported() {
              [the pooler](#behind-pgbouncer) and [root](../README.md).\n\
              Broken: [gone](missing.md), [no anchor](b.md#nowhere),\n\
              [out](../../etc/passwd), [self](#no-such-heading).\n\
-             `[in code](not-a-link.md)` and a [web link](https://example.com/x).\n\n\
+             `[in code](not-a-link.md)` and a [web link](https://example.com/x).\n\
+             Paths: `src/missing.rs`, `tests/plans.rs::a_test`, `src/*.rs`, `cargo test`.\n\n\
              ```text\n[in a block](nope.md)\n```\n\n[ref]: gone-too.md\n",
         ),
         ("docs/b.md", "# First\n\n## Second part\n"),
         ("README.md", "# Readme\n"),
+        ("tests/plans.rs", ""),
     ];
     let read = |path: &Path| {
         docs.iter()
@@ -399,11 +477,12 @@ fn a_missing_file_a_missing_anchor_and_an_escape_are_reported() {
     let exists = |path: &Path| read(path).is_some() || path == Path::new("docs");
     let found = problems(Path::new("docs/a.md"), docs[0].1, &read, &exists);
     let expected = [
+        "docs/a.md:10: `src/missing.rs`: names a repository path that does not exist",
         "docs/a.md:7: `missing.md`: docs/missing.md does not exist in the repository",
         "docs/a.md:7: `b.md#nowhere`: no heading of docs/b.md has the anchor `#nowhere`",
         "docs/a.md:8: `../../etc/passwd`: points outside the repository",
         "docs/a.md:8: `#no-such-heading`: no heading of docs/a.md has the anchor `#no-such-heading`",
-        "docs/a.md:15: `gone-too.md`: docs/gone-too.md does not exist in the repository",
+        "docs/a.md:16: `gone-too.md`: docs/gone-too.md does not exist in the repository",
     ];
     assert_eq!(found, expected);
 }

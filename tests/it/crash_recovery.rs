@@ -97,7 +97,7 @@ async fn a_killed_workflow_resumes_elsewhere_without_repeating_completed_steps()
     let mut doomed = tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "crash_recovery_doomed_worker_process",
+            "crash_recovery::crash_recovery_doomed_worker_process",
             "--nocapture",
         ])
         .env(ROLE_ENV, "doomed")

@@ -120,7 +120,11 @@ async fn jobs_of_one_key_never_overlap_and_run_in_enqueue_order() {
         .unwrap();
 
     let other = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "ordering_second_worker_process", "--nocapture"])
+        .args([
+            "--exact",
+            "ordering::ordering_second_worker_process",
+            "--nocapture",
+        ])
         .env(ROLE_ENV, "worker")
         .env(CONFIG_ENV, &toml)
         .spawn()

@@ -1,12 +1,16 @@
 //! What the benchmarks, the chaos run and the integration tests share:
 //! local PostgreSQL clusters in a temporary folder ([`cluster`]), processes
 //! they start and stop ([`process`]), where the workspace's binaries are
-//! ([`exe`]), and the statement that empties the job tables ([`reset`]).
+//! ([`exe`]), the statement that empties the job tables ([`reset`]), and
+//! for the integration tests fresh shards per test ([`test_shards`]) and a
+//! real PgBouncer in front of them ([`pgbouncer`]).
 
 pub mod cluster;
 pub mod exe;
 pub mod lossy_proxy;
+pub mod pgbouncer;
 pub mod process;
+pub mod test_shards;
 
 pub use cluster::{LocalCluster, TempRoot};
 pub use process::Proc;

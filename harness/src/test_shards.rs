@@ -1,0 +1,115 @@
+//! For the integration tests: real PostgreSQL servers started per test,
+//! shards as fresh databases on them, and a shardq config pointing at those
+//! shards.
+
+use shardq::config::Config;
+use shardq::local::{create_database, EphemeralServer};
+use shardq::shards::ShardSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Shards for one test, and the servers that hold them (stopped on drop).
+pub struct TestShards {
+    pub servers: Vec<EphemeralServer>,
+    /// One URL per shard.
+    pub urls: Vec<String>,
+}
+
+impl TestShards {
+    /// `n` shards as `n` fresh databases on one new server.
+    pub async fn databases(n: usize) -> TestShards {
+        let server = EphemeralServer::start().await.expect("start postgres");
+        let mut urls = Vec::new();
+        for _ in 0..n {
+            let name = format!("shard_{}", DB_COUNTER.fetch_add(1, Ordering::Relaxed));
+            create_database(&server.admin_url(), &name)
+                .await
+                .expect("create database");
+            let admin = server.admin_url();
+            let base = admin.rsplit_once('/').expect("url has a database").0;
+            urls.push(format!("{base}/{name}"));
+        }
+        TestShards {
+            servers: vec![server],
+            urls,
+        }
+    }
+
+    /// `n` shards, each its own server (for tests that stop one).
+    pub async fn servers(n: usize) -> TestShards {
+        let servers = futures_util::future::try_join_all((0..n).map(|_| EphemeralServer::start()))
+            .await
+            .expect("start postgres");
+        let urls = servers.iter().map(|s| s.url()).collect();
+        TestShards { servers, urls }
+    }
+
+    /// The shard list as TOML, followed by `extra` (more sections).
+    pub fn toml(&self, extra: &str) -> String {
+        let mut text = String::new();
+        for (i, url) in self.urls.iter().enumerate() {
+            text.push_str(&format!(
+                "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 12\n\n"
+            ));
+        }
+        text.push_str(extra);
+        text
+    }
+
+    /// A validated config over these shards with `extra` sections.
+    pub fn config(&self, extra: &str) -> Config {
+        Config::from_toml(&self.toml(extra)).expect("valid test config")
+    }
+
+    /// Pools over these shards, migrated.
+    pub async fn migrated(&self, config: &Config) -> ShardSet {
+        let shards = ShardSet::connect(config).expect("pools");
+        shardq::migrate::migrate_all(&shards)
+            .await
+            .expect("migrate");
+        shards
+    }
+}
+
+/// Counts jobs with `status` on every shard.
+pub async fn count_status(shards: &ShardSet, status: &str) -> i64 {
+    let mut total = 0;
+    for shard in shards.all() {
+        total += count_on(shard, status).await.expect("count");
+    }
+    total
+}
+
+/// Counts jobs with `status` on one shard.
+pub async fn count_on(
+    shard: &shardq::shards::Shard,
+    status: &str,
+) -> Result<i64, shardq::shards::ShardError> {
+    let client = shard.client().await?;
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM workflow_status WHERE status = $1",
+            &[&status],
+        )
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(row.get(0))
+}
+
+/// Polls `check` every 50 ms until it returns true or `limit` passes.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,137 @@
+//! The dashboard's reads go through the partial index of the state they
+//! read, with a history of finished rows and fresh statistics: no list, count
+//! or chart walks the table or the succeeded history.
+
+use crate::common;
+
+use common::TestShards;
+use shardq::store::sql;
+use tokio_postgres::types::{ToSql, Type};
+
+/// Rows in every state; most of them succeeded history.
+const FILL: &str = "
+INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at)
+    SELECT 0, 'q', 'noop', 'succeeded', 1, now() - interval '1 hour' * random()
+    FROM generate_series(1, 30000);
+INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at, error)
+    SELECT 0, 'q', 'noop', 'dead', 1, now() - interval '1 hour' * random(), 'boom'
+    FROM generate_series(1, 50);
+INSERT INTO workflow_status (shard_key, queue, handler, status, priority)
+    SELECT 0, 'q', 'noop', 'queued', g % 3 FROM generate_series(1, 300) g;
+INSERT INTO workflow_status (shard_key, queue, handler, status, ordering_key)
+    SELECT 0, 'q', 'noop', 'waiting', 'k' || (g % 10) FROM generate_series(1, 100) g;
+INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, run_at)
+    SELECT 0, 'q', 'noop', 'scheduled', g % 2, now() + interval '1 hour' FROM generate_series(1, 200) g;
+INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, owner, lease_expires_at)
+    SELECT 0, 'q', 'noop', 'running', 1, 'w', now() + interval '1 minute' FROM generate_series(1, 100);
+ANALYZE workflow_status;
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    // A connection of shardq's own pool: it carries the planner settings.
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(FILL).await.unwrap();
+
+    let none: Option<String> = None;
+    let after: Option<String> = Some(String::new());
+    let (text2, num, id, limit) = (String::new(), 0i64, 0i64, 50i64);
+    let lists = [
+        (
+            sql::JOBS_READY,
+            "",
+            vec!["workflow_status_dequeue", "workflow_status_dequeue_keyed"],
+        ),
+        (sql::JOBS_WAITING, "", vec!["workflow_status_key"]),
+        // Either index of scheduled rows (by run_at, or by queue and
+        // attempts): which one the planner takes depends on how many are
+        // delayed and how many retrying.
+        (
+            sql::JOBS_SCHEDULED,
+            "retrying",
+            vec!["workflow_status_scheduled*"],
+        ),
+        (
+            sql::JOBS_SCHEDULED,
+            "scheduled",
+            vec!["workflow_status_scheduled*"],
+        ),
+        (sql::JOBS_RUNNING, "", vec!["workflow_status_lease"]),
+        (
+            sql::JOBS_FINISHED,
+            "succeeded",
+            vec!["workflow_status_finished"],
+        ),
+        (sql::JOBS_FINISHED, "dead", vec!["workflow_status_failed"]),
+        (
+            sql::JOBS_FINISHED,
+            "cancelled",
+            vec!["workflow_status_failed"],
+        ),
+    ];
+    for (statement, variant, indexes) in lists {
+        // First pages and later pages (a position given) alike.
+        for position in [&none, &after] {
+            let params: [(&(dyn ToSql + Sync), Type); 9] = [
+                (&none, Type::TEXT),
+                (&none, Type::TEXT),
+                (&none, Type::TEXT),
+                (position, Type::TEXT),
+                (&text2, Type::TEXT),
+                (&num, Type::INT8),
+                (&id, Type::INT8),
+                (&limit, Type::INT8),
+                (&variant, Type::TEXT),
+            ];
+            let plan = explain(&db, statement, &params).await;
+            for index in &indexes {
+                let uses = match index.strip_suffix('*') {
+                    Some(prefix) => plan.contains(&format!(" {prefix}")),
+                    None => plan.contains(&format!(" {index} ")),
+                };
+                assert!(uses, "{variant} should read {index}:\n{plan}");
+            }
+            assert!(!plan.contains("Seq Scan"), "{variant}:\n{plan}");
+        }
+    }
+    let (bucket, window) = (10i64, 300i64);
+    let plan = explain(
+        &db,
+        sql::COMPLETIONS_RECENT,
+        &[(&bucket, Type::INT8), (&window, Type::INT8)],
+    )
+    .await;
+    assert!(
+        plan.contains("workflow_status_finished") && plan.contains("Index Cond: (finished_at >="),
+        "{plan}"
+    );
+    let plan = explain(&db, sql::FAILED_COUNTS, &[]).await;
+    assert!(
+        plan.contains("workflow_status_failed") && !plan.contains("Seq Scan"),
+        "{plan}"
+    );
+    let queue = "q";
+    let plan = explain(&db, sql::QUEUE_OLDEST_READY, &[(&queue, Type::TEXT)]).await;
+    assert!(
+        plan.contains("workflow_status_dequeue ") && !plan.contains("Seq Scan"),
+        "{plan}"
+    );
+}
+
+async fn explain(
+    db: &tokio_postgres::Client,
+    statement: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> String {
+    let rows = db
+        .query_typed(&format!("EXPLAIN {statement}"), params)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    rows.iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

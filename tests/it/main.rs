@@ -1,0 +1,61 @@
+//! The library's integration tests, one binary (one link, one build folder
+//! entry) with a module per area. Each test starts the PostgreSQL servers it
+//! uses (see `shardq_harness::test_shards`).
+
+/// What every test module shares, under the name the modules use.
+mod common {
+    pub use shardq_harness::pgbouncer;
+    pub use shardq_harness::test_shards::*;
+}
+
+mod backlog;
+mod bad_input;
+mod browse_plans;
+mod cancel;
+mod check;
+mod completion_retry_race;
+mod completion_stall;
+mod config;
+mod connections;
+mod crash_recovery;
+mod dead_worker;
+mod drain;
+mod enqueue_retry;
+mod examples;
+mod executor_queues;
+mod fencing;
+mod frozen_shard;
+mod fuzz;
+mod gating;
+mod heartbeat;
+mod job_span;
+mod lifecycle;
+mod lost_replies;
+mod metrics;
+mod migrate;
+mod ordering;
+mod ordering_races;
+mod pause;
+mod pgbouncer_harness;
+mod plans;
+mod poison_outcomes;
+mod pooler;
+mod promotion_race;
+mod refused_outcomes;
+mod schedule_clock;
+mod schedule_config;
+mod schedule_fleet;
+mod schedule_missed;
+mod schedule_outage;
+mod schedule_race;
+mod schedule_status;
+mod security;
+mod session_state;
+mod shard_map;
+mod shutdown;
+mod sick_shard;
+mod silent_workers;
+mod sizes;
+mod store;
+mod upkeep_locks;
+mod wakeups;

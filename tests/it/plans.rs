@@ -1,0 +1,388 @@
+//! The per-batch statements keep their primary-key plans when the statistics
+//! are stale: analyzed after a bulk enqueue (nothing running, no owner), then
+//! most rows claimed. With such statistics the planner estimated `owner = $1`
+//! at one row and scanned every running row, or the whole table, once per
+//! completed job; `shardq bench scale` found it as completions taking seconds.
+
+use crate::common;
+
+use common::TestShards;
+use serde_json::Value;
+use shardq::{Client, NewJob};
+
+const QUEUED: usize = 15_000;
+const RUNNING: i64 = 4_000;
+const BATCH: i64 = 2_000;
+
+/// The completion (inside `shardq_complete_many`, migration 14) keeps one
+/// generic plan per connection, and that plan probes the primary key per
+/// batch row whatever the statistics say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_use_the_primary_key_whatever_the_statistics_say() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    for _ in 0..QUEUED / 5_000 {
+        let jobs = (0..5_000)
+            .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
+            .collect();
+        client.enqueue_many(jobs).await.unwrap();
+    }
+    // A connection of shardq's own pool: it carries the planner settings.
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute("ANALYZE workflow_status").await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'running', owner = 'w1', attempts = 1, fence = 1 \
+         WHERE id IN (SELECT id FROM workflow_status ORDER BY id LIMIT $1)",
+        &[&RUNNING],
+    )
+    .await
+    .unwrap();
+    let rows = db
+        .query(
+            "SELECT shard_key, id FROM workflow_status WHERE owner = 'w1' ORDER BY id LIMIT $1",
+            &[&BATCH],
+        )
+        .await
+        .unwrap();
+    let keys: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+    let n = keys.len();
+    let fences = vec![1i64; n];
+    let statuses = vec!["succeeded"; n];
+    let outputs = vec![Value::Null; n];
+    let errors: Vec<Option<&str>> = vec![None; n];
+    // The statement inside shardq_complete_many, as the server planned it,
+    // on the second call (the plan it keeps). Nothing is written: the
+    // owner does not match, so both calls plan and run the same way.
+    let (db, plans) = session_showing_plans(&shards.urls[0], "json").await;
+    for _ in 0..2 {
+        db.query_one(
+            shardq::store::sql::JOB_COMPLETE_MANY,
+            &[
+                &keys,
+                &ids,
+                &fences,
+                &statuses,
+                &outputs,
+                &"someone else",
+                &errors,
+                &1000.0f64,
+                &60_000.0f64,
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    drop(db);
+    let completions = plans_containing(plans, "ModifyTable").await;
+    assert_eq!(completions.len(), 2, "one plan per call: {completions:#?}");
+    let logged: Value =
+        serde_json::from_str(&completions[1][completions[1].find('{').unwrap()..]).unwrap();
+    let plan = &logged["Plan"];
+    // A plan made for this call's arrays knows their length; the kept one
+    // does not.
+    let batch_rows = plan["Plans"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["Subplan Name"] == "CTE batch"))
+        .map(|n| n["Plan Rows"].as_f64().unwrap());
+    assert!(
+        batch_rows.is_some_and(|rows| rows != n as f64),
+        "the completion was planned for this call's {n} jobs, not once: {plan}"
+    );
+    let text = plan.to_string();
+    let mut scans = Vec::new();
+    table_scans(plan, &mut scans);
+    assert!(!scans.is_empty(), "no scan of workflow_status in {text}");
+    for scan in scans {
+        assert_eq!(
+            scan["Index Name"], "workflow_status_pkey",
+            "every lookup must use the primary key: {text}"
+        );
+        assert!(
+            scan.get("Index Cond").is_some(),
+            "a primary-key scan without a key condition walks the whole index: {text}"
+        );
+    }
+    for bad in ["Hash Join", "Merge Join"] {
+        assert!(
+            !text.contains(bad),
+            "the completion plan uses {bad}: {text}"
+        );
+    }
+}
+
+/// Asserts that every read of `workflow_status` in `plan` goes through one of
+/// `indexes`; returns how many reads there are.
+fn reads_only(plan: &Value, indexes: &[&str], what: &str) -> usize {
+    let mut scans = Vec::new();
+    table_scans(plan, &mut scans);
+    for scan in &scans {
+        let index = scan["Index Name"].as_str().unwrap_or("no index");
+        assert!(indexes.contains(&index), "{what} reads {index}: {plan}");
+    }
+    scans.len()
+}
+
+/// Every plan node that reads `workflow_status`.
+fn table_scans<'a>(node: &'a Value, out: &mut Vec<&'a Value>) {
+    match node {
+        Value::Object(map) => {
+            if map.get("Relation Name").and_then(Value::as_str) == Some("workflow_status")
+                && map.get("Node Type").and_then(Value::as_str) != Some("ModifyTable")
+            {
+                out.push(node);
+            }
+            map.values().for_each(|v| table_scans(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| table_scans(v, out)),
+        _ => {}
+    }
+}
+
+/// The worker's idle-time question ("is anything left?") is asked every
+/// 200 ms: each of its tests must be answered by a partial index, never by a
+/// scan of finished rows, nor by a walk of other queues' scheduled rows (the
+/// promotion index has no queue). Running rows are walked through the lease
+/// index (bounded by what the fleet holds). Splitting the dequeue index by key made a plain
+/// `status = 'queued'` test a full table scan (found by `cargo bench --bench
+/// history`: 0.74 of the no-history rate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_check_reads_only_partial_indexes() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at) \
+         SELECT g % 65536, 'q', 'noop', 'succeeded', now() FROM generate_series(1, 20000) g; \
+         INSERT INTO workflow_status (shard_key, queue, handler, status, owner, started_at, \
+             lease_expires_at) \
+         SELECT g % 65536, 'other', 'noop', 'running', 'w', now(), now() + interval '1 hour' \
+         FROM generate_series(1, 20000) g; \
+         INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, run_at) \
+         SELECT g % 65536, 'other', 'noop', 'scheduled', 1, now() + interval '1 day' \
+         FROM generate_series(1, 20000) g; \
+         ANALYZE workflow_status",
+    )
+    .await
+    .unwrap();
+    let explain = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        shardq::store::sql::QUEUE_HAS_PENDING
+    );
+    let plan: Value = db
+        .query_one(explain.as_str(), &[&"q"])
+        .await
+        .unwrap()
+        .get(0);
+    let scans = reads_only(
+        &plan,
+        &[
+            "workflow_status_dequeue",
+            "workflow_status_key",
+            "workflow_status_lease",
+            "workflow_status_scheduled_queue",
+        ],
+        "the pending check",
+    );
+    assert_eq!(scans, 4, "{plan}");
+}
+
+/// `shardq status` on a shard with many finished rows: unfinished jobs are
+/// counted from their partial indexes only, and the finished ones come from
+/// the table's statistics instead of a scan of every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_partial_indexes_and_estimates_history() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "SET statement_timeout = 0; \
+         INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at) \
+         SELECT g % 65536, 'q', 'noop', 'succeeded', now() FROM generate_series(1, 300000) g; \
+         ANALYZE workflow_status",
+    )
+    .await
+    .unwrap();
+    let jobs = (0..5)
+        .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+
+    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::store::sql::QUEUE_COUNTS);
+    let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
+    reads_only(
+        &plan,
+        &[
+            "workflow_status_dequeue",
+            "workflow_status_dequeue_keyed",
+            "workflow_status_key",
+            "workflow_status_scheduled",
+            "workflow_status_lease",
+            "workflow_status_scheduled_queue",
+        ],
+        "status",
+    );
+
+    let counts = client.status().await[0].counts.clone().unwrap();
+    let queued = counts.iter().find(|c| c.status == "queued").unwrap();
+    assert_eq!((queued.count, queued.estimated), (5, false));
+    let finished = counts.iter().find(|c| c.status == "finished").unwrap();
+    assert!(finished.estimated, "{counts:?}");
+    assert!(
+        (250_000..=350_000).contains(&finished.count),
+        "estimate {}",
+        finished.count
+    );
+}
+
+/// shardq's connections turn seq scans off, which prices a scan of a small
+/// table (`shardq_workers`, the shard map) at 10^10; with the server's JIT
+/// on, every such statement was compiled by LLVM on each call (30 ms instead
+/// of 0.02 on an idle server, most of four servers' CPU under `shardq bench
+/// scale`). On shardq's own connections no statement is JIT-compiled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_statement_is_jit_compiled_on_shardqs_connections() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let shard = set.get(0);
+    // The expiry of silent workers' rows, as the server ran it: whether it
+    // was JIT-compiled.
+    async fn expiry_jit(db: &impl tokio_postgres::GenericClient) -> (Option<Value>, Value) {
+        let explain = format!(
+            "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+            shardq::store::sql::WORKERS_SILENT
+        );
+        let plan: Value = db
+            .query_one(explain.as_str(), &[&"w", &60_000i64])
+            .await
+            .unwrap()
+            .get(0);
+        (plan[0].get("JIT").cloned(), plan)
+    }
+
+    // The server's own settings with seq scans off, as shardq sets them: the
+    // expiry is JIT-compiled (so this test can tell).
+    let mut mine = shard.user_client().await.unwrap();
+    let tx = mine.transaction().await.unwrap();
+    tx.batch_execute("SET LOCAL enable_seqscan = off")
+        .await
+        .unwrap();
+    let (jit, plan) = expiry_jit(&*tx).await;
+    assert!(
+        jit.is_some(),
+        "the server does not JIT this plan, so the test cannot tell: {plan}"
+    );
+    tx.rollback().await.unwrap();
+
+    let own = shard.client().await.unwrap();
+    let (jit, plan) = expiry_jit(&***own).await;
+    assert_eq!(jit, None, "JIT-compiled on shardq's connection: {plan}");
+}
+
+/// The claim function's probes and its unkeyed claim keep one generic plan
+/// per connection (migration 12) instead of being planned on every call
+/// (about 0.2 ms of server CPU per claim), and that plan is still the index
+/// walk: the dequeue index, then each locked row by its tuple id, on a table
+/// of 300,000 finished and 50,000 queued rows. auto_explain shows the plans
+/// of the statements inside the function as the server ran them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unkeyed_claim_keeps_one_index_plan() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    set.get(0)
+        .client()
+        .await
+        .unwrap()
+        .batch_execute(
+            "SET statement_timeout = 0; \
+             INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at) \
+             SELECT g % 65536, 'q', 'noop', 'succeeded', now() FROM generate_series(1, 300000) g; \
+             INSERT INTO workflow_status (shard_key, queue, handler) \
+             SELECT g % 65536, 'q', 'noop' FROM generate_series(1, 50000) g; \
+             ANALYZE workflow_status",
+        )
+        .await
+        .unwrap();
+
+    let (db, plans) = session_showing_plans(&shards.urls[0], "text").await;
+    for _ in 0..3 {
+        let rows = db
+            .query(
+                "SELECT * FROM shardq_claim(1, 0, 'q', 500, 'w', 60000)",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 500);
+    }
+    drop(db);
+    let claims = plans_containing(plans, "LockRows").await;
+    assert_eq!(claims.len(), 3, "one claim plan per call: {claims:#?}");
+    for plan in &claims {
+        assert!(
+            plan.contains("Index Scan using workflow_status_dequeue on workflow_status")
+                && plan.contains("Tid Scan on workflow_status"),
+            "the claim must walk the dequeue index and update by tuple id: {plan}"
+        );
+        assert!(
+            plan.contains("(queue = $"),
+            "the claim was planned for this call's values, not once: {plan}"
+        );
+    }
+}
+
+/// A session with shardq's planner settings (src/shards.rs) that receives
+/// every plan the server runs, nested statements too, as a notice in
+/// `format` (auto_explain).
+async fn session_showing_plans(
+    url: &str,
+    format: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use futures_util::StreamExt;
+    let (db, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (notices, plans) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                let _ = notices.send(notice.message().to_string());
+            }
+        }
+    });
+    db.batch_execute(&format!(
+        "SET plan_cache_mode = force_custom_plan; SET enable_seqscan = off; \
+         SET enable_hashjoin = off; SET enable_mergejoin = off; SET jit = off; \
+         LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; \
+         SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice; \
+         SET auto_explain.log_format = {format}"
+    ))
+    .await
+    .unwrap();
+    (db, plans)
+}
+
+/// The plans received until the session closed that contain `node`.
+async fn plans_containing(
+    mut plans: tokio::sync::mpsc::UnboundedReceiver<String>,
+    node: &str,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    while let Some(plan) = plans.recv().await {
+        if plan.contains(node) {
+            found.push(plan);
+        }
+    }
+    found
+}

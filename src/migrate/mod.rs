@@ -8,12 +8,18 @@
 //! `CONCURRENTLY` and validate constraints added `NOT VALID`, so the fleet
 //! keeps claiming while they run.
 //!
+//! Server-side functions are not in the numbered migrations: each has one
+//! file with its current text, applied after the migrations of the run when
+//! its text changed ([`functions`]). `migrations/schema.sql` is the schema a
+//! migrated shard ends with (checked by a test).
+//!
 //! Each shard also records its place in the shard map (`shardq_shard_map`:
 //! the shard count and its index, as `migrate` found them in the
 //! configuration). Range routing moves keys when shards are added, removed or
 //! reordered, so `migrate` and the start check refuse a configuration whose
 //! shard list disagrees with the recorded map ([`MigrateError::ShardMap`]).
 
+pub mod functions;
 pub mod no_transaction;
 
 use crate::shards::{Shard, ShardError, ShardSet};
@@ -210,6 +216,19 @@ pub enum MigrateError {
         #[source]
         source: Box<ShardError>,
     },
+    /// The shard's server-side functions differ from this binary's (migrated
+    /// by another shardq version, or never since functions were recorded).
+    #[error(
+        "shard `{shard}`: server-side functions {names:?} differ from this binary's; \
+         run `shardq migrate` with this binary (or upgrade this binary when the shard \
+         was migrated by a newer shardq)"
+    )]
+    FunctionsDiffer {
+        /// Shard name.
+        shard: String,
+        /// The functions that differ.
+        names: Vec<String>,
+    },
     /// The shard is at the current schema version but records no shard map.
     #[error("shard `{shard}` records no shard map; run `shardq migrate` with the full shard list")]
     ShardMapMissing {
@@ -303,9 +322,15 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
         }
     }
     // Nothing was due (or only no-transaction migrations): the map of a
-    // shard migrated before it existed is recorded here.
+    // shard migrated before it existed is recorded here, and functions whose
+    // text changed are applied (when the last migration ran in a
+    // transaction, that one applied them already: nothing is left to do).
     let tx = MigrationTx::begin(shard).await?;
-    match record_place(&tx, shard, place).await {
+    let closing = async {
+        record_place(&tx, shard, place).await?;
+        apply_functions(&tx, shard).await
+    };
+    match closing.await {
         Ok(()) => tx.commit().await?,
         Err(e) => {
             let _ = tx.rollback().await;
@@ -358,6 +383,12 @@ async fn apply_in_transaction(
     if result.is_ok() && m.version >= SHARD_MAP_SINCE {
         result = record_place(&tx, shard, place).await;
     }
+    // The last migration: every table is current, so the functions whose
+    // text changed commit with it (no moment with new tables and old
+    // functions, or the reverse).
+    if result.is_ok() && m.version == latest_version() {
+        result = apply_functions(&tx, shard).await;
+    }
     if let Err(e) = result {
         let _ = tx.rollback().await;
         return Err(e);
@@ -366,16 +397,27 @@ async fn apply_in_transaction(
     Ok(true)
 }
 
-/// Checks that every shard is at exactly this binary's schema version and
-/// records the place in the shard map that `shards` gives it.
+/// In `tx` (which holds the migration lock, after every migration of the
+/// run): applies the functions whose text differs from the recorded one.
+async fn apply_functions(tx: &MigrationTx<'_>, shard: &Shard) -> Result<(), MigrateError> {
+    let applied = tx.apply_functions(&functions::pairs()).await?;
+    if !applied.is_empty() {
+        tracing::info!(shard = %shard.name, functions = ?applied, "applied server-side functions");
+    }
+    Ok(())
+}
+
+/// Checks that every shard is at exactly this binary's schema version, has
+/// this binary's server-side functions, and records the place in the shard
+/// map that `shards` gives it.
 ///
 /// `shards` is the whole configured shard list; to check one shard of it,
 /// use [`check_shard`].
 ///
 /// # Errors
 ///
-/// Which shard is behind, ahead, unmigrated, unreachable, or in another
-/// place of the shard map.
+/// Which shard is behind, ahead, unmigrated, unreachable, in another place
+/// of the shard map, or has other server-side functions.
 ///
 /// # Cancel safety
 ///
@@ -400,7 +442,8 @@ pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), Migrat
     check(shard, Some(shard_count)).await
 }
 
-/// The schema version, then the shard map (the count only when known).
+/// The schema version, then the shard map (the count only when known), then
+/// the server-side functions.
 async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateError> {
     let needed = latest_version();
     match schema::current_version(shard).await? {
@@ -432,7 +475,8 @@ async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateE
                 shard: shard.name.clone(),
             })?;
     let (count, index) = place(shard, shard_count.unwrap_or(1));
-    compare_map(shard, recorded, shard_count.map(|_| count), index)
+    compare_map(shard, recorded, shard_count.map(|_| count), index)?;
+    functions::check(shard).await
 }
 
 /// The shard's configured (count, index), as the map stores them.
@@ -463,4 +507,8 @@ fn compare_map(
 }
 
 #[cfg(test)]
+mod snapshot;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upgrade_tests;

@@ -20,7 +20,7 @@ pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
-/// Takes $1 job ids from the table's identity sequence (migration 16), for
+/// Takes $1 job ids from the table's identity sequence (`shardq_reserve_ids`, migrations/functions/), for
 /// [`JOB_INSERT_MANY_AS`]: one row, an array in the order taken.
 pub const JOB_RESERVE_IDS: &str = "SELECT shardq_reserve_ids($1::int) AS ids";
 
@@ -184,3 +184,7 @@ pub const SERVER_CONNECTIONS: &str = "SELECT \
         count(*) FILTER (WHERE application_name = 'shardq-user') AS user_pool, \
         count(*) AS total, current_setting('max_connections')::bigint AS max_connections \
     FROM pg_stat_activity WHERE backend_type = 'client backend'";
+
+/// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
+/// a job written under an older shard map (one primary-key probe).
+pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";

@@ -68,7 +68,7 @@ pub const JOB_RECOVER_EXPIRED: &str = "UPDATE workflow_status w SET \
 /// lock, tried (at most $4 distinct keys): a key whose lock is held now is
 /// promoted by a later pass.
 ///
-/// Why the key lock: `shardq_claim_keyed` (migration 0012) decides in one
+/// Why the key lock: `shardq_claim_keyed` (migrations/functions/) decides in one
 /// statement, under the key lock, that a key is busy (a job of it running
 /// or scheduled) and parks the key's queued jobs as `waiting` in a later
 /// one. A promotion that queued the key's scheduled job in between was

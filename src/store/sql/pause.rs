@@ -1,4 +1,4 @@
-//! Pausing and resuming queues (migration 0007). The claim reads
+//! Pausing and resuming queues (`shardq_paused_queues`). The claim function reads
 //! `shardq_paused_queues` itself; these statements only change and list it.
 
 /// Pauses queue $1 on this shard (no change when it is paused already):

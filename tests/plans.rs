@@ -214,8 +214,14 @@ async fn status_reads_partial_indexes_and_estimates_history() {
         .collect();
     client.enqueue_many(jobs).await.unwrap();
 
-    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::store::sql::QUEUE_COUNTS);
-    let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
+    // `status` counts unfinished jobs with the queue-depth read (all queues).
+    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::store::sql::QUEUE_BACKLOG);
+    let all: Option<&str> = None;
+    let plan: Value = db
+        .query_typed_one(explain.as_str(), &[(&all, tokio_postgres::types::Type::TEXT)])
+        .await
+        .unwrap()
+        .get(0);
     reads_only(
         &plan,
         &[

@@ -72,6 +72,3 @@ pub const FUNCTIONS_STALE: &str = "SELECT f.name FROM unnest($1::text[], $2::tex
 pub const FUNCTION_RECORD: &str = "INSERT INTO shardq_functions (name, sha256) \
     VALUES ($1, encode(sha256(convert_to($2::text, 'UTF8')), 'hex')) \
     ON CONFLICT (name) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now()";
-
-/// Whether database $1 exists on the server.
-pub const DATABASE_EXISTS: &str = "SELECT 1 FROM pg_database WHERE datname = $1";

@@ -184,7 +184,11 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
     assert!(depth.complete(), "{:?}", depth.failed);
     assert_eq!(depth.answered.len(), 2);
     assert_eq!(
-        (depth.counts.queued, depth.counts.delayed, depth.counts.total()),
+        (
+            depth.counts.queued,
+            depth.counts.delayed,
+            depth.counts.total()
+        ),
         (READY, DELAYED, READY + DELAYED)
     );
 

@@ -215,10 +215,16 @@ async fn status_reads_partial_indexes_and_estimates_history() {
     client.enqueue_many(jobs).await.unwrap();
 
     // `status` counts unfinished jobs with the queue-depth read (all queues).
-    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::store::sql::QUEUE_BACKLOG);
+    let explain = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        shardq::store::sql::QUEUE_BACKLOG
+    );
     let all: Option<&str> = None;
     let plan: Value = db
-        .query_typed_one(explain.as_str(), &[(&all, tokio_postgres::types::Type::TEXT)])
+        .query_typed_one(
+            explain.as_str(),
+            &[(&all, tokio_postgres::types::Type::TEXT)],
+        )
         .await
         .unwrap()
         .get(0);

@@ -44,13 +44,17 @@ macro_rules! return_lost {
                     WHEN w.attempts >= w.max_attempts THEN 'dead' \
                     WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
                 error = CASE WHEN w.attempts >= w.max_attempts \
-                    THEN ", $error, " ELSE w.error END, \
+                    THEN ",
+            $error,
+            " ELSE w.error END, \
                 finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts \
                     THEN now() END, \
                 owner = NULL, lease_expires_at = NULL, fence = w.fence + 1 \
             FROM unnest($1::int[], $2::bigint[]) AS e(shard_key, id) \
             WHERE w.shard_key = e.shard_key AND w.id = e.id \
-                AND w.status = 'running' AND ", $still, " \
+                AND w.status = 'running' AND ",
+            $still,
+            " \
             RETURNING w.status"
         )
     };

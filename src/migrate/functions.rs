@@ -12,7 +12,9 @@
 //! unrecorded) gets every function's current text on its next `migrate`.
 //!
 //! A function whose signature changes needs its old signature dropped: that
-//! `DROP FUNCTION` goes in the numbered migration that makes the change.
+//! `DROP FUNCTION` goes in the numbered migration that makes the change
+//! (written as the newest migration, it commits in the same transaction as
+//! the new text, so callers never find neither).
 
 use super::MigrateError;
 use crate::shards::Shard;

@@ -216,7 +216,9 @@ impl<'s> MigrationTx<'s> {
     /// new text's hash. Returns the names applied.
     ///
     /// Under the migration lock, no other `migrate` reads or writes the
-    /// hashes between the comparison and the record.
+    /// hashes between the comparison and the record. Workers take no lock
+    /// on a function they call: they keep running the old text until this
+    /// transaction commits, then the new one, never a mix within one call.
     ///
     /// # Errors
     ///

@@ -134,11 +134,13 @@ pub async fn insert_in<C: GenericClient>(
 }
 
 /// Inserts `row` with deduplication id `dedup_id`, unless an unfinished job
-/// of its queue has that id. Returns the new id, or `None`.
+/// of its queue has that id. Returns the new id, or `None`. The same insert
+/// as [`insert_dedup_as`], with an id taken first (a fresh id conflicts with
+/// no row, so only the deduplication id can refuse it).
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the statement fails.
+/// [`ShardError`] when a statement fails.
 ///
 /// # Cancel safety
 ///
@@ -148,12 +150,11 @@ pub async fn insert_dedup(
     row: NewRow<'_>,
     dedup_id: &str,
 ) -> Result<Option<JobId>, ShardError> {
-    let delay_ms = row.job.delay.as_millis() as i64;
-    let params = dedup_params(&row, &delay_ms, &dedup_id);
-    let inserted = exec::query_opt(shard, sql::JOB_INSERT_DEDUP, &params).await?;
-    Ok(inserted.map(|r| JobId {
+    let id = reserve_ids(shard, 1).await?[0];
+    let written = insert_dedup_as(shard, row, dedup_id, id).await?;
+    Ok(written.then_some(JobId {
         shard_key: row.shard_key,
-        id: r.get("id"),
+        id,
     }))
 }
 
@@ -206,8 +207,7 @@ pub async fn find_dedup(
     Ok(row.as_ref().map(job_id))
 }
 
-/// The parameters $1..$9 of [`sql::JOB_INSERT_DEDUP`], which
-/// [`sql::JOB_INSERT_DEDUP_AS`] shares (it adds the id as $10).
+/// The parameters $1..$9 of [`sql::JOB_INSERT_DEDUP_AS`] (the id is $10).
 fn dedup_params<'a>(row: &'a NewRow<'_>, delay_ms: &'a i64, dedup_id: &'a &str) -> [Param<'a>; 9] {
     let j = row.job;
     [

@@ -63,10 +63,10 @@ pub const JOB_INSERT_MANY_AS: &str = insert_many_as!("");
 /// if it did not.
 pub const JOB_INSERT_MANY_AGAIN: &str = insert_many_as!("ON CONFLICT (id, shard_key) DO NOTHING");
 
-/// [`JOB_INSERT_DEDUP`] with the id given ($10, from [`JOB_RESERVE_IDS`]):
-/// skipped when that id exists already (a retry after a lost reply) or an
-/// unfinished job of the queue has the deduplication id. Returns the id when
-/// this statement wrote it.
+/// Inserts one job with a deduplication id ($9) as job $10 (from
+/// [`JOB_RESERVE_IDS`]), skipped when that id exists already (a retry after
+/// a lost reply) or an unfinished job of the queue has the deduplication id.
+/// Returns the id when this statement wrote it.
 pub const JOB_INSERT_DEDUP_AS: &str = "INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
      dedup_id, id) \
@@ -74,18 +74,6 @@ pub const JOB_INSERT_DEDUP_AS: &str = "INSERT INTO workflow_status \
     VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
         now() + $7::bigint * interval '1 millisecond', $8, $9, $10) \
     ON CONFLICT DO NOTHING \
-    RETURNING id, \
-        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
-
-/// Inserts one job with a deduplication id ($9), unless an unfinished job of
-/// the same queue has it. Returns the new id, or no row.
-pub const JOB_INSERT_DEDUP: &str = "INSERT INTO workflow_status \
-    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, dedup_id) \
-    VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + $7::bigint * interval '1 millisecond', $8, $9) \
-    ON CONFLICT (queue, dedup_id) \
-        WHERE dedup_id IS NOT NULL AND status IN ('scheduled', 'queued', 'running') \
-    DO NOTHING \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 

@@ -142,7 +142,8 @@ pub fn latest_version() -> i32 {
 /// creates `shardq_shard_map`).
 const SHARD_MAP_SINCE: i32 = 5;
 
-/// Applies every missing migration to every shard, and records each shard's
+/// Applies every missing migration to every shard, then the server-side
+/// functions whose text changed ([`functions`]), and records each shard's
 /// place in the shard map (its index among `shards.len()`) where none is
 /// recorded yet. `shards` is the whole configured shard list. Returns, per
 /// shard, the versions applied by this call.
@@ -189,6 +190,9 @@ async fn check_place(shard: &Shard, shard_count: usize) -> Result<(), MigrateErr
 /// shard map (index `shard.index` of `shard_count` shards) if none is
 /// recorded: in the transaction of the migration that creates the map (or
 /// of the first one applied after it), else in its own transaction at the end.
+/// The functions whose text differs from the recorded one are applied after
+/// every migration: in the transaction of the last migration when it is due
+/// and runs in one, else in that closing transaction.
 ///
 /// A migration runs in one transaction with its record, under the migration
 /// lock, unless its file starts with `-- shardq:no-transaction`: then its

@@ -1,6 +1,9 @@
--- shardq schema, version 1. Applied to every shard by `shardq migrate`.
--- Every table carries shard_key first in its primary key: a router (PgDog,
--- Citus) can route each statement by it, and every statement stays on one shard.
+-- shardq schema, version 1: the job and step tables as first created.
+-- Applied to every shard by `shardq migrate`; later migrations change them
+-- (migrations/schema.sql shows the current schema of a migrated shard).
+-- Every table's primary key holds shard_key: a router (PgDog, Citus) can
+-- route each statement by it, and every statement stays on one shard. (Here
+-- it leads the key; migration 13 puts the id first, for inserts' sake.)
 
 CREATE TABLE workflow_status (
     shard_key        integer     NOT NULL CHECK (shard_key BETWEEN 0 AND 65535),

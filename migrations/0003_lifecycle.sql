@@ -31,7 +31,8 @@ CREATE INDEX workflow_status_finished
     ON workflow_status (finished_at)
     WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled');
 
--- Per-key ordering now also waits for a scheduled (retrying or delayed) earlier job.
+-- Per-key ordering now also waits for a scheduled (retrying or delayed)
+-- earlier job. (Migration 4 drops this index again for workflow_status_key.)
 DROP INDEX workflow_status_key_order;
 CREATE INDEX workflow_status_key_order
     ON workflow_status (ordering_key, id)

@@ -92,11 +92,11 @@ pub async fn run(args: ScrapeCostArgs) -> Result<()> {
     );
 
     // Warm once, then time the scrapes as the exporter runs them.
-    let rows = shardq::store::backlog::read(shard).await?;
+    let rows = shardq::store::backlog::read(shard, None).await?;
     let mut took = Vec::with_capacity(args.scrapes);
     for _ in 0..args.scrapes {
         let t = Instant::now();
-        shardq::store::backlog::read(shard).await?;
+        shardq::store::backlog::read(shard, None).await?;
         took.push(t.elapsed());
     }
     took.sort();
@@ -108,11 +108,11 @@ pub async fn run(args: ScrapeCostArgs) -> Result<()> {
         ms(took[took.len() - 1]),
         took.len()
     );
-    for row in rows.iter().filter(|r| r.state == "queued") {
+    for row in rows.iter().filter(|r| r.depth.queued > 0) {
         println!(
             "  {} queued: {} ready, oldest ready {:.1} s",
             row.queue,
-            row.count,
+            row.depth.queued,
             row.oldest_ready_s.unwrap_or(0.0)
         );
     }

@@ -2,12 +2,14 @@
 
 mod browse;
 mod check;
+mod depth;
 mod enqueue_once;
 mod inspect;
 mod pause;
 mod schedule_status;
 mod transactional;
 
+pub use crate::store::backlog::StateCounts;
 pub use crate::store::browse::{JobFilter, JobSummary, ListState, Position, StepInfo};
 pub use crate::store::check::{Example, Finding, Invariant};
 pub use crate::store::jobs::JobInfo;
@@ -20,6 +22,7 @@ pub use check::{
     CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES,
     DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
 };
+pub use depth::QueueDepth;
 pub use enqueue_once::PendingEnqueue;
 pub use inspect::{JobOutcome, ShardStatus};
 pub use pause::PausedQueue;

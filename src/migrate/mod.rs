@@ -8,15 +8,24 @@
 //! `CONCURRENTLY` and validate constraints added `NOT VALID`, so the fleet
 //! keeps claiming while they run.
 //!
+//! Server-side functions are not in the numbered migrations: each has one
+//! file with its current text, applied after the migrations of the run when
+//! its text changed ([`functions`]). `migrations/schema.sql` is the schema a
+//! migrated shard ends with (checked by a test).
+//!
 //! Each shard also records its place in the shard map (`shardq_shard_map`:
 //! the shard count and its index, as `migrate` found them in the
 //! configuration). Range routing moves keys when shards are added, removed or
 //! reordered, so `migrate` and the start check refuse a configuration whose
 //! shard list disagrees with the recorded map ([`MigrateError::ShardMap`]).
 
+mod error;
+pub mod functions;
 pub mod no_transaction;
 
-use crate::shards::{Shard, ShardError, ShardSet};
+pub use error::MigrateError;
+
+use crate::shards::{Shard, ShardSet};
 use crate::store::schema::{self, MigrationTx};
 
 /// One migration file.
@@ -129,100 +138,12 @@ pub fn latest_version() -> i32 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
-/// Errors from migrating or checking a shard.
-#[derive(Debug, thiserror::Error)]
-pub enum MigrateError {
-    /// The shard could not be reached or a statement failed.
-    #[error(transparent)]
-    Shard(#[from] ShardError),
-    /// The shard was never migrated.
-    #[error("shard `{shard}` has no shardq schema; run `shardq migrate`")]
-    NotMigrated {
-        /// Shard name.
-        shard: String,
-    },
-    /// The shard's schema is older than this binary.
-    #[error("shard `{shard}` is at schema version {found}, this binary needs {needed}; run `shardq migrate`")]
-    Behind {
-        /// Shard name.
-        shard: String,
-        /// Version found.
-        found: i32,
-        /// Version needed.
-        needed: i32,
-    },
-    /// The shard's schema is newer than this binary.
-    #[error("shard `{shard}` is at schema version {found}, newer than this binary's {needed}; upgrade shardq")]
-    Ahead {
-        /// Shard name.
-        shard: String,
-        /// Version found.
-        found: i32,
-        /// Version known.
-        needed: i32,
-    },
-    /// The shard was migrated as another place in the shard map than the
-    /// configuration gives it (shards added, removed or reordered).
-    #[error(
-        "shard `{shard}` was migrated as shard {recorded_index} of {recorded_count} \
-         (counting from 0), but the configuration lists it as shard {configured_index} \
-         of {configured_count}: adding, removing or reordering shards moves ordering \
-         keys, deduplication and job lookups to other shards; restore the shard list \
-         it was migrated with, or drain the queues and move to a fresh shard set \
-         (README, 'Changing the shard list')"
-    )]
-    ShardMap {
-        /// Shard name.
-        shard: String,
-        /// Shard count recorded on the shard.
-        recorded_count: i32,
-        /// Index recorded on the shard.
-        recorded_index: i32,
-        /// Shard count of the configuration.
-        configured_count: i32,
-        /// The shard's index in the configuration.
-        configured_index: i32,
-    },
-    /// A no-transaction migration is due on a shard reached through a
-    /// transaction pooler, which keeps no session (lock) between statements.
-    #[error(
-        "shard `{shard}`: migration {name} builds indexes concurrently, outside a \
-         transaction, which needs one session; run `shardq migrate` with this shard's \
-         URL pointing at the PostgreSQL server itself, not at the pooler"
-    )]
-    NeedsSession {
-        /// Shard name.
-        shard: String,
-        /// The migration's file name.
-        name: &'static str,
-    },
-    /// A statement of a no-transaction migration failed. Statements before it
-    /// stay applied; each is written to be run again.
-    #[error("shard `{shard}`: migration {name} failed at `{statement}`")]
-    Statement {
-        /// Shard name.
-        shard: String,
-        /// The migration's file name.
-        name: &'static str,
-        /// The statement, as written in the file.
-        statement: String,
-        /// The failure.
-        #[source]
-        source: Box<ShardError>,
-    },
-    /// The shard is at the current schema version but records no shard map.
-    #[error("shard `{shard}` records no shard map; run `shardq migrate` with the full shard list")]
-    ShardMapMissing {
-        /// Shard name.
-        shard: String,
-    },
-}
-
 /// The first migration whose transaction can record the shard map (it
 /// creates `shardq_shard_map`).
 const SHARD_MAP_SINCE: i32 = 5;
 
-/// Applies every missing migration to every shard, and records each shard's
+/// Applies every missing migration to every shard, then the server-side
+/// functions whose text changed ([`functions`]), and records each shard's
 /// place in the shard map (its index among `shards.len()`) where none is
 /// recorded yet. `shards` is the whole configured shard list. Returns, per
 /// shard, the versions applied by this call.
@@ -269,6 +190,9 @@ async fn check_place(shard: &Shard, shard_count: usize) -> Result<(), MigrateErr
 /// shard map (index `shard.index` of `shard_count` shards) if none is
 /// recorded: in the transaction of the migration that creates the map (or
 /// of the first one applied after it), else in its own transaction at the end.
+/// The functions whose text differs from the recorded one are applied after
+/// every migration: in the transaction of the last migration when it is due
+/// and runs in one, else in that closing transaction.
 ///
 /// A migration runs in one transaction with its record, under the migration
 /// lock, unless its file starts with `-- shardq:no-transaction`: then its
@@ -303,9 +227,15 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
         }
     }
     // Nothing was due (or only no-transaction migrations): the map of a
-    // shard migrated before it existed is recorded here.
+    // shard migrated before it existed is recorded here, and functions whose
+    // text changed are applied (when the last migration ran in a
+    // transaction, that one applied them already: nothing is left to do).
     let tx = MigrationTx::begin(shard).await?;
-    match record_place(&tx, shard, place).await {
+    let closing = async {
+        record_place(&tx, shard, place).await?;
+        apply_functions(&tx, shard).await
+    };
+    match closing.await {
         Ok(()) => tx.commit().await?,
         Err(e) => {
             let _ = tx.rollback().await;
@@ -358,6 +288,12 @@ async fn apply_in_transaction(
     if result.is_ok() && m.version >= SHARD_MAP_SINCE {
         result = record_place(&tx, shard, place).await;
     }
+    // The last migration: every table is current, so the functions whose
+    // text changed commit with it (no moment with new tables and old
+    // functions, or the reverse).
+    if result.is_ok() && m.version == latest_version() {
+        result = apply_functions(&tx, shard).await;
+    }
     if let Err(e) = result {
         let _ = tx.rollback().await;
         return Err(e);
@@ -366,16 +302,27 @@ async fn apply_in_transaction(
     Ok(true)
 }
 
-/// Checks that every shard is at exactly this binary's schema version and
-/// records the place in the shard map that `shards` gives it.
+/// In `tx` (which holds the migration lock, after every migration of the
+/// run): applies the functions whose text differs from the recorded one.
+async fn apply_functions(tx: &MigrationTx<'_>, shard: &Shard) -> Result<(), MigrateError> {
+    let applied = tx.apply_functions(&functions::pairs()).await?;
+    if !applied.is_empty() {
+        tracing::info!(shard = %shard.name, functions = ?applied, "applied server-side functions");
+    }
+    Ok(())
+}
+
+/// Checks that every shard is at exactly this binary's schema version, has
+/// this binary's server-side functions, and records the place in the shard
+/// map that `shards` gives it.
 ///
 /// `shards` is the whole configured shard list; to check one shard of it,
 /// use [`check_shard`].
 ///
 /// # Errors
 ///
-/// Which shard is behind, ahead, unmigrated, unreachable, or in another
-/// place of the shard map.
+/// Which shard is behind, ahead, unmigrated, unreachable, in another place
+/// of the shard map, or has other server-side functions.
 ///
 /// # Cancel safety
 ///
@@ -400,7 +347,8 @@ pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), Migrat
     check(shard, Some(shard_count)).await
 }
 
-/// The schema version, then the shard map (the count only when known).
+/// The schema version, then the shard map (the count only when known), then
+/// the server-side functions.
 async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateError> {
     let needed = latest_version();
     match schema::current_version(shard).await? {
@@ -432,7 +380,8 @@ async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateE
                 shard: shard.name.clone(),
             })?;
     let (count, index) = place(shard, shard_count.unwrap_or(1));
-    compare_map(shard, recorded, shard_count.map(|_| count), index)
+    compare_map(shard, recorded, shard_count.map(|_| count), index)?;
+    functions::check(shard).await
 }
 
 /// The shard's configured (count, index), as the map stores them.
@@ -463,4 +412,8 @@ fn compare_map(
 }
 
 #[cfg(test)]
+mod snapshot;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upgrade_tests;

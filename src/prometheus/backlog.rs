@@ -7,7 +7,7 @@
 use super::family;
 use crate::client::{CheckOptions, CheckReport, Client};
 use crate::shards::{Shard, ShardSet};
-use crate::store::backlog::{self, QueueBacklog};
+use crate::store::backlog::{self, QueueBacklog, StateCounts};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// The unfinished states exposed for every queue, zero when none: a series
 /// that vanished when its queue drained would read as stale, not as 0.
-pub const STATES: [&str; 5] = ["queued", "waiting", "retrying", "delayed", "running"];
+pub const STATES: [&str; 5] = StateCounts::STATES;
 
 /// What one shard answered in one scrape.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ pub async fn read_all(shards: &ShardSet, deadline: Duration) -> Vec<ShardBacklog
 
 async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
     let started = Instant::now();
-    let backlog = match tokio::time::timeout(deadline, backlog::read(shard)).await {
+    let backlog = match tokio::time::timeout(deadline, backlog::read(shard, None)).await {
         Ok(Ok(rows)) => Ok(rows),
         Ok(Err(err)) => Err(crate::error_chain(&err)),
         Err(_) => Err(format!(
@@ -133,8 +133,8 @@ impl ShardView {
                 let entry = queues
                     .entry(row.queue.clone())
                     .or_insert(([0; STATES.len()], 0.0));
-                if let Some(i) = STATES.iter().position(|s| *s == row.state) {
-                    entry.0[i] += row.count;
+                for (n, add) in entry.0.iter_mut().zip(row.depth.counts()) {
+                    *n += add;
                 }
                 if let Some(age) = row.oldest_ready_s {
                     entry.1 = age.max(0.0);

@@ -2,6 +2,7 @@
 //! through its partial index), failed-job counts, recent completions, the
 //! age of the oldest ready job, a job's steps.
 
+use super::backlog;
 use super::exec;
 use super::sql::{self, Param};
 use super::JobStatus;
@@ -336,8 +337,8 @@ pub async fn steps_of(shard: &Shard, id: JobId) -> Result<Vec<StepInfo>, ShardEr
 }
 
 /// Unfinished jobs on `shard` by queue and list state (`ready`, `waiting`,
-/// `scheduled`, `retrying`, `running`), from their partial indexes:
-/// `(queue, state, count)`.
+/// `scheduled`, `retrying`, `running`), from the queue-depth read
+/// ([`backlog::read`]): `(queue, state, count)`, states with no job left out.
 ///
 /// # Errors
 ///
@@ -347,17 +348,19 @@ pub async fn steps_of(shard: &Shard, id: JobId) -> Result<Vec<StepInfo>, ShardEr
 ///
 /// Cancel safe (a read).
 pub async fn unfinished_counts(shard: &Shard) -> Result<Vec<(String, String, i64)>, ShardError> {
-    let rows = exec::query(shard, sql::QUEUE_COUNTS, &[]).await?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let state: String = r.get("state");
-            let state = match state.as_str() {
-                "queued" => ListState::Ready.as_str().to_string(),
-                "delayed" => ListState::Scheduled.as_str().to_string(),
-                _ => state,
-            };
-            (r.get("queue"), state, r.get("count"))
-        })
-        .collect())
+    let mut out = Vec::new();
+    for q in backlog::read(shard, None).await? {
+        let d = q.depth;
+        let states = [
+            (ListState::Ready, d.queued),
+            (ListState::Waiting, d.waiting),
+            (ListState::Scheduled, d.delayed),
+            (ListState::Retrying, d.retrying),
+            (ListState::Running, d.running),
+        ];
+        for (state, n) in states.into_iter().filter(|(_, n)| *n > 0) {
+            out.push((q.queue.clone(), state.as_str().to_string(), n));
+        }
+    }
+    Ok(out)
 }

@@ -9,7 +9,7 @@
 //!   one process at a time recovers, promotes or deletes on a shard.
 //! - Ordering keys: one bigint lock per (queue, key), taken by the SQL
 //!   functions `shardq_key_lock`, `shardq_lock_keys` and `shardq_claim`
-//!   (migration 0004).
+//!   (`migrations/functions/`).
 //! - Migrations: [`MIGRATION`], one bigint key.
 
 use crate::router::fnv1a64;

@@ -1,6 +1,7 @@
 //! Questions about whole queues and servers: is anything left, how many jobs
 //! in each state, how many connections.
 
+use super::backlog::{self, StateCounts};
 use super::exec;
 use super::sql;
 use crate::shards::{Shard, ShardError};
@@ -52,8 +53,9 @@ pub async fn has_pending(shard: &Shard, queue: &str) -> Result<bool, ShardError>
     Ok(row.get("pending"))
 }
 
-/// Job counts on `shard` by queue and state: unfinished ones from their
-/// partial indexes, finished ones exactly when few, else one estimate.
+/// Job counts on `shard` by queue and state: unfinished ones from the
+/// queue-depth read ([`backlog::read`], partial indexes only; states with no
+/// job left out), finished ones exactly when few, else one estimate.
 ///
 /// # Errors
 ///
@@ -63,23 +65,33 @@ pub async fn has_pending(shard: &Shard, queue: &str) -> Result<bool, ShardError>
 ///
 /// Cancel safe (reads).
 pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
-    let decode = |r: &tokio_postgres::Row| QueueCount {
-        queue: r.get("queue"),
-        status: r.get("state"),
-        count: r.get("count"),
-        estimated: false,
-    };
-    let mut counts: Vec<QueueCount> = exec::query(shard, sql::QUEUE_COUNTS, &[])
-        .await?
-        .iter()
-        .map(decode)
-        .collect();
+    let mut counts = Vec::new();
+    for q in backlog::read(shard, None).await? {
+        let mut states: Vec<(&str, i64)> = StateCounts::STATES
+            .into_iter()
+            .zip(q.depth.counts())
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        // By state name, as `shardq status` has always listed them.
+        states.sort_by_key(|(state, _)| *state);
+        counts.extend(states.into_iter().map(|(state, count)| QueueCount {
+            queue: q.queue.clone(),
+            status: state.to_string(),
+            count,
+            estimated: false,
+        }));
+    }
     let finished: i64 = exec::query_one(shard, sql::FINISHED_ESTIMATE, &[])
         .await?
         .get("estimate");
     if finished <= FINISHED_EXACT_UP_TO {
         let rows = exec::query(shard, sql::FINISHED_COUNTS, &[]).await?;
-        counts.extend(rows.iter().map(decode));
+        counts.extend(rows.iter().map(|r| QueueCount {
+            queue: r.get("queue"),
+            status: r.get("state"),
+            count: r.get("count"),
+            estimated: false,
+        }));
     } else {
         counts.push(QueueCount {
             queue: "*".into(),

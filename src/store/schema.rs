@@ -95,6 +95,41 @@ pub async fn shard_map(shard: &Shard) -> Result<Option<(i32, i32)>, ShardError> 
     Ok(row.map(|r| (r.get("shard_count"), r.get("shard_index"))))
 }
 
+/// The names, among `functions` (name, file text), whose text differs from
+/// the one `shard` last applied (all of them when it records none).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
+pub async fn stale_functions(
+    shard: &Shard,
+    functions: &[(&str, &str)],
+) -> Result<Vec<String>, ShardError> {
+    let present: bool = exec::query_one(shard, sql::FUNCTIONS_TABLE_EXISTS, &[])
+        .await?
+        .get("present");
+    if !present {
+        return Ok(functions.iter().map(|(name, _)| name.to_string()).collect());
+    }
+    let (names, texts) = split(functions);
+    let rows = exec::query(
+        shard,
+        sql::FUNCTIONS_STALE,
+        &[(&names, Type::TEXT_ARRAY), (&texts, Type::TEXT_ARRAY)],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| r.get("name")).collect())
+}
+
+/// The names and the texts of `functions`, as two arrays.
+fn split<'f>(functions: &[(&'f str, &'f str)]) -> (Vec<&'f str>, Vec<&'f str>) {
+    functions.iter().copied().unzip()
+}
+
 /// A transaction holding the migration lock, with the migrations table in
 /// place and no statement deadline (a migration may rewrite a big table).
 /// Dropped without [`MigrationTx::commit`], its connection is discarded and
@@ -174,6 +209,54 @@ impl<'s> MigrationTx<'s> {
             .await
             .map_err(err)?;
         Ok(())
+    }
+
+    /// (Re)creates each of `functions` (name, file text, in the order given)
+    /// whose text differs from the one recorded as applied, and records the
+    /// new text's hash. Returns the names applied.
+    ///
+    /// Under the migration lock, no other `migrate` reads or writes the
+    /// hashes between the comparison and the record. Workers take no lock
+    /// on a function they call: they keep running the old text until this
+    /// transaction commits, then the new one, never a mix within one call.
+    ///
+    /// # Errors
+    ///
+    /// [`ShardError`] when a statement fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-statement, the connection is discarded rather than reused,
+    /// so the server rolls the transaction back.
+    pub async fn apply_functions(
+        &self,
+        functions: &[(&str, &str)],
+    ) -> Result<Vec<String>, ShardError> {
+        let err = |e| self.shard.query_error(e);
+        self.client
+            .batch_execute(sql::FUNCTIONS_TABLE_CREATE)
+            .await
+            .map_err(err)?;
+        let (names, texts) = split(functions);
+        let stale: Vec<String> = self
+            .client
+            .query(sql::FUNCTIONS_STALE, &[&names, &texts])
+            .await
+            .map_err(err)?
+            .iter()
+            .map(|r| r.get("name"))
+            .collect();
+        for (name, text) in functions
+            .iter()
+            .filter(|(n, _)| stale.iter().any(|s| s == n))
+        {
+            self.client.batch_execute(text).await.map_err(err)?;
+            self.client
+                .execute(sql::FUNCTION_RECORD, &[name, text])
+                .await
+                .map_err(err)?;
+        }
+        Ok(stale)
     }
 
     /// The recorded (count, index) of the shard map, if any.

@@ -9,9 +9,10 @@ use serde_json::Value;
 use shardq::store::backlog::{self, QueueBacklog};
 use shardq::{Client, NewJob};
 use std::time::Duration;
+use tokio_postgres::types::Type;
 
-fn find<'a>(rows: &'a [QueueBacklog], queue: &str, state: &str) -> Option<&'a QueueBacklog> {
-    rows.iter().find(|r| r.queue == queue && r.state == state)
+fn find<'a>(rows: &'a [QueueBacklog], queue: &str) -> Option<&'a QueueBacklog> {
+    rows.iter().find(|r| r.queue == queue)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,26 +36,32 @@ async fn backlog_counts_each_state_and_ages_the_first_enqueued_ready_job() {
         .map(|_| NewJob::new("x", "noop", serde_json::json!({})))
         .chain([NewJob::new("x", "noop", serde_json::json!({})).delay(Duration::from_secs(600))])
         .chain([NewJob::new("y", "noop", serde_json::json!({}))])
+        .chain([NewJob::new("z", "noop", serde_json::json!({})).delay(Duration::from_secs(600))])
         .collect();
     client.enqueue_many(later).await.unwrap();
 
-    let rows = backlog::read(set.get(0)).await.unwrap();
-    let x = find(&rows, "x", "queued").expect("x has ready jobs");
-    assert_eq!(x.count, 5);
+    let rows = backlog::read(set.get(0), None).await.unwrap();
+    let x = find(&rows, "x").expect("x has unfinished jobs");
+    assert_eq!(x.depth.queued, 5);
     let age = x.oldest_ready_s.unwrap();
     assert!(
         (1.1..600.0).contains(&age),
         "the oldest ready job of x waited since the first enqueue: {age} s"
     );
-    let y = find(&rows, "y", "queued").unwrap();
-    assert_eq!(y.count, 1);
+    let y = find(&rows, "y").unwrap();
+    assert_eq!(y.depth.queued, 1);
     assert!(y.oldest_ready_s.unwrap() < age);
-    assert_eq!(find(&rows, "x", "delayed").unwrap().count, 1);
-    assert!(find(&rows, "x", "running").is_none());
-    assert!(rows
-        .iter()
-        .filter(|r| r.state != "queued")
-        .all(|r| r.oldest_ready_s.is_none()));
+    assert_eq!(x.depth.delayed, 1);
+    assert_eq!(x.depth.running, 0);
+    // A queue with nothing ready has no ready age.
+    let z = find(&rows, "z").unwrap();
+    assert_eq!((z.depth.queued, z.depth.delayed), (0, 1));
+    assert!(z.oldest_ready_s.is_none());
+    // One queue's read is that queue's part of the whole.
+    let only_x = backlog::read(set.get(0), Some("x")).await.unwrap();
+    assert_eq!(only_x.len(), 1, "{only_x:?}");
+    assert_eq!((only_x[0].queue.as_str(), only_x[0].depth), ("x", x.depth));
+    assert!(only_x[0].oldest_ready_s.unwrap() >= age);
 }
 
 /// Finished rows in the table (by `generate_series`, as a long history).
@@ -84,11 +91,26 @@ async fn backlog_reads_only_the_partial_indexes_of_unfinished_jobs() {
         .await
         .unwrap();
 
+    // Every queue, and one queue (what `Client::depth` reads).
+    for queue in [None, Some("q1")] {
+        reads_only_unfinished(&db, queue).await;
+    }
+    let rows = backlog::read(set.get(0), None).await.unwrap();
+    let ready: i64 = rows.iter().map(|r| r.depth.queued).sum();
+    assert_eq!(ready, 200);
+}
+
+/// Checks the plan of the backlog read for `queue` (all when `None`).
+async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>) {
     let explain = format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) {}",
         shardq::store::sql::QUEUE_BACKLOG
     );
-    let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
+    let plan: Value = db
+        .query_typed_one(explain.as_str(), &[(&queue, Type::TEXT)])
+        .await
+        .unwrap()
+        .get(0);
     let text = plan.to_string();
     let mut scans = Vec::new();
     table_scans(&plan, &mut scans);
@@ -114,15 +136,8 @@ async fn backlog_reads_only_the_partial_indexes_of_unfinished_jobs() {
     }
     assert!(
         rows_read < 1_000.0,
-        "{rows_read} rows read for 200 unfinished jobs: {text}"
+        "{rows_read} rows read for 200 unfinished jobs ({queue:?}): {text}"
     );
-    let rows = backlog::read(set.get(0)).await.unwrap();
-    let ready: i64 = rows
-        .iter()
-        .filter(|r| r.state == "queued")
-        .map(|r| r.count)
-        .sum();
-    assert_eq!(ready, 200);
 }
 
 /// Every plan node that reads `workflow_status`.
@@ -137,4 +152,129 @@ fn table_scans<'a>(node: &'a Value, out: &mut Vec<&'a Value>) {
         Value::Array(items) => items.iter().for_each(|v| table_scans(v, out)),
         _ => {}
     }
+}
+
+/// `Client::depth` sums one queue over the shards and follows what was
+/// enqueued, claimed and completed; a shard that does not answer is reported
+/// with its error and left out of the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
+    use shardq::config::{Backoff, DequeueMode};
+    use shardq::job::{Completion, Outcome};
+    use shardq::local::StopMode;
+    use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany};
+
+    const READY: i64 = 30;
+    const DELAYED: i64 = 4;
+    let shards = TestShards::servers(2).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let jobs = (0..READY)
+        .map(|i| NewJob::new("d", "noop", serde_json::json!({ "i": i })))
+        .chain((0..DELAYED).map(|_| {
+            NewJob::new("d", "noop", serde_json::json!({})).delay(Duration::from_secs(600))
+        }))
+        // Another queue's jobs are not counted.
+        .chain((0..5).map(|_| NewJob::new("other", "noop", serde_json::json!({}))))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+
+    let depth = client.depth("d").await.unwrap();
+    assert!(depth.complete(), "{:?}", depth.failed);
+    assert_eq!(depth.answered.len(), 2);
+    assert_eq!(
+        (
+            depth.counts.queued,
+            depth.counts.delayed,
+            depth.counts.total()
+        ),
+        (READY, DELAYED, READY + DELAYED)
+    );
+
+    // Claim up to 4 on each shard, then complete half of what each took as
+    // succeeded and the rest as failed (attempts left: retrying).
+    let mut claimed = 0;
+    let mut succeeded = 0;
+    let mut failed = 0;
+    for shard in set.all() {
+        let params = ClaimParams {
+            queue: "d",
+            limit: 4,
+            owner: "w",
+            lease: Duration::from_secs(60),
+            mode: DequeueMode::Ungated,
+        };
+        let Claim::Jobs(taken) = jobs::claim(shard, params).await.unwrap() else {
+            panic!("shard {} has no ready job of d", shard.name)
+        };
+        claimed += taken.len() as i64;
+        let now = std::time::Instant::now();
+        let done: Vec<Completion> = taken
+            .iter()
+            .enumerate()
+            .map(|(i, j)| Completion {
+                id: j.id,
+                shard: j.shard,
+                fence: j.fence,
+                keyed: false,
+                outcome: if i % 2 == 0 {
+                    Outcome::Succeeded(serde_json::json!({}))
+                } else {
+                    Outcome::Failed("no".into())
+                },
+                finished: now,
+            })
+            .collect();
+        let during = client.depth("d").await.unwrap();
+        assert!(during.counts.running >= taken.len() as i64);
+        let written = jobs::complete_many(
+            shard,
+            CompleteMany {
+                owner: "w",
+                retry: Backoff {
+                    min: Duration::from_secs(60),
+                    max: Duration::from_secs(120),
+                },
+                done: &done,
+            },
+        )
+        .await
+        .unwrap();
+        succeeded += written.succeeded as i64;
+        failed += written.retrying as i64;
+    }
+    assert_eq!(succeeded + failed, claimed);
+    let depth = client.depth("d").await.unwrap();
+    assert_eq!(
+        depth.counts,
+        shardq::client::StateCounts {
+            queued: READY - claimed,
+            waiting: 0,
+            retrying: failed,
+            delayed: DELAYED,
+            running: 0,
+        }
+    );
+
+    // Shard 1 stops: its error is reported, shard 0's jobs still counted.
+    let on_shard_0: i64 = set
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM workflow_status WHERE queue = 'd' AND status = 'queued'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    shards.servers[1].stop(StopMode::Fast).unwrap();
+    let depth = client.depth("d").await.unwrap();
+    assert_eq!(depth.answered, vec![set.get(0).name.clone()]);
+    assert_eq!(depth.failed.len(), 1, "{:?}", depth.failed);
+    assert_eq!(depth.failed[0].0, set.get(1).name);
+    assert!(!depth.complete());
+    assert_eq!(depth.counts.queued, on_shard_0);
 }

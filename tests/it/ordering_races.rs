@@ -2,7 +2,7 @@
 //! each driven step by step against a real PostgreSQL: claims by distinct
 //! owners stand for distinct workers, and two open transactions stand for two
 //! producers committing out of id order. Each test failed on the code before
-//! migration 0004.
+//! migration 0004 (per-key exclusion, now in migrations/functions/).
 
 use crate::common;
 

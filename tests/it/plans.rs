@@ -14,7 +14,8 @@ const QUEUED: usize = 15_000;
 const RUNNING: i64 = 4_000;
 const BATCH: i64 = 2_000;
 
-/// The completion (inside `shardq_complete_many`, migration 14) keeps one
+/// The completion (inside `shardq_complete_many`,
+/// migrations/functions/shardq_complete_many.sql) keeps one
 /// generic plan per connection, and that plan probes the primary key per
 /// batch row whatever the statistics say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,8 +214,20 @@ async fn status_reads_partial_indexes_and_estimates_history() {
         .collect();
     client.enqueue_many(jobs).await.unwrap();
 
-    let explain = format!("EXPLAIN (FORMAT JSON) {}", shardq::store::sql::QUEUE_COUNTS);
-    let plan: Value = db.query_one(explain.as_str(), &[]).await.unwrap().get(0);
+    // `status` counts unfinished jobs with the queue-depth read (all queues).
+    let explain = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        shardq::store::sql::QUEUE_BACKLOG
+    );
+    let all: Option<&str> = None;
+    let plan: Value = db
+        .query_typed_one(
+            explain.as_str(),
+            &[(&all, tokio_postgres::types::Type::TEXT)],
+        )
+        .await
+        .unwrap()
+        .get(0);
     reads_only(
         &plan,
         &[
@@ -286,7 +299,7 @@ async fn no_statement_is_jit_compiled_on_shardqs_connections() {
 }
 
 /// The claim function's probes and its unkeyed claim keep one generic plan
-/// per connection (migration 12) instead of being planned on every call
+/// per connection (`force_generic_plan`, migrations/functions/shardq_claim.sql) instead of being planned on every call
 /// (about 0.2 ms of server CPU per claim), and that plan is still the index
 /// walk: the dequeue index, then each locked row by its tuple id, on a table
 /// of 300,000 finished and 50,000 queued rows. auto_explain shows the plans

@@ -100,20 +100,7 @@ pub async fn insert_many_as(
     for (chunk, ids) in rows.chunks(INSERT_CHUNK).zip(ids.chunks(INSERT_CHUNK)) {
         let columns = Columns::of(chunk);
         let ids = ids.to_vec();
-        let [keys, queues, handlers, ordering, priorities, payloads, delays, attempts] =
-            columns.params();
-        let params: [Param; 9] = [
-            (&ids, Type::INT8_ARRAY),
-            keys,
-            queues,
-            handlers,
-            ordering,
-            priorities,
-            payloads,
-            delays,
-            attempts,
-        ];
-        written += exec::execute(shard, statement, &params).await?;
+        written += exec::execute(shard, statement, &columns.params_with_ids(&ids)).await?;
     }
     Ok(written)
 }
@@ -147,11 +134,13 @@ pub async fn insert_in<C: GenericClient>(
 }
 
 /// Inserts `row` with deduplication id `dedup_id`, unless an unfinished job
-/// of its queue has that id. Returns the new id, or `None`.
+/// of its queue has that id. Returns the new id, or `None`. The same insert
+/// as [`insert_dedup_as`], with an id taken first (a fresh id conflicts with
+/// no row, so only the deduplication id can refuse it).
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the statement fails.
+/// [`ShardError`] when a statement fails.
 ///
 /// # Cancel safety
 ///
@@ -161,27 +150,11 @@ pub async fn insert_dedup(
     row: NewRow<'_>,
     dedup_id: &str,
 ) -> Result<Option<JobId>, ShardError> {
-    let j = row.job;
-    let delay_ms = j.delay.as_millis() as i64;
-    let inserted = exec::query_opt(
-        shard,
-        sql::JOB_INSERT_DEDUP,
-        &[
-            (&row.shard_key, Type::INT4),
-            (&j.queue, Type::TEXT),
-            (&j.handler, Type::TEXT),
-            (&j.ordering_key, Type::TEXT),
-            (&j.priority, Type::INT4),
-            (&j.payload, Type::JSONB),
-            (&delay_ms, Type::INT8),
-            (&row.max_attempts, Type::INT4),
-            (&dedup_id, Type::TEXT),
-        ],
-    )
-    .await?;
-    Ok(inserted.map(|r| JobId {
+    let id = reserve_ids(shard, 1).await?[0];
+    let written = insert_dedup_as(shard, row, dedup_id, id).await?;
+    Ok(written.then_some(JobId {
         shard_key: row.shard_key,
-        id: r.get("id"),
+        id,
     }))
 }
 
@@ -204,25 +177,10 @@ pub async fn insert_dedup_as(
     dedup_id: &str,
     id: i64,
 ) -> Result<bool, ShardError> {
-    let j = row.job;
-    let delay_ms = j.delay.as_millis() as i64;
-    let inserted = exec::query_opt(
-        shard,
-        sql::JOB_INSERT_DEDUP_AS,
-        &[
-            (&row.shard_key, Type::INT4),
-            (&j.queue, Type::TEXT),
-            (&j.handler, Type::TEXT),
-            (&j.ordering_key, Type::TEXT),
-            (&j.priority, Type::INT4),
-            (&j.payload, Type::JSONB),
-            (&delay_ms, Type::INT8),
-            (&row.max_attempts, Type::INT4),
-            (&dedup_id, Type::TEXT),
-            (&id, Type::INT8),
-        ],
-    )
-    .await?;
+    let delay_ms = row.job.delay.as_millis() as i64;
+    let mut params = dedup_params(&row, &delay_ms, &dedup_id).to_vec();
+    params.push((&id, Type::INT8));
+    let inserted = exec::query_opt(shard, sql::JOB_INSERT_DEDUP_AS, &params).await?;
     Ok(inserted.is_some())
 }
 
@@ -247,6 +205,22 @@ pub async fn find_dedup(
     )
     .await?;
     Ok(row.as_ref().map(job_id))
+}
+
+/// The parameters $1..$9 of [`sql::JOB_INSERT_DEDUP_AS`] (the id is $10).
+fn dedup_params<'a>(row: &'a NewRow<'_>, delay_ms: &'a i64, dedup_id: &'a &str) -> [Param<'a>; 9] {
+    let j = row.job;
+    [
+        (&row.shard_key, Type::INT4),
+        (&j.queue, Type::TEXT),
+        (&j.handler, Type::TEXT),
+        (&j.ordering_key, Type::TEXT),
+        (&j.priority, Type::INT4),
+        (&j.payload, Type::JSONB),
+        (delay_ms, Type::INT8),
+        (&row.max_attempts, Type::INT4),
+        (dedup_id, Type::TEXT),
+    ]
 }
 
 /// The columns of [`sql::JOB_INSERT_MANY`] for some rows (and, after the
@@ -277,6 +251,24 @@ impl<'a> Columns<'a> {
                 .collect(),
             attempts: rows.iter().map(|r| r.max_attempts).collect(),
         }
+    }
+
+    /// The parameters of [`sql::JOB_INSERT_MANY_AS`] and
+    /// [`sql::JOB_INSERT_MANY_AGAIN`]: the ids first, then [`Columns::params`].
+    fn params_with_ids<'p>(&'p self, ids: &'p Vec<i64>) -> [Param<'p>; 9] {
+        let [keys, queues, handlers, ordering, priorities, payloads, delays, attempts] =
+            self.params();
+        [
+            (ids, Type::INT8_ARRAY),
+            keys,
+            queues,
+            handlers,
+            ordering,
+            priorities,
+            payloads,
+            delays,
+            attempts,
+        ]
     }
 
     fn params(&self) -> [Param<'_>; 8] {

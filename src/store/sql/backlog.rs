@@ -1,9 +1,11 @@
-//! What the metrics exporter reads per scrape: queue depth by state and the
-//! age of each queue's oldest ready job. Every branch reads a partial index
-//! that holds no finished row, so the cost follows the backlog (ready,
-//! waiting, scheduled and running rows), never the history.
+//! How deep each queue is: the one read of queue depth by state (and the age
+//! of each queue's oldest ready job) that the metrics exporter, `shardq
+//! status`, the dashboard and `Client::depth` share. Every branch reads a
+//! partial index that holds no finished row, so the cost follows the backlog
+//! (ready, waiting, scheduled and running rows), never the history.
 
-/// Per queue: the count of jobs in each unfinished state (`queued`,
+/// Per queue (only queue $1; every queue when $1 is NULL): the count of jobs
+/// in each unfinished state (`queued`,
 /// `waiting`, `retrying`, `delayed`, `running`), and for `queued` the age in
 /// seconds of its lowest-id ready job: the one enqueued first, measured from
 /// when it became ready (`run_at`).
@@ -12,13 +14,19 @@
 /// priority, id), index only, grouped by (queue, priority) with their lowest
 /// id; the lowest of those ids per queue is then looked up by the same
 /// index with its full key (one probe, one heap row), since those indexes
-/// hold no time. The other states are [`super::QUEUE_COUNTS`]'s branches.
+/// hold no time. The other states are read from their own partial indexes
+/// (waiting jobs always have a key: `workflow_status_key`; scheduled ones by
+/// queue: `workflow_status_scheduled_queue`; running ones: the lease index).
+/// `$1 IS NULL` is folded away when the statement is planned for its value
+/// (the unnamed statement always is), so a named queue is an index range.
 pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
         SELECT queue, priority, keyed, count(*) AS n, min(id) AS first_id FROM ( \
             SELECT queue, priority, id, false AS keyed FROM workflow_status \
                 WHERE status = 'queued' AND ordering_key IS NULL \
+                    AND ($1::text IS NULL OR queue = $1::text) \
             UNION ALL SELECT queue, priority, id, true FROM workflow_status \
                 WHERE status = 'queued' AND ordering_key IS NOT NULL \
+                    AND ($1::text IS NULL OR queue = $1::text) \
         ) r GROUP BY 1, 2, 3 \
     ), heads AS ( \
         SELECT DISTINCT ON (queue) queue, priority, keyed, first_id FROM ready \
@@ -42,4 +50,4 @@ pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
         UNION ALL SELECT queue, CASE WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
             FROM workflow_status WHERE status = 'scheduled' \
         UNION ALL SELECT queue, 'running' FROM workflow_status WHERE status = 'running' \
-    ) unfinished GROUP BY 1, 2";
+    ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2";

@@ -4,29 +4,40 @@
 //! Statements are sent with their parameter types (`query_typed`): one round
 //! trip on the unnamed statement, no named prepared statement left on the
 //! connection, which is what a transaction-pooling proxy needs.
+//!
+//! Filed by operation: each file holds the statements of the `store` module
+//! of the same name (`jobs/claim.rs` those of `store::jobs::claim`, and so
+//! on); `locks.rs` those of the key locks that `exec` and `upkeep` take
+//! around their transactions; `macros.rs` the fragments several statements
+//! share.
+
+#[macro_use]
+mod macros;
 
 mod backlog;
 mod browse;
 mod check;
-mod claim;
 mod jobs;
-mod maintenance;
-mod pause;
+mod locks;
+mod queues;
 mod schedules;
 mod schema;
+mod server;
 mod steps;
+mod upkeep;
 mod workers;
 
 pub use backlog::*;
 pub use browse::*;
 pub use check::*;
-pub use claim::*;
 pub use jobs::*;
-pub use maintenance::*;
-pub use pause::*;
+pub use locks::*;
+pub use queues::*;
 pub use schedules::*;
 pub use schema::*;
+pub use server::*;
 pub use steps::*;
+pub use upkeep::*;
 pub use workers::*;
 
 /// One bind parameter with its PostgreSQL type.

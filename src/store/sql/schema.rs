@@ -29,10 +29,6 @@ pub const SHARD_MAP_GET: &str = "SELECT shard_count, shard_index FROM shardq_sha
 pub const SHARD_MAP_RECORD: &str =
     "INSERT INTO shardq_shard_map (shard_count, shard_index) VALUES ($1, $2)";
 
-/// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
-/// a job written under an older shard map (one primary-key probe).
-pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";
-
 /// Whether the shard map table exists (schema version 5 or later).
 pub const SHARD_MAP_TABLE_EXISTS: &str =
     "SELECT to_regclass('shardq_shard_map') IS NOT NULL AS present";
@@ -51,5 +47,28 @@ pub const INDEX_INVALID: &str = "SELECT NOT i.indisvalid AS invalid FROM pg_inde
     JOIN pg_class c ON c.oid = i.indexrelid \
     WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace";
 
-/// Whether database $1 exists on the server.
-pub const DATABASE_EXISTS: &str = "SELECT 1 FROM pg_database WHERE datname = $1";
+/// Creates the table that records the hash of each server-side function's
+/// text as last applied (`migrations/functions/`), readable by every role: a
+/// worker's start check compares it with its own functions, and it holds
+/// nothing secret.
+pub const FUNCTIONS_TABLE_CREATE: &str = "CREATE TABLE IF NOT EXISTS shardq_functions (\
+    name text PRIMARY KEY, sha256 text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now()); \
+    GRANT SELECT ON TABLE shardq_functions TO PUBLIC";
+
+/// Whether the functions table exists.
+pub const FUNCTIONS_TABLE_EXISTS: &str =
+    "SELECT to_regclass('shardq_functions') IS NOT NULL AS present";
+
+/// Of the functions ($1 names, $2 their file texts), the `name`s whose text's
+/// SHA-256 differs from the recorded one, or that have none recorded; in the
+/// order given.
+pub const FUNCTIONS_STALE: &str = "SELECT f.name FROM unnest($1::text[], $2::text[]) \
+    WITH ORDINALITY AS f(name, body, ord) \
+    LEFT JOIN shardq_functions r ON r.name = f.name \
+    WHERE r.sha256 IS DISTINCT FROM encode(sha256(convert_to(f.body, 'UTF8')), 'hex') \
+    ORDER BY f.ord";
+
+/// Records the SHA-256 of function $1's text $2 as applied.
+pub const FUNCTION_RECORD: &str = "INSERT INTO shardq_functions (name, sha256) \
+    VALUES ($1, encode(sha256(convert_to($2::text, 'UTF8')), 'hex')) \
+    ON CONFLICT (name) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now()";

@@ -1,4 +1,5 @@
-//! Worker heartbeats (`shardq_workers`, migration 9).
+//! Worker heartbeats (`shardq_workers`) and giving back the jobs of workers
+//! that stopped beating.
 
 /// Writes this worker's row on the shard: inserted on the first beat,
 /// counters and `heartbeat_at` replaced on every later one. $1 worker id, $2
@@ -31,25 +32,14 @@ pub const JOBS_OF_OWNERS: &str = "SELECT shard_key, id FROM workflow_status \
     ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED";
 
 /// Gives back the jobs among ($1, $2) still running under one of the
-/// silent owners $3, as lease recovery does (attempt count kept, `waiting`
-/// behind their key, `dead` on the last attempt, `cancelled` when asked)
-/// without waiting for the lease. Raises the fence, so the owner's late
-/// completion (it was alive after all, only cut off) is fenced out, not
-/// taken for a repeat of its own write. Returns the new status of each row.
-pub const JOB_RELEASE_SILENT: &str = "UPDATE workflow_status w SET \
-        status = CASE WHEN w.cancel_requested THEN 'cancelled' \
-            WHEN w.attempts >= w.max_attempts THEN 'dead' \
-            WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
-        error = CASE WHEN w.attempts >= w.max_attempts \
-            THEN 'worker ' || w.owner || ' stopped heartbeating on attempt ' || w.attempts \
-                || ' of ' || w.max_attempts || ' (it crashed, hung or lost the shard)' \
-            ELSE w.error END, \
-        finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts THEN now() END, \
-        owner = NULL, lease_expires_at = NULL, fence = w.fence + 1 \
-    FROM unnest($1::int[], $2::bigint[]) AS e(shard_key, id) \
-    WHERE w.shard_key = e.shard_key AND w.id = e.id \
-        AND w.status = 'running' AND w.owner = ANY($3::text[]) \
-    RETURNING w.status";
+/// silent owners $3, as lease recovery does (`return_lost!` in macros.rs) without
+/// waiting for the lease: the owner's late completion (it was alive after
+/// all, only cut off) is fenced out.
+pub const JOB_RELEASE_SILENT: &str = return_lost!(
+    "'worker ' || w.owner || ' stopped heartbeating on attempt ' || w.attempts \
+        || ' of ' || w.max_attempts || ' (it crashed, hung or lost the shard)'",
+    "w.owner = ANY($3::text[])"
+);
 
 /// Deletes the rows of the silent workers $1 that hold no running job on
 /// this shard any more (one whose jobs could not all be given back yet

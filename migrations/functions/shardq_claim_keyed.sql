@@ -1,0 +1,147 @@
+-- shardq_claim_keyed: the keyed path of the claim (shardq_claim.sql says what
+-- a claim does and returns). Called by shardq_claim, with the dequeue slot
+-- already taken, when the queue has a keyed job ready.
+--
+-- For each head's key the claim *tries* the key lock (someone else has it:
+-- leave the head for a later claim), then, in a new statement whose snapshot
+-- sees every change made under that lock, asks whether the key is held. A
+-- free key is claimed as a run: its queued and waiting jobs in id order, cut
+-- at the first row another claim has locked. The jobs taken are the first
+-- p_limit of the unkeyed jobs and the runs, in dequeue order of the unkeyed
+-- job or the run's head (a run is cut, never split). The queued jobs of every
+-- key held now (blocked, or taken by this claim) are parked as 'waiting', so
+-- no later claim meets them again. A round that takes nothing but parks
+-- something scans again (at most four rounds).
+--
+-- Its plans depend on the sizes of the arrays it builds, so it is planned for
+-- each call (force_custom_plan); joins between the statement's own small sets
+-- (candidates, runs) need hash joins, which shardq's connections turn off for
+-- the big-table statements.
+CREATE OR REPLACE FUNCTION shardq_claim_keyed(p_queue text, p_limit int,
+                                   p_owner text, p_lease_ms bigint)
+RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
+               ordering_key text, priority int, payload jsonb, attempts int,
+               fence bigint, queue text, created_at timestamptz)
+LANGUAGE plpgsql
+SET enable_hashjoin = on
+SET enable_mergejoin = on
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    c_sk int[]; c_id bigint[]; c_key text[];  -- ready jobs met, in dequeue order
+    l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
+    f_key text[]; f_pos bigint[];             -- locked keys nothing holds
+    t_sk int[]; t_id bigint[];                -- jobs to claim
+    blocked text[];                           -- locked keys something else holds
+    held text[];                              -- keys held once this claim commits
+    parked int;
+    round int := 0;
+BEGIN
+    LOOP
+        round := round + 1;
+        WITH unkeyed AS MATERIALIZED (
+            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), keyed AS MATERIALIZED (
+            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), met AS (
+            SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
+        )
+        SELECT coalesce(array_agg(m.shard_key ORDER BY m.priority, m.id), '{}'),
+               coalesce(array_agg(m.id ORDER BY m.priority, m.id), '{}'),
+               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
+        INTO c_sk, c_id, c_key FROM met m;
+
+        SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
+               coalesce(array_agg(d.pos ORDER BY d.pos), '{}')
+        INTO l_key, l_pos FROM (
+            SELECT t.k, min(t.pos) AS pos FROM unnest(c_key) WITH ORDINALITY AS t(k, pos)
+            WHERE t.k IS NOT NULL GROUP BY t.k) d
+        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
+
+        -- A new statement: its snapshot sees all that was done under the key locks.
+        SELECT coalesce(array_agg(t.k ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.pos ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.k) FILTER (WHERE t.busy), '{}')
+        INTO f_key, f_pos, blocked FROM (
+            SELECT l.k, l.pos, EXISTS (
+                SELECT 1 FROM workflow_status a
+                WHERE a.queue = p_queue AND a.ordering_key = l.k
+                  AND a.status IN ('running', 'scheduled')) AS busy
+            FROM unnest(l_key, l_pos) AS l(k, pos)) t;
+
+        WITH pending AS MATERIALIZED (
+            SELECT f.k, f.pos, p.shard_key, p.id,
+                   row_number() OVER (PARTITION BY f.k ORDER BY p.id) AS rn
+            FROM unnest(f_key, f_pos) AS f(k, pos) CROSS JOIN LATERAL (
+                SELECT u.shard_key, u.id FROM (
+                    (SELECT w.shard_key, w.id FROM workflow_status w
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
+                     ORDER BY w.id LIMIT p_limit)
+                    UNION ALL
+                    (SELECT w.shard_key, w.id FROM workflow_status w
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
+                     ORDER BY w.id LIMIT p_limit)) u
+                ORDER BY u.id LIMIT p_limit) p
+        ), got AS MATERIALIZED (
+            SELECT w.shard_key, w.id FROM workflow_status w
+            WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
+              AND w.status IN ('queued', 'waiting')
+            FOR UPDATE SKIP LOCKED
+        ), cut AS (
+            SELECT p.k, coalesce(min(p.rn) FILTER (WHERE g.id IS NULL), 9223372036854775807) AS gap
+            FROM pending p LEFT JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
+            GROUP BY p.k
+        ), offered AS (
+            SELECT t.shard_key, t.id, NULL::text AS k, t.pos, 0::bigint AS rn
+            FROM unnest(c_sk, c_id, c_key) WITH ORDINALITY AS t(shard_key, id, k, pos)
+            WHERE t.k IS NULL
+            UNION ALL
+            SELECT p.shard_key, p.id, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            WHERE p.rn < cut.gap
+        ), take AS (
+            SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
+        )
+        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}'),
+               coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
+        INTO t_sk, t_id, held FROM take x;
+
+        UPDATE workflow_status w SET status = 'running', owner = p_owner,
+            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+        FROM unnest(t_sk, t_id) AS t(shard_key, id)
+        WHERE w.shard_key = t.shard_key AND w.id = t.id;
+
+        -- Park the queued jobs of the keys held now: those this claim took,
+        -- and the locked ones something else holds (bounded per claim).
+        UPDATE workflow_status w SET status = 'waiting'
+        FROM (
+            SELECT q.shard_key, q.id FROM workflow_status q
+            WHERE (q.shard_key, q.id) IN (
+                SELECT n.shard_key, n.id FROM unnest(held || blocked) AS h(k)
+                CROSS JOIN LATERAL (
+                    SELECT w2.shard_key, w2.id FROM workflow_status w2
+                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
+                    ORDER BY w2.id LIMIT p_limit) n
+                LIMIT 4 * p_limit)
+              AND q.status = 'queued'
+            FOR UPDATE SKIP LOCKED) p
+        WHERE w.shard_key = p.shard_key AND w.id = p.id;
+        GET DIAGNOSTICS parked = ROW_COUNT;
+
+        EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
+    END LOOP;
+
+    -- The rows as this transaction left them (one primary-key probe each).
+    RETURN QUERY
+    SELECT 1, w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+           w.attempts, w.fence, w.queue, w.created_at
+    FROM (SELECT 1) AS one
+    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
+               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
+    ORDER BY w.id;
+END $$;

@@ -1,0 +1,449 @@
+-- The schema of a shard migrated by this shardq, read from the catalog
+-- (src/migrate/snapshot.rs). Generated; do not edit. A test fails when a
+-- migration or a function file changes it; regenerate with:
+--   SHARDQ_UPDATE_SCHEMA=1 cargo test -p shardq --lib migrate::upgrade_tests::a_fresh_shard
+
+-- Applied migrations (shardq_migrations)
+--      1 0001_init.sql
+--      2 0002_key_order.sql
+--      3 0003_lifecycle.sql
+--      4 0004_key_exclusion.sql
+--      5 0005_shard_map.sql
+--      6 0006_queue_activity.sql
+--      7 0007_pause.sql
+--      8 0008_schedules.sql
+--      9 0009_workers.sql
+--     10 0010_fillfactor.sql
+--     11 0011_claim_by_tid.sql
+--     12 0012_claim_plans_once.sql
+--     13 0013_primary_key_by_id.sql
+--     14 0014_complete_plans_once.sql
+--     15 0015_backoff_capped.sql
+--     16 0016_retry_safe_writes.sql
+
+TABLE shardq_functions
+    name text NOT NULL
+    sha256 text NOT NULL
+    applied_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_functions_pkey PRIMARY KEY (name)
+    INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_migrations
+    version integer NOT NULL
+    name text NOT NULL
+    applied_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_migrations_pkey PRIMARY KEY (version)
+    INDEX CREATE UNIQUE INDEX shardq_migrations_pkey ON public.shardq_migrations USING btree (version)
+
+TABLE shardq_paused_queues
+    queue text NOT NULL
+    paused_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_paused_queues_pkey PRIMARY KEY (queue)
+    INDEX CREATE UNIQUE INDEX shardq_paused_queues_pkey ON public.shardq_paused_queues USING btree (queue)
+
+TABLE shardq_schedules
+    name text NOT NULL
+    last_tick timestamp with time zone NOT NULL
+    updated_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_schedules_pkey PRIMARY KEY (name)
+    INDEX CREATE UNIQUE INDEX shardq_schedules_pkey ON public.shardq_schedules USING btree (name)
+
+TABLE shardq_shard_map
+    one_row boolean NOT NULL DEFAULT true
+    shard_count integer NOT NULL
+    shard_index integer NOT NULL
+    recorded_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_shard_map_check CHECK (((shard_index >= 0) AND (shard_index < shard_count)))
+    CONSTRAINT shardq_shard_map_one_row_check CHECK (one_row)
+    CONSTRAINT shardq_shard_map_pkey PRIMARY KEY (one_row)
+    CONSTRAINT shardq_shard_map_shard_count_check CHECK ((shard_count >= 1))
+    INDEX CREATE UNIQUE INDEX shardq_shard_map_pkey ON public.shardq_shard_map USING btree (one_row)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_workers
+    worker_id text NOT NULL
+    host text NOT NULL
+    pid integer NOT NULL
+    queues text[] NOT NULL
+    started_at timestamp with time zone NOT NULL
+    heartbeat_at timestamp with time zone NOT NULL DEFAULT now()
+    claims bigint NOT NULL DEFAULT 0
+    claimed bigint NOT NULL DEFAULT 0
+    busy bigint NOT NULL DEFAULT 0
+    empty bigint NOT NULL DEFAULT 0
+    errors bigint NOT NULL DEFAULT 0
+    completed bigint NOT NULL DEFAULT 0
+    CONSTRAINT shardq_workers_pkey PRIMARY KEY (worker_id)
+    INDEX CREATE UNIQUE INDEX shardq_workers_pkey ON public.shardq_workers USING btree (worker_id)
+
+TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_insert_scale_factor=0.05, fillfactor=40)
+    shard_key integer NOT NULL
+    id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+    queue text NOT NULL
+    handler text NOT NULL
+    ordering_key text
+    priority integer NOT NULL DEFAULT 0
+    status text NOT NULL DEFAULT 'queued'::text
+    payload jsonb NOT NULL DEFAULT '{}'::jsonb
+    output jsonb
+    error text
+    attempts integer NOT NULL DEFAULT 0
+    owner text
+    lease_expires_at timestamp with time zone
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+    started_at timestamp with time zone
+    finished_at timestamp with time zone
+    run_at timestamp with time zone NOT NULL DEFAULT now()
+    max_attempts integer NOT NULL DEFAULT 20
+    dedup_id text
+    cancel_requested boolean NOT NULL DEFAULT false
+    fence bigint NOT NULL DEFAULT 0
+    CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
+    CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
+    CONSTRAINT workflow_status_shard_key_check CHECK (((shard_key >= 0) AND (shard_key <= 65535)))
+    CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])))
+    INDEX CREATE INDEX workflow_status_dequeue ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL))
+    INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
+    INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
+    INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
+    INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
+    INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
+    INDEX CREATE INDEX workflow_status_scheduled_queue ON public.workflow_status USING btree (queue, attempts) WHERE (status = 'scheduled'::text)
+    INDEX CREATE UNIQUE INDEX workflow_status_dedup ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])))
+    INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
+
+TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
+    shard_key integer NOT NULL
+    workflow_id bigint NOT NULL
+    step_name text NOT NULL
+    output jsonb
+    error text
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT workflow_steps_pkey PRIMARY KEY (shard_key, workflow_id, step_name)
+    CONSTRAINT workflow_steps_shard_key_workflow_id_fkey FOREIGN KEY (shard_key, workflow_id) REFERENCES workflow_status(shard_key, id) ON DELETE CASCADE
+    INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
+
+SEQUENCE workflow_status_id_seq
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_claim(p_lock_class integer, p_slots integer, p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
+ RETURNS TABLE(got_slot integer, shard_key integer, id bigint, handler text, ordering_key text, priority integer, payload jsonb, attempts integer, fence bigint, queue text, created_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    -- A paused queue answers "empty" before any lock is tried: one probe of
+    -- a table of a few rows per claim statement.
+    IF EXISTS (SELECT 1 FROM shardq_paused_queues p WHERE p.queue = p_queue) THEN
+        RETURN QUERY SELECT 1, NULL::int, NULL::bigint, NULL::text, NULL::text, NULL::int,
+            NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF p_slots > 0 AND NOT EXISTS (
+            SELECT 1 FROM generate_series(0, p_slots - 1) AS s
+            WHERE pg_try_advisory_xact_lock(p_lock_class, s)) THEN
+        RETURN QUERY SELECT 0, NULL::int, NULL::bigint, NULL::text, NULL::text, NULL::int,
+            NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    -- No keyed job ready: unkeyed jobs have no order to keep, so they are
+    -- locked and claimed in one statement, each row probed once.
+    IF NOT EXISTS (SELECT 1 FROM workflow_status w
+                   WHERE w.queue = p_queue AND w.status = 'queued'
+                     AND w.ordering_key IS NOT NULL) THEN
+        RETURN QUERY
+        WITH picked AS MATERIALIZED (
+            SELECT w.ctid AS tid FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE workflow_status w SET status = 'running', owner = p_owner,
+                attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+                lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+            FROM picked p
+            WHERE w.ctid = p.tid
+            RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+                w.attempts, w.fence, w.queue, w.created_at
+        )
+        SELECT 1, c.shard_key, c.id, c.handler, c.ordering_key, c.priority, c.payload,
+               c.attempts, c.fence, c.queue, c.created_at
+        FROM (SELECT 1) AS one LEFT JOIN claimed c ON true
+        ORDER BY c.id;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM shardq_claim_keyed(p_queue, p_limit, p_owner, p_lease_ms);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_claim_keyed(p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
+ RETURNS TABLE(got_slot integer, shard_key integer, id bigint, handler text, ordering_key text, priority integer, payload jsonb, attempts integer, fence bigint, queue text, created_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c_sk int[]; c_id bigint[]; c_key text[];  -- ready jobs met, in dequeue order
+    l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
+    f_key text[]; f_pos bigint[];             -- locked keys nothing holds
+    t_sk int[]; t_id bigint[];                -- jobs to claim
+    blocked text[];                           -- locked keys something else holds
+    held text[];                              -- keys held once this claim commits
+    parked int;
+    round int := 0;
+BEGIN
+    LOOP
+        round := round + 1;
+        WITH unkeyed AS MATERIALIZED (
+            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), keyed AS MATERIALIZED (
+            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        ), met AS (
+            SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
+        )
+        SELECT coalesce(array_agg(m.shard_key ORDER BY m.priority, m.id), '{}'),
+               coalesce(array_agg(m.id ORDER BY m.priority, m.id), '{}'),
+               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
+        INTO c_sk, c_id, c_key FROM met m;
+
+        SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
+               coalesce(array_agg(d.pos ORDER BY d.pos), '{}')
+        INTO l_key, l_pos FROM (
+            SELECT t.k, min(t.pos) AS pos FROM unnest(c_key) WITH ORDINALITY AS t(k, pos)
+            WHERE t.k IS NOT NULL GROUP BY t.k) d
+        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
+
+        -- A new statement: its snapshot sees all that was done under the key locks.
+        SELECT coalesce(array_agg(t.k ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.pos ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.k) FILTER (WHERE t.busy), '{}')
+        INTO f_key, f_pos, blocked FROM (
+            SELECT l.k, l.pos, EXISTS (
+                SELECT 1 FROM workflow_status a
+                WHERE a.queue = p_queue AND a.ordering_key = l.k
+                  AND a.status IN ('running', 'scheduled')) AS busy
+            FROM unnest(l_key, l_pos) AS l(k, pos)) t;
+
+        WITH pending AS MATERIALIZED (
+            SELECT f.k, f.pos, p.shard_key, p.id,
+                   row_number() OVER (PARTITION BY f.k ORDER BY p.id) AS rn
+            FROM unnest(f_key, f_pos) AS f(k, pos) CROSS JOIN LATERAL (
+                SELECT u.shard_key, u.id FROM (
+                    (SELECT w.shard_key, w.id FROM workflow_status w
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
+                     ORDER BY w.id LIMIT p_limit)
+                    UNION ALL
+                    (SELECT w.shard_key, w.id FROM workflow_status w
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
+                     ORDER BY w.id LIMIT p_limit)) u
+                ORDER BY u.id LIMIT p_limit) p
+        ), got AS MATERIALIZED (
+            SELECT w.shard_key, w.id FROM workflow_status w
+            WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
+              AND w.status IN ('queued', 'waiting')
+            FOR UPDATE SKIP LOCKED
+        ), cut AS (
+            SELECT p.k, coalesce(min(p.rn) FILTER (WHERE g.id IS NULL), 9223372036854775807) AS gap
+            FROM pending p LEFT JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
+            GROUP BY p.k
+        ), offered AS (
+            SELECT t.shard_key, t.id, NULL::text AS k, t.pos, 0::bigint AS rn
+            FROM unnest(c_sk, c_id, c_key) WITH ORDINALITY AS t(shard_key, id, k, pos)
+            WHERE t.k IS NULL
+            UNION ALL
+            SELECT p.shard_key, p.id, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            WHERE p.rn < cut.gap
+        ), take AS (
+            SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
+        )
+        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}'),
+               coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
+        INTO t_sk, t_id, held FROM take x;
+
+        UPDATE workflow_status w SET status = 'running', owner = p_owner,
+            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+        FROM unnest(t_sk, t_id) AS t(shard_key, id)
+        WHERE w.shard_key = t.shard_key AND w.id = t.id;
+
+        -- Park the queued jobs of the keys held now: those this claim took,
+        -- and the locked ones something else holds (bounded per claim).
+        UPDATE workflow_status w SET status = 'waiting'
+        FROM (
+            SELECT q.shard_key, q.id FROM workflow_status q
+            WHERE (q.shard_key, q.id) IN (
+                SELECT n.shard_key, n.id FROM unnest(held || blocked) AS h(k)
+                CROSS JOIN LATERAL (
+                    SELECT w2.shard_key, w2.id FROM workflow_status w2
+                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
+                    ORDER BY w2.id LIMIT p_limit) n
+                LIMIT 4 * p_limit)
+              AND q.status = 'queued'
+            FOR UPDATE SKIP LOCKED) p
+        WHERE w.shard_key = p.shard_key AND w.id = p.id;
+        GET DIAGNOSTICS parked = ROW_COUNT;
+
+        EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
+    END LOOP;
+
+    -- The rows as this transaction left them (one primary-key probe each).
+    RETURN QUERY
+    SELECT 1, w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+           w.attempts, w.fence, w.queue, w.created_at
+    FROM (SELECT 1) AS one
+    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
+               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
+    ORDER BY w.id;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_complete_many(p_shard_keys integer[], p_ids bigint[], p_fences bigint[], p_statuses text[], p_outputs jsonb[], p_owner text, p_errors text[], p_backoff_min_ms double precision, p_backoff_max_ms double precision)
+ RETURNS TABLE(succeeded bigint, retrying bigint, dead bigint, cancelled bigint, released bigint, already bigint)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    d_succeeded bigint; d_retrying bigint; d_dead bigint; d_cancelled bigint;
+    d_released bigint; d_all bigint;
+    a_succeeded bigint := 0; a_retrying bigint := 0; a_dead bigint := 0;
+    a_cancelled bigint := 0; a_released bigint := 0; a_all bigint := 0;
+BEGIN
+    WITH batch AS MATERIALIZED (
+        SELECT c.*, p_owner AS owner
+        FROM unnest(p_shard_keys, p_ids, p_fences, p_statuses, p_outputs, p_errors)
+            AS c(shard_key, id, fence, status, output, error)
+    ), done AS (
+        UPDATE workflow_status w SET
+            status = CASE
+                WHEN c.status = 'succeeded' THEN 'succeeded'
+                WHEN w.cancel_requested THEN 'cancelled'
+                WHEN c.status = 'released' THEN
+                    CASE WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END
+                WHEN w.attempts >= w.max_attempts THEN 'dead'
+                ELSE 'scheduled' END,
+            attempts = CASE WHEN c.status = 'released' THEN w.attempts - 1 ELSE w.attempts END,
+            started_at = CASE WHEN c.status = 'released' THEN NULL ELSE w.started_at END,
+            run_at = CASE WHEN c.status = 'failed' AND NOT w.cancel_requested
+                    AND w.attempts < w.max_attempts
+                THEN now() + least(p_backoff_max_ms, p_backoff_min_ms
+                    * power(2::float8, least(greatest(w.attempts - 1, 0), 62)))
+                    * (0.5 + random() * 0.5) * interval '1 millisecond'
+                ELSE w.run_at END,
+            finished_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested
+                    OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END,
+            output = CASE WHEN c.status = 'released' THEN w.output ELSE c.output END,
+            error = CASE WHEN c.status = 'released' AND w.cancel_requested
+                    THEN 'cancelled before it started'
+                WHEN c.status = 'released' THEN w.error ELSE c.error END,
+            owner = NULL, lease_expires_at = NULL
+        FROM batch c
+        WHERE w.shard_key = c.shard_key AND w.id = c.id
+            AND w.owner = c.owner AND w.fence = c.fence
+        RETURNING w.status
+    )
+    SELECT count(*) FILTER (WHERE d.status = 'succeeded'),
+        count(*) FILTER (WHERE d.status = 'scheduled'),
+        count(*) FILTER (WHERE d.status = 'dead'),
+        count(*) FILTER (WHERE d.status = 'cancelled'),
+        count(*) FILTER (WHERE d.status IN ('queued', 'waiting')),
+        count(*)
+    INTO d_succeeded, d_retrying, d_dead, d_cancelled, d_released, d_all
+    FROM done d;
+    IF d_all < cardinality(p_ids) THEN
+        -- A statement of its own, so a snapshot of its own: it sees an
+        -- earlier try that committed while the UPDATE waited for its row
+        -- locks. Rows this transaction wrote just now are left out by xmin.
+        SELECT count(*) FILTER (WHERE w.status = 'succeeded'),
+            count(*) FILTER (WHERE w.status = 'scheduled'),
+            count(*) FILTER (WHERE w.status = 'dead'),
+            count(*) FILTER (WHERE w.status = 'cancelled'),
+            count(*) FILTER (WHERE w.status IN ('queued', 'waiting')),
+            count(*)
+        INTO a_succeeded, a_retrying, a_dead, a_cancelled, a_released, a_all
+        FROM unnest(p_shard_keys, p_ids, p_fences, p_statuses)
+            AS c(shard_key, id, fence, status)
+        JOIN workflow_status w
+            ON w.shard_key = c.shard_key AND w.id = c.id AND w.fence = c.fence
+            AND w.owner IS NULL
+            AND (c.status = 'succeeded') = (w.status = 'succeeded')
+            AND w.xmin IS DISTINCT FROM pg_current_xact_id_if_assigned()::xid;
+    END IF;
+    RETURN QUERY SELECT d_succeeded + a_succeeded, d_retrying + a_retrying, d_dead + a_dead,
+        d_cancelled + a_cancelled, d_released + a_released, a_all;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_key_lock(p_queue text, p_key text)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT hashtextextended(p_queue || chr(31) || p_key, 7) $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_lock_keys(p_sk integer[], p_id bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_advisory_xact_lock(l) FROM (
+        SELECT DISTINCT shardq_key_lock(w.queue, w.ordering_key) AS l
+        FROM unnest(p_sk, p_id) AS j(shard_key, id)
+        JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
+        WHERE w.ordering_key IS NOT NULL
+        ORDER BY 1) sorted;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_promote_keys(p_sk integer[], p_id bigint[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    promoted integer;
+BEGIN
+    WITH keys AS (
+        SELECT DISTINCT w.queue, w.ordering_key
+        FROM unnest(p_sk, p_id) AS j(shard_key, id)
+        JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
+        WHERE w.ordering_key IS NOT NULL
+    ), released AS (
+        SELECT k.queue, k.ordering_key FROM keys k
+        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
+                          WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                            AND a.status IN ('running', 'scheduled', 'queued'))
+    ), heads AS (
+        SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
+            SELECT w.shard_key, w.id FROM workflow_status w
+            WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
+              AND w.status = 'waiting'
+            ORDER BY w.id LIMIT 1) n
+    )
+    UPDATE workflow_status w SET status = 'queued'
+    FROM heads h
+    WHERE w.shard_key = h.shard_key AND w.id = h.id AND w.status = 'waiting';
+    GET DIAGNOSTICS promoted = ROW_COUNT;
+    RETURN promoted;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_reserve_ids(p_n integer)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+AS $function$
+        BEGIN
+            RETURN ARRAY(SELECT pg_catalog.nextval('public.workflow_status_id_seq'::pg_catalog.regclass)
+                         FROM pg_catalog.generate_series(1, p_n));
+        END
+        $function$

@@ -1,0 +1,71 @@
+//! How deep one queue is across the fleet: [`Client::depth`].
+
+use super::{Client, ClientError};
+use crate::shards::ShardError;
+use crate::store::backlog::{self, StateCounts};
+
+/// One queue's unfinished jobs, summed over the shards that answered.
+#[derive(Debug)]
+pub struct QueueDepth {
+    /// The jobs by state, over every shard in [`QueueDepth::answered`].
+    pub counts: StateCounts,
+    /// The shards whose jobs are counted, by name.
+    pub answered: Vec<String>,
+    /// The shards that did not answer (their jobs are not counted), with why.
+    pub failed: Vec<(String, ShardError)>,
+}
+
+impl QueueDepth {
+    /// Whether every shard answered, so that [`QueueDepth::counts`] is the
+    /// whole fleet's.
+    pub fn complete(&self) -> bool {
+        self.failed.is_empty()
+    }
+}
+
+impl Client {
+    /// How many jobs of `queue` are ready, waiting, retrying, delayed and
+    /// running, summed over the shards. Every shard is asked at once, each
+    /// under its statement deadline, with one statement that reads only the
+    /// partial indexes of unfinished jobs (no finished row is read, however
+    /// much history the queue has). A shard that fails is listed in
+    /// [`QueueDepth::failed`], its jobs not counted: check
+    /// [`QueueDepth::complete`] before treating the counts as the fleet's.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Shard`] (the first shard's error) when no shard
+    /// answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn depth(&self, queue: &str) -> Result<QueueDepth, ClientError> {
+        let asks = self
+            .shards
+            .all()
+            .iter()
+            .map(|shard| async move { (shard, backlog::read(shard, Some(queue)).await) });
+        let mut depth = QueueDepth {
+            counts: StateCounts::default(),
+            answered: Vec::new(),
+            failed: Vec::new(),
+        };
+        for (shard, answer) in futures_util::future::join_all(asks).await {
+            match answer {
+                Ok(queues) => {
+                    for q in queues.iter().filter(|q| q.queue == queue) {
+                        depth.counts.add(&q.depth);
+                    }
+                    depth.answered.push(shard.name.clone());
+                }
+                Err(e) => depth.failed.push((shard.name.clone(), e)),
+            }
+        }
+        if depth.answered.is_empty() && !depth.failed.is_empty() {
+            let (_, first) = depth.failed.swap_remove(0);
+            return Err(ClientError::Shard(first));
+        }
+        Ok(depth)
+    }
+}

@@ -1,0 +1,124 @@
+//! Server-side functions: one file each in `migrations/functions/`, holding
+//! its current text (`CREATE OR REPLACE`).
+//!
+//! The numbered migrations keep tables, indexes and data moves only. `migrate`
+//! records the SHA-256 of each function's text as applied (`shardq_functions`)
+//! and re-applies a function whose file's text differs from the recorded one:
+//! after every table migration of the run, in the transaction of the last
+//! one when it runs in a transaction, else in the run's closing transaction
+//! (the one that checks the shard map), under the migration lock either way.
+//! So a function never meets a table older than the one its text was written
+//! for, and a shard migrated before this scheme existed (every function
+//! unrecorded) gets every function's current text on its next `migrate`.
+//!
+//! A function whose signature changes needs its old signature dropped: that
+//! `DROP FUNCTION` goes in the numbered migration that makes the change
+//! (written as the newest migration, it commits in the same transaction as
+//! the new text, so callers never find neither).
+
+use super::MigrateError;
+use crate::shards::Shard;
+use crate::store::schema;
+
+/// One server-side function's file.
+#[derive(Debug, Clone, Copy)]
+pub struct Function {
+    /// The function's name (its file is `migrations/functions/{name}.sql`).
+    pub name: &'static str,
+    /// The file's text, run as it is.
+    pub sql: &'static str,
+}
+
+/// Every server-side function, in the order they are applied: a function
+/// before those that call it (`LANGUAGE sql` bodies are checked when created).
+pub const FUNCTIONS: &[Function] = &[
+    Function {
+        name: "shardq_key_lock",
+        sql: include_str!("../../migrations/functions/shardq_key_lock.sql"),
+    },
+    Function {
+        name: "shardq_lock_keys",
+        sql: include_str!("../../migrations/functions/shardq_lock_keys.sql"),
+    },
+    Function {
+        name: "shardq_promote_keys",
+        sql: include_str!("../../migrations/functions/shardq_promote_keys.sql"),
+    },
+    Function {
+        name: "shardq_claim_keyed",
+        sql: include_str!("../../migrations/functions/shardq_claim_keyed.sql"),
+    },
+    Function {
+        name: "shardq_claim",
+        sql: include_str!("../../migrations/functions/shardq_claim.sql"),
+    },
+    Function {
+        name: "shardq_complete_many",
+        sql: include_str!("../../migrations/functions/shardq_complete_many.sql"),
+    },
+    Function {
+        name: "shardq_reserve_ids",
+        sql: include_str!("../../migrations/functions/shardq_reserve_ids.sql"),
+    },
+];
+
+/// The functions as (name, text) pairs, as the store takes them.
+pub(super) fn pairs() -> Vec<(&'static str, &'static str)> {
+    FUNCTIONS.iter().map(|f| (f.name, f.sql)).collect()
+}
+
+/// Refuses a shard whose functions differ from this binary's (read only).
+pub(super) async fn check(shard: &Shard) -> Result<(), MigrateError> {
+    let stale = schema::stale_functions(shard, &pairs()).await?;
+    if stale.is_empty() {
+        return Ok(());
+    }
+    Err(MigrateError::FunctionsDiffer {
+        shard: shard.name.clone(),
+        names: stale,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_function_file_is_listed_once_and_defines_its_function() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/functions");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("migrations/functions")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut listed: Vec<String> = FUNCTIONS
+            .iter()
+            .map(|f| format!("{}.sql", f.name))
+            .collect();
+        listed.sort();
+        assert_eq!(
+            files, listed,
+            "list each file of migrations/functions/ in FUNCTIONS"
+        );
+        for f in FUNCTIONS {
+            let create = format!("CREATE OR REPLACE FUNCTION {}(", f.name);
+            assert!(f.sql.contains(&create), "{}.sql: no `{create}`", f.name);
+        }
+    }
+
+    #[test]
+    fn no_numbered_migration_defines_a_function() {
+        for m in super::super::MIGRATIONS {
+            let upper = m.sql.to_uppercase();
+            let defines = upper
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .any(|l| l.contains("CREATE FUNCTION") || l.contains("CREATE OR REPLACE FUNCTION"));
+            assert!(
+                !defines,
+                "{}: a function's text goes in migrations/functions/ (one current definition)",
+                m.name
+            );
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! One current schema: a fresh shard matches `migrations/schema.sql`; a shard
+//! migrated to version 16 by the code before functions had their own files
+//! (`fixtures/shard_at_0016.sql`) ends, migrated by this code, with exactly
+//! the fresh schema; a function whose recorded text differs is applied again.
+
+use super::snapshot::snapshot;
+use super::*;
+use crate::config::Config;
+use crate::local::{create_database, EphemeralServer};
+
+/// The checked-in snapshot of a freshly migrated shard.
+const SCHEMA_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/schema.sql");
+
+/// Setting this writes the snapshot to [`SCHEMA_FILE`] instead of comparing.
+const UPDATE_VAR: &str = "SHARDQ_UPDATE_SCHEMA";
+
+/// The command that regenerates [`SCHEMA_FILE`].
+const REGENERATE: &str =
+    "SHARDQ_UPDATE_SCHEMA=1 cargo test -p shardq --lib migrate::upgrade_tests::a_fresh_shard";
+
+/// The header of [`SCHEMA_FILE`].
+fn header() -> String {
+    format!(
+        "-- The schema of a shard migrated by this shardq, read from the catalog\n\
+         -- (src/migrate/snapshot.rs). Generated; do not edit. A test fails when a\n\
+         -- migration or a function file changes it; regenerate with:\n\
+         --   {REGENERATE}\n\n"
+    )
+}
+
+/// Pools over database `db` of `server`, migrated.
+async fn migrated(server: &EphemeralServer, db: &str) -> ShardSet {
+    let shards = pools(server, db);
+    migrate_all(&shards).await.expect("migrate");
+    shards
+}
+
+/// Pools over database `db` of `server`.
+fn pools(server: &EphemeralServer, db: &str) -> ShardSet {
+    let url = server.url().replace("/shardq", &format!("/{db}"));
+    let toml = format!("[[shards]]\nname = \"s0\"\nurl = \"{url}\"\npool_size = 2\n");
+    ShardSet::connect(&Config::from_toml(&toml).expect("config")).expect("connect")
+}
+
+/// A plain connection to database `db` of `server`.
+async fn connect(server: &EphemeralServer, db: &str) -> tokio_postgres::Client {
+    let url = server.url().replace("/shardq", &format!("/{db}"));
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+/// The snapshot of database `db`, on a connection of its own.
+async fn snapshot_of(server: &EphemeralServer, db: &str) -> String {
+    snapshot(&connect(server, db).await)
+        .await
+        .expect("snapshot")
+}
+
+/// Creates database `upgraded` holding the version-16 shard of the fixture.
+async fn load_fixture(server: &EphemeralServer) {
+    create_database(&server.admin_url(), "upgraded")
+        .await
+        .expect("create database");
+    // The dump empties search_path on its connection: load it on its own.
+    connect(server, "upgraded")
+        .await
+        .batch_execute(include_str!("fixtures/shard_at_0016.sql"))
+        .await
+        .expect("load the version-16 shard");
+}
+
+/// The function definitions of a snapshot (everything from the first one).
+fn functions_part(snapshot: &str) -> &str {
+    snapshot
+        .find("\n-- EXECUTE:")
+        .map_or("", |at| &snapshot[at..])
+}
+
+/// Panics with the first differing line when `found` is not `expected`.
+fn assert_same(expected: &str, found: &str, what: &str, fix: &str) {
+    if expected == found {
+        return;
+    }
+    let (e, f): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), found.lines().collect());
+    let at = e
+        .iter()
+        .zip(&f)
+        .position(|(a, b)| a != b)
+        .unwrap_or(e.len().min(f.len()));
+    let window = |lines: &[&str]| {
+        lines[at.saturating_sub(3)..(at + 6).min(lines.len())]
+            .iter()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    panic!(
+        "{what}: first difference at line {} ({} lines expected, {} found)\n\
+         expected:\n{}found:\n{}{fix}",
+        at + 1,
+        e.len(),
+        f.len(),
+        window(&e),
+        window(&f)
+    );
+}
+
+#[tokio::test]
+async fn a_fresh_shard_matches_the_checked_in_schema() {
+    let server = EphemeralServer::start().await.expect("server");
+    migrated(&server, "shardq").await;
+    let found = format!("{}{}", header(), snapshot_of(&server, "shardq").await);
+    if std::env::var_os(UPDATE_VAR).is_some() {
+        std::fs::write(SCHEMA_FILE, &found).expect("write migrations/schema.sql");
+        return;
+    }
+    let expected = std::fs::read_to_string(SCHEMA_FILE).unwrap_or_default();
+    assert_same(
+        &expected,
+        &found,
+        "migrations/schema.sql is not the schema a fresh shard gets",
+        &format!("if the change is meant, regenerate it: {REGENERATE}"),
+    );
+}
+
+#[tokio::test]
+async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
+    let server = EphemeralServer::start().await.expect("server");
+    migrated(&server, "shardq").await;
+    // now() is the transaction's start: equal times, one transaction.
+    let together: i64 = connect(&server, "shardq")
+        .await
+        .query_one(
+            "SELECT count(*) FROM shardq_functions f JOIN shardq_migrations m \
+             ON m.version = $1 AND m.applied_at = f.applied_at",
+            &[&latest_version()],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(together, functions::FUNCTIONS.len() as i64);
+}
+
+#[tokio::test]
+async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
+    let server = EphemeralServer::start().await.expect("server");
+    migrated(&server, "shardq").await;
+    let fresh = snapshot_of(&server, "shardq").await;
+
+    load_fixture(&server).await;
+    let shards = pools(&server, "upgraded");
+    // Its functions were never recorded: the start check refuses it.
+    match check_all(&shards).await {
+        Err(MigrateError::FunctionsDiffer { names, .. }) => {
+            assert_eq!(names.len(), functions::FUNCTIONS.len(), "{names:?}")
+        }
+        other => panic!("check of the version-16 shard: {other:?}"),
+    }
+    let applied = migrate_all(&shards)
+        .await
+        .expect("migrate the version-16 shard");
+    assert_eq!(
+        applied,
+        vec![Vec::<i32>::new()],
+        "no table migration was due"
+    );
+    check_all(&shards).await.expect("check after migrate");
+    assert_same(
+        &fresh,
+        &snapshot_of(&server, "upgraded").await,
+        "the upgraded shard's schema differs from a fresh shard's",
+        "",
+    );
+}
+
+/// Pins the move of the functions out of migrations 1-16 as no behaviour
+/// change: each file holds exactly the text those migrations left on a
+/// shard. A later, deliberate change to a function file fails this test:
+/// delete it then (the upgrade test above still holds).
+#[tokio::test]
+async fn the_function_files_hold_the_texts_migrations_1_to_16_left() {
+    let server = EphemeralServer::start().await.expect("server");
+    migrated(&server, "shardq").await;
+    let fresh = snapshot_of(&server, "shardq").await;
+    load_fixture(&server).await;
+    assert_same(
+        functions_part(&fresh),
+        functions_part(&snapshot_of(&server, "upgraded").await),
+        "a function file's text differs from what migrations 1-16 left on a shard",
+        "",
+    );
+}
+
+#[tokio::test]
+async fn a_function_whose_recorded_text_differs_is_applied_again() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    let key_lock = "SELECT shardq_key_lock('q', 'k')";
+    let expected: i64 = db.query_one(key_lock, &[]).await.expect("lock").get(0);
+    // What an older binary's `migrate` would leave: another text, another hash.
+    db.batch_execute(
+        "CREATE OR REPLACE FUNCTION shardq_key_lock(p_queue text, p_key text) RETURNS bigint \
+             LANGUAGE sql IMMUTABLE AS $$ SELECT 0::bigint $$; \
+         UPDATE shardq_functions SET sha256 = 'older' WHERE name = 'shardq_key_lock'",
+    )
+    .await
+    .expect("tamper");
+    match check_all(&shards).await {
+        Err(MigrateError::FunctionsDiffer { names, .. }) => {
+            assert_eq!(names, vec!["shardq_key_lock".to_string()])
+        }
+        other => panic!("check with an older function: {other:?}"),
+    }
+    // No migration is due: the closing transaction applies it.
+    assert_eq!(
+        migrate_all(&shards).await.expect("migrate"),
+        vec![Vec::<i32>::new()]
+    );
+    let found: i64 = db.query_one(key_lock, &[]).await.expect("lock").get(0);
+    assert_eq!(
+        found, expected,
+        "the function's current text was applied again"
+    );
+    check_all(&shards).await.expect("check after migrate");
+}

@@ -1,0 +1,61 @@
+//! SQL fragments that more than one statement shares, as macros that expand
+//! to string literals (so each statement stays one `&'static str`).
+
+/// CTEs `keyed`, `locked` and `free` over CTE `$jobs` (columns `shard_key`,
+/// `id`, `queue`, `ordering_key`): tries the key lock of each distinct key
+/// among the keyed jobs, at most `$limit` keys, and `free` holds the jobs
+/// that may be changed now: the unkeyed ones and those whose key lock was
+/// got. Never waits: a key whose lock someone holds is left for a later
+/// pass. Each key is tried once (its jobs travel as arrays); the jobs of keys
+/// past `$limit` wait for a later pass, since every lock taken is an entry in
+/// the server's shared lock table until commit.
+macro_rules! try_key_locks {
+    ($jobs:literal, $limit:literal) => {
+        concat!(
+            "keyed AS MATERIALIZED ( \
+                SELECT j.queue, j.ordering_key, array_agg(j.shard_key) AS sks, array_agg(j.id) AS ids \
+                FROM ", $jobs, " j WHERE j.ordering_key IS NOT NULL \
+                GROUP BY j.queue, j.ordering_key LIMIT ", $limit, " \
+            ), locked AS MATERIALIZED ( \
+                SELECT k.sks, k.ids FROM keyed k \
+                WHERE pg_try_advisory_xact_lock(shardq_key_lock(k.queue, k.ordering_key)) \
+            ), free AS ( \
+                SELECT j.shard_key, j.id FROM ", $jobs, " j WHERE j.ordering_key IS NULL \
+                UNION ALL \
+                SELECT u.shard_key, u.id FROM locked l \
+                CROSS JOIN LATERAL unnest(l.sks, l.ids) AS u(shard_key, id) \
+            )"
+        )
+    };
+}
+
+/// Gives the running jobs among ($1 shard keys, $2 ids) that also meet
+/// `$still` back to the queue, as a lost attempt: attempt count kept,
+/// `waiting` behind their key when they have one, `dead` on the last attempt
+/// with the error `$error` (an SQL expression), `cancelled` when asked. Raises
+/// the fence, so that a completion from the lost attempt arriving before the
+/// next claim is fenced out, not taken for a repeat of its own write. Returns
+/// the new status of each row.
+macro_rules! return_lost {
+    ($error:literal, $still:literal) => {
+        concat!(
+            "UPDATE workflow_status w SET \
+                status = CASE WHEN w.cancel_requested THEN 'cancelled' \
+                    WHEN w.attempts >= w.max_attempts THEN 'dead' \
+                    WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
+                error = CASE WHEN w.attempts >= w.max_attempts \
+                    THEN ",
+            $error,
+            " ELSE w.error END, \
+                finished_at = CASE WHEN w.cancel_requested OR w.attempts >= w.max_attempts \
+                    THEN now() END, \
+                owner = NULL, lease_expires_at = NULL, fence = w.fence + 1 \
+            FROM unnest($1::int[], $2::bigint[]) AS e(shard_key, id) \
+            WHERE w.shard_key = e.shard_key AND w.id = e.id \
+                AND w.status = 'running' AND ",
+            $still,
+            " \
+            RETURNING w.status"
+        )
+    };
+}

@@ -13,6 +13,7 @@ pub use crate::store::check::{Example, Finding, Invariant};
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use crate::store::workers::WorkerRow;
+pub use crate::store::ErrorKind;
 pub use browse::{
     JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
 };

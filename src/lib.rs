@@ -11,7 +11,6 @@
 pub mod client;
 pub mod config;
 pub mod job;
-pub mod local;
 pub mod migrate;
 pub mod prometheus;
 pub mod router;

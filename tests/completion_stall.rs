@@ -14,9 +14,9 @@ mod common;
 
 use common::TestShards;
 use serde_json::json;
-use shardq::local::StopMode;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker, WorkerReport};
+use shardq_local::StopMode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{count_on, count_status, wait_until, TestShards};
-use shardq::local::StopMode;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq_local::StopMode;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -166,7 +166,7 @@ trait Sickness {
 
 /// The sick shard's whole server SIGSTOPped: connections stay open, nothing
 /// answers.
-struct Frozen<'a>(&'a shardq::local::EphemeralServer);
+struct Frozen<'a>(&'a shardq_local::EphemeralServer);
 
 impl Sickness for Frozen<'_> {
     fn fall_sick(&self) {
@@ -185,11 +185,11 @@ impl Sickness for Frozen<'_> {
 
 /// The sick shard's server stopped (clients disconnected) and started
 /// again on the same port: refused while down, then new connections.
-struct Restarting<'a>(&'a shardq::local::EphemeralServer);
+struct Restarting<'a>(&'a shardq_local::EphemeralServer);
 
 impl Sickness for Restarting<'_> {
     fn fall_sick(&self) {
-        self.0.stop(shardq::local::StopMode::Fast).expect("stop");
+        self.0.stop(shardq_local::StopMode::Fast).expect("stop");
     }
     fn get_well(&self) {
         tokio::task::block_in_place(|| self.0.start_again()).expect("start again");

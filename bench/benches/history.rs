@@ -78,7 +78,7 @@ async fn main() -> Result<()> {
                 "ALTER SYSTEM SET shared_buffers = '{shared_buffers_mb}MB'"
             ))
             .await?;
-        server.stop(shardq::local::StopMode::Fast)?;
+        server.stop(shardq_local::StopMode::Fast)?;
         server.start_again()?;
     }
     let client = Client::from_shards(shards.clone(), config.limits.clone());

@@ -3,10 +3,10 @@
 //! run, and the counts straight from the tables to check the pages against.
 #![allow(dead_code)]
 
-use shardq::local::{create_database, EphemeralServer};
 use shardq::shards::ShardSet;
 use shardq::{Client, Config, HandlerRegistry, JobId, NewJob, OnDuplicate, Worker};
 use shardq_dashboard::DashboardOptions;
+use shardq_local::{create_database, EphemeralServer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -80,7 +80,7 @@ async fn drain_with_a_hold(
     config: shardq::Config,
     hold_after: u64,
 ) -> (WorkerReport, i64) {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     // Long enough that claimed jobs sit `running` between claim and write.
     registry.register("nap", |_ctx| async {
         tokio::time::sleep(NAP).await;

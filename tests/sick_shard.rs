@@ -90,7 +90,7 @@ queues = [\"sick\"]
 struct Runs(Mutex<HashMap<JobId, u32>>);
 
 fn registry(runs: Arc<Runs>) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("record", move |ctx| {
         let runs = runs.clone();
         async move {

@@ -158,7 +158,7 @@ impl Handlers {
     }
 
     pub fn registry(&self) -> HandlerRegistry {
-        let mut registry = HandlerRegistry::new();
+        let mut registry = HandlerRegistry::with_builtins();
         registry.register("ok", |_| async { Ok(serde_json::json!({"done": true})) });
         let failing = self.failing.clone();
         registry.register("flaky", move |_| {

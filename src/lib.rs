@@ -47,6 +47,10 @@ pub use worker::{
     HandlerError, HandlerRegistry, HandlerResult, JobContext, StepError, Worker, WorkerReport,
 };
 
+/// This library's version (`CARGO_PKG_VERSION`), e.g. for a worker's report
+/// or a `--version` line.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Formats an error with all its causes, `outer: cause: cause`.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();

@@ -15,6 +15,9 @@
 //! shard list disagrees with the recorded map ([`MigrateError::ShardMap`]).
 
 pub mod no_transaction;
+mod wait;
+
+pub use wait::migrate_all_within;
 
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::schema::{self, MigrationTx};
@@ -215,6 +218,19 @@ pub enum MigrateError {
     ShardMapMissing {
         /// Shard name.
         shard: String,
+    },
+    /// [`migrate_all_within`]: a shard still refused connections when the
+    /// wait ended.
+    #[error(
+        "a shard did not accept connections within {waited:?}: start its server, or check \
+         its url (host, port), or wait longer"
+    )]
+    NotReady {
+        /// How long it was waited for.
+        waited: std::time::Duration,
+        /// The last refusal.
+        #[source]
+        source: ShardError,
     },
 }
 

@@ -35,11 +35,9 @@ pub mod store;
 mod store;
 
 pub use app::Shardq;
-pub use client::ErrorKind;
-pub use client::{Client, ClientError, JobInfo, JobOutcome, PausedQueue, RoutedJob};
+pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
-pub use job::JobStatus;
-pub use job::{InvalidJob, JobId, NewJob, OnDuplicate};
+pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};

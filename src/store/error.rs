@@ -41,6 +41,14 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Whether the statement may have run although it failed: no answer
+    /// came ([`ErrorKind::NoAnswer`]), or a row of its answer did not
+    /// decode ([`ErrorKind::Conversion`]: shardq cannot tell that from a
+    /// parameter that did not encode, so it assumes the worse).
+    pub fn may_have_run(self) -> bool {
+        matches!(self, ErrorKind::NoAnswer | ErrorKind::Conversion)
+    }
+
     /// Whether a retry of the same statement fails the same way.
     pub fn is_permanent(self) -> bool {
         matches!(

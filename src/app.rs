@@ -56,6 +56,23 @@ impl Shardq {
         migrate::migrate_all(&self.shards).await.map(|_| ())
     }
 
+    /// [`Shardq::migrate`], waiting up to `wait` for shards whose server is
+    /// not accepting connections yet (see [`migrate::migrate_all_within`]).
+    ///
+    /// # Errors
+    ///
+    /// [`MigrateError::NotReady`] when a shard still refuses connections
+    /// after `wait`; otherwise as [`Shardq::migrate`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Shardq::migrate`].
+    pub async fn migrate_within(&self, wait: std::time::Duration) -> Result<(), MigrateError> {
+        migrate::migrate_all_within(&self.shards, wait)
+            .await
+            .map(|_| ())
+    }
+
     /// Checks that every shard is migrated to this version and in its place
     /// in the shard map; workers do this at start.
     ///

@@ -5,6 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
+pub use crate::store::JobStatus;
+
 /// A job's identity: its shard key (which routes it) and its id on that shard.
 /// Written as `shard_key-id`, e.g. `4821-1337`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -12,31 +12,43 @@
 pub mod client;
 pub mod config;
 pub mod job;
-pub mod local;
 pub mod migrate;
 pub mod prometheus;
 pub mod router;
 pub mod schedule;
 pub mod session;
 pub mod shards;
-pub mod store;
 pub mod tls;
 pub mod worker;
 
 mod app;
 mod lent;
 
+// The driver layer follows the schema, not semver: crate-private for users,
+// opened (undocumented) to this workspace's tests, benchmarks and tools by the
+// `internal` feature, so their paths stay `shardq::store::…`.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod store;
+#[cfg(not(feature = "internal"))]
+// Statements only the tests and benchmarks run are dead code without them.
+#[allow(dead_code, unused_imports)]
+mod store;
+
 pub use app::Shardq;
-pub use client::{Client, ClientError, JobInfo, JobOutcome, PausedQueue, RoutedJob};
+pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
-pub use job::{InvalidJob, JobId, NewJob, OnDuplicate};
+pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
-pub use store::{ErrorKind, JobStatus};
 pub use worker::{
     HandlerError, HandlerRegistry, HandlerResult, JobContext, StepError, Worker, WorkerReport,
 };
+
+/// This library's version (`CARGO_PKG_VERSION`), e.g. for a worker's report
+/// or a `--version` line.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Formats an error with all its causes, `outer: cause: cause`.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {

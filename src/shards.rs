@@ -36,7 +36,7 @@ pub enum ShardError {
     /// A statement got no answer within its deadline (the server hangs, or
     /// the network lost the reply). The statement may still run when the
     /// server answers again; everything shardq runs is safe to repeat.
-    #[error("shard `{shard}`: no answer within {after:?} (dequeue.statement_timeout_ms)")]
+    #[error("shard `{shard}`: no answer within {after:?} (database.statement_timeout_ms)")]
     Timeout {
         /// Shard name.
         shard: String,
@@ -324,7 +324,7 @@ impl ShardSet {
 
 fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Shard, ShardError> {
     let mut pg = shard.pg.clone();
-    pg.connect_timeout(config.dequeue.connect_timeout);
+    pg.connect_timeout(config.database.connect_timeout);
     crate::session::keep_alive(&mut pg);
     // Your own statements run with the server's settings, not shardq's.
     let user_pool = build_pool(
@@ -357,19 +357,19 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         "-c plan_cache_mode=force_custom_plan -c enable_seqscan=off \
          -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off",
     );
-    if !config.dequeue.lock_timeout.is_zero() {
+    if !config.database.lock_timeout.is_zero() {
         options.push_str(&format!(
             " -c lock_timeout={}",
-            config.dequeue.lock_timeout.as_millis()
+            config.database.lock_timeout.as_millis()
         ));
     }
     options.push_str(&format!(
         " -c statement_timeout={}",
-        config.dequeue.statement_timeout.as_millis()
+        config.database.statement_timeout.as_millis()
     ));
     // A frozen or cut-off worker's session must not hold its locks for hours.
     options.push_str(&crate::session::server_options(
-        config.dequeue.statement_timeout,
+        config.database.statement_timeout,
     ));
     // A transaction-pooling proxy refuses session settings at connect time
     // (and would not keep them): behind one, the role's or database's own
@@ -391,8 +391,8 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         sslmode: shard.tls.name(),
         pool,
         user_pool,
-        deadline: client_deadline(config.dequeue.statement_timeout),
-        clean_within: config.dequeue.connect_timeout,
+        deadline: client_deadline(config.database.statement_timeout),
+        clean_within: config.database.connect_timeout,
         behind_pooler: shard.transaction_pooler,
         direct,
     })
@@ -452,8 +452,8 @@ fn build_pool(
     Pool::builder(manager)
         .max_size(shard.pool_size)
         .wait_timeout(Some(Duration::from_secs(30)))
-        .create_timeout(Some(config.dequeue.connect_timeout))
-        .recycle_timeout(Some(config.dequeue.connect_timeout))
+        .create_timeout(Some(config.database.connect_timeout))
+        .recycle_timeout(Some(config.database.connect_timeout))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|source| ShardError::Build {

@@ -78,7 +78,7 @@ async fn main() -> Result<()> {
                 "ALTER SYSTEM SET shared_buffers = '{shared_buffers_mb}MB'"
             ))
             .await?;
-        server.stop(shardq::local::StopMode::Fast)?;
+        server.stop(shardq_local::StopMode::Fast)?;
         server.start_again()?;
     }
     let client = Client::from_shards(shards.clone(), config.limits.clone());
@@ -115,10 +115,14 @@ async fn main() -> Result<()> {
             let before = db.query_one(SERVER_COUNTERS, &[]).await?;
             let reads_before = reads_by_relation(&db).await?;
             let started = Instant::now();
-            let report = Worker::new(config.clone(), shards.clone(), HandlerRegistry::new())
-                .stop_when_empty(true)
-                .run(CancellationToken::new())
-                .await;
+            let report = Worker::new(
+                config.clone(),
+                shards.clone(),
+                HandlerRegistry::with_builtins(),
+            )
+            .stop_when_empty(true)
+            .run(CancellationToken::new())
+            .await;
             let rate = report.stats.succeeded as f64 / started.elapsed().as_secs_f64();
             tokio::time::sleep(STATS_SETTLE).await;
             let after = db.query_one(SERVER_COUNTERS, &[]).await?;

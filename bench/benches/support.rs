@@ -2,9 +2,9 @@
 //! shard to measure on.
 
 use anyhow::{Context, Result};
-use shardq::local::EphemeralServer;
 use shardq::shards::ShardSet;
 use shardq::Config;
+use shardq_local::EphemeralServer;
 
 /// The whole number after `name` in `args`, or `default` when absent.
 pub fn flag(args: &[String], name: &str, default: usize) -> Result<usize> {

@@ -7,9 +7,9 @@
 //!
 //! Run: `cargo run --release -p shardq-dashboard --example dashboard_reads`
 
-use shardq::local::EphemeralServer;
 use shardq::Client;
 use shardq_dashboard::DashboardOptions;
+use shardq_local::EphemeralServer;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 

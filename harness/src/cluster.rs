@@ -1,10 +1,10 @@
-//! Local PostgreSQL servers (one per shard, built on [`shardq::local`]) in a
+//! Local PostgreSQL servers (one per shard, built on [`shardq_local`]) in a
 //! temporary folder of their own, stopped and deleted at the end, also when
 //! the run fails or is dropped.
 
 use anyhow::{bail, Context, Result};
 use rand::Rng;
-use shardq::local::{LocalOptions, LocalServer, StopMode};
+use shardq_local::{LocalOptions, LocalServer, StopMode};
 use std::fs::{self, DirBuilder, Permissions};
 use std::net::{Ipv4Addr, TcpListener};
 use std::ops::Range;
@@ -101,13 +101,13 @@ impl LocalCluster {
         };
         // Built before anything starts, so that Drop cleans up after a failure below.
         let cluster = LocalCluster {
-            servers: shardq::local::servers(&opts),
+            servers: shardq_local::servers(&opts),
             opts,
             torn_down: false,
             root,
         };
         let started = Instant::now();
-        shardq::local::up(&cluster.opts)
+        shardq_local::up(&cluster.opts)
             .await
             .context("cannot start the local shards")?;
         tracing::info!(
@@ -186,7 +186,7 @@ impl LocalCluster {
         if std::mem::replace(&mut self.torn_down, true) {
             return Ok(());
         }
-        shardq::local::down(&self.opts).context("cannot stop the local shards")
+        shardq_local::down(&self.opts).context("cannot stop the local shards")
     }
 }
 

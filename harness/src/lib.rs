@@ -40,7 +40,7 @@ pub async fn reset(shard: &Shard) -> Result<()> {
 /// One fresh PostgreSQL server with one migrated shard on it.
 pub struct OneShard {
     /// The server; it stops when dropped.
-    pub server: shardq::local::EphemeralServer,
+    pub server: shardq_local::EphemeralServer,
     /// The configuration as TOML: the shard, then the `extra` sections.
     pub toml: String,
     /// The same, parsed.
@@ -56,7 +56,7 @@ pub struct OneShard {
 ///
 /// When the server does not start, the config is invalid or the migration fails.
 pub async fn one_shard(name: &str, extra: &str) -> Result<OneShard> {
-    let server = shardq::local::EphemeralServer::start()
+    let server = shardq_local::EphemeralServer::start()
         .await
         .context("cannot start a PostgreSQL server")?;
     let toml = format!(

@@ -3,8 +3,8 @@
 //! shards.
 
 use shardq::config::Config;
-use shardq::local::{create_database, EphemeralServer};
 use shardq::shards::ShardSet;
+use shardq_local::{create_database, EphemeralServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 

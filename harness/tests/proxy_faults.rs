@@ -2,8 +2,8 @@
 //! every reply, a silence answers nothing while the sockets stay open, a
 //! refusal fails connections at once, and `Fault::None` restores service.
 
-use shardq::local::EphemeralServer;
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
+use shardq_local::EphemeralServer;
 use std::future::Future;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -44,11 +44,12 @@ pub struct CheckOptions {
     /// Longest wait for one shard (its answer is then "did not answer";
     /// the other shards are not held).
     pub deadline: Duration,
-    /// See [`CheckParams::key_entries`].
+    /// Keyed unfinished index entries read for stranded keys.
     pub key_entries: u32,
-    /// See [`CheckParams::state_rows`].
+    /// Rows read per window for job states (each unfinished state, the
+    /// latest finished, the newest jobs; every running row besides).
     pub state_rows: u32,
-    /// See [`CheckParams::count_up_to`].
+    /// Expired leases and overdue jobs counted at most.
     pub count_up_to: u32,
     /// Examples kept per invariant and shard.
     pub examples: u32,
@@ -160,7 +161,7 @@ impl Client {
     /// Checks every invariant on every shard ([`Invariant`]): the shard's
     /// schema and shard map as `shardq migrate` and a worker's start check
     /// judge them, then one `REPEATABLE READ READ ONLY` snapshot of its
-    /// jobs ([`check::read`]). All shards at once, each within
+    /// jobs. All shards at once, each within
     /// `options.deadline`: a shard that fails or does not answer in time is
     /// reported in its entry and never holds the others. Every read is
     /// bounded (see [`CheckOptions`]); nothing is locked or written.

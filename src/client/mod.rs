@@ -15,6 +15,7 @@ pub use crate::store::check::{Example, Finding, Invariant};
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use crate::store::workers::WorkerRow;
+pub use crate::store::ErrorKind;
 pub use browse::{
     JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
 };
@@ -114,6 +115,19 @@ pub enum ClientError {
     },
 }
 
+impl ClientError {
+    /// What the shard failure behind this error means ([`ErrorKind`]), for
+    /// [`ClientError::Shard`] and [`ClientError::OutcomeUnknown`]; `None`
+    /// for errors about the jobs themselves (invalid, duplicate, not found,
+    /// timed out waiting), which no retry of the same call changes.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            ClientError::Shard(e) | ClientError::OutcomeUnknown { source: e, .. } => Some(e.kind()),
+            _ => None,
+        }
+    }
+}
+
 /// Enqueues jobs and reads queue state. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -177,6 +191,29 @@ impl Client {
     /// permanent error (bad data; other shards' jobs may be written),
     /// [`ClientError::Duplicate`] and [`ClientError::DedupContended`] as
     /// documented there.
+    ///
+    /// # Retrying a batch whose reply was lost
+    ///
+    /// Do not call `enqueue_many` again with the same jobs after
+    /// [`ClientError::OutcomeUnknown`]: the jobs written already would be
+    /// written twice (unless they have deduplication ids). Pass the error's
+    /// `pending` to [`Client::enqueue_again`] instead, as often as it takes;
+    /// it writes each job of the batch exactly once, under the id it took
+    /// first, and returns all ids in input order. A transient
+    /// [`ClientError::Shard`] means nothing was written: calling again is safe.
+    ///
+    /// ```no_run
+    /// # async fn example(client: shardq::Client, jobs: Vec<shardq::NewJob>)
+    /// # -> Result<(), shardq::ClientError> {
+    /// use shardq::ClientError;
+    /// let ids = match client.enqueue_many(jobs).await {
+    ///     Err(ClientError::OutcomeUnknown { pending, .. }) => {
+    ///         client.enqueue_again(*pending).await? // retry this as needed
+    ///     }
+    ///     other => other?,
+    /// };
+    /// # let _ = ids; Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     ///

@@ -14,6 +14,9 @@ pub struct ConfigFile {
     /// (see `router`). When absent, the local servers of `[local]` are used.
     #[serde(default)]
     pub shards: Option<Vec<ShardFile>>,
+    /// Every connection and statement shardq makes on a shard: timeouts.
+    #[serde(default)]
+    pub database: DatabaseFile,
     /// How workers take jobs from a shard.
     #[serde(default)]
     pub dequeue: DequeueFile,
@@ -129,8 +132,8 @@ impl std::fmt::Debug for ShardFile {
 #[serde(deny_unknown_fields)]
 pub struct DequeueFile {
     /// `gated` (advisory-lock dequeue slots) or `ungated` (plain SKIP LOCKED, for comparison).
-    #[serde(default = "default_mode")]
-    pub mode: String,
+    #[serde(default)]
+    pub mode: DequeueModeFile,
     /// K: how many claims may run at once on one shard for one queue. Two saturate
     /// a shard with large batches on the 2-core machine the benchmarks ran on. With
     /// `adaptive_slots`, the K each process starts with.
@@ -187,18 +190,13 @@ pub struct DequeueFile {
     /// Retry delay ceiling for a failing shard.
     #[serde(default = "default_unhealthy_max")]
     pub unhealthy_backoff_max_ms: u64,
-    /// Server-side `lock_timeout` for shardq's statements: a table-lock stall on
-    /// one shard turns into an error (and a skipped shard) instead of a hang.
-    #[serde(default = "default_lock_timeout")]
-    pub lock_timeout_ms: u64,
-    /// Connect timeout for one shard connection.
-    #[serde(default = "default_connect_timeout")]
-    pub connect_timeout_ms: u64,
-    /// Deadline of every statement shardq runs (server-side
-    /// `statement_timeout`, and a client-side deadline for a server that
-    /// stops answering without closing the connection).
-    #[serde(default = "default_statement_timeout")]
-    pub statement_timeout_ms: u64,
+    /// Deprecated: `database.lock_timeout_ms` (it governs every statement,
+    /// not only dequeues). Accepted with a warning.
+    pub lock_timeout_ms: Option<u64>,
+    /// Deprecated: `database.connect_timeout_ms`. Accepted with a warning.
+    pub connect_timeout_ms: Option<u64>,
+    /// Deprecated: `database.statement_timeout_ms`. Accepted with a warning.
+    pub statement_timeout_ms: Option<u64>,
     /// Longest a producer waits on one shard's claim before it leaves the
     /// claim to a task of its own and skips the shard until a probe says it
     /// answers again (the wait is 4x the shard's recent answer time, within
@@ -206,6 +204,36 @@ pub struct DequeueFile {
     /// (another region): a shard that cannot answer within it is not used.
     #[serde(default = "default_claim_budget_max")]
     pub claim_budget_max_ms: u64,
+}
+
+/// `dequeue.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DequeueModeFile {
+    /// Claims take one of `slots_per_shard` advisory-lock slots per shard and queue.
+    #[default]
+    Gated,
+    /// Plain `FOR UPDATE SKIP LOCKED`, for comparison.
+    Ungated,
+}
+
+/// `[database]`: what every connection and statement shardq makes on a
+/// shard obeys, whichever role makes it (claims, completions, lease
+/// extensions, upkeep, the client). Each key is also accepted under
+/// `[dequeue]`, its old place, with a deprecation warning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseFile {
+    /// Server-side `lock_timeout` for shardq's statements: a table-lock stall on
+    /// one shard turns into an error (and a skipped shard) instead of a hang.
+    /// 0 turns it off. Default 2000.
+    pub lock_timeout_ms: Option<u64>,
+    /// Connect timeout for one shard connection. Default 3000.
+    pub connect_timeout_ms: Option<u64>,
+    /// Deadline of every statement shardq runs (server-side
+    /// `statement_timeout`, and a client-side deadline for a server that
+    /// stops answering without closing the connection). Default 10000.
+    pub statement_timeout_ms: Option<u64>,
 }
 
 /// Worker settings.
@@ -303,9 +331,6 @@ fn default_timezone() -> String {
 fn default_missed() -> String {
     "skip".into()
 }
-fn default_mode() -> String {
-    "gated".into()
-}
 fn default_slots() -> u32 {
     2
 }
@@ -353,15 +378,12 @@ fn default_unhealthy_min() -> u64 {
 fn default_unhealthy_max() -> u64 {
     10_000
 }
-fn default_lock_timeout() -> u64 {
-    2_000
-}
-fn default_statement_timeout() -> u64 {
-    10_000
-}
-fn default_connect_timeout() -> u64 {
-    3_000
-}
+/// `database.lock_timeout_ms` when not given.
+pub(super) const DEFAULT_LOCK_TIMEOUT_MS: u64 = 2_000;
+/// `database.statement_timeout_ms` when not given.
+pub(super) const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 10_000;
+/// `database.connect_timeout_ms` when not given.
+pub(super) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 3_000;
 fn default_queues() -> Vec<String> {
     vec!["default".into()]
 }
@@ -434,6 +456,8 @@ macro_rules! default_from_serde {
     )*};
 }
 default_from_serde!(
+    ConfigFile,
+    DatabaseFile,
     DequeueFile,
     WorkerFile,
     LocalFile,

@@ -4,16 +4,18 @@
 //! Environment variables name nested keys with `__`, e.g.
 //! `SHARDQ_DEQUEUE__SLOTS_PER_SHARD=4` or `SHARDQ_WORKER__CONCURRENCY=32`.
 
+mod builder;
 mod file;
 mod validate;
 
+pub use builder::ConfigBuilder;
 pub use file::{
-    ConfigFile, DequeueFile, LimitsFile, LocalFile, RetentionFile, ScheduleFile, ShardFile,
-    WorkerFile,
+    ConfigFile, DatabaseFile, DequeueFile, DequeueModeFile, LimitsFile, LocalFile, RetentionFile,
+    ScheduleFile, ShardFile, WorkerFile,
 };
 pub use validate::{
-    Backoff, Config, ConfigError, DequeueConfig, DequeueMode, Limits, LocalConfig, Retention,
-    ShardConfig, SlotBounds, WorkerConfig,
+    Backoff, Config, ConfigError, DatabaseConfig, DequeueConfig, DequeueMode, Limits, LocalConfig,
+    Retention, ShardConfig, SlotBounds, WorkerConfig,
 };
 
 use figment::providers::{Env, Format, Toml};
@@ -22,6 +24,18 @@ use std::path::Path;
 
 /// The file read when no `--config` is given; absent means "use local shards".
 pub const DEFAULT_CONFIG_PATH: &str = "shards.toml";
+
+/// The name [`Config::single`] gives its shard (in logs and `shardq status`).
+pub const SINGLE_SHARD_NAME: &str = "shard0";
+
+/// The `SHARDQ_*` variables that are configuration. Only nested keys
+/// (`SECTION__FIELD`) are; other SHARDQ_* variables (SHARDQ_CONFIG,
+/// SHARDQ_PG_BIN) belong to the CLI.
+fn shardq_env() -> Env {
+    Env::prefixed("SHARDQ_")
+        .filter(|key| key.as_str().contains("__"))
+        .split("__")
+}
 
 impl Config {
     /// Loads `path` (or `shards.toml` when it exists), merges `SHARDQ_*`
@@ -42,21 +56,32 @@ impl Config {
             }
             None => {}
         }
-        // Only nested keys (`SECTION__FIELD`) are configuration; other SHARDQ_*
-        // variables (SHARDQ_CONFIG, SHARDQ_PG_BIN) belong to the CLI.
-        let env = Env::prefixed("SHARDQ_")
-            .filter(|key| key.as_str().contains("__"))
-            .split("__");
-        Self::from_figment(figment.merge(env))
+        Self::from_figment(figment.merge(shardq_env()))
     }
 
-    /// Parses and validates a TOML document (no environment), for tests and embedders.
+    /// Parses a TOML document, merges `SHARDQ_*` variables over it (as
+    /// [`Config::load`] does over the file), and validates the result.
     ///
     /// # Errors
     ///
     /// As [`Config::load`].
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        Self::from_figment(Figment::new().merge(Toml::string(text)))
+        Self::from_figment(Figment::new().merge(Toml::string(text)).merge(shardq_env()))
+    }
+
+    /// One shard, named `shard0`, at `url` (`postgres://user[:password]@host:port/dbname`);
+    /// every other setting its default. For more, see [`Config::builder`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::BadUrl`] when the URL does not parse.
+    pub fn single(url: impl Into<String>) -> Result<Config, ConfigError> {
+        Config::builder().shard(SINGLE_SHARD_NAME, url).build()
+    }
+
+    /// A builder over the defaults: shards and settings set in code.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {

@@ -1,9 +1,12 @@
 //! Turns the raw file into typed, checked configuration.
 
+mod database;
 mod schedule;
 mod shard;
 
-use super::file::{ConfigFile, ShardFile};
+pub use database::DatabaseConfig;
+
+use super::file::{ConfigFile, DequeueModeFile, ShardFile};
 use crate::tls::{TlsError, TlsMode};
 use schedule::validate_schedules;
 use shard::validate_shards;
@@ -125,6 +128,22 @@ pub enum ConfigError {
         #[source]
         source: crate::schedule::ScheduleError,
     },
+    /// A setting given both under its name and under its deprecated name,
+    /// with two values.
+    #[error(
+        "{key} = {value} and the deprecated {old_key} = {old_value} disagree: \
+         keep {key} and remove {old_key}"
+    )]
+    Deprecated {
+        /// The key, e.g. `database.statement_timeout_ms`.
+        key: &'static str,
+        /// Its value.
+        value: u64,
+        /// The deprecated key, e.g. `dequeue.statement_timeout_ms`.
+        old_key: &'static str,
+        /// Its value.
+        old_value: u64,
+    },
     /// A numeric setting out of range, or settings that contradict each other.
     #[error("{key} = {value}: {fix}")]
     Invalid {
@@ -142,6 +161,8 @@ pub enum ConfigError {
 pub struct Config {
     /// Shards in mapping order.
     pub shards: Vec<ShardConfig>,
+    /// Timeouts of every connection and statement.
+    pub database: DatabaseConfig,
     /// Dequeue settings.
     pub dequeue: DequeueConfig,
     /// Worker settings.
@@ -228,12 +249,6 @@ pub struct DequeueConfig {
     pub busy_backoff: Backoff,
     /// Retry delay for a failing shard.
     pub unhealthy_backoff: Backoff,
-    /// Server-side lock wait limit.
-    pub lock_timeout: Duration,
-    /// Connect timeout.
-    pub connect_timeout: Duration,
-    /// Deadline of one statement (server and client side).
-    pub statement_timeout: Duration,
 }
 
 /// Worker settings, checked.
@@ -312,18 +327,13 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
     let shards = validate_shards(shard_files, raw.worker.producers + UPKEEP_CONNECTIONS)?;
 
     let d = raw.dequeue;
-    let mode = match d.mode.as_str() {
-        "gated" => DequeueMode::Gated {
+    let db_ms = database::database_ms(&raw.database, &d)?;
+    let database = database::database(&db_ms)?;
+    let mode = match d.mode {
+        DequeueModeFile::Gated => DequeueMode::Gated {
             slots: positive("dequeue.slots_per_shard", d.slots_per_shard as usize)? as u32,
         },
-        "ungated" => DequeueMode::Ungated,
-        other => {
-            return Err(ConfigError::Invalid {
-                key: "dequeue.mode",
-                value: super::redact_text(&format!("{other:?}")),
-                fix: "use \"gated\" or \"ungated\"",
-            })
-        }
+        DequeueModeFile::Ungated => DequeueMode::Ungated,
     };
     let batch_size = positive("dequeue.batch_size", d.batch_size as usize)? as u32;
     let adaptive_slots = match mode {
@@ -345,7 +355,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             positive("dequeue.idle_poll_ms", d.idle_poll_ms as usize)? as u64,
         )?,
         wake_cooldown: wake_cooldown(d.wake_cooldown_ms, d.idle_poll_ms)?,
-        claim_budget_max: claim_budget_max(d.claim_budget_max_ms, d.statement_timeout_ms)?,
+        claim_budget_max: claim_budget_max(d.claim_budget_max_ms, db_ms.statement_timeout)?,
         busy_backoff: backoff(
             "dequeue.busy_backoff_max_ms",
             d.busy_backoff_min_ms,
@@ -356,15 +366,6 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
             d.unhealthy_backoff_min_ms,
             d.unhealthy_backoff_max_ms,
         )?,
-        lock_timeout: Duration::from_millis(d.lock_timeout_ms),
-        connect_timeout: Duration::from_millis(positive(
-            "dequeue.connect_timeout_ms",
-            d.connect_timeout_ms as usize,
-        )? as u64),
-        statement_timeout: Duration::from_millis(positive(
-            "dequeue.statement_timeout_ms",
-            d.statement_timeout_ms as usize,
-        )? as u64),
     };
 
     let w = raw.worker;
@@ -443,6 +444,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
     let schedules = validate_schedules(raw.schedules, &limits)?;
     Ok(Config {
         shards,
+        database,
         dequeue,
         worker,
         local,
@@ -534,7 +536,7 @@ fn claim_budget_max(budget_ms: u64, statement_timeout_ms: u64) -> Result<Duratio
         return Err(ConfigError::Invalid {
             key: "dequeue.claim_budget_max_ms",
             value: budget_ms.to_string(),
-            fix: "must be at least 100 and at most dequeue.statement_timeout_ms (250 suits shards on one network)",
+            fix: "must be at least 100 and at most database.statement_timeout_ms (250 suits shards on one network)",
         });
     }
     Ok(Duration::from_millis(budget_ms))

@@ -102,4 +102,17 @@ pub enum MigrateError {
         /// Shard name.
         shard: String,
     },
+    /// [`migrate_all_within`](super::migrate_all_within): a shard still
+    /// refused connections when the wait ended.
+    #[error(
+        "a shard did not accept connections within {waited:?}: start its server, or check \
+         its url (host, port), or wait longer"
+    )]
+    NotReady {
+        /// How long it was waited for.
+        waited: std::time::Duration,
+        /// The last refusal.
+        #[source]
+        source: ShardError,
+    },
 }

@@ -22,6 +22,9 @@
 mod error;
 pub mod functions;
 pub mod no_transaction;
+mod wait;
+
+pub use wait::migrate_all_within;
 
 pub use error::MigrateError;
 

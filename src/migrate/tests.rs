@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::config::Config;
-use crate::local::EphemeralServer;
+use shardq_local::EphemeralServer;
 
 async fn migrated_shard(server: &EphemeralServer) -> ShardSet {
     let toml = format!(

@@ -6,7 +6,7 @@
 use super::snapshot::snapshot;
 use super::*;
 use crate::config::Config;
-use crate::local::{create_database, EphemeralServer};
+use shardq_local::{create_database, EphemeralServer};
 
 /// The checked-in snapshot of a freshly migrated shard.
 const SCHEMA_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/schema.sql");

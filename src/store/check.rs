@@ -27,7 +27,7 @@ pub enum Invariant {
     /// promotion of due jobs is not happening).
     DueNotPromoted,
     /// Each job's owner, lease, fence, attempts and times agree with its
-    /// status ([`sql::CHECK_JOB_STATE`] lists the legal combinations).
+    /// status (the check's statement lists the legal combinations).
     JobState,
     /// The shard is at this binary's schema version and records the place
     /// in the shard map that the configured list gives it.
@@ -108,7 +108,7 @@ pub struct Finding {
     /// Instances found: keys for the key invariants, jobs otherwise; 0 when
     /// it holds.
     pub broken: u64,
-    /// The read stopped at its bound ([`CheckParams`]): there may be more
+    /// The read stopped at its bound (see `CheckOptions`): there may be more
     /// than `broken`, and rows past the bound were not judged.
     pub capped: bool,
     /// Rows or index entries read.

@@ -24,6 +24,13 @@ pub enum ErrorKind {
     /// same statement fails the same way while it is that big; a smaller
     /// one (fewer rows, fewer locks) may pass.
     OutOfMemory,
+    /// A value could not be converted to or from its SQL type on the client
+    /// (no SQLSTATE; the server refused nothing): the wrong Rust type for a
+    /// parameter, a value out of the type's range, a column that does not
+    /// decode. A parameter that fails to encode stops the statement before
+    /// it is sent (it did not run); either way the same call fails the same
+    /// way again.
+    Conversion,
     /// No answer: the connection broke or the client-side deadline passed.
     /// The statement may have run; everything shardq runs is safe to repeat.
     NoAnswer,
@@ -34,9 +41,20 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Whether the statement may have run although it failed: no answer
+    /// came ([`ErrorKind::NoAnswer`]), or a row of its answer did not
+    /// decode ([`ErrorKind::Conversion`]: shardq cannot tell that from a
+    /// parameter that did not encode, so it assumes the worse).
+    pub fn may_have_run(self) -> bool {
+        matches!(self, ErrorKind::NoAnswer | ErrorKind::Conversion)
+    }
+
     /// Whether a retry of the same statement fails the same way.
     pub fn is_permanent(self) -> bool {
-        matches!(self, ErrorKind::Data | ErrorKind::UniqueViolation)
+        matches!(
+            self,
+            ErrorKind::Data | ErrorKind::UniqueViolation | ErrorKind::Conversion
+        )
     }
 }
 
@@ -57,7 +75,7 @@ impl ShardError {
             }
             ShardError::Timeout { .. } => ErrorKind::NoAnswer,
             ShardError::Query { source, .. } => match source.code() {
-                None => ErrorKind::NoAnswer,
+                None => without_sqlstate(source),
                 Some(code) if *code == SqlState::LOCK_NOT_AVAILABLE => ErrorKind::LockNotAvailable,
                 Some(code) if *code == SqlState::QUERY_CANCELED => ErrorKind::QueryCanceled,
                 Some(code) if *code == SqlState::UNIQUE_VIOLATION => ErrorKind::UniqueViolation,
@@ -69,9 +87,24 @@ impl ShardError {
     }
 
     /// Whether the statement failed on its data and would fail the same way
-    /// again (SQLSTATE class 22 or 23). Everything else (connection lost,
+    /// again (SQLSTATE class 22 or 23, or a value that does not convert). Everything else (connection lost,
     /// timeouts, lock waits, server restarting) may pass on a retry.
     pub fn is_permanent(&self) -> bool {
         self.kind().is_permanent()
+    }
+}
+
+/// The kind of a client-side failure (no SQLSTATE), by its type, never its
+/// message: an I/O error, a closed connection, or one with no cause (an
+/// unexpected message, a timeout) means the reply may be lost; a cause of
+/// any other type is a value's own `ToSql`/`FromSql` error.
+fn without_sqlstate(e: &tokio_postgres::Error) -> ErrorKind {
+    use std::error::Error;
+    if e.is_closed() {
+        return ErrorKind::NoAnswer;
+    }
+    match e.source() {
+        Some(cause) if !cause.is::<std::io::Error>() => ErrorKind::Conversion,
+        _ => ErrorKind::NoAnswer,
     }
 }

@@ -6,7 +6,7 @@
 //! or the one value they need: [`jobs::claim`], [`jobs::complete_many`],
 //! [`upkeep::recover_expired`], [`steps::record`], [`queues::counts`]. Each
 //! runs one statement, or one transaction, under the shard's deadline
-//! (`dequeue.statement_timeout_ms`). Failures are [`ShardError`]s; ask
+//! (`database.statement_timeout_ms`). Failures are [`ShardError`]s; ask
 //! [`ShardError::kind`] what they mean.
 //!
 //! This module is public for tests and tools that drive the queue step by

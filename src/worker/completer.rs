@@ -327,8 +327,15 @@ async fn write_with_retry(
 ) {
     let shard = shared.shards.get(shard_index);
     let mut delay = FIRST_RETRY_DELAY;
-    let mut todo = vec![part];
-    while let Some(mut part) = todo.pop() {
+    let mut todo = vec![Part {
+        done: part,
+        report: false,
+    }];
+    while let Some(Part {
+        done: mut part,
+        report,
+    }) = todo.pop()
+    {
         let write = CompleteMany {
             owner: &shared.owner,
             retry,
@@ -343,14 +350,17 @@ async fn write_with_retry(
             }
             Err(err) if err.is_permanent() => {
                 let error = crate::error_chain(&err);
-                match split_or_fail(part, &error) {
+                match split_or_fail(Part { done: part, report }, &error) {
                     Ok((left, right)) => {
                         todo.push(right);
                         todo.push(left);
                     }
                     Err(Failed::Instead(failed)) => {
                         tracing::warn!(shard = %shard.name, job = %failed.id, %error, "outcome refused by the database; writing the job as failed");
-                        todo.push(vec![failed]);
+                        todo.push(Part {
+                            done: vec![failed],
+                            report: true,
+                        });
                     }
                     Err(Failed::GiveUp(given_up)) => {
                         tracing::error!(shard = %shard.name, job = %given_up.id, %error, "even a failure could not be written; the job returns when its lease expires");
@@ -366,8 +376,11 @@ async fn write_with_retry(
                     error = %crate::error_chain(&err),
                     "completion write too big for the server's lock table or memory; splitting it"
                 );
-                todo.push(right);
-                todo.push(part);
+                todo.push(Part {
+                    done: right,
+                    report,
+                });
+                todo.push(Part { done: part, report });
             }
             Err(err) => {
                 tracing::warn!(
@@ -381,13 +394,13 @@ async fn write_with_retry(
                     _ = abandon.cancelled() => {
                         tracing::warn!(shard = %shard.name, jobs = part.len(), "completion write abandoned; the jobs return when their leases expire");
                         let_go(shared, &part);
-                        todo.into_iter().for_each(|rest| let_go(shared, &rest));
+                        todo.into_iter().for_each(|rest| let_go(shared, &rest.done));
                         return;
                     }
                     _ = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(MAX_RETRY_DELAY);
-                todo.push(part);
+                todo.push(Part { done: part, report });
             }
         }
     }
@@ -397,6 +410,15 @@ async fn write_with_retry(
 /// so the leaser no longer extends their leases.
 fn let_go(shared: &Shared, part: &[Completion]) {
     shared.running.forget(part.iter().map(|c| (c.id, c.fence)));
+}
+
+/// Outcomes to write in one statement.
+#[derive(Debug)]
+struct Part {
+    done: Vec<Completion>,
+    /// Whether this is the refusal report written in place of a job's
+    /// refused outcome (one job): refused too, the job is given up.
+    report: bool,
 }
 
 /// What to do with one job whose outcome the database refused for good.
@@ -412,16 +434,23 @@ enum Failed {
 /// for a single job, that job as failed with `error`, or, when it already
 /// was that failure report, the job to give up, so that it is let go and
 /// comes back by lease expiry.
-fn split_or_fail(
-    mut part: Vec<Completion>,
-    error: &str,
-) -> Result<(Vec<Completion>, Vec<Completion>), Failed> {
+fn split_or_fail(part: Part, error: &str) -> Result<(Part, Part), Failed> {
+    let Part {
+        done: mut part,
+        report,
+    } = part;
     if part.len() > 1 {
         let right = part.split_off(part.len() / 2);
-        return Ok((part, right));
+        return Ok((
+            Part { done: part, report },
+            Part {
+                done: right,
+                report,
+            },
+        ));
     }
     let mut one = part.pop().expect("a write carries at least one outcome");
-    if matches!(&one.outcome, Outcome::Failed(m) if m.starts_with("the database refused")) {
+    if report {
         return Err(Failed::GiveUp(one));
     }
     let message = format!("the database refused this job's outcome: {error}");
@@ -698,5 +727,32 @@ mod tests {
         assert_eq!(credits.free_held(), 2048 + 5);
         drop(tx);
         driving.await.unwrap();
+    }
+
+    /// A handler's own failure that happens to read like shardq's refusal
+    /// report is still a handler's failure: when the database refuses it,
+    /// the refusal is written instead, not the job given up.
+    #[test]
+    fn only_shardqs_own_refusal_report_is_given_up() {
+        let mut handlers = done(0, 1);
+        handlers.outcome = Outcome::Failed("the database refused my card".into());
+        let part = Part {
+            done: vec![handlers],
+            report: false,
+        };
+        let failed = match split_or_fail(part, "error 22021") {
+            Err(Failed::Instead(failed)) => failed,
+            other => panic!("a handler's failure must be replaced by the report: {other:?}"),
+        };
+        assert!(matches!(&failed.outcome, Outcome::Failed(m) if m.contains("error 22021")));
+        // The report itself, refused again, is given up.
+        let report = Part {
+            done: vec![failed],
+            report: true,
+        };
+        assert!(matches!(
+            split_or_fail(report, "error 22021"),
+            Err(Failed::GiveUp(_))
+        ));
     }
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 use super::HandlerError;
@@ -64,6 +65,10 @@ pub struct JobContext {
     pub payload: Value,
     /// This attempt's number, from 1.
     pub attempt: i32,
+    /// When the job was enqueued: its row's `created_at`, by the shard's
+    /// clock (the same on every attempt). Now minus this is how long it has
+    /// waited, retries included, give or take the two clocks' difference.
+    pub enqueued_at: SystemTime,
     pub(crate) fence: i64,
     pub(crate) shard: Shard,
     pub(crate) owner: Arc<str>,

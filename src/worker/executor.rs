@@ -157,6 +157,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         ordering_key: job.ordering_key,
         payload: job.payload,
         attempt: job.attempt,
+        enqueued_at: job.created_at,
         fence: job.fence,
         shard: shared.shards.get(job.shard).clone(),
         owner: shared.owner.clone(),

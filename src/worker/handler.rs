@@ -16,17 +16,20 @@ pub type HandlerResult = Result<Value, HandlerError>;
 type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
 type HandlerFn = dyn Fn(JobContext) -> HandlerFuture + Send + Sync;
 
-/// The name of the built-in handler that does nothing and returns `null`.
+/// The name of the built-in handler that does nothing and returns `null`
+/// (registered by [`HandlerRegistry::with_builtins`]).
 pub const NOOP: &str = "noop";
 
 /// The name of the built-in handler that sleeps `payload.ms` milliseconds
-/// (default 100), for demos, benchmarks and shutdown tests.
+/// (default 100), for demos, benchmarks and shutdown tests (registered by
+/// [`HandlerRegistry::with_builtins`]).
 pub const SLEEP: &str = "sleep";
 
 /// Default sleep of the [`SLEEP`] handler.
 const DEFAULT_SLEEP_MS: u64 = 100;
 
-/// Handlers by name. Starts with the built-in [`NOOP`].
+/// Handlers by name. Empty when new; [`HandlerRegistry::with_builtins`]
+/// starts with the built-in [`NOOP`] and [`SLEEP`].
 #[derive(Clone)]
 pub struct HandlerRegistry {
     handlers: HashMap<String, Arc<HandlerFn>>,
@@ -43,17 +46,25 @@ impl std::fmt::Debug for HandlerRegistry {
 }
 
 impl Default for HandlerRegistry {
+    /// An empty registry, as [`HandlerRegistry::new`].
     fn default() -> Self {
         Self::new()
     }
 }
 
 impl HandlerRegistry {
-    /// A registry holding the built-in [`NOOP`] and [`SLEEP`] handlers.
+    /// An empty registry: a worker runs only the handlers its embedder
+    /// registers (a job naming another fails with "no handler is registered").
     pub fn new() -> Self {
-        let mut registry = HandlerRegistry {
+        HandlerRegistry {
             handlers: HashMap::new(),
-        };
+        }
+    }
+
+    /// A registry holding the built-in [`NOOP`] and [`SLEEP`] handlers: what
+    /// `shardq worker` runs (its demo and the benchmarks enqueue them).
+    pub fn with_builtins() -> Self {
+        let mut registry = Self::new();
         registry.register(NOOP, |_ctx| async { Ok(Value::Null) });
         registry.register(SLEEP, |ctx| async move {
             let ms = ctx.payload["ms"].as_u64().unwrap_or(DEFAULT_SLEEP_MS);
@@ -101,5 +112,28 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "non-string panic payload".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_registry_is_empty_and_the_builtins_are_asked_for() {
+        // An embedder's worker must not run `noop` or `sleep` jobs it never
+        // registered (they would succeed doing nothing).
+        assert_eq!(
+            format!("{:?}", HandlerRegistry::new()),
+            "HandlerRegistry { handlers: [] }"
+        );
+        assert_eq!(
+            format!("{:?}", HandlerRegistry::default()),
+            "HandlerRegistry { handlers: [] }"
+        );
+        assert_eq!(
+            format!("{:?}", HandlerRegistry::with_builtins()),
+            "HandlerRegistry { handlers: [\"noop\", \"sleep\"] }"
+        );
     }
 }

@@ -35,7 +35,7 @@ const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub(crate) struct LeaserConfig {
     /// Lease length (`worker.lease`).
     pub lease: Duration,
-    /// Deadline of one statement (`dequeue.statement_timeout`).
+    /// Deadline of one statement (`database.statement_timeout_ms`).
     pub statement_timeout: Duration,
     /// Retry delays for the release of orphans (`worker.retry_backoff`).
     pub retry: Backoff,
@@ -45,7 +45,7 @@ impl LeaserConfig {
     pub fn new(config: &Config) -> Self {
         LeaserConfig {
             lease: config.worker.lease,
-            statement_timeout: config.dequeue.statement_timeout,
+            statement_timeout: config.database.statement_timeout,
             retry: config.worker.retry_backoff,
         }
     }

@@ -467,7 +467,7 @@ async fn claim_somewhere(
             }
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
             Err(err) => {
-                if err.kind() == ErrorKind::NoAnswer {
+                if err.kind().may_have_run() {
                     // No answer from the server: the claim may still have run.
                     p.shared.lost_claims.lost(shard_index);
                 }
@@ -522,7 +522,7 @@ async fn late_reply(
         Ok(Claim::Busy) => entered.busy(now, &mut rng),
         Ok(Claim::Empty) => entered.empty(now, &mut rng),
         Err(err) => {
-            if err.kind() == ErrorKind::NoAnswer {
+            if err.kind().may_have_run() {
                 p.shared.lost_claims.lost(shard_index);
             }
             tracing::debug!(

@@ -86,7 +86,7 @@ async fn hostile_names_are_stored_and_routed_as_data() {
         .await
         .unwrap();
     assert_eq!(id.shard_key, shardq::router::shard_key_for(HOSTILE_KEY));
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register(HOSTILE_HANDLER, |ctx| async move { Ok(ctx.payload) });
     let report = Worker::new(config, set.clone(), registry)
         .stop_when_empty(true)
@@ -108,7 +108,7 @@ async fn a_panicking_handler_fails_its_job_and_the_worker_keeps_running() {
     let config = shards.config("[worker]\nqueues = [\"q\"]\n");
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("explode", |_ctx| async { panic!("kaboom in the handler") });
     let bad = client
         .enqueue(NewJob::new("q", "explode", serde_json::json!({})).max_attempts(1))
@@ -143,7 +143,7 @@ async fn a_handler_that_never_returns_is_abandoned_and_its_job_retried() {
     );
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("stuck-once", |ctx| async move {
         if ctx.attempt == 1 {
             std::future::pending::<()>().await;

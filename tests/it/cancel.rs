@@ -49,8 +49,9 @@ async fn a_buffered_job_cancelled_while_the_worker_runs_never_starts() {
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let stop = CancellationToken::new();
-    let worker =
-        tokio::spawn(Worker::new(config, set.clone(), HandlerRegistry::new()).run(stop.clone()));
+    let worker = tokio::spawn(
+        Worker::new(config, set.clone(), HandlerRegistry::with_builtins()).run(stop.clone()),
+    );
     let (slow, buffered) = slow_then_buffered(&client, &set).await;
     assert_eq!(
         client.cancel(buffered).await.unwrap().map(|s| s.as_str()),

@@ -504,7 +504,7 @@ async fn a_busy_healthy_drain_never_breaks_an_invariant() {
         .collect();
     s.enqueue(jobs).await;
 
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("sleepy", |_ctx| async {
         tokio::time::sleep(Duration::from_millis(2)).await;
         Ok(serde_json::Value::Null)
@@ -730,7 +730,7 @@ async fn a_drain_with_failing_keyed_jobs_never_strands_a_key() {
         })
         .collect();
     s.enqueue(jobs).await;
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     // One first attempt in five fails; every retry succeeds.
     registry.register("flaky", |ctx| async move {
         if ctx.attempt == 1 && ctx.id.id % 5 == 0 {

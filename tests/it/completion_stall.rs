@@ -14,9 +14,9 @@ use crate::common;
 
 use common::TestShards;
 use serde_json::json;
-use shardq::local::StopMode;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker, WorkerReport};
+use shardq_local::StopMode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +80,7 @@ async fn drain_with_a_hold(
     config: shardq::Config,
     hold_after: u64,
 ) -> (WorkerReport, i64) {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     // Long enough that claimed jobs sit `running` between claim and write.
     registry.register("nap", |_ctx| async {
         tokio::time::sleep(NAP).await;

@@ -2,6 +2,7 @@
 
 use figment::providers::Format;
 use shardq::config::{Config, ConfigError, DequeueMode};
+use std::time::Duration;
 
 const ONE_SHARD: &str =
     "[[shards]]\nname = \"a\"\nurl = \"postgres://app:s3cret-pw@db.example:5432/q\"\n";
@@ -151,4 +152,109 @@ fn a_missing_config_file_is_named() {
     let e = Config::load(Some(std::path::Path::new("/nonexistent/shards.toml"))).unwrap_err();
     assert!(matches!(e, ConfigError::MissingFile(_)));
     assert!(e.to_string().contains("/nonexistent/shards.toml"));
+}
+
+/// Everything the subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `text` parsed with a subscriber that keeps what it logs.
+fn parse_logged(text: &str) -> (Result<Config, ConfigError>, String) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, || Config::from_toml(text));
+    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    (result, logged)
+}
+
+#[test]
+fn timeouts_live_under_database_and_the_old_dequeue_keys_still_work_with_a_warning() {
+    let (config, logged) = parse_logged(&format!(
+        "{ONE_SHARD}[database]\nstatement_timeout_ms = 4000\nconnect_timeout_ms = 900\nlock_timeout_ms = 0\n"
+    ));
+    let config = config.unwrap();
+    assert_eq!(
+        config.database.statement_timeout,
+        Duration::from_millis(4000)
+    );
+    assert_eq!(config.database.connect_timeout, Duration::from_millis(900));
+    assert!(config.database.lock_timeout.is_zero());
+    assert!(!logged.contains("deprecated"), "{logged}");
+
+    let (config, logged) = parse_logged(&format!(
+        "{ONE_SHARD}[dequeue]\nstatement_timeout_ms = 4000\n"
+    ));
+    assert_eq!(
+        config.unwrap().database.statement_timeout,
+        Duration::from_millis(4000)
+    );
+    assert!(
+        logged.contains("WARN")
+            && logged.contains("dequeue.statement_timeout_ms")
+            && logged.contains("database.statement_timeout_ms"),
+        "the warning names the old key and the new one: {logged}"
+    );
+
+    // Both, agreeing: no doubt which one runs.
+    let both =
+        format!("{ONE_SHARD}[database]\nlock_timeout_ms = 700\n[dequeue]\nlock_timeout_ms = 700\n");
+    assert_eq!(
+        Config::from_toml(&both).unwrap().database.lock_timeout,
+        Duration::from_millis(700)
+    );
+    // Both, disagreeing: refused, naming both keys.
+    let e = err(&format!(
+        "{ONE_SHARD}[database]\nlock_timeout_ms = 700\n[dequeue]\nlock_timeout_ms = 300\n"
+    ));
+    assert!(
+        e.contains("database.lock_timeout_ms = 700")
+            && e.contains("dequeue.lock_timeout_ms = 300")
+            && e.contains("remove dequeue.lock_timeout_ms"),
+        "{e}"
+    );
+}
+
+#[test]
+fn errors_about_the_statement_deadline_cite_its_database_key() {
+    let e = err(&format!(
+        "{ONE_SHARD}[database]\nstatement_timeout_ms = 0\n"
+    ));
+    assert!(e.contains("database.statement_timeout_ms"), "{e}");
+    let e = err(&format!("{ONE_SHARD}[dequeue]\nconnect_timeout_ms = 0\n"));
+    assert!(e.contains("database.connect_timeout_ms"), "{e}");
+    let e = err(&format!(
+        "{ONE_SHARD}[database]\nstatement_timeout_ms = 200\n[dequeue]\nclaim_budget_max_ms = 250\n"
+    ));
+    assert!(e.contains("database.statement_timeout_ms"), "{e}");
+    let timeout = shardq::ShardError::Timeout {
+        shard: "a".into(),
+        after: Duration::from_secs(1),
+    };
+    let text = timeout.to_string();
+    assert!(
+        text.contains("database.statement_timeout_ms") && !text.contains("dequeue."),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_dequeue_mode_is_one_of_two_names() {
+    let config = Config::from_toml(&format!("{ONE_SHARD}[dequeue]\nmode = \"ungated\"\n")).unwrap();
+    assert_eq!(config.dequeue.mode, DequeueMode::Ungated);
+    let e = err(&format!("{ONE_SHARD}[dequeue]\nmode = \"Gated\"\n"));
+    assert!(e.contains("dequeue.mode") && e.contains("ungated"), "{e}");
 }

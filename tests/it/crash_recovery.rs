@@ -32,7 +32,7 @@ maintenance_interval_ms = 200
 /// Three steps, each recording its side effect in `test_effects`. On the
 /// first attempt the handler stalls after step 2, waiting to be killed.
 fn three_steps(shards: ShardSet) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("three", move |ctx| {
         let shards = shards.clone();
         async move {

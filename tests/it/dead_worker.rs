@@ -119,7 +119,7 @@ async fn a_killed_workers_jobs_run_again_long_before_their_lease_ends() {
 
     // Another worker, whose sleeps are short.
     let config = dbs.config(WORKER_TOML);
-    let mut handlers = HandlerRegistry::new();
+    let mut handlers = HandlerRegistry::with_builtins();
     handlers.register("sleep", |_ctx| async { Ok(json!("rerun")) });
     let stop = CancellationToken::new();
     let survivor = tokio::spawn(
@@ -165,7 +165,7 @@ async fn a_silent_workers_late_completions_are_fenced() {
         Worker::new(
             config.clone(),
             ShardSet::connect(&config).unwrap(),
-            HandlerRegistry::new(),
+            HandlerRegistry::with_builtins(),
         )
         .run(stop.clone()),
     );

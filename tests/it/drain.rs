@@ -4,8 +4,8 @@
 use crate::common;
 
 use common::{count_on, count_status, wait_until, TestShards};
-use shardq::local::StopMode;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq_local::StopMode;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,7 @@ completion_flush_ms = 2
 ";
 
 fn counting_registry(runs: Arc<Mutex<HashMap<String, u32>>>) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("count", move |ctx| {
         let runs = runs.clone();
         async move {
@@ -116,7 +116,7 @@ buffer_jobs = 100
     );
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("slow", |_ctx| async {
         tokio::time::sleep(Duration::from_millis(2)).await;
         Ok(serde_json::Value::Null)
@@ -183,7 +183,7 @@ async fn a_job_for_an_unknown_handler_fails_with_a_clear_error() {
         .enqueue(NewJob::new("q", "no-such-handler", serde_json::json!({})).max_attempts(1))
         .await
         .unwrap();
-    let report = Worker::new(config, set.clone(), HandlerRegistry::new())
+    let report = Worker::new(config, set.clone(), HandlerRegistry::with_builtins())
         .stop_when_empty(true)
         .run(CancellationToken::new())
         .await;
@@ -215,7 +215,8 @@ async fn a_worker_counts_per_shard_and_records_latencies() {
         .map(|_| NewJob::new("q", "noop", serde_json::json!({})))
         .collect();
     client.enqueue_many(jobs).await.unwrap();
-    let worker = Worker::new(config, set.clone(), HandlerRegistry::new()).stop_when_empty(true);
+    let worker =
+        Worker::new(config, set.clone(), HandlerRegistry::with_builtins()).stop_when_empty(true);
     let stats = worker.stats();
     worker.run(CancellationToken::new()).await;
     let per_shard = stats.shards();
@@ -249,7 +250,7 @@ async fn stop_when_empty_waits_for_a_retrying_job() {
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let runs = Arc::new(AtomicUsize::new(0));
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let counter = runs.clone();
     registry.register("flaky", move |_ctx| {
         let runs = counter.clone();

@@ -43,7 +43,7 @@ fn registry(
     started: Arc<Notify>,
     gate: Arc<Notify>,
 ) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("record", move |ctx| {
         let (calls, started, gate) = (calls.clone(), started.clone(), gate.clone());
         async move {

@@ -25,7 +25,7 @@ async fn a_late_completion_after_a_lost_lease_is_fenced_out() {
 
     // Attempt 1 blocks until released; attempt 2 returns at once.
     let release_first = Arc::new(Notify::new());
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let gate = release_first.clone();
     registry.register("two-attempts", move |ctx| {
         let gate = gate.clone();

@@ -49,8 +49,9 @@ async fn a_frozen_shard_costs_the_healthy_one_no_lease() {
     assert!(count_on(frozen, "queued").await.unwrap() > 0);
 
     let stop = CancellationToken::new();
-    let worker =
-        tokio::spawn(Worker::new(config, set.clone(), HandlerRegistry::new()).run(stop.clone()));
+    let worker = tokio::spawn(
+        Worker::new(config, set.clone(), HandlerRegistry::with_builtins()).run(stop.clone()),
+    );
     wait_until(
         Duration::from_secs(20),
         "jobs running on both shards",

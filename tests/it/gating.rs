@@ -131,7 +131,8 @@ async fn producers_of_one_process_never_miss_a_slot_on_their_own() {
     );
     let set = slow_shard_with_jobs(&shards, &config, "default", 3_000).await;
 
-    let worker = Worker::new(config, set.clone(), HandlerRegistry::new()).stop_when_empty(true);
+    let worker =
+        Worker::new(config, set.clone(), HandlerRegistry::with_builtins()).stop_when_empty(true);
     let stats = worker.stats();
     worker.run(CancellationToken::new()).await;
     let s = stats.snapshot();

@@ -43,7 +43,12 @@ async fn a_worker_beats_on_every_shard_and_stale_rows_expire() {
 
     let stop = CancellationToken::new();
     let worker = tokio::spawn(
-        Worker::new(config.clone(), set.clone(), HandlerRegistry::new()).run(stop.clone()),
+        Worker::new(
+            config.clone(),
+            set.clone(),
+            HandlerRegistry::with_builtins(),
+        )
+        .run(stop.clone()),
     );
     let live = |set: shardq::shards::ShardSet| async move {
         let mut rows = Vec::new();

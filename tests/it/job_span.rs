@@ -42,7 +42,7 @@ async fn what_a_handler_logs_carries_its_job_id_queue_shard_and_attempt() {
         .await
         .unwrap();
 
-    let mut handlers = HandlerRegistry::new();
+    let mut handlers = HandlerRegistry::with_builtins();
     handlers.register("flaky", |ctx| async move {
         tracing::info!("handler says hello");
         if ctx.attempt == 1 {

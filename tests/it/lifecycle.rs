@@ -90,7 +90,7 @@ fn claim_params(owner: &str, lease_ms: u64) -> ClaimParams<'_> {
 async fn completed_steps_are_not_repeated_when_a_workflow_runs_again() {
     let s = setup(2, FAST).await;
     let a_runs = Arc::new(AtomicU32::new(0));
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let runs = a_runs.clone();
     registry.register("wf", move |ctx| {
         let runs = runs.clone();
@@ -151,7 +151,7 @@ async fn a_recorded_step_that_no_longer_deserialises_fails_clearly() {
     s.set.get(0).client().await.unwrap()
         .execute("INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) VALUES ($1, $2, 'n', '\"text\"')", &[&id.shard_key, &id.id])
         .await.unwrap();
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("typed", |ctx| async move {
         let n: i64 = ctx.step("n", || async { Ok(1) }).await?;
         Ok(serde_json::json!(n))
@@ -257,7 +257,7 @@ async fn failures_retry_after_a_stored_backoff_then_die_with_the_last_error() {
         .enqueue(NewJob::new("q", "boom", serde_json::json!({})).max_attempts(2))
         .await
         .unwrap();
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("boom", |ctx| async move {
         Err(format!("boom on attempt {}", ctx.attempt).into())
     });
@@ -277,7 +277,7 @@ async fn failures_retry_after_a_stored_backoff_then_die_with_the_last_error() {
         }
     })
     .await;
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("boom", |ctx| async move {
         Err(format!("boom on attempt {}", ctx.attempt).into())
     });
@@ -383,7 +383,7 @@ async fn a_dedup_id_admits_one_unfinished_job_per_queue_across_shards() {
     // Once it finished, the id is free again.
     run_worker_until(
         &s,
-        HandlerRegistry::new(),
+        HandlerRegistry::with_builtins(),
         s.client.result(a, Duration::from_secs(30)),
     )
     .await
@@ -396,7 +396,7 @@ async fn a_dedup_id_admits_one_unfinished_job_per_queue_across_shards() {
 async fn cancelled_jobs_never_run_and_running_ones_are_told_and_stop_recording_steps() {
     let s = setup(1, FAST).await;
     let ran = Arc::new(AtomicU32::new(0));
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let counter = ran.clone();
     registry.register("loop", move |ctx| {
         let counter = counter.clone();

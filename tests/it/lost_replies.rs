@@ -74,7 +74,7 @@ struct Runs {
 }
 
 fn recording_registry(runs: Arc<Runs>) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("record", move |ctx| {
         let runs = runs.clone();
         async move {

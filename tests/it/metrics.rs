@@ -6,9 +6,9 @@ use crate::common;
 
 use common::{wait_until, TestShards};
 use nix::sys::signal::Signal;
-use shardq::local::StopMode;
 use shardq::router::{shard_index, shard_key_for};
 use shardq::{Client, NewJob};
+use shardq_local::StopMode;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;

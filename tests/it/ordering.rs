@@ -42,7 +42,7 @@ fn micros() -> i64 {
 /// A handler that takes a little while and records when it ran, in the
 /// job's own shard (one call = one row).
 fn recording_registry(shards: ShardSet) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("record", move |ctx| {
         let shards = shards.clone();
         async move {
@@ -204,7 +204,7 @@ async fn a_failure_inside_a_run_holds_back_the_rest_of_its_key() {
         .unwrap();
 
     // Revision 1 fails on its first attempt; every call is recorded.
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let calls = set.clone();
     registry.register("flaky", move |ctx| {
         let shards = calls.clone();

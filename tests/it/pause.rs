@@ -54,7 +54,7 @@ fn jobs(queue: &str, handler: &str, n: usize) -> Vec<NewJob> {
 }
 
 fn handlers() -> HandlerRegistry {
-    let mut handlers = HandlerRegistry::new();
+    let mut handlers = HandlerRegistry::with_builtins();
     handlers.register("slow", |_ctx| async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         Ok(serde_json::Value::Null)

@@ -25,7 +25,7 @@ completion_flush_ms = 50
 ";
 
 fn registry() -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("nul-output", |_ctx| async { Ok(json!({ "s": "a\u{0}b" })) });
     registry.register("nul-error", |_ctx| async {
         Err("bad \u{0} byte".to_string().into())

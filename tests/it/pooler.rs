@@ -113,7 +113,7 @@ async fn a_worker_drains_keyed_unkeyed_and_workflow_jobs_through_pgbouncer() {
     )
     .await
     .unwrap();
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let set = t.set.clone();
     registry.register("record", move |ctx| {
         let set = set.clone();

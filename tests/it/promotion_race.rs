@@ -177,7 +177,7 @@ async fn a_worker_with_failing_keyed_jobs_strands_no_key() {
     let set = dbs.migrated(&config).await;
     let shard = set.get(0).clone();
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let mut handlers = shardq::HandlerRegistry::new();
+    let mut handlers = shardq::HandlerRegistry::with_builtins();
     handlers.register("flaky", |ctx| async move {
         if ctx.payload["fail"] == json!(true) && ctx.attempt == 1 {
             return Err("first attempt fails".into());

@@ -182,7 +182,7 @@ async fn a_job_whose_outcome_is_refused_for_good_returns_by_its_lease() {
         .await
         .unwrap();
 
-    let worker = Worker::new(config, set.clone(), HandlerRegistry::new());
+    let worker = Worker::new(config, set.clone(), HandlerRegistry::with_builtins());
     let stats = worker.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));

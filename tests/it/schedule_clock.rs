@@ -84,10 +84,14 @@ async fn a_worker_clock_ahead_skips_no_tick_that_has_not_happened_yet() {
     assert!(schedules::register(shard, NAME, start).await.unwrap());
 
     let shutdown = CancellationToken::new();
-    let worker = Worker::new(config.clone(), set.clone(), HandlerRegistry::new())
-        .scheduler_clock_ahead(AHEAD)
-        .schedule(per_second())
-        .unwrap();
+    let worker = Worker::new(
+        config.clone(),
+        set.clone(),
+        HandlerRegistry::with_builtins(),
+    )
+    .scheduler_clock_ahead(AHEAD)
+    .schedule(per_second())
+    .unwrap();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     wait_until(Duration::from_secs(30), "ticks are enqueued", || async {
         let last = schedules::last_tick(shard, NAME).await.unwrap().unwrap().at;

@@ -37,9 +37,13 @@ async fn run_until(
     let shutdown = CancellationToken::new();
     let mut running = tokio::task::JoinSet::new();
     for _ in 0..workers {
-        let worker = Worker::new(config.clone(), set.clone(), HandlerRegistry::new())
-            .schedule(schedule.clone())
-            .unwrap();
+        let worker = Worker::new(
+            config.clone(),
+            set.clone(),
+            HandlerRegistry::with_builtins(),
+        )
+        .schedule(schedule.clone())
+        .unwrap();
         running.spawn(worker.run(shutdown.clone()));
     }
     let home = home(set);
@@ -128,7 +132,7 @@ async fn a_worker_refuses_a_second_schedule_of_the_same_name() {
         "[[schedules]]\nname = \"new-year\"\ncron = \"@yearly\"\nqueue = \"q\"\nhandler = \"noop\"\n",
     );
     let set = shardq::shards::ShardSet::connect(&config).unwrap();
-    let err = Worker::new(config, set, HandlerRegistry::new())
+    let err = Worker::new(config, set, HandlerRegistry::with_builtins())
         .schedule(yearly(Missed::Skip))
         .err()
         .expect("a duplicate is refused");

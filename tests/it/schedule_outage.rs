@@ -80,11 +80,15 @@ async fn a_frozen_shards_ticks_come_late_once_and_the_other_shard_keeps_time() {
     let stop = CancellationToken::new();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..2 {
-        let worker = Worker::new(config.clone(), set.clone(), HandlerRegistry::new())
-            .schedule(on_healthy.clone())
-            .unwrap()
-            .schedule(on_frozen.clone())
-            .unwrap();
+        let worker = Worker::new(
+            config.clone(),
+            set.clone(),
+            HandlerRegistry::with_builtins(),
+        )
+        .schedule(on_healthy.clone())
+        .unwrap()
+        .schedule(on_frozen.clone())
+        .unwrap();
         workers.spawn(worker.run(stop.clone()));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;

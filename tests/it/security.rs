@@ -7,9 +7,9 @@ use crate::common;
 use common::count_status;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use shardq::config::Config;
-use shardq::local::EphemeralServer;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker, WorkerReport};
+use shardq_local::EphemeralServer;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -179,7 +179,7 @@ async fn enqueue_and_drain(config: &Config, shards: &ShardSet, n: usize) -> Work
         .map(|i| NewJob::new("default", "step", serde_json::json!({ "i": i })))
         .collect();
     client.enqueue_many(jobs).await.expect("enqueue");
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     // A durable step too, so workflow_steps is read and written.
     registry.register("step", |ctx| async move {
         let i = ctx.payload["i"].as_i64().unwrap_or(0);

@@ -90,7 +90,7 @@ queues = [\"sick\"]
 struct Runs(Mutex<HashMap<JobId, u32>>);
 
 fn registry(runs: Arc<Runs>) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     registry.register("record", move |ctx| {
         let runs = runs.clone();
         async move {
@@ -166,7 +166,7 @@ trait Sickness {
 
 /// The sick shard's whole server SIGSTOPped: connections stay open, nothing
 /// answers.
-struct Frozen<'a>(&'a shardq::local::EphemeralServer);
+struct Frozen<'a>(&'a shardq_local::EphemeralServer);
 
 impl Sickness for Frozen<'_> {
     fn fall_sick(&self) {
@@ -185,11 +185,11 @@ impl Sickness for Frozen<'_> {
 
 /// The sick shard's server stopped (clients disconnected) and started
 /// again on the same port: refused while down, then new connections.
-struct Restarting<'a>(&'a shardq::local::EphemeralServer);
+struct Restarting<'a>(&'a shardq_local::EphemeralServer);
 
 impl Sickness for Restarting<'_> {
     fn fall_sick(&self) {
-        self.0.stop(shardq::local::StopMode::Fast).expect("stop");
+        self.0.stop(shardq_local::StopMode::Fast).expect("stop");
     }
     fn get_well(&self) {
         tokio::task::block_in_place(|| self.0.start_again()).expect("start again");

@@ -1406,7 +1406,7 @@ async fn kind_classifies_lock_timeout_cancel_and_a_stopped_server() {
 
     // A stopped server.
     pg.servers[0]
-        .stop(shardq::local::StopMode::Immediate)
+        .stop(shardq_local::StopMode::Immediate)
         .unwrap();
     let mut kinds = Vec::new();
     for _ in 0..3 {

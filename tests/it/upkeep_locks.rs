@@ -97,7 +97,12 @@ async fn a_held_key_lock_stops_neither_recovery_of_other_jobs_nor_promotion() {
 
     let stop = CancellationToken::new();
     let worker = tokio::spawn(
-        Worker::new(config.clone(), set.clone(), HandlerRegistry::new()).run(stop.clone()),
+        Worker::new(
+            config.clone(),
+            set.clone(),
+            HandlerRegistry::with_builtins(),
+        )
+        .run(stop.clone()),
     );
     wait_until(
         Duration::from_secs(30),

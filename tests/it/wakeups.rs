@@ -75,7 +75,7 @@ async fn an_idle_worker_wakes_for_a_new_job_and_for_a_freed_key() {
     let config = shards.config("[dequeue]\nidle_poll_ms = 60000\n\n[worker]\nqueues = [\"q\"]\n");
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let mut handlers = shardq::HandlerRegistry::new();
+    let mut handlers = shardq::HandlerRegistry::with_builtins();
     handlers.register("slow", |_ctx| async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         Ok(serde_json::Value::Null)
@@ -130,7 +130,11 @@ async fn a_caught_up_target_waits_for_its_next_wake_up() {
     let config = shards.config("[dequeue]\nidle_poll_ms = 60000\n\n[worker]\nqueues = [\"q\"]\n");
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
-    let worker = shardq::Worker::new(config.clone(), set.clone(), shardq::HandlerRegistry::new());
+    let worker = shardq::Worker::new(
+        config.clone(),
+        set.clone(),
+        shardq::HandlerRegistry::with_builtins(),
+    );
     let stats = worker.stats();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));

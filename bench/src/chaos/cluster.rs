@@ -10,10 +10,10 @@ use super::profile::Profile;
 use super::sql;
 use anyhow::{Context, Result};
 use shardq::config::Config;
-use shardq::local::LocalServer;
 use shardq::shards::ShardSet;
 use shardq_harness::lossy_proxy::{Fault as ProxyFault, LossyProxy};
 use shardq_harness::LocalCluster;
+use shardq_local::LocalServer;
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,12 +31,13 @@ const POOL_SIZE: usize = 8;
 /// Worker settings of the chaos fleet, appended to the shard list; the
 /// placeholders come from the profile's [`super::profile::Tuning`].
 const WORKER_SETTINGS: &str = r#"
-[dequeue]
-# A restarted shard is retried within a second, not after up to 10 s.
-unhealthy_backoff_max_ms = 1000
+[database]
 connect_timeout_ms = 2000
 # A frozen shard's statements give up within a second.
 statement_timeout_ms = 1000
+[dequeue]
+# A restarted shard is retried within a second, not after up to 10 s.
+unhealthy_backoff_max_ms = 1000
 {dequeue_extra}
 [worker]
 queues = {queues}

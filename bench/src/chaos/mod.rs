@@ -158,7 +158,7 @@ const SAMPLE_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A client over the servers' own URLs with statements given up after `timeout`.
 fn own_client(cluster: &Cluster, timeout: Duration) -> Result<Client> {
     let mut own = cluster.config.clone();
-    own.dequeue.statement_timeout = timeout;
+    own.database.statement_timeout = timeout;
     Ok(Client::from_shards(
         ShardSet::connect(&own)?,
         own.limits.clone(),

@@ -46,7 +46,7 @@ pub async fn run(config: Config) -> Result<()> {
 
 /// The noop handler plus [`WORKFLOW_HANDLER`] and [`keyed::HANDLER`].
 pub fn registry(shards: ShardSet) -> HandlerRegistry {
-    let mut registry = HandlerRegistry::new();
+    let mut registry = HandlerRegistry::with_builtins();
     let for_keyed = shards.clone();
     registry.register(WORKFLOW_HANDLER, move |ctx| workflow(shards.clone(), ctx));
     registry.register(keyed::HANDLER, move |ctx| {

@@ -5,9 +5,9 @@
 use crate::procfs;
 use anyhow::{Context, Result};
 use shardq::config::Backoff;
-use shardq::local::EphemeralServer;
 use shardq::shards::{Shard, ShardSet};
 use shardq::{Client, NewJob};
+use shardq_local::EphemeralServer;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

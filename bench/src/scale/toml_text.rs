@@ -82,6 +82,6 @@ mod tests {
         assert_eq!(c.shards[1].name, "b\"q");
         assert_eq!(c.shards[0].pool_size, 9);
         assert_eq!(c.worker.queues, vec!["scale".to_string()]);
-        assert!(c.dequeue.lock_timeout.is_zero());
+        assert!(c.database.lock_timeout.is_zero());
     }
 }

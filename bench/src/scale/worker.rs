@@ -41,7 +41,7 @@ pub async fn run(config: Config) -> Result<()> {
     if go_rx.await.is_err() {
         return Ok(()); // stdin closed before `go`: the bench gave up.
     }
-    let worker = Worker::new(config, shards, HandlerRegistry::new());
+    let worker = Worker::new(config, shards, HandlerRegistry::with_builtins());
     let stats = worker.stats();
     let sampling = CancellationToken::new();
     let sampler = tokio::spawn(sample(stats.clone(), sampling.clone()));

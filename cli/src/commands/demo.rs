@@ -15,7 +15,7 @@ pub async fn run(mut config: Config, jobs: usize) -> Result<()> {
         opts.shards,
         opts.root.display()
     );
-    shardq::local::up(&opts).await?;
+    shardq_local::up(&opts).await?;
     migrate(&config).await?;
     let client = Client::new(&config)?;
     let started = Instant::now();

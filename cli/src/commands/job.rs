@@ -3,8 +3,8 @@
 use crate::args::JobAction;
 use anyhow::{bail, Result};
 use shardq::config::Config;
-use shardq::store::JobStatus;
 use shardq::Client;
+use shardq::JobStatus;
 
 pub async fn run(config: &Config, action: JobAction) -> Result<()> {
     let client = Client::new(config)?;

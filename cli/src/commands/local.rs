@@ -3,7 +3,7 @@
 use crate::args::LocalAction;
 use anyhow::Result;
 use shardq::config::Config;
-use shardq::local::{self, LocalOptions};
+use shardq_local::{self as local, LocalOptions};
 
 pub fn options(config: &Config, shards: Option<usize>) -> LocalOptions {
     LocalOptions {

@@ -45,7 +45,11 @@ pub async fn run_worker(
         // Told to stop before it started: the worker below ends at once.
         _ = shutdown.cancelled() => {}
     }
-    let worker = Worker::new(config, shards, HandlerRegistry::new()).stop_when_empty(until_empty);
+    // `shardq worker` runs the built-in `noop` and `sleep` handlers (what
+    // `shardq demo`, `shardq enqueue` and the benchmarks enqueue); an
+    // embedder's `HandlerRegistry::new()` starts empty.
+    let handlers = HandlerRegistry::with_builtins();
+    let worker = Worker::new(config, shards, handlers).stop_when_empty(until_empty);
     let serving = CancellationToken::new();
     if let Some(addr) = metrics_addr {
         let metrics = worker.metrics();

@@ -3,10 +3,10 @@
 //! run, and the counts straight from the tables to check the pages against.
 #![allow(dead_code)]
 
-use shardq::local::{create_database, EphemeralServer};
 use shardq::shards::ShardSet;
 use shardq::{Client, Config, HandlerRegistry, JobId, NewJob, OnDuplicate, Worker};
 use shardq_dashboard::DashboardOptions;
+use shardq_local::{create_database, EphemeralServer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -158,7 +158,7 @@ impl Handlers {
     }
 
     pub fn registry(&self) -> HandlerRegistry {
-        let mut registry = HandlerRegistry::new();
+        let mut registry = HandlerRegistry::with_builtins();
         registry.register("ok", |_| async { Ok(serde_json::json!({"done": true})) });
         let failing = self.failing.clone();
         registry.register("flaky", move |_| {

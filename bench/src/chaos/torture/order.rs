@@ -115,8 +115,8 @@ mod tests {
     use super::super::super::sql;
     use super::HANDLER;
     use shardq::config::Config;
-    use shardq::local::EphemeralServer;
     use shardq::shards::ShardSet;
+    use shardq_local::EphemeralServer;
 
     /// A succeeded keyed job of queue q, key `key`, after `attempts` attempts.
     const JOB_INSERT: &str = "INSERT INTO workflow_status \

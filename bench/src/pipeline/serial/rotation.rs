@@ -151,9 +151,6 @@ mod tests {
             claim_budget_max: Duration::from_millis(250),
             busy_backoff: b(2, 16),
             unhealthy_backoff: b(100, 1000),
-            lock_timeout: Duration::from_secs(1),
-            connect_timeout: Duration::from_secs(1),
-            statement_timeout: Duration::from_secs(10),
         }
     }
 

@@ -156,3 +156,8 @@ fn start_failure_reports_the_log() {
         "{text}"
     );
 }
+
+#[test]
+fn identifiers_are_quoted_with_their_quotes_doubled() {
+    assert_eq!(super::quote_ident(r#"a"b"#), r#""a""b""#);
+}

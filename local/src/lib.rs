@@ -13,7 +13,11 @@ mod tests;
 
 use std::path::PathBuf;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
+
+/// Whether a database of that name exists (`$1`: the name).
+const DATABASE_EXISTS: &str = "SELECT 1 FROM pg_database WHERE datname = $1";
 
 pub use ephemeral::EphemeralServer;
 pub use error::LocalError;
@@ -103,10 +107,32 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), LocalErr
             tracing::debug!(error = %e, "admin connection ended with an error");
         }
     });
-    crate::store::server::create_database(&client, name)
+    create_if_absent(&client, name)
         .await
         .map_err(pg_err(format!("create database {name}")))?;
     drop(client);
     let _ = connection.await;
     Ok(())
+}
+
+/// `CREATE DATABASE name` unless it exists; one created by someone else
+/// between the check and the create counts as created.
+async fn create_if_absent(
+    admin: &tokio_postgres::Client,
+    name: &str,
+) -> Result<(), tokio_postgres::Error> {
+    if admin.query_opt(DATABASE_EXISTS, &[&name]).await?.is_some() {
+        return Ok(());
+    }
+    // CREATE DATABASE takes no bind parameters: the name is quoted instead.
+    let create = format!("CREATE DATABASE {}", quote_ident(name));
+    match admin.batch_execute(&create).await {
+        Err(e) if e.code() == Some(&SqlState::DUPLICATE_DATABASE) => Ok(()),
+        other => other,
+    }
+}
+
+/// Quotes `name` as an SQL identifier.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }

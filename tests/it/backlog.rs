@@ -161,8 +161,8 @@ fn table_scans<'a>(node: &'a Value, out: &mut Vec<&'a Value>) {
 async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
     use shardq::config::{Backoff, DequeueMode};
     use shardq::job::{Completion, Outcome};
-    use shardq_local::StopMode;
     use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany};
+    use shardq_local::StopMode;
 
     const READY: i64 = 30;
     const DELAYED: i64 = 4;

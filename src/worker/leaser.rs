@@ -1,7 +1,8 @@
 //! The leaser: keeps the leases of every job this process holds (buffered,
 //! running, or waiting to be written) alive, every third of the lease (a
-//! failed extension is tried again at the next pass), and asks, every second, which of them were cancelled: a running handler is
-//! told, an unstarted job is released (and written as cancelled) instead of
+//! failed extension is tried again at the next pass), and asks, every
+//! second, which of them were cancelled: a running handler is told, an
+//! unstarted job is released (and written as cancelled) instead of
 //! run. Both go by the ids the process holds (primary-key probes), never by
 //! walking the shard's running rows. A process that dies stops extending, and
 //! its jobs are recovered once their leases expire.

@@ -65,14 +65,14 @@ pub(crate) async fn run_slot(
 ) -> mpsc::Receiver<ClaimedJob> {
     let mut held_back = HeldBack::default();
     loop {
-        // Biased: stop first, then keyed work, so a key's queue never waits
-        // behind unkeyed jobs that other slots could take.
+        // Biased: stop first, then the inputs.
         let job = tokio::select! {
             biased;
             _ = stop.cancelled() => return own,
-            Some(job) = own.recv() => job,
-            Ok(job) = shared.recv() => job,
-            else => return own,
+            job = next_job(&mut own, &shared) => match job {
+                Some(job) => job,
+                None => return own,
+            },
         };
         executor.shared.stats.metrics.unbuffered(1);
         let completion = if held_back.holds(&job) {
@@ -91,6 +91,28 @@ pub(crate) async fn run_slot(
         if completions.send(completion).await.is_err() {
             return own;
         }
+    }
+}
+
+/// The next job of a slot: keyed work first, so a key's queue never waits
+/// behind unkeyed jobs that other slots could take; `None` once both inputs
+/// are closed and drained. Its own `select!`, apart from the stop: a
+/// `select!` falls to `else` only when every branch is disabled, and the
+/// stop branch never is, so beside it a slot whose inputs closed waited
+/// forever.
+///
+/// # Cancel safety
+///
+/// Cancel safe: both receives are.
+async fn next_job(
+    own: &mut mpsc::Receiver<ClaimedJob>,
+    shared: &async_channel::Receiver<ClaimedJob>,
+) -> Option<ClaimedJob> {
+    tokio::select! {
+        biased;
+        Some(job) = own.recv() => Some(job),
+        Ok(job) = shared.recv() => Some(job),
+        else => None,
     }
 }
 
@@ -331,6 +353,35 @@ mod tests {
             "A's later jobs wait behind A1's retry; B's job runs"
         );
         assert_eq!(*calls.lock().unwrap(), vec!["A1", "B2"]);
+    }
+
+    /// A slot whose two inputs are closed (every producer gone) and drained
+    /// returns by itself, with its stop token never cancelled: the pipeline
+    /// relies on it to learn that the slots are done.
+    #[tokio::test]
+    async fn a_slot_returns_when_both_of_its_inputs_close() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (own_tx, own_rx) = mpsc::channel(8);
+        let (shared_tx, shared_rx) = async_channel::bounded::<ClaimedJob>(8);
+        let (done_tx, mut done_rx) = mpsc::channel(8);
+        own_tx.send(job(1, "A", "k", 1, false)).await.unwrap();
+        let stop = CancellationToken::new();
+        let slot = tokio::spawn(run_slot(
+            executor(calls.clone()),
+            own_rx,
+            shared_rx,
+            done_tx,
+            stop.clone(),
+        ));
+        drop((own_tx, shared_tx));
+        // Generous: the slot has one job to run and then nothing to wait for.
+        let returned = tokio::time::timeout(Duration::from_secs(30), slot).await;
+        assert!(
+            returned.is_ok(),
+            "the slot must return once both inputs are closed and drained"
+        );
+        assert!(done_rx.recv().await.is_some(), "the job in hand was run");
+        assert!(!stop.is_cancelled());
     }
 
     #[test]

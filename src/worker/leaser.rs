@@ -1,7 +1,8 @@
 //! The leaser: keeps the leases of every job this process holds (buffered,
-//! running, or waiting to be written) alive, every third of the lease, and
-//! asks, every second, which of them were cancelled: a running handler is
-//! told, an unstarted job is released (and written as cancelled) instead of
+//! running, or waiting to be written) alive, every third of the lease (a
+//! failed extension is tried again at the next pass), and asks, every
+//! second, which of them were cancelled: a running handler is told, an
+//! unstarted job is released (and written as cancelled) instead of
 //! run. Both go by the ids the process holds (primary-key probes), never by
 //! walking the shard's running rows. A process that dies stops extending, and
 //! its jobs are recovered once their leases expire.
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Extensions per lease period: a lease survives two failed extensions in a row.
+/// Extensions per lease period: a lease outlives an outage of its shard of up
+/// to two of these periods (less a pass, see [`ExtensionClock`]).
 const EXTENSIONS_PER_LEASE: u32 = 3;
 
 /// How long, in statement deadlines after a claim lost its reply, the leaser
@@ -74,25 +76,71 @@ async fn shard_loop(
     stop: CancellationToken,
 ) {
     let lease = config.lease;
-    let extend_every = lease / EXTENSIONS_PER_LEASE;
+    let mut clock = ExtensionClock::new(lease, Instant::now());
     let shard = shared.shards.get(index).clone();
-    let mut last_extension = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(CANCEL_POLL_INTERVAL.min(extend_every)) => {}
+            _ = tokio::time::sleep(clock.tick()) => {}
         }
         release_orphans(&config, &shared, &shard).await;
         let held = shared.running.on(index);
         if held.is_empty() {
-            last_extension = Instant::now();
+            clock.nothing_held(Instant::now());
             continue;
         }
-        if last_extension.elapsed() >= extend_every {
-            last_extension = Instant::now();
-            extend(&shared, &shard, &held, lease).await;
+        if clock.due(Instant::now()) {
+            let tried = Instant::now();
+            let ok = extend(&shared, &shard, &held, lease).await;
+            clock.tried(tried, ok);
         }
         poll_cancellations(&shared, &shard, &held).await;
+    }
+}
+
+/// When a shard's held leases are extended next, without I/O: a third of the
+/// lease after the last extension that succeeded, then at every pass until
+/// one does. So a lease outlives an outage of its shard of up to two thirds
+/// of the lease less a pass, whenever in the period the outage begins.
+#[derive(Debug, Clone, Copy)]
+struct ExtensionClock {
+    every: Duration,
+    tick: Duration,
+    last: Instant,
+}
+
+impl ExtensionClock {
+    fn new(lease: Duration, now: Instant) -> Self {
+        let every = lease / EXTENSIONS_PER_LEASE;
+        ExtensionClock {
+            every,
+            tick: CANCEL_POLL_INTERVAL.min(every),
+            last: now,
+        }
+    }
+
+    /// How long the loop sleeps between passes.
+    fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// No job held: the next one claimed gets a whole period first.
+    fn nothing_held(&mut self, now: Instant) {
+        self.last = now;
+    }
+
+    /// Whether an extension is due at `now`.
+    fn due(&self, now: Instant) -> bool {
+        now.duration_since(self.last) >= self.every
+    }
+
+    /// An extension sent at `at` succeeded (`ok`) or failed. A failed one
+    /// stays due, so it is tried again at the next pass (a tick later), not
+    /// a period later: a period after a failed try can be the lease's end.
+    fn tried(&mut self, at: Instant, ok: bool) {
+        if ok {
+            self.last = at;
+        }
     }
 }
 
@@ -156,19 +204,24 @@ async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) 
     }
 }
 
+/// Extends the leases of `held` on `shard`; whether that succeeded.
 async fn extend(
     shared: &Shared,
     shard: &Shard,
     held: &[(crate::job::JobId, i64)],
     lease: Duration,
-) {
+) -> bool {
     let extension = ExtendLeases {
         owner: &shared.owner,
         held,
         lease,
     };
-    if let Err(err) = jobs::extend_leases(shard, extension).await {
-        tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+    match jobs::extend_leases(shard, extension).await {
+        Ok(_) => true,
+        Err(err) => {
+            tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+            false
+        }
     }
 }
 
@@ -179,5 +232,62 @@ async fn poll_cancellations(shared: &Shared, shard: &Shard, held: &[(crate::job:
         Err(err) => {
             tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard refuses from just before an extension is due until a little
+    /// more than a period later: the first two tries fail. The lease (9 s,
+    /// extended every 3 s) must be extended again before it runs out, as
+    /// soon as the shard answers, not a whole period after the last failed
+    /// try (that lands on the lease's end: the lease survived one failed
+    /// extension, not two).
+    #[test]
+    fn a_failed_extension_is_tried_again_at_the_next_pass() {
+        let lease = Duration::from_secs(9);
+        let start = Instant::now();
+        let mut clock = ExtensionClock::new(lease, start);
+        // The lease as the shard last extended it, at `start`.
+        let expires = start + lease;
+        let refused = start + Duration::from_millis(2_900)..start + Duration::from_millis(6_500);
+        // Each pass takes a little longer than a tick (its statements).
+        let pass = clock.tick() + Duration::from_millis(20);
+        let mut now = start;
+        let mut extended_at = None;
+        while now < expires && extended_at.is_none() {
+            now += pass;
+            if clock.due(now) {
+                let ok = !refused.contains(&now);
+                clock.tried(now, ok);
+                if ok && now > refused.start {
+                    extended_at = Some(now);
+                }
+            }
+        }
+        let at = extended_at.expect("an extension after the refusal");
+        assert!(
+            at < expires,
+            "extended {:?} after the lease's end",
+            at - expires
+        );
+        assert!(
+            at < refused.end + clock.tick() * 2,
+            "extended {:?} after the shard answered again",
+            at - refused.end
+        );
+    }
+
+    #[test]
+    fn extensions_are_a_third_of_the_lease_apart_while_they_succeed() {
+        let start = Instant::now();
+        let mut clock = ExtensionClock::new(Duration::from_secs(6), start);
+        assert!(!clock.due(start + Duration::from_millis(1_999)));
+        assert!(clock.due(start + Duration::from_secs(2)));
+        clock.tried(start + Duration::from_secs(2), true);
+        assert!(!clock.due(start + Duration::from_secs(3)));
+        assert!(clock.due(start + Duration::from_secs(4)));
     }
 }

@@ -3,6 +3,7 @@
 //! counted as unexpected (a crash) and replaced too. A worker may be stopped
 //! (SIGSTOP) for a while; it is left alone by the kills until it continues.
 
+use super::torture::ticks::AHEAD_ENV;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -24,6 +25,8 @@ struct Worker {
     proc: Proc,
     /// SIGSTOPped by the stop fault, not yet continued.
     paused: bool,
+    /// Runs the torture schedule with its scheduler clock ahead.
+    skewed: bool,
 }
 
 /// The running workers and what happened to them.
@@ -39,11 +42,21 @@ pub struct Fleet {
     pub unexpected: Vec<String>,
     /// Workers stopped for longer than their lease.
     pub lost_leases: Vec<u32>,
+    /// Torture: one worker at a time (a replacement when it goes) runs the
+    /// schedule with its scheduler clock this far ahead.
+    skew: Option<chrono::TimeDelta>,
 }
 
 impl Fleet {
-    /// Starts `count` workers of this executable over `config`, logging under `logs`.
-    pub fn start(config: PathBuf, logs: PathBuf, count: usize) -> Result<Fleet> {
+    /// Starts `count` workers of this executable over `config`, logging
+    /// under `logs`; with `skew`, one of them at a time is the skewed
+    /// scheduler (see `torture::ticks`).
+    pub fn start(
+        config: PathBuf,
+        logs: PathBuf,
+        count: usize,
+        skew: Option<chrono::TimeDelta>,
+    ) -> Result<Fleet> {
         let exe = std::env::current_exe().context("cannot find the shardq-bench executable")?;
         let mut fleet = Fleet {
             exe,
@@ -54,6 +67,7 @@ impl Fleet {
             killed: 0,
             unexpected: Vec::new(),
             lost_leases: Vec::new(),
+            skew,
         };
         for _ in 0..count {
             fleet.spawn()?;
@@ -74,6 +88,14 @@ impl Fleet {
             .arg(&self.config)
             .arg("chaos-worker")
             .stdin(Stdio::null());
+        // The first worker, and the replacement of a skewed one that went.
+        let skewed = match self.skew {
+            Some(ahead) if !self.workers.iter().any(|w| w.skewed) => {
+                command.env(AHEAD_ENV, ahead.num_seconds().to_string());
+                true
+            }
+            _ => false,
+        };
         // Killed on drop: if `shardq-bench chaos` fails, its workers die with it.
         let proc = Proc::spawn(command, self.log_path(number), true)
             .context("cannot start a chaos worker")?;
@@ -83,6 +105,7 @@ impl Fleet {
             number,
             proc,
             paused: false,
+            skewed,
         });
         Ok(pid)
     }

@@ -9,8 +9,9 @@
 //! `--torture` widens it (see [`profile`] and [`torture`]): two queues that
 //! share key strings, keyed jobs that fail and retry, delayed jobs promoted
 //! every 50 ms, small buffers, completion stalls, stopped workers, a shard
-//! frozen, slow, silent and refusing; invariants sampled every second, per-key
-//! order checked afterwards, and any stall of a healthy shard fails the run.
+//! frozen, slow, silent and refusing, a scheduler whose clock runs minutes
+//! ahead; invariants sampled every second, per-key order and the scheduled
+//! ticks checked afterwards, and any stall of a healthy shard fails the run.
 //!
 //! ```text
 //! setup ─> fault phase (enqueue + faults) ─> drain ─> stop workers ─> check ─> teardown
@@ -219,10 +220,17 @@ async fn run_on(
     // The enqueuer and the checks: the workers' 1 s statement deadline is too
     // short for the checks' scans over the whole run's rows.
     let client = own_client(cluster, CHECK_STATEMENT_TIMEOUT)?;
+    // The skewed scheduler's ticks are counted from here, by the database's clock.
+    let ticks_from = match profile {
+        Profile::Torture => Some(torture::ticks::db_now(&client).await?),
+        Profile::Chaos => None,
+    };
+    let skew = ticks_from.map(|_| torture::ticks::AHEAD);
     let fleet = Mutex::new(Fleet::start(
         cluster.config_path.clone(),
         cluster.log_dir(),
         args.workers,
+        skew,
     )?);
     let phase = Duration::from_secs(args.duration_s);
     let started = Instant::now();
@@ -269,22 +277,28 @@ async fn run_on(
         Some(monitors) => Some(monitors.finish().await?),
         None => None,
     };
+    // The skewed scheduler's ticks are expected until here.
+    let ticks_until = match ticks_from {
+        Some(_) => Some(torture::ticks::db_now(&client).await?),
+        None => None,
+    };
     let mut fleet = fleet.into_inner();
     fleet.stop(fleet::STOP_GRACE).await?;
     if args.inject_violations {
         inject::inject(&client, &load).await?;
     }
     let checks = verify::check(&client, queues, &load).await?;
-    let torture = match monitored {
-        Some((mut samples, progress)) => Some(TortureReport {
+    let torture = match (monitored, ticks_from.zip(ticks_until)) {
+        (Some((mut samples, progress)), Some((from, until))) => Some(TortureReport {
             order: torture::order::check(&client, &load, &fleet.lost_leases).await?,
+            ticks: torture::ticks::check(&client, from, until).await?,
             samples: {
                 samples.judge(&events);
                 samples
             },
             stalls: torture::progress::stalls(&progress, &events),
         }),
-        None => None,
+        _ => None,
     };
     let elapsed_s = end.duration_since(started).as_secs_f64();
     let skipped_faults = args.skip_faults.clone();

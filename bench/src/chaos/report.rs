@@ -6,6 +6,7 @@ use super::profile::Profile;
 use super::torture::order::OrderChecks;
 use super::torture::progress::{Stall, HEALTHY_LAG_LIMIT, HEALTHY_STALL_LIMIT};
 use super::torture::sampler::Samples;
+use super::torture::ticks::TickChecks;
 use super::verify::Checks;
 use serde::Serialize;
 
@@ -48,6 +49,10 @@ pub const HEALTHY_STALLS: &str = "healthy shards stalled (> 10 s)";
 /// Torture invariant: no shard without a fault on it left due jobs
 /// unpromoted or expired leases unrecovered.
 pub const HEALTHY_LAGS: &str = "healthy shards' upkeep behind (> 10 s)";
+/// Ticks of the schedule run by the worker whose scheduler clock is ahead.
+pub const TICKS_EXPECTED: &str = "scheduled ticks due (clock ahead)";
+/// Of them (and of those enqueued): dropped, run twice, early, late start.
+pub const TICKS_WRONG: &str = "ticks dropped/doubled (clock ahead)";
 
 /// What the run was asked to do.
 #[derive(Debug, Clone, Serialize)]
@@ -144,6 +149,8 @@ pub struct TortureReport {
     pub samples: Samples,
     /// Each shard's longest stall outside its faults.
     pub stalls: Vec<Stall>,
+    /// The ticks of the scheduler whose clock ran ahead.
+    pub ticks: TickChecks,
 }
 
 impl Summary {
@@ -201,6 +208,8 @@ impl Summary {
                 must_be(SAMPLE_VIOLATIONS, t.samples.violations, 0),
                 must_be(HEALTHY_STALLS, stalled as u64, 0),
                 must_be(HEALTHY_LAGS, lagging as u64, 0),
+                at_least(TICKS_EXPECTED, t.ticks.expected, 1),
+                must_be(TICKS_WRONG, t.ticks.wrong(), 0),
             ]);
         }
         self
@@ -295,6 +304,7 @@ impl Summary {
                 .iter()
                 .chain(&t.samples.first)
                 .chain(&t.samples.first_unanswered)
+                .chain(&t.ticks.examples)
         });
         for what in self
             .unexpected_exits
@@ -344,6 +354,15 @@ impl TortureReport {
         line(
             "staleness threshold (ms)",
             self.samples.stale_after_ms.to_string(),
+        );
+        let t = &self.ticks;
+        line(
+            "scheduled ticks enqueued (clock ahead)",
+            format!("{} of {}", t.enqueued, t.expected),
+        );
+        line(
+            "  dropped / doubled / early",
+            format!("{} / {} / {}", t.dropped, t.doubled, t.early),
         );
         for (name, n) in &self.samples.by_invariant {
             println!("  violated in samples: {name}: {n}");

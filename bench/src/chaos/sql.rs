@@ -301,3 +301,9 @@ pub const INJECT_MISSING_STEP: &str = concat!(
     "DELETE FROM workflow_steps s USING victim v \
     WHERE s.shard_key = v.shard_key AND s.workflow_id = v.id AND s.step_name = $4"
 );
+
+/// The jobs of the scheduled ticks in queue $1, one row per tick (its dedup
+/// id) with how many jobs it has and when (the server's clock) the first
+/// was written.
+pub const TICK_JOBS: &str = "SELECT dedup_id, count(*), min(created_at) \
+    FROM workflow_status WHERE queue = $1 GROUP BY dedup_id";

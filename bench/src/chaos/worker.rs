@@ -4,8 +4,8 @@
 //! logs when each attempt starts and finishes; it stops gracefully on SIGTERM.
 
 use super::sql;
-use super::torture::keyed;
-use anyhow::Result;
+use super::torture::{keyed, ticks};
+use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::shards::ShardSet;
 use shardq::worker::{HandlerError, HandlerResult};
@@ -38,10 +38,32 @@ pub async fn run(config: Config) -> Result<()> {
     let shards = ShardSet::connect(&config)?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal_or_orphan(shutdown.clone()));
-    let worker = Worker::new(config, shards.clone(), registry(shards));
+    let mut worker = Worker::new(config, shards.clone(), registry(shards));
+    if let Some(ahead) = skewed_scheduler()? {
+        tracing::info!(
+            ahead_s = ahead.num_seconds(),
+            schedule = ticks::NAME,
+            "this worker runs the schedule with its scheduler clock ahead"
+        );
+        worker = worker
+            .scheduler_clock_ahead(ahead)
+            .schedule(ticks::schedule())?;
+    }
     let report = worker.run(shutdown).await;
     tracing::info!(report = %serde_json::to_string(&report)?, "chaos worker stopped");
     Ok(())
+}
+
+/// How far ahead this worker's scheduler clock runs, when it is the torture
+/// run's skewed scheduler ([`ticks::AHEAD_ENV`] set).
+fn skewed_scheduler() -> Result<Option<chrono::TimeDelta>> {
+    let Ok(text) = std::env::var(ticks::AHEAD_ENV) else {
+        return Ok(None);
+    };
+    let seconds: i64 = text
+        .parse()
+        .with_context(|| format!("{}={text:?} is not a number of seconds", ticks::AHEAD_ENV))?;
+    Ok(Some(chrono::TimeDelta::seconds(seconds)))
 }
 
 /// The noop handler plus [`WORKFLOW_HANDLER`] and [`keyed::HANDLER`].

@@ -1,20 +1,23 @@
 //! Load generation: noop (or `sleep`) jobs inserted straight onto each shard (the
-//! library's own insert statement), so the bench knows exactly how many each
-//! shard got even when one shard fails for a while. Either a burst (as fast
+//! library's own exactly-once insert: ids first, then the rows under them), so
+//! the bench knows exactly how many each shard got even when one shard fails
+//! or loses a reply for a while. Either a burst (as fast
 //! as the inserts go) or a fixed rate credited by real elapsed time.
 
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use shardq::job::NewJob;
 use shardq::router;
 use shardq::shards::{Shard, ShardError, ShardSet};
+use shardq::store::jobs::{self, NewRow};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
-/// Rows per insert statement.
+/// Jobs per insert call (the store writes them in statements of 5,000).
 const CHUNK: usize = 5_000;
 
 /// How often the rate enqueuer credits jobs.
@@ -50,42 +53,49 @@ fn job(job_ms: u64) -> (&'static str, Value) {
     }
 }
 
-/// Inserts one job per key on `shard` in one statement; all or nothing.
-async fn insert(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) -> Result<u64, ShardError> {
-    let db = shard.client().await?;
-    let stmt = db
-        .prepare_cached(shardq::store::sql::JOB_INSERT_MANY)
-        .await
-        .map_err(|e| shard.query_error(e))?;
-    let n = keys.len();
+/// Inserts one job per key on `shard`, exactly once however often a try
+/// fails: the ids are taken first ([`jobs::reserve_ids`], which writes
+/// nothing), then the rows are written under them ([`jobs::insert_many_as`]);
+/// every try after the first skips the rows an earlier one wrote (its reply
+/// lost: a restarting or frozen shard), as the client's own enqueue does
+/// (`src/client/enqueue_once.rs`). So the bench's count of each shard's jobs
+/// is the rows there, and a lost reply is retried without a duplicate.
+/// Retries until the shard accepts (or [`GIVE_UP_AFTER`]); returns how many
+/// jobs it enqueued (all of `keys`).
+///
+/// Between the two statements nothing else writes these ids: they were
+/// taken from the shard's sequence for this call alone.
+async fn insert_retrying(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) -> Result<u64> {
     let (handler, payload) = job(job_ms);
-    let payloads: Vec<&Value> = vec![&payload; n];
-    let ordering: Vec<Option<&str>> = vec![None; n];
-    db.execute(
-        &stmt,
-        &[
-            &keys,
-            &vec![queue; n],
-            &vec![handler; n],
-            &ordering,
-            &vec![0i32; n],
-            &payloads,
-            &vec![0i64; n],
-            &vec![MAX_ATTEMPTS; n],
-        ],
-    )
-    .await
-    .map_err(|e| shard.query_error(e))
+    let new_job = NewJob::new(queue, handler, payload);
+    let rows: Vec<NewRow> = keys
+        .iter()
+        .map(|&shard_key| NewRow {
+            shard_key,
+            job: &new_job,
+            max_attempts: MAX_ATTEMPTS,
+        })
+        .collect();
+    let ids = retrying(shard, |_| jobs::reserve_ids(shard, keys.len())).await?;
+    retrying(shard, |again| {
+        jobs::insert_many_as(shard, &rows, &ids, again)
+    })
+    .await?;
+    Ok(keys.len() as u64)
 }
 
-/// Inserts `keys` on `shard`, retrying a failed statement until it succeeds
-/// (or [`GIVE_UP_AFTER`]).
-async fn insert_retrying(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) -> Result<u64> {
+/// Runs `op` until it succeeds, for up to [`GIVE_UP_AFTER`]; `op` is told
+/// whether an earlier try may have written something.
+async fn retrying<T, F, Fut>(shard: &Shard, mut op: F) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ShardError>>,
+{
     let started = Instant::now();
-    loop {
-        match insert(shard, queue, job_ms, keys).await {
-            Ok(n) => return Ok(n),
-            Err(err) if started.elapsed() < GIVE_UP_AFTER => {
+    for tries in 0u64.. {
+        match op(tries > 0).await {
+            Ok(value) => return Ok(value),
+            Err(err) if started.elapsed() < GIVE_UP_AFTER && !err.is_permanent() => {
                 tracing::debug!(error = %shardq::error_chain(&err), "insert failed; retrying");
                 tokio::time::sleep(RETRY_AFTER).await;
             }
@@ -96,6 +106,7 @@ async fn insert_retrying(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) 
             ),
         }
     }
+    unreachable!("the loop returns")
 }
 
 /// Enqueues `per_shard` jobs on each of the first `n` shards as fast as it
@@ -210,6 +221,63 @@ async fn inserter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardq::config::Config;
+    use shardq::local::EphemeralServer;
+    use shardq_harness::lossy_proxy::LossyProxy;
+
+    /// Inserts of the test: many statements, so that many replies can be lost.
+    const CALLS: usize = 60;
+    const KEYS_PER_CALL: usize = 20;
+    /// Chance that a reply after a commit is lost: high, so that a run
+    /// without one is all but impossible (0.7^120).
+    const DROP_PROBABILITY: f64 = 0.3;
+
+    /// The loader's count of a shard's jobs is the rows there, though the
+    /// shard loses the replies of committed inserts (as a restarting one
+    /// does): each insert whose reply was lost is retried without writing
+    /// its jobs a second time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_insert_whose_reply_was_lost_is_retried_without_a_duplicate() {
+        let server = EphemeralServer::start().await.expect("start postgres");
+        let port = server.server().port;
+        let proxy = LossyProxy::start(([127, 0, 0, 1], port).into());
+        let url = server
+            .url()
+            .replace(&format!(":{port}/"), &format!(":{}/", proxy.addr().port()));
+        let config =
+            Config::from_toml(&format!("[[shards]]\nname = \"s0\"\nurl = \"{url}\"\n")).unwrap();
+        let shards = ShardSet::connect(&config).unwrap();
+        shardq::migrate::migrate_all(&shards).await.unwrap();
+        let shard = shards.get(0);
+        proxy.set_drop_probability(DROP_PROBABILITY);
+        let mut counted = 0;
+        for _ in 0..CALLS {
+            let keys = keys_for(0, 1, KEYS_PER_CALL, &mut rand::thread_rng());
+            counted += insert_retrying(shard, "lost", 0, &keys).await.unwrap();
+        }
+        proxy.set_drop_probability(0.0);
+        assert!(proxy.dropped() > 0, "some replies were lost");
+        let db = shard.client().await.unwrap();
+        let rows: i64 = db
+            .query_one(
+                "SELECT count(*) FROM workflow_status WHERE queue = 'lost'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            counted,
+            (CALLS * KEYS_PER_CALL) as u64,
+            "every job counted once"
+        );
+        assert_eq!(
+            rows as u64,
+            counted,
+            "rows on the shard = jobs the loader counted ({} replies lost)",
+            proxy.dropped()
+        );
+    }
 
     #[test]
     fn keys_route_to_their_shard() {

@@ -30,6 +30,7 @@ mod fuzz;
 mod gating;
 mod heartbeat;
 mod job_span;
+mod lease_outage;
 mod lifecycle;
 mod lost_replies;
 mod metrics;

@@ -222,8 +222,8 @@ async fn inserter(
 mod tests {
     use super::*;
     use shardq::config::Config;
-    use shardq::local::EphemeralServer;
     use shardq_harness::lossy_proxy::LossyProxy;
+    use shardq_local::EphemeralServer;
 
     /// Inserts of the test: many statements, so that many replies can be lost.
     const CALLS: usize = 60;

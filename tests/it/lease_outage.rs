@@ -11,7 +11,7 @@
 //! value tells when its extension ran (`lease_expires_at - lease`). A lapse
 //! is an extension that ran after the previous value had passed.
 
-mod common;
+use crate::common;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use common::{wait_until, TestShards};

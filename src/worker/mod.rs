@@ -27,6 +27,9 @@ mod slot_control;
 mod stats;
 mod wakeup;
 
+#[cfg(test)]
+mod lease_telemetry_tests;
+
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
 pub use heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};

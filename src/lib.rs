@@ -19,6 +19,7 @@ pub mod schedule;
 pub mod session;
 pub mod shards;
 pub mod store;
+mod telemetry;
 pub mod tls;
 pub mod worker;
 

@@ -29,8 +29,10 @@ fn no_two_files_import_each_other() {
         let graph = ModuleGraph::read(&workspace.join(root), root_file);
         for graph in graph.levels() {
             for cycle in graph.cycles() {
-                let names: Vec<String> =
-                    cycle.iter().map(|m| format!("{root}/{}", graph.files[m])).collect();
+                let names: Vec<String> = cycle
+                    .iter()
+                    .map(|m| format!("{root}/{}", graph.files[m]))
+                    .collect();
                 loops.insert(format!("{} -> {}", names.join(" -> "), names[0]));
             }
         }
@@ -50,7 +52,11 @@ fn no_two_files_import_each_other() {
 fn the_checker_finds_a_loop_and_only_a_loop() {
     let dir = tempdir();
     write(&dir, "lib.rs", "mod a;\nmod b;\npub use a::A;\n");
-    write(&dir, "a/mod.rs", "mod inner;\npub struct A;\nuse inner::f;\n");
+    write(
+        &dir,
+        "a/mod.rs",
+        "mod inner;\npub struct A;\nuse inner::f;\n",
+    );
     write(
         &dir,
         "a/inner.rs",
@@ -68,7 +74,10 @@ fn the_checker_finds_a_loop_and_only_a_loop() {
         .into_iter()
         .map(|c| c.iter().map(|m| graph.files[m].clone()).collect())
         .collect();
-    assert_eq!(cycles, vec![vec!["a/mod.rs".to_string(), "a/inner.rs".to_string()]]);
+    assert_eq!(
+        cycles,
+        vec![vec!["a/mod.rs".to_string(), "a/inner.rs".to_string()]]
+    );
     assert!(graph.edges[&vec!["b".to_string()]].contains(&vec!["a".to_string()]));
     assert!(!graph.edges[&vec!["b".to_string()]].contains(&vec!["b".to_string()]));
 
@@ -90,13 +99,19 @@ impl ModuleGraph {
     fn read(root: &Path, root_file: &str) -> ModuleGraph {
         let mut sources = BTreeMap::new();
         for file in rust_files(root) {
-            let rel = file.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             let module = module_of(&rel, root_file);
             let text = std::fs::read_to_string(&file).unwrap();
             sources.insert(module, (rel, text));
         }
-        let files: BTreeMap<ModPath, String> =
-            sources.iter().map(|(m, (rel, _))| (m.clone(), rel.clone())).collect();
+        let files: BTreeMap<ModPath, String> = sources
+            .iter()
+            .map(|(m, (rel, _))| (m.clone(), rel.clone()))
+            .collect();
         let mut edges = BTreeMap::new();
         for (module, (_, text)) in &sources {
             let mut targets = BTreeSet::new();
@@ -128,7 +143,11 @@ impl ModuleGraph {
         let mut files = BTreeMap::new();
         for (m, rel) in &self.files {
             let node = cut(m);
-            let name = if node.len() < m.len() || self.files.keys().any(|o| o.len() > k && cut(o) == node && o != m)
+            let name = if node.len() < m.len()
+                || self
+                    .files
+                    .keys()
+                    .any(|o| o.len() > k && cut(o) == node && o != m)
             {
                 format!("{}/", node.join("/"))
             } else {
@@ -247,7 +266,11 @@ fn module_of(rel: &str, root_file: &str) -> ModPath {
     if rel == root_file {
         return Vec::new();
     }
-    let mut parts: Vec<String> = rel.trim_end_matches(".rs").split('/').map(String::from).collect();
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
     if parts.last().map(String::as_str) == Some("mod") {
         parts.pop();
     }
@@ -255,7 +278,10 @@ fn module_of(rel: &str, root_file: &str) -> ModPath {
 }
 
 fn deepest_file(path: &[String], files: &BTreeMap<ModPath, String>) -> Option<ModPath> {
-    (0..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| files.contains_key(p))
+    (0..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| files.contains_key(p))
 }
 
 #[derive(Debug, PartialEq)]
@@ -294,7 +320,10 @@ fn tokens(text: &str) -> Vec<Tok> {
                     i += 1;
                 }
             }
-        } else if c == 'r' && (next == Some('#') || next == Some('"')) && raw_string_end(&chars, i).is_some() {
+        } else if c == 'r'
+            && (next == Some('#') || next == Some('"'))
+            && raw_string_end(&chars, i).is_some()
+        {
             i = raw_string_end(&chars, i).unwrap();
         } else if c == '"' {
             i += 1;
@@ -345,7 +374,9 @@ fn raw_string_end(chars: &[char], i: usize) -> Option<usize> {
         hashes += 1;
         j += 1;
     }
-    if chars.get(j) != Some(&'"') || (i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')) {
+    if chars.get(j) != Some(&'"')
+        || (i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_'))
+    {
         return None;
     }
     j += 1;
@@ -360,7 +391,11 @@ fn raw_string_end(chars: &[char], i: usize) -> Option<usize> {
 
 /// Every module path the file names, made absolute. Inline `mod x { … }`
 /// blocks are followed so that their `super::` means the file's module.
-fn paths_in(toks: &[Tok], file_module: &ModPath, files: &BTreeMap<ModPath, String>) -> Vec<ModPath> {
+fn paths_in(
+    toks: &[Tok],
+    file_module: &ModPath,
+    files: &BTreeMap<ModPath, String>,
+) -> Vec<ModPath> {
     // The file's child modules (`mod x;`), which a path may start with.
     let children: BTreeSet<String> = files
         .keys()
@@ -375,7 +410,11 @@ fn paths_in(toks: &[Tok], file_module: &ModPath, files: &BTreeMap<ModPath, Strin
     let mut depth = 0usize;
     let mut i = 0;
     while i < toks.len() {
-        let current: ModPath = file_module.iter().cloned().chain(inline.iter().map(|(n, _)| n.clone())).collect();
+        let current: ModPath = file_module
+            .iter()
+            .cloned()
+            .chain(inline.iter().map(|(n, _)| n.clone()))
+            .collect();
         match &toks[i] {
             Tok::Punct('{') => depth += 1,
             Tok::Punct('}') => {
@@ -385,7 +424,9 @@ fn paths_in(toks: &[Tok], file_module: &ModPath, files: &BTreeMap<ModPath, Strin
                 }
             }
             Tok::Ident(kw) if kw == "mod" => {
-                if let (Some(Tok::Ident(name)), Some(Tok::Punct('{'))) = (toks.get(i + 1), toks.get(i + 2)) {
+                if let (Some(Tok::Ident(name)), Some(Tok::Punct('{'))) =
+                    (toks.get(i + 1), toks.get(i + 2))
+                {
                     inline.push((name.clone(), depth));
                     depth += 1;
                     i += 3;
@@ -397,7 +438,11 @@ fn paths_in(toks: &[Tok], file_module: &ModPath, files: &BTreeMap<ModPath, Strin
                 let mut trees = Vec::new();
                 use_tree(toks, &mut j, Vec::new(), &mut trees);
                 for (raw, name) in trees {
-                    let own_children = if inline.is_empty() { &children } else { &BTreeSet::new() };
+                    let own_children = if inline.is_empty() {
+                        &children
+                    } else {
+                        &BTreeSet::new()
+                    };
                     if let Some(abs) = absolute(&raw, &current, own_children, &bound) {
                         // A later `name::…` path goes where this one does.
                         bound.insert(name, abs.clone());
@@ -407,7 +452,9 @@ fn paths_in(toks: &[Tok], file_module: &ModPath, files: &BTreeMap<ModPath, Strin
                 i = j;
                 continue;
             }
-            Tok::Ident(first) if !prev_is_path_sep(toks, i) && toks.get(i + 1) == Some(&Tok::PathSep) => {
+            Tok::Ident(first)
+                if !prev_is_path_sep(toks, i) && toks.get(i + 1) == Some(&Tok::PathSep) =>
+            {
                 let mut raw = vec![first.clone()];
                 let mut j = i + 1;
                 while toks.get(j) == Some(&Tok::PathSep) {
@@ -419,7 +466,11 @@ fn paths_in(toks: &[Tok], file_module: &ModPath, files: &BTreeMap<ModPath, Strin
                         _ => break,
                     }
                 }
-                let own_children = if inline.is_empty() { &children } else { &BTreeSet::new() };
+                let own_children = if inline.is_empty() {
+                    &children
+                } else {
+                    &BTreeSet::new()
+                };
                 if let Some(abs) = absolute(&raw, &current, own_children, &bound) {
                     out.push(abs);
                 }
@@ -439,7 +490,12 @@ fn prev_is_path_sep(toks: &[Tok], i: usize) -> bool {
 
 /// Reads one use tree at `*j` (`a::b::{c, d::e as f, *}`), pushing each
 /// leaf path; stops after the tree (at `,`, `}` or `;`).
-fn use_tree(toks: &[Tok], j: &mut usize, prefix: Vec<String>, out: &mut Vec<(Vec<String>, String)>) {
+fn use_tree(
+    toks: &[Tok],
+    j: &mut usize,
+    prefix: Vec<String>,
+    out: &mut Vec<(Vec<String>, String)>,
+) {
     let mut path = prefix;
     let mut alias = None;
     loop {

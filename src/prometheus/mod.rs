@@ -12,7 +12,7 @@
 //! that function. Without the feature the library has no HTTP server.
 
 pub mod backlog;
-pub(crate) mod histogram;
+mod histogram;
 #[cfg(feature = "metrics-http")]
 mod http;
 pub mod invariants;

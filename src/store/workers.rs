@@ -5,7 +5,7 @@ use super::exec;
 use super::sql::{self, Param};
 use super::upkeep;
 use crate::shards::{Shard, ShardError};
-use crate::worker::metrics::ShardCountersSnapshot;
+use crate::telemetry::ShardCountersSnapshot;
 use std::time::Duration;
 use tokio_postgres::types::Type;
 

@@ -226,7 +226,7 @@ async fn drive<W, F>(
             received = input.recv() => match received {
                 Some(done) => {
                     credits.reached_completer(1);
-                    stats.outcomes_arrived(1);
+                    stats.record_outcomes_arrived(1);
                     if let Some(w) = batcher.push(done) {
                         writes.start(w, &mut write);
                     }
@@ -273,7 +273,7 @@ async fn drive<W, F>(
 /// jobs stop counting against the buffer.
 fn settled(credits: &BufferCredits, stats: &Stats, n: usize) {
     credits.settled(n);
-    stats.outcomes_settled(n as u64);
+    stats.record_outcomes_settled(n as u64);
 }
 
 /// Writes in flight, each known by its shard and size (even one that panicked).
@@ -435,16 +435,11 @@ fn record_written(
     part: &[Completion],
     written: &jobs::Written,
 ) {
-    let stats = &shared.stats;
-    stats.add_written(written);
-    stats.metrics.record_outcomes(shard_index, written);
-    stats.metrics.shards[shard_index].completed.fetch_add(
-        part.len() as u64 - written.fenced,
-        std::sync::atomic::Ordering::Relaxed,
+    shared.stats.record_written(
+        shard_index,
+        written,
+        part.iter().map(|c| c.finished.elapsed()),
     );
-    stats
-        .metrics
-        .record_completion_lags(shard_index, part.iter().map(|c| c.finished.elapsed()));
     if written.fenced > 0 {
         let shard = &shared.shards.get(shard_index).name;
         tracing::warn!(shard = %shard, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");

@@ -8,7 +8,6 @@ use super::{HandlerRegistry, Shared};
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -74,7 +73,7 @@ pub(crate) async fn run_slot(
             Ok(job) = shared.recv() => job,
             else => return own,
         };
-        executor.shared.stats.metrics.unbuffered(1);
+        executor.shared.stats.record_unbuffered(1);
         let completion = if held_back.holds(&job) {
             Completion::of(&job, Outcome::Released)
         } else {
@@ -145,10 +144,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         return Completion::of(&job, Outcome::Released);
     }
     if let Ok(waited) = std::time::SystemTime::now().duration_since(job.created_at) {
-        shared
-            .stats
-            .metrics
-            .record_pickup(job.shard, &job.queue, waited);
+        shared.stats.record_pickup(job.shard, &job.queue, waited);
     }
     let mut done = Completion::of(&job, Outcome::Released);
     let ctx = JobContext {
@@ -162,10 +158,9 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         owner: shared.owner.clone(),
         cancel,
     };
-    let running = &shared.stats.metrics.running;
-    running.fetch_add(1, Relaxed);
+    shared.stats.record_handler_running(true);
     let result = run_with_timeout(executor, job.handler, ctx).await;
-    running.fetch_sub(1, Relaxed);
+    shared.stats.record_handler_running(false);
     done.outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
         Err(message) => {
@@ -208,8 +203,7 @@ async fn run_with_timeout(
         Ok(joined) => joined.unwrap_or_else(|e| Err(format!("handler task failed: {e}"))),
         Err(_) => {
             task.abort();
-            super::Stats::add(&executor.shared.stats.abandoned, 1);
-            executor.shared.stats.metrics.record_abandoned(shard);
+            executor.shared.stats.record_abandoned(shard);
             tracing::warn!(
                 timeout_s = limit.as_secs_f64(),
                 "handler timed out; abandoning it"

@@ -150,6 +150,6 @@ async fn shard_loop(
     }
 }
 
-fn counters_of(stats: &Stats, index: usize) -> crate::worker::metrics::ShardCountersSnapshot {
+fn counters_of(stats: &Stats, index: usize) -> crate::telemetry::ShardCountersSnapshot {
     stats.shards().get(index).copied().unwrap_or_default()
 }

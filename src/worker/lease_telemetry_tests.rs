@@ -51,7 +51,10 @@ async fn a_lease_side_give_up_is_counted_once_in_the_report_the_shard_counters_a
         mode: config.dequeue.mode,
     };
     let claimed = jobs::claim(shards.get(0), claim).await.expect("claim");
-    assert!(matches!(claimed, Claim::Jobs(ref j) if j.len() == 1), "{claimed:?}");
+    assert!(
+        matches!(claimed, Claim::Jobs(ref j) if j.len() == 1),
+        "{claimed:?}"
+    );
     tokio::time::sleep(DEADLINE * 3).await;
 
     let stats = Arc::new(Stats::for_queues(1, vec!["q".into()]));

@@ -146,8 +146,7 @@ async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) 
     };
     match jobs::complete_many(shard, release).await {
         Ok(written) => {
-            shared.stats.add_written(&written);
-            shared.stats.metrics.record_outcomes(shard.index, &written);
+            shared.stats.record_written(shard.index, &written, []);
             tracing::info!(shard = %shard.name, released = written.released, "gave back jobs a lost claim reply left this process owning");
         }
         Err(err) => {

@@ -16,7 +16,6 @@ mod heartbeat;
 mod leaser;
 mod local_gate;
 mod maintenance;
-pub mod metrics;
 mod producer;
 mod rotation;
 mod running;
@@ -24,16 +23,20 @@ mod scheduler;
 mod shard_health;
 pub(crate) use shard_health::BUDGET_MIN as CLAIM_BUDGET_MIN;
 mod slot_control;
-mod stats;
 mod wakeup;
 
 #[cfg(test)]
 mod lease_telemetry_tests;
 
+pub use crate::telemetry::{Stats, StatsSnapshot};
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
 pub use heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
-pub use stats::{Stats, StatsSnapshot};
+
+/// The per-shard counters and latencies of [`Stats`].
+pub mod metrics {
+    pub use crate::telemetry::{Latencies, ShardCountersSnapshot};
+}
 
 use crate::config::{Config, Limits};
 use crate::job::{ClaimedJob, Completion, Outcome};
@@ -405,7 +408,7 @@ async fn run_pipeline(
 /// Hands unstarted jobs to the completer as released. The completions
 /// channel has room for them: each still holds its buffer credit.
 async fn release(shared: &Shared, completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
-    shared.stats.metrics.unbuffered(jobs.len());
+    shared.stats.record_unbuffered(jobs.len());
     for job in jobs {
         let _ = completions
             .send(Completion::of(&job, Outcome::Released))

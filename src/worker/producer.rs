@@ -296,12 +296,8 @@ impl Refusals {
 
 /// Shows the K of `target` in the worker's metrics.
 fn publish_slots(p: &Producers, target: usize, entered: &Entered) {
-    if let (Some(k), Some(t)) = (
-        entered.slots_now(),
-        p.shared.stats.metrics.targets.get(target),
-    ) {
-        t.slots
-            .store(u64::from(k), std::sync::atomic::Ordering::Relaxed);
+    if let Some(k) = entered.slots_now() {
+        p.shared.stats.record_slots(target, k);
     }
 }
 
@@ -569,7 +565,7 @@ async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
         return;
     };
     let shard = p.shared.shards.get(first.shard);
-    p.shared.stats.metrics.unbuffered(jobs.len());
+    p.shared.stats.record_unbuffered(jobs.len());
     let done: Vec<Completion> = jobs
         .iter()
         .map(|job| Completion::of(job, Outcome::Released))
@@ -581,11 +577,7 @@ async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
     };
     match jobs::complete_many(shard, release).await {
         Ok(written) => {
-            p.shared.stats.add_written(&written);
-            p.shared
-                .stats
-                .metrics
-                .record_outcomes(shard.index, &written);
+            p.shared.stats.record_written(shard.index, &written, []);
             tracing::info!(shard = %shard.name, released = written.released, "gave back the jobs of a late claim reply");
         }
         Err(err) => {

@@ -133,8 +133,7 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
                     };
                     match jobs::complete_many(shard, write).await {
                         Ok(w) => {
-                            stats.add_written(&w);
-                            stats.record_completed(*shard_index, 1 - w.fenced);
+                            stats.record_written(*shard_index, &w, []);
                         }
                         Err(err) => {
                             tracing::warn!(error = %shardq::error_chain(&err), "completion failed; the job returns when its lease expires")

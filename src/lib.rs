@@ -24,11 +24,14 @@ pub mod tls;
 pub mod worker;
 
 mod app;
+mod error_chain;
+mod heartbeat;
 mod lent;
 
 pub use app::Shardq;
 pub use client::{Client, ClientError, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
+pub use error_chain::error_chain;
 pub use job::{InvalidJob, JobId, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
@@ -37,15 +40,3 @@ pub use store::{ErrorKind, JobStatus};
 pub use worker::{
     HandlerError, HandlerRegistry, HandlerResult, JobContext, StepError, Worker, WorkerReport,
 };
-
-/// Formats an error with all its causes, `outer: cause: cause`.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}

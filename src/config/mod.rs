@@ -7,6 +7,8 @@
 mod file;
 mod validate;
 
+pub(crate) use validate::CLAIM_BUDGET_MIN;
+
 pub use file::{
     ConfigFile, DequeueFile, LimitsFile, LocalFile, RetentionFile, ScheduleFile, ShardFile,
     WorkerFile,

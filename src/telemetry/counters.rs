@@ -1,6 +1,7 @@
 //! The counters of one shard and of one (shard, queue) target.
 
 use super::histogram::LatencyHistogram;
+use crate::heartbeat::ShardCountersSnapshot;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Counters of one shard, as seen by this worker.
@@ -75,23 +76,6 @@ pub(crate) struct TargetCounters {
     pub claim_duration: LatencyHistogram,
     /// Enqueue (`created_at`, the shard's clock) → handler start.
     pub pickup: LatencyHistogram,
-}
-
-/// A copy of one shard's counters.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
-pub struct ShardCountersSnapshot {
-    /// Claim statements that returned jobs.
-    pub claims: u64,
-    /// Jobs claimed.
-    pub claimed: u64,
-    /// Lock misses.
-    pub busy: u64,
-    /// Empty claims.
-    pub empty: u64,
-    /// Failed claims.
-    pub errors: u64,
-    /// Outcomes written (succeeded, retrying, dead, cancelled, released).
-    pub completed: u64,
 }
 
 impl ShardCounters {

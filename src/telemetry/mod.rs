@@ -15,7 +15,7 @@ mod latencies;
 mod snapshot;
 mod stats;
 
-pub use counters::ShardCountersSnapshot;
+pub use crate::heartbeat::ShardCountersSnapshot;
 pub(crate) use counters::{OutcomeCounters, ShardCounters, TargetCounters};
 pub use latencies::Latencies;
 pub use snapshot::StatsSnapshot;

@@ -1,9 +1,10 @@
 //! The one store of a worker's counters, gauges and latencies, and the one
 //! record call per event.
 
-use super::counters::{ShardCounters, ShardCountersSnapshot, TargetCounters};
+use super::counters::{ShardCounters, TargetCounters};
 use super::latencies::{micros, Latencies};
 use super::snapshot::StatsSnapshot;
+use crate::heartbeat::ShardCountersSnapshot;
 use crate::shards::ShardError;
 use crate::store::jobs::{Claim, Written};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};

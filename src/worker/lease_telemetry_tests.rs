@@ -5,13 +5,15 @@
 
 use super::leaser::{self, LeaserConfig};
 use super::running::{LostClaims, RunningJobs};
-use super::{Shared, Stats, WorkerReport};
+use super::worker_run::WorkerRun;
+use super::WorkerReport;
 use crate::config::{Backoff, Config};
 use crate::job::NewJob;
 use crate::local::EphemeralServer;
 use crate::prometheus::WorkerMetrics;
 use crate::shards::ShardSet;
 use crate::store::jobs::{self, Claim, ClaimParams};
+use crate::telemetry::Stats;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -34,7 +36,7 @@ async fn a_lease_side_give_up_is_counted_once_in_the_report_the_shard_counters_a
     let config = Config::from_toml(&toml).expect("config");
     let shards = ShardSet::connect(&config).expect("connect");
     crate::migrate::migrate_all(&shards).await.expect("migrate");
-    let client = crate::Client::from_shards(shards.clone(), config.limits.clone());
+    let client = crate::client::Client::from_shards(shards.clone(), config.limits.clone());
     client
         .enqueue(NewJob::new("q", "noop", serde_json::json!({})))
         .await
@@ -58,14 +60,14 @@ async fn a_lease_side_give_up_is_counted_once_in_the_report_the_shard_counters_a
     tokio::time::sleep(DEADLINE * 3).await;
 
     let stats = Arc::new(Stats::for_queues(1, vec!["q".into()]));
-    let shared = Arc::new(Shared {
+    let run = Arc::new(WorkerRun {
         lost_claims: LostClaims::new(1),
         shards: shards.clone(),
         owner,
         stats: stats.clone(),
         running: RunningJobs::default(),
     });
-    shared.lost_claims.lost(0);
+    run.lost_claims.lost(0);
     let leaser_config = LeaserConfig {
         lease: Duration::from_secs(60),
         statement_timeout: DEADLINE,
@@ -75,7 +77,7 @@ async fn a_lease_side_give_up_is_counted_once_in_the_report_the_shard_counters_a
         },
     };
     let stop = CancellationToken::new();
-    let leasing = tokio::spawn(leaser::run(leaser_config, shared.clone(), stop.clone()));
+    let leasing = tokio::spawn(leaser::run(leaser_config, run.clone(), stop.clone()));
     let started = Instant::now();
     while stats.snapshot().released == 0 {
         assert!(started.elapsed() < PATIENCE, "the leaser gave nothing back");

@@ -9,7 +9,7 @@
 //! Each shard has its own loop: a shard that hangs delays only its own
 //! statements (each has a deadline), never the leases on the others.
 
-use super::Shared;
+use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config};
 use crate::job::{Completion, Outcome};
 use crate::shards::Shard;
@@ -52,16 +52,11 @@ impl LeaserConfig {
 }
 
 /// Runs until `stop` is cancelled.
-pub(crate) async fn run(config: LeaserConfig, shared: Arc<Shared>, stop: CancellationToken) {
+pub(crate) async fn run(config: LeaserConfig, run: Arc<WorkerRun>, stop: CancellationToken) {
     let config = Arc::new(config);
     let mut loops = JoinSet::new();
-    for index in 0..shared.shards.len() {
-        loops.spawn(shard_loop(
-            config.clone(),
-            shared.clone(),
-            index,
-            stop.clone(),
-        ));
+    for index in 0..run.shards.len() {
+        loops.spawn(shard_loop(config.clone(), run.clone(), index, stop.clone()));
     }
     while loops.join_next().await.is_some() {}
 }
@@ -69,30 +64,30 @@ pub(crate) async fn run(config: LeaserConfig, shared: Arc<Shared>, stop: Cancell
 /// One shard's extensions and cancellation polls.
 async fn shard_loop(
     config: Arc<LeaserConfig>,
-    shared: Arc<Shared>,
+    run: Arc<WorkerRun>,
     index: usize,
     stop: CancellationToken,
 ) {
     let lease = config.lease;
     let extend_every = lease / EXTENSIONS_PER_LEASE;
-    let shard = shared.shards.get(index).clone();
+    let shard = run.shards.get(index).clone();
     let mut last_extension = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(CANCEL_POLL_INTERVAL.min(extend_every)) => {}
         }
-        release_orphans(&config, &shared, &shard).await;
-        let held = shared.running.on(index);
+        release_orphans(&config, &run, &shard).await;
+        let held = run.running.on(index);
         if held.is_empty() {
             last_extension = Instant::now();
             continue;
         }
         if last_extension.elapsed() >= extend_every {
             last_extension = Instant::now();
-            extend(&shared, &shard, &held, lease).await;
+            extend(&run, &shard, &held, lease).await;
         }
-        poll_cancellations(&shared, &shard, &held).await;
+        poll_cancellations(&run, &shard, &held).await;
     }
 }
 
@@ -107,23 +102,23 @@ async fn shard_loop(
 /// asked: a job whose outcome is written (and forgotten) while the question
 /// is out was seen running by it, yet is no orphan; the earlier read still
 /// holds it.
-async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) {
+async fn release_orphans(config: &LeaserConfig, run: &WorkerRun, shard: &Shard) {
     let deadline = config.statement_timeout;
-    let Some(lost) = shared.lost_claims.last(shard.index) else {
+    let Some(lost) = run.lost_claims.last(shard.index) else {
         return;
     };
     if lost.elapsed() > deadline * ORPHAN_WINDOW_DEADLINES {
         return;
     }
-    let mut held = shared.running.ids_on(shard.index);
-    let owned = match jobs::owned_running(shard, &shared.owner, deadline * 2).await {
+    let mut held = run.running.ids_on(shard.index);
+    let owned = match jobs::owned_running(shard, &run.owner, deadline * 2).await {
         Ok(owned) => owned,
         Err(err) => {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan check failed");
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "orphan check failed");
             return;
         }
     };
-    held.extend(shared.running.ids_on(shard.index));
+    held.extend(run.running.ids_on(shard.index));
     let orphans: Vec<Completion> = owned
         .into_iter()
         .filter(|o| !held.contains(&o.id))
@@ -140,43 +135,43 @@ async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) 
         return;
     }
     let release = CompleteMany {
-        owner: &shared.owner,
+        owner: &run.owner,
         retry: config.retry,
         done: &orphans,
     };
     match jobs::complete_many(shard, release).await {
         Ok(written) => {
-            shared.stats.record_written(shard.index, &written, []);
+            run.stats.record_written(shard.index, &written, []);
             tracing::info!(shard = %shard.name, released = written.released, "gave back jobs a lost claim reply left this process owning");
         }
         Err(err) => {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan release failed")
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "orphan release failed")
         }
     }
 }
 
 async fn extend(
-    shared: &Shared,
+    run: &WorkerRun,
     shard: &Shard,
     held: &[(crate::job::JobId, i64)],
     lease: Duration,
 ) {
     let extension = ExtendLeases {
-        owner: &shared.owner,
+        owner: &run.owner,
         held,
         lease,
     };
     if let Err(err) = jobs::extend_leases(shard, extension).await {
-        tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+        tracing::warn!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "lease extension failed");
     }
 }
 
-async fn poll_cancellations(shared: &Shared, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
+async fn poll_cancellations(run: &WorkerRun, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
     let ids: Vec<crate::job::JobId> = held.iter().map(|(id, _)| *id).collect();
     match jobs::cancel_requested(shard, &ids).await {
-        Ok(ids) => ids.into_iter().for_each(|id| shared.running.cancel(id)),
+        Ok(ids) => ids.into_iter().for_each(|id| run.running.cancel(id)),
         Err(err) => {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "cancellation check failed")
         }
     }
 }

@@ -3,10 +3,10 @@
 //! finished jobs. Each step is gated per shard, so across the fleet one
 //! process at a time does it; the others' attempts cost one statement.
 
-use super::Stats;
 use crate::config::{Config, Retention};
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::upkeep;
+use crate::telemetry::Stats;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -130,7 +130,7 @@ fn failed(shard: &Shard, duty: &str, err: &ShardError) {
     tracing::warn!(
         shard = %shard.name,
         duty,
-        error = %crate::error_chain(err),
+        error = %crate::error_chain::error_chain(err),
         "maintenance duty failed; the others ran, it is tried again next pass"
     );
 }

@@ -84,7 +84,7 @@ pub(crate) async fn listen(shard: Shard, wakeups: Arc<Wakeups>, stop: Cancellati
                 // Behind a pooler: polling only.
                 Ok(None) => return,
                 Err(err) => {
-                    tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "listener cannot connect");
+                    tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "listener cannot connect");
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(RECONNECT) => continue,

@@ -1,6 +1,6 @@
 //! The exposition of one worker's counters, gauges and latency histograms.
 
-use super::family;
+use super::encoding::family;
 use crate::telemetry::histogram::LatencyHistogram;
 use crate::telemetry::{OutcomeCounters, ShardCounters, Stats, TargetCounters};
 use prometheus_client::collector::Collector;

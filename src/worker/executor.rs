@@ -219,11 +219,11 @@ async fn run_with_timeout(
 
 #[cfg(test)]
 mod tests {
-    use crate::worker::running::LostClaims;
     use super::*;
     use crate::job::JobId;
     use crate::shards::ShardSet;
     use crate::telemetry::Stats;
+    use crate::worker::running::LostClaims;
     use std::sync::Mutex;
 
     /// An executor over a shard it never connects to: the handler here

@@ -10,6 +10,7 @@
 //! One loop per shard, like maintenance: a shard that hangs delays only its
 //! own heartbeat (each statement has the shard's deadline).
 
+use super::per_shard::each_shard;
 use super::rotation::jitter;
 use super::worker_run::WorkerRun;
 use crate::config::Config;
@@ -63,17 +64,10 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let config = Arc::new(config);
-    let mut loops = tokio::task::JoinSet::new();
-    for index in 0..run.shards.len() {
-        loops.spawn(shard_loop(
-            config.clone(),
-            run.clone(),
-            index,
-            started,
-            stop.clone(),
-        ));
-    }
-    while loops.join_next().await.is_some() {}
+    each_shard(run.shards.len(), |index| {
+        shard_loop(config.clone(), run.clone(), index, started, stop.clone())
+    })
+    .await;
 }
 
 async fn shard_loop(

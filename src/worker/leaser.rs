@@ -9,6 +9,7 @@
 //! Each shard has its own loop: a shard that hangs delays only its own
 //! statements (each has a deadline), never the leases on the others.
 
+use super::per_shard::each_shard;
 use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config};
 use crate::job::{Completion, Outcome};
@@ -16,7 +17,6 @@ use crate::shards::Shard;
 use crate::store::jobs::{self, CompleteMany, ExtendLeases};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Extensions per lease period: a lease survives two failed extensions in a row.
@@ -54,11 +54,10 @@ impl LeaserConfig {
 /// Runs until `stop` is cancelled.
 pub(crate) async fn run(config: LeaserConfig, run: Arc<WorkerRun>, stop: CancellationToken) {
     let config = Arc::new(config);
-    let mut loops = JoinSet::new();
-    for index in 0..run.shards.len() {
-        loops.spawn(shard_loop(config.clone(), run.clone(), index, stop.clone()));
-    }
-    while loops.join_next().await.is_some() {}
+    each_shard(run.shards.len(), |index| {
+        shard_loop(config.clone(), run.clone(), index, stop.clone())
+    })
+    .await;
 }
 
 /// One shard's extensions and cancellation polls.

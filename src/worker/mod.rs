@@ -16,12 +16,14 @@ mod heartbeat;
 mod leaser;
 mod local_gate;
 mod maintenance;
+mod per_shard;
 mod producer;
 mod rotation;
 mod running;
 mod scheduler;
 mod shard_health;
 mod slot_control;
+mod target;
 mod wakeup;
 mod worker_run;
 
@@ -56,6 +58,7 @@ use running::{LostClaims, RunningJobs};
 use slot_control::SlotControl;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use target::targets;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -238,13 +241,6 @@ impl Worker {
         tracing::info!(?report, "worker stopped");
         report
     }
-}
-
-/// Every (shard index, queue) pair a worker serves.
-fn targets(shards: usize, queues: &[String]) -> Vec<(usize, String)> {
-    (0..shards)
-        .flat_map(|s| queues.iter().map(move |q| (s, q.clone())))
-        .collect()
 }
 
 /// Capacity of an executor slot's own queue (keyed jobs): its share of the
@@ -437,19 +433,5 @@ mod tests {
         assert_eq!(slot_capacity(1000, 100, 100), 10);
         assert_eq!(slot_capacity(10, 100, 100), 1);
         assert_eq!(slot_capacity(10, 0, 0), 1);
-    }
-
-    #[test]
-    fn targets_are_every_shard_and_queue() {
-        let queues = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(
-            targets(2, &queues),
-            vec![
-                (0, "a".to_string()),
-                (0, "b".to_string()),
-                (1, "a".to_string()),
-                (1, "b".to_string())
-            ]
-        );
     }
 }

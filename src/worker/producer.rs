@@ -13,6 +13,7 @@ use super::credits::BufferCredits;
 use super::local_gate::{Entered, LocalGate, Refused};
 use super::rotation::{jitter, Next, Rotation};
 use super::shard_health::{ShardHealth, PROBE_INTERVAL};
+use super::target::Target;
 use super::wakeup::Wakeups;
 use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config, DequeueMode};
@@ -84,7 +85,7 @@ pub(crate) struct Producers {
     pub config: ProducerConfig,
     pub run: Arc<WorkerRun>,
     /// Every (shard index, queue) pair this worker serves.
-    pub targets: Vec<(usize, String)>,
+    pub targets: Vec<Target>,
     /// Dequeue permits, busy backoff and empty skips per target.
     pub gate: LocalGate,
     pub credits: BufferCredits,
@@ -105,7 +106,7 @@ impl Producers {
     pub fn new(
         config: ProducerConfig,
         run: Arc<WorkerRun>,
-        targets: Vec<(usize, String)>,
+        targets: Vec<Target>,
         gate: LocalGate,
         credits: BufferCredits,
         dispatch: Dispatch,
@@ -334,7 +335,10 @@ fn spawn_claim(
 ) -> JoinHandle<Result<Claim, ShardError>> {
     let p = p.clone();
     tokio::spawn(async move {
-        let (shard_index, queue) = &p.targets[target];
+        let Target {
+            shard: shard_index,
+            queue,
+        } = &p.targets[target];
         let params = ClaimParams {
             queue,
             limit: p.config.batch_size,
@@ -374,7 +378,10 @@ async fn claim_somewhere(
                 }
             }
         };
-        let (shard_index, queue) = &p.targets[target];
+        let Target {
+            shard: shard_index,
+            queue,
+        } = &p.targets[target];
         let shard_index = *shard_index;
         // Before the wake-up is taken: a suspect shard's wake-up waits for
         // it to answer again.
@@ -500,7 +507,7 @@ async fn late_reply(
     let result = joined(claim.await);
     let now = Instant::now();
     let took = now - started;
-    let shard_index = p.targets[target].0;
+    let shard_index = p.targets[target].shard;
     p.run.stats.record_claim(shard_index, target, &result, took);
     if result.is_ok() {
         p.health.with(shard_index, |h| h.answered(took));

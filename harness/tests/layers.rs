@@ -21,6 +21,20 @@ const CRATE_ROOTS: &[(&str, &str)] = &[
     ("bench/src", "main.rs"),
 ];
 
+/// Folders whose `mod.rs` still defines what its children use while it
+/// re-exports theirs (a loop between the two), left to their owners this
+/// round: each entry goes once its folder's loops are gone (the test says
+/// so). A loop through any other file, or out of its folder, fails.
+/// The fix is the same each time: move what the children share out of
+/// `mod.rs` into a file of its own below them.
+const NOT_YET_ONE_WAY: &[(&str, &str)] = &[
+    ("src/client/", "Client and ClientError are defined in mod.rs, which re-exports its children"),
+    ("src/config/", "redact_url/redact_text in mod.rs, ConfigError in validate.rs, used by file.rs and validate/*"),
+    ("src/local/", "create_database in mod.rs, used by ephemeral.rs (local moves to its own crate)"),
+    ("src/migrate/", "MigrateError and Migration in mod.rs, used by no_transaction.rs"),
+    ("src/store/jobs/", "job_id and id_arrays in mod.rs, used by insert.rs and lease.rs"),
+];
+
 #[test]
 fn no_two_files_import_each_other() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -33,16 +47,37 @@ fn no_two_files_import_each_other() {
                     .iter()
                     .map(|m| format!("{root}/{}", graph.files[m]))
                     .collect();
-                loops.insert(format!("{} -> {}", names.join(" -> "), names[0]));
+                loops.insert(names);
             }
         }
     }
+    let within =
+        |folder: &str, names: &[String]| names.iter().all(|n| n.starts_with(folder) && n != folder);
+    let show = |names: &Vec<String>| format!("{} -> {}", names.join(" -> "), names[0]);
+    let unexpected: Vec<String> = loops
+        .iter()
+        .filter(|names| {
+            !NOT_YET_ONE_WAY
+                .iter()
+                .any(|(folder, _)| within(folder, names))
+        })
+        .map(show)
+        .collect();
     assert!(
-        loops.is_empty(),
+        unexpected.is_empty(),
         "{} import loop(s) between source files or module folders (break each by \
          moving what both sides need into a file below them):\n  {}",
-        loops.len(),
-        loops.into_iter().collect::<Vec<_>>().join("\n  ")
+        unexpected.len(),
+        unexpected.join("\n  ")
+    );
+    let gone: Vec<&str> = NOT_YET_ONE_WAY
+        .iter()
+        .map(|(folder, _)| *folder)
+        .filter(|folder| !loops.iter().any(|names| within(folder, names)))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "no loop is left in {gone:?}: take them out of NOT_YET_ONE_WAY so none comes back"
     );
 }
 

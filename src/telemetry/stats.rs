@@ -251,3 +251,43 @@ impl Stats {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_batch_is_counted_once_and_every_reader_agrees() {
+        let stats = Stats::for_queues(2, vec!["q".into()]);
+        let written = Written {
+            succeeded: 3,
+            released: 1,
+            fenced: 2,
+            ..Written::default()
+        };
+        stats.record_written(1, &written, [Duration::from_millis(1)]);
+        let totals = stats.snapshot();
+        assert_eq!(
+            (totals.succeeded, totals.released, totals.fenced),
+            (3, 1, 2)
+        );
+        assert_eq!(totals.completion_statements, 1);
+        assert_eq!(totals.finished(), 3);
+        let shards = stats.shards();
+        assert_eq!((shards[0].completed, shards[1].completed), (0, 4));
+        assert_eq!(stats.latencies().completion_lag_us.len(), 1);
+    }
+
+    #[test]
+    fn a_claim_counts_in_its_shard_its_target_and_the_totals_once() {
+        let stats = Stats::for_queues(2, vec!["a".into(), "b".into()]);
+        // Target 3 is shard 1, queue b.
+        stats.record_claim(1, 3, &Ok(Claim::Busy), Duration::from_millis(2));
+        assert_eq!(stats.snapshot().busy, 1);
+        assert_eq!(stats.shards()[1].busy, 1);
+        assert_eq!(stats.shards()[0].busy, 0);
+        assert_eq!(stats.targets[3].busy.load(Relaxed), 1);
+        assert_eq!(stats.targets[3].claim_duration.count(), 1);
+        assert_eq!(stats.latencies().claim_statement_us[1].len(), 1);
+    }
+}

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
+use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 
 /// Jobs of silent workers given back per beat and shard; a dead worker's
 /// whole buffer comes back in a beat or two.

@@ -30,10 +30,10 @@ mod worker_run;
 #[cfg(test)]
 mod lease_telemetry_tests;
 
+pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 pub use crate::telemetry::{Stats, StatsSnapshot};
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
-pub use heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 
 /// The per-shard counters and latencies of [`Stats`].
 pub mod metrics {

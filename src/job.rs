@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-pub use crate::store::JobStatus;
+pub use crate::job_status::JobStatus;
 
 /// A job's identity: its shard key (which routes it) and its id on that shard.
 /// Written as `shard_key-id`, e.g. `4821-1337`.
@@ -190,7 +190,7 @@ impl NewJob {
     /// [`InvalidJob`]: empty names, NUL characters, a name, key or id over
     /// its size limit ([`NewJob::check_sizes`]), an oversized payload, an
     /// ordering key with a deduplication id, fewer than one attempt.
-    pub fn validate(&self, limits: &crate::config::Limits) -> Result<(), InvalidJob> {
+    pub fn validate(&self, limits: &Limits) -> Result<(), InvalidJob> {
         for (what, value) in [("queue", &self.queue), ("handler", &self.handler)] {
             if value.is_empty() {
                 return Err(InvalidJob::EmptyName(what));
@@ -372,6 +372,15 @@ impl Completion {
             finished: std::time::Instant::now(),
         }
     }
+}
+
+/// Enqueue limits (`[limits]` of the config), checked by [`NewJob::validate`].
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest payload in bytes.
+    pub max_payload_bytes: usize,
+    /// Attempts of a job that does not say.
+    pub default_max_attempts: i32,
 }
 
 /// The most attempts a job may have (`NewJob::max_attempts`,

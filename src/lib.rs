@@ -18,10 +18,14 @@ pub mod router;
 pub mod schedule;
 pub mod session;
 pub mod shards;
+mod telemetry;
 pub mod tls;
 pub mod worker;
 
 mod app;
+mod error_chain;
+mod heartbeat;
+mod job_status;
 mod lent;
 
 // The driver layer follows the schema, not semver: crate-private for users,
@@ -38,6 +42,7 @@ mod store;
 pub use app::Shardq;
 pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
+pub use error_chain::error_chain;
 pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
@@ -49,15 +54,3 @@ pub use worker::{
 /// This library's version (`CARGO_PKG_VERSION`), e.g. for a worker's report
 /// or a `--version` line.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Formats an error with all its causes, `outer: cause: cause`.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}

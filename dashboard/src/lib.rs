@@ -21,6 +21,8 @@ mod csrf;
 mod cursor;
 mod pages;
 mod server;
+mod state;
 
 pub use auth::{Auth, AuthError, BASIC_ENV, TOKEN_ENV};
-pub use server::{bind, Bound, DashboardError, DashboardOptions};
+pub use server::{bind, Bound, DashboardError};
+pub use state::DashboardOptions;

@@ -1,9 +1,9 @@
 //! Binding, the routes, and what every request passes first: the Host check
 //! (unauthenticated loopback), authentication, the read-only guard.
 
-use crate::auth::Auth;
 use crate::csrf::CsrfToken;
 use crate::pages;
+use crate::state::{AppState, DashboardOptions, Shared};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
@@ -13,41 +13,7 @@ use axum::Router;
 use shardq::Client;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// How the dashboard runs.
-#[derive(Debug, Clone)]
-pub struct DashboardOptions {
-    /// Where to listen.
-    pub listen: SocketAddr,
-    /// No actions: the buttons are gone and their POSTs are refused.
-    pub read_only: bool,
-    /// Credentials every request must carry; required beyond loopback.
-    pub auth: Option<Auth>,
-    /// Jobs per list page.
-    pub page_size: usize,
-    /// How long one shard may take to answer a page's questions.
-    pub shard_deadline: Duration,
-    /// The overview's invariant line: a lease expired, or a scheduled job
-    /// due, longer ago than this is a violation (see `shardq check`).
-    pub stale_after: Duration,
-}
-
-impl DashboardOptions {
-    /// Loopback or `listen`, no authentication, actions on, 50 jobs a page,
-    /// two seconds per shard, the invariant check's default threshold.
-    pub fn new(listen: SocketAddr) -> DashboardOptions {
-        DashboardOptions {
-            listen,
-            read_only: false,
-            auth: None,
-            page_size: 50,
-            shard_deadline: Duration::from_secs(2),
-            stale_after: shardq::client::CheckOptions::default().stale_after,
-        }
-    }
-}
 
 /// Why the dashboard cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -71,15 +37,6 @@ pub enum DashboardError {
         source: std::io::Error,
     },
 }
-
-/// What every handler shares.
-pub(crate) struct AppState {
-    pub client: Client,
-    pub csrf: CsrfToken,
-    pub options: DashboardOptions,
-}
-
-pub(crate) type Shared = Arc<AppState>;
 
 /// A bound dashboard, not serving yet.
 pub struct Bound {

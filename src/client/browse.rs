@@ -35,7 +35,7 @@ impl Default for OverviewOptions {
             // 30 bars of 10 s: five minutes, fine enough to see a stall.
             bucket: Duration::from_secs(10),
             window: Duration::from_secs(300),
-            worker_ttl: crate::worker::HEARTBEAT_TTL,
+            worker_ttl: crate::heartbeat::HEARTBEAT_TTL,
         }
     }
 }
@@ -165,7 +165,7 @@ fn describe(err: &ShardError, deadline: Duration) -> String {
         ShardError::Timeout { shard, after } if *after == deadline => {
             format!("shard `{shard}`: no answer within {after:?} (the view's deadline per shard)")
         }
-        other => crate::error_chain(other),
+        other => crate::error_chain::error_chain(other),
     }
 }
 

@@ -223,16 +223,20 @@ async fn judge(
 ) -> Result<Vec<Finding>, String> {
     let (map, schema_current) = match migrate::check_shard(shard, count).await {
         Ok(()) => (shard_map_finding(None), true),
-        Err(MigrateError::Shard(e)) => return Err(crate::error_chain(&e)),
-        Err(e @ (MigrateError::ShardMap { .. } | MigrateError::ShardMapMissing { .. })) => {
-            (shard_map_finding(Some(crate::error_chain(&e))), true)
-        }
-        Err(e) => (shard_map_finding(Some(crate::error_chain(&e))), false),
+        Err(MigrateError::Shard(e)) => return Err(crate::error_chain::error_chain(&e)),
+        Err(e @ (MigrateError::ShardMap { .. } | MigrateError::ShardMapMissing { .. })) => (
+            shard_map_finding(Some(crate::error_chain::error_chain(&e))),
+            true,
+        ),
+        Err(e) => (
+            shard_map_finding(Some(crate::error_chain::error_chain(&e))),
+            false,
+        ),
     };
     let mut findings = if schema_current {
         check::read(shard, &options.params())
             .await
-            .map_err(|e| crate::error_chain(&e))?
+            .map_err(|e| crate::error_chain::error_chain(&e))?
     } else {
         Vec::new()
     };

@@ -112,7 +112,7 @@ where
             return Err(err);
         }
         tracing::debug!(
-            error = %crate::error_chain(&err),
+            error = %crate::error_chain::error_chain(&err),
             tries,
             "{what} failed; trying again with the same ids"
         );

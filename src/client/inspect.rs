@@ -102,7 +102,7 @@ impl Client {
             .await;
             let (counts, connections, error) = match result {
                 Ok((c, n)) => (Some(c), Some(n), None),
-                Err(e) => (None, None, Some(crate::error_chain(&e))),
+                Err(e) => (None, None, Some(crate::error_chain::error_chain(&e))),
             };
             let schedules = match &error {
                 // One wait for a shard that does not answer is enough.

@@ -104,7 +104,7 @@ impl Client {
             .zip(results)
             .filter_map(|(shard, r)| {
                 r.err()
-                    .map(|e| format!("{} ({})", shard.name, crate::error_chain(&e)))
+                    .map(|e| format!("{} ({})", shard.name, crate::error_chain::error_chain(&e)))
             })
             .collect();
         if failed.is_empty() {
@@ -122,9 +122,9 @@ impl Client {
 /// A queue name PostgreSQL takes and a job could have.
 fn check_name(queue: &str) -> Result<(), ClientError> {
     let reason = if queue.is_empty() {
-        crate::InvalidJob::EmptyName("queue")
+        crate::job::InvalidJob::EmptyName("queue")
     } else if queue.contains('\0') {
-        crate::InvalidJob::NulInName("queue")
+        crate::job::InvalidJob::NulInName("queue")
     } else {
         return Ok(());
     };

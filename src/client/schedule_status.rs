@@ -47,7 +47,7 @@ pub(super) async fn of_shard(
             .iter()
             .map(|s| status(s, ticks.get(s.name()).copied(), now, None))
             .collect(),
-        Err(e) => unknown(schedules, now, &crate::error_chain(&e)),
+        Err(e) => unknown(schedules, now, &crate::error_chain::error_chain(&e)),
     }
 }
 

@@ -9,6 +9,8 @@ mod file;
 mod validate;
 
 pub use builder::ConfigBuilder;
+pub(crate) use validate::CLAIM_BUDGET_MIN;
+
 pub use file::{
     ConfigFile, DatabaseFile, DequeueFile, DequeueModeFile, LimitsFile, LocalFile, RetentionFile,
     ScheduleFile, ShardFile, WorkerFile,

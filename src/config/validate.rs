@@ -289,14 +289,14 @@ pub struct LocalConfig {
     pub shards: usize,
 }
 
-/// Enqueue limits.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest payload in bytes.
-    pub max_payload_bytes: usize,
-    /// Attempts of a job that does not say.
-    pub default_max_attempts: i32,
-}
+/// Shortest claim budget: a healthy claim on a loaded host (a batch of
+/// hundreds of rows, two cores shared with the servers) rarely takes longer;
+/// a budget below it would make healthy shards suspect on a scheduler hiccup.
+pub(crate) const CLAIM_BUDGET_MIN: Duration = Duration::from_millis(100);
+
+/// Enqueue limits: defined with the jobs they limit, so that `job` and
+/// `schedule` need nothing of the config.
+pub use crate::job::Limits;
 
 /// Retention of finished jobs.
 #[derive(Debug, Clone)]
@@ -531,7 +531,7 @@ fn wake_cooldown(cooldown_ms: u64, idle_poll_ms: u64) -> Result<Duration, Config
 /// floor, and within a statement's deadline (past which the claim fails
 /// anyway).
 fn claim_budget_max(budget_ms: u64, statement_timeout_ms: u64) -> Result<Duration, ConfigError> {
-    let floor = crate::worker::CLAIM_BUDGET_MIN.as_millis() as u64;
+    let floor = CLAIM_BUDGET_MIN.as_millis() as u64;
     if budget_ms < floor || budget_ms > statement_timeout_ms {
         return Err(ConfigError::Invalid {
             key: "dequeue.claim_budget_max_ms",

@@ -20,7 +20,7 @@
 //! shard list disagrees with the recorded map ([`MigrateError::ShardMap`]).
 
 mod error;
-pub mod functions;
+pub(crate) mod functions;
 pub mod no_transaction;
 mod wait;
 

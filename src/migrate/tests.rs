@@ -136,7 +136,7 @@ async fn a_failed_concurrent_build_is_rebuilt_on_the_next_run() {
     let err = no_transaction::apply(shard, &UNIQUE)
         .await
         .expect_err("duplicates fail the unique build");
-    let message = crate::error_chain(&err);
+    let message = crate::error_chain::error_chain(&err);
     assert!(message.contains("1001_test_unique.sql"), "{message}");
     assert!(message.contains("CREATE UNIQUE INDEX"), "{message}");
     let invalid: bool = test
@@ -221,7 +221,7 @@ async fn the_primary_key_moves_to_the_id_without_losing_steps_or_waiting_long() 
         .await
         .expect("the swap gives up instead of waiting")
         .expect_err("the swap cannot get its lock");
-    let message = crate::error_chain(&err);
+    let message = crate::error_chain::error_chain(&err);
     assert!(message.contains("0013_primary_key_by_id.sql"), "{message}");
     assert!(message.contains("lock timeout"), "{message}");
     assert_eq!(
@@ -264,7 +264,7 @@ async fn the_primary_key_moves_to_the_id_without_losing_steps_or_waiting_long() 
         )
         .await
         .expect_err("a step of no job");
-    assert!(crate::error_chain(&orphan).contains("foreign key"));
+    assert!(crate::error_chain::error_chain(&orphan).contains("foreign key"));
 
     // Run again (a shard whose record was lost): nothing swapped, and the
     // index the run builds anew is dropped, so the key is not kept twice.

@@ -46,7 +46,7 @@ async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
     let started = Instant::now();
     let backlog = match tokio::time::timeout(deadline, backlog::read(shard, None)).await {
         Ok(Ok(rows)) => Ok(rows),
-        Ok(Err(err)) => Err(crate::error_chain(&err)),
+        Ok(Err(err)) => Err(crate::error_chain::error_chain(&err)),
         Err(_) => Err(format!(
             "no answer within the scrape deadline of {} ms",
             deadline.as_millis()

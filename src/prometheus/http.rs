@@ -91,7 +91,7 @@ where
     }
     let text = render().await;
     response
-        .header(hyper::header::CONTENT_TYPE, super::CONTENT_TYPE)
+        .header(hyper::header::CONTENT_TYPE, super::encoding::CONTENT_TYPE)
         .body(Full::new(Bytes::from(text)))
         .expect("a valid response")
 }

@@ -4,7 +4,7 @@
 //! each shard answered the check (`shardq_invariant_check_up`), since a
 //! shard that did not answer has no violation series that scrape.
 
-use super::family;
+use super::encoding::family;
 use crate::client::{CheckReport, Invariant};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;

@@ -12,7 +12,8 @@
 //! that function. Without the feature the library has no HTTP server.
 
 pub mod backlog;
-pub(crate) mod histogram;
+mod encoding;
+mod histogram;
 #[cfg(feature = "metrics-http")]
 mod http;
 pub mod invariants;
@@ -23,25 +24,6 @@ pub use http::serve;
 pub use prometheus_client;
 pub use worker::WorkerMetrics;
 
-/// The `Content-Type` of what [`WorkerMetrics::encode`] and
-/// [`backlog::scrape`] return: the Prometheus text format, version 0.0.4.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
-
-/// Writes one metric family: its descriptor, then a sample per label set.
-pub(crate) fn family<L, M>(
-    encoder: &mut prometheus_client::encoding::DescriptorEncoder,
-    name: &str,
-    help: &str,
-    metric_type: prometheus_client::metrics::MetricType,
-    samples: impl IntoIterator<Item = (L, M)>,
-) -> Result<(), std::fmt::Error>
-where
-    L: prometheus_client::encoding::EncodeLabelSet,
-    M: prometheus_client::encoding::EncodeMetric,
-{
-    let mut metric = encoder.encode_descriptor(name, help, None, metric_type)?;
-    for (labels, sample) in samples {
-        sample.encode(metric.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
+/// Kept for `backlog`, which names it here.
+pub(crate) use encoding::family;
+pub use encoding::CONTENT_TYPE;

@@ -1,9 +1,8 @@
 //! The exposition of one worker's counters, gauges and latency histograms.
 
-use super::family;
-use super::histogram::LatencyHistogram;
-use crate::worker::metrics::{OutcomeCounters, TargetCounters};
-use crate::worker::Stats;
+use super::encoding::family;
+use crate::telemetry::histogram::LatencyHistogram;
+use crate::telemetry::{OutcomeCounters, ShardCounters, Stats, TargetCounters};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::counter::ConstCounter;
@@ -49,17 +48,12 @@ impl WorkerMetrics {
 
     /// Every (shard, queue) label pair with its counters, shard-major.
     fn targets(&self) -> impl Iterator<Item = ([(&str, &str); 2], &TargetCounters)> {
-        let queues = &self.stats.metrics.queues;
-        self.stats
-            .metrics
-            .targets
-            .iter()
-            .enumerate()
-            .map(move |(i, t)| {
-                let shard = self.shards[i / queues.len()].as_str();
-                let queue = queues[i % queues.len()].as_str();
-                ([("shard", shard), ("queue", queue)], t)
-            })
+        let queues = &self.stats.queues;
+        self.stats.targets.iter().enumerate().map(move |(i, t)| {
+            let shard = self.shards[i / queues.len()].as_str();
+            let queue = queues[i % queues.len()].as_str();
+            ([("shard", shard), ("queue", queue)], t)
+        })
     }
 
     fn per_target(
@@ -92,11 +86,10 @@ impl WorkerMetrics {
         name: &str,
         help: &str,
         metric_type: MetricType,
-        sample: impl Fn(&'s crate::worker::metrics::ShardCounters) -> M,
+        sample: impl Fn(&'s ShardCounters) -> M,
     ) -> Result<(), std::fmt::Error> {
         let samples = self
             .stats
-            .metrics
             .shards
             .iter()
             .zip(self.shards.iter())
@@ -162,21 +155,20 @@ impl Collector for WorkerMetrics {
             MetricType::Gauge,
             slots,
         )?;
-        let outcomes = self
-            .stats
-            .metrics
-            .shards
-            .iter()
-            .zip(self.shards.iter())
-            .flat_map(|(counters, shard)| {
-                OUTCOMES.iter().map(move |(outcome, counter)| {
-                    let labels = [("shard", shard.as_str()), ("outcome", *outcome)];
-                    (
-                        labels,
-                        ConstCounter::new(counter(&counters.outcomes).load(Relaxed)),
-                    )
-                })
-            });
+        let outcomes =
+            self.stats
+                .shards
+                .iter()
+                .zip(self.shards.iter())
+                .flat_map(|(counters, shard)| {
+                    OUTCOMES.iter().map(move |(outcome, counter)| {
+                        let labels = [("shard", shard.as_str()), ("outcome", *outcome)];
+                        (
+                            labels,
+                            ConstCounter::new(counter(&counters.outcomes).load(Relaxed)),
+                        )
+                    })
+                });
         family(
             e,
             "shardq_worker_outcomes",
@@ -205,7 +197,7 @@ impl Collector for WorkerMetrics {
             MetricType::Counter,
             |s| ConstCounter::new(s.outcomes.statements.load(Relaxed)),
         )?;
-        let metrics = &self.stats.metrics;
+        let metrics = &self.stats;
         for (name, help, value) in [
             (
                 "shardq_worker_buffered_jobs",
@@ -267,11 +259,9 @@ mod tests {
         let m = metrics();
         // Target 3 is shard 1, queue b.
         m.stats
-            .metrics
-            .record_target_claim(3, &Ok(Claim::Busy), Duration::from_millis(2));
+            .record_claim(1, 3, &Ok(Claim::Busy), Duration::from_millis(2));
         m.stats
-            .metrics
-            .record_target_claim(0, &Ok(Claim::Empty), Duration::from_millis(2));
+            .record_claim(0, 0, &Ok(Claim::Empty), Duration::from_millis(2));
         let text = m.encode();
         assert!(text.contains("shardq_worker_claim_busy_total{shard=\"s1\",queue=\"b\"} 1\n"));
         assert!(text.contains("shardq_worker_claim_busy_total{shard=\"s0\",queue=\"a\"} 0\n"));
@@ -294,8 +284,8 @@ mod tests {
             fenced: 1,
             ..Written::default()
         };
-        m.stats.metrics.record_outcomes(1, &written);
-        m.stats.metrics.record_recovered(0, 4);
+        m.stats.record_written(1, &written, []);
+        m.stats.record_recovered(0, 4);
         let text = m.encode();
         for line in [
             "shardq_worker_outcomes_total{shard=\"s1\",outcome=\"succeeded\"} 5\n",

@@ -14,8 +14,7 @@
 
 pub mod due;
 
-use crate::config::Limits;
-use crate::job::{InvalidJob, NewJob};
+use crate::job::{InvalidJob, Limits, NewJob};
 use crate::router;
 use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;

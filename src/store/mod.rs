@@ -28,10 +28,9 @@ pub mod schedules;
 pub mod schema;
 pub mod server;
 pub mod sql;
-mod status;
 pub mod steps;
 pub mod upkeep;
 pub mod workers;
 
+pub use crate::job_status::JobStatus;
 pub use error::ErrorKind;
-pub use status::JobStatus;

@@ -4,8 +4,8 @@
 use super::exec;
 use super::sql::{self, Param};
 use super::upkeep;
+use crate::heartbeat::ShardCountersSnapshot;
 use crate::shards::{Shard, ShardError};
-use crate::worker::metrics::ShardCountersSnapshot;
 use std::time::Duration;
 use tokio_postgres::types::Type;
 

@@ -6,11 +6,12 @@
 //! writes retrying) cannot hold back completions for the others.
 
 use super::credits::BufferCredits;
-use super::{Shared, Stats};
+use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config};
 use crate::job::{Completion, Outcome};
 use crate::store::jobs::{self, CompleteMany};
 use crate::store::ErrorKind;
+use crate::telemetry::Stats;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
@@ -179,18 +180,18 @@ impl Batcher {
 /// lease expiry).
 pub(crate) async fn run(
     config: CompleterConfig,
-    shared: Arc<Shared>,
+    run: Arc<WorkerRun>,
     credits: BufferCredits,
     input: mpsc::Receiver<Completion>,
     abandon: CancellationToken,
 ) {
     let retry = config.retry;
-    let shards = shared.shards.len();
-    let stats = shared.clone();
+    let shards = run.shards.len();
+    let stats = run.clone();
     let write = move |w: Write| {
-        let shared = shared.clone();
+        let run = run.clone();
         let abandon = abandon.clone();
-        async move { write_with_retry(&shared, w.shard, w.part, retry, &abandon).await }
+        async move { write_with_retry(&run, w.shard, w.part, retry, &abandon).await }
     };
     drive(&config, shards, input, &credits, &stats.stats, write).await;
 }
@@ -226,7 +227,7 @@ async fn drive<W, F>(
             received = input.recv() => match received {
                 Some(done) => {
                     credits.reached_completer(1);
-                    stats.outcomes_arrived(1);
+                    stats.record_outcomes_arrived(1);
                     if let Some(w) = batcher.push(done) {
                         writes.start(w, &mut write);
                     }
@@ -273,7 +274,7 @@ async fn drive<W, F>(
 /// jobs stop counting against the buffer.
 fn settled(credits: &BufferCredits, stats: &Stats, n: usize) {
     credits.settled(n);
-    stats.outcomes_settled(n as u64);
+    stats.record_outcomes_settled(n as u64);
 }
 
 /// Writes in flight, each known by its shard and size (even one that panicked).
@@ -319,13 +320,13 @@ impl Writes {
 /// leases no longer extended) once written, fenced or given up, so a job
 /// whose outcome cannot be written returns by lease expiry.
 async fn write_with_retry(
-    shared: &Shared,
+    run: &WorkerRun,
     shard_index: usize,
     part: Vec<Completion>,
     retry: Backoff,
     abandon: &CancellationToken,
 ) {
-    let shard = shared.shards.get(shard_index);
+    let shard = run.shards.get(shard_index);
     let mut delay = FIRST_RETRY_DELAY;
     let mut todo = vec![Part {
         done: part,
@@ -337,19 +338,19 @@ async fn write_with_retry(
     }) = todo.pop()
     {
         let write = CompleteMany {
-            owner: &shared.owner,
+            owner: &run.owner,
             retry,
             done: &part,
         };
         let result = jobs::complete_many(shard, write).await;
         match result {
             Ok(written) => {
-                record_written(shared, shard_index, &part, &written);
-                let_go(shared, &part);
+                record_written(run, shard_index, &part, &written);
+                let_go(run, &part);
                 delay = FIRST_RETRY_DELAY;
             }
             Err(err) if err.is_permanent() => {
-                let error = crate::error_chain(&err);
+                let error = crate::error_chain::error_chain(&err);
                 match split_or_fail(Part { done: part, report }, &error) {
                     Ok((left, right)) => {
                         todo.push(right);
@@ -364,7 +365,7 @@ async fn write_with_retry(
                     }
                     Err(Failed::GiveUp(given_up)) => {
                         tracing::error!(shard = %shard.name, job = %given_up.id, %error, "even a failure could not be written; the job returns when its lease expires");
-                        let_go(shared, std::slice::from_ref(&given_up));
+                        let_go(run, std::slice::from_ref(&given_up));
                     }
                 }
             }
@@ -373,7 +374,7 @@ async fn write_with_retry(
                 tracing::warn!(
                     shard = %shard.name,
                     jobs = part.len() + right.len(),
-                    error = %crate::error_chain(&err),
+                    error = %crate::error_chain::error_chain(&err),
                     "completion write too big for the server's lock table or memory; splitting it"
                 );
                 todo.push(Part {
@@ -387,14 +388,14 @@ async fn write_with_retry(
                     shard = %shard.name,
                     jobs = part.len(),
                     retry_in_ms = delay.as_millis() as u64,
-                    error = %crate::error_chain(&err),
+                    error = %crate::error_chain::error_chain(&err),
                     "completion write failed; retrying"
                 );
                 tokio::select! {
                     _ = abandon.cancelled() => {
                         tracing::warn!(shard = %shard.name, jobs = part.len(), "completion write abandoned; the jobs return when their leases expire");
-                        let_go(shared, &part);
-                        todo.into_iter().for_each(|rest| let_go(shared, &rest.done));
+                        let_go(run, &part);
+                        todo.into_iter().for_each(|rest| let_go(run, &rest.done));
                         return;
                     }
                     _ = tokio::time::sleep(delay) => {}
@@ -408,8 +409,8 @@ async fn write_with_retry(
 
 /// Stops holding these jobs: their outcomes are written, fenced or given up,
 /// so the leaser no longer extends their leases.
-fn let_go(shared: &Shared, part: &[Completion]) {
-    shared.running.forget(part.iter().map(|c| (c.id, c.fence)));
+fn let_go(run: &WorkerRun, part: &[Completion]) {
+    run.running.forget(part.iter().map(|c| (c.id, c.fence)));
 }
 
 /// Outcomes to write in one statement.
@@ -459,23 +460,18 @@ fn split_or_fail(part: Part, error: &str) -> Result<(Part, Part), Failed> {
 }
 
 fn record_written(
-    shared: &Shared,
+    run: &WorkerRun,
     shard_index: usize,
     part: &[Completion],
     written: &jobs::Written,
 ) {
-    let stats = &shared.stats;
-    stats.add_written(written);
-    stats.metrics.record_outcomes(shard_index, written);
-    stats.metrics.shards[shard_index].completed.fetch_add(
-        part.len() as u64 - written.fenced,
-        std::sync::atomic::Ordering::Relaxed,
+    run.stats.record_written(
+        shard_index,
+        written,
+        part.iter().map(|c| c.finished.elapsed()),
     );
-    stats
-        .metrics
-        .record_completion_lags(shard_index, part.iter().map(|c| c.finished.elapsed()));
     if written.fenced > 0 {
-        let shard = &shared.shards.get(shard_index).name;
+        let shard = &run.shards.get(shard_index).name;
         tracing::warn!(shard = %shard, fenced = written.fenced, "completions fenced out: their leases were lost and the jobs re-claimed");
     }
 }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
-use super::HandlerError;
+/// Any error a handler returns; its `Display` chain becomes the job's error.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a durable step did not return an output.
 #[derive(Debug, thiserror::Error)]

@@ -4,11 +4,11 @@
 //! concurrently in this process; other jobs go to any free slot.
 
 use super::context::JobContext;
-use super::{HandlerRegistry, Shared};
+use super::handler::HandlerRegistry;
+use super::worker_run::WorkerRun;
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -46,7 +46,7 @@ pub(crate) fn slot_for(queue: &str, key: &str, slots: usize) -> usize {
 /// What every executor slot uses.
 pub(crate) struct Executor {
     pub config: ExecutorConfig,
-    pub shared: Arc<Shared>,
+    pub run: Arc<WorkerRun>,
     pub registry: Arc<HandlerRegistry>,
 }
 
@@ -59,7 +59,7 @@ pub(crate) struct Executor {
 pub(crate) async fn run_slot(
     executor: Arc<Executor>,
     mut own: mpsc::Receiver<ClaimedJob>,
-    shared: async_channel::Receiver<ClaimedJob>,
+    unkeyed: async_channel::Receiver<ClaimedJob>,
     completions: mpsc::Sender<Completion>,
     stop: CancellationToken,
 ) -> mpsc::Receiver<ClaimedJob> {
@@ -69,12 +69,12 @@ pub(crate) async fn run_slot(
         let job = tokio::select! {
             biased;
             _ = stop.cancelled() => return own,
-            job = next_job(&mut own, &shared) => match job {
+            job = next_job(&mut own, &unkeyed) => match job {
                 Some(job) => job,
                 None => return own,
             },
         };
-        executor.shared.stats.metrics.unbuffered(1);
+        executor.run.stats.record_unbuffered(1);
         let completion = if held_back.holds(&job) {
             Completion::of(&job, Outcome::Released)
         } else {
@@ -106,12 +106,12 @@ pub(crate) async fn run_slot(
 /// Cancel safe: both receives are.
 async fn next_job(
     own: &mut mpsc::Receiver<ClaimedJob>,
-    shared: &async_channel::Receiver<ClaimedJob>,
+    unkeyed: &async_channel::Receiver<ClaimedJob>,
 ) -> Option<ClaimedJob> {
     tokio::select! {
         biased;
         Some(job) = own.recv() => Some(job),
-        Ok(job) = shared.recv() => Some(job),
+        Ok(job) = unkeyed.recv() => Some(job),
         else => None,
     }
 }
@@ -161,16 +161,13 @@ impl HeldBack {
 /// whose cancellation was asked before it started is released instead (and
 /// written as cancelled).
 async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
-    let shared = &executor.shared;
-    let cancel = shared.running.cancel_token(job.id);
+    let run = &executor.run;
+    let cancel = run.running.cancel_token(job.id);
     if cancel.is_cancelled() {
         return Completion::of(&job, Outcome::Released);
     }
     if let Ok(waited) = std::time::SystemTime::now().duration_since(job.created_at) {
-        shared
-            .stats
-            .metrics
-            .record_pickup(job.shard, &job.queue, waited);
+        run.stats.record_pickup(job.shard, &job.queue, waited);
     }
     let mut done = Completion::of(&job, Outcome::Released);
     let ctx = JobContext {
@@ -181,14 +178,13 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         attempt: job.attempt,
         enqueued_at: job.created_at,
         fence: job.fence,
-        shard: shared.shards.get(job.shard).clone(),
-        owner: shared.owner.clone(),
+        shard: run.shards.get(job.shard).clone(),
+        owner: run.owner.clone(),
         cancel,
     };
-    let running = &shared.stats.metrics.running;
-    running.fetch_add(1, Relaxed);
+    run.stats.record_handler_running(true);
     let result = run_with_timeout(executor, job.handler, ctx).await;
-    running.fetch_sub(1, Relaxed);
+    run.stats.record_handler_running(false);
     done.outcome = match result {
         Ok(output) => Outcome::Succeeded(output),
         Err(message) => {
@@ -231,8 +227,7 @@ async fn run_with_timeout(
         Ok(joined) => joined.unwrap_or_else(|e| Err(format!("handler task failed: {e}"))),
         Err(_) => {
             task.abort();
-            super::Stats::add(&executor.shared.stats.abandoned, 1);
-            executor.shared.stats.metrics.record_abandoned(shard);
+            executor.run.stats.record_abandoned(shard);
             tracing::warn!(
                 timeout_s = limit.as_secs_f64(),
                 "handler timed out; abandoning it"
@@ -250,8 +245,8 @@ mod tests {
     use super::*;
     use crate::job::JobId;
     use crate::shards::ShardSet;
+    use crate::telemetry::Stats;
     use crate::worker::running::LostClaims;
-    use crate::worker::Stats;
     use std::sync::Mutex;
 
     /// An executor over a shard it never connects to: the handler here
@@ -276,7 +271,7 @@ mod tests {
         });
         Arc::new(Executor {
             config: ExecutorConfig::new(&config),
-            shared: Arc::new(Shared {
+            run: Arc::new(WorkerRun {
                 lost_claims: LostClaims::new(1),
                 shards,
                 owner: "test".into(),
@@ -309,7 +304,7 @@ mod tests {
     async fn another_queues_job_of_the_same_key_string_keeps_the_failed_runs_hold() {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let (own_tx, own_rx) = mpsc::channel(8);
-        let (shared_tx, shared_rx) = async_channel::bounded::<ClaimedJob>(1);
+        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
         let (done_tx, mut done_rx) = mpsc::channel(8);
         // Claim 1 brought A's run of key k (A1 fails); claim 2, B's job of k,
         // reached the slot between A1 and the rest of A's run.
@@ -325,7 +320,7 @@ mod tests {
         let slot = tokio::spawn(run_slot(
             executor(calls.clone()),
             own_rx,
-            shared_rx,
+            unkeyed_rx,
             done_tx,
             stop.clone(),
         ));
@@ -341,7 +336,7 @@ mod tests {
         }
         stop.cancel();
         slot.await.unwrap();
-        drop((own_tx, shared_tx));
+        drop((own_tx, unkeyed_tx));
         assert_eq!(
             outcomes,
             vec![

@@ -1,14 +1,12 @@
 //! Handlers: named async functions that run a job.
 
+pub use super::context::HandlerError;
 use super::context::JobContext;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-
-/// Any error a handler returns; its `Display` chain becomes the job's error.
-pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a handler returns: the job's output, or why it failed.
 pub type HandlerResult = Result<Value, HandlerError>;
@@ -99,7 +97,7 @@ impl HandlerRegistry {
             .await
         {
             Ok(Ok(output)) => Ok(output),
-            Ok(Err(err)) => Err(crate::error_chain(err.as_ref())),
+            Ok(Err(err)) => Err(crate::error_chain::error_chain(err.as_ref())),
             Err(panic) => Err(format!("handler panicked: {}", panic_message(&panic))),
         }
     }

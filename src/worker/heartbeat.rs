@@ -10,26 +10,17 @@
 //! One loop per shard, like maintenance: a shard that hangs delays only its
 //! own heartbeat (each statement has the shard's deadline).
 
+use super::per_shard::each_shard;
 use super::rotation::jitter;
-use super::{Shared, Stats};
+use super::worker_run::WorkerRun;
 use crate::config::Config;
 use crate::store::workers::{self, Heartbeat};
+use crate::telemetry::Stats;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// How often a worker writes its row on each shard: often enough that the
-/// dashboard's counters are fresh, rare enough to cost nothing (one small
-/// upsert per process and shard).
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
-
-/// A worker silent this long (before another worker's previous beat on the
-/// same shard, so an unreachable shard does not count) stopped without
-/// saying so, and its running jobs are given back: three missed beats, so
-/// one slow beat is not taken for a dead worker, and a killed worker's jobs
-/// run again within about 20 s instead of their lease (60 s by default). A
-/// worker that was alive after all finds its late completions fenced.
-pub const HEARTBEAT_TTL: Duration = Duration::from_secs(15);
+use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 
 /// Jobs of silent workers given back per beat and shard; a dead worker's
 /// whole buffer comes back in a beat or two.
@@ -68,36 +59,29 @@ fn host_name() -> String {
 /// worker's rows (within [`GOODBYE_LIMIT`]).
 pub(crate) async fn run(
     config: HeartbeatConfig,
-    shared: Arc<Shared>,
+    run: Arc<WorkerRun>,
     started: Instant,
     stop: CancellationToken,
 ) {
     let config = Arc::new(config);
-    let mut loops = tokio::task::JoinSet::new();
-    for index in 0..shared.shards.len() {
-        loops.spawn(shard_loop(
-            config.clone(),
-            shared.clone(),
-            index,
-            started,
-            stop.clone(),
-        ));
-    }
-    while loops.join_next().await.is_some() {}
+    each_shard(run.shards.len(), |index| {
+        shard_loop(config.clone(), run.clone(), index, started, stop.clone())
+    })
+    .await;
 }
 
 async fn shard_loop(
     config: Arc<HeartbeatConfig>,
-    shared: Arc<Shared>,
+    run: Arc<WorkerRun>,
     index: usize,
     started: Instant,
     stop: CancellationToken,
 ) {
-    let shard = shared.shards.get(index);
+    let shard = run.shards.get(index);
     loop {
-        let counters = counters_of(&shared.stats, index);
+        let counters = counters_of(&run.stats, index);
         let beat = Heartbeat {
-            worker_id: &shared.owner,
+            worker_id: &run.owner,
             host: &config.host,
             pid: std::process::id() as i32,
             queues: &config.queues,
@@ -106,8 +90,7 @@ async fn shard_loop(
         };
         let beat = async {
             // First, judged by this worker's previous beat: the silent ones.
-            match workers::release_silent(shard, &shared.owner, HEARTBEAT_TTL, RELEASE_BATCH).await
-            {
+            match workers::release_silent(shard, &run.owner, HEARTBEAT_TTL, RELEASE_BATCH).await {
                 Ok(released) if released.jobs > 0 => {
                     tracing::info!(
                         shard = %shard.name,
@@ -115,12 +98,12 @@ async fn shard_loop(
                         workers = released.workers,
                         "gave back the running jobs of workers whose heartbeat stopped"
                     );
-                    shared.stats.record_recovered(index, released.jobs);
+                    run.stats.record_recovered(index, released.jobs);
                 }
                 Ok(_) => {}
                 Err(err) => tracing::warn!(
                     shard = %shard.name,
-                    error = %crate::error_chain(&err),
+                    error = %crate::error_chain::error_chain(&err),
                     "cannot give back the jobs of silent workers; tried again next beat"
                 ),
             }
@@ -132,7 +115,7 @@ async fn shard_loop(
             result = beat => result,
         };
         if let Err(err) = result {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "heartbeat skipped");
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "heartbeat skipped");
         }
         let pause = jitter(
             &mut rand::thread_rng(),
@@ -144,12 +127,12 @@ async fn shard_loop(
             _ = tokio::time::sleep(pause) => {}
         }
     }
-    let goodbye = tokio::time::timeout(GOODBYE_LIMIT, workers::remove(shard, &shared.owner)).await;
+    let goodbye = tokio::time::timeout(GOODBYE_LIMIT, workers::remove(shard, &run.owner)).await;
     if !matches!(goodbye, Ok(Ok(()))) {
         tracing::debug!(shard = %shard.name, "worker row left to expire");
     }
 }
 
-fn counters_of(stats: &Stats, index: usize) -> crate::worker::metrics::ShardCountersSnapshot {
+fn counters_of(stats: &Stats, index: usize) -> crate::telemetry::ShardCountersSnapshot {
     stats.shards().get(index).copied().unwrap_or_default()
 }

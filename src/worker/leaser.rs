@@ -10,14 +10,14 @@
 //! Each shard has its own loop: a shard that hangs delays only its own
 //! statements (each has a deadline), never the leases on the others.
 
-use super::Shared;
+use super::per_shard::each_shard;
+use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config};
 use crate::job::{Completion, Outcome};
 use crate::shards::Shard;
 use crate::store::jobs::{self, CompleteMany, ExtendLeases};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Extensions per lease period: a lease outlives an outage of its shard of up
@@ -54,47 +54,41 @@ impl LeaserConfig {
 }
 
 /// Runs until `stop` is cancelled.
-pub(crate) async fn run(config: LeaserConfig, shared: Arc<Shared>, stop: CancellationToken) {
+pub(crate) async fn run(config: LeaserConfig, run: Arc<WorkerRun>, stop: CancellationToken) {
     let config = Arc::new(config);
-    let mut loops = JoinSet::new();
-    for index in 0..shared.shards.len() {
-        loops.spawn(shard_loop(
-            config.clone(),
-            shared.clone(),
-            index,
-            stop.clone(),
-        ));
-    }
-    while loops.join_next().await.is_some() {}
+    each_shard(run.shards.len(), |index| {
+        shard_loop(config.clone(), run.clone(), index, stop.clone())
+    })
+    .await;
 }
 
 /// One shard's extensions and cancellation polls.
 async fn shard_loop(
     config: Arc<LeaserConfig>,
-    shared: Arc<Shared>,
+    run: Arc<WorkerRun>,
     index: usize,
     stop: CancellationToken,
 ) {
     let lease = config.lease;
     let mut clock = ExtensionClock::new(lease, Instant::now());
-    let shard = shared.shards.get(index).clone();
+    let shard = run.shards.get(index).clone();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(clock.tick()) => {}
         }
-        release_orphans(&config, &shared, &shard).await;
-        let held = shared.running.on(index);
+        release_orphans(&config, &run, &shard).await;
+        let held = run.running.on(index);
         if held.is_empty() {
             clock.nothing_held(Instant::now());
             continue;
         }
         if clock.due(Instant::now()) {
             let tried = Instant::now();
-            let ok = extend(&shared, &shard, &held, lease).await;
+            let ok = extend(&run, &shard, &held, lease).await;
             clock.tried(tried, ok);
         }
-        poll_cancellations(&shared, &shard, &held).await;
+        poll_cancellations(&run, &shard, &held).await;
     }
 }
 
@@ -155,23 +149,23 @@ impl ExtensionClock {
 /// asked: a job whose outcome is written (and forgotten) while the question
 /// is out was seen running by it, yet is no orphan; the earlier read still
 /// holds it.
-async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) {
+async fn release_orphans(config: &LeaserConfig, run: &WorkerRun, shard: &Shard) {
     let deadline = config.statement_timeout;
-    let Some(lost) = shared.lost_claims.last(shard.index) else {
+    let Some(lost) = run.lost_claims.last(shard.index) else {
         return;
     };
     if lost.elapsed() > deadline * ORPHAN_WINDOW_DEADLINES {
         return;
     }
-    let mut held = shared.running.ids_on(shard.index);
-    let owned = match jobs::owned_running(shard, &shared.owner, deadline * 2).await {
+    let mut held = run.running.ids_on(shard.index);
+    let owned = match jobs::owned_running(shard, &run.owner, deadline * 2).await {
         Ok(owned) => owned,
         Err(err) => {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan check failed");
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "orphan check failed");
             return;
         }
     };
-    held.extend(shared.running.ids_on(shard.index));
+    held.extend(run.running.ids_on(shard.index));
     let orphans: Vec<Completion> = owned
         .into_iter()
         .filter(|o| !held.contains(&o.id))
@@ -188,49 +182,48 @@ async fn release_orphans(config: &LeaserConfig, shared: &Shared, shard: &Shard) 
         return;
     }
     let release = CompleteMany {
-        owner: &shared.owner,
+        owner: &run.owner,
         retry: config.retry,
         done: &orphans,
     };
     match jobs::complete_many(shard, release).await {
         Ok(written) => {
-            shared.stats.add_written(&written);
-            shared.stats.metrics.record_outcomes(shard.index, &written);
+            run.stats.record_written(shard.index, &written, []);
             tracing::info!(shard = %shard.name, released = written.released, "gave back jobs a lost claim reply left this process owning");
         }
         Err(err) => {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "orphan release failed")
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "orphan release failed")
         }
     }
 }
 
 /// Extends the leases of `held` on `shard`; whether that succeeded.
 async fn extend(
-    shared: &Shared,
+    run: &WorkerRun,
     shard: &Shard,
     held: &[(crate::job::JobId, i64)],
     lease: Duration,
 ) -> bool {
     let extension = ExtendLeases {
-        owner: &shared.owner,
+        owner: &run.owner,
         held,
         lease,
     };
     match jobs::extend_leases(shard, extension).await {
         Ok(_) => true,
         Err(err) => {
-            tracing::warn!(shard = %shard.name, error = %crate::error_chain(&err), "lease extension failed");
+            tracing::warn!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "lease extension failed");
             false
         }
     }
 }
 
-async fn poll_cancellations(shared: &Shared, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
+async fn poll_cancellations(run: &WorkerRun, shard: &Shard, held: &[(crate::job::JobId, i64)]) {
     let ids: Vec<crate::job::JobId> = held.iter().map(|(id, _)| *id).collect();
     match jobs::cancel_requested(shard, &ids).await {
-        Ok(ids) => ids.into_iter().for_each(|id| shared.running.cancel(id)),
+        Ok(ids) => ids.into_iter().for_each(|id| run.running.cancel(id)),
         Err(err) => {
-            tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "cancellation check failed")
+            tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "cancellation check failed")
         }
     }
 }

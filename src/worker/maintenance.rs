@@ -3,10 +3,11 @@
 //! finished jobs. Each step is gated per shard, so across the fleet one
 //! process at a time does it; the others' attempts cost one statement.
 
-use super::Stats;
+use super::per_shard::each_shard;
 use crate::config::{Config, Retention};
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::upkeep;
+use crate::telemetry::Stats;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,17 +51,16 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) {
     let config = Arc::new(config);
-    let mut loops = tokio::task::JoinSet::new();
-    for index in 0..shards.len() {
-        loops.spawn(shard_loop(
+    each_shard(shards.len(), |index| {
+        shard_loop(
             config.clone(),
             shards.clone(),
             stats.clone(),
             index,
             shutdown.clone(),
-        ));
-    }
-    while loops.join_next().await.is_some() {}
+        )
+    })
+    .await;
 }
 
 async fn shard_loop(
@@ -130,7 +130,7 @@ fn failed(shard: &Shard, duty: &str, err: &ShardError) {
     tracing::warn!(
         shard = %shard.name,
         duty,
-        error = %crate::error_chain(err),
+        error = %crate::error_chain::error_chain(err),
         "maintenance duty failed; the others ran, it is tried again next pass"
     );
 }

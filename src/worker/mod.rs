@@ -2,7 +2,7 @@
 //! slots run handlers, the completer writes outcomes back in batches.
 //!
 //! ```text
-//! shards ─> producers ─> keyed/shared queues ─> executor slots ─> completer ─> shards
+//! shards ─> producers ─> keyed/unkeyed queues ─> executor slots ─> completer ─> shards
 //!           (rotate,      (bounded in total      (C slots, key    (batched per
 //!            gated)        by worker.buffer_jobs)  hash → slot)     shard, fenced)
 //! ```
@@ -17,26 +17,31 @@ mod leaser;
 mod local_gate;
 mod maintenance;
 pub mod metrics;
+mod per_shard;
 mod producer;
 mod rotation;
 mod running;
 mod scheduler;
 mod shard_health;
-pub(crate) use shard_health::BUDGET_MIN as CLAIM_BUDGET_MIN;
 mod slot_control;
-mod stats;
+mod target;
 mod wakeup;
+mod worker_run;
 
+#[cfg(test)]
+mod lease_telemetry_tests;
+
+pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
+pub use crate::telemetry::{Stats, StatsSnapshot};
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
-pub use heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
-pub use stats::{Stats, StatsSnapshot};
 
-use crate::config::{Config, Limits};
+use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::prometheus::WorkerMetrics;
 use crate::schedule::{Schedule, ScheduleError};
 use crate::shards::ShardSet;
+use crate::store::queues;
 use completer::CompleterConfig;
 use credits::BufferCredits;
 use executor::{Executor, ExecutorConfig};
@@ -49,28 +54,15 @@ use running::{LostClaims, RunningJobs};
 use slot_control::SlotControl;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use target::targets;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use wakeup::Wakeups;
+use worker_run::WorkerRun;
 
 /// How often `stop_when_empty` asks the shards whether work is left.
 const EMPTY_CHECK_INTERVAL: Duration = Duration::from_millis(200);
-
-/// What every role of one worker uses; each role's own settings and
-/// handles (producers: gate and credits; completer: credits; ...) are given
-/// to it alone.
-pub(crate) struct Shared {
-    pub shards: ShardSet,
-    /// Unique per worker run; written on claimed rows; fences completions.
-    pub owner: Arc<str>,
-    pub stats: Arc<Stats>,
-    /// Every job this process holds, from its claim until its outcome is written.
-    pub running: RunningJobs,
-    /// Claims that may have run without their reply (producers note them,
-    /// the leaser gives back what they left this process owning).
-    pub lost_claims: LostClaims,
-}
 
 /// A worker over a set of shards.
 pub struct Worker {
@@ -179,42 +171,42 @@ impl Worker {
         )
         .into();
         let config = self.config;
-        let shared = Arc::new(Shared {
+        let run = Arc::new(WorkerRun {
             lost_claims: LostClaims::new(self.shards.len()),
             shards: self.shards,
             owner,
             stats: self.stats,
             running: RunningJobs::default(),
         });
-        tracing::info!(owner = %shared.owner, shards = shared.shards.len(), "worker started");
+        tracing::info!(owner = %run.owner, shards = run.shards.len(), "worker started");
 
         let claiming = shutdown.child_token();
         // Leases stay alive until every completion is written.
         let leasing = CancellationToken::new();
         let leaser = tokio::spawn(leaser::run(
             LeaserConfig::new(&config),
-            shared.clone(),
+            run.clone(),
             leasing.clone(),
         ));
         // Heartbeats go on until every completion is written, then say goodbye.
         let beating = CancellationToken::new();
         let heartbeat = tokio::spawn(heartbeat::run(
             heartbeat::HeartbeatConfig::new(&config),
-            shared.clone(),
+            run.clone(),
             started,
             beating.clone(),
         ));
         let mut background = JoinSet::new();
         background.spawn(maintenance::run(
             MaintenanceConfig::new(&config),
-            shared.shards.clone(),
-            shared.stats.clone(),
+            run.shards.clone(),
+            run.stats.clone(),
             claiming.clone(),
         ));
         if !self.schedules.is_empty() {
             background.spawn(scheduler::run(
                 self.schedules,
-                shared.shards.clone(),
+                run.shards.clone(),
                 config.limits.default_max_attempts,
                 self.scheduler_clock,
                 claiming.clone(),
@@ -222,13 +214,12 @@ impl Worker {
         }
         if self.stop_when_empty {
             background.spawn(stop_when_empty(
-                shared.shards.clone(),
-                config.limits.clone(),
+                run.shards.clone(),
                 config.worker.queues.clone(),
                 claiming.clone(),
             ));
         }
-        run_pipeline(&config, &shared, Arc::new(self.registry), &claiming).await;
+        run_pipeline(&config, &run, Arc::new(self.registry), &claiming).await;
         claiming.cancel();
         // Upkeep statements are idempotent and each is atomic, so stopping them
         // mid-flight loses nothing; waiting could mean a connect timeout per
@@ -240,19 +231,12 @@ impl Worker {
         beating.cancel();
         let _ = heartbeat.await;
         let report = WorkerReport {
-            stats: shared.stats.snapshot(),
+            stats: run.stats.snapshot(),
             elapsed: started.elapsed(),
         };
         tracing::info!(?report, "worker stopped");
         report
     }
-}
-
-/// Every (shard index, queue) pair a worker serves.
-fn targets(shards: usize, queues: &[String]) -> Vec<(usize, String)> {
-    (0..shards)
-        .flat_map(|s| queues.iter().map(move |q| (s, q.clone())))
-        .collect()
 }
 
 /// Capacity of an executor slot's own queue (keyed jobs): its share of the
@@ -268,14 +252,14 @@ fn slot_capacity(buffer_jobs: usize, concurrency: usize, batch_size: u32) -> usi
 /// and every outcome is written (within the grace period again).
 ///
 /// Channels: the slots' own queues hold [`slot_capacity`] jobs each; the
-/// shared queue and the completions hold `worker.buffer_jobs`, which the
+/// unkeyed queue and the completions hold `worker.buffer_jobs`, which the
 /// buffer credits guarantee they never exceed (see `credits`), so sends
 /// there never wait. Only a producer dispatching to a full slot waits, and
 /// only for that slot, which drains by itself; at shutdown it stops waiting
 /// and hands back the jobs it could not dispatch.
 async fn run_pipeline(
     config: &Config,
-    shared: &Arc<Shared>,
+    run: &Arc<WorkerRun>,
     registry: Arc<HandlerRegistry>,
     claiming: &CancellationToken,
 ) {
@@ -286,10 +270,10 @@ async fn run_pipeline(
     let bound = worker.buffer_jobs.max(1);
     let credits = BufferCredits::new(worker.buffer_jobs);
     let (completions_tx, completions_rx) = mpsc::channel::<Completion>(bound);
-    let (shared_tx, shared_rx) = async_channel::bounded(bound);
+    let (unkeyed_tx, unkeyed_rx) = async_channel::bounded(bound);
     let executor = Arc::new(Executor {
         config: ExecutorConfig::new(config),
-        shared: shared.clone(),
+        run: run.clone(),
         registry,
     });
     let per_slot = slot_capacity(worker.buffer_jobs, concurrency, dequeue.batch_size);
@@ -301,7 +285,7 @@ async fn run_pipeline(
         slots.spawn(executor::run_slot(
             executor.clone(),
             rx,
-            shared_rx.clone(),
+            unkeyed_rx.clone(),
             completions_tx.clone(),
             claiming.clone(),
         ));
@@ -310,12 +294,12 @@ async fn run_pipeline(
     let abandon = CancellationToken::new();
     let completer = tokio::spawn(completer::run(
         CompleterConfig::new(config),
-        shared.clone(),
+        run.clone(),
         credits.clone(),
         completions_rx,
         abandon.clone(),
     ));
-    let targets = targets(shared.shards.len(), &worker.queues);
+    let targets = targets(run.shards.len(), &worker.queues);
     let gate_slots = match dequeue.mode {
         crate::config::DequeueMode::Gated { slots } => Some(SlotControl::new(
             slots,
@@ -331,9 +315,9 @@ async fn run_pipeline(
         dequeue.empty_backoff,
     )
     .with_wake_cooldown(dequeue.wake_cooldown);
-    let wakeups = Arc::new(Wakeups::new(&targets, shared.shards.len()));
+    let wakeups = Arc::new(Wakeups::new(&targets, run.shards.len()));
     let mut listeners = JoinSet::new();
-    for shard in shared.shards.all() {
+    for shard in run.shards.all() {
         listeners.spawn(wakeup::listen(
             shard.clone(),
             wakeups.clone(),
@@ -342,13 +326,13 @@ async fn run_pipeline(
     }
     let producers = Arc::new(Producers::new(
         ProducerConfig::new(config),
-        shared.clone(),
+        run.clone(),
         targets,
         gate,
         credits,
         Dispatch {
             keyed,
-            shared: shared_tx,
+            unkeyed: unkeyed_tx,
         },
         wakeups,
     ));
@@ -386,13 +370,13 @@ async fn run_pipeline(
         slots.abort_all();
         while slots.join_next().await.is_some() {}
     }
-    while let Ok(job) = shared_rx.try_recv() {
+    while let Ok(job) = unkeyed_rx.try_recv() {
         unstarted.push(job);
     }
     // Unstarted jobs go back through the completer (released, or cancelled
     // when that was asked), so other workers can take them at once.
     tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");
-    release(shared, &completions_tx, unstarted).await;
+    release(run, &completions_tx, unstarted).await;
     drop(completions_tx);
     if tokio::time::timeout(grace, completer).await.is_err() {
         abandon.cancel();
@@ -401,8 +385,8 @@ async fn run_pipeline(
 
 /// Hands unstarted jobs to the completer as released. The completions
 /// channel has room for them: each still holds its buffer credit.
-async fn release(shared: &Shared, completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
-    shared.stats.metrics.unbuffered(jobs.len());
+async fn release(run: &WorkerRun, completions: &mpsc::Sender<Completion>, jobs: Vec<ClaimedJob>) {
+    run.stats.record_unbuffered(jobs.len());
     for job in jobs {
         let _ = completions
             .send(Completion::of(&job, Outcome::Released))
@@ -410,25 +394,20 @@ async fn release(shared: &Shared, completions: &mpsc::Sender<Completion>, jobs: 
     }
 }
 
-async fn stop_when_empty(
-    shards: ShardSet,
-    limits: Limits,
-    queues: Vec<String>,
-    claiming: CancellationToken,
-) {
-    let client = crate::Client::from_shards(shards, limits);
+/// Cancels `claiming` once no shard has a queued or running job of
+/// `queues`; a shard that does not answer counts as having some.
+async fn stop_when_empty(shards: ShardSet, queues: Vec<String>, claiming: CancellationToken) {
     loop {
         tokio::select! {
             _ = claiming.cancelled() => return,
             _ = tokio::time::sleep(EMPTY_CHECK_INTERVAL) => {}
         }
         let mut pending = false;
-        for queue in &queues {
-            match client.has_pending(queue).await {
-                Ok(false) => {}
-                Ok(true) | Err(_) => {
+        'look: for queue in &queues {
+            for shard in shards.all() {
+                if !matches!(queues::has_pending(shard, queue).await, Ok(false)) {
                     pending = true;
-                    break;
+                    break 'look;
                 }
             }
         }
@@ -450,19 +429,5 @@ mod tests {
         assert_eq!(slot_capacity(1000, 100, 100), 10);
         assert_eq!(slot_capacity(10, 100, 100), 1);
         assert_eq!(slot_capacity(10, 0, 0), 1);
-    }
-
-    #[test]
-    fn targets_are_every_shard_and_queue() {
-        let queues = vec!["a".to_string(), "b".to_string()];
-        assert_eq!(
-            targets(2, &queues),
-            vec![
-                (0, "a".to_string()),
-                (0, "b".to_string()),
-                (1, "a".to_string()),
-                (1, "b".to_string())
-            ]
-        );
     }
 }

@@ -13,8 +13,9 @@ use super::credits::BufferCredits;
 use super::local_gate::{Entered, LocalGate, Refused};
 use super::rotation::{jitter, Next, Rotation};
 use super::shard_health::{ShardHealth, PROBE_INTERVAL};
+use super::target::Target;
 use super::wakeup::Wakeups;
-use super::Shared;
+use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config, DequeueMode};
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
@@ -82,9 +83,9 @@ impl ProducerConfig {
 /// What the producers of one process share.
 pub(crate) struct Producers {
     pub config: ProducerConfig,
-    pub shared: Arc<Shared>,
+    pub run: Arc<WorkerRun>,
     /// Every (shard index, queue) pair this worker serves.
-    pub targets: Vec<(usize, String)>,
+    pub targets: Vec<Target>,
     /// Dequeue permits, busy backoff and empty skips per target.
     pub gate: LocalGate,
     pub credits: BufferCredits,
@@ -104,17 +105,17 @@ pub(crate) struct Producers {
 impl Producers {
     pub fn new(
         config: ProducerConfig,
-        shared: Arc<Shared>,
-        targets: Vec<(usize, String)>,
+        run: Arc<WorkerRun>,
+        targets: Vec<Target>,
         gate: LocalGate,
         credits: BufferCredits,
         dispatch: Dispatch,
         wakeups: Arc<Wakeups>,
     ) -> Self {
         Producers {
-            health: ShardHealth::new(shared.shards.len(), config.claim_budget_max),
+            health: ShardHealth::new(run.shards.len(), config.claim_budget_max),
             config,
-            shared,
+            run,
             targets,
             gate,
             credits,
@@ -174,11 +175,11 @@ pub(crate) async fn finish_background(producers: &Producers, grace: Duration) {
 /// That cannot deadlock: the slot drains by itself (it runs the job in hand
 /// and hands its outcome to the completions channel, whose sends never wait:
 /// see [`super::credits`]), and at shutdown the wait ends at once and the
-/// undispatched jobs are given back. The shared queue is bounded by the
+/// undispatched jobs are given back. The unkeyed queue is bounded by the
 /// buffer credits, so a send there never waits.
 pub(crate) struct Dispatch {
     pub keyed: Vec<mpsc::Sender<ClaimedJob>>,
-    pub shared: async_channel::Sender<ClaimedJob>,
+    pub unkeyed: async_channel::Sender<ClaimedJob>,
 }
 
 impl Dispatch {
@@ -220,7 +221,7 @@ impl Dispatch {
             None => {
                 let mut job = job;
                 loop {
-                    match self.shared.try_send(job) {
+                    match self.unkeyed.try_send(job) {
                         Ok(()) => return Ok(()),
                         Err(async_channel::TrySendError::Closed(back)) => return Err(back),
                         // Not while the credits hold (see `credits`); waiting
@@ -257,7 +258,7 @@ pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) 
         let claim = p.next_claim();
         for job in &mut jobs {
             job.claim = claim;
-            p.shared.running.hold(job);
+            p.run.running.hold(job);
         }
         let undispatched = p.dispatch.send_all(jobs, &shutdown).await;
         if !undispatched.is_empty() {
@@ -296,12 +297,8 @@ impl Refusals {
 
 /// Shows the K of `target` in the worker's metrics.
 fn publish_slots(p: &Producers, target: usize, entered: &Entered) {
-    if let (Some(k), Some(t)) = (
-        entered.slots_now(),
-        p.shared.stats.metrics.targets.get(target),
-    ) {
-        t.slots
-            .store(u64::from(k), std::sync::atomic::Ordering::Relaxed);
+    if let Some(k) = entered.slots_now() {
+        p.run.stats.record_slots(target, k);
     }
 }
 
@@ -321,7 +318,7 @@ fn fails_the_shard(kind: ErrorKind) -> bool {
 fn suspect(p: &Arc<Producers>, shard: usize, shutdown: &CancellationToken) {
     if p.health.with(shard, |h| h.suspect(Instant::now())) {
         tracing::warn!(
-            shard = %p.shared.shards.get(shard).name,
+            shard = %p.run.shards.get(shard).name,
             budget_ms = p.health.budget(shard).as_millis() as u64,
             "shard did not answer in time; every producer skips it until a probe answers"
         );
@@ -338,15 +335,18 @@ fn spawn_claim(
 ) -> JoinHandle<Result<Claim, ShardError>> {
     let p = p.clone();
     tokio::spawn(async move {
-        let (shard_index, queue) = &p.targets[target];
+        let Target {
+            shard: shard_index,
+            queue,
+        } = &p.targets[target];
         let params = ClaimParams {
             queue,
             limit: p.config.batch_size,
-            owner: &p.shared.owner,
+            owner: &p.run.owner,
             lease: p.config.lease,
             mode,
         };
-        jobs::claim(p.shared.shards.get(*shard_index), params).await
+        jobs::claim(p.run.shards.get(*shard_index), params).await
     })
 }
 
@@ -361,7 +361,7 @@ async fn claim_somewhere(
     rotation: &mut Rotation,
     shutdown: &CancellationToken,
 ) -> Option<Vec<ClaimedJob>> {
-    let stats = &p.shared.stats;
+    let stats = &p.run.stats;
     let mut rng = StdRng::from_entropy();
     let mut refusals = Refusals::default();
     loop {
@@ -378,7 +378,10 @@ async fn claim_somewhere(
                 }
             }
         };
-        let (shard_index, queue) = &p.targets[target];
+        let Target {
+            shard: shard_index,
+            queue,
+        } = &p.targets[target];
         let shard_index = *shard_index;
         // Before the wake-up is taken: a suspect shard's wake-up waits for
         // it to answer again.
@@ -406,7 +409,7 @@ async fn claim_somewhere(
             }
         };
         refusals.entered();
-        let shard = p.shared.shards.get(shard_index);
+        let shard = p.run.shards.get(shard_index);
         let mode = match entered.slots() {
             Some(slots) => DequeueMode::Gated { slots },
             None => DequeueMode::Ungated,
@@ -469,7 +472,7 @@ async fn claim_somewhere(
             Err(err) => {
                 if err.kind().may_have_run() {
                     // No answer from the server: the claim may still have run.
-                    p.shared.lost_claims.lost(shard_index);
+                    p.run.lost_claims.lost(shard_index);
                 }
                 if fails_the_shard(err.kind()) {
                     suspect(p, shard_index, shutdown);
@@ -479,7 +482,7 @@ async fn claim_somewhere(
                     shard = %shard.name,
                     %queue,
                     retry_in_ms = delay.as_millis() as u64,
-                    error = %crate::error_chain(&err),
+                    error = %crate::error_chain::error_chain(&err),
                     "claim failed; skipping target"
                 );
             }
@@ -504,10 +507,8 @@ async fn late_reply(
     let result = joined(claim.await);
     let now = Instant::now();
     let took = now - started;
-    let shard_index = p.targets[target].0;
-    p.shared
-        .stats
-        .record_claim(shard_index, target, &result, took);
+    let shard_index = p.targets[target].shard;
+    p.run.stats.record_claim(shard_index, target, &result, took);
     if result.is_ok() {
         p.health.with(shard_index, |h| h.answered(took));
     }
@@ -523,11 +524,11 @@ async fn late_reply(
         Ok(Claim::Empty) => entered.empty(now, &mut rng),
         Err(err) => {
             if err.kind().may_have_run() {
-                p.shared.lost_claims.lost(shard_index);
+                p.run.lost_claims.lost(shard_index);
             }
             tracing::debug!(
-                shard = %p.shared.shards.get(shard_index).name,
-                error = %crate::error_chain(&err),
+                shard = %p.run.shards.get(shard_index).name,
+                error = %crate::error_chain::error_chain(&err),
                 "a claim past its budget failed"
             );
         }
@@ -549,12 +550,12 @@ async fn take_late(p: &Producers, mut jobs: Vec<ClaimedJob>, shutdown: &Cancella
     let claim = p.next_claim();
     for job in &mut jobs {
         job.claim = claim;
-        p.shared.running.hold(job);
+        p.run.running.hold(job);
     }
     let undispatched = p.dispatch.send_all(jobs, shutdown).await;
     credits.keep(n - undispatched.len());
     if !undispatched.is_empty() {
-        p.shared
+        p.run
             .running
             .forget(undispatched.iter().map(|j| (j.id, j.fence)));
         give_back_late(p, undispatched).await;
@@ -568,32 +569,28 @@ async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
     let Some(first) = jobs.first() else {
         return;
     };
-    let shard = p.shared.shards.get(first.shard);
-    p.shared.stats.metrics.unbuffered(jobs.len());
+    let shard = p.run.shards.get(first.shard);
+    p.run.stats.record_unbuffered(jobs.len());
     let done: Vec<Completion> = jobs
         .iter()
         .map(|job| Completion::of(job, Outcome::Released))
         .collect();
     let release = CompleteMany {
-        owner: &p.shared.owner,
+        owner: &p.run.owner,
         retry: p.config.retry,
         done: &done,
     };
     match jobs::complete_many(shard, release).await {
         Ok(written) => {
-            p.shared.stats.add_written(&written);
-            p.shared
-                .stats
-                .metrics
-                .record_outcomes(shard.index, &written);
+            p.run.stats.record_written(shard.index, &written, []);
             tracing::info!(shard = %shard.name, released = written.released, "gave back the jobs of a late claim reply");
         }
         Err(err) => {
-            p.shared.lost_claims.lost(shard.index);
+            p.run.lost_claims.lost(shard.index);
             tracing::warn!(
                 shard = %shard.name,
                 jobs = done.len(),
-                error = %crate::error_chain(&err),
+                error = %crate::error_chain::error_chain(&err),
                 "cannot give back the jobs of a late claim reply; the leaser will"
             );
         }
@@ -605,7 +602,7 @@ async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
 /// within the shard's budget (or shutdown).
 async fn probe(p: Arc<Producers>, shard: usize, shutdown: CancellationToken) {
     let mut rng = StdRng::from_entropy();
-    let target = p.shared.shards.get(shard);
+    let target = p.run.shards.get(shard);
     loop {
         let pause = jitter(&mut rng, PROBE_INTERVAL.min, PROBE_INTERVAL.max);
         tokio::select! {
@@ -700,10 +697,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn dispatch_to_a_full_slot_waits_and_shutdown_gives_back_the_rest() {
         let (keyed, mut own) = mpsc::channel(1);
-        let (shared, any) = async_channel::bounded(8);
+        let (unkeyed, any) = async_channel::bounded(8);
         let dispatch = Dispatch {
             keyed: vec![keyed],
-            shared,
+            unkeyed,
         };
         let shutdown = CancellationToken::new();
         let jobs = vec![job(Some("k")), job(Some("k")), job(None), job(Some("k"))];

@@ -162,7 +162,7 @@ impl ScheduleLoop {
                 self.failures += 1;
                 tracing::warn!(
                     schedule = %self.schedule.name(),
-                    error = %crate::error_chain(&err),
+                    error = %crate::error_chain::error_chain(&err),
                     "schedule tick failed; retrying"
                 );
             }

@@ -18,10 +18,8 @@ use crate::config::Backoff;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Shortest budget: a healthy claim on a loaded host (a batch of hundreds of
-/// rows, two cores shared with the servers) rarely takes longer; a budget
-/// below it would make healthy shards suspect on a scheduler hiccup.
-pub(crate) const BUDGET_MIN: Duration = Duration::from_millis(100);
+/// Shortest budget (a bound of `dequeue.claim_budget_max_ms`, so the config's).
+pub(crate) use crate::config::CLAIM_BUDGET_MIN as BUDGET_MIN;
 
 /// Longest budget by default (`dequeue.claim_budget_max_ms`): one wait this
 /// long costs the healthy shards little even with a small buffer (200 jobs

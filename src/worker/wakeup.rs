@@ -6,6 +6,7 @@
 //! lost, when the listener is down, and behind a transaction pooler, where
 //! `LISTEN` cannot work and no listener is opened.
 
+use super::target::Target;
 use crate::shards::Shard;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ const RECONNECT: Duration = Duration::from_secs(1);
 
 /// Ready marks per (shard, queue) target, and the producers' alarm clock.
 pub(crate) struct Wakeups {
-    targets: Vec<(usize, String)>,
+    targets: Vec<Target>,
     ready: Vec<AtomicBool>,
     listening: Vec<AtomicBool>,
     notify: Notify,
@@ -29,7 +30,7 @@ pub(crate) struct Wakeups {
 
 impl Wakeups {
     /// Marks for `targets`, over `shards` shards, none set.
-    pub fn new(targets: &[(usize, String)], shards: usize) -> Wakeups {
+    pub fn new(targets: &[Target], shards: usize) -> Wakeups {
         Wakeups {
             targets: targets.to_vec(),
             ready: targets.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -62,8 +63,8 @@ impl Wakeups {
     /// `queue` got ready jobs on `shard`.
     fn wake(&self, shard: usize, queue: &str) {
         let mut any = false;
-        for (i, (s, q)) in self.targets.iter().enumerate() {
-            if *s == shard && q == queue {
+        for (i, t) in self.targets.iter().enumerate() {
+            if t.shard == shard && t.queue == queue {
                 self.ready[i].store(true, Ordering::Release);
                 any = true;
             }
@@ -84,7 +85,7 @@ pub(crate) async fn listen(shard: Shard, wakeups: Arc<Wakeups>, stop: Cancellati
                 // Behind a pooler: polling only.
                 Ok(None) => return,
                 Err(err) => {
-                    tracing::debug!(shard = %shard.name, error = %crate::error_chain(&err), "listener cannot connect");
+                    tracing::debug!(shard = %shard.name, error = %crate::error_chain::error_chain(&err), "listener cannot connect");
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(RECONNECT) => continue,

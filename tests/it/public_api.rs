@@ -36,9 +36,9 @@ mod client {
         CheckOptions, CheckReport, Client, ClientError, Connections, ErrorKind, Example, Finding,
         Invariant, JobDetail, JobFilter, JobInfo, JobList, JobOutcome, JobQuery, JobSummary,
         ListState, OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position, QueueCount,
-        QueueOverview, RoutedJob, ScheduleStatus, ShardCheck, ShardOverview, ShardStatus, StepInfo,
-        WorkerRow, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES,
-        DEFAULT_STATE_ROWS, STALE_MARGIN,
+        QueueDepth, QueueOverview, RoutedJob, ScheduleStatus, ShardCheck, ShardOverview,
+        ShardStatus, StateCounts, StepInfo, WorkerRow, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE,
+        DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
     };
 }
 
@@ -56,9 +56,9 @@ mod config {
 mod job {
     #[allow(unused_imports)]
     use shardq::job::{
-        ClaimedJob, Completion, InvalidJob, JobId, JobIdParseError, JobStatus, NewJob, OnDuplicate,
-        Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_HANDLER_BYTES, MAX_ORDERING_KEY_BYTES,
-        MAX_QUEUE_BYTES,
+        ClaimedJob, Completion, InvalidJob, JobId, JobIdParseError, JobStatus, Limits, NewJob,
+        OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_HANDLER_BYTES,
+        MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }
 
@@ -136,7 +136,7 @@ mod worker {
 
 mod worker_metrics {
     #[allow(unused_imports)]
-    use shardq::worker::metrics::{Latencies, Metrics, ShardCounters, ShardCountersSnapshot};
+    use shardq::worker::metrics::{Latencies, ShardCountersSnapshot};
 }
 
 /// Module path (`""` for the crate root) → the names listed for it above.

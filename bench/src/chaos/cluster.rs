@@ -5,8 +5,8 @@
 //! refuses one shard's traffic during a wire fault. It is stopped and deleted
 //! at the end, also when the run fails.
 
-use super::faults::WireFault;
 use super::profile::Profile;
+use super::schedule::WireFault;
 use super::sql;
 use anyhow::{Context, Result};
 use shardq::config::Config;

@@ -3,7 +3,7 @@
 //! counted as unexpected (a crash) and replaced too. A worker may be stopped
 //! (SIGSTOP) for a while; it is left alone by the kills until it continues.
 
-use super::torture::ticks::AHEAD_ENV;
+use super::names::AHEAD_ENV;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;

@@ -5,12 +5,10 @@
 //! have been written (in part), so its numbers are never sent again: each is
 //! acknowledged (must appear exactly once) or unacknowledged (at most once).
 
-use super::worker::{QUEUE, WORKFLOW_HANDLER};
+pub use super::names::is_workflow;
+use super::names::{QUEUE, WORKFLOW_HANDLER};
 use shardq::{Client, NewJob};
 use std::time::{Duration, Instant};
-
-/// Every this-many-th job is a three-step workflow; the rest are noops.
-pub const WORKFLOW_EVERY: u64 = 5;
 
 /// Every other noop has one of this many ordering keys, so that keys are
 /// held, parked and released under every fault: a key whose release were
@@ -48,11 +46,6 @@ pub struct Load {
     pub first_error: Option<String>,
     /// From the first chunk to the last acknowledgement.
     pub elapsed: Duration,
-}
-
-/// Whether job `n` is a workflow (else a noop).
-pub fn is_workflow(n: u64) -> bool {
-    n % WORKFLOW_EVERY == 0
 }
 
 /// Enqueues `jobs` jobs (job `n` is `make(n)`), spread evenly over `spread`,

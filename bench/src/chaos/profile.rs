@@ -3,8 +3,8 @@
 //! delayed jobs promoted every 50 ms, small worker buffers, more faults, and
 //! monitors (invariant samples, healthy-shard progress) during the run.
 
-use super::faults::{self, Fault, When};
-use super::worker::{QUEUE, TORTURE_QUEUE};
+use super::names::{QUEUE, TORTURE_QUEUE};
+use super::schedule::{self, Fault, When};
 use serde::Serialize;
 
 /// Which run.
@@ -61,8 +61,8 @@ impl Profile {
     /// The fault schedule.
     pub fn schedule(self) -> &'static [(When, Fault)] {
         match self {
-            Profile::Chaos => faults::SCHEDULE,
-            Profile::Torture => faults::TORTURE_SCHEDULE,
+            Profile::Chaos => schedule::SCHEDULE,
+            Profile::Torture => schedule::TORTURE_SCHEDULE,
         }
     }
 

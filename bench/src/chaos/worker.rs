@@ -13,14 +13,7 @@ use shardq::{HandlerRegistry, JobContext, Worker};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The queue of the chaos run.
-pub const QUEUE: &str = "chaos";
-
-/// The torture run's second queue: it uses the same key strings as [`QUEUE`].
-pub const TORTURE_QUEUE: &str = "chaos-b";
-
-/// The handler of the three-step workflow.
-pub const WORKFLOW_HANDLER: &str = "chaos.workflow";
+pub use super::names::{QUEUE, WORKFLOW_HANDLER};
 
 /// The workflow's durable steps, in order.
 pub const STEPS: [&str; 3] = ["one", "two", "three"];

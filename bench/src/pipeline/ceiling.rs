@@ -2,6 +2,7 @@
 //! but claim big batches and write them back, with no execution and no
 //! pipeline in between. The pipelined worker is measured against it.
 
+use super::drained::Drained;
 use super::pgcpu::{PgCpu, Sampler};
 use super::server::{BenchServer, QUEUE};
 use crate::procfs::{self, Clock};
@@ -14,9 +15,7 @@ use shardq::shards::Shard;
 use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany};
 use std::time::{Duration, Instant};
 
-/// Jobs per claim statement: large enough that two dequeuers saturate one
-/// shard (the ceiling runs peak at 2 dequeuers, bench/results/pipeline.txt).
-pub const BATCH: u32 = 1_000;
+pub use super::drained::BATCH;
 
 /// Concurrent dequeuers tried, one run each.
 pub const DEQUEUERS: &[usize] = &[1, 2, 4];
@@ -60,16 +59,6 @@ pub struct CeilingRun {
     pub claim_ms: f64,
     /// Mean round trip of one completion statement, ms.
     pub complete_ms: f64,
-}
-
-/// What one dequeuer loop did.
-#[derive(Debug, Default)]
-pub struct Drained {
-    pub jobs: u64,
-    pub claims: u32,
-    pub claim_time: Duration,
-    pub completes: u32,
-    pub complete_time: Duration,
 }
 
 /// Refills `jobs` jobs, then drains them with `dequeuers` concurrent loops.

@@ -5,7 +5,7 @@
 //! 1000) RETURNING`, a completion is `DELETE … WHERE id = ANY($1)`. No
 //! owner, lease, fence, attempts, keys or history: none of the guarantees.
 
-use super::ceiling::{Drained, BATCH};
+use super::drained::{Drained, BATCH};
 use anyhow::{Context, Result};
 use shardq::shards::Shard;
 use std::time::Instant;

@@ -10,6 +10,7 @@
 
 mod args;
 mod ceiling;
+mod drained;
 mod fleet;
 mod minimal;
 mod pgcpu;

@@ -1,7 +1,7 @@
 //! Flags of `shardq-bench scale` (also `shardq bench scale`).
 
 use super::disturb::Kind;
-use super::plan::Mode;
+use super::mode::Mode;
 use clap::Args;
 use std::path::PathBuf;
 

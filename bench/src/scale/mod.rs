@@ -18,6 +18,7 @@ mod fleet;
 mod info;
 mod load;
 mod measure;
+mod mode;
 mod output;
 mod plan;
 mod plot_style;

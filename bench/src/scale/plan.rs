@@ -15,25 +15,7 @@ pub const WARMUP_S: f64 = 3.0;
 /// (completion writes, the leaser, maintenance, the empty check).
 pub const EXTRA_POOL: usize = 4;
 
-/// Gated or ungated dequeue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// K advisory-lock slots per shard.
-    Gated,
-    /// Plain SKIP LOCKED.
-    Ungated,
-}
-
-impl Mode {
-    /// `gated` / `ungated`, as `SHARDQ_DEQUEUE__MODE` takes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Gated => "gated",
-            Mode::Ungated => "ungated",
-        }
-    }
-}
+pub use super::mode::Mode;
 
 /// How jobs arrive.
 #[derive(Debug, Clone, Copy, Serialize)]

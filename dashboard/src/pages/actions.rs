@@ -4,7 +4,7 @@
 use super::job::{actions_for, parse_id};
 use super::{layout, PageError};
 use crate::csrf;
-use crate::server::Shared;
+use crate::state::Shared;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};

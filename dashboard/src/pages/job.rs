@@ -2,7 +2,7 @@
 //! and the actions that fit its state.
 
 use super::{layout, PageError};
-use crate::server::Shared;
+use crate::state::Shared;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Html;

@@ -3,7 +3,7 @@
 
 use super::{layout, q, PageError};
 use crate::cursor;
-use crate::server::Shared;
+use crate::state::Shared;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Html;

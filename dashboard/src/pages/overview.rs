@@ -2,7 +2,7 @@
 
 use super::{age, layout, q};
 use crate::chart;
-use crate::server::Shared;
+use crate::state::Shared;
 use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};

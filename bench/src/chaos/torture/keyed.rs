@@ -1,14 +1,13 @@
 //! The torture workload. Job `n`'s kind follows from `n % 10`: slots 0 and 5
-//! are the chaos workflows (so [`super::super::load::is_workflow`] still
+//! are the chaos workflows (so [`super::super::names::is_workflow`] still
 //! holds), slots 1 and 2 use one of [`HOT_KEYS`] keys in the first and the
 //! second queue (the same key strings in both), the other six slots use cold
 //! keys, each one in turn, so that a run has as many distinct keys as it has
 //! cold jobs (up to `keys`). Some keyed jobs are delayed a few hundred ms
 //! (promoted by maintenance), and the first attempt of one job in ten fails.
 
-use super::super::load::is_workflow;
+use super::super::names::{is_workflow, QUEUE, TORTURE_QUEUE, WORKFLOW_HANDLER};
 use super::super::sql;
-use super::super::worker::{QUEUE, TORTURE_QUEUE, WORKFLOW_HANDLER};
 use shardq::shards::ShardSet;
 use shardq::worker::HandlerResult;
 use shardq::{JobContext, NewJob};

@@ -27,9 +27,7 @@ pub const QUEUE: &str = "chaos-ticks";
 /// judged "missed" by its own clock would skip ticks that had not happened.
 pub const AHEAD: TimeDelta = TimeDelta::minutes(5);
 
-/// The environment variable that makes a chaos worker the skewed scheduler:
-/// how many seconds its scheduler clock runs ahead.
-pub const AHEAD_ENV: &str = "CHAOS_SCHEDULER_CLOCK_AHEAD_S";
+pub use super::super::names::AHEAD_ENV;
 
 /// Tolerance at the end: ticks of the last this-long before the fleet
 /// stopped are not yet expected. A tick is due when it happens; the scheduler sleeps to

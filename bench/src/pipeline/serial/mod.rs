@@ -41,11 +41,18 @@ pub struct SerialWorkerArgs {
     pub queue: Vec<String>,
 }
 
+/// One queue on one shard, which the loops claim from.
+struct Target {
+    shard: usize,
+    queue: String,
+}
+
 /// What every loop of the process shares.
 struct Serial {
     config: Config,
     shards: ShardSet,
-    targets: Vec<(usize, String)>,
+    /// Shard-major, queues in order.
+    targets: Vec<Target>,
     owner: String,
     stats: Arc<Stats>,
 }
@@ -62,8 +69,13 @@ pub async fn run(mut config: Config, args: SerialWorkerArgs) -> Result<()> {
     }
     let started = Instant::now();
     let shards = ShardSet::connect(&config).context("cannot set up the shards")?;
-    let targets: Vec<(usize, String)> = (0..shards.len())
-        .flat_map(|s| config.worker.queues.iter().map(move |q| (s, q.clone())))
+    let targets: Vec<Target> = (0..shards.len())
+        .flat_map(|shard| {
+            config.worker.queues.iter().map(move |queue| Target {
+                shard,
+                queue: queue.clone(),
+            })
+        })
         .collect();
     anyhow::ensure!(!targets.is_empty(), "no shard or queue to serve");
     let serial = Arc::new(Serial {
@@ -109,7 +121,10 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
                 }
             }
         };
-        let (shard_index, queue) = &serial.targets[target];
+        let Target {
+            shard: shard_index,
+            queue,
+        } = &serial.targets[target];
         let shard = serial.shards.get(*shard_index);
         let params = ClaimParams {
             queue,
@@ -133,8 +148,7 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
                     };
                     match jobs::complete_many(shard, write).await {
                         Ok(w) => {
-                            stats.add_written(&w);
-                            stats.record_completed(*shard_index, 1 - w.fenced);
+                            stats.record_written(*shard_index, &w, []);
                         }
                         Err(err) => {
                             tracing::warn!(error = %shardq::error_chain(&err), "completion failed; the job returns when its lease expires")

@@ -1,0 +1,23 @@
+//! One run of a worker: what every role of it uses.
+
+use super::running::{LostClaims, RunningJobs};
+use crate::shards::ShardSet;
+use crate::telemetry::Stats;
+use std::sync::Arc;
+
+/// One run of a worker, as every role of it sees it: who it is on the
+/// shards (`owner`), the shards, its telemetry, the jobs it holds and the
+/// claims whose replies it lost. Each role's own settings and handles
+/// (producers: gate and credits; completer: credits; ...) are given to it
+/// alone.
+pub(crate) struct WorkerRun {
+    pub shards: ShardSet,
+    /// Unique per worker run; written on claimed rows; fences completions.
+    pub owner: Arc<str>,
+    pub stats: Arc<Stats>,
+    /// Every job this process holds, from its claim until its outcome is written.
+    pub running: RunningJobs,
+    /// Claims that may have run without their reply (producers note them,
+    /// the leaser gives back what they left this process owning).
+    pub lost_claims: LostClaims,
+}

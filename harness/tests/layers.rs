@@ -30,8 +30,6 @@ const CRATE_ROOTS: &[(&str, &str)] = &[
 const NOT_YET_ONE_WAY: &[(&str, &str)] = &[
     ("src/client/", "Client and ClientError are defined in mod.rs, which re-exports its children"),
     ("src/config/", "redact_url/redact_text in mod.rs, ConfigError in validate.rs, used by file.rs and validate/*"),
-    ("src/migrate/", "MigrateError and Migration in mod.rs, used by no_transaction.rs"),
-    ("src/store/jobs/", "job_id and id_arrays in mod.rs, used by insert.rs and lease.rs"),
 ];
 
 #[test]

@@ -16,7 +16,7 @@
 //! (written as the newest migration, it commits in the same transaction as
 //! the new text, so callers never find neither).
 
-use super::MigrateError;
+use super::error::MigrateError;
 use crate::shards::Shard;
 use crate::store::schema;
 
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn no_numbered_migration_defines_a_function() {
-        for m in super::super::MIGRATIONS {
+        for m in super::super::list::MIGRATIONS {
             let upper = m.sql.to_uppercase();
             let defines = upper
                 .lines()

@@ -12,12 +12,11 @@
 //! run again after a failure; an index left invalid by a failed concurrent
 //! build is dropped (concurrently) and built again.
 
-use super::{MigrateError, Migration};
+use super::error::MigrateError;
+use super::list::Migration;
+pub use super::list::MARKER;
 use crate::shards::{Shard, ShardError};
 use crate::store::schema::{self, MigrationSession};
-
-/// The first line of a migration that runs outside a transaction.
-pub const MARKER: &str = "-- shardq:no-transaction";
 
 /// Applies `m` statement by statement under the session-level migration lock,
 /// unless it is applied already. Returns whether this call applied it.
@@ -194,7 +193,7 @@ fn table_after(words: &[String], phrase: &[&str]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrate::MIGRATIONS;
+    use crate::migrate::list::MIGRATIONS;
 
     fn migration(sql: &'static str) -> Migration {
         Migration {

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::config::Config;
+use crate::shards::ShardSet;
 use shardq_local::EphemeralServer;
 
 async fn migrated_shard(server: &EphemeralServer) -> ShardSet {

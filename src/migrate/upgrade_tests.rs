@@ -6,6 +6,7 @@
 use super::snapshot::snapshot;
 use super::*;
 use crate::config::Config;
+use crate::shards::ShardSet;
 use shardq_local::{create_database, EphemeralServer};
 
 /// The checked-in snapshot of a freshly migrated shard.

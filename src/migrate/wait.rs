@@ -1,6 +1,7 @@
 //! Migrating shards whose servers are still starting.
 
-use super::{migrate_all, MigrateError};
+use super::error::MigrateError;
+use super::run::migrate_all;
 use crate::shards::{ShardError, ShardSet};
 
 /// First pause between tries of [`migrate_all_within`]: a server that is

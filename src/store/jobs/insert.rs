@@ -2,7 +2,7 @@
 
 use super::super::exec;
 use super::super::sql::{self, Param};
-use super::job_id;
+use super::ids::job_id;
 use crate::job::{JobId, NewJob};
 use crate::shards::{Shard, ShardError};
 use tokio_postgres::types::Type;

@@ -4,7 +4,7 @@
 
 use super::super::exec;
 use super::super::sql;
-use super::{id_arrays, job_id};
+use super::ids::{id_arrays, job_id};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
 use std::time::Duration;

@@ -6,6 +6,7 @@
 mod change;
 mod claim;
 mod complete;
+mod ids;
 mod insert;
 mod lease;
 mod read;
@@ -19,19 +20,3 @@ pub use insert::{
 };
 pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases, OwnedRunning};
 pub use read::{exists, get, outcome, JobInfo, JobOutcomeRow};
-
-use crate::job::JobId;
-use tokio_postgres::Row;
-
-/// The job id in columns `shard_key` and `id`.
-fn job_id(row: &Row) -> JobId {
-    JobId {
-        shard_key: row.get("shard_key"),
-        id: row.get("id"),
-    }
-}
-
-/// Shard keys and ids of `jobs`, as two arrays for `unnest`.
-fn id_arrays(jobs: impl Iterator<Item = JobId>) -> (Vec<i32>, Vec<i64>) {
-    jobs.map(|j| (j.shard_key, j.id)).unzip()
-}

@@ -1,0 +1,116 @@
+//! The migrations this binary knows, in order: a leaf the runner, the lint
+//! and the tests read.
+
+/// The first line that marks a migration to run statement by statement,
+/// outside a transaction ([`no_transaction`](super::no_transaction)).
+pub const MARKER: &str = "-- shardq:no-transaction";
+
+/// One migration file.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Version, ascending from 1.
+    pub version: i32,
+    /// File name.
+    pub name: &'static str,
+    /// SQL text.
+    pub sql: &'static str,
+}
+
+impl Migration {
+    /// Whether the migration runs in one transaction (no
+    /// `-- shardq:no-transaction` first line).
+    pub fn runs_in_transaction(&self) -> bool {
+        self.sql.lines().next().map(str::trim) != Some(MARKER)
+    }
+}
+
+/// All migrations this binary knows, in order. From version 6 on, a
+/// migration must not hold a lock that stops the fleet while it scans or
+/// builds: [`no_transaction::lint`] checks it (a test runs it on each).
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_init.sql",
+        sql: include_str!("../../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_key_order.sql",
+        sql: include_str!("../../migrations/0002_key_order.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_lifecycle.sql",
+        sql: include_str!("../../migrations/0003_lifecycle.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "0004_key_exclusion.sql",
+        sql: include_str!("../../migrations/0004_key_exclusion.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "0005_shard_map.sql",
+        sql: include_str!("../../migrations/0005_shard_map.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "0006_queue_activity.sql",
+        sql: include_str!("../../migrations/0006_queue_activity.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "0007_pause.sql",
+        sql: include_str!("../../migrations/0007_pause.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "0008_schedules.sql",
+        sql: include_str!("../../migrations/0008_schedules.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "0009_workers.sql",
+        sql: include_str!("../../migrations/0009_workers.sql"),
+    },
+    Migration {
+        version: 10,
+        name: "0010_fillfactor.sql",
+        sql: include_str!("../../migrations/0010_fillfactor.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "0011_claim_by_tid.sql",
+        sql: include_str!("../../migrations/0011_claim_by_tid.sql"),
+    },
+    Migration {
+        version: 12,
+        name: "0012_claim_plans_once.sql",
+        sql: include_str!("../../migrations/0012_claim_plans_once.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "0013_primary_key_by_id.sql",
+        sql: include_str!("../../migrations/0013_primary_key_by_id.sql"),
+    },
+    Migration {
+        version: 14,
+        name: "0014_complete_plans_once.sql",
+        sql: include_str!("../../migrations/0014_complete_plans_once.sql"),
+    },
+    Migration {
+        version: 15,
+        name: "0015_backoff_capped.sql",
+        sql: include_str!("../../migrations/0015_backoff_capped.sql"),
+    },
+    Migration {
+        version: 16,
+        name: "0016_retry_safe_writes.sql",
+        sql: include_str!("../../migrations/0016_retry_safe_writes.sql"),
+    },
+];
+
+/// The schema version this binary needs.
+pub fn latest_version() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}

@@ -3,7 +3,8 @@
 //! with its steps. Every shard is asked at once, each under its own
 //! deadline, so one shard that hangs costs the view that shard only.
 
-use super::{Client, ClientError};
+use super::error::ClientError;
+use super::handle::Client;
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
 use crate::store::browse::{self, JobFilter, JobSummary, ListPage, ListState, Position, StepInfo};

@@ -1,7 +1,7 @@
 //! `Client::check`: every shard's invariants, read from one snapshot per
 //! shard, all shards at once, each under its own deadline.
 
-use super::Client;
+use super::handle::Client;
 use crate::config::Config;
 use crate::migrate::{self, MigrateError};
 use crate::shards::Shard;

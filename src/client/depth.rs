@@ -1,6 +1,7 @@
 //! How deep one queue is across the fleet: [`Client::depth`].
 
-use super::{Client, ClientError};
+use super::error::ClientError;
+use super::handle::Client;
 use crate::shards::ShardError;
 use crate::store::backlog::{self, StateCounts};
 

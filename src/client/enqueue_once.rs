@@ -15,7 +15,9 @@
 //! nothing per job on the table (no token column, no index): see
 //! bench/results/round8/enqueue_retry.txt.
 
-use super::{Client, ClientError};
+use super::error::ClientError;
+use super::handle::Client;
+use super::pending::{PendingEnqueue, Reserved};
 use crate::job::{JobId, NewJob, OnDuplicate};
 use crate::router;
 use crate::shards::{Shard, ShardError};
@@ -42,49 +44,6 @@ const RETRY_WINDOW: Duration = Duration::from_secs(5);
 
 /// Attempts at inserting a deduplicated job while the holder of its id finishes.
 const DEDUP_RACE_RETRIES: usize = 3;
-
-/// An enqueue whose jobs have their ids but may not all be written: what
-/// [`ClientError::OutcomeUnknown`] carries. Pass it to
-/// [`Client::enqueue_again`], as often as needed: each of its jobs is
-/// written exactly once.
-#[derive(Debug, Clone)]
-pub struct PendingEnqueue {
-    /// Jobs in the call.
-    total: usize,
-    /// The jobs of each shard that has some, in input order.
-    parts: Vec<(usize, Vec<Reserved>)>,
-}
-
-/// A routed job and the id it is written under.
-#[derive(Debug, Clone)]
-struct Reserved {
-    /// Position in the call.
-    index: usize,
-    shard_key: i32,
-    job: NewJob,
-    id: i64,
-}
-
-impl Reserved {
-    fn job_id(&self) -> JobId {
-        JobId {
-            shard_key: self.shard_key,
-            id: self.id,
-        }
-    }
-}
-
-impl PendingEnqueue {
-    /// How many jobs the call enqueues.
-    pub fn len(&self) -> usize {
-        self.total
-    }
-
-    /// Whether the call enqueues no job.
-    pub fn is_empty(&self) -> bool {
-        self.total == 0
-    }
-}
 
 /// Runs `op` until it succeeds, fails permanently (SQLSTATE class 22, 23 or
 /// 42), was tried [`ENQUEUE_TRIES`] times, or [`RETRY_WINDOW`] has passed.

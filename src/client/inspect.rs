@@ -1,6 +1,7 @@
 //! Reading jobs and queues, cancelling and retrying single jobs.
 
-use super::{Client, ClientError};
+use super::error::ClientError;
+use super::handle::Client;
 use crate::job::JobId;
 use crate::schedule::Schedule;
 use crate::shards::{Shard, ShardError};
@@ -29,7 +30,7 @@ pub struct ShardStatus {
     pub error: Option<String>,
     /// The schedules whose name routes to this shard (those given to
     /// [`Client::status_with`]).
-    pub schedules: Vec<super::ScheduleStatus>,
+    pub schedules: Vec<super::schedule_status::ScheduleStatus>,
 }
 
 /// How a job ended.

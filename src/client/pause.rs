@@ -1,6 +1,7 @@
 //! Pausing and resuming a queue on every shard.
 
-use super::{Client, ClientError};
+use super::error::ClientError;
+use super::handle::Client;
 use crate::shards::ShardError;
 use crate::store::queues;
 use futures_util::future::join_all;

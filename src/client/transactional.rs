@@ -2,7 +2,8 @@
 //! transaction on the shard it routes to, so it exists only if that
 //! transaction commits.
 
-use super::{Client, ClientError};
+use super::error::ClientError;
+use super::handle::Client;
 use crate::job::{InvalidJob, JobId, NewJob};
 use crate::router;
 use crate::shards::Shard;

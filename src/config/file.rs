@@ -110,7 +110,7 @@ impl std::fmt::Debug for ShardFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShardFile")
             .field("name", &self.name)
-            .field("url", &self.url.as_deref().map(crate::config::redact_url))
+            .field("url", &self.url.as_deref().map(super::redact::redact_url))
             .field("host", &self.host)
             .field("port", &self.port)
             .field("dbname", &self.dbname)

@@ -1,11 +1,12 @@
 //! `[database]`: the timeouts every connection and statement obeys, read
 //! from their own section or, deprecated, from `[dequeue]` where they were.
 
-use super::{positive, ConfigError};
-use crate::config::file::{
+use super::super::error::ConfigError;
+use super::super::file::{
     DatabaseFile, DequeueFile, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_LOCK_TIMEOUT_MS,
     DEFAULT_STATEMENT_TIMEOUT_MS,
 };
+use super::checks::positive;
 use std::time::Duration;
 
 /// Connection and statement settings, checked.

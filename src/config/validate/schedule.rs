@@ -1,7 +1,8 @@
 //! Checks `[[schedules]]` entries into [`Schedule`]s.
 
-use super::{ConfigError, Limits};
-use crate::config::ScheduleFile;
+use super::super::error::ConfigError;
+use super::super::file::ScheduleFile;
+use crate::job::Limits;
 use crate::schedule::{Missed, Schedule, ScheduleError};
 use std::collections::HashSet;
 
@@ -12,7 +13,7 @@ pub(super) fn validate_schedules(
     let mut names = HashSet::new();
     let mut schedules = Vec::with_capacity(files.len());
     for (index, f) in files.into_iter().enumerate() {
-        let name = crate::config::redact_text(&f.name);
+        let name = super::super::redact::redact_text(&f.name);
         let fail = |source: ScheduleError| ConfigError::Schedule {
             index,
             name: name.clone(),

@@ -1,12 +1,29 @@
 //! Checks `[[shards]]` entries: address, password source and TLS.
 
-use super::{positive, ConfigError, ShardConfig};
-use crate::config::ShardFile;
+use super::super::error::ConfigError;
+use super::super::file::ShardFile;
+use super::checks::positive;
 use crate::tls::{CaRoots, TlsMode};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::str::FromStr;
 use tokio_postgres::config::SslMode;
+
+/// One shard, ready to connect. `Debug` never shows the password.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Unique name.
+    pub name: String,
+    /// Connection settings (tokio-postgres redacts the password in `Debug`).
+    /// Its `ssl_mode` follows `tls`.
+    pub pg: tokio_postgres::Config,
+    /// TLS to this shard (`sslmode`, `sslrootcert`).
+    pub tls: TlsMode,
+    /// Pool size for this process.
+    pub pool_size: usize,
+    /// Reached through a transaction-pooling proxy: no startup settings.
+    pub transaction_pooler: bool,
+}
 
 /// The `sslmode` values shardq understands, for messages.
 const SSLMODES: &str = "use \"disable\", \"require\" or \"verify-full\"";
@@ -23,7 +40,7 @@ pub(super) fn validate_shards(
     for (index, mut f) in files.into_iter().enumerate() {
         // The name is only shown (errors, logs); a URL pasted into it must
         // not show its password.
-        f.name = crate::config::redact_text(&f.name);
+        f.name = super::super::redact::redact_text(&f.name);
         if !names.insert(f.name.clone()) {
             return Err(ConfigError::DuplicateShard(f.name));
         }

@@ -1,0 +1,98 @@
+//! What a client call can fail with.
+
+use super::pending::PendingEnqueue;
+use crate::job::{InvalidJob, JobId};
+use crate::shards::ShardError;
+use crate::store::ErrorKind;
+
+/// Errors from enqueueing or reading jobs.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A shard failed. From an enqueue: nothing of it was written when the
+    /// error is transient ([`ShardError::is_permanent`] is false); a
+    /// permanent one (bad data) may leave the jobs of other shards written.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// A shard did not confirm an enqueue, after retries: some of its jobs
+    /// may be written, some not. [`Client::enqueue_again`](super::Client::enqueue_again) with `pending`
+    /// writes the rest and returns every id, each job exactly once.
+    #[error(
+        "enqueue of {} jobs not confirmed (some may be written): pass the error's pending \
+         enqueue to `Client::enqueue_again`, which writes each job exactly once",
+        pending.len()
+    )]
+    OutcomeUnknown {
+        /// The call, with its jobs' ids fixed.
+        pending: Box<PendingEnqueue>,
+        /// The last failure.
+        #[source]
+        source: ShardError,
+    },
+    /// A job with [`OnDuplicate::Error`](crate::OnDuplicate::Error) whose deduplication id is taken.
+    #[error("job {index}: deduplication id `{dedup_id}` is taken by unfinished job {existing}")]
+    Duplicate {
+        /// Position in the batch.
+        index: usize,
+        /// The id.
+        dedup_id: String,
+        /// The job holding it.
+        existing: JobId,
+    },
+    /// `retry` of a job whose deduplication id an unfinished job holds now.
+    #[error(
+        "job {0} cannot be retried: another unfinished job of its queue has the same \
+         deduplication id; retry it once that job has finished, or enqueue a new job"
+    )]
+    RetryDuplicate(JobId),
+    /// No job has this id.
+    #[error("no job {0}")]
+    NotFound(JobId),
+    /// `result` waited longer than asked.
+    #[error("job {0} did not finish within {1:?}")]
+    Timeout(JobId, std::time::Duration),
+    /// A job was rejected before anything was written.
+    #[error("job {index} rejected: {reason}")]
+    Invalid {
+        /// Position in the batch.
+        index: usize,
+        /// What is wrong and what to do.
+        reason: InvalidJob,
+    },
+    /// A pause or resume that some shards did not make (the others did;
+    /// running it again is harmless).
+    #[error(
+        "{action} of queue `{queue}` did not reach every shard: {}; the other shards made \
+         the change: run it again once these answer",
+        failed.join("; ")
+    )]
+    NotEveryShard {
+        /// `pause` or `resume`.
+        action: &'static str,
+        /// The queue.
+        queue: String,
+        /// Each shard that failed, with its error.
+        failed: Vec<String>,
+    },
+    /// A deduplicated enqueue kept racing with jobs that took and released
+    /// its id; nothing was written.
+    #[error("job {index}: deduplication id `{dedup_id}` kept changing hands; try again")]
+    DedupContended {
+        /// Position in the batch.
+        index: usize,
+        /// The id.
+        dedup_id: String,
+    },
+}
+
+impl ClientError {
+    /// What the shard failure behind this error means ([`ErrorKind`]), for
+    /// [`ClientError::Shard`] and [`ClientError::OutcomeUnknown`](super::ClientError::OutcomeUnknown); `None`
+    /// for errors about the jobs themselves (invalid, duplicate, not found,
+    /// timed out waiting), which no retry of the same call changes.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            ClientError::Shard(e) | ClientError::OutcomeUnknown { source: e, .. } => Some(e.kind()),
+            _ => None,
+        }
+    }
+}

@@ -10,7 +10,7 @@
 //!
 //! Server-side functions are not in the numbered migrations: each has one
 //! file with its current text, applied after the migrations of the run when
-//! its text changed ([`functions`]). `migrations/schema.sql` is the schema a
+//! its text changed (one file each in `migrations/functions/`). `migrations/schema.sql` is the schema a
 //! migrated shard ends with (checked by a test).
 //!
 //! Each shard also records its place in the shard map (`shardq_shard_map`:

@@ -13,7 +13,7 @@ use crate::store::schema::{self, MigrationTx};
 const SHARD_MAP_SINCE: i32 = 5;
 
 /// Applies every missing migration to every shard, then the server-side
-/// functions whose text changed ([`functions`]), and records each shard's
+/// functions whose text changed (one file each in `migrations/functions/`), and records each shard's
 /// place in the shard map (its index among `shards.len()`) where none is
 /// recorded yet. `shards` is the whole configured shard list. Returns, per
 /// shard, the versions applied by this call.

@@ -7,7 +7,8 @@
 use super::family;
 use crate::client::{CheckOptions, CheckReport, Client};
 use crate::shards::{Shard, ShardSet};
-use crate::store::backlog::{self, QueueBacklog, StateCounts};
+pub use crate::store::backlog::QueueBacklog;
+use crate::store::backlog::{self, StateCounts};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::gauge::ConstGauge;

@@ -77,7 +77,9 @@ impl Stats {
     }
 
     /// One claim attempt on target `target` (shard × queue, in
-    /// `worker.queues` order) of shard `shard` that took `took`.
+    /// `worker.queues` order) of shard `shard` that took `took`. Hidden: it
+    /// takes the driver layer's types (for the workspace's benchmarks).
+    #[doc(hidden)]
     pub fn record_claim(
         &self,
         shard: usize,
@@ -137,7 +139,9 @@ impl Stats {
     /// are its jobs' handler-end → written times (none for jobs given back
     /// unstarted outside the completer). Whoever writes outcomes (the
     /// completer, the leaser, a producer giving back a late claim, the
-    /// benchmark) calls this once per statement.
+    /// benchmark) calls this once per statement. Hidden: it takes the
+    /// driver layer's types (for the workspace's benchmarks).
+    #[doc(hidden)]
     pub fn record_written(
         &self,
         shard: usize,

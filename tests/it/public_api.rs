@@ -85,7 +85,8 @@ mod prometheus {
 mod prometheus_backlog {
     #[allow(unused_imports)]
     use shardq::prometheus::backlog::{
-        encode, encode_with_check, read_all, scrape, scrape_with_check, ShardBacklog, STATES,
+        encode, encode_with_check, read_all, scrape, scrape_with_check, QueueBacklog, ShardBacklog,
+        STATES,
     };
 }
 

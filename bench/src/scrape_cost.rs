@@ -28,7 +28,7 @@ const FILL_FINISHED: &str = "INSERT INTO workflow_status \
     FROM generate_series($1::bigint, $2::bigint - 1) AS g";
 
 /// Statement deadline of the bench's own connections.
-const UNHURRIED: &str = "[dequeue]\nstatement_timeout_ms = 3600000\n";
+const UNHURRIED: &str = "[database]\nstatement_timeout_ms = 3600000\n";
 
 /// What a scrape that walked the history would read: every row.
 const COUNT_ALL: &str = "SELECT queue, status, count(*) FROM workflow_status GROUP BY 1, 2";

@@ -33,21 +33,7 @@ impl ConfigBuilder {
         self.file
             .shards
             .get_or_insert_with(Vec::new)
-            .push(ShardFile {
-                name: name.into(),
-                url: Some(url.into()),
-                host: None,
-                port: None,
-                dbname: None,
-                user: None,
-                password: None,
-                password_file: None,
-                password_env: None,
-                sslmode: None,
-                sslrootcert: None,
-                pool_size: None,
-                transaction_pooler: false,
-            });
+            .push(ShardFile::from_url(name, url));
         self
     }
 

@@ -105,6 +105,27 @@ pub struct ShardFile {
     pub transaction_pooler: bool,
 }
 
+impl ShardFile {
+    /// A shard given by its URL alone, every other key at its default.
+    pub fn from_url(name: impl Into<String>, url: impl Into<String>) -> ShardFile {
+        ShardFile {
+            name: name.into(),
+            url: Some(url.into()),
+            host: None,
+            port: None,
+            dbname: None,
+            user: None,
+            password: None,
+            password_file: None,
+            password_env: None,
+            sslmode: None,
+            sslrootcert: None,
+            pool_size: None,
+            transaction_pooler: false,
+        }
+    }
+}
+
 impl std::fmt::Debug for ShardFile {
     // Hand-written so that a password in `url` or `password` never reaches a log.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -300,23 +300,14 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
 
 fn local_shard_files(local: &LocalConfig) -> Vec<ShardFile> {
     (0..local.shards)
-        .map(|i| ShardFile {
-            name: format!("local-{i}"),
-            url: Some(format!(
-                "postgres://postgres@127.0.0.1:{}/shardq",
-                local.base_port as usize + i
-            )),
-            host: None,
-            port: None,
-            dbname: None,
-            user: None,
-            password: None,
-            password_file: None,
-            password_env: None,
-            sslmode: None,
-            sslrootcert: None,
-            pool_size: None,
-            transaction_pooler: false,
+        .map(|i| {
+            ShardFile::from_url(
+                format!("local-{i}"),
+                format!(
+                    "postgres://postgres@127.0.0.1:{}/shardq",
+                    local.base_port as usize + i
+                ),
+            )
         })
         .collect()
 }

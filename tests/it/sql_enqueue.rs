@@ -877,3 +877,63 @@ async fn the_producer_role_enqueues_from_sql_and_the_dashboard_role_cannot() {
     assert_eq!(code, "42501", "insufficient privilege: {text}");
     assert_eq!(count_all(&set).await, 3);
 }
+
+/// Two callers race on one deduplication id, stepped by hand: the second
+/// waits on the first's uncommitted row; when the first commits it gets the
+/// first's job (not new), when the first rolls back it writes its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deduplication_race_admits_one_job() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    for commit in [true, false] {
+        let dedup_id = format!("race-{commit}");
+        let mut first = connect(&shards.urls[0]).await;
+        let second = connect(&shards.urls[0]).await;
+        let tx = first.transaction().await.unwrap();
+        let held = enqueue(&tx, &job(json!({})).dedup(&dedup_id))
+            .await
+            .unwrap();
+        assert!(held.is_new);
+        let args = job(json!({})).dedup(&dedup_id);
+        let racing = tokio::spawn(async move { enqueue(&second, &args).await });
+        // The second waits on the first's row (a lock wait on its transaction).
+        let watcher = connect(&shards.urls[0]).await;
+        common::wait_until(
+            Duration::from_secs(30),
+            "the second caller waits",
+            || async {
+                watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE '%shardq_enqueue%'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 1
+            },
+        )
+        .await;
+        if commit {
+            tx.commit().await.unwrap();
+        } else {
+            tx.rollback().await.unwrap();
+        }
+        let got = racing.await.unwrap().unwrap();
+        if commit {
+            assert_eq!(
+                got,
+                Enqueued {
+                    id: held.id,
+                    is_new: false
+                }
+            );
+        } else {
+            assert!(got.is_new, "the holder rolled back: the second writes");
+            assert_ne!(got.id, held.id);
+        }
+    }
+    assert_eq!(count_all(&set).await, 2, "one job per deduplication id");
+}

@@ -9,6 +9,11 @@
 -- jobs are written in input order, so a key's jobs get ascending ids in the
 -- order given. One statement: any job refused (messages start with
 -- 'job N: ', SQLSTATEs as shardq_enqueue) writes none of the batch.
+--
+-- Between its statements (the check of the array, then one
+-- shardq_enqueue_row per job) other transactions may enqueue, claim and
+-- finish jobs; the array is this call's own, and each job's write is
+-- safe against them as shardq_enqueue_row says.
 CREATE OR REPLACE FUNCTION shardq_enqueue_many(p_jobs jsonb)
 RETURNS TABLE (job_index int, job_id text, shard_key int, id bigint, is_new boolean)
 LANGUAGE plpgsql VOLATILE

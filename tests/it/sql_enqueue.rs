@@ -827,7 +827,8 @@ async fn through_pgbouncer_in_transaction_mode() {
 }
 
 /// The least-privilege producer role (docs/least_privilege.sql) calls every
-/// SQL entry point; the dashboard's role, which may not enqueue, is refused.
+/// SQL entry point, the worker role enqueues too; the dashboard's role,
+/// which may not enqueue, is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_producer_role_enqueues_from_sql_and_the_dashboard_role_cannot() {
     let shards = TestShards::databases(1).await;
@@ -843,6 +844,8 @@ async fn the_producer_role_enqueues_from_sql_and_the_dashboard_role_cannot() {
             "DO $$ BEGIN \
                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sql_producer') THEN \
                  CREATE ROLE sql_producer LOGIN IN ROLE shardq_producer; END IF; \
+               IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sql_worker') THEN \
+                 CREATE ROLE sql_worker LOGIN IN ROLE shardq_worker; END IF; \
                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sql_dashboard') THEN \
                  CREATE ROLE sql_dashboard LOGIN IN ROLE shardq_dashboard; END IF; \
              END $$",
@@ -871,11 +874,14 @@ async fn the_producer_role_enqueues_from_sql_and_the_dashboard_role_cannot() {
     .await
     .unwrap();
     assert_eq!(count_all(&set).await, 3);
+    let worker = connect(&shards.urls[0].replace("postgres@", "sql_worker@")).await;
+    assert!(enqueue(&worker, &job(json!({}))).await.unwrap().is_new);
+    assert_eq!(count_all(&set).await, 4);
 
     let dashboard = connect(&shards.urls[0].replace("postgres@", "sql_dashboard@")).await;
     let (code, text) = refusal(enqueue(&dashboard, &job(json!({}))).await.unwrap_err());
     assert_eq!(code, "42501", "insufficient privilege: {text}");
-    assert_eq!(count_all(&set).await, 3);
+    assert_eq!(count_all(&set).await, 4);
 }
 
 /// Two callers race on one deduplication id, stepped by hand: the second

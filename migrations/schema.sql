@@ -384,6 +384,188 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_enqueue(p_queue text, p_handler text, p_payload jsonb DEFAULT '{}'::jsonb, p_ordering_key text DEFAULT NULL::text, p_dedup_id text DEFAULT NULL::text, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0, p_max_attempts integer DEFAULT NULL::integer)
+ RETURNS TABLE(job_id text, shard_key integer, id bigint, is_new boolean)
+ LANGUAGE sql
+AS $function$
+    SELECT * FROM shardq_enqueue_row('', p_queue, p_handler, p_payload, p_ordering_key,
+                                     p_dedup_id, p_run_at, p_priority, p_max_attempts)
+$function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_enqueue_many(p_jobs jsonb)
+ RETURNS TABLE(job_index integer, job_id text, shard_key integer, id bigint, is_new boolean)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    bad text;
+    j record;
+BEGIN
+    IF jsonb_typeof(p_jobs) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'shardq_enqueue_many takes a jsonb array of jobs, not %',
+            COALESCE(jsonb_typeof(p_jobs), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    SELECT format('job %s: %s', e.ord - 1, CASE WHEN jsonb_typeof(e.job) <> 'object'
+               THEN 'a job is a JSON object, not ' || jsonb_typeof(e.job)
+               ELSE format('unknown field `%s`', k.key) END)
+        INTO bad
+        FROM jsonb_array_elements(p_jobs) WITH ORDINALITY AS e(job, ord)
+        LEFT JOIN LATERAL (
+            SELECT key FROM jsonb_object_keys(CASE WHEN jsonb_typeof(e.job) = 'object'
+                                                   THEN e.job ELSE '{}' END) AS key
+            WHERE key NOT IN ('queue', 'handler', 'payload', 'ordering_key', 'dedup_id',
+                              'run_at', 'priority', 'max_attempts')) k ON true
+        WHERE jsonb_typeof(e.job) <> 'object' OR k.key IS NOT NULL
+        ORDER BY e.ord LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION '%', bad USING ERRCODE = '22023',
+            HINT = 'a job''s fields: queue, handler, payload, ordering_key, dedup_id, run_at, '
+                   'priority, max_attempts';
+    END IF;
+    FOR j IN SELECT * FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (queue text,
+                 handler text, payload jsonb, ordering_key text, dedup_id text,
+                 run_at timestamptz, priority int, max_attempts int)) WITH ORDINALITY
+                 AS t(queue, handler, payload, ordering_key, dedup_id, run_at, priority,
+                      max_attempts, ord)
+             ORDER BY t.ord
+    LOOP
+        RETURN QUERY SELECT (j.ord - 1)::int, r.job_id, r.shard_key, r.id, r.is_new
+            FROM shardq_enqueue_row(format('job %s: ', j.ord - 1), j.queue, j.handler,
+                                    j.payload, j.ordering_key, j.dedup_id, j.run_at,
+                                    j.priority, j.max_attempts) r;
+    END LOOP;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_enqueue_row(p_at text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamp with time zone, p_priority integer, p_max_attempts integer)
+ RETURNS TABLE(job_id text, shard_key integer, id bigint, is_new boolean)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    -- The Rust client's limits (src/job.rs).
+    max_name_bytes constant int := 255;
+    max_key_bytes constant int := 1024;
+    max_attempts_limit constant int := 1000;
+    -- limits.max_payload_bytes and limits.default_max_attempts by default.
+    default_payload_bytes constant int := 1048576;
+    default_attempts constant int := 20;
+    -- Tries of a deduplicated insert while holders of its id finish (as
+    -- DEDUP_RACE_RETRIES in src/client/enqueue_once.rs).
+    dedup_tries constant int := 3;
+    payload jsonb := COALESCE(p_payload, '{}'::jsonb);
+    max_payload int := COALESCE(NULLIF(current_setting('shardq.max_payload_bytes', true), '')::int,
+                                default_payload_bytes);
+    attempts int := COALESCE(p_max_attempts,
+        NULLIF(current_setting('shardq.default_max_attempts', true), '')::int, default_attempts);
+    routing text := COALESCE(p_ordering_key, p_dedup_id);
+    size int;
+    map_count int;
+    map_index int;
+    k int;
+    k_index int;
+    first_key int;
+    end_key int;
+    run_at timestamptz := GREATEST(COALESCE(p_run_at, now()), now());
+    status text;
+    new_id bigint;
+BEGIN
+    IF p_queue IS NULL OR p_queue = '' THEN
+        RAISE EXCEPTION '%queue name is empty', p_at USING ERRCODE = '22023',
+            HINT = 'give the job the queue its workers take';
+    END IF;
+    IF p_handler IS NULL OR p_handler = '' THEN
+        RAISE EXCEPTION '%handler name is empty', p_at USING ERRCODE = '22023',
+            HINT = 'give the job the name of a handler registered on the workers';
+    END IF;
+    FOR i IN 1..4 LOOP
+        size := octet_length(CASE i WHEN 1 THEN p_queue WHEN 2 THEN p_handler
+                                    WHEN 3 THEN p_ordering_key ELSE p_dedup_id END);
+        IF size > (CASE WHEN i <= 2 THEN max_name_bytes ELSE max_key_bytes END) THEN
+            RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
+                '%s%s is %s bytes, over the limit of %s bytes; shorten it (a long key or id can be hashed)',
+                p_at, (ARRAY['queue', 'handler', 'ordering key', 'deduplication id'])[i], size,
+                CASE WHEN i <= 2 THEN max_name_bytes ELSE max_key_bytes END);
+        END IF;
+    END LOOP;
+    size := octet_length(payload::text);
+    IF size > max_payload THEN
+        RAISE EXCEPTION '%payload is % bytes, over limits.max_payload_bytes = %', p_at, size, max_payload
+            USING ERRCODE = '22023',
+                  HINT = 'send a smaller payload (or a reference to the data), or raise the '
+                         'limit with ALTER DATABASE ... SET shardq.max_payload_bytes';
+    END IF;
+    IF p_ordering_key IS NOT NULL AND p_dedup_id IS NOT NULL THEN
+        RAISE EXCEPTION '%a job cannot have both an ordering key and a deduplication id: the ordering key chooses the shard, so the deduplication id could not be checked across all shards; drop one of them', p_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF attempts < 1 OR attempts > max_attempts_limit THEN
+        RAISE EXCEPTION '%max_attempts is %; it must be at least 1 and at most %', p_at, attempts, max_attempts_limit
+            USING ERRCODE = '22023';
+    END IF;
+
+    SELECT m.shard_count, m.shard_index INTO map_count, map_index FROM shardq_shard_map m;
+    IF map_count IS NULL THEN
+        RAISE EXCEPTION 'this shard records no shard map' USING ERRCODE = 'SQ002',
+            HINT = 'run `shardq migrate` with the full shard list first';
+    END IF;
+    IF routing IS NULL THEN
+        -- The keys of this shard: k with k * n / 65536 = index.
+        first_key := ((map_index::bigint * 65536 + map_count - 1) / map_count)::int;
+        end_key := (((map_index::bigint + 1) * 65536 + map_count - 1) / map_count)::int;
+        k := first_key + floor(random() * (end_key - first_key))::int;
+    ELSE
+        k := shardq_shard_key(routing);
+        k_index := (k::bigint * map_count / 65536)::int;
+        IF k_index <> map_index THEN
+            RAISE EXCEPTION '%the job''s % routes to shard_key %, which is on shard % of %, not on this shard (%); nothing was written',
+                p_at, CASE WHEN p_ordering_key IS NULL THEN 'deduplication id' ELSE 'ordering key' END,
+                k, k_index, map_count, map_index
+                USING ERRCODE = 'SQ001',
+                      DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=1',
+                                      k, k_index, map_count),
+                      HINT = format('enqueue it on shard %s (shardq_route names a key''s shard); '
+                                    'this call wrote nothing, so sending it there writes it once',
+                                    k_index);
+        END IF;
+    END IF;
+
+    status := CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END;
+    IF p_dedup_id IS NULL THEN
+        INSERT INTO workflow_status AS w
+            (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts)
+        VALUES (k, p_queue, p_handler, p_ordering_key, COALESCE(p_priority, 0), payload, status,
+                run_at, attempts)
+        RETURNING w.id INTO new_id;
+    ELSE
+        FOR attempt IN 1..dedup_tries LOOP
+            INSERT INTO workflow_status AS w
+                (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
+                 max_attempts, dedup_id)
+            VALUES (k, p_queue, p_handler, NULL, COALESCE(p_priority, 0), payload, status,
+                    run_at, attempts, p_dedup_id)
+            ON CONFLICT DO NOTHING
+            RETURNING w.id INTO new_id;
+            EXIT WHEN new_id IS NOT NULL;
+            RETURN QUERY SELECT w.shard_key || '-' || w.id, w.shard_key, w.id, false
+                FROM workflow_status w
+                WHERE w.queue = p_queue AND w.dedup_id = p_dedup_id
+                  AND w.status IN ('scheduled', 'queued', 'running');
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        END LOOP;
+        IF new_id IS NULL THEN
+            RAISE EXCEPTION '%deduplication id `%` kept changing hands; try again', p_at, p_dedup_id
+                USING ERRCODE = 'SQ003';
+        END IF;
+    END IF;
+    IF status = 'queued' THEN
+        PERFORM pg_notify('shardq_ready', p_queue);
+    END IF;
+    RETURN QUERY SELECT k || '-' || new_id, k, new_id, true;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_key_lock(p_queue text, p_key text)
  RETURNS bigint
  LANGUAGE sql
@@ -447,3 +629,39 @@ AS $function$
                          FROM pg_catalog.generate_series(1, p_n));
         END
         $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_route(p_routing_key text)
+ RETURNS TABLE(shard_key integer, shard_index integer, shard_count integer, epoch integer)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    k int;
+    n int;
+BEGIN
+    SELECT m.shard_count INTO n FROM shardq_shard_map m;
+    IF n IS NULL THEN
+        RAISE EXCEPTION 'this shard records no shard map'
+            USING ERRCODE = 'SQ002',
+                  HINT = 'run `shardq migrate` with the full shard list first';
+    END IF;
+    k := CASE WHEN p_routing_key IS NULL THEN floor(random() * 65536)::int
+              ELSE shardq_shard_key(p_routing_key) END;
+    RETURN QUERY SELECT k, (k::bigint * n / 65536)::int, n, 1;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_shard_key(p_key text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+AS $function$
+DECLARE
+    bytes bytea := convert_to(p_key, 'UTF8');
+    h int := 8997; -- 0x2325
+BEGIN
+    FOR i IN 0 .. length(bytes) - 1 LOOP
+        h := ((h # get_byte(bytes, i)) * 435) & 65535; -- 435 = 0x01b3
+    END LOOP;
+    RETURN h;
+END $function$

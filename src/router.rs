@@ -76,6 +76,36 @@ mod tests {
         }
     }
 
+    /// The golden vectors other languages check their hash against
+    /// (docs/routing-vectors.json): the hash, the shard key and the index
+    /// for 1..=8 shards of each key, and its UTF-8 bytes as given.
+    #[test]
+    fn router_matches_the_routing_vectors_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/routing-vectors.json");
+        let text = std::fs::read_to_string(path).expect("docs/routing-vectors.json");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(doc["key_space"], u64::from(SHARD_KEY_SPACE));
+        let vectors = doc["vectors"].as_array().expect("a vectors array");
+        let keys: Vec<&str> = vectors.iter().filter_map(|v| v["key"].as_str()).collect();
+        for needed in ["", "é", "日本", "🦀"] {
+            assert!(keys.contains(&needed), "the vectors hold {needed:?}");
+        }
+        assert!(keys.iter().any(|k| k.len() >= 1024), "a long key");
+        for v in vectors {
+            let key = v["key"].as_str().expect("key");
+            let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(v["utf8_hex"], hex.as_str(), "{key:?}: UTF-8 bytes");
+            let hash = format!("{:016x}", fnv1a64(key.as_bytes()));
+            assert_eq!(v["fnv1a64"], hash.as_str(), "{key:?}: fnv1a64");
+            let shard_key = shard_key_for(key);
+            assert_eq!(v["shard_key"], shard_key, "{key:?}: shard_key");
+            let by_count: Vec<usize> = (1..=8).map(|n| shard_index(shard_key, n)).collect();
+            let expected: Vec<usize> = serde_json::from_value(v["shard_index_by_count"].clone())
+                .expect("shard_index_by_count");
+            assert_eq!(expected, by_count, "{key:?}: shard index for 1..=8 shards");
+        }
+    }
+
     /// Random keys and many distinct ordering keys both spread evenly:
     /// chi-square over 4 shards stays below the 0.1% critical value (16.27, 3 dof).
     #[test]

@@ -60,6 +60,27 @@ pub const FUNCTIONS: &[Function] = &[
         name: "shardq_reserve_ids",
         sql: include_str!("../../migrations/functions/shardq_reserve_ids.sql"),
     },
+    // Enqueue from SQL, for callers in any language (docs/enqueue-from-sql.md).
+    Function {
+        name: "shardq_shard_key",
+        sql: include_str!("../../migrations/functions/shardq_shard_key.sql"),
+    },
+    Function {
+        name: "shardq_route",
+        sql: include_str!("../../migrations/functions/shardq_route.sql"),
+    },
+    Function {
+        name: "shardq_enqueue_row",
+        sql: include_str!("../../migrations/functions/shardq_enqueue_row.sql"),
+    },
+    Function {
+        name: "shardq_enqueue",
+        sql: include_str!("../../migrations/functions/shardq_enqueue.sql"),
+    },
+    Function {
+        name: "shardq_enqueue_many",
+        sql: include_str!("../../migrations/functions/shardq_enqueue_many.sql"),
+    },
 ];
 
 /// The functions as (name, text) pairs, as the store takes them.

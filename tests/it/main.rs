@@ -59,6 +59,7 @@ mod shutdown;
 mod sick_shard;
 mod silent_workers;
 mod sizes;
+mod sql_enqueue;
 mod store;
 mod upkeep_locks;
 mod wakeups;

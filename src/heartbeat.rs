@@ -33,6 +33,7 @@ pub struct ShardCountersSnapshot {
     pub empty: u64,
     /// Failed claims.
     pub errors: u64,
-    /// Outcomes written (succeeded, retrying, dead, cancelled, released).
+    /// Attempts whose end was written (succeeded, retrying, dead,
+    /// cancelled); jobs released unstarted are not counted.
     pub completed: u64,
 }

@@ -47,18 +47,16 @@ pub(crate) struct OutcomeCounters {
 }
 
 impl OutcomeCounters {
-    /// Outcomes written: all but the fenced ones.
-    pub fn written(&self) -> u64 {
-        [
-            &self.succeeded,
-            &self.retrying,
-            &self.dead,
-            &self.cancelled,
-            &self.released,
-        ]
-        .iter()
-        .map(|c| c.load(Relaxed))
-        .sum()
+    /// Attempts whose end was written: succeeded, retrying, dead or
+    /// cancelled, as `Snapshot::finished`. Not the released jobs: they were
+    /// given back unstarted (a late claim, shutdown) and are still to run,
+    /// so a reader that waits for `completed` to reach the jobs enqueued
+    /// (the scale bench) would stop with jobs left.
+    pub fn finished(&self) -> u64 {
+        [&self.succeeded, &self.retrying, &self.dead, &self.cancelled]
+            .iter()
+            .map(|c| c.load(Relaxed))
+            .sum()
     }
 }
 
@@ -87,7 +85,7 @@ impl ShardCounters {
             busy: self.busy.load(Relaxed),
             empty: self.empty.load(Relaxed),
             errors: self.errors.load(Relaxed),
-            completed: self.outcomes.written(),
+            completed: self.outcomes.finished(),
         }
     }
 }

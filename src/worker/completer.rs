@@ -40,6 +40,14 @@ const MAX_KEYS_PER_WRITE: usize = 1_000;
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 
+/// Tries of one job's outcome that the server refuses for want of lock room
+/// or memory (53200) before the job is given up. A batch that fails so is
+/// split; a single outcome cannot be, and while the leaser still extends
+/// its lease, retrying it without bound keeps the job `running` forever.
+/// With the retry backoff these tries span about 1.5 s: long enough for a
+/// passing peak of another session's locks to end.
+const ONE_OUTCOME_OUT_OF_MEMORY_TRIES: u32 = 5;
+
 /// The completer's settings, from [`Config`].
 #[derive(Debug, Clone)]
 pub(crate) struct CompleterConfig {
@@ -316,7 +324,8 @@ impl Writes {
 /// each such job is written as failed with the reason, and the rest as they
 /// were. A write the server had no memory or lock room for (53200) is split
 /// in halves, each retried at once: the same statement would fail the same
-/// way, a smaller one takes fewer locks. The jobs are let go of (their
+/// way, a smaller one takes fewer locks; one outcome refused so
+/// [`ONE_OUTCOME_OUT_OF_MEMORY_TRIES`] times in a row is given up. The jobs are let go of (their
 /// leases no longer extended) once written, fenced or given up, so a job
 /// whose outcome cannot be written returns by lease expiry.
 async fn write_with_retry(
@@ -328,6 +337,8 @@ async fn write_with_retry(
 ) {
     let shard = run.shards.get(shard_index);
     let mut delay = FIRST_RETRY_DELAY;
+    // Consecutive 53200 refusals of a single outcome (the job at the top).
+    let mut alone_out_of_memory = 0;
     let mut todo = vec![Part {
         done: part,
         report: false,
@@ -348,6 +359,7 @@ async fn write_with_retry(
                 record_written(run, shard_index, &part, &written);
                 let_go(run, &part);
                 delay = FIRST_RETRY_DELAY;
+                alone_out_of_memory = 0;
             }
             Err(err) if err.is_permanent() => {
                 let error = crate::error_chain::error_chain(&err);
@@ -383,7 +395,25 @@ async fn write_with_retry(
                 });
                 todo.push(Part { done: part, report });
             }
+            Err(err)
+                if err.kind() == ErrorKind::OutOfMemory
+                    && alone_out_of_memory + 1 >= ONE_OUTCOME_OUT_OF_MEMORY_TRIES =>
+            {
+                tracing::error!(
+                    shard = %shard.name,
+                    job = %part[0].id,
+                    tries = ONE_OUTCOME_OUT_OF_MEMORY_TRIES,
+                    error = %crate::error_chain::error_chain(&err),
+                    "the server has no room for even this one outcome; giving the job up, it returns when its lease expires"
+                );
+                let_go(run, &part);
+                delay = FIRST_RETRY_DELAY;
+                alone_out_of_memory = 0;
+            }
             Err(err) => {
+                if err.kind() == ErrorKind::OutOfMemory {
+                    alone_out_of_memory += 1;
+                }
                 tracing::warn!(
                     shard = %shard.name,
                     jobs = part.len(),

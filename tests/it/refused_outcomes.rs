@@ -210,3 +210,72 @@ async fn a_job_whose_outcome_is_refused_for_good_returns_by_its_lease() {
     shutdown.cancel();
     running.await.unwrap();
 }
+
+/// Refuses every write that ends a claim of a job whose payload says
+/// `no_room`, as a server out of lock room does (SQLSTATE 53200): not a
+/// refusal of the data, so the completer retries it; lease extensions pass.
+const NO_ROOM_FOR_OUTCOMES: &str = "
+CREATE FUNCTION no_room_for_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.status = 'running' AND NEW.status <> 'running' AND NEW.fence = OLD.fence THEN
+        RAISE EXCEPTION 'out of shared memory' USING ERRCODE = 'out_of_memory',
+            HINT = 'You might need to increase max_locks_per_transaction.';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER no_room_for_outcome BEFORE UPDATE ON workflow_status FOR EACH ROW
+    WHEN (OLD.payload ? 'no_room') EXECUTE FUNCTION no_room_for_outcome();
+";
+
+/// Issue 21, open item of §2.1: a single outcome that the server refuses with
+/// 53200 cannot be split; retried without bound while the leaser renewed its
+/// lease, the job stayed `running` for as long as the server was short of
+/// room. It is given up after a few tries, so its lease expires and recovery
+/// ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_outcome_the_server_has_no_room_for_returns_by_its_lease() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(
+        "[dequeue]\nempty_backoff_min_ms = 5\nempty_backoff_max_ms = 20\n\
+         [worker]\nqueues = [\"q\"]\nlease_ms = 2000\nmaintenance_interval_ms = 200\n",
+    );
+    let set = shards.migrated(&config).await;
+    set.get(0)
+        .client()
+        .await
+        .unwrap()
+        .batch_execute(NO_ROOM_FOR_OUTCOMES)
+        .await
+        .unwrap();
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let id = client
+        .enqueue(NewJob::new("q", "noop", json!({ "no_room": true })).max_attempts(1))
+        .await
+        .unwrap();
+
+    let worker = Worker::new(config, set.clone(), HandlerRegistry::with_builtins());
+    let stats = worker.stats();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    common::wait_until(Duration::from_secs(30), "the job was run", || async {
+        stats.snapshot().claimed >= 1
+    })
+    .await;
+    common::wait_until(
+        Duration::from_secs(30),
+        "the job is no longer running (its lease not renewed forever)",
+        || async {
+            let job = client.job(id).await.unwrap().unwrap();
+            job.status == shardq::JobStatus::Dead
+        },
+    )
+    .await;
+    let job = client.job(id).await.unwrap().unwrap();
+    assert!(
+        job.error.as_deref().unwrap_or("").contains("lease expired"),
+        "{:?}",
+        job.error
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}

@@ -163,6 +163,13 @@ CREATE TRIGGER refuse_outcome BEFORE UPDATE ON workflow_status FOR EACH ROW
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_outcome_is_refused_for_good_returns_by_its_lease() {
+    blocked_outcome_returns_by_its_lease(REFUSE_OUTCOMES, "refuse").await;
+}
+
+/// Runs a job whose outcome `trigger` keeps from being written (the job's
+/// payload carries `marker`) and waits until recovery ends it: its process
+/// let it go, so its lease (2 s) expired; its one attempt was used.
+async fn blocked_outcome_returns_by_its_lease(trigger: &str, marker: &str) {
     let shards = TestShards::databases(1).await;
     let config = shards.config(
         "[dequeue]\nempty_backoff_min_ms = 5\nempty_backoff_max_ms = 20\n\
@@ -173,12 +180,12 @@ async fn a_job_whose_outcome_is_refused_for_good_returns_by_its_lease() {
         .client()
         .await
         .unwrap()
-        .batch_execute(REFUSE_OUTCOMES)
+        .batch_execute(trigger)
         .await
         .unwrap();
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let id = client
-        .enqueue(NewJob::new("q", "noop", json!({ "refuse": true })).max_attempts(1))
+        .enqueue(NewJob::new("q", "noop", json!({ marker: true })).max_attempts(1))
         .await
         .unwrap();
 
@@ -234,48 +241,5 @@ CREATE TRIGGER no_room_for_outcome BEFORE UPDATE ON workflow_status FOR EACH ROW
 /// ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_outcome_the_server_has_no_room_for_returns_by_its_lease() {
-    let shards = TestShards::databases(1).await;
-    let config = shards.config(
-        "[dequeue]\nempty_backoff_min_ms = 5\nempty_backoff_max_ms = 20\n\
-         [worker]\nqueues = [\"q\"]\nlease_ms = 2000\nmaintenance_interval_ms = 200\n",
-    );
-    let set = shards.migrated(&config).await;
-    set.get(0)
-        .client()
-        .await
-        .unwrap()
-        .batch_execute(NO_ROOM_FOR_OUTCOMES)
-        .await
-        .unwrap();
-    let client = Client::from_shards(set.clone(), config.limits.clone());
-    let id = client
-        .enqueue(NewJob::new("q", "noop", json!({ "no_room": true })).max_attempts(1))
-        .await
-        .unwrap();
-
-    let worker = Worker::new(config, set.clone(), HandlerRegistry::with_builtins());
-    let stats = worker.stats();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    common::wait_until(Duration::from_secs(30), "the job was run", || async {
-        stats.snapshot().claimed >= 1
-    })
-    .await;
-    common::wait_until(
-        Duration::from_secs(30),
-        "the job is no longer running (its lease not renewed forever)",
-        || async {
-            let job = client.job(id).await.unwrap().unwrap();
-            job.status == shardq::JobStatus::Dead
-        },
-    )
-    .await;
-    let job = client.job(id).await.unwrap().unwrap();
-    assert!(
-        job.error.as_deref().unwrap_or("").contains("lease expired"),
-        "{:?}",
-        job.error
-    );
-    shutdown.cancel();
-    running.await.unwrap();
+    blocked_outcome_returns_by_its_lease(NO_ROOM_FOR_OUTCOMES, "no_room").await;
 }

@@ -356,6 +356,7 @@ async fn write_with_retry(
         let result = jobs::complete_many(shard, write).await;
         match result {
             Ok(written) => {
+                run.health.writes_succeeded(shard_index);
                 record_written(run, shard_index, &part, &written);
                 let_go(run, &part);
                 delay = FIRST_RETRY_DELAY;
@@ -414,6 +415,8 @@ async fn write_with_retry(
                 if err.kind() == ErrorKind::OutOfMemory {
                     alone_out_of_memory += 1;
                 }
+                // The slots set the shard's jobs aside until a write succeeds.
+                run.health.write_failed(shard_index);
                 tracing::warn!(
                     shard = %shard.name,
                     jobs = part.len(),

@@ -5,6 +5,7 @@
 
 use super::context::JobContext;
 use super::handler::HandlerRegistry;
+use super::slot_input::SlotInputs;
 use super::worker_run::WorkerRun;
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
@@ -51,27 +52,34 @@ pub(crate) struct Executor {
 }
 
 /// One slot's loop. Returns when `stop` is cancelled (after finishing the
-/// job in hand) or when its inputs are closed and drained; hands back its own
-/// queue so that the jobs still in it can be released.
+/// job in hand) or when its inputs are closed and drained; hands back its
+/// inputs so that the jobs still in its own queue can be released (those
+/// set aside are released from the [`SetAsideJobs`] they share).
+///
+/// A job of a sick shard (see [`ShardHealth::sick`]) runs only when the slot
+/// has nothing else to run (see `set_aside`).
 ///
 /// A completion is handed on with a send that never waits in practice: the
 /// channel holds as many as there are buffer credits (see `credits`).
+///
+/// [`SetAsideJobs`]: super::slot_input::SetAsideJobs
+/// [`ShardHealth::sick`]: super::shard_health::ShardHealth::sick
 pub(crate) async fn run_slot(
     executor: Arc<Executor>,
-    mut own: mpsc::Receiver<ClaimedJob>,
-    unkeyed: async_channel::Receiver<ClaimedJob>,
+    mut inputs: SlotInputs,
     completions: mpsc::Sender<Completion>,
     stop: CancellationToken,
-) -> mpsc::Receiver<ClaimedJob> {
+) -> SlotInputs {
     let mut held_back = HeldBack::default();
+    let health = &executor.run.health;
     loop {
         // Biased: stop first, then the inputs.
         let job = tokio::select! {
             biased;
-            _ = stop.cancelled() => return own,
-            job = next_job(&mut own, &unkeyed) => match job {
+            _ = stop.cancelled() => return inputs,
+            job = inputs.next(|shard| health.sick(shard)) => match job {
                 Some(job) => job,
-                None => return own,
+                None => return inputs,
             },
         };
         executor.run.stats.record_unbuffered(1);
@@ -89,30 +97,8 @@ pub(crate) async fn run_slot(
             done
         };
         if completions.send(completion).await.is_err() {
-            return own;
+            return inputs;
         }
-    }
-}
-
-/// The next job of a slot: keyed work first, so a key's queue never waits
-/// behind unkeyed jobs that other slots could take; `None` once both inputs
-/// are closed and drained. Its own `select!`, apart from the stop: a
-/// `select!` falls to `else` only when every branch is disabled, and the
-/// stop branch never is, so beside it a slot whose inputs closed waited
-/// forever.
-///
-/// # Cancel safety
-///
-/// Cancel safe: both receives are.
-async fn next_job(
-    own: &mut mpsc::Receiver<ClaimedJob>,
-    unkeyed: &async_channel::Receiver<ClaimedJob>,
-) -> Option<ClaimedJob> {
-    tokio::select! {
-        biased;
-        Some(job) = own.recv() => Some(job),
-        Ok(job) = unkeyed.recv() => Some(job),
-        else => None,
     }
 }
 
@@ -247,13 +233,29 @@ mod tests {
     use crate::shards::ShardSet;
     use crate::telemetry::Stats;
     use crate::worker::running::LostClaims;
+    use crate::worker::shard_health::ShardHealth;
+    use crate::worker::slot_input::SetAsideJobs;
     use std::sync::Mutex;
+
+    /// The inputs of slot 0 of one, over two shards.
+    fn inputs(
+        own: mpsc::Receiver<ClaimedJob>,
+        unkeyed: async_channel::Receiver<ClaimedJob>,
+    ) -> SlotInputs {
+        SlotInputs {
+            slot: 0,
+            own,
+            unkeyed,
+            set_aside: Arc::new(SetAsideJobs::new(1, 2)),
+        }
+    }
 
     /// An executor over a shard it never connects to: the handler here
     /// touches no database, and pools connect only when used.
     fn executor(calls: Arc<Mutex<Vec<String>>>) -> Arc<Executor> {
         let config = Config::from_toml(
-            "[[shards]]\nname = \"s0\"\nurl = \"postgres://nobody@127.0.0.1:1/none\"\n",
+            "[[shards]]\nname = \"s0\"\nurl = \"postgres://nobody@127.0.0.1:1/none\"\n\
+             [[shards]]\nname = \"s1\"\nurl = \"postgres://nobody@127.0.0.1:1/none\"\n",
         )
         .unwrap();
         let shards = ShardSet::connect(&config).unwrap();
@@ -272,11 +274,12 @@ mod tests {
         Arc::new(Executor {
             config: ExecutorConfig::new(&config),
             run: Arc::new(WorkerRun {
-                lost_claims: LostClaims::new(1),
+                lost_claims: LostClaims::new(2),
                 shards,
                 owner: "test".into(),
-                stats: Arc::new(Stats::new(1)),
+                stats: Arc::new(Stats::new(2)),
                 running: Default::default(),
+                health: ShardHealth::new(2, Duration::from_millis(250)),
             }),
             registry: Arc::new(registry),
         })
@@ -319,8 +322,7 @@ mod tests {
         let stop = CancellationToken::new();
         let slot = tokio::spawn(run_slot(
             executor(calls.clone()),
-            own_rx,
-            unkeyed_rx,
+            inputs(own_rx, unkeyed_rx),
             done_tx,
             stop.clone(),
         ));
@@ -350,6 +352,64 @@ mod tests {
         assert_eq!(*calls.lock().unwrap(), vec!["A1", "B2"]);
     }
 
+    /// A slot holding jobs of a sick shard runs the healthy shard's job
+    /// first and the sick one's only when nothing else is there, in their
+    /// key's order; the hold-back of a failed run still releases the rest
+    /// of that run when it comes to run.
+    #[tokio::test]
+    async fn a_sick_shards_jobs_run_after_the_healthy_ones_in_key_order_with_the_hold_back() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (own_tx, own_rx) = mpsc::channel(8);
+        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
+        let (done_tx, mut done_rx) = mpsc::channel(8);
+        let on_shard_1 = |mut j: ClaimedJob| {
+            j.shard = 1;
+            j
+        };
+        // Shard 0's key k: A1 fails, A2 is the rest of its run, A3 a later claim.
+        for j in [
+            job(1, "A", "k", 1, true),
+            on_shard_1(job(2, "B", "j", 1, false)),
+            job(3, "A", "k", 1, false),
+            job(4, "A", "k", 2, false),
+        ] {
+            own_tx.send(j).await.unwrap();
+        }
+        let executor = executor(calls.clone());
+        executor.run.health.write_failed(0);
+        let stop = CancellationToken::new();
+        let slot = tokio::spawn(run_slot(
+            executor,
+            inputs(own_rx, unkeyed_rx),
+            done_tx,
+            stop.clone(),
+        ));
+        let mut outcomes = Vec::new();
+        while outcomes.len() < 4 {
+            let done = done_rx.recv().await.expect("a completion");
+            let what = match done.outcome {
+                Outcome::Succeeded(_) => "succeeded",
+                Outcome::Failed(_) => "failed",
+                Outcome::Released => "released",
+            };
+            outcomes.push((done.id.id, what));
+        }
+        stop.cancel();
+        slot.await.unwrap();
+        drop((own_tx, unkeyed_tx));
+        assert_eq!(
+            outcomes,
+            vec![
+                (2, "succeeded"),
+                (1, "failed"),
+                (3, "released"),
+                (4, "succeeded")
+            ],
+            "the healthy shard's job first; then shard 0's, held back as before"
+        );
+        assert_eq!(*calls.lock().unwrap(), vec!["B2", "A1", "A4"]);
+    }
+
     /// A slot whose two inputs are closed (every producer gone) and drained
     /// returns by itself, with its stop token never cancelled: the pipeline
     /// relies on it to learn that the slots are done.
@@ -363,8 +423,7 @@ mod tests {
         let stop = CancellationToken::new();
         let slot = tokio::spawn(run_slot(
             executor(calls.clone()),
-            own_rx,
-            shared_rx,
+            inputs(own_rx, shared_rx),
             done_tx,
             stop.clone(),
         ));

@@ -5,6 +5,7 @@
 
 use super::leaser::{self, LeaserConfig};
 use super::running::{LostClaims, RunningJobs};
+use super::shard_health::ShardHealth;
 use super::worker_run::WorkerRun;
 use super::WorkerReport;
 use crate::config::{Backoff, Config};
@@ -66,6 +67,7 @@ async fn a_lease_side_give_up_is_counted_once_in_the_report_the_shard_counters_a
         owner,
         stats: stats.clone(),
         running: RunningJobs::default(),
+        health: ShardHealth::new(1, Duration::from_millis(250)),
     });
     run.lost_claims.lost(0);
     let leaser_config = LeaserConfig {

@@ -22,8 +22,10 @@ mod producer;
 mod rotation;
 mod running;
 mod scheduler;
+mod set_aside;
 mod shard_health;
 mod slot_control;
+mod slot_input;
 mod target;
 mod wakeup;
 mod worker_run;
@@ -51,7 +53,9 @@ use maintenance::MaintenanceConfig;
 use producer::{Dispatch, ProducerConfig, Producers};
 use rand::Rng;
 use running::{LostClaims, RunningJobs};
+use shard_health::ShardHealth;
 use slot_control::SlotControl;
+use slot_input::{SetAsideJobs, SlotInputs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::targets;
@@ -171,12 +175,14 @@ impl Worker {
         )
         .into();
         let config = self.config;
+        let shards = self.shards.len();
         let run = Arc::new(WorkerRun {
             lost_claims: LostClaims::new(self.shards.len()),
             shards: self.shards,
             owner,
             stats: self.stats,
             running: RunningJobs::default(),
+            health: ShardHealth::new(shards, config.dequeue.claim_budget_max),
         });
         tracing::info!(owner = %run.owner, shards = run.shards.len(), "worker started");
 
@@ -279,13 +285,19 @@ async fn run_pipeline(
     let per_slot = slot_capacity(worker.buffer_jobs, concurrency, dequeue.batch_size);
     let mut keyed = Vec::with_capacity(concurrency);
     let mut slots = JoinSet::new();
-    for _ in 0..concurrency {
+    let set_aside = Arc::new(SetAsideJobs::new(concurrency, run.shards.len()));
+    for slot in 0..concurrency {
         let (tx, rx) = mpsc::channel(per_slot);
         keyed.push(tx);
+        let inputs = SlotInputs {
+            slot,
+            own: rx,
+            unkeyed: unkeyed_rx.clone(),
+            set_aside: set_aside.clone(),
+        };
         slots.spawn(executor::run_slot(
             executor.clone(),
-            rx,
-            unkeyed_rx.clone(),
+            inputs,
             completions_tx.clone(),
             claiming.clone(),
         ));
@@ -355,10 +367,8 @@ async fn run_pipeline(
 
     // Slots finish the job in hand (within the grace period) and stop.
     let finished = tokio::time::timeout(grace, async {
-        while let Some(Ok(mut own)) = slots.join_next().await {
-            while let Ok(job) = own.try_recv() {
-                unstarted.push(job);
-            }
+        while let Some(Ok(inputs)) = slots.join_next().await {
+            unstarted.extend(inputs.unstarted());
         }
     })
     .await;
@@ -373,6 +383,9 @@ async fn run_pipeline(
     while let Ok(job) = unkeyed_rx.try_recv() {
         unstarted.push(job);
     }
+    // Jobs of sick shards the slots set aside (kept apart from the slots,
+    // so even an abandoned slot's are released).
+    unstarted.extend(set_aside.drain());
     // Unstarted jobs go back through the completer (released, or cancelled
     // when that was asked), so other workers can take them at once.
     tracing::info!(jobs = unstarted.len(), "releasing unstarted jobs");

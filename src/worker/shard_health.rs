@@ -1,5 +1,6 @@
-//! What the producers of one process know about each shard's answers: how
-//! long a claim there may keep a producer, and whether the shard is skipped.
+//! What one process knows about each shard's answers: how long a claim
+//! there may keep a producer, whether the shard is skipped, and whether it
+//! is sick, so that the executor slots set its buffered jobs aside.
 //!
 //! A producer never waits on one shard for longer than that shard's
 //! [`Health::budget`]: a few times its recent answer time, within
@@ -10,11 +11,17 @@
 //! [`PROBE_INTERVAL`] whether it answers again; an answer within the budget
 //! makes it healthy. The claim that ran out of budget is not dropped (a
 //! claim that committed would strand its jobs as running): the producer
-//! leaves it to a task of its own and moves on.
+//! leaves it to a task of its own and moves on. The process's next claim
+//! after that answer goes to the shard first ([`ShardHealth::take_recovered`]).
+//!
+//! A shard is *sick* while it is suspect or its completion writes fail (the
+//! completer says so): the executor slots then run its buffered jobs only
+//! when they have nothing else to run (see `set_aside`).
 //!
 //! Pure state with an explicit `now`, so it is tested without a database.
 
 use crate::config::Backoff;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -68,6 +75,8 @@ pub(crate) struct Health {
     state: State,
     /// The budget's ceiling (`dequeue.claim_budget_max_ms`).
     max: Duration,
+    /// A probe found it well again and no claim has been sent there since.
+    recovered: bool,
 }
 
 impl Health {
@@ -77,6 +86,7 @@ impl Health {
             typical: None,
             state: State::Healthy,
             max: max.max(BUDGET_MIN),
+            recovered: false,
         }
     }
 
@@ -119,6 +129,7 @@ impl Health {
         match self.state {
             State::Healthy => {
                 self.state = State::Suspect { since: now };
+                self.recovered = false;
                 true
             }
             State::Suspect { .. } => false,
@@ -136,8 +147,15 @@ impl Health {
         self.answered(took);
         if in_time {
             self.state = State::Healthy;
+            self.recovered = true;
         }
         in_time
+    }
+
+    /// Whether a probe found the shard well again and no claim was sent
+    /// there since; clears it (the priority is for one claim).
+    fn take_recovered(&mut self) -> bool {
+        std::mem::take(&mut self.recovered) && self.usable()
     }
 }
 
@@ -145,6 +163,9 @@ impl Health {
 #[derive(Debug)]
 pub(crate) struct ShardHealth {
     shards: Vec<Mutex<Health>>,
+    /// Per shard: its last completion write failed (set and cleared by the
+    /// completer; cleared too by a probe answered in time).
+    writes_failing: Vec<AtomicBool>,
 }
 
 impl ShardHealth {
@@ -153,6 +174,7 @@ impl ShardHealth {
     pub fn new(shards: usize, max: Duration) -> Self {
         ShardHealth {
             shards: (0..shards).map(|_| Mutex::new(Health::new(max))).collect(),
+            writes_failing: (0..shards).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -179,6 +201,41 @@ impl ShardHealth {
     /// See [`Health::usable`].
     pub fn usable(&self, shard: usize) -> bool {
         self.with(shard, |h| h.usable())
+    }
+
+    /// A probe of suspect shard `shard` ended (see [`Health::probed`]);
+    /// returns whether it is healthy again. An answer in time also ends
+    /// its failing writes: the completer's next try is on its way, and the
+    /// slots need not set the shard's jobs aside until that retry's pause
+    /// (up to 2 s) is over.
+    pub fn probed(&self, shard: usize, took: Option<Duration>) -> bool {
+        let well = self.with(shard, |h| h.probed(took));
+        if well {
+            self.writes_succeeded(shard);
+        }
+        well
+    }
+
+    /// A shard a probe found well again that no claim has been sent to
+    /// since, if any; the priority is for one claim (the caller's).
+    pub fn take_recovered(&self) -> Option<usize> {
+        (0..self.shards.len()).find(|&shard| self.with(shard, Health::take_recovered))
+    }
+
+    /// A completion write on shard `shard` failed (it is retried).
+    pub fn write_failed(&self, shard: usize) {
+        self.writes_failing[shard].store(true, Ordering::Relaxed);
+    }
+
+    /// A completion write on shard `shard` was answered.
+    pub fn writes_succeeded(&self, shard: usize) {
+        self.writes_failing[shard].store(false, Ordering::Relaxed);
+    }
+
+    /// Whether shard `shard` is sick: suspect, or its completion writes
+    /// fail. The executor slots set its jobs aside meanwhile.
+    pub fn sick(&self, shard: usize) -> bool {
+        self.writes_failing[shard].load(Ordering::Relaxed) || !self.usable(shard)
     }
 }
 
@@ -279,6 +336,43 @@ mod tests {
         assert!(!health.usable(0));
         assert!(health.usable(1));
         assert_eq!(health.budget(1), BUDGET_MAX);
+    }
+
+    #[test]
+    fn a_shard_found_well_again_is_first_for_one_claim() {
+        let health = ShardHealth::new(3, BUDGET_MAX);
+        assert_eq!(health.take_recovered(), None, "none was ever sick");
+        for shard in [1, 2] {
+            health.with(shard, |h| h.suspect(Instant::now()));
+        }
+        assert!(!health.probed(1, None));
+        assert_eq!(health.take_recovered(), None, "still suspect");
+        assert!(health.probed(2, Some(MS)));
+        assert_eq!(health.take_recovered(), Some(2));
+        assert_eq!(health.take_recovered(), None, "one claim only");
+        // Well again, then suspect before any claim went there: no priority.
+        assert!(health.probed(1, Some(MS)));
+        health.with(1, |h| h.suspect(Instant::now()));
+        assert_eq!(health.take_recovered(), None);
+    }
+
+    #[test]
+    fn a_shard_is_sick_while_suspect_or_while_its_writes_fail() {
+        let health = ShardHealth::new(2, BUDGET_MAX);
+        assert!(!health.sick(0));
+        health.write_failed(0);
+        assert!(health.sick(0) && health.usable(0), "claims still go there");
+        assert!(!health.sick(1));
+        health.writes_succeeded(0);
+        assert!(!health.sick(0));
+        health.write_failed(0);
+        health.with(0, |h| h.suspect(Instant::now()));
+        assert!(health.sick(0));
+        assert!(health.probed(0, Some(MS)));
+        assert!(
+            !health.sick(0),
+            "a probe in time ends the failing writes too"
+        );
     }
 
     #[test]

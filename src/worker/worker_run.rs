@@ -1,6 +1,7 @@
 //! One run of a worker: what every role of it uses.
 
 use super::running::{LostClaims, RunningJobs};
+use super::shard_health::ShardHealth;
 use crate::shards::ShardSet;
 use crate::telemetry::Stats;
 use std::sync::Arc;
@@ -20,4 +21,7 @@ pub(crate) struct WorkerRun {
     /// Claims that may have run without their reply (producers note them,
     /// the leaser gives back what they left this process owning).
     pub lost_claims: LostClaims,
+    /// Per shard: how long a claim may keep a producer, whether producers
+    /// skip it, and whether the slots set its jobs aside.
+    pub health: ShardHealth,
 }

@@ -57,6 +57,7 @@ mod session_state;
 mod shard_map;
 mod shutdown;
 mod sick_shard;
+mod sick_shard_buffered;
 mod silent_workers;
 mod sizes;
 mod sql_enqueue;

@@ -20,6 +20,7 @@
 --     14 0014_complete_plans_once.sql
 --     15 0015_backoff_capped.sql
 --     16 0016_retry_safe_writes.sql
+--     17 0017_map_epochs.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -27,6 +28,28 @@ TABLE shardq_functions
     applied_at timestamp with time zone NOT NULL DEFAULT now()
     CONSTRAINT shardq_functions_pkey PRIMARY KEY (name)
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_map_epochs
+    epoch integer NOT NULL
+    shard_count integer NOT NULL
+    recorded_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_map_epochs_epoch_check CHECK ((epoch >= 1))
+    CONSTRAINT shardq_map_epochs_pkey PRIMARY KEY (epoch)
+    CONSTRAINT shardq_map_epochs_shard_count_check CHECK ((shard_count >= 1))
+    INDEX CREATE UNIQUE INDEX shardq_map_epochs_pkey ON public.shardq_map_epochs USING btree (epoch)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_map_ranges
+    epoch integer NOT NULL
+    first_key integer NOT NULL
+    end_key integer NOT NULL
+    shard_index integer NOT NULL
+    CONSTRAINT shardq_map_ranges_check CHECK (((0 <= first_key) AND (first_key < end_key) AND (end_key <= 65536)))
+    CONSTRAINT shardq_map_ranges_epoch_fkey FOREIGN KEY (epoch) REFERENCES shardq_map_epochs(epoch)
+    CONSTRAINT shardq_map_ranges_pkey PRIMARY KEY (epoch, first_key)
+    CONSTRAINT shardq_map_ranges_shard_index_check CHECK ((shard_index >= 0))
+    INDEX CREATE UNIQUE INDEX shardq_map_ranges_pkey ON public.shardq_map_ranges USING btree (epoch, first_key)
     GRANT PUBLIC SELECT
 
 TABLE shardq_migrations

@@ -8,7 +8,7 @@
 -- ranges let a later move split one range and touch only the keys that
 -- move.
 --
--- Tables only. `shardq migrate` fills epoch 1 in this migration's
+-- Tables (and the drop of three signatures, below). `shardq migrate` fills epoch 1 in this migration's
 -- transaction (src/migrate/run.rs, record_place): the ranges of today's
 -- formula, shard i holding the keys k with k * shard_count / 65536 = i,
 -- read from shardq_shard_map, and checks that the ranges tile. A CHECK
@@ -33,3 +33,10 @@ CREATE TABLE shardq_map_ranges (
 -- shardq_shard_map; writing stays with the owner that migrates.
 GRANT SELECT ON TABLE shardq_map_epochs TO PUBLIC;
 GRANT SELECT ON TABLE shardq_map_ranges TO PUBLIC;
+
+-- shardq_enqueue, shardq_enqueue_many and shardq_enqueue_row gain a
+-- trailing p_epoch (migrations/functions/): their old signatures go here, in
+-- the transaction that applies the new texts, so callers never find neither.
+DROP FUNCTION IF EXISTS shardq_enqueue(text, text, jsonb, text, text, timestamptz, int, int);
+DROP FUNCTION IF EXISTS shardq_enqueue_many(jsonb);
+DROP FUNCTION IF EXISTS shardq_enqueue_row(text, text, text, jsonb, text, text, timestamptz, int, int);

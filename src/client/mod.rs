@@ -9,6 +9,7 @@ mod handle;
 mod inspect;
 mod pause;
 mod pending;
+mod route_again;
 mod schedule_status;
 mod transactional;
 

@@ -179,6 +179,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_enqueue_row",
     "shardq_enqueue",
     "shardq_enqueue_many",
+    "shardq_check_route",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

@@ -10,6 +10,9 @@
 
 use crate::router::SHARD_KEY_SPACE;
 
+mod load;
+pub use load::{load, MapLoadError, RoutingMap};
+
 /// One range of shard keys, `first_key..end_key`, held by one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyRange {

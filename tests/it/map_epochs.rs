@@ -1,0 +1,149 @@
+//! The versioned shard map's epoch fence: a shard refuses a write routed by
+//! an older epoch than its own (SQLSTATE SQ004, the current epoch in
+//! DETAIL) and writes nothing; the Rust client then reloads the map and
+//! routes the job again, writing it once.
+
+use crate::common;
+
+use common::TestShards;
+use serde_json::json;
+use shardq::router;
+use shardq::shards::ShardSet;
+use shardq::{Client, NewJob, OnDuplicate};
+use tokio_postgres::NoTls;
+
+/// Stale shard map (docs/enqueue-from-sql.md).
+const STALE_MAP: &str = "SQ004";
+
+/// Records epoch 2 on every shard, by hand: the same ranges as epoch 1 (a
+/// new epoch that moves nothing, as a finished move of no keys would).
+async fn record_epoch_2(shards: &ShardSet) {
+    for shard in shards.all() {
+        shard
+            .client()
+            .await
+            .unwrap()
+            .batch_execute(
+                "INSERT INTO shardq_map_epochs (epoch, shard_count) \
+                     SELECT 2, shard_count FROM shardq_map_epochs WHERE epoch = 1; \
+                 INSERT INTO shardq_map_ranges (epoch, first_key, end_key, shard_index) \
+                     SELECT 2, first_key, end_key, shard_index FROM shardq_map_ranges \
+                     WHERE epoch = 1",
+            )
+            .await
+            .expect("record epoch 2");
+    }
+}
+
+/// The jobs of `queue` on each shard.
+async fn counts(shards: &ShardSet, queue: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for shard in shards.all() {
+        let db = shard.client().await.unwrap();
+        let row = db
+            .query_one(
+                "SELECT count(*) FROM workflow_status WHERE queue = $1",
+                &[&queue],
+            )
+            .await
+            .unwrap();
+        out.push(row.get(0));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_an_old_map_is_refused_reloads_and_writes_once() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::new(&config).expect("client");
+    // Started before the new epoch: its first enqueue loads epoch 1.
+    client
+        .enqueue(NewJob::new("warm", "noop", json!({})))
+        .await
+        .expect("enqueue at epoch 1");
+    assert_eq!(client.shards().routing().get().epoch(), 1);
+
+    record_epoch_2(&set).await;
+    let keyed = NewJob::new("fenced", "noop", json!({})).ordering_key("customer-7");
+    let deduplicated =
+        NewJob::new("fenced", "noop", json!({})).dedup("order-9", OnDuplicate::Error);
+    let ids = client
+        .enqueue_many(vec![keyed, deduplicated])
+        .await
+        .expect("refused, reloaded, written");
+
+    assert_eq!(
+        client.shards().routing().get().epoch(),
+        2,
+        "the refusal made the client reload the map"
+    );
+    let mut expected = vec![0i64; 2];
+    for key in ["customer-7", "order-9"] {
+        expected[router::shard_index(router::shard_key_for(key), 2)] += 1;
+    }
+    assert_eq!(
+        counts(&set, "fenced").await,
+        expected,
+        "each job written once, on the shard its key routes to"
+    );
+    for id in ids {
+        assert!(client.job(id).await.expect("read").is_some(), "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardq_enqueue_with_an_old_epoch_gets_sq004_and_writes_nothing() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let (db, connection) = tokio_postgres::connect(&shards.urls[0], NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let enqueue = "SELECT job_id FROM shardq_enqueue('fenced', 'noop', '{}', 'k', \
+        p_epoch => $1)";
+    db.query_one(enqueue, &[&1i32])
+        .await
+        .expect("epoch 1 is current");
+
+    record_epoch_2(&set).await;
+    let err = db.query_one(enqueue, &[&1i32]).await.unwrap_err();
+    let refusal = err.as_db_error().expect("a server error");
+    assert_eq!(refusal.code().code(), STALE_MAP, "{refusal}");
+    assert_eq!(refusal.detail(), Some("epoch=2"), "{refusal}");
+    assert!(
+        refusal
+            .hint()
+            .unwrap_or("")
+            .contains("reload the shard map"),
+        "{refusal}"
+    );
+    let batch = "SELECT count(*) FROM shardq_enqueue_many('[{\"queue\": \"fenced\", \
+        \"handler\": \"noop\"}]', 1)";
+    let err = db.query_one(batch, &[]).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some(STALE_MAP), "{err:?}");
+    assert_eq!(
+        counts(&set, "fenced").await,
+        vec![1],
+        "the refusals wrote nothing"
+    );
+
+    let route: i32 = db
+        .query_one("SELECT epoch FROM shardq_route('k')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(route, 2, "shardq_route names the current epoch");
+    db.query_one(enqueue, &[&2i32])
+        .await
+        .expect("epoch 2 is current");
+    db.query_one(
+        "SELECT job_id FROM shardq_enqueue('fenced', 'noop', '{}', 'k')",
+        &[],
+    )
+    .await
+    .expect("no epoch: the current one");
+    assert_eq!(counts(&set, "fenced").await, vec![3]);
+}

@@ -147,3 +147,79 @@ async fn shardq_enqueue_with_an_old_epoch_gets_sq004_and_writes_nothing() {
     .expect("no epoch: the current one");
     assert_eq!(counts(&set, "fenced").await, vec![3]);
 }
+
+/// Epoch 2 on one shard only: keys 0..30000 on shard `low`, the rest on the
+/// other (of two).
+async fn record_split_epoch_2(shard: &shardq::shards::Shard, low: i32) {
+    shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "WITH e AS (INSERT INTO shardq_map_epochs (epoch, shard_count) VALUES (2, 2)) \
+             INSERT INTO shardq_map_ranges (epoch, first_key, end_key, shard_index) \
+             VALUES (2, 0, 30000, $1), (2, 30000, 65536, 1 - $1)",
+            &[&low],
+        )
+        .await
+        .expect("record epoch 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_that_disagree_about_an_epoch_are_refused_and_a_newer_one_wins() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    // One shard a move ahead of the other: the newer epoch is the map.
+    record_split_epoch_2(set.get(0), 1).await;
+    let map = set.load_map().await.expect("load");
+    assert_eq!(map.epoch(), 2);
+    assert_eq!((map.shard_for(0), map.shard_for(30000)), (1, 0));
+    // The other shard records another epoch 2: refused, naming both.
+    record_split_epoch_2(set.get(1), 0).await;
+    let client = Client::new(&config).expect("client");
+    let err = client
+        .enqueue(NewJob::new("q", "noop", json!({})))
+        .await
+        .unwrap_err();
+    match &err {
+        shardq::ClientError::Map(shardq::shard_map::MapLoadError::Disagree {
+            epoch,
+            first,
+            second,
+        }) => {
+            assert_eq!(*epoch, 2);
+            assert_eq!((first.as_str(), second.as_str()), ("s0", "s1"));
+        }
+        other => panic!("expected a disagreement, got {other:?}"),
+    }
+    assert_eq!(counts(&set, "q").await, vec![0, 0], "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_that_do_not_tile_are_refused_by_check_and_migrate() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    set.get(0)
+        .client()
+        .await
+        .unwrap()
+        .batch_execute(
+            "INSERT INTO shardq_map_epochs (epoch, shard_count) VALUES (2, 1); \
+             INSERT INTO shardq_map_ranges VALUES (2, 0, 100, 0), (2, 101, 65536, 0)",
+        )
+        .await
+        .unwrap();
+    for err in [
+        shardq::migrate::check_all(&set).await.unwrap_err(),
+        shardq::migrate::migrate_all(&set).await.unwrap_err(),
+    ] {
+        match &err {
+            shardq::migrate::MigrateError::MapNotTiled { shard, epochs } => {
+                assert_eq!((shard.as_str(), epochs.as_slice()), ("s0", &[2][..]));
+            }
+            other => panic!("expected untiled ranges, got {other:?}"),
+        }
+    }
+}

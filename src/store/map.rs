@@ -76,6 +76,24 @@ pub async fn untiled_epochs(shard: &Shard) -> Result<Vec<i32>, ShardError> {
     Ok(rows.iter().map(|r| r.get("epoch")).collect())
 }
 
+/// The unfinished jobs (waiting, scheduled, queued, running) of `shard`
+/// per shard key, (key, count), keys with none left out. Scans the table.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads only).
+pub async fn unfinished_by_key(shard: &Shard) -> Result<Vec<(i32, i64)>, ShardError> {
+    let rows = exec::query(shard, sql::MAP_UNFINISHED_BY_KEY, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("shard_key"), r.get("n")))
+        .collect())
+}
+
 impl MigrationTx<'_> {
     /// Records epoch 1 (the formula's ranges for the recorded place) when
     /// no epoch is recorded; returns the ranges written.

@@ -223,3 +223,30 @@ async fn ranges_that_do_not_tile_are_refused_by_check_and_migrate() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_routed_before_a_new_epoch_is_refused_in_the_callers_transaction() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::new(&config).expect("client");
+    client.shards().load_map().await.expect("load epoch 1");
+    let job = NewJob::new("fenced", "noop", json!({})).ordering_key("customer-7");
+    let routed = client.route(job.clone()).expect("route");
+
+    record_epoch_2(&set).await;
+    let mut db = routed.shard().user_client().await.unwrap();
+    let tx = db.transaction().await.unwrap();
+    let err = routed.insert(&*tx).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some(STALE_MAP), "{err:?}");
+    tx.rollback().await.unwrap();
+    assert_eq!(counts(&set, "fenced").await, vec![0, 0]);
+
+    // Reloaded and routed again: written in the caller's transaction.
+    client.shards().load_map().await.expect("load epoch 2");
+    let routed = client.route(job).expect("route");
+    let tx = db.transaction().await.unwrap();
+    routed.insert(&*tx).await.expect("insert at epoch 2");
+    tx.commit().await.unwrap();
+    assert_eq!(counts(&set, "fenced").await.iter().sum::<i64>(), 1);
+}

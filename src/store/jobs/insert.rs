@@ -116,10 +116,12 @@ pub async fn insert_many_as(
 
 /// Inserts `row` inside the caller's own transaction `tx` (any connection to
 /// the shard it routes to), so it exists only if that transaction commits.
+/// `epoch`: as [`insert_many_as`].
 ///
 /// # Errors
 ///
-/// The statement's error.
+/// The statement's error (SQLSTATE SQ004: the map `epoch` is old; SQ001:
+/// the row's key is not on this shard).
 ///
 /// # Cancel safety
 ///
@@ -127,11 +129,12 @@ pub async fn insert_many_as(
 pub async fn insert_in<C: GenericClient>(
     tx: &C,
     row: NewRow<'_>,
+    epoch: Option<i32>,
 ) -> Result<JobId, tokio_postgres::Error> {
     let columns = Columns::of(std::slice::from_ref(&row));
-    let written = tx
-        .query_typed(sql::JOB_INSERT_MANY, &columns.params())
-        .await?;
+    let mut params = columns.params().to_vec();
+    params.push((&epoch, Type::INT4));
+    let written = tx.query_typed(sql::JOB_INSERT_MANY_FENCED, &params).await?;
     let id = written
         .first()
         .map(|r| r.get("id"))

@@ -20,6 +20,25 @@ pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
+/// [`JOB_INSERT_MANY`] fenced by the epoch of the map the rows were routed
+/// by ($9; NULL: the shard's current one) as [`JOB_INSERT_MANY_AS`], for an
+/// insert inside the caller's own transaction.
+pub const JOB_INSERT_MANY_FENCED: &str = "WITH fence AS MATERIALIZED ( \
+        SELECT shardq_check_route($9::int, VARIADIC $1::int[]) AS ok) \
+    INSERT INTO workflow_status \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts) \
+    SELECT shard_key, queue, handler, ordering_key, priority, payload, \
+        CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + delay_ms * interval '1 millisecond', max_attempts \
+    FROM fence, unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
+                $7::bigint[], $8::int[]) \
+        WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
+                             delay_ms, max_attempts, ord) \
+    WHERE fence.ok \
+    ORDER BY ord \
+    RETURNING id, \
+        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
+
 /// Takes $1 job ids from the table's identity sequence (`shardq_reserve_ids`, migrations/functions/), for
 /// [`JOB_INSERT_MANY_AS`]: one row, an array in the order taken.
 pub const JOB_RESERVE_IDS: &str = "SELECT shardq_reserve_ids($1::int) AS ids";

@@ -4,7 +4,7 @@
 use super::{MapError, ShardMap};
 use crate::shards::{ShardError, ShardSet};
 use crate::store::map::{self, RecordedMap};
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -104,23 +104,37 @@ impl RoutingMap {
 /// `shards` by the highest epoch found from now on. Returns that map.
 ///
 /// A shard still at an older epoch is not an error (a new epoch is written
-/// shard by shard); two shards with different ranges at the same epoch are.
+/// shard by shard), nor one that does not answer (the others' map is
+/// taken); two shards with different ranges at the same epoch are.
 ///
 /// # Errors
 ///
-/// [`MapLoadError`]: a shard unreadable or without a map, an invalid map,
-/// shards that disagree, or a map over another number of shards.
+/// [`MapLoadError`]: no shard answered, a shard without a map, an invalid
+/// map, shards that disagree, or a map over another number of shards.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe (reads; the map is replaced only at the end).
 pub async fn load(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
-    let reads = shards.all().iter().map(|shard| async move {
-        let recorded = map::current(shard).await?;
-        Ok::<_, ShardError>((shard.name.clone(), recorded))
-    });
+    let reads = shards
+        .all()
+        .iter()
+        .map(|shard| async move { (shard.name.clone(), map::current(shard).await) });
     let mut newest: Option<(String, RecordedMap)> = None;
-    for (name, recorded) in try_join_all(reads).await? {
+    let mut unreachable = None;
+    for (name, recorded) in join_all(reads).await {
+        // A shard down must not stop enqueues to the others: the map of
+        // those that answer is the map (each write is fenced by the shard
+        // it goes to, so a newer epoch on the silent one is found there).
+        let recorded = match recorded {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                tracing::warn!(shard = %name, error = %crate::error_chain::error_chain(&err),
+                    "cannot read the shard map of this shard; loading it from the others");
+                unreachable.get_or_insert(err);
+                continue;
+            }
+        };
         let recorded = recorded.ok_or_else(|| MapLoadError::Missing {
             shard: name.clone(),
         })?;
@@ -136,7 +150,11 @@ pub async fn load(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
             _ => newest = Some((name, recorded)),
         }
     }
-    let (shard, recorded) = newest.expect("a validated config lists shards");
+    let Some((shard, recorded)) = newest else {
+        return Err(MapLoadError::Shard(
+            unreachable.expect("a validated config lists shards"),
+        ));
+    };
     let epoch = recorded.epoch;
     let map = ShardMap::new(epoch, recorded.shard_count, recorded.ranges).map_err(|source| {
         MapLoadError::Invalid {

@@ -250,3 +250,23 @@ async fn a_job_routed_before_a_new_epoch_is_refused_in_the_callers_transaction()
     tx.commit().await.unwrap();
     assert_eq!(counts(&set, "fenced").await.iter().sum::<i64>(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_loads_the_map_from_the_shards_that_answer() {
+    let mut shards = TestShards::databases(2).await;
+    let set = shards.migrated(&shards.config("")).await;
+    // Shard s1 unreachable from the client (nothing listens on port 1).
+    shards.urls[1] = "postgres://postgres@127.0.0.1:1/shardq?connect_timeout=1".into();
+    let client =
+        Client::new(&shards.config("[database]\nconnect_timeout_ms = 500\n")).expect("client");
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| router::shard_index(router::shard_key_for(k), 2) == 0)
+        .unwrap();
+    client
+        .enqueue(NewJob::new("fenced", "noop", json!({})).ordering_key(key))
+        .await
+        .expect("the job of the shard that answers is written");
+    assert!(client.shards().routing().loaded());
+    assert_eq!(counts(&set, "fenced").await, vec![1, 0]);
+}

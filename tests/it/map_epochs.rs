@@ -270,3 +270,33 @@ async fn a_client_loads_the_map_from_the_shards_that_answer() {
     assert!(client.shards().routing().loaded());
     assert_eq!(counts(&set, "fenced").await, vec![1, 0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_refuses_a_key_of_another_shard_with_sq001() {
+    let shards = TestShards::databases(4).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let db = set.get(1).client().await.unwrap();
+    // Shard 1 of 4 holds 16384..32768.
+    let own: Vec<i32> = (16384..32768).collect();
+    let ok: bool = db
+        .query_one("SELECT shardq_check_route(1, VARIADIC $1::int[])", &[&own])
+        .await
+        .expect("every key its own")
+        .get(0);
+    assert!(ok);
+    let with_stray: Vec<i32> = vec![16384, 32768];
+    let err = db
+        .query_one(
+            "SELECT shardq_check_route(NULL, VARIADIC $1::int[])",
+            &[&with_stray],
+        )
+        .await
+        .unwrap_err();
+    let refusal = err.as_db_error().expect("a server error");
+    assert_eq!(refusal.code().code(), "SQ001", "{refusal}");
+    assert_eq!(
+        refusal.detail(),
+        Some("shard_key=32768 shard_index=2 epoch=1"),
+        "{refusal}"
+    );
+}

@@ -329,41 +329,6 @@ impl ShardSet {
         &self.routing
     }
 
-    /// Reads the shard map from every shard and routes by its highest epoch
-    /// from now on ([`crate::shard_map::load`]).
-    ///
-    /// # Errors
-    ///
-    /// [`MapLoadError`](crate::shard_map::MapLoadError) when a shard cannot
-    /// be read or the shards' maps are missing or disagree.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (reads).
-    pub async fn load_map(
-        &self,
-    ) -> Result<std::sync::Arc<crate::shard_map::ShardMap>, crate::shard_map::MapLoadError> {
-        crate::shard_map::load(self).await
-    }
-
-    /// The loaded shard map, loading it first when this set has not yet.
-    ///
-    /// # Errors
-    ///
-    /// As [`ShardSet::load_map`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (reads).
-    pub async fn loaded_map(
-        &self,
-    ) -> Result<std::sync::Arc<crate::shard_map::ShardMap>, crate::shard_map::MapLoadError> {
-        if self.routing.loaded() {
-            return Ok(self.routing.get());
-        }
-        self.load_map().await
-    }
-
     fn of(shards: Vec<Shard>) -> ShardSet {
         let routing = crate::shard_map::RoutingMap::formula(shards.len());
         ShardSet {

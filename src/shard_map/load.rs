@@ -100,6 +100,40 @@ impl RoutingMap {
     }
 }
 
+// The map's side of the shard set: kept here, beside the loading.
+impl ShardSet {
+    /// Reads the shard map from every shard and routes by its highest epoch
+    /// from now on ([`load`]).
+    ///
+    /// # Errors
+    ///
+    /// [`MapLoadError`] when no shard answers or the shards' maps are
+    /// missing, invalid or disagree.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads).
+    pub async fn load_map(&self) -> Result<Arc<ShardMap>, MapLoadError> {
+        load(self).await
+    }
+
+    /// The loaded shard map, loading it first when this set has not yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardSet::load_map`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads).
+    pub async fn loaded_map(&self) -> Result<Arc<ShardMap>, MapLoadError> {
+        if self.routing().loaded() {
+            return Ok(self.routing().get());
+        }
+        self.load_map().await
+    }
+}
+
 /// Reads the map of every shard of `shards`, in parallel, and routes
 /// `shards` by the highest epoch found from now on. Returns that map.
 ///

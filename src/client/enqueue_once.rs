@@ -231,7 +231,11 @@ impl Client {
                 let (_, err) = stale.swap_remove(0);
                 return Err(ClientError::Shard(err));
             }
-            todo = self.route_again(&mut pending, stale).await?;
+            let (next, written) = self.route_again(&mut pending, stale).await?;
+            for (index, id) in written {
+                ids[index] = id;
+            }
+            todo = next;
             again = false;
         }
         unreachable!("the loop returns")

@@ -300,3 +300,48 @@ async fn the_check_refuses_a_key_of_another_shard_with_sq001() {
         "{refusal}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_refused_after_some_of_it_was_written_keeps_what_was_written() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::new(&config).expect("client");
+    client.shards().load_map().await.expect("load epoch 1");
+    // The first insert of the call records epoch 2 (same ranges) as it
+    // commits: the call's next statement, at epoch 1, is refused.
+    set.get(0)
+        .client()
+        .await
+        .unwrap()
+        .batch_execute(
+            "CREATE FUNCTION test_new_epoch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 INSERT INTO shardq_map_epochs (epoch, shard_count) \
+                     SELECT 2, shard_count FROM shardq_map_epochs WHERE epoch = 1 \
+                     ON CONFLICT DO NOTHING; \
+                 INSERT INTO shardq_map_ranges \
+                     SELECT 2, first_key, end_key, shard_index FROM shardq_map_ranges \
+                     WHERE epoch = 1 ON CONFLICT DO NOTHING; \
+                 RETURN NULL; END $$; \
+             CREATE TRIGGER test_new_epoch AFTER INSERT ON workflow_status \
+                 FOR EACH STATEMENT EXECUTE FUNCTION test_new_epoch()",
+        )
+        .await
+        .expect("trigger");
+    let ids = client
+        .enqueue_many(vec![
+            NewJob::new("fenced", "noop", json!({})).ordering_key("plain"),
+            NewJob::new("fenced", "noop", json!({})).dedup("once", OnDuplicate::Error),
+        ])
+        .await
+        .expect("written");
+    assert_eq!(client.shards().routing().get().epoch(), 2, "refused once");
+    assert_eq!(
+        counts(&set, "fenced").await,
+        vec![2],
+        "the job written before the refusal is not written again"
+    );
+    for id in ids {
+        assert!(client.job(id).await.expect("read").is_some(), "{id}");
+    }
+}

@@ -20,6 +20,7 @@
 --     14 0014_complete_plans_once.sql
 --     15 0015_backoff_capped.sql
 --     16 0016_retry_safe_writes.sql
+--     17 0017_map_epochs.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -27,6 +28,28 @@ TABLE shardq_functions
     applied_at timestamp with time zone NOT NULL DEFAULT now()
     CONSTRAINT shardq_functions_pkey PRIMARY KEY (name)
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_map_epochs
+    epoch integer NOT NULL
+    shard_count integer NOT NULL
+    recorded_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_map_epochs_epoch_check CHECK ((epoch >= 1))
+    CONSTRAINT shardq_map_epochs_pkey PRIMARY KEY (epoch)
+    CONSTRAINT shardq_map_epochs_shard_count_check CHECK ((shard_count >= 1))
+    INDEX CREATE UNIQUE INDEX shardq_map_epochs_pkey ON public.shardq_map_epochs USING btree (epoch)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_map_ranges
+    epoch integer NOT NULL
+    first_key integer NOT NULL
+    end_key integer NOT NULL
+    shard_index integer NOT NULL
+    CONSTRAINT shardq_map_ranges_check CHECK (((0 <= first_key) AND (first_key < end_key) AND (end_key <= 65536)))
+    CONSTRAINT shardq_map_ranges_epoch_fkey FOREIGN KEY (epoch) REFERENCES shardq_map_epochs(epoch)
+    CONSTRAINT shardq_map_ranges_pkey PRIMARY KEY (epoch, first_key)
+    CONSTRAINT shardq_map_ranges_shard_index_check CHECK ((shard_index >= 0))
+    INDEX CREATE UNIQUE INDEX shardq_map_ranges_pkey ON public.shardq_map_ranges USING btree (epoch, first_key)
     GRANT PUBLIC SELECT
 
 TABLE shardq_migrations
@@ -126,6 +149,55 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
 SEQUENCE workflow_status_id_seq
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_check_route(p_epoch integer, VARIADIC p_shard_keys integer[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    current_epoch int;
+    my_index int;
+    held int4multirange;
+    stray int;
+    stray_index int;
+BEGIN
+    -- (maintenance_class(), MAP_SLOT): -1457378061 is the low 32 bits of
+    -- FNV-1a 64 of 'shardq:maintenance' (src/store/locks.rs).
+    PERFORM pg_advisory_xact_lock_shared(-1457378061, 3);
+    SELECT max(e.epoch) INTO current_epoch FROM shardq_map_epochs e;
+    SELECT m.shard_index INTO my_index FROM shardq_shard_map m;
+    IF current_epoch IS NULL OR my_index IS NULL THEN
+        RAISE EXCEPTION 'this shard records no shard map' USING ERRCODE = 'SQ002',
+            HINT = 'run `shardq migrate` with the full shard list first';
+    END IF;
+    IF p_epoch IS NOT NULL AND p_epoch <> current_epoch THEN
+        RAISE EXCEPTION 'stale shard map: the write was routed by epoch %, this shard is at epoch %; nothing was written',
+            p_epoch, current_epoch
+            USING ERRCODE = 'SQ004',
+                  DETAIL = format('epoch=%s', current_epoch),
+                  HINT = 'reload the shard map (shardq_route, or shardq_map_ranges at the highest '
+                         'epoch) and route the job again';
+    END IF;
+    -- This shard's keys as one multirange: each key's test is a binary
+    -- search in memory, not an index probe (a 5,000-row insert checks
+    -- 5,000 keys).
+    SELECT COALESCE(range_agg(int4range(r.first_key, r.end_key)), '{}'::int4multirange)
+        INTO held FROM shardq_map_ranges r
+        WHERE r.epoch = current_epoch AND r.shard_index = my_index;
+    SELECT k INTO stray FROM unnest(p_shard_keys) AS k WHERE NOT held @> k LIMIT 1;
+    IF stray IS NOT NULL THEN
+        SELECT r.shard_index INTO stray_index FROM shardq_map_ranges r
+            WHERE r.epoch = current_epoch AND r.first_key <= stray AND stray < r.end_key;
+        RAISE EXCEPTION 'shard_key % is on shard % at epoch %, not on this shard (%); nothing was written',
+            stray, stray_index, current_epoch, my_index
+            USING ERRCODE = 'SQ001',
+                  DETAIL = format('shard_key=%s shard_index=%s epoch=%s', stray, stray_index,
+                                  current_epoch),
+                  HINT = format('enqueue it on shard %s', stray_index);
+    END IF;
+    RETURN true;
+END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_claim(p_lock_class integer, p_slots integer, p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
@@ -384,16 +456,16 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_enqueue(p_queue text, p_handler text, p_payload jsonb DEFAULT '{}'::jsonb, p_ordering_key text DEFAULT NULL::text, p_dedup_id text DEFAULT NULL::text, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0, p_max_attempts integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION public.shardq_enqueue(p_queue text, p_handler text, p_payload jsonb DEFAULT '{}'::jsonb, p_ordering_key text DEFAULT NULL::text, p_dedup_id text DEFAULT NULL::text, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0, p_max_attempts integer DEFAULT NULL::integer, p_epoch integer DEFAULT NULL::integer)
  RETURNS TABLE(job_id text, shard_key integer, id bigint, is_new boolean)
  LANGUAGE sql
 AS $function$
     SELECT * FROM shardq_enqueue_row('', p_queue, p_handler, p_payload, p_ordering_key,
-                                     p_dedup_id, p_run_at, p_priority, p_max_attempts)
+                                     p_dedup_id, p_run_at, p_priority, p_max_attempts, p_epoch)
 $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_enqueue_many(p_jobs jsonb)
+CREATE OR REPLACE FUNCTION public.shardq_enqueue_many(p_jobs jsonb, p_epoch integer DEFAULT NULL::integer)
  RETURNS TABLE(job_index integer, job_id text, shard_key integer, id bigint, is_new boolean)
  LANGUAGE plpgsql
 AS $function$
@@ -432,12 +504,12 @@ BEGIN
         RETURN QUERY SELECT (j.ord - 1)::int, r.job_id, r.shard_key, r.id, r.is_new
             FROM shardq_enqueue_row(format('job %s: ', j.ord - 1), j.queue, j.handler,
                                     j.payload, j.ordering_key, j.dedup_id, j.run_at,
-                                    j.priority, j.max_attempts) r;
+                                    j.priority, j.max_attempts, p_epoch) r;
     END LOOP;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_enqueue_row(p_at text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamp with time zone, p_priority integer, p_max_attempts integer)
+CREATE OR REPLACE FUNCTION public.shardq_enqueue_row(p_at text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamp with time zone, p_priority integer, p_max_attempts integer, p_epoch integer)
  RETURNS TABLE(job_id text, shard_key integer, id bigint, is_new boolean)
  LANGUAGE plpgsql
 AS $function$
@@ -459,12 +531,12 @@ DECLARE
         NULLIF(current_setting('shardq.default_max_attempts', true), '')::int, default_attempts);
     routing text := COALESCE(p_ordering_key, p_dedup_id);
     size int;
+    map_epoch int;
     map_count int;
     map_index int;
     k int;
     k_index int;
-    first_key int;
-    end_key int;
+    keys_held int;
     run_at timestamptz := GREATEST(COALESCE(p_run_at, now()), now());
     status text;
     new_id bigint;
@@ -503,26 +575,38 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    SELECT m.shard_count, m.shard_index INTO map_count, map_index FROM shardq_shard_map m;
-    IF map_count IS NULL THEN
-        RAISE EXCEPTION 'this shard records no shard map' USING ERRCODE = 'SQ002',
-            HINT = 'run `shardq migrate` with the full shard list first';
-    END IF;
+    -- The epoch first (SQ004 before SQ001), with the map's lock.
+    PERFORM shardq_check_route(p_epoch, VARIADIC ARRAY[]::int[]);
+    SELECT e.epoch, e.shard_count INTO map_epoch, map_count FROM shardq_map_epochs e
+        ORDER BY e.epoch DESC LIMIT 1;
+    SELECT m.shard_index INTO map_index FROM shardq_shard_map m;
     IF routing IS NULL THEN
-        -- The keys of this shard: k with k * n / 65536 = index.
-        first_key := ((map_index::bigint * 65536 + map_count - 1) / map_count)::int;
-        end_key := (((map_index::bigint + 1) * 65536 + map_count - 1) / map_count)::int;
-        k := first_key + floor(random() * (end_key - first_key))::int;
+        -- A uniformly random key among this shard's ranges: the pick-th of
+        -- its keys, counting range by range.
+        SELECT sum(r.end_key - r.first_key) INTO keys_held FROM shardq_map_ranges r
+            WHERE r.epoch = map_epoch AND r.shard_index = map_index;
+        IF keys_held IS NULL THEN
+            RAISE EXCEPTION '%this shard holds no shard keys at map epoch %; enqueue on another shard',
+                p_at, map_epoch USING ERRCODE = 'SQ001', DETAIL = format('epoch=%s', map_epoch);
+        END IF;
+        SELECT t.first_key + (t.pick - t.before)::int INTO k FROM (
+            SELECT r.first_key, r.end_key, p.pick,
+                   sum(r.end_key - r.first_key) OVER (ORDER BY r.first_key)
+                       - (r.end_key - r.first_key) AS before
+            FROM shardq_map_ranges r, (SELECT floor(random() * keys_held)::int AS pick) p
+            WHERE r.epoch = map_epoch AND r.shard_index = map_index) t
+        WHERE t.pick >= t.before AND t.pick < t.before + (t.end_key - t.first_key);
     ELSE
         k := shardq_shard_key(routing);
-        k_index := (k::bigint * map_count / 65536)::int;
-        IF k_index <> map_index THEN
+        SELECT r.shard_index INTO k_index FROM shardq_map_ranges r
+            WHERE r.epoch = map_epoch AND r.first_key <= k AND k < r.end_key;
+        IF k_index IS DISTINCT FROM map_index THEN
             RAISE EXCEPTION '%the job''s % routes to shard_key %, which is on shard % of %, not on this shard (%); nothing was written',
                 p_at, CASE WHEN p_ordering_key IS NULL THEN 'deduplication id' ELSE 'ordering key' END,
                 k, k_index, map_count, map_index
                 USING ERRCODE = 'SQ001',
-                      DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=1',
-                                      k, k_index, map_count),
+                      DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=%s',
+                                      k, k_index, map_count, map_epoch),
                       HINT = format('enqueue it on shard %s (shardq_route names a key''s shard); '
                                     'this call wrote nothing, so sending it there writes it once',
                                     k_index);
@@ -637,17 +721,20 @@ CREATE OR REPLACE FUNCTION public.shardq_route(p_routing_key text)
 AS $function$
 DECLARE
     k int;
+    current_epoch int;
     n int;
 BEGIN
-    SELECT m.shard_count INTO n FROM shardq_shard_map m;
-    IF n IS NULL THEN
+    SELECT e.epoch, e.shard_count INTO current_epoch, n FROM shardq_map_epochs e
+        ORDER BY e.epoch DESC LIMIT 1;
+    IF current_epoch IS NULL THEN
         RAISE EXCEPTION 'this shard records no shard map'
             USING ERRCODE = 'SQ002',
                   HINT = 'run `shardq migrate` with the full shard list first';
     END IF;
     k := CASE WHEN p_routing_key IS NULL THEN floor(random() * 65536)::int
               ELSE shardq_shard_key(p_routing_key) END;
-    RETURN QUERY SELECT k, (k::bigint * n / 65536)::int, n, 1;
+    RETURN QUERY SELECT k, r.shard_index, n, current_epoch FROM shardq_map_ranges r
+        WHERE r.epoch = current_epoch AND r.first_key <= k AND k < r.end_key;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

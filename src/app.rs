@@ -84,7 +84,14 @@ impl Shardq {
     ///
     /// Cancel safe (reads).
     pub async fn check(&self) -> Result<(), MigrateError> {
-        migrate::check_all(&self.shards).await
+        migrate::check_all(&self.shards).await?;
+        // Route by the shards' own map from now on (their epochs checked
+        // to tile above).
+        if let Err(err) = self.shards.load_map().await {
+            tracing::warn!(error = %crate::error_chain::error_chain(&err),
+                "cannot load the shard map; enqueues load it when they need it");
+        }
+        Ok(())
     }
 
     /// A client: enqueue, read, cancel and retry jobs.

@@ -17,6 +17,7 @@ pub mod prometheus;
 pub mod router;
 pub mod schedule;
 pub mod session;
+pub mod shard_map;
 pub mod shards;
 mod telemetry;
 pub mod tls;

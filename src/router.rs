@@ -6,9 +6,11 @@
 //! written out here, not taken from a library, so that the mapping can never
 //! change under a dependency upgrade; the test pins known values.
 //!
-//! `shard_key` maps onto the configured shard list by range: shard
-//! `shard_key * N / SHARD_KEY_SPACE` of `N`. Ranges keep neighbouring keys
-//! together, so a later resharding can move whole ranges.
+//! `shard_key` maps onto the configured shard list by the versioned shard
+//! map's ranges ([`crate::shard_map`]); [`shard_index`] is the formula of
+//! its epoch 1, shard `shard_key * N / SHARD_KEY_SPACE` of `N`, kept as the
+//! definition of that epoch (and of the golden vectors). Ranges keep
+//! neighbouring keys together, so a resharding can move whole ranges.
 
 use rand::Rng;
 
@@ -35,7 +37,9 @@ pub fn random_shard_key<R: Rng>(rng: &mut R) -> i32 {
     rng.gen_range(0..SHARD_KEY_SPACE) as i32
 }
 
-/// The index of the shard holding `shard_key`, among `shard_count` shards.
+/// The index of the shard holding `shard_key`, among `shard_count` shards,
+/// by the formula of map epoch 1 ([`crate::shard_map::ShardMap::from_formula`]);
+/// route by the loaded map ([`crate::shards::ShardSet::for_key`]) instead.
 pub fn shard_index(shard_key: i32, shard_count: usize) -> usize {
     debug_assert!((0..SHARD_KEY_SPACE as i32).contains(&shard_key));
     (shard_key as u64 * shard_count as u64 / u64::from(SHARD_KEY_SPACE)) as usize

@@ -267,6 +267,8 @@ impl Shard {
 #[derive(Debug, Clone)]
 pub struct ShardSet {
     shards: Vec<Shard>,
+    /// The map `for_key` routes by, shared by every clone.
+    routing: std::sync::Arc<crate::shard_map::RoutingMap>,
 }
 
 impl ShardSet {
@@ -283,7 +285,7 @@ impl ShardSet {
             .enumerate()
             .map(|(index, shard)| build_shard(index, shard, config))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ShardSet { shards })
+        Ok(ShardSet::of(shards))
     }
 
     /// Closes every pool: idle connections are dropped now, connections in
@@ -316,9 +318,23 @@ impl ShardSet {
         self.shards.is_empty()
     }
 
-    /// The shard holding `shard_key`.
+    /// The shard holding `shard_key` by the map routed by now (the
+    /// formula's epoch 1 until [`ShardSet::load_map`]).
     pub fn for_key(&self, shard_key: i32) -> &Shard {
-        self.get(crate::router::shard_index(shard_key, self.len()))
+        self.get(self.routing.get().shard_for(shard_key))
+    }
+
+    /// The shard map routed by now, shared by every clone of this set.
+    pub fn routing(&self) -> &crate::shard_map::RoutingMap {
+        &self.routing
+    }
+
+    fn of(shards: Vec<Shard>) -> ShardSet {
+        let routing = crate::shard_map::RoutingMap::formula(shards.len());
+        ShardSet {
+            shards,
+            routing: std::sync::Arc::new(routing),
+        }
     }
 }
 
@@ -476,8 +492,6 @@ fn describe(pg: &tokio_postgres::Config) -> String {
 impl ShardSet {
     /// A set holding one shard of another set (its index is kept).
     pub fn single(shard: Shard) -> ShardSet {
-        ShardSet {
-            shards: vec![shard],
-        }
+        ShardSet::of(vec![shard])
     }
 }

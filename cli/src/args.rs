@@ -38,6 +38,12 @@ pub enum Command {
         #[command(subcommand)]
         action: QueueAction,
     },
+    /// The shard map: its epoch, each key range and its shard, and the
+    /// unfinished jobs of each range per shard.
+    Shards {
+        #[command(subcommand)]
+        action: ShardsAction,
+    },
     /// Per shard: reachable or not, and jobs by queue and status.
     Status {
         /// Print JSON instead of a table.
@@ -83,6 +89,17 @@ pub enum Command {
         /// Flags of the chaos run, passed to `shardq-bench chaos`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardsAction {
+    /// Print the current map (the highest epoch the shards record): each
+    /// range `first..end → shard` with its unfinished jobs per shard.
+    Show {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -18,7 +18,8 @@ fn help_lists_the_commands() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for command in [
-        "demo", "local", "migrate", "enqueue", "worker", "job", "status", "bench", "chaos",
+        "demo", "local", "migrate", "enqueue", "worker", "job", "status", "shards", "bench",
+        "chaos",
     ] {
         assert!(text.contains(command), "`{command}` missing from:\n{text}");
     }

@@ -185,3 +185,37 @@ async fn the_dashboard_command_refuses_an_open_address_and_serves_with_a_token()
     );
     child.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_show_prints_the_map_and_unfinished_jobs_per_range() {
+    let shards = TestShards::databases(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml("")).unwrap();
+    ok(&shardq(&path, &["migrate"]));
+    ok(&shardq(
+        &path,
+        &["enqueue", "--queue", "map", "--count", "40"],
+    ));
+
+    let text = ok(&shardq(&path, &["shards", "show"]));
+    assert!(text.contains("shard map epoch 1 (2 shards)"), "{text}");
+    assert!(text.contains("0..32768 → s0"), "{text}");
+    assert!(text.contains("32768..65536 → s1"), "{text}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(&shardq(&path, &["shards", "show", "--json"]))).unwrap();
+    assert_eq!(report["epoch"], 1, "{report}");
+    let ranges = report["ranges"].as_array().unwrap();
+    assert_eq!(ranges.len(), 2, "{report}");
+    let mut total = 0;
+    for (range, shard) in ranges.iter().zip(["s0", "s1"]) {
+        assert_eq!(range["shard"], shard, "{report}");
+        // Every unfinished job of a range is on the range's own shard.
+        for (on, n) in range["unfinished"].as_object().unwrap() {
+            assert_eq!(on, shard, "{report}");
+            total += n.as_i64().unwrap();
+        }
+    }
+    assert_eq!(total, 40, "every enqueued job counted once: {report}");
+}

@@ -7,14 +7,17 @@
 --
 -- Checks, routing and errors: shardq_enqueue_row (SQLSTATE 22023 invalid
 -- input, SQ001 wrong shard, SQ002 no shard map, SQ003 deduplication id
--- contended). docs/enqueue-from-sql.md shows its use.
+-- contended, SQ004 stale shard map). p_epoch: the map epoch the caller
+-- routed by (shardq_route's epoch); another than this shard's current one
+-- is refused with SQ004 and nothing written; NULL: the current epoch.
+-- docs/enqueue-from-sql.md shows its use.
 CREATE OR REPLACE FUNCTION shardq_enqueue(p_queue text, p_handler text,
     p_payload jsonb DEFAULT '{}', p_ordering_key text DEFAULT NULL,
     p_dedup_id text DEFAULT NULL, p_run_at timestamptz DEFAULT NULL,
-    p_priority int DEFAULT 0, p_max_attempts int DEFAULT NULL)
+    p_priority int DEFAULT 0, p_max_attempts int DEFAULT NULL, p_epoch int DEFAULT NULL)
 RETURNS TABLE (job_id text, shard_key int, id bigint, is_new boolean)
 LANGUAGE sql VOLATILE
 AS $$
     SELECT * FROM shardq_enqueue_row('', p_queue, p_handler, p_payload, p_ordering_key,
-                                     p_dedup_id, p_run_at, p_priority, p_max_attempts)
+                                     p_dedup_id, p_run_at, p_priority, p_max_attempts, p_epoch)
 $$;

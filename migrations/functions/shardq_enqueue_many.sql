@@ -5,6 +5,8 @@
 -- are required. A jsonb array is what psycopg (Jsonb(list)) and
 -- node-postgres (JSON.stringify) pass most simply.
 --
+-- p_epoch: as shardq_enqueue's, for the whole batch (SQ004 writes none).
+--
 -- Returns one row per job in input order, job_index counting from 0. The
 -- jobs are written in input order, so a key's jobs get ascending ids in the
 -- order given. One statement: any job refused (messages start with
@@ -14,7 +16,7 @@
 -- shardq_enqueue_row per job) other transactions may enqueue, claim and
 -- finish jobs; the array is this call's own, and each job's write is
 -- safe against them as shardq_enqueue_row says.
-CREATE OR REPLACE FUNCTION shardq_enqueue_many(p_jobs jsonb)
+CREATE OR REPLACE FUNCTION shardq_enqueue_many(p_jobs jsonb, p_epoch int DEFAULT NULL)
 RETURNS TABLE (job_index int, job_id text, shard_key int, id bigint, is_new boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -53,6 +55,6 @@ BEGIN
         RETURN QUERY SELECT (j.ord - 1)::int, r.job_id, r.shard_key, r.id, r.is_new
             FROM shardq_enqueue_row(format('job %s: ', j.ord - 1), j.queue, j.handler,
                                     j.payload, j.ordering_key, j.dedup_id, j.run_at,
-                                    j.priority, j.max_attempts) r;
+                                    j.priority, j.max_attempts, p_epoch) r;
     END LOOP;
 END $$;

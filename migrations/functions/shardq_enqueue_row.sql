@@ -16,11 +16,14 @@
 -- saying what to change.
 --
 -- The routing key (ordering key, else deduplication id) must route to this
--- shard by the map it records (shardq_route); else SQLSTATE SQ001 before
--- anything is written, the message naming the right shard index, so a
--- caller with a stale or wrong shard list never writes a job where workers
--- and clients would not look for it. A job with neither gets a random shard
--- key among those this shard holds.
+-- shard by the current epoch of the map it records (shardq_route); else
+-- SQLSTATE SQ001 before anything is written, the message naming the right
+-- shard index, so a caller with a stale or wrong shard list never writes a
+-- job where workers and clients would not look for it. A job with neither
+-- gets a random shard key among those this shard holds. p_epoch, when not
+-- NULL, is the epoch the caller routed by: another than the current one is
+-- refused first (SQLSTATE SQ004, shardq_check_route, which also holds the
+-- map's lock shared until the transaction ends).
 --
 -- The row is the one the Rust client writes (src/store/sql/jobs/insert.rs):
 -- 'scheduled' with a future run_at, else 'queued' with NOTIFY shardq_ready
@@ -30,10 +33,11 @@
 --
 -- Between its statements (the map read, the insert, the holder lookup of a
 -- deduplicated job) other transactions may write:
--- - the map: only `shardq migrate` writes it, and only where none is
---   recorded (which this function refuses). Resharding will change it: it
---   must then fence enqueues (the epoch check moves into the insert's
---   transaction under the map's lock).
+-- - the map: `shardq migrate` writes epoch 1 only where none is recorded
+--   (which this function refuses); a writer of a later epoch takes the
+--   map's lock exclusive, which shardq_check_route holds shared from the
+--   first statement to the end of the transaction: the epoch and ranges
+--   read here stay current until this job commits.
 -- - jobs with the same deduplication id: the insert skips (ON CONFLICT
 --   waits for an uncommitted holder and skips when it commits); a holder
 --   that finishes before the lookup finds nothing, so the insert is tried
@@ -43,7 +47,7 @@
 --   40001, which the caller retries as any serialization failure.
 CREATE OR REPLACE FUNCTION shardq_enqueue_row(p_at text, p_queue text, p_handler text,
     p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamptz,
-    p_priority int, p_max_attempts int)
+    p_priority int, p_max_attempts int, p_epoch int)
 RETURNS TABLE (job_id text, shard_key int, id bigint, is_new boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -65,12 +69,12 @@ DECLARE
         NULLIF(current_setting('shardq.default_max_attempts', true), '')::int, default_attempts);
     routing text := COALESCE(p_ordering_key, p_dedup_id);
     size int;
+    map_epoch int;
     map_count int;
     map_index int;
     k int;
     k_index int;
-    first_key int;
-    end_key int;
+    keys_held int;
     run_at timestamptz := GREATEST(COALESCE(p_run_at, now()), now());
     status text;
     new_id bigint;
@@ -109,26 +113,38 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    SELECT m.shard_count, m.shard_index INTO map_count, map_index FROM shardq_shard_map m;
-    IF map_count IS NULL THEN
-        RAISE EXCEPTION 'this shard records no shard map' USING ERRCODE = 'SQ002',
-            HINT = 'run `shardq migrate` with the full shard list first';
-    END IF;
+    -- The epoch first (SQ004 before SQ001), with the map's lock.
+    PERFORM shardq_check_route(p_epoch, VARIADIC ARRAY[]::int[]);
+    SELECT e.epoch, e.shard_count INTO map_epoch, map_count FROM shardq_map_epochs e
+        ORDER BY e.epoch DESC LIMIT 1;
+    SELECT m.shard_index INTO map_index FROM shardq_shard_map m;
     IF routing IS NULL THEN
-        -- The keys of this shard: k with k * n / 65536 = index.
-        first_key := ((map_index::bigint * 65536 + map_count - 1) / map_count)::int;
-        end_key := (((map_index::bigint + 1) * 65536 + map_count - 1) / map_count)::int;
-        k := first_key + floor(random() * (end_key - first_key))::int;
+        -- A uniformly random key among this shard's ranges: the pick-th of
+        -- its keys, counting range by range.
+        SELECT sum(r.end_key - r.first_key) INTO keys_held FROM shardq_map_ranges r
+            WHERE r.epoch = map_epoch AND r.shard_index = map_index;
+        IF keys_held IS NULL THEN
+            RAISE EXCEPTION '%this shard holds no shard keys at map epoch %; enqueue on another shard',
+                p_at, map_epoch USING ERRCODE = 'SQ001', DETAIL = format('epoch=%s', map_epoch);
+        END IF;
+        SELECT t.first_key + (t.pick - t.before)::int INTO k FROM (
+            SELECT r.first_key, r.end_key, p.pick,
+                   sum(r.end_key - r.first_key) OVER (ORDER BY r.first_key)
+                       - (r.end_key - r.first_key) AS before
+            FROM shardq_map_ranges r, (SELECT floor(random() * keys_held)::int AS pick) p
+            WHERE r.epoch = map_epoch AND r.shard_index = map_index) t
+        WHERE t.pick >= t.before AND t.pick < t.before + (t.end_key - t.first_key);
     ELSE
         k := shardq_shard_key(routing);
-        k_index := (k::bigint * map_count / 65536)::int;
-        IF k_index <> map_index THEN
+        SELECT r.shard_index INTO k_index FROM shardq_map_ranges r
+            WHERE r.epoch = map_epoch AND r.first_key <= k AND k < r.end_key;
+        IF k_index IS DISTINCT FROM map_index THEN
             RAISE EXCEPTION '%the job''s % routes to shard_key %, which is on shard % of %, not on this shard (%); nothing was written',
                 p_at, CASE WHEN p_ordering_key IS NULL THEN 'deduplication id' ELSE 'ordering key' END,
                 k, k_index, map_count, map_index
                 USING ERRCODE = 'SQ001',
-                      DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=1',
-                                      k, k_index, map_count),
+                      DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=%s',
+                                      k, k_index, map_count, map_epoch),
                       HINT = format('enqueue it on shard %s (shardq_route names a key''s shard); '
                                     'this call wrote nothing, so sending it there writes it once',
                                     k_index);

@@ -224,7 +224,11 @@ async fn judge(
     let (map, schema_current) = match migrate::check_shard(shard, count).await {
         Ok(()) => (shard_map_finding(None), true),
         Err(MigrateError::Shard(e)) => return Err(crate::error_chain::error_chain(&e)),
-        Err(e @ (MigrateError::ShardMap { .. } | MigrateError::ShardMapMissing { .. })) => (
+        Err(
+            e @ (MigrateError::ShardMap { .. }
+            | MigrateError::ShardMapMissing { .. }
+            | MigrateError::MapNotTiled { .. }),
+        ) => (
             shard_map_finding(Some(crate::error_chain::error_chain(&e))),
             true,
         ),

@@ -19,9 +19,10 @@ use super::error::ClientError;
 use super::handle::Client;
 use super::pending::{PendingEnqueue, Reserved};
 use crate::job::{JobId, NewJob, OnDuplicate};
-use crate::router;
+use crate::shard_map::ShardMap;
 use crate::shards::{Shard, ShardError};
 use crate::store::jobs::{self, NewRow};
+use crate::store::ErrorKind;
 use futures_util::future::{join_all, try_join_all};
 use rand::Rng;
 use std::future::Future;
@@ -41,6 +42,12 @@ const RETRY_GROWTH: u32 = 3;
 /// not answer at all (each try waits out the statement deadline) fails the
 /// call after one or two tries, not five.
 const RETRY_WINDOW: Duration = Duration::from_secs(5);
+
+/// Reloads of the shard map within one call when shards refuse its jobs as
+/// routed by an old epoch (SQ004): a move in progress writes an epoch per
+/// range moved, so a second refusal can follow the first; more than this
+/// means the map keeps changing under the call, and the caller is told.
+const MAP_RELOADS: usize = 3;
 
 /// Attempts at inserting a deduplicated job while the holder of its id finishes.
 const DEDUP_RACE_RETRIES: usize = 3;
@@ -86,26 +93,30 @@ where
 
 /// Whether `err` is one a retry meets again though it is not about the data:
 /// SQLSTATE class 42 (an undefined function: the shard's schema is older
-/// than this client, run `shardq migrate`; a missing privilege).
+/// than this client, run `shardq migrate`; a missing privilege), or a stale
+/// shard map (SQ004: the caller routes the jobs again by a reloaded map).
 fn repeats_identically(err: &ShardError) -> bool {
-    err.sqlstate()
-        .is_some_and(|code| code.code().starts_with("42"))
+    err.kind() == ErrorKind::StaleMap
+        || err
+            .sqlstate()
+            .is_some_and(|code| code.code().starts_with("42"))
 }
 
 impl Client {
-    /// Takes ids for routed jobs (`per_shard`: the jobs without deduplication
-    /// id by shard index; `deduplicated`: the others), shards in parallel.
+    /// Takes ids for jobs routed by `map` (`per_shard`: the jobs without
+    /// deduplication id by shard index; `deduplicated`: the others), shards
+    /// in parallel.
     /// Writes nothing, so its error means nothing was written.
     pub(super) async fn reserve(
         &self,
         total: usize,
         per_shard: Vec<Vec<(usize, i32, NewJob)>>,
         deduplicated: Vec<(usize, i32, NewJob)>,
+        map: &ShardMap,
     ) -> Result<PendingEnqueue, ClientError> {
         let mut by_shard = per_shard;
         for (index, shard_key, job) in deduplicated {
-            by_shard[router::shard_index(shard_key, self.shards.len())]
-                .push((index, shard_key, job));
+            by_shard[map.shard_for(shard_key)].push((index, shard_key, job));
         }
         let reservations = by_shard
             .into_iter()
@@ -133,7 +144,11 @@ impl Client {
                 Ok::<_, ShardError>((shard_index, reserved))
             });
         let parts = try_join_all(reservations).await?;
-        Ok(PendingEnqueue { total, parts })
+        Ok(PendingEnqueue {
+            total,
+            epoch: map.epoch(),
+            parts,
+        })
     }
 
     /// Writes the jobs of an enqueue whose outcome was unknown
@@ -160,13 +175,9 @@ impl Client {
     /// an earlier call may have written some of it.
     pub(super) async fn write(
         &self,
-        pending: PendingEnqueue,
-        again: bool,
+        mut pending: PendingEnqueue,
+        mut again: bool,
     ) -> Result<Vec<JobId>, ClientError> {
-        let writes = pending
-            .parts
-            .iter()
-            .map(|(shard_index, part)| self.write_part(self.shards.get(*shard_index), part, again));
         let mut ids = vec![
             JobId {
                 shard_key: 0,
@@ -174,35 +185,60 @@ impl Client {
             };
             pending.total
         ];
-        let mut unknown = None;
-        let mut failed = None;
-        for written in join_all(writes).await {
-            match written {
-                Ok(part) => {
-                    for (index, id) in part {
-                        ids[index] = id;
+        // The parts still to write: all of them, then those routed again.
+        let mut todo: Vec<usize> = (0..pending.parts.len()).collect();
+        for reloads in 0.. {
+            let writes = todo.iter().map(|&p| {
+                let (shard_index, part) = &pending.parts[p];
+                self.write_part(self.shards.get(*shard_index), part, pending.epoch, again)
+            });
+            let mut unknown = None;
+            let mut failed = None;
+            let mut stale = Vec::new();
+            for (&p, written) in todo.iter().zip(join_all(writes).await) {
+                match written {
+                    Ok(part) => {
+                        for (index, id) in part {
+                            ids[index] = id;
+                        }
+                    }
+                    Err(ClientError::Shard(err)) if err.kind() == ErrorKind::StaleMap => {
+                        stale.push((p, err));
+                    }
+                    Err(ClientError::Shard(err)) if !err.is_permanent() => {
+                        unknown.get_or_insert(err);
+                    }
+                    Err(err) => {
+                        failed.get_or_insert(err);
                     }
                 }
-                Err(ClientError::Shard(err)) if !err.is_permanent() => {
-                    unknown.get_or_insert(err);
-                }
-                Err(err) => {
-                    failed.get_or_insert(err);
-                }
             }
+            // Unknown first: once it is settled by `enqueue_again`, a final
+            // error (a duplicate, bad data) comes back the same way.
+            if let Some(source) = unknown {
+                return Err(ClientError::OutcomeUnknown {
+                    pending: Box::new(pending),
+                    source,
+                });
+            }
+            if let Some(err) = failed {
+                return Err(err);
+            }
+            if stale.is_empty() {
+                return Ok(ids);
+            }
+            if reloads >= MAP_RELOADS {
+                let (_, err) = stale.swap_remove(0);
+                return Err(ClientError::Shard(err));
+            }
+            let (next, written) = self.route_again(&mut pending, stale).await?;
+            for (index, id) in written {
+                ids[index] = id;
+            }
+            todo = next;
+            again = false;
         }
-        // Unknown first: once it is settled by `enqueue_again`, a final
-        // error (a duplicate, bad data) comes back the same way.
-        if let Some(source) = unknown {
-            return Err(ClientError::OutcomeUnknown {
-                pending: Box::new(pending),
-                source,
-            });
-        }
-        match failed {
-            Some(err) => Err(err),
-            None => Ok(ids),
-        }
+        unreachable!("the loop returns")
     }
 
     /// Writes one shard's jobs: those without deduplication id in one
@@ -212,6 +248,7 @@ impl Client {
         &self,
         shard: &Shard,
         part: &[Reserved],
+        epoch: i32,
         again: bool,
     ) -> Result<Vec<(usize, JobId)>, ClientError> {
         let (plain, deduplicated): (Vec<&Reserved>, Vec<&Reserved>) =
@@ -223,13 +260,16 @@ impl Client {
         let row_ids: Vec<i64> = plain.iter().map(|r| r.id).collect();
         if !rows.is_empty() {
             with_retries("enqueue", again, |again| {
-                jobs::insert_many_as(shard, &rows, &row_ids, again)
+                jobs::insert_many_as(shard, &rows, &row_ids, Some(epoch), again)
             })
             .await?;
         }
         let mut out: Vec<(usize, JobId)> = plain.iter().map(|r| (r.index, r.job_id())).collect();
         for r in deduplicated {
-            out.push((r.index, self.write_deduplicated(shard, r, again).await?));
+            out.push((
+                r.index,
+                self.write_deduplicated(shard, r, epoch, again).await?,
+            ));
         }
         Ok(out)
     }
@@ -252,13 +292,14 @@ impl Client {
         &self,
         shard: &Shard,
         r: &Reserved,
+        epoch: i32,
         again: bool,
     ) -> Result<JobId, ClientError> {
         let dedup_id = r.job.dedup_id.as_deref().unwrap_or_default();
         let row = self.row(r.shard_key, &r.job);
         for _ in 0..DEDUP_RACE_RETRIES {
             let written = with_retries("enqueue", again, |_| {
-                jobs::insert_dedup_as(shard, row, dedup_id, r.id)
+                jobs::insert_dedup_as(shard, row, dedup_id, r.id, Some(epoch))
             })
             .await?;
             if written

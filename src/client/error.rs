@@ -2,6 +2,7 @@
 
 use super::pending::PendingEnqueue;
 use crate::job::{InvalidJob, JobId};
+use crate::shard_map::MapLoadError;
 use crate::shards::ShardError;
 use crate::store::ErrorKind;
 
@@ -28,6 +29,10 @@ pub enum ClientError {
         #[source]
         source: ShardError,
     },
+    /// The shard map could not be loaded (an enqueue routes by it); nothing
+    /// was written.
+    #[error("cannot load the shard map")]
+    Map(#[from] MapLoadError),
     /// A job with [`OnDuplicate::Error`](crate::OnDuplicate::Error) whose deduplication id is taken.
     #[error("job {index}: deduplication id `{dedup_id}` is taken by unfinished job {existing}")]
     Duplicate {

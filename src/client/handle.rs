@@ -5,6 +5,7 @@ use super::error::ClientError;
 use crate::config::{Config, Limits};
 use crate::job::{JobId, NewJob};
 use crate::router;
+use crate::shard_map::ShardMap;
 use crate::shards::{ShardError, ShardSet};
 use crate::store::jobs::NewRow;
 
@@ -102,8 +103,12 @@ impl Client {
     /// deduplication ids to make a new call safe.
     pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>, ClientError> {
         let total = jobs.len();
-        let (per_shard, deduplicated) = self.route_all(jobs)?;
-        let pending = self.reserve(total, per_shard, deduplicated).await?;
+        let map = self.shards.loaded_map().await?;
+        for (index, job) in jobs.iter().enumerate() {
+            self.validate_job(index, job)?;
+        }
+        let (per_shard, deduplicated) = self.route_all(jobs.into_iter().enumerate(), &map);
+        let pending = self.reserve(total, per_shard, deduplicated, &map).await?;
         self.write(pending, false).await
     }
 
@@ -116,16 +121,19 @@ impl Client {
         }
     }
 
+    /// Routes `jobs` (position in the call, job) by `map`: those without
+    /// deduplication id by shard index, and the others (each written on
+    /// its own).
     #[allow(clippy::type_complexity)]
-    fn route_all(
+    pub(super) fn route_all(
         &self,
-        jobs: Vec<NewJob>,
-    ) -> Result<(Vec<Vec<(usize, i32, NewJob)>>, Vec<(usize, i32, NewJob)>), ClientError> {
+        jobs: impl IntoIterator<Item = (usize, NewJob)>,
+        map: &ShardMap,
+    ) -> (Vec<Vec<(usize, i32, NewJob)>>, Vec<(usize, i32, NewJob)>) {
         let mut rng = rand::thread_rng();
         let mut per_shard: Vec<Vec<(usize, i32, NewJob)>> = vec![Vec::new(); self.shards.len()];
         let mut deduplicated = Vec::new();
-        for (index, job) in jobs.into_iter().enumerate() {
-            self.validate_job(index, &job)?;
+        for (index, job) in jobs {
             let shard_key = match job.routing_key() {
                 Some(key) => router::shard_key_for(key),
                 None => router::random_shard_key(&mut rng),
@@ -133,11 +141,10 @@ impl Client {
             if job.dedup_id.is_some() {
                 deduplicated.push((index, shard_key, job));
             } else {
-                per_shard[router::shard_index(shard_key, self.shards.len())]
-                    .push((index, shard_key, job));
+                per_shard[map.shard_for(shard_key)].push((index, shard_key, job));
             }
         }
-        Ok((per_shard, deduplicated))
+        (per_shard, deduplicated)
     }
 
     pub(super) fn max_attempts(&self, job: &NewJob) -> i32 {

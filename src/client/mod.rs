@@ -7,8 +7,10 @@ mod enqueue_once;
 mod error;
 mod handle;
 mod inspect;
+mod map_report;
 mod pause;
 mod pending;
+mod route_again;
 mod schedule_status;
 mod transactional;
 
@@ -30,6 +32,7 @@ pub use depth::QueueDepth;
 pub use error::ClientError;
 pub use handle::Client;
 pub use inspect::{JobOutcome, ShardStatus};
+pub use map_report::{MapReport, RangeReport, ShardProblem};
 pub use pause::PausedQueue;
 pub use pending::PendingEnqueue;
 pub use schedule_status::ScheduleStatus;

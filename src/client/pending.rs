@@ -12,6 +12,9 @@ use crate::job::{JobId, NewJob};
 pub struct PendingEnqueue {
     /// Jobs in the call.
     pub(super) total: usize,
+    /// The epoch of the shard map the jobs were routed by: every insert is
+    /// fenced by it (`shardq_check_route`).
+    pub(super) epoch: i32,
     /// The jobs of each shard that has some, in input order.
     pub(super) parts: Vec<(usize, Vec<Reserved>)>,
 }

@@ -19,12 +19,17 @@ pub struct RoutedJob {
     shard_key: i32,
     job: NewJob,
     max_attempts: i32,
+    /// The epoch of the map it was routed by; `None` when the client had
+    /// not loaded the map (the shard then checks the key by its current one).
+    epoch: Option<i32>,
 }
 
 impl Client {
     /// Checks `job` and fixes its shard, for [`RoutedJob::insert`] inside your
     /// own transaction. Deduplication ids are not supported here (use
-    /// [`Client::enqueue`]).
+    /// [`Client::enqueue`]). Routes by the map the client holds: load it
+    /// first ([`ShardSet::load_map`](crate::shards::ShardSet::load_map)) for
+    /// the insert to be fenced by its epoch.
     ///
     /// # Errors
     ///
@@ -41,7 +46,9 @@ impl Client {
             Some(key) => router::shard_key_for(key),
             None => router::random_shard_key(&mut rand::thread_rng()),
         };
+        let routing = self.shards.routing();
         Ok(RoutedJob {
+            epoch: routing.loaded().then(|| routing.get().epoch()),
             shard: self.shards.for_key(shard_key).clone(),
             shard_key,
             max_attempts: self.max_attempts(&job),
@@ -61,7 +68,11 @@ impl RoutedJob {
     ///
     /// # Errors
     ///
-    /// The statement's error (e.g. the transaction is on a shard without the schema).
+    /// The statement's error (e.g. the transaction is on a shard without the
+    /// schema). SQLSTATE SQ004: the shard's map moved on since the route was
+    /// fixed (nothing written): roll back, reload the map
+    /// ([`ShardSet::load_map`](crate::shards::ShardSet::load_map)) and route
+    /// again; SQ001: the key is not on this shard.
     ///
     /// # Cancel safety
     ///
@@ -72,6 +83,6 @@ impl RoutedJob {
             job: &self.job,
             max_attempts: self.max_attempts,
         };
-        jobs::insert_in(tx, row).await
+        jobs::insert_in(tx, row, self.epoch).await
     }
 }

@@ -102,6 +102,18 @@ pub enum MigrateError {
         /// Shard name.
         shard: String,
     },
+    /// The shard records map epochs whose ranges do not tile the key space
+    /// (written by hand, or by a broken tool).
+    #[error(
+        "shard `{shard}`: the ranges of map epoch(s) {epochs:?} do not tile the shard keys \
+         0..65536 (a gap, an overlap or an unknown shard); fix shardq_map_ranges"
+    )]
+    MapNotTiled {
+        /// Shard name.
+        shard: String,
+        /// The epochs at fault.
+        epochs: Vec<i32>,
+    },
     /// [`migrate_all_within`](super::migrate_all_within): a shard still
     /// refused connections when the wait ended.
     #[error(

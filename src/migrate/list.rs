@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0016_retry_safe_writes.sql",
         sql: include_str!("../../migrations/0016_retry_safe_writes.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_map_epochs.sql",
+        sql: include_str!("../../migrations/0017_map_epochs.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -12,6 +12,10 @@ use crate::store::schema::{self, MigrationTx};
 /// creates `shardq_shard_map`).
 const SHARD_MAP_SINCE: i32 = 5;
 
+/// The first migration whose transaction can record the versioned map (it
+/// creates `shardq_map_epochs` and `shardq_map_ranges`).
+const MAP_EPOCHS_SINCE: i32 = 17;
+
 /// Applies every missing migration to every shard, then the server-side
 /// functions whose text changed (one file each in `migrations/functions/`), and records each shard's
 /// place in the shard map (its index among `shards.len()`) where none is
@@ -102,7 +106,7 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
     // transaction, that one applied them already: nothing is left to do).
     let tx = MigrationTx::begin(shard).await?;
     let closing = async {
-        record_place(&tx, shard, place).await?;
+        record_place(&tx, shard, place, true).await?;
         apply_functions(&tx, shard).await
     };
     match closing.await {
@@ -116,19 +120,36 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
 }
 
 /// In `tx` (which holds the migration lock): refuses a recorded place other
-/// than `(count, index)`, records it where none is.
+/// than `(count, index)`, records it where none is; then, once the map
+/// tables exist (`map_tables`), records epoch 1 of the versioned map from
+/// that place where no epoch is (the formula's ranges: an upgraded shard
+/// routes as before) and refuses epochs whose ranges do not tile the keys.
 ///
-/// Under the lock no other `migrate` writes the map between the read and
-/// the insert; a concurrent one with another list waits and is refused.
+/// Under the lock no other `migrate` writes the map between the read, the
+/// inserts and the check; a concurrent one with another list waits and is
+/// refused.
 async fn record_place(
     tx: &MigrationTx<'_>,
     shard: &Shard,
     (count, index): (i32, i32),
+    map_tables: bool,
 ) -> Result<(), MigrateError> {
     match tx.shard_map().await? {
-        Some(recorded) => compare_map(shard, recorded, Some(count), index),
-        None => Ok(tx.record_shard_map(count, index).await?),
+        Some(recorded) => compare_map(shard, recorded, Some(count), index)?,
+        None => tx.record_shard_map(count, index).await?,
     }
+    if !map_tables {
+        return Ok(());
+    }
+    tx.record_map_epoch_one().await?;
+    let epochs = tx.untiled_epochs().await?;
+    if !epochs.is_empty() {
+        return Err(MigrateError::MapNotTiled {
+            shard: shard.name.clone(),
+            epochs,
+        });
+    }
+    Ok(())
 }
 
 /// Applies `m` with its record in one transaction, under the migration lock,
@@ -156,7 +177,7 @@ async fn apply_in_transaction(
     }
     let mut result = tx.apply(m.version, m.name, m.sql).await.map_err(Into::into);
     if result.is_ok() && m.version >= SHARD_MAP_SINCE {
-        result = record_place(&tx, shard, place).await;
+        result = record_place(&tx, shard, place, m.version >= MAP_EPOCHS_SINCE).await;
     }
     // The last migration: every table is current, so the functions whose
     // text changed commit with it (no moment with new tables and old
@@ -217,8 +238,8 @@ pub async fn check_shard(shard: &Shard, shard_count: usize) -> Result<(), Migrat
     check(shard, Some(shard_count)).await
 }
 
-/// The schema version, then the shard map (the count only when known), then
-/// the server-side functions.
+/// The schema version, then the shard map (the count only when known) and
+/// the tiling of its epochs' ranges, then the server-side functions.
 async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateError> {
     let needed = latest_version();
     match schema::current_version(shard).await? {
@@ -251,6 +272,13 @@ async fn check(shard: &Shard, shard_count: Option<usize>) -> Result<(), MigrateE
             })?;
     let (count, index) = place(shard, shard_count.unwrap_or(1));
     compare_map(shard, recorded, shard_count.map(|_| count), index)?;
+    let epochs = crate::store::map::untiled_epochs(shard).await?;
+    if !epochs.is_empty() {
+        return Err(MigrateError::MapNotTiled {
+            shard: shard.name.clone(),
+            epochs,
+        });
+    }
     functions::check(shard).await
 }
 

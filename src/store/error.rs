@@ -4,6 +4,10 @@
 use crate::shards::ShardError;
 use tokio_postgres::error::SqlState;
 
+/// SQLSTATE of a write routed by a shard map older than the shard's
+/// (`shardq_check_route`, migrations/functions/).
+pub const STALE_MAP: &str = "SQ004";
+
 /// The kinds of failure callers act on differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -31,6 +35,11 @@ pub enum ErrorKind {
     /// it is sent (it did not run); either way the same call fails the same
     /// way again.
     Conversion,
+    /// The shard refused a write routed by an old shard map (SQLSTATE
+    /// SQ004, `shardq_check_route`): it wrote nothing; reload the map and
+    /// route again. Not a data error: the same job written by the current
+    /// map passes.
+    StaleMap,
     /// No answer: the connection broke or the client-side deadline passed.
     /// The statement may have run; everything shardq runs is safe to repeat.
     NoAnswer,
@@ -80,6 +89,7 @@ impl ShardError {
                 Some(code) if *code == SqlState::QUERY_CANCELED => ErrorKind::QueryCanceled,
                 Some(code) if *code == SqlState::UNIQUE_VIOLATION => ErrorKind::UniqueViolation,
                 Some(code) if *code == SqlState::OUT_OF_MEMORY => ErrorKind::OutOfMemory,
+                Some(code) if code.code() == STALE_MAP => ErrorKind::StaleMap,
                 Some(code) if matches!(&code.code()[..2], "22" | "23") => ErrorKind::Data,
                 Some(_) => ErrorKind::Other,
             },

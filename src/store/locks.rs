@@ -10,6 +10,8 @@
 //! - Ordering keys: one bigint lock per (queue, key), taken by the SQL
 //!   functions `shardq_key_lock`, `shardq_lock_keys` and `shardq_claim`
 //!   (`migrations/functions/`).
+//!   The map's epochs: `(maintenance_class(), MAP_SLOT)`, shared by every
+//!   enqueue, exclusive for a writer of a new epoch.
 //! - Migrations: [`MIGRATION`], one bigint key.
 
 use crate::router::fnv1a64;
@@ -30,6 +32,22 @@ pub const RECOVERY_SLOT: i32 = 0;
 pub const PROMOTION_SLOT: i32 = 1;
 /// Upkeep slot: deletion of old finished jobs.
 pub const RETENTION_SLOT: i32 = 2;
+/// The shard map's epochs: every enqueue's epoch check
+/// (`shardq_check_route`) takes it shared, a writer of a new epoch
+/// exclusive, so no enqueue routed by the old epoch commits after it.
+pub const MAP_SLOT: i32 = 3;
 
 /// Serialises migration runs on one shard.
 pub const MIGRATION: i64 = 0x7368_6172_6471_0001;
+
+#[cfg(test)]
+mod tests {
+    /// `shardq_check_route` (migrations/functions/) spells the class out.
+    #[test]
+    fn the_map_lock_class_is_the_one_sql_takes() {
+        assert_eq!(super::maintenance_class(), -1457378061);
+        let sql = include_str!("../../migrations/functions/shardq_check_route.sql");
+        assert!(sql.contains("pg_advisory_xact_lock_shared(-1457378061, 3)"));
+        assert_eq!(super::MAP_SLOT, 3);
+    }
+}

@@ -23,6 +23,7 @@ mod error;
 mod exec;
 pub mod jobs;
 pub mod locks;
+pub mod map;
 pub mod queues;
 pub mod schedules;
 pub mod schema;

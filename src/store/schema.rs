@@ -135,8 +135,8 @@ fn split<'f>(functions: &[(&'f str, &'f str)]) -> (Vec<&'f str>, Vec<&'f str>) {
 /// Dropped without [`MigrationTx::commit`], its connection is discarded and
 /// the server rolls the transaction back.
 pub struct MigrationTx<'s> {
-    shard: &'s Shard,
-    client: crate::shards::PooledClient,
+    pub(super) shard: &'s Shard,
+    pub(super) client: crate::shards::PooledClient,
 }
 
 impl<'s> MigrationTx<'s> {

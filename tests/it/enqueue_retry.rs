@@ -140,7 +140,8 @@ async fn an_enqueue_whose_reply_was_lost_is_retried_without_duplicate_or_loss() 
         .collect();
     let inserts_dropped = dropped
         .iter()
-        .filter(|s| s.starts_with("INSERT INTO workflow_status"))
+        // The inserts (fenced by the map's epoch: `WITH fence ... INSERT`).
+        .filter(|s| s.contains("INSERT INTO workflow_status"))
         .count();
     eprintln!(
         "{} replies dropped, {inserts_dropped} of inserts; {} failed calls, {} said nothing \

@@ -33,6 +33,7 @@ mod job_span;
 mod lease_outage;
 mod lifecycle;
 mod lost_replies;
+mod map_epochs;
 mod metrics;
 mod migrate;
 mod ordering;

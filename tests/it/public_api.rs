@@ -22,11 +22,12 @@ use std::path::{Path, PathBuf};
 mod root {
     #[allow(unused_imports)]
     use shardq::{
-        client, config, error_chain, job, migrate, prometheus, router, schedule, session, shards,
-        tls, worker, Client, ClientError, Config, ConfigError, ErrorKind, HandlerError,
-        HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId, JobInfo, JobOutcome,
-        JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue, RoutedJob, Schedule,
-        ScheduleError, ShardError, ShardSet, Shardq, StepError, Worker, WorkerReport, VERSION,
+        client, config, error_chain, job, migrate, prometheus, router, schedule, session,
+        shard_map, shards, tls, worker, Client, ClientError, Config, ConfigError, ErrorKind,
+        HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId, JobInfo,
+        JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue, RoutedJob,
+        Schedule, ScheduleError, ShardError, ShardSet, Shardq, StepError, Worker, WorkerReport,
+        VERSION,
     };
 }
 
@@ -35,10 +36,11 @@ mod client {
     use shardq::client::{
         CheckOptions, CheckReport, Client, ClientError, Connections, ErrorKind, Example, Finding,
         Invariant, JobDetail, JobFilter, JobInfo, JobList, JobOutcome, JobQuery, JobSummary,
-        ListState, OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position, QueueCount,
-        QueueDepth, QueueOverview, RoutedJob, ScheduleStatus, ShardCheck, ShardOverview,
-        ShardStatus, StateCounts, StepInfo, WorkerRow, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE,
-        DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
+        ListState, MapReport, OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position,
+        QueueCount, QueueDepth, QueueOverview, RangeReport, RoutedJob, ScheduleStatus, ShardCheck,
+        ShardOverview, ShardProblem, ShardStatus, StateCounts, StepInfo, WorkerRow,
+        DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES,
+        DEFAULT_STATE_ROWS, STALE_MARGIN,
     };
 }
 
@@ -115,6 +117,11 @@ mod session {
     use shardq::session::{
         IDLE_IN_TRANSACTION_DEADLINES, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_RETRIES,
     };
+}
+
+mod shard_map {
+    #[allow(unused_imports)]
+    use shardq::shard_map::{load, KeyRange, MapError, MapLoadError, RoutingMap, ShardMap};
 }
 
 mod shards {

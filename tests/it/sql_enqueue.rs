@@ -270,12 +270,19 @@ async fn shardq_route_matches_the_routing_vectors_file() {
     let vectors = doc["vectors"].as_array().unwrap();
     let keys: Vec<&str> = vectors.iter().map(|v| v["key"].as_str().unwrap()).collect();
     for n in 1..=8i32 {
+        // This shard as shard 0 of n, with epoch 1 of that list's map.
         db.execute(
             "UPDATE shardq_shard_map SET shard_count = $1, shard_index = 0",
             &[&n],
         )
         .await
         .unwrap();
+        db.batch_execute("DELETE FROM shardq_map_ranges; DELETE FROM shardq_map_epochs")
+            .await
+            .unwrap();
+        db.execute(shardq::store::sql::MAP_EPOCH_ONE_RECORD, &[])
+            .await
+            .unwrap();
         // Many keys in one round trip, as docs/enqueue-from-sql.md shows.
         let rows = db
             .query(

@@ -187,13 +187,13 @@ async fn insert_in_exists_only_when_the_callers_transaction_commits() {
     let mut client = shard.user_client().await.unwrap();
 
     let tx = client.transaction().await.unwrap();
-    let rolled_back = jobs::insert_in(&*tx, row).await.unwrap();
+    let rolled_back = jobs::insert_in(&*tx, row, None).await.unwrap();
     assert_eq!(rolled_back.shard_key, 9);
     tx.rollback().await.unwrap();
     assert!(!jobs::exists(shard, rolled_back).await.unwrap());
 
     let tx = client.transaction().await.unwrap();
-    let committed = jobs::insert_in(&*tx, row).await.unwrap();
+    let committed = jobs::insert_in(&*tx, row, None).await.unwrap();
     // Not visible to shardq's connections before the commit.
     assert!(!jobs::exists(shard, committed).await.unwrap());
     tx.commit().await.unwrap();

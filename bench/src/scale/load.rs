@@ -78,7 +78,7 @@ async fn insert_retrying(shard: &Shard, queue: &str, job_ms: u64, keys: &[i32]) 
         .collect();
     let ids = retrying(shard, |_| jobs::reserve_ids(shard, keys.len())).await?;
     retrying(shard, |again| {
-        jobs::insert_many_as(shard, &rows, &ids, again)
+        jobs::insert_many_as(shard, &rows, &ids, None, again)
     })
     .await?;
     Ok(keys.len() as u64)

@@ -77,6 +77,11 @@ pub(crate) async fn check_schema(shards: &ShardSet) -> Result<()> {
             Err(err) => return Err(err.into()),
         }
     }
+    // The scheduler's enqueues route by the shards' map; one that cannot
+    // be read yet is loaded by the first enqueue that needs it.
+    if let Err(err) = shards.load_map().await {
+        tracing::warn!(error = %shardq::error_chain(&err), "cannot load the shard map at start");
+    }
     Ok(())
 }
 

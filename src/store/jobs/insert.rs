@@ -74,9 +74,15 @@ pub async fn reserve_ids(shard: &Shard, n: usize) -> Result<Vec<i64>, ShardError
 /// or its reply never came); then a row whose id exists is skipped, so each
 /// job is written exactly once. Returns how many rows this call wrote.
 ///
+/// `epoch`: the epoch of the shard map the rows were routed by (`None`:
+/// the shard's current one); each statement first checks it and that every
+/// row's key is on this shard at that epoch.
+///
 /// # Errors
 ///
 /// [`ShardError`] when a statement fails; the chunks before it are written.
+/// SQLSTATE SQ004 ([`crate::store::ErrorKind::StaleMap`]): `epoch` is not
+/// the shard's current one; that statement wrote nothing.
 /// Without `again`, a row that exists already fails its chunk (unique
 /// violation): call it with `again` after any failure.
 ///
@@ -88,6 +94,7 @@ pub async fn insert_many_as(
     shard: &Shard,
     rows: &[NewRow<'_>],
     ids: &[i64],
+    epoch: Option<i32>,
     again: bool,
 ) -> Result<u64, ShardError> {
     assert_eq!(rows.len(), ids.len(), "one id per row");
@@ -100,17 +107,21 @@ pub async fn insert_many_as(
     for (chunk, ids) in rows.chunks(INSERT_CHUNK).zip(ids.chunks(INSERT_CHUNK)) {
         let columns = Columns::of(chunk);
         let ids = ids.to_vec();
-        written += exec::execute(shard, statement, &columns.params_with_ids(&ids)).await?;
+        let mut params = columns.params_with_ids(&ids).to_vec();
+        params.push((&epoch, Type::INT4));
+        written += exec::execute(shard, statement, &params).await?;
     }
     Ok(written)
 }
 
 /// Inserts `row` inside the caller's own transaction `tx` (any connection to
 /// the shard it routes to), so it exists only if that transaction commits.
+/// `epoch`: as [`insert_many_as`].
 ///
 /// # Errors
 ///
-/// The statement's error.
+/// The statement's error (SQLSTATE SQ004: the map `epoch` is old; SQ001:
+/// the row's key is not on this shard).
 ///
 /// # Cancel safety
 ///
@@ -118,11 +129,12 @@ pub async fn insert_many_as(
 pub async fn insert_in<C: GenericClient>(
     tx: &C,
     row: NewRow<'_>,
+    epoch: Option<i32>,
 ) -> Result<JobId, tokio_postgres::Error> {
     let columns = Columns::of(std::slice::from_ref(&row));
-    let written = tx
-        .query_typed(sql::JOB_INSERT_MANY, &columns.params())
-        .await?;
+    let mut params = columns.params().to_vec();
+    params.push((&epoch, Type::INT4));
+    let written = tx.query_typed(sql::JOB_INSERT_MANY_FENCED, &params).await?;
     let id = written
         .first()
         .map(|r| r.get("id"))
@@ -151,7 +163,7 @@ pub async fn insert_dedup(
     dedup_id: &str,
 ) -> Result<Option<JobId>, ShardError> {
     let id = reserve_ids(shard, 1).await?[0];
-    let written = insert_dedup_as(shard, row, dedup_id, id).await?;
+    let written = insert_dedup_as(shard, row, dedup_id, id, None).await?;
     Ok(written.then_some(JobId {
         shard_key: row.shard_key,
         id,
@@ -162,11 +174,12 @@ pub async fn insert_dedup(
 /// [`reserve_ids`] on this shard), unless job `id` exists already or an
 /// unfinished job of its queue has that deduplication id. Returns whether
 /// this call wrote it; when it did not, [`super::exists`] on `id` tells a
-/// retry of an earlier write (it is there) from a duplicate.
+/// retry of an earlier write (it is there) from a duplicate. `epoch`: as
+/// [`insert_many_as`].
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the statement fails.
+/// [`ShardError`] when the statement fails (SQ004: as [`insert_many_as`]).
 ///
 /// # Cancel safety
 ///
@@ -176,10 +189,12 @@ pub async fn insert_dedup_as(
     row: NewRow<'_>,
     dedup_id: &str,
     id: i64,
+    epoch: Option<i32>,
 ) -> Result<bool, ShardError> {
     let delay_ms = row.job.delay.as_millis() as i64;
     let mut params = dedup_params(&row, &delay_ms, &dedup_id).to_vec();
     params.push((&id, Type::INT8));
+    params.push((&epoch, Type::INT4));
     let inserted = exec::query_opt(shard, sql::JOB_INSERT_DEDUP_AS, &params).await?;
     Ok(inserted.is_some())
 }
@@ -207,7 +222,8 @@ pub async fn find_dedup(
     Ok(row.as_ref().map(job_id))
 }
 
-/// The parameters $1..$9 of [`sql::JOB_INSERT_DEDUP_AS`] (the id is $10).
+/// The parameters $1..$9 of [`sql::JOB_INSERT_DEDUP_AS`] (the id is $10,
+/// the epoch $11).
 fn dedup_params<'a>(row: &'a NewRow<'_>, delay_ms: &'a i64, dedup_id: &'a &str) -> [Param<'a>; 9] {
     let j = row.job;
     [

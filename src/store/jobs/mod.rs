@@ -19,4 +19,4 @@ pub use insert::{
     NewRow,
 };
 pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases, OwnedRunning};
-pub use read::{exists, get, outcome, JobInfo, JobOutcomeRow};
+pub use read::{exists, get, outcome, present, JobInfo, JobOutcomeRow};

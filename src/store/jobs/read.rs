@@ -115,6 +115,28 @@ pub async fn outcome(shard: &Shard, id: JobId) -> Result<Option<JobOutcomeRow>, 
     }))
 }
 
+/// The ids, among `jobs`, of those `shard` holds (one statement, a
+/// primary-key probe per job).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn present(shard: &Shard, jobs: &[JobId]) -> Result<Vec<i64>, ShardError> {
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    let keys: Vec<i32> = jobs.iter().map(|j| j.shard_key).collect();
+    let rows = exec::query(
+        shard,
+        sql::JOBS_PRESENT,
+        &[(&ids, Type::INT8_ARRAY), (&keys, Type::INT4_ARRAY)],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| r.get("id")).collect())
+}
+
 /// Whether `shard` holds job `id` (one primary-key probe).
 ///
 /// # Errors

@@ -20,26 +20,52 @@ pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
+/// [`JOB_INSERT_MANY`] fenced by the epoch of the map the rows were routed
+/// by ($9; NULL: the shard's current one) as [`JOB_INSERT_MANY_AS`], for an
+/// insert inside the caller's own transaction.
+pub const JOB_INSERT_MANY_FENCED: &str = "WITH fence AS MATERIALIZED ( \
+        SELECT shardq_check_route($9::int, VARIADIC $1::int[]) AS ok) \
+    INSERT INTO workflow_status \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts) \
+    SELECT shard_key, queue, handler, ordering_key, priority, payload, \
+        CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + delay_ms * interval '1 millisecond', max_attempts \
+    FROM fence, unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
+                $7::bigint[], $8::int[]) \
+        WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
+                             delay_ms, max_attempts, ord) \
+    WHERE fence.ok \
+    ORDER BY ord \
+    RETURNING id, \
+        CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
+
 /// Takes $1 job ids from the table's identity sequence (`shardq_reserve_ids`, migrations/functions/), for
 /// [`JOB_INSERT_MANY_AS`]: one row, an array in the order taken.
 pub const JOB_RESERVE_IDS: &str = "SELECT shardq_reserve_ids($1::int) AS ids";
 
 /// The columns and source rows of [`JOB_INSERT_MANY_AS`] and
-/// [`JOB_INSERT_MANY_AGAIN`]: [`JOB_INSERT_MANY`] with the ids given ($1).
+/// [`JOB_INSERT_MANY_AGAIN`]: [`JOB_INSERT_MANY`] with the ids given ($1),
+/// fenced by the epoch of the map the keys were routed by ($10; NULL: the
+/// shard's current one): `shardq_check_route` raises SQ004 (stale map) or
+/// SQ001 (a key not on this shard) before any row is written, and holds
+/// the map's lock shared until the transaction ends.
 macro_rules! insert_many_as {
     ($on_conflict:literal) => {
         concat!(
-            "INSERT INTO workflow_status \
+            "WITH fence AS MATERIALIZED ( \
+                SELECT shardq_check_route($10::int, VARIADIC $2::int[]) AS ok) \
+            INSERT INTO workflow_status \
             (id, shard_key, queue, handler, ordering_key, priority, payload, status, run_at, \
              max_attempts) \
             OVERRIDING SYSTEM VALUE \
             SELECT id, shard_key, queue, handler, ordering_key, priority, payload, \
                 CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
                 now() + delay_ms * interval '1 millisecond', max_attempts \
-            FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], \
-                        $7::jsonb[], $8::bigint[], $9::int[]) \
+            FROM fence, unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], \
+                        $6::int[], $7::jsonb[], $8::bigint[], $9::int[]) \
                 WITH ORDINALITY AS t(id, shard_key, queue, handler, ordering_key, priority, \
                                      payload, delay_ms, max_attempts, ord) \
+            WHERE fence.ok \
             ORDER BY ord ",
             $on_conflict,
             " RETURNING id, \
@@ -66,13 +92,17 @@ pub const JOB_INSERT_MANY_AGAIN: &str = insert_many_as!("ON CONFLICT (id, shard_
 /// Inserts one job with a deduplication id ($9) as job $10 (from
 /// [`JOB_RESERVE_IDS`]), skipped when that id exists already (a retry after
 /// a lost reply) or an unfinished job of the queue has the deduplication id.
-/// Returns the id when this statement wrote it.
-pub const JOB_INSERT_DEDUP_AS: &str = "INSERT INTO workflow_status \
+/// Returns the id when this statement wrote it. Fenced by epoch $11 as
+/// [`JOB_INSERT_MANY_AS`].
+pub const JOB_INSERT_DEDUP_AS: &str = "WITH fence AS MATERIALIZED ( \
+        SELECT shardq_check_route($11::int, $1::int) AS ok) \
+    INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
      dedup_id, id) \
     OVERRIDING SYSTEM VALUE \
-    VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + $7::bigint * interval '1 millisecond', $8, $9, $10) \
+    SELECT $1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + $7::bigint * interval '1 millisecond', $8, $9, $10 \
+    FROM fence WHERE fence.ok \
     ON CONFLICT DO NOTHING \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";

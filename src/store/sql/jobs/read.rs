@@ -11,6 +11,12 @@ pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status
 pub const JOB_OUTCOME: &str = "SELECT status, output, error FROM workflow_status \
     WHERE shard_key = $1 AND id = $2";
 
+/// Which of the jobs (`$1` ids, `$2` shard keys, pairwise) this shard
+/// holds: their ids (one primary-key probe each).
+pub const JOBS_PRESENT: &str =
+    "SELECT t.id FROM unnest($1::bigint[], $2::int[]) AS t(id, shard_key) \
+    WHERE EXISTS (SELECT 1 FROM workflow_status w WHERE w.id = t.id AND w.shard_key = t.shard_key)";
+
 /// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
 /// a job written under an older shard map (one primary-key probe).
 pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";

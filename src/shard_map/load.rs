@@ -1,0 +1,208 @@
+//! Loading the shard map from the shards, and holding the one a process
+//! routes by.
+
+use super::{MapError, ShardMap};
+use crate::shards::{ShardError, ShardSet};
+use crate::store::map::{self, RecordedMap};
+use futures_util::future::join_all;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Why the shard map could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum MapLoadError {
+    /// A shard could not be read.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// A shard records no versioned map.
+    #[error(
+        "shard `{shard}` records no shard map epoch; run `shardq migrate` with the full shard list"
+    )]
+    Missing {
+        /// Shard name.
+        shard: String,
+    },
+    /// A shard's ranges are not a map.
+    #[error("shard `{shard}`: its shard map is invalid")]
+    Invalid {
+        /// Shard name.
+        shard: String,
+        /// What is wrong.
+        #[source]
+        source: MapError,
+    },
+    /// Two shards record different ranges for the same epoch.
+    #[error(
+        "shards `{first}` and `{second}` record different ranges for map epoch {epoch}; \
+         the shard list is inconsistent: compare their shardq_map_ranges"
+    )]
+    Disagree {
+        /// The epoch.
+        epoch: i32,
+        /// One shard.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// The map spreads the keys over another number of shards than listed.
+    #[error(
+        "the shard map (epoch {epoch}, from shard `{shard}`) has {map_count} shards, the \
+         configured list {configured}; configure the list the shards were migrated with"
+    )]
+    CountMismatch {
+        /// The epoch.
+        epoch: i32,
+        /// The shard it came from.
+        shard: String,
+        /// Shards in the map.
+        map_count: usize,
+        /// Shards configured.
+        configured: usize,
+    },
+}
+
+/// The map a process routes by, shared by every clone of its [`ShardSet`]:
+/// the formula's epoch 1 until [`load`] replaces it with the shards' map.
+#[derive(Debug)]
+pub struct RoutingMap {
+    current: RwLock<Arc<ShardMap>>,
+    loaded: AtomicBool,
+}
+
+impl RoutingMap {
+    /// The formula's map for `shard_count` shards, not loaded yet.
+    pub fn formula(shard_count: usize) -> RoutingMap {
+        RoutingMap {
+            current: RwLock::new(Arc::new(ShardMap::from_formula(shard_count))),
+            loaded: AtomicBool::new(false),
+        }
+    }
+
+    /// The map routed by now.
+    pub fn get(&self) -> Arc<ShardMap> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether a map was loaded from the shards.
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// Routes by `map` from now on, unless a newer epoch is held already
+    /// (two reloads racing).
+    fn set(&self, map: ShardMap) -> Arc<ShardMap> {
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if !self.loaded() || map.epoch() >= current.epoch() {
+            *current = Arc::new(map);
+        }
+        self.loaded.store(true, Ordering::Release);
+        Arc::clone(&current)
+    }
+}
+
+// The map's side of the shard set: kept here, beside the loading.
+impl ShardSet {
+    /// Reads the shard map from every shard and routes by its highest epoch
+    /// from now on ([`load`]).
+    ///
+    /// # Errors
+    ///
+    /// [`MapLoadError`] when no shard answers or the shards' maps are
+    /// missing, invalid or disagree.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads).
+    pub async fn load_map(&self) -> Result<Arc<ShardMap>, MapLoadError> {
+        load(self).await
+    }
+
+    /// The loaded shard map, loading it first when this set has not yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardSet::load_map`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads).
+    pub async fn loaded_map(&self) -> Result<Arc<ShardMap>, MapLoadError> {
+        if self.routing().loaded() {
+            return Ok(self.routing().get());
+        }
+        self.load_map().await
+    }
+}
+
+/// Reads the map of every shard of `shards`, in parallel, and routes
+/// `shards` by the highest epoch found from now on. Returns that map.
+///
+/// A shard still at an older epoch is not an error (a new epoch is written
+/// shard by shard), nor one that does not answer (the others' map is
+/// taken); two shards with different ranges at the same epoch are.
+///
+/// # Errors
+///
+/// [`MapLoadError`]: no shard answered, a shard without a map, an invalid
+/// map, shards that disagree, or a map over another number of shards.
+///
+/// # Cancel safety
+///
+/// Cancel safe (reads; the map is replaced only at the end).
+pub async fn load(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
+    let reads = shards
+        .all()
+        .iter()
+        .map(|shard| async move { (shard.name.clone(), map::current(shard).await) });
+    let mut newest: Option<(String, RecordedMap)> = None;
+    let mut unreachable = None;
+    for (name, recorded) in join_all(reads).await {
+        // A shard down must not stop enqueues to the others: the map of
+        // those that answer is the map (each write is fenced by the shard
+        // it goes to, so a newer epoch on the silent one is found there).
+        let recorded = match recorded {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                tracing::warn!(shard = %name, error = %crate::error_chain::error_chain(&err),
+                    "cannot read the shard map of this shard; loading it from the others");
+                unreachable.get_or_insert(err);
+                continue;
+            }
+        };
+        let recorded = recorded.ok_or_else(|| MapLoadError::Missing {
+            shard: name.clone(),
+        })?;
+        match &newest {
+            Some((first, held)) if held.epoch == recorded.epoch && *held != recorded => {
+                return Err(MapLoadError::Disagree {
+                    epoch: recorded.epoch,
+                    first: first.clone(),
+                    second: name,
+                });
+            }
+            Some((_, held)) if held.epoch >= recorded.epoch => {}
+            _ => newest = Some((name, recorded)),
+        }
+    }
+    let Some((shard, recorded)) = newest else {
+        return Err(MapLoadError::Shard(
+            unreachable.expect("a validated config lists shards"),
+        ));
+    };
+    let epoch = recorded.epoch;
+    let map = ShardMap::new(epoch, recorded.shard_count, recorded.ranges).map_err(|source| {
+        MapLoadError::Invalid {
+            shard: shard.clone(),
+            source,
+        }
+    })?;
+    if map.shard_count() != shards.len() {
+        return Err(MapLoadError::CountMismatch {
+            epoch,
+            shard,
+            map_count: map.shard_count(),
+            configured: shards.len(),
+        });
+    }
+    Ok(shards.routing().set(map))
+}

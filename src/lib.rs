@@ -12,6 +12,7 @@
 pub mod client;
 pub mod config;
 pub mod job;
+pub mod map_load;
 pub mod migrate;
 pub mod prometheus;
 pub mod router;

@@ -2,7 +2,7 @@
 
 use super::pending::PendingEnqueue;
 use crate::job::{InvalidJob, JobId};
-use crate::shard_map::MapLoadError;
+use crate::map_load::MapLoadError;
 use crate::shards::ShardError;
 use crate::store::ErrorKind;
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 mod root {
     #[allow(unused_imports)]
     use shardq::{
-        client, config, error_chain, job, migrate, prometheus, router, schedule, session,
+        client, config, error_chain, job, map_load, migrate, prometheus, router, schedule, session,
         shard_map, shards, tls, worker, Client, ClientError, Config, ConfigError, ErrorKind,
         HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId, JobInfo,
         JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue, RoutedJob,
@@ -119,9 +119,14 @@ mod session {
     };
 }
 
+mod map_load {
+    #[allow(unused_imports)]
+    use shardq::map_load::{load, MapLoadError};
+}
+
 mod shard_map {
     #[allow(unused_imports)]
-    use shardq::shard_map::{load, KeyRange, MapError, MapLoadError, RoutingMap, ShardMap};
+    use shardq::shard_map::{KeyRange, MapError, RoutingMap, ShardMap};
 }
 
 mod shards {

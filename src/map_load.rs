@@ -1,12 +1,11 @@
-//! Loading the shard map from the shards, and holding the one a process
-//! routes by.
+//! Loading the shard map from the shards into the set's
+//! [`RoutingMap`](crate::shard_map::RoutingMap).
 
-use super::{MapError, ShardMap};
+use crate::shard_map::{MapError, ShardMap};
 use crate::shards::{ShardError, ShardSet};
 use crate::store::map::{self, RecordedMap};
 use futures_util::future::join_all;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// Why the shard map could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -59,45 +58,6 @@ pub enum MapLoadError {
         /// Shards configured.
         configured: usize,
     },
-}
-
-/// The map a process routes by, shared by every clone of its [`ShardSet`]:
-/// the formula's epoch 1 until [`load`] replaces it with the shards' map.
-#[derive(Debug)]
-pub struct RoutingMap {
-    current: RwLock<Arc<ShardMap>>,
-    loaded: AtomicBool,
-}
-
-impl RoutingMap {
-    /// The formula's map for `shard_count` shards, not loaded yet.
-    pub fn formula(shard_count: usize) -> RoutingMap {
-        RoutingMap {
-            current: RwLock::new(Arc::new(ShardMap::from_formula(shard_count))),
-            loaded: AtomicBool::new(false),
-        }
-    }
-
-    /// The map routed by now.
-    pub fn get(&self) -> Arc<ShardMap> {
-        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Whether a map was loaded from the shards.
-    pub fn loaded(&self) -> bool {
-        self.loaded.load(Ordering::Acquire)
-    }
-
-    /// Routes by `map` from now on, unless a newer epoch is held already
-    /// (two reloads racing).
-    fn set(&self, map: ShardMap) -> Arc<ShardMap> {
-        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-        if !self.loaded() || map.epoch() >= current.epoch() {
-            *current = Arc::new(map);
-        }
-        self.loaded.store(true, Ordering::Release);
-        Arc::clone(&current)
-    }
 }
 
 // The map's side of the shard set: kept here, beside the loading.

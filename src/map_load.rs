@@ -110,6 +110,30 @@ impl ShardSet {
 ///
 /// Cancel safe (reads; the map is replaced only at the end).
 pub async fn load(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
+    // A read whose reply was lost (a connection cut, a deadline) says
+    // nothing about the map: try again, a few times, before the caller's
+    // enqueue fails for it. Data errors and missing or disagreeing maps
+    // repeat identically and are returned at once.
+    let mut pause = LOAD_RETRY_PAUSE;
+    for _ in 1..LOAD_TRIES {
+        match load_once(shards).await {
+            Err(MapLoadError::Shard(err)) if !err.is_permanent() => {
+                tracing::debug!(error = %crate::error_chain::error_chain(&err), "shard map read failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    load_once(shards).await
+}
+
+/// Tries of [`load`] when no shard answered, and the first pause between them.
+const LOAD_TRIES: u32 = 4;
+const LOAD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// One read of every shard's map (see [`load`]).
+async fn load_once(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
     let reads = shards
         .all()
         .iter()

@@ -21,6 +21,8 @@
 --     15 0015_backoff_capped.sql
 --     16 0016_retry_safe_writes.sql
 --     17 0017_map_epochs.sql
+--     18 0018_reshard_indexes.sql
+--     19 0019_reshard.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -38,6 +40,23 @@ TABLE shardq_map_epochs
     CONSTRAINT shardq_map_epochs_pkey PRIMARY KEY (epoch)
     CONSTRAINT shardq_map_epochs_shard_count_check CHECK ((shard_count >= 1))
     INDEX CREATE UNIQUE INDEX shardq_map_epochs_pkey ON public.shardq_map_epochs USING btree (epoch)
+    GRANT PUBLIC SELECT
+
+TABLE shardq_map_moves
+    epoch integer NOT NULL
+    first_key integer NOT NULL
+    end_key integer NOT NULL
+    from_index integer NOT NULL
+    to_index integer NOT NULL
+    state text NOT NULL
+    ids_from bigint NOT NULL DEFAULT 0
+    CONSTRAINT shardq_map_moves_check CHECK (((0 <= first_key) AND (first_key < end_key) AND (end_key <= 65536)))
+    CONSTRAINT shardq_map_moves_epoch_fkey FOREIGN KEY (epoch) REFERENCES shardq_map_epochs(epoch)
+    CONSTRAINT shardq_map_moves_from_index_check CHECK ((from_index >= 0))
+    CONSTRAINT shardq_map_moves_pkey PRIMARY KEY (epoch, first_key)
+    CONSTRAINT shardq_map_moves_state_check CHECK ((state = ANY (ARRAY['closed'::text, 'holding'::text, 'released'::text])))
+    CONSTRAINT shardq_map_moves_to_index_check CHECK ((to_index >= 0))
+    INDEX CREATE UNIQUE INDEX shardq_map_moves_pkey ON public.shardq_map_moves USING btree (epoch, first_key)
     GRANT PUBLIC SELECT
 
 TABLE shardq_map_ranges
@@ -122,19 +141,21 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     dedup_id text
     cancel_requested boolean NOT NULL DEFAULT false
     fence bigint NOT NULL DEFAULT 0
+    held_status text
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
     CONSTRAINT workflow_status_shard_key_check CHECK (((shard_key >= 0) AND (shard_key <= 65535)))
-    CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])))
+    CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'held'::text]))) NOT VALID
     INDEX CREATE INDEX workflow_status_dequeue ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL))
     INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
+    INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
     INDEX CREATE INDEX workflow_status_scheduled_queue ON public.workflow_status USING btree (queue, attempts) WHERE (status = 'scheduled'::text)
-    INDEX CREATE UNIQUE INDEX workflow_status_dedup ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])))
+    INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
 
 TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
@@ -647,6 +668,57 @@ BEGIN
         PERFORM pg_notify('shardq_ready', p_queue);
     END IF;
     RETURN QUERY SELECT k || '-' || new_id, k, new_id, true;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_hold_moving()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    piece_state text;
+    first_id bigint;
+    current_epoch int;
+BEGIN
+    IF NEW.status = 'held' THEN
+        RETURN NEW;
+    END IF;
+    -- (maintenance_class(), MAP_SLOT) and (maintenance_class(), MOVE_SLOT):
+    -- src/store/locks.rs.
+    PERFORM pg_advisory_xact_lock_shared(-1457378061, 3);
+    SELECT max(e.epoch) INTO current_epoch FROM shardq_map_epochs e;
+    SELECT m.state, m.ids_from INTO piece_state, first_id FROM shardq_map_moves m
+        WHERE m.epoch = current_epoch
+          AND m.to_index = (SELECT s.shard_index FROM shardq_shard_map s)
+          AND m.first_key <= NEW.shard_key AND NEW.shard_key < m.end_key;
+    IF piece_state IS NULL OR piece_state = 'released' THEN
+        RETURN NEW;
+    END IF;
+    -- An id taken before this shard's ids were raised for the move (a
+    -- client reserves ids, then inserts): it would sort before the jobs
+    -- copied from the old shard. The client takes new ids and routes again.
+    IF NEW.id < first_id THEN
+        RAISE EXCEPTION 'job id % was taken before shard_key % began moving to this shard; '
+            'nothing was written', NEW.id, NEW.shard_key
+            USING ERRCODE = 'SQ004',
+                  DETAIL = format('epoch=%s', current_epoch),
+                  HINT = 'take new ids (shardq_reserve_ids) and enqueue again';
+    END IF;
+    IF piece_state = 'closed' THEN
+        PERFORM pg_advisory_xact_lock_shared(-1457378061, 4);
+        SELECT m.state INTO piece_state FROM shardq_map_moves m
+            WHERE m.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
+              AND m.first_key <= NEW.shard_key AND NEW.shard_key < m.end_key;
+        IF piece_state = 'closed' THEN
+            RAISE EXCEPTION 'shard_key % is in a range moving to this shard, and the move stopped '
+                'before it opened the range; nothing was written', NEW.shard_key
+                USING ERRCODE = 'SQ005',
+                      HINT = 'run `shardq reshard` again to finish the move, then retry';
+        END IF;
+    END IF;
+    NEW.held_status := NEW.status;
+    NEW.status := 'held';
+    RETURN NEW;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

@@ -22,11 +22,14 @@ pub enum JobStatus {
     Dead,
     /// Cancelled.
     Cancelled,
+    /// Moving to another shard (`shardq reshard`): on its new shard, not
+    /// claimable until the old shard has finished its range's jobs.
+    Held,
 }
 
 impl JobStatus {
     /// Every state, in lifecycle order.
-    pub const ALL: [JobStatus; 8] = [
+    pub const ALL: [JobStatus; 9] = [
         JobStatus::Waiting,
         JobStatus::Scheduled,
         JobStatus::Queued,
@@ -35,6 +38,7 @@ impl JobStatus {
         JobStatus::Failed,
         JobStatus::Dead,
         JobStatus::Cancelled,
+        JobStatus::Held,
     ];
 
     /// The value in the `status` column.
@@ -48,6 +52,7 @@ impl JobStatus {
             JobStatus::Failed => "failed",
             JobStatus::Dead => "dead",
             JobStatus::Cancelled => "cancelled",
+            JobStatus::Held => "held",
         }
     }
 

@@ -15,6 +15,7 @@ pub mod job;
 pub mod map_load;
 pub mod migrate;
 pub mod prometheus;
+pub mod reshard;
 pub mod router;
 pub mod schedule;
 pub mod session;

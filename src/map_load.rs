@@ -43,10 +43,11 @@ pub enum MapLoadError {
         /// The other.
         second: String,
     },
-    /// The map spreads the keys over another number of shards than listed.
+    /// The map spreads the keys over more shards than listed.
     #[error(
         "the shard map (epoch {epoch}, from shard `{shard}`) has {map_count} shards, the \
-         configured list {configured}; configure the list the shards were migrated with"
+         configured list {configured}; configure the list the shards were migrated or \
+         resharded to"
     )]
     CountMismatch {
         /// The epoch.
@@ -140,6 +141,7 @@ async fn load_once(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
         .map(|shard| async move { (shard.name.clone(), map::current(shard).await) });
     let mut newest: Option<(String, RecordedMap)> = None;
     let mut unreachable = None;
+    let mut missing = None;
     for (name, recorded) in join_all(reads).await {
         // A shard down must not stop enqueues to the others: the map of
         // those that answer is the map (each write is fenced by the shard
@@ -153,9 +155,12 @@ async fn load_once(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
                 continue;
             }
         };
-        let recorded = recorded.ok_or_else(|| MapLoadError::Missing {
-            shard: name.clone(),
-        })?;
+        // A shard with no map yet joins the list (`shardq reshard` records
+        // it there); its writes are fenced, and refused until it has one.
+        let Some(recorded) = recorded else {
+            missing.get_or_insert(name);
+            continue;
+        };
         match &newest {
             Some((first, held)) if held.epoch == recorded.epoch && *held != recorded => {
                 return Err(MapLoadError::Disagree {
@@ -169,6 +174,9 @@ async fn load_once(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
         }
     }
     let Some((shard, recorded)) = newest else {
+        if let Some(shard) = missing {
+            return Err(MapLoadError::Missing { shard });
+        }
         return Err(MapLoadError::Shard(
             unreachable.expect("a validated config lists shards"),
         ));
@@ -180,7 +188,10 @@ async fn load_once(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
             source,
         }
     })?;
-    if map.shard_count() != shards.len() {
+    // A longer list is fine: after a reshard to fewer shards, a process
+    // still configured with the old list routes only to the shards the map
+    // names (and those it lists beyond them hold no range).
+    if map.shard_count() > shards.len() {
         return Err(MapLoadError::CountMismatch {
             epoch,
             shard,

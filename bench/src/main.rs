@@ -8,6 +8,7 @@
 mod chaos;
 mod pipeline;
 mod procfs;
+mod reshard;
 mod scale;
 mod scrape_cost;
 
@@ -43,6 +44,9 @@ enum Command {
     /// table; then checks that no job was lost or completed twice and that no recorded
     /// step ran again. Exits 1 when an invariant fails.
     Chaos(chaos::ChaosArgs),
+    /// Throughput through an online reshard (`--from 2 --to 4`): per shard
+    /// before, during and after the move, its duration, a timeline.
+    Reshard(reshard::ReshardArgs),
     /// What one scrape of `shardq metrics` costs a shard with a long history
     /// (10M finished rows by default): median ms per scrape and the plan's buffers.
     ScrapeCost(scrape_cost::ScrapeCostArgs),
@@ -89,6 +93,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Pipeline(args) => until_interrupted(pipeline::run(args)).await,
         Command::Scale(args) => until_interrupted(scale::run(*args, config)).await,
         Command::Chaos(args) => chaos::run(args).await,
+        Command::Reshard(args) => until_interrupted(reshard::run(args)).await,
         Command::ScrapeCost(args) => until_interrupted(scrape_cost::run(args)).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,
         Command::ScaleWorker => scale::worker::run(load(config)?).await,

@@ -44,6 +44,16 @@ pub enum Command {
         #[command(subcommand)]
         action: ShardsAction,
     },
+    /// Move the shard map to a new shard list while the fleet runs: plan
+    /// the range moves, copy each range's unclaimed jobs to its new shard,
+    /// release them once the old shard finished the range's running jobs.
+    ///
+    /// `--config` names the current list, `--to` the new one: the current
+    /// shards in the same order, followed by the shards that join (growing),
+    /// or the first shards of the current list (shrinking). Shards that join
+    /// are migrated first. Stopped at any point, running the command again
+    /// finishes the move (docs/operations.md).
+    Reshard(ReshardArgs),
     /// Per shard: reachable or not, and jobs by queue and status.
     Status {
         /// Print JSON instead of a table.
@@ -90,6 +100,20 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ReshardArgs {
+    /// The new shard list (a config file with its `[[shards]]`).
+    #[arg(long)]
+    pub to: PathBuf,
+    /// Print the plan (the ranges that move, from and to which shard) and
+    /// change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Stop after this step (recorded, opened, copied), to test resuming.
+    #[arg(long, hide = true)]
+    pub stop_after: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -39,10 +39,9 @@ pub enum MigrateError {
     #[error(
         "shard `{shard}` was migrated as shard {recorded_index} of {recorded_count} \
          (counting from 0), but the configuration lists it as shard {configured_index} \
-         of {configured_count}: adding, removing or reordering shards moves ordering \
-         keys, deduplication and job lookups to other shards; restore the shard list \
-         it was migrated with, or drain the queues and move to a fresh shard set \
-         (README, 'Changing the shard list')"
+         of {configured_count}: configure the list it was migrated (or resharded) \
+         with; to grow or shrink the list, run `shardq reshard --to NEW.toml` \
+         (docs/operations.md, 'Changing the shard list')"
     )]
     ShardMap {
         /// Shard name.

@@ -113,6 +113,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0017_map_epochs.sql",
         sql: include_str!("../../migrations/0017_map_epochs.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_reshard_indexes.sql",
+        sql: include_str!("../../migrations/0018_reshard_indexes.sql"),
+    },
+    Migration {
+        version: 19,
+        name: "0019_reshard.sql",
+        sql: include_str!("../../migrations/0019_reshard.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

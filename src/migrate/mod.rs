@@ -28,7 +28,7 @@ mod wait;
 
 pub use error::MigrateError;
 pub use list::{latest_version, Migration, MIGRATIONS};
-pub use run::{check_all, check_shard, migrate_all, migrate_shard};
+pub use run::{check_all, check_shard, migrate_all, migrate_joining, migrate_shard};
 pub use wait::migrate_all_within;
 
 #[cfg(test)]

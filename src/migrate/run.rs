@@ -87,12 +87,37 @@ async fn check_place(shard: &Shard, shard_count: usize) -> Result<(), MigrateErr
 /// statement by statement, each safe to run again): a dropped future leaves a
 /// schema that the next call completes.
 pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
+    migrate(shard, shard_count, true).await
+}
+
+/// Migrates a shard that joins a list by `shardq reshard`: as
+/// [`migrate_shard`], but no map epoch is recorded (the formula's epoch 1
+/// over the new list would disagree with the current shards' map); the
+/// reshard gives it the current shards' map. Until then map loaders pass
+/// it over.
+///
+/// # Errors
+///
+/// As [`migrate_shard`].
+///
+/// # Cancel safety
+///
+/// As [`migrate_shard`].
+pub async fn migrate_joining(shard: &Shard, shard_count: usize) -> Result<Vec<i32>, MigrateError> {
+    migrate(shard, shard_count, false).await
+}
+
+async fn migrate(
+    shard: &Shard,
+    shard_count: usize,
+    epoch_one: bool,
+) -> Result<Vec<i32>, MigrateError> {
     check_place(shard, shard_count).await?;
     let place = place(shard, shard_count);
     let mut applied = Vec::new();
     for m in MIGRATIONS {
         let newly = if m.runs_in_transaction() {
-            apply_in_transaction(shard, m, place).await?
+            apply_in_transaction(shard, m, place, epoch_one).await?
         } else {
             no_transaction::apply(shard, m).await?
         };
@@ -106,7 +131,7 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
     // transaction, that one applied them already: nothing is left to do).
     let tx = MigrationTx::begin(shard).await?;
     let closing = async {
-        record_place(&tx, shard, place, true).await?;
+        record_place(&tx, shard, place, true, epoch_one).await?;
         apply_functions(&tx, shard).await
     };
     match closing.await {
@@ -122,8 +147,9 @@ pub async fn migrate_shard(shard: &Shard, shard_count: usize) -> Result<Vec<i32>
 /// In `tx` (which holds the migration lock): refuses a recorded place other
 /// than `(count, index)`, records it where none is; then, once the map
 /// tables exist (`map_tables`), records epoch 1 of the versioned map from
-/// that place where no epoch is (the formula's ranges: an upgraded shard
-/// routes as before) and refuses epochs whose ranges do not tile the keys.
+/// that place where no epoch is and `epoch_one` asks (the formula's
+/// ranges: an upgraded shard routes as before; not for a shard joining by
+/// `shardq reshard`) and refuses epochs whose ranges do not tile the keys.
 ///
 /// Under the lock no other `migrate` writes the map between the read, the
 /// inserts and the check; a concurrent one with another list waits and is
@@ -133,6 +159,7 @@ async fn record_place(
     shard: &Shard,
     (count, index): (i32, i32),
     map_tables: bool,
+    epoch_one: bool,
 ) -> Result<(), MigrateError> {
     match tx.shard_map().await? {
         Some(recorded) => compare_map(shard, recorded, Some(count), index)?,
@@ -141,7 +168,9 @@ async fn record_place(
     if !map_tables {
         return Ok(());
     }
-    tx.record_map_epoch_one().await?;
+    if epoch_one {
+        tx.record_map_epoch_one().await?;
+    }
     let epochs = tx.untiled_epochs().await?;
     if !epochs.is_empty() {
         return Err(MigrateError::MapNotTiled {
@@ -160,6 +189,7 @@ async fn apply_in_transaction(
     shard: &Shard,
     m: &Migration,
     place: (i32, i32),
+    epoch_one: bool,
 ) -> Result<bool, MigrateError> {
     let tx = MigrationTx::begin(shard).await?;
     // End the transaction on every path: one left open on a pooled
@@ -177,7 +207,7 @@ async fn apply_in_transaction(
     }
     let mut result = tx.apply(m.version, m.name, m.sql).await.map_err(Into::into);
     if result.is_ok() && m.version >= SHARD_MAP_SINCE {
-        result = record_place(&tx, shard, place, m.version >= MAP_EPOCHS_SINCE).await;
+        result = record_place(&tx, shard, place, m.version >= MAP_EPOCHS_SINCE, epoch_one).await;
     }
     // The last migration: every table is current, so the functions whose
     // text changed commit with it (no moment with new tables and old

@@ -9,7 +9,9 @@
 //! (SQLSTATE SQ004) and the caller reloads the map.
 
 mod map;
+mod moves;
 mod routing;
 
 pub use map::{KeyRange, MapError, ShardMap};
+pub use moves::{EpochRecord, MoveRow};
 pub use routing::RoutingMap;

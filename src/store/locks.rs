@@ -36,6 +36,10 @@ pub const RETENTION_SLOT: i32 = 2;
 /// (`shardq_check_route`) takes it shared, a writer of a new epoch
 /// exclusive, so no enqueue routed by the old epoch commits after it.
 pub const MAP_SLOT: i32 = 3;
+/// A range moving in: `shardq reshard` holds it (for its session) while it
+/// copies the range's deduplication ids; enqueues of a range still `closed`
+/// wait on it (`shardq_hold_moving`).
+pub const MOVE_SLOT: i32 = 4;
 
 /// Serialises migration runs on one shard.
 pub const MIGRATION: i64 = 0x7368_6172_6471_0001;
@@ -49,5 +53,9 @@ mod tests {
         let sql = include_str!("../../migrations/functions/shardq_check_route.sql");
         assert!(sql.contains("pg_advisory_xact_lock_shared(-1457378061, 3)"));
         assert_eq!(super::MAP_SLOT, 3);
+        let hold = include_str!("../../migrations/functions/shardq_hold_moving.sql");
+        assert!(hold.contains("pg_advisory_xact_lock_shared(-1457378061, 3)"));
+        assert!(hold.contains("pg_advisory_xact_lock_shared(-1457378061, 4)"));
+        assert_eq!(super::MOVE_SLOT, 4);
     }
 }

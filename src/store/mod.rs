@@ -25,6 +25,7 @@ pub mod jobs;
 pub mod locks;
 pub mod map;
 pub mod queues;
+pub mod reshard;
 pub mod schedules;
 pub mod schema;
 pub mod server;

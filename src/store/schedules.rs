@@ -42,6 +42,9 @@ pub struct TickOutcome {
     pub advanced: bool,
     /// The job it enqueued.
     pub job: Option<JobId>,
+    /// The shard does not hold the schedule's key (its range moved, or is
+    /// moving in): nothing was written; find the schedule's shard again.
+    pub moved: bool,
 }
 
 /// A schedule's recorded state.
@@ -219,6 +222,43 @@ impl<'a> TickParams<'a> {
                 shard_key: self.tick.shard_key,
                 id,
             }),
+            moved: !row.get::<_, bool>("owned"),
         }
     }
+}
+
+/// `shardq reshard`: copies the state of the schedules whose key is in
+/// `range` from `from` to `to` (run while the range is closed on `to`).
+/// Returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when either shard fails.
+pub async fn copy_range(
+    from: &Shard,
+    to: &Shard,
+    (first, end): (i32, i32),
+) -> Result<usize, ShardError> {
+    let rows = exec::query(
+        from,
+        sql::SCHEDULE_ROWS_OF_RANGE,
+        &[(&first, Type::INT4), (&end, Type::INT4)],
+    )
+    .await?;
+    for r in &rows {
+        let name: String = r.get("name");
+        let last: DateTime<Utc> = r.get("last_tick");
+        let updated: DateTime<Utc> = r.get("updated_at");
+        exec::execute(
+            to,
+            sql::SCHEDULE_ROW_COPY,
+            &[
+                (&name, Type::TEXT),
+                (&last, Type::TIMESTAMPTZ),
+                (&updated, Type::TIMESTAMPTZ),
+            ],
+        )
+        .await?;
+    }
+    Ok(rows.len())
 }

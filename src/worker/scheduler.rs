@@ -69,6 +69,7 @@ pub(crate) async fn run(
         let one = ScheduleLoop {
             schedule,
             shard,
+            shards: shards.clone(),
             max_attempts,
             clock,
             skew: TimeDelta::zero(),
@@ -86,6 +87,8 @@ enum Pass {
     Done,
     /// The tick statement found this tick not yet due by the shard's clock.
     NotYet(DateTime<Utc>),
+    /// The shard no longer holds the schedule's key (`shardq reshard`).
+    Moved,
 }
 
 /// One schedule's loop and its state.
@@ -93,6 +96,8 @@ struct ScheduleLoop {
     schedule: Schedule,
     /// The shard the schedule's name routes to.
     shard: Shard,
+    /// Every shard, to find the schedule's shard again after a reshard.
+    shards: ShardSet,
     max_attempts: i32,
     clock: LocalClock,
     /// The shard's clock minus the local one, as last read: turns a local
@@ -158,6 +163,7 @@ impl ScheduleLoop {
                 self.failures = self.failures.max(1);
                 tracing::debug!(schedule = %self.schedule.name(), %tick, "tick not yet due by the shard's clock");
             }
+            Ok(Pass::Moved) => self.find_shard_again().await,
             Err(err) => {
                 self.failures += 1;
                 tracing::warn!(
@@ -185,6 +191,9 @@ impl ScheduleLoop {
         if let Some(missed) = due.missed {
             let run_once = self.schedule.missed_policy() == Missed::RunOnce;
             let outcome = self.tick(missed, run_once).await?;
+            if outcome.moved {
+                return Ok(Pass::Moved);
+            }
             if outcome.not_yet {
                 return Ok(Pass::NotYet(missed));
             }
@@ -201,6 +210,9 @@ impl ScheduleLoop {
         }
         for tick in due.on_time {
             let outcome = self.tick(tick, true).await?;
+            if outcome.moved {
+                return Ok(Pass::Moved);
+            }
             if outcome.not_yet {
                 return Ok(Pass::NotYet(tick));
             }
@@ -228,6 +240,30 @@ impl ScheduleLoop {
         let cursor = last.map_or(start, |l| l.at);
         self.cursor = Some(cursor);
         Ok(Some(cursor))
+    }
+
+    /// After a tick refused as not this shard's: reloads the map and
+    /// routes the schedule again, reading its last tick there afresh (the
+    /// move copied it). A range still moving in refuses too: the pass is
+    /// tried again after a pause.
+    async fn find_shard_again(&mut self) {
+        self.failures = self.failures.max(1);
+        self.cursor = None;
+        match self.shards.load_map().await {
+            Ok(_) => {
+                let shard = self.shards.for_key(self.schedule.shard_key()).clone();
+                tracing::info!(
+                    schedule = %self.schedule.name(), from = %self.shard.name, to = %shard.name,
+                    "the schedule's shard key moved to another shard"
+                );
+                self.shard = shard;
+            }
+            Err(err) => tracing::warn!(
+                schedule = %self.schedule.name(),
+                error = %crate::error_chain::error_chain(&err),
+                "the schedule's shard key moved; the shard map cannot be loaded"
+            ),
+        }
     }
 
     async fn tick(

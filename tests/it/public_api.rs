@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 mod root {
     #[allow(unused_imports)]
     use shardq::{
-        client, config, error_chain, job, map_load, migrate, prometheus, router, schedule, session,
-        shard_map, shards, tls, worker, Client, ClientError, Config, ConfigError, ErrorKind,
-        HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId, JobInfo,
-        JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue, RoutedJob,
-        Schedule, ScheduleError, ShardError, ShardSet, Shardq, StepError, Worker, WorkerReport,
-        VERSION,
+        client, config, error_chain, job, map_load, migrate, prometheus, reshard, router, schedule,
+        session, shard_map, shards, tls, worker, Client, ClientError, Config, ConfigError,
+        ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId,
+        JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue,
+        RoutedJob, Schedule, ScheduleError, ShardError, ShardSet, Shardq, StepError, Worker,
+        WorkerReport, VERSION,
     };
 }
 
@@ -67,8 +67,8 @@ mod job {
 mod migrate {
     #[allow(unused_imports)]
     use shardq::migrate::{
-        check_all, check_shard, latest_version, migrate_all, migrate_all_within, migrate_shard,
-        no_transaction, MigrateError, Migration, MIGRATIONS,
+        check_all, check_shard, latest_version, migrate_all, migrate_all_within, migrate_joining,
+        migrate_shard, no_transaction, MigrateError, Migration, MIGRATIONS,
     };
 }
 
@@ -95,6 +95,13 @@ mod prometheus_backlog {
 mod prometheus_invariants {
     #[allow(unused_imports)]
     use shardq::prometheus::invariants::Invariants;
+}
+
+mod reshard {
+    #[allow(unused_imports)]
+    use shardq::reshard::{
+        plan, reshard, Options, Plan, Progress, RangeMove, ReshardError, Step, Summary,
+    };
 }
 
 mod router {
@@ -126,7 +133,7 @@ mod map_load {
 
 mod shard_map {
     #[allow(unused_imports)]
-    use shardq::shard_map::{KeyRange, MapError, RoutingMap, ShardMap};
+    use shardq::shard_map::{EpochRecord, KeyRange, MapError, MoveRow, RoutingMap, ShardMap};
 }
 
 mod shards {

@@ -116,7 +116,8 @@ async fn two_processes_racing_for_one_tick_enqueue_it_once() {
         TickOutcome {
             not_yet: false,
             advanced: false,
-            job: None
+            job: None,
+            moved: false,
         },
         "the second process enqueues nothing"
     );
@@ -142,7 +143,8 @@ async fn a_tick_whose_job_finished_is_not_enqueued_again() {
         TickOutcome {
             not_yet: false,
             advanced: false,
-            job: None
+            job: None,
+            moved: false,
         }
     );
     assert_eq!(jobs_of(shard, minute(1)).await, 1);
@@ -211,7 +213,8 @@ async fn a_missed_tick_under_skip_moves_last_tick_without_a_job() {
         TickOutcome {
             not_yet: false,
             advanced: true,
-            job: None
+            job: None,
+            moved: false,
         }
     );
     assert_eq!(jobs_of(shard, minute(3)).await, 0);

@@ -8,6 +8,7 @@ mod job;
 mod local;
 mod metrics;
 mod queue;
+mod reshard;
 mod shards;
 mod status;
 mod worker;
@@ -33,6 +34,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Job { action } => job::run(&config, action).await,
         Command::Queue { action } => queue::run(&config, action).await,
         Command::Shards { action } => shards::run(&config, action).await,
+        Command::Reshard(args) => reshard::run(&config, args).await,
         Command::Status { json } => status::run(&config, json).await,
         Command::Check(args) => check::run(&config, args).await,
         Command::Dashboard(args) => dashboard::run(&config, args).await,

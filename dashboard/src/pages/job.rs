@@ -33,9 +33,11 @@ fn json(v: &Option<serde_json::Value>) -> String {
 pub(crate) fn actions_for(status: JobStatus) -> &'static [&'static str] {
     match status {
         JobStatus::Dead | JobStatus::Failed | JobStatus::Cancelled => &["retry"],
-        JobStatus::Waiting | JobStatus::Scheduled | JobStatus::Queued | JobStatus::Running => {
-            &["cancel"]
-        }
+        JobStatus::Waiting
+        | JobStatus::Scheduled
+        | JobStatus::Queued
+        | JobStatus::Running
+        | JobStatus::Held => &["cancel"],
         JobStatus::Succeeded => &[],
     }
 }

@@ -40,7 +40,7 @@ pub const MAP_EPOCH_CURRENT: &str = "SELECT epoch, shard_count FROM shardq_map_e
 pub const MAP_RANGES_OF: &str = "SELECT first_key, end_key, shard_index FROM shardq_map_ranges \
     WHERE epoch = $1 ORDER BY first_key";
 
-/// Unfinished jobs (waiting, scheduled, queued, running) per shard key, for
+/// Unfinished jobs (waiting, scheduled, queued, running, held) per shard key, for
 /// `shardq shards show`: one scan of the table, an operator's command.
 pub const MAP_UNFINISHED_BY_KEY: &str = "SELECT shard_key, count(*) AS n FROM workflow_status \
-    WHERE status IN ('waiting', 'scheduled', 'queued', 'running') GROUP BY shard_key";
+    WHERE status IN ('waiting', 'scheduled', 'queued', 'running', 'held') GROUP BY shard_key";

@@ -36,12 +36,27 @@ pub const SCHEDULE_CLOCK: &str = "SELECT now() AS now";
 /// commit together or not at all. The deduplication conflict clause only
 /// keeps a job of the same id that is still unfinished from failing the
 /// statement; `last_tick` is what makes the tick exactly once.
+///
+/// Only on the shard that holds the schedule's shard key ($3) at its
+/// current epoch, and not while that key's range is still `closed` on its
+/// way in (`shardq reshard` copies the schedule's row then): elsewhere
+/// `owned` is false and nothing is written, so a process with an old map
+/// finds the schedule's shard again and no tick runs on two shards.
 pub const SCHEDULE_TICK: &str = "WITH judged AS ( \
         SELECT $2 <= now() - CASE WHEN $9 THEN 0 ELSE $10 END * interval '1 millisecond' \
             AS ripe \
+    ), owned AS ( \
+        SELECT EXISTS (SELECT 1 FROM shardq_map_ranges r \
+                WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                  AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \
+                  AND r.first_key <= $3 AND $3 < r.end_key) \
+            AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
+                WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                  AND v.state = 'closed' AND v.first_key <= $3 AND $3 < v.end_key) AS yes \
     ), advanced AS ( \
         UPDATE shardq_schedules SET last_tick = $2, updated_at = now() \
         WHERE name = $1 AND last_tick < $2 AND (SELECT ripe FROM judged) \
+          AND (SELECT yes FROM owned) \
         RETURNING name \
     ), job AS ( \
         INSERT INTO workflow_status \
@@ -53,4 +68,16 @@ pub const SCHEDULE_TICK: &str = "WITH judged AS ( \
         RETURNING id, pg_notify('shardq_ready', queue) AS woken \
     ) \
     SELECT (SELECT ripe FROM judged) AS ripe, EXISTS (SELECT 1 FROM advanced) AS advanced, \
-        (SELECT id FROM job) AS job_id";
+        (SELECT id FROM job) AS job_id, (SELECT yes FROM owned) AS owned";
+
+/// `shardq reshard`: the schedules ($1..$2 their shard keys' range) as rows
+/// (name, last tick, updated at) to copy to the range's new shard.
+pub const SCHEDULE_ROWS_OF_RANGE: &str = "SELECT name, last_tick, updated_at \
+    FROM shardq_schedules WHERE shardq_shard_key(name) >= $1 AND shardq_shard_key(name) < $2";
+
+/// `shardq reshard`, while the range is closed (no tick runs on the new
+/// shard): writes the old shard's state of schedule $1 over any the new
+/// shard registered meanwhile.
+pub const SCHEDULE_ROW_COPY: &str = "INSERT INTO shardq_schedules (name, last_tick, updated_at) \
+    VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE \
+    SET last_tick = EXCLUDED.last_tick, updated_at = EXCLUDED.updated_at";

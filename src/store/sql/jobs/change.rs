@@ -5,20 +5,34 @@
 /// Returns the job's status after the change (no row: unknown or finished).
 /// Run between [`super::KEYS_LOCK`] and [`super::KEYS_PROMOTE`]: cancelling a
 /// retrying job releases its key.
+///
+/// A job `held` by a range move (`shardq reshard`) keeps its status and
+/// gets the request: the move copies the request with it and cancels it when
+/// it releases the range. A held stand-in of a job running on its old shard
+/// is not the job: it is left alone, so the caller goes on to that shard.
 pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
-        status = CASE WHEN status = 'running' THEN 'running' ELSE 'cancelled' END, \
-        cancel_requested = (status = 'running'), \
-        finished_at = CASE WHEN status = 'running' THEN NULL ELSE now() END \
+        status = CASE WHEN status IN ('running', 'held') THEN status ELSE 'cancelled' END, \
+        cancel_requested = status IN ('running', 'held'), \
+        finished_at = CASE WHEN status IN ('running', 'held') THEN NULL ELSE now() END \
     WHERE shard_key = $1 AND id = $2 \
-        AND status IN ('waiting', 'scheduled', 'queued', 'running') \
+        AND (status IN ('waiting', 'scheduled', 'queued', 'running') \
+             OR (status = 'held' AND held_status <> 'running')) \
     RETURNING status";
 
 /// Puts a dead, failed or cancelled job back with fresh attempts: `queued`,
 /// or `waiting` behind its key. Returns a row when it did. Run between
 /// [`super::KEYS_LOCK`] and [`super::KEYS_PROMOTE`], which queues it when its
 /// key is free.
+///
+/// Only on the shard that holds the job's key range now: a job that
+/// finished on a shard its range has since left (`shardq reshard`) is not
+/// put back there, where no enqueue of its key goes any more.
 pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
         status = CASE WHEN ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
         attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false \
     WHERE shard_key = $1 AND id = $2 AND status IN ('dead', 'failed', 'cancelled') \
+        AND EXISTS (SELECT 1 FROM shardq_map_ranges r \
+            WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+              AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \
+              AND r.first_key <= $1 AND $1 < r.end_key) \
     RETURNING id";

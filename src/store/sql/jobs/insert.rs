@@ -109,4 +109,4 @@ pub const JOB_INSERT_DEDUP_AS: &str = "WITH fence AS MATERIALIZED ( \
 
 /// The unfinished job of queue $1 with deduplication id $2.
 pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
-    WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running')";
+    WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running', 'held')";

@@ -1,0 +1,122 @@
+//! `shardq reshard --to NEW.toml`: moves the shard map to a new list.
+
+use crate::args::ReshardArgs;
+use anyhow::{bail, Context, Result};
+use shardq::config::{Config, ShardConfig};
+use shardq::reshard::{self, Options, Progress, Step};
+use shardq::shards::ShardSet;
+
+pub async fn run(config: &Config, args: ReshardArgs) -> Result<()> {
+    let new = Config::load(Some(&args.to))
+        .with_context(|| format!("cannot load the new shard list {}", args.to.display()))?;
+    let (old_count, new_count) = (config.shards.len(), new.shards.len());
+    let longer = if new_count >= old_count { &new } else { config };
+    check_lists(&config.shards, &new.shards)?;
+    let stop_after = match args.stop_after.as_deref() {
+        None => None,
+        Some("recorded") => Some(Step::Recorded),
+        Some("opened") => Some(Step::Opened),
+        Some("copied") => Some(Step::Copied),
+        Some(other) => bail!("--stop-after {other}: say recorded, opened or copied"),
+    };
+    let shards = ShardSet::connect(longer)?;
+    if !args.dry_run {
+        for shard in &shards.all()[old_count..] {
+            shardq::migrate::migrate_joining(shard, new_count)
+                .await
+                .with_context(|| format!("cannot migrate the new shard `{}`", shard.name))?;
+        }
+    }
+    let options = Options {
+        dry_run: args.dry_run,
+        stop_after,
+        patience: None,
+    };
+    let names: Vec<String> = shards.all().iter().map(|s| s.name.clone()).collect();
+    let summary = reshard::reshard(&shards, old_count, new_count, &options, |p| {
+        print_progress(&names, &p)
+    })
+    .await?;
+    if summary.ranges == 0 && summary.complete {
+        println!("nothing to move: the map (epoch {}) already spreads the keys over these {new_count} shards", summary.epoch);
+    } else if summary.complete {
+        println!(
+            "done: epoch {}, {} ranges moved, {} jobs copied",
+            summary.epoch, summary.ranges, summary.moved
+        );
+    } else if args.dry_run {
+        println!("dry run: nothing changed");
+    } else {
+        println!("stopped as asked; run the command again to finish the move");
+    }
+    Ok(())
+}
+
+/// The shorter list must be the first shards of the longer, in order.
+fn check_lists(old: &[ShardConfig], new: &[ShardConfig]) -> Result<()> {
+    let same = |a: &ShardConfig, b: &ShardConfig| {
+        a.pg.get_hosts() == b.pg.get_hosts()
+            && a.pg.get_ports() == b.pg.get_ports()
+            && a.pg.get_dbname() == b.pg.get_dbname()
+    };
+    for (i, (a, b)) in old.iter().zip(new).enumerate() {
+        if !same(a, b) {
+            bail!(
+                "shard {i} is `{}` in the current list and `{}` in the new one: a reshard keeps \
+                 the current shards in their order and adds shards after them (or drops the \
+                 last ones); replacing or reordering a shard is not supported yet",
+                a.name,
+                b.name
+            );
+        }
+    }
+    Ok(())
+}
+
+fn print_progress(names: &[String], p: &Progress) {
+    let name = |i: usize| names.get(i).map_or("?", String::as_str).to_string();
+    match p {
+        Progress::Planned {
+            epoch,
+            moves,
+            resumed,
+        } => {
+            let how = if *resumed {
+                "resuming the move to"
+            } else {
+                "plan for"
+            };
+            println!("{how} epoch {epoch}: {} ranges move", moves.len());
+            for m in moves {
+                println!(
+                    "    {}..{}  {} → {}  ({} keys)",
+                    m.first_key,
+                    m.end_key,
+                    name(m.from_index),
+                    name(m.to_index),
+                    m.end_key - m.first_key
+                );
+            }
+        }
+        Progress::Done(Step::Recorded) => println!("epoch recorded on every shard"),
+        Progress::Done(Step::Opened) => {
+            println!("ranges open: their enqueues are held on the new shards")
+        }
+        Progress::Done(Step::Copied) => println!("copied"),
+        Progress::Done(Step::Released) => println!("every range released"),
+        Progress::Pass {
+            moved,
+            left,
+            released,
+            ranges,
+            eta,
+        } => {
+            let eta = eta.map_or(String::new(), |d| format!(", about {}s left", d.as_secs()));
+            println!(
+                "{moved} jobs copied; {left} unfinished left on old shards; {released}/{ranges} \
+                 ranges released{eta}"
+            );
+        }
+        Progress::Retrying { error } => println!("retrying: {error}"),
+    }
+}

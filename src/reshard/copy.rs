@@ -1,0 +1,131 @@
+//! Copying a range's unclaimed jobs from the old shard to the new one.
+//!
+//! Per chunk of whole shard keys (a key's jobs move together, so no claim
+//! on the old shard takes a later job of a key whose earlier one left):
+//! mark them `held` on the old shard (no worker claims them there any
+//! more), write them on the new shard with their steps and ids, then remove
+//! them from the old shard. Stopped between any two of these, the next run
+//! finds them held on the old shard and copies them again (the new shard's
+//! earlier copy is replaced), so nothing is lost or written twice.
+//!
+//! Writers between the statements, without the lock of the one before:
+//! a worker completing or retrying a running job of the range (it stays
+//! running, or turns `scheduled` and is copied by a later pass); a cancel
+//! (it marks a held job's request, and the removal leaves a job whose
+//! request changed since it was read, for the next pass); recovery of an
+//! expired lease (running → queued: copied by a later pass). Enqueues of
+//! the range are refused on the old shard from the new epoch on.
+
+use crate::shards::{Shard, ShardError};
+use crate::store::reshard as store;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// Rows per chunk (a key with more moves whole, in one chunk).
+const CHUNK_ROWS: i64 = 2_000;
+
+/// What one pass copied.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Copied {
+    /// Jobs written on the new shard and removed from the old.
+    pub moved: u64,
+    /// Jobs the new shard refused (their deduplication id is taken there
+    /// by another job): left held on the old shard.
+    pub refused: u64,
+}
+
+/// Copies the unclaimed jobs of `range` from `from` to `to`: all of them,
+/// or (`dedup_only`) those of shard keys with a deduplicated job, plus
+/// stand-ins of the range's deduplicated running jobs.
+pub(super) async fn copy_range(
+    from: &Shard,
+    to: &Shard,
+    range: (i32, i32),
+    dedup_only: bool,
+) -> Result<Copied, ShardError> {
+    let stand_ins = store::read_stand_ins(from, range).await?;
+    if stand_ins.as_array().is_some_and(|a| !a.is_empty()) {
+        let empty = Value::Array(Vec::new());
+        store::write_copies(to, &empty, &empty, &stand_ins).await?;
+    }
+    let keys = store::keys_to_move(from, range, dedup_only).await?;
+    let mut copied = Copied::default();
+    for chunk in chunks(&keys) {
+        let done = copy_chunk(from, to, chunk).await?;
+        copied.moved += done.moved;
+        copied.refused += done.refused;
+    }
+    Ok(copied)
+}
+
+/// Groups (shard key, jobs) into ranges of whole keys of about
+/// [`CHUNK_ROWS`] jobs.
+fn chunks(keys: &[(i32, i64)]) -> Vec<(i32, i32)> {
+    let mut out = Vec::new();
+    let mut current: Option<(i32, i32, i64)> = None;
+    for &(key, n) in keys {
+        current = match current {
+            Some((first, _, rows)) if rows + n <= CHUNK_ROWS => Some((first, key + 1, rows + n)),
+            Some((first, end, _)) => {
+                out.push((first, end));
+                Some((key, key + 1, n))
+            }
+            None => Some((key, key + 1, n)),
+        };
+    }
+    out.extend(current.map(|(first, end, _)| (first, end)));
+    out
+}
+
+async fn copy_chunk(from: &Shard, to: &Shard, chunk: (i32, i32)) -> Result<Copied, ShardError> {
+    store::mark_held(from, chunk).await?;
+    let (jobs, steps) = store::read_held(from, chunk).await?;
+    let read = jobs.as_array().map_or(0, Vec::len);
+    if read == 0 {
+        return Ok(Copied::default());
+    }
+    let written = store::write_copies(to, &jobs, &steps, &Value::Array(Vec::new())).await?;
+    let cancel_of: HashMap<(i64, i64), bool> = jobs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| {
+            let id = (
+                j["id"].as_i64().unwrap_or(-1),
+                j["shard_key"].as_i64().unwrap_or(-1),
+            );
+            (id, j["cancel_requested"].as_bool().unwrap_or(false))
+        })
+        .collect();
+    let copied: Vec<(i64, i32, bool)> = written
+        .iter()
+        .map(|&(id, key)| {
+            let cancel = cancel_of.get(&(id, key.into())).copied().unwrap_or(false);
+            (id, key, cancel)
+        })
+        .collect();
+    let moved = store::drop_copied(from, chunk, &copied).await?;
+    let refused = (read - written.len()) as u64;
+    if refused > 0 {
+        tracing::warn!(
+            from = %from.name, to = %to.name, first_key = chunk.0, end_key = chunk.1, refused,
+            "jobs not copied: the new shard holds another job with their deduplication id; \
+             they stay held on the old shard (cancel one of the two to let the move finish)"
+        );
+    }
+    Ok(Copied { moved, refused })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_keep_keys_whole_and_about_the_size() {
+        assert_eq!(chunks(&[]), Vec::<(i32, i32)>::new());
+        assert_eq!(
+            chunks(&[(3, 1_500), (7, 400), (9, 200), (12, 5_000), (13, 1)]),
+            vec![(3, 8), (9, 10), (12, 13), (13, 14)]
+        );
+    }
+}

@@ -1,0 +1,556 @@
+//! The statements of a range move (`shardq reshard`, src/reshard/), each
+//! on one shard: recording an epoch with its moves, copying a range's
+//! unclaimed jobs, releasing the jobs held on the new shard.
+//!
+//! These run on sessions of the shard's pool (a transaction pooler cannot
+//! carry the move lock or a multi-statement transaction; the caller refuses
+//! one first), each within the shard's statement deadline: a frozen shard
+//! is an error after it, which the command tries again, not a hang.
+
+use super::{locks, sql};
+use crate::shard_map::{EpochRecord, KeyRange, MoveRow};
+use crate::shards::{PooledClient, Shard, ShardError};
+use serde_json::Value;
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+async fn session(shard: &Shard) -> Result<PooledClient, ShardError> {
+    shard.client().await
+}
+
+/// Every epoch `shard` records, with ranges and moves, oldest first (none
+/// when its schema has no map tables yet).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn history(shard: &Shard) -> Result<Vec<EpochRecord>, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let err = |e| shard.query_error(e);
+            let mut out = Vec::new();
+            let present: bool = db
+                .query_one(sql::RESHARD_MAP_TABLES, &[])
+                .await
+                .map_err(err)?
+                .get("present");
+            if !present {
+                return Ok(out);
+            }
+            for row in db.query(sql::RESHARD_EPOCHS, &[]).await.map_err(err)? {
+                let epoch: i32 = row.get("epoch");
+                let ranges = db
+                    .query(sql::MAP_RANGES_OF, &[&epoch])
+                    .await
+                    .map_err(err)?
+                    .iter()
+                    .map(|r| KeyRange {
+                        first_key: r.get("first_key"),
+                        end_key: r.get("end_key"),
+                        shard_index: usize::try_from(r.get::<_, i32>("shard_index")).unwrap_or(0),
+                    })
+                    .collect();
+                let moves = db
+                    .query(sql::RESHARD_MOVES_OF, &[&epoch])
+                    .await
+                    .map_err(err)?
+                    .iter()
+                    .map(|r| MoveRow {
+                        first_key: r.get("first_key"),
+                        end_key: r.get("end_key"),
+                        from_index: usize::try_from(r.get::<_, i32>("from_index")).unwrap_or(0),
+                        to_index: usize::try_from(r.get::<_, i32>("to_index")).unwrap_or(0),
+                        state: r.get("state"),
+                    })
+                    .collect();
+                out.push(EpochRecord {
+                    epoch,
+                    shard_count: row.get("shard_count"),
+                    ranges,
+                    moves,
+                });
+            }
+            Ok(out)
+        })
+        .await
+}
+
+/// Whether `shard` holds any job.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn has_jobs(shard: &Shard) -> Result<bool, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let row = db
+                .query_one(sql::RESHARD_HAS_JOBS, &[])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(row.get("any"))
+        })
+        .await
+}
+
+/// The last id `shard`'s sequence gave.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn last_id(shard: &Shard) -> Result<i64, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let row = db
+                .query_one(sql::RESHARD_LAST_ID, &[])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(row.get("last_value"))
+        })
+        .await
+}
+
+/// What [`record_epoch`] writes on one shard.
+#[derive(Debug, Clone)]
+pub struct EpochWrite<'a> {
+    /// The epoch to record, with its ranges and moves (all `closed`).
+    pub record: &'a EpochRecord,
+    /// The epochs before it, written first on a shard that forgets its own
+    /// map (a shard new to the list); `None` for the others.
+    pub history: Option<&'a [EpochRecord]>,
+    /// Whether ranges move in to this shard: the hold trigger goes on and
+    /// the id sequence is raised to `ids_from`.
+    pub moving_in: bool,
+    /// The lowest id a shard a range moves to gives from now on (its
+    /// sequence is raised to it; its hold trigger refuses lower ids).
+    pub ids_from: i64,
+    /// Whether this shard stays in the list (its count is updated).
+    pub in_list: bool,
+}
+
+/// Records `write.record` on `shard` unless it records that epoch already
+/// (then nothing changes: a command run again after it stopped). Under the
+/// map's lock, exclusive: no enqueue routed by the old epoch commits after
+/// this one. Returns whether it wrote.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails; nothing is written then.
+pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let err = |e| shard.query_error(e);
+            if write.moving_in {
+                // Before the map's lock, in its own transaction (see
+                // RESHARD_TRIGGER_ON); harmless while no range moves in.
+                db.batch_execute(sql::RESHARD_TRIGGER_ON)
+                    .await
+                    .map_err(err)?;
+            }
+            db.batch_execute("BEGIN").await.map_err(err)?;
+            let done = async {
+                db.execute(
+                    sql::RESHARD_MAP_LOCK,
+                    &[&locks::maintenance_class(), &locks::MAP_SLOT],
+                )
+                .await?;
+                let recorded = db
+                    .query_opt(
+                        "SELECT 1 FROM shardq_map_epochs WHERE epoch = $1",
+                        &[&write.record.epoch],
+                    )
+                    .await?;
+                if recorded.is_some() {
+                    return Ok(false);
+                }
+                if let Some(history) = write.history {
+                    db.batch_execute(sql::RESHARD_MAP_FORGET).await?;
+                    for record in history {
+                        insert_epoch(&db, record, None, 0).await?;
+                    }
+                }
+                insert_epoch(&db, write.record, Some("closed"), write.ids_from).await?;
+                if write.moving_in {
+                    db.execute(sql::RESHARD_RAISE_IDS, &[&write.ids_from])
+                        .await?;
+                }
+                if write.in_list {
+                    db.execute(sql::RESHARD_PLACE_COUNT, &[&write.record.shard_count])
+                        .await?;
+                }
+                Ok::<bool, tokio_postgres::Error>(true)
+            }
+            .await;
+            match done {
+                Ok(wrote) => {
+                    db.batch_execute("COMMIT").await.map_err(err)?;
+                    Ok(wrote)
+                }
+                Err(e) => {
+                    let _ = db.batch_execute("ROLLBACK").await;
+                    Err(err(e))
+                }
+            }
+        })
+        .await
+}
+
+/// Inserts one epoch with its ranges and moves (their recorded state, or
+/// `state` for every move; `ids_from` the new shards' first id).
+async fn insert_epoch(
+    db: &PooledClient,
+    record: &EpochRecord,
+    state: Option<&str>,
+    ids_from: i64,
+) -> Result<(), tokio_postgres::Error> {
+    db.execute(
+        sql::RESHARD_EPOCH_RECORD,
+        &[&record.epoch, &record.shard_count],
+    )
+    .await?;
+    let firsts: Vec<i32> = record.ranges.iter().map(|r| r.first_key).collect();
+    let ends: Vec<i32> = record.ranges.iter().map(|r| r.end_key).collect();
+    let shards: Vec<i32> = record
+        .ranges
+        .iter()
+        .map(|r| to_i32(r.shard_index))
+        .collect();
+    db.execute(
+        sql::RESHARD_RANGES_RECORD,
+        &[&record.epoch, &firsts, &ends, &shards],
+    )
+    .await?;
+    let firsts: Vec<i32> = record.moves.iter().map(|m| m.first_key).collect();
+    let ends: Vec<i32> = record.moves.iter().map(|m| m.end_key).collect();
+    let from: Vec<i32> = record.moves.iter().map(|m| to_i32(m.from_index)).collect();
+    let to: Vec<i32> = record.moves.iter().map(|m| to_i32(m.to_index)).collect();
+    let states: Vec<String> = record
+        .moves
+        .iter()
+        .map(|m| state.unwrap_or(&m.state).to_string())
+        .collect();
+    db.execute(
+        sql::RESHARD_MOVES_RECORD,
+        &[
+            &record.epoch,
+            &firsts,
+            &ends,
+            &from,
+            &to,
+            &states,
+            &ids_from,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sets the state of the move of `epoch` starting at `first_key` on `shard`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn set_move_state(
+    shard: &Shard,
+    epoch: i32,
+    first_key: i32,
+    state: &str,
+) -> Result<(), ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            db.execute(sql::RESHARD_MOVE_STATE, &[&first_key, &epoch, &state])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(())
+        })
+        .await
+}
+
+/// A session holding the move lock of `shard` (enqueues of a `closed`
+/// range wait on it); the lock goes with the session.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn hold_move_lock(shard: &Shard) -> Result<PooledClient, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            db.execute(
+                sql::RESHARD_MOVE_LOCK,
+                &[&locks::maintenance_class(), &locks::MOVE_SLOT],
+            )
+            .await
+            .map_err(|e| shard.query_error(e))?;
+            Ok(db)
+        })
+        .await
+}
+
+/// Gives back the lock [`hold_move_lock`] took.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails (the lock goes with the session
+/// then, which the pool cleans).
+pub async fn release_move_lock(shard: &Shard, db: PooledClient) -> Result<(), ShardError> {
+    shard
+        .within(async {
+            db.execute(
+                sql::RESHARD_MOVE_UNLOCK,
+                &[&locks::maintenance_class(), &locks::MOVE_SLOT],
+            )
+            .await
+            .map_err(|e| shard.query_error(e))?;
+            Ok(())
+        })
+        .await
+}
+
+/// The shard keys of `range` on `shard` with jobs to move, and how many
+/// each; only keys with a deduplicated job when `dedup_only`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn keys_to_move(
+    shard: &Shard,
+    (first, end): (i32, i32),
+    dedup_only: bool,
+) -> Result<Vec<(i32, i64)>, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let rows = db
+                .query(sql::RESHARD_KEYS_TO_MOVE, &[&first, &end, &dedup_only])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get("shard_key"), r.get("n")))
+                .collect())
+        })
+        .await
+}
+
+/// Marks the unclaimed jobs of shard keys `first..end` held on the old
+/// shard; returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn mark_held(shard: &Shard, (first, end): (i32, i32)) -> Result<u64, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            db.execute(sql::RESHARD_MARK, &[&first, &end])
+                .await
+                .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// The held jobs of shard keys `first..end` (a JSON array) and their steps
+/// (another).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn read_held(
+    shard: &Shard,
+    (first, end): (i32, i32),
+) -> Result<(Value, Value), ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let held = db
+                .query_one(sql::RESHARD_HELD_READ, &[&first, &end])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok((held.get("jobs"), held.get("steps")))
+        })
+        .await
+}
+
+/// Stand-ins (a JSON array) for the deduplicated jobs of `first..end`
+/// running on `shard`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn read_stand_ins(shard: &Shard, (first, end): (i32, i32)) -> Result<Value, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let row = db
+                .query_one(sql::RESHARD_RUNNING_READ, &[&first, &end])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(row.get("jobs"))
+        })
+        .await
+}
+
+/// On the new shard, in one transaction: replaces earlier held copies of
+/// `jobs` and writes `jobs`, their `steps` and the `stand_ins` (kept when
+/// a copy exists). Returns the (id, shard key) of the jobs written.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails; nothing is written then.
+pub async fn write_copies(
+    shard: &Shard,
+    jobs: &Value,
+    steps: &Value,
+    stand_ins: &Value,
+) -> Result<Vec<(i64, i32)>, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let err = |e| shard.query_error(e);
+            db.batch_execute("BEGIN").await.map_err(err)?;
+            let done = async {
+                db.execute(sql::RESHARD_COPY_REPLACE, &[jobs]).await?;
+                let written = db
+                    .query(
+                        &format!("{} RETURNING id, shard_key", sql::RESHARD_COPY_JOBS),
+                        &[jobs],
+                    )
+                    .await?;
+                db.execute(sql::RESHARD_COPY_STEPS, &[steps]).await?;
+                db.execute(sql::RESHARD_COPY_JOBS, &[stand_ins]).await?;
+                Ok::<_, tokio_postgres::Error>(
+                    written
+                        .iter()
+                        .map(|r| (r.get("id"), r.get("shard_key")))
+                        .collect(),
+                )
+            }
+            .await;
+            match done {
+                Ok(written) => {
+                    db.batch_execute("COMMIT").await.map_err(err)?;
+                    Ok(written)
+                }
+                Err(e) => {
+                    let _ = db.batch_execute("ROLLBACK").await;
+                    Err(err(e))
+                }
+            }
+        })
+        .await
+}
+
+/// On the old shard: removes the copied jobs (id, shard key, the cancel
+/// request they were copied with) of shard keys `first..end`; returns how
+/// many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn drop_copied(
+    shard: &Shard,
+    (first, end): (i32, i32),
+    copied: &[(i64, i32, bool)],
+) -> Result<u64, ShardError> {
+    shard
+        .within(async {
+            let ids: Vec<i64> = copied.iter().map(|c| c.0).collect();
+            let keys: Vec<i32> = copied.iter().map(|c| c.1).collect();
+            let cancels: Vec<bool> = copied.iter().map(|c| c.2).collect();
+            let db = session(shard).await?;
+            db.execute(
+                sql::RESHARD_DROP_COPIED,
+                &[&first, &end, &ids, &keys, &cancels],
+            )
+            .await
+            .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// The unfinished jobs of `first..end` left on `shard`.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn left(shard: &Shard, (first, end): (i32, i32)) -> Result<i64, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            let row = db
+                .query_one(sql::RESHARD_LEFT, &[&first, &end])
+                .await
+                .map_err(|e| shard.query_error(e))?;
+            Ok(row.get("n"))
+        })
+        .await
+}
+
+/// On the new shard, in one transaction under the map's lock: releases the
+/// held jobs of the move of `epoch` at `first..end` (stand-ins dropped, a
+/// key left with waiting jobs only gets its head queued) and records the
+/// move `released`; when no other range moves in, the hold trigger goes.
+/// Returns the jobs released.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails; nothing changes then.
+pub async fn release(
+    shard: &Shard,
+    epoch: i32,
+    (first, end): (i32, i32),
+) -> Result<u64, ShardError> {
+    shard
+        .within(async {
+    let db = session(shard).await?;
+    let err = |e| shard.query_error(e);
+    db.batch_execute("BEGIN").await.map_err(err)?;
+    let done = async {
+        db.execute(
+            sql::RESHARD_MAP_LOCK,
+            &[&locks::maintenance_class(), &locks::MAP_SLOT],
+        )
+        .await?;
+        let rows = db.query(sql::RESHARD_RELEASE, &[&first, &end]).await?;
+        let keys: Vec<i32> = rows.iter().map(|r| r.get("shard_key")).collect();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
+        db.query(sql::KEYS_PROMOTE, &[&keys, &ids]).await?;
+        db.execute(sql::RESHARD_MOVE_STATE, &[&first, &epoch, &"released"])
+            .await?;
+        Ok::<u64, tokio_postgres::Error>(rows.len() as u64)
+    }
+    .await;
+    let released = match done {
+        Ok(n) => {
+            db.batch_execute("COMMIT").await.map_err(err)?;
+            n
+        }
+        Err(e) => {
+            let _ = db.batch_execute("ROLLBACK").await;
+            return Err(err(e));
+        }
+    };
+    let moving: bool = db
+        .query_one(sql::RESHARD_STILL_MOVING_IN, &[])
+        .await
+        .map_err(err)?
+        .get("moving");
+    if !moving {
+        // Left on when its lock is not had at once: it writes nothing held
+        // once no range moves in; the next release or run tries again.
+        if let Err(e) = db.batch_execute(sql::RESHARD_TRIGGER_OFF).await {
+            let _ = db.batch_execute("RESET lock_timeout").await;
+            tracing::warn!(shard = %shard.name, error = %err(e), "the hold trigger stays on for now");
+        }
+    }
+    Ok(released)
+        })
+        .await
+}

@@ -1,0 +1,856 @@
+//! Online resharding (`shardq::reshard`): the shard list grows 2 → 4 and
+//! shrinks 4 → 3 while workers run and a producer enqueues. Keyed jobs (some
+//! failing once and retried after a backoff that spans the move), delayed
+//! jobs, deduplicated jobs enqueued again during the move, workflows whose
+//! first attempt recorded a step and failed: every job succeeds exactly
+//! once, per key in enqueue order, no deduplication id is admitted twice, no
+//! step runs twice, and every unfinished job ends on the shard its range
+//! maps to.
+
+use crate::common;
+
+use common::{wait_until, TestShards};
+use serde_json::json;
+use shardq::reshard::{reshard, Options, Step};
+use shardq::shards::ShardSet;
+use shardq::{
+    Client, ClientError, Config, HandlerRegistry, JobId, JobStatus, NewJob, OnDuplicate, Worker,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+const KEYS: usize = 120;
+const FIRST_REVISIONS: i64 = 4;
+const WORKFLOWS: usize = 60;
+const DEDUPLICATED: usize = 40;
+
+const WORKER_TOML: &str = "
+[dequeue]
+batch_size = 50
+empty_backoff_min_ms = 5
+empty_backoff_max_ms = 50
+[worker]
+queues = [\"moving\"]
+concurrency = 8
+maintenance_interval_ms = 100
+retry_backoff_min_ms = 1500
+retry_backoff_max_ms = 1500
+";
+
+/// Every handler call, on a database of its own (shard 0's server).
+const CALLS_TABLE: &str = "CREATE TABLE IF NOT EXISTS test_calls (job bigint, shard_key int, \
+    key text, revision bigint, what text, started_us bigint, finished_us bigint)";
+
+fn micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+fn toml_of(urls: &[String], extra: &str) -> String {
+    let mut text = String::new();
+    for (i, url) in urls.iter().enumerate() {
+        text.push_str(&format!(
+            "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 12\n\n"
+        ));
+    }
+    text + extra
+}
+
+/// `record` (keyed revisions; `fail_once` fails its first attempt) and
+/// `workflow` (records step `a`, fails its first attempt, then records
+/// step `b`); each call writes a row to `calls`.
+fn registry(calls: ShardSet) -> HandlerRegistry {
+    let mut registry = HandlerRegistry::with_builtins();
+    let recorder = calls.clone();
+    registry.register("record", move |ctx| {
+        let calls = recorder.clone();
+        async move {
+            let started = micros();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let failing = ctx.payload["fail_once"].as_bool() == Some(true) && ctx.attempt == 1;
+            let what = if failing { "failed" } else { "ok" };
+            record(&calls, &ctx, what, started).await?;
+            if failing {
+                return Err("fails its first attempt".into());
+            }
+            Ok(serde_json::Value::Null)
+        }
+    });
+    registry.register("workflow", move |ctx| {
+        let calls = calls.clone();
+        async move {
+            let started = micros();
+            let step_calls = calls.clone();
+            let step_ctx = ctx.clone();
+            ctx.step("a", || async move {
+                record(&step_calls, &step_ctx, "step-a", started).await?;
+                Ok::<_, shardq::worker::HandlerError>(json!(1))
+            })
+            .await?;
+            if ctx.attempt == 1 {
+                return Err("fails after step a".into());
+            }
+            record(&calls, &ctx, "ok", started).await?;
+            Ok(serde_json::Value::Null)
+        }
+    });
+    registry
+}
+
+async fn record(
+    calls: &ShardSet,
+    ctx: &shardq::worker::JobContext,
+    what: &str,
+    started: i64,
+) -> Result<(), shardq::worker::HandlerError> {
+    let revision = ctx.payload["revision"].as_i64().unwrap_or(-1);
+    calls
+        .get(0)
+        .client()
+        .await?
+        .execute(
+            "INSERT INTO test_calls VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &ctx.id.id,
+                &ctx.id.shard_key,
+                &ctx.ordering_key,
+                &revision,
+                &what,
+                &started,
+                &micros(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+fn keyed(key: usize, revision: i64) -> NewJob {
+    NewJob::new(
+        "moving",
+        "record",
+        json!({ "revision": revision, "fail_once": (key + revision as usize) % 7 == 0 }),
+    )
+    .ordering_key(format!("key-{key}"))
+}
+
+/// The `i`-th deduplication id: one per 1/DEDUPLICATED of the shard keys,
+/// so every moving range has some (ids that differ only in their last
+/// characters hash close together).
+fn dedup_id(i: usize) -> String {
+    let width = 65_536 / DEDUPLICATED as i32;
+    (0..)
+        .map(|n| format!("dedup-{n}"))
+        .find(|id| shardq::router::shard_key_for(id) / width == i as i32)
+        .unwrap()
+}
+
+fn deduplicated(i: usize) -> NewJob {
+    NewJob::new("moving", "record", json!({}))
+        .dedup(dedup_id(i), OnDuplicate::Error)
+        .delay(Duration::from_secs(10))
+}
+
+/// The jobs before the move: revisions of every key, workflows, delayed
+/// unkeyed jobs and deduplicated ones (delayed past the move).
+fn first_jobs() -> Vec<NewJob> {
+    let mut jobs: Vec<NewJob> = (0..KEYS)
+        .flat_map(|k| (0..FIRST_REVISIONS).map(move |r| keyed(k, r)))
+        .collect();
+    jobs.extend((0..WORKFLOWS).map(|i| NewJob::new("moving", "workflow", json!({ "w": i }))));
+    jobs.extend((0..40).map(|i| {
+        NewJob::new("moving", "record", json!({ "d": i }))
+            .delay(Duration::from_millis(300 + 50 * i))
+    }));
+    jobs.extend((0..DEDUPLICATED).map(deduplicated));
+    jobs
+}
+
+fn worker(
+    config: &Config,
+    calls: &ShardSet,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let config = config.clone();
+    let calls = calls.clone();
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let shards = ShardSet::connect(&config).unwrap();
+        Worker::new(config, shards, registry(calls)).run(stop).await;
+    })
+}
+
+/// Revisions of every key, in rounds, and the deduplicated jobs again,
+/// until `done`; returns the next revision and how many duplicates were
+/// refused. A deduplicated job enqueued again while the first (`originals`,
+/// by index) is unfinished must be refused.
+fn producer(
+    client: Client,
+    originals: Vec<JobId>,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(i64, usize)> {
+    tokio::spawn(async move {
+        let mut revision = FIRST_REVISIONS;
+        let mut refused = 0;
+        while !done.load(Ordering::Relaxed) || revision < FIRST_REVISIONS + 3 {
+            let jobs: Vec<NewJob> = (0..KEYS).map(|k| keyed(k, revision)).collect();
+            client
+                .enqueue_many(jobs)
+                .await
+                .expect("a round of revisions");
+            revision += 1;
+            let i = revision as usize % DEDUPLICATED;
+            let first = client.job(originals[i]).await.unwrap().expect("the first");
+            if first.status != JobStatus::Scheduled {
+                continue; // ran already: a new one may be admitted
+            }
+            match client.enqueue(deduplicated(i)).await {
+                Err(ClientError::Duplicate { .. }) => refused += 1,
+                other => panic!("{} admitted again during the move: {other:?}", dedup_id(i)),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (revision, refused)
+    })
+}
+
+async fn unfinished(shards: &ShardSet) -> i64 {
+    let mut n = 0;
+    for shard in shards.all() {
+        let row = shard
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT count(*) FROM workflow_status \
+                 WHERE status NOT IN ('succeeded', 'dead', 'cancelled', 'failed')",
+                &[],
+            )
+            .await
+            .unwrap();
+        n += row.get::<_, i64>(0);
+    }
+    n
+}
+
+/// Moves `from` shards to `to` with workers and a producer running, then
+/// checks every promise.
+async fn move_under_load(from: usize, to: usize) {
+    let servers = TestShards::databases(from.max(to) + 1).await;
+    let urls = &servers.urls[..from.max(to)];
+    let calls_url = servers.urls[from.max(to)].clone();
+    let old = Config::from_toml(&toml_of(&urls[..from], WORKER_TOML)).unwrap();
+    let new = Config::from_toml(&toml_of(&urls[..to], WORKER_TOML)).unwrap();
+    let longer = if to > from { new.clone() } else { old.clone() };
+    let calls = ShardSet::connect(&Config::from_toml(&toml_of(&[calls_url], "")).unwrap()).unwrap();
+    calls
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .batch_execute(CALLS_TABLE)
+        .await
+        .unwrap();
+    let old_set = ShardSet::connect(&old).unwrap();
+    shardq::migrate::migrate_all(&old_set)
+        .await
+        .expect("migrate");
+    let all = ShardSet::connect(&longer).unwrap();
+    for shard in &all.all()[from..] {
+        shardq::migrate::migrate_joining(shard, to)
+            .await
+            .expect("migrate a new shard");
+    }
+
+    // The producer's client lists every shard (the longer list): it routes
+    // by whatever map the shards record.
+    let client = Client::new(&longer).unwrap();
+    let first = client.enqueue_many(first_jobs()).await.expect("first jobs");
+    assert_eq!(first.len(), first_jobs().len());
+    let originals = first[first.len() - DEDUPLICATED..].to_vec();
+
+    let stop = CancellationToken::new();
+    let old_worker = worker(&old, &calls, &stop);
+    // Let some first attempts fail (their retries wait out the move).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let producing = producer(client.clone(), originals, done.clone());
+
+    // Stopped after it opened the ranges, then run again: it goes on from
+    // there.
+    let stopped = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    let opened = reshard(&all, from, to, &stopped, |_| {})
+        .await
+        .expect("first step");
+    assert!(!opened.complete && opened.ranges > 0);
+    // The new list starts now (its place is recorded on every shard).
+    let new_worker = worker(&new, &calls, &stop);
+    let summary = reshard(&all, from, to, &Options::default(), |_| {})
+        .await
+        .expect("the move finishes");
+    assert!(summary.complete, "{summary:?}");
+
+    assert!(
+        opened.moved + summary.moved > 0,
+        "unclaimed jobs were copied: {opened:?} {summary:?}"
+    );
+    done.store(true, Ordering::Relaxed);
+    let (revisions, refused) = producing.await.unwrap();
+    assert!(refused > 0, "the producer met its duplicates");
+    let last: Vec<NewJob> = (0..KEYS).map(|k| keyed(k, revisions)).collect();
+    client
+        .enqueue_many(last)
+        .await
+        .expect("revisions after the move");
+    let revisions = revisions + 1;
+
+    wait_until(Duration::from_secs(120), "every job finished", || async {
+        unfinished(&all).await == 0
+    })
+    .await;
+    stop.cancel();
+    old_worker.await.unwrap();
+    new_worker.await.unwrap();
+
+    check_outcome(&all, &calls, to, revisions).await;
+}
+
+async fn check_outcome(all: &ShardSet, calls: &ShardSet, to: usize, revisions: i64) {
+    // Every job exactly once in the tables, succeeded, none held.
+    let mut rows: HashMap<(i32, i64), (usize, String)> = HashMap::new();
+    let mut dedup_rows: HashMap<String, usize> = HashMap::new();
+    let map = all.load_map().await.expect("map");
+    assert_eq!(map.shard_count(), to);
+    for shard in all.all() {
+        let db = shard.client().await.unwrap();
+        for r in db
+            .query(
+                "SELECT shard_key, id, status, dedup_id FROM workflow_status",
+                &[],
+            )
+            .await
+            .unwrap()
+        {
+            let at = (r.get::<_, i32>(0), r.get::<_, i64>(1));
+            let status: String = r.get(2);
+            assert_eq!(status, "succeeded", "job {at:?} on {}", shard.name);
+            assert!(
+                rows.insert(at, (shard.index, status)).is_none(),
+                "job {at:?} twice"
+            );
+            if let Some(d) = r.get::<_, Option<String>>(3) {
+                *dedup_rows.entry(d).or_default() += 1;
+            }
+        }
+        let triggers: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_trigger WHERE tgname = 'shardq_hold_moving'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(triggers, 0, "the hold trigger is gone from {}", shard.name);
+    }
+    let expected = KEYS as i64 * revisions + (WORKFLOWS + 40 + DEDUPLICATED) as i64;
+    assert_eq!(
+        rows.len() as i64,
+        expected,
+        "every job enqueued is there once"
+    );
+    assert_eq!(dedup_rows.len(), DEDUPLICATED);
+    assert!(
+        dedup_rows.values().all(|&n| n == 1),
+        "a dedup id admitted twice: {dedup_rows:?}"
+    );
+
+    // Calls: one success per job, step a once per workflow, keys in order.
+    let db = calls.get(0).client().await.unwrap();
+    let mut ok: HashMap<(i32, i64), usize> = HashMap::new();
+    let mut step_a: HashMap<(i32, i64), usize> = HashMap::new();
+    let mut by_key: HashMap<String, Vec<(i64, i64, i64)>> = HashMap::new();
+    for r in db
+        .query(
+            "SELECT job, shard_key, key, revision, what, started_us, finished_us FROM test_calls",
+            &[],
+        )
+        .await
+        .unwrap()
+    {
+        let at = (r.get::<_, i32>(1), r.get::<_, i64>(0));
+        let what: String = r.get(4);
+        match what.as_str() {
+            "ok" => *ok.entry(at).or_default() += 1,
+            "step-a" => *step_a.entry(at).or_default() += 1,
+            _ => {}
+        }
+        if let Some(key) = r.get::<_, Option<String>>(2) {
+            by_key
+                .entry(key)
+                .or_default()
+                .push((r.get(3), r.get(5), r.get(6)));
+        }
+    }
+    assert_eq!(ok.len(), rows.len(), "every job succeeded in a call");
+    assert!(ok.values().all(|&n| n == 1), "a job succeeded twice");
+    assert_eq!(step_a.len(), WORKFLOWS);
+    assert!(
+        step_a.values().all(|&n| n == 1),
+        "a recorded step ran again"
+    );
+    for (key, mut calls) in by_key {
+        calls.sort_by_key(|c| c.1);
+        let order: Vec<i64> = calls.iter().map(|c| c.0).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        if order != sorted {
+            let mut detail = Vec::new();
+            for shard in all.all() {
+                let db = shard.client().await.unwrap();
+                for r in db
+                    .query(
+                        "SELECT id, status, payload->>'revision', created_at::text, started_at::text, finished_at::text \
+                         FROM workflow_status WHERE ordering_key = $1 ORDER BY id",
+                        &[&key],
+                    )
+                    .await
+                    .unwrap()
+                {
+                    detail.push(format!(
+                        "{} id={} {} rev={:?} created={:?} started={:?} finished={:?}",
+                        shard.name,
+                        r.get::<_, i64>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, Option<String>>(2),
+                        r.get::<_, Option<String>>(3),
+                        r.get::<_, Option<String>>(4),
+                        r.get::<_, Option<String>>(5)
+                    ));
+                }
+            }
+            panic!(
+                "key {key} ran out of order: {order:?}\n{}",
+                detail.join("\n")
+            );
+        }
+        for pair in calls.windows(2) {
+            assert!(pair[1].1 >= pair[0].2, "key {key}: calls overlap: {pair:?}");
+        }
+    }
+    // The revisions enqueued after the move are on the shard the new map
+    // gives their key.
+    let mut after = 0;
+    for shard in all.all() {
+        let db = shard.client().await.unwrap();
+        for r in db
+            .query(
+                "SELECT shard_key FROM workflow_status WHERE (payload->>'revision')::bigint = $1",
+                &[&(revisions - 1)],
+            )
+            .await
+            .unwrap()
+        {
+            after += 1;
+            let shard_key: i32 = r.get(0);
+            assert_eq!(map.shard_for(shard_key), shard.index, "key {shard_key}");
+        }
+    }
+    assert_eq!(after, KEYS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_two_shards_to_four_under_load() {
+    move_under_load(2, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shrinking_four_shards_to_three_under_load() {
+    move_under_load(4, 3).await;
+}
+
+/// A key whose shard key the move 2 → 3 gives to the new shard.
+fn moving_key(plan: &shardq::reshard::Plan, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|k| {
+            let at = shardq::router::shard_key_for(k);
+            plan.moves
+                .iter()
+                .any(|m| m.first_key <= at && at < m.end_key && m.to_index == 2)
+        })
+        .unwrap()
+}
+
+async fn statuses(shard: &shardq::shards::Shard) -> HashMap<String, i64> {
+    let db = shard.client().await.unwrap();
+    db.query(
+        "SELECT status, count(*) FROM workflow_status GROUP BY status",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// The command stopped after each step and run again: while a range is
+/// recorded but not yet open (the command died in between), its enqueues
+/// are refused with SQ005 and write nothing; once open, a client with the
+/// old map is fenced, reloads and writes the job held on the new shard; the
+/// copy leaves the old shard no unclaimed job of the range; the last run
+/// releases everything, and a worker runs every job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_stopped_at_each_step_finishes_when_run_again() {
+    let servers = TestShards::databases(3).await;
+    let old = Config::from_toml(&toml_of(&servers.urls[..2], WORKER_TOML)).unwrap();
+    let new = Config::from_toml(&toml_of(&servers.urls, WORKER_TOML)).unwrap();
+    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
+        .await
+        .unwrap();
+    let all = ShardSet::connect(&new).unwrap();
+    shardq::migrate::migrate_joining(all.get(2), 3)
+        .await
+        .unwrap();
+    let plan = shardq::reshard::plan(shardq::shard_map::ShardMap::from_formula(2).ranges(), 3);
+    let key = moving_key(&plan, "mover");
+    let dedup = moving_key(&plan, "order");
+    let once = || {
+        NewJob::new("moving", "noop", json!({}))
+            .dedup(dedup.clone(), OnDuplicate::Error)
+            .delay(Duration::from_millis(500))
+    };
+    // Loaded at epoch 1, before the move: stale from here on.
+    let stale = Client::new(&new).unwrap();
+    let mut jobs: Vec<NewJob> = (0..300)
+        .map(|i| NewJob::new("moving", "noop", json!({ "i": i })))
+        .collect();
+    let in_order =
+        |r: i64| NewJob::new("moving", "noop", json!({ "revision": r })).ordering_key(key.clone());
+    jobs.extend((0..5).map(in_order));
+    jobs.push(once());
+    let first = stale.enqueue_many(jobs).await.unwrap();
+
+    let step = |s| Options {
+        stop_after: Some(s),
+        ..Options::default()
+    };
+    reshard(&all, 2, 3, &step(Step::Recorded), |_| {})
+        .await
+        .unwrap();
+    let refused = stale
+        .enqueue(NewJob::new("moving", "noop", json!({})).ordering_key(key.clone()))
+        .await
+        .expect_err("a range recorded but not open refuses its enqueues");
+    // Refused by every try; the call cannot tell whether a try whose reply
+    // was lost wrote it, so it hands the enqueue back as unknown.
+    let sqlstate = match &refused {
+        ClientError::Shard(e) | ClientError::OutcomeUnknown { source: e, .. } => {
+            e.sqlstate().map(|c| c.code().to_string())
+        }
+        _ => None,
+    };
+    assert_eq!(sqlstate.as_deref(), Some("SQ005"), "{refused:?}");
+    let total: i64 = futures_util::future::join_all(all.all().iter().map(statuses))
+        .await
+        .iter()
+        .flat_map(|m| m.values())
+        .sum();
+    assert_eq!(
+        total,
+        first.len() as i64,
+        "the refused enqueue wrote nothing"
+    );
+
+    reshard(&all, 2, 3, &step(Step::Opened), |_| {})
+        .await
+        .unwrap();
+    let held = stale
+        .enqueue(in_order(5))
+        .await
+        .expect("fenced, reloaded, written on the new shard");
+    assert_eq!(stale.shards().routing().get().epoch(), 2);
+    let info = stale.job(held).await.unwrap().unwrap();
+    assert_eq!(info.status, JobStatus::Held);
+    // Its range is open, its jobs not yet copied: the deduplication ids
+    // were, before the range opened.
+    match stale.enqueue(once()).await {
+        Err(ClientError::Duplicate { .. }) => {}
+        other => panic!("{dedup} admitted twice while its range moves: {other:?}"),
+    }
+
+    reshard(&all, 2, 3, &step(Step::Copied), |_| {})
+        .await
+        .unwrap();
+    let on_new = statuses(all.get(2)).await;
+    assert!(
+        on_new.get("held").copied().unwrap_or(0) > 6,
+        "copied jobs wait held: {on_new:?}"
+    );
+    assert_eq!(
+        on_new.len(),
+        1,
+        "nothing but held jobs on the new shard: {on_new:?}"
+    );
+    for m in &plan.moves {
+        let left = shardq::store::reshard::left(all.get(m.from_index), (m.first_key, m.end_key))
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "the old shard keeps no unclaimed job of {m:?}");
+    }
+
+    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    let again = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(again.ranges, 0, "a finished move has nothing left to do");
+
+    let report = Worker::new(new.clone(), all.clone(), HandlerRegistry::with_builtins())
+        .stop_when_empty(true)
+        .run(CancellationToken::new())
+        .await;
+    assert_eq!(report.stats.succeeded as usize, first.len() + 1);
+    assert_eq!(
+        futures_util::future::join_all(all.all().iter().map(statuses))
+            .await
+            .iter()
+            .flat_map(|m| m.iter())
+            .filter(|(status, _)| status.as_str() != "succeeded")
+            .count(),
+        0,
+        "every job succeeded"
+    );
+}
+
+/// A schedule whose key is on the shard that leaves (3 → 2): its worker,
+/// running through the move, is refused on the old shard, finds the new one
+/// and goes on from the last tick copied there. Every tick is enqueued once,
+/// and those after the move on the schedule's new shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_follows_its_key_to_its_new_shard() {
+    let servers = TestShards::databases(3).await;
+    let name = (0..)
+        .map(|i| format!("tick-{i}"))
+        .find(|n| shardq::router::shard_key_for(n) >= 43_691)
+        .unwrap();
+    let toml = format!(
+        "[worker]\nqueues = [\"ticks\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\n\
+         [[schedules]]\nname = \"{name}\"\ncron = \"* * * * * *\"\nqueue = \"ticks\"\n\
+         handler = \"noop\"\n"
+    );
+    let config = Config::from_toml(&toml_of(&servers.urls, &toml)).unwrap();
+    let all = ShardSet::connect(&config).unwrap();
+    shardq::migrate::migrate_all(&all).await.unwrap();
+    let stop = CancellationToken::new();
+    let running = {
+        let (config, shards, stop) = (config.clone(), all.clone(), stop.clone());
+        tokio::spawn(async move {
+            Worker::new(config, shards, HandlerRegistry::with_builtins())
+                .run(stop)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let summary = reshard(&all, 3, 2, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    let moved_at = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    stop.cancel();
+    running.await.unwrap();
+
+    let owner = all
+        .load_map()
+        .await
+        .unwrap()
+        .shard_for(shardq::router::shard_key_for(&name));
+    assert_ne!(owner, 2);
+    let mut ticks: HashMap<String, usize> = HashMap::new();
+    let mut after = 0;
+    for shard in all.all() {
+        let db = shard.client().await.unwrap();
+        for r in db
+            .query(
+                "SELECT dedup_id, created_at FROM workflow_status WHERE queue = 'ticks'",
+                &[],
+            )
+            .await
+            .unwrap()
+        {
+            *ticks.entry(r.get(0)).or_default() += 1;
+            if r.get::<_, chrono::DateTime<chrono::Utc>>(1) > moved_at {
+                after += 1;
+                assert_eq!(shard.index, owner, "a tick after the move on its old shard");
+            }
+        }
+    }
+    assert!(
+        ticks.values().all(|&n| n == 1),
+        "a tick enqueued twice: {ticks:?}"
+    );
+    assert!(
+        after >= 2,
+        "the schedule ticked on after the move ({after})"
+    );
+    assert!(ticks.len() >= 4, "{ticks:?}");
+}
+
+/// The old shard frozen (SIGSTOP) while its range is being copied: the
+/// command's statements there give up at their deadline and are tried
+/// again; once the server answers again the move finishes, and every job
+/// runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_frozen_during_the_copy_makes_the_move_wait_and_lose_nothing() {
+    use nix::sys::signal::Signal;
+    let servers = TestShards::servers(3).await;
+    let fast = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = 1000\n");
+    let old = Config::from_toml(&toml_of(&servers.urls[..2], &fast)).unwrap();
+    let new = Config::from_toml(&toml_of(&servers.urls, &fast)).unwrap();
+    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
+        .await
+        .unwrap();
+    let all = ShardSet::connect(&new).unwrap();
+    shardq::migrate::migrate_joining(all.get(2), 3)
+        .await
+        .unwrap();
+    let client = Client::new(&new).unwrap();
+    let jobs: Vec<NewJob> = (0..3_000)
+        .map(|i| {
+            NewJob::new("moving", "noop", json!({ "i": i })).ordering_key(format!("k-{}", i % 300))
+        })
+        .collect();
+    let first = client.enqueue_many(jobs).await.unwrap();
+    // Frozen once the ranges are open, as the copy begins; thawed 3 s later.
+    let frozen = std::sync::atomic::AtomicBool::new(false);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut retries = 0;
+    let moving = async {
+        let summary = reshard(&all, 2, 3, &Options::default(), |p| match p {
+            shardq::reshard::Progress::Done(Step::Opened) => {
+                servers.servers[0]
+                    .server()
+                    .signal_all(Signal::SIGSTOP)
+                    .unwrap();
+                frozen.store(true, Ordering::SeqCst);
+            }
+            shardq::reshard::Progress::Retrying { .. } => retries += 1,
+            _ => {}
+        })
+        .await;
+        done.store(true, Ordering::SeqCst);
+        summary
+    };
+    let thaw = async {
+        while !frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let waited = !done.load(Ordering::SeqCst);
+        servers.servers[0]
+            .server()
+            .signal_all(Signal::SIGCONT)
+            .unwrap();
+        waited
+    };
+    let (summary, waited) = tokio::time::timeout(Duration::from_secs(90), async {
+        tokio::join!(moving, thaw)
+    })
+    .await
+    .expect("the move finishes once the shard answers");
+    let summary = summary.unwrap();
+    assert!(waited, "the move waited for the frozen shard");
+    assert!(retries > 0, "the frozen shard's steps were retried");
+    assert!(summary.complete && summary.moved > 0, "{summary:?}");
+
+    let report = Worker::new(new.clone(), all.clone(), HandlerRegistry::with_builtins())
+        .stop_when_empty(true)
+        .run(CancellationToken::new())
+        .await;
+    assert_eq!(report.stats.succeeded as usize, first.len());
+    assert_eq!(unfinished(&all).await, 0);
+}
+
+/// `shardq reshard` as a user runs it: the dry run prints the plan and
+/// changes nothing, the move prints its end, `shards show` the new epoch;
+/// a new list that reorders the current shards is refused, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_plans_moves_and_refuses_a_reordered_list() {
+    let servers = TestShards::databases(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, urls: &[String]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, toml_of(urls, "")).unwrap();
+        path
+    };
+    let old = write("old.toml", &servers.urls[..2]);
+    let new = write("new.toml", &servers.urls);
+    let reordered = write(
+        "reordered.toml",
+        &[
+            servers.urls[1].clone(),
+            servers.urls[0].clone(),
+            servers.urls[2].clone(),
+        ],
+    );
+    let run = |config: &std::path::Path, args: &[&str]| {
+        let mut command = shardq_harness::exe::shardq_command(config);
+        command.args(args);
+        async move {
+            let out = command.output().await.unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), text)
+        }
+    };
+    assert!(run(&old, &["migrate"]).await.0);
+
+    let (ok, text) = run(
+        &old,
+        &["reshard", "--to", new.to_str().unwrap(), "--dry-run"],
+    )
+    .await;
+    assert!(ok, "{text}");
+    assert!(text.contains("plan for epoch 2: 2 ranges move"), "{text}");
+    assert!(
+        text.contains("s0 → s2") && text.contains("s1 → s2"),
+        "{text}"
+    );
+    assert!(text.contains("dry run: nothing changed"), "{text}");
+    let (ok, text) = run(&new, &["shards", "show"]).await;
+    assert!(
+        ok && text.contains("shard map epoch 1 (2 shards)"),
+        "{text}"
+    );
+
+    let (ok, text) = run(&old, &["reshard", "--to", reordered.to_str().unwrap()]).await;
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("replacing or reordering a shard is not supported"),
+        "{text}"
+    );
+
+    let (ok, text) = run(&old, &["reshard", "--to", new.to_str().unwrap()]).await;
+    assert!(ok, "{text}");
+    assert!(text.contains("done: epoch 2, 2 ranges moved"), "{text}");
+    let (ok, text) = run(&new, &["shards", "show"]).await;
+    assert!(
+        ok && text.contains("shard map epoch 2 (3 shards)"),
+        "{text}"
+    );
+    let (ok, text) = run(&new, &["check"]).await;
+    assert!(ok, "the moved fleet passes `shardq check`: {text}");
+}

@@ -654,7 +654,7 @@ BEGIN
             RETURN QUERY SELECT w.shard_key || '-' || w.id, w.shard_key, w.id, false
                 FROM workflow_status w
                 WHERE w.queue = p_queue AND w.dedup_id = p_dedup_id
-                  AND w.status IN ('scheduled', 'queued', 'running');
+                  AND w.status IN ('scheduled', 'queued', 'running', 'held');
             IF FOUND THEN
                 RETURN;
             END IF;

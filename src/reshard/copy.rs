@@ -43,17 +43,20 @@ pub(super) async fn copy_range(
     range: (i32, i32),
     dedup_only: bool,
 ) -> Result<Copied, ShardError> {
-    let stand_ins = store::read_stand_ins(from, range).await?;
-    if stand_ins.as_array().is_some_and(|a| !a.is_empty()) {
-        let empty = Value::Array(Vec::new());
-        store::write_copies(to, &empty, &empty, &stand_ins).await?;
-    }
     let keys = store::keys_to_move(from, range, dedup_only).await?;
     let mut copied = Copied::default();
     for chunk in chunks(&keys) {
         let done = copy_chunk(from, to, chunk).await?;
         copied.moved += done.moved;
         copied.refused += done.refused;
+    }
+    // After the marks: a deduplicated job a worker claimed before its
+    // chunk was marked is running now, and gets its stand-in here (read
+    // first, it would have been queued, then left behind running).
+    let stand_ins = store::read_stand_ins(from, range).await?;
+    if stand_ins.as_array().is_some_and(|a| !a.is_empty()) {
+        let empty = Value::Array(Vec::new());
+        store::write_copies(to, &empty, &empty, &stand_ins).await?;
     }
     Ok(copied)
 }

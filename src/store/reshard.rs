@@ -11,6 +11,7 @@ use super::{locks, sql};
 use crate::shard_map::{EpochRecord, KeyRange, MoveRow};
 use crate::shards::{PooledClient, Shard, ShardError};
 use serde_json::Value;
+use std::collections::HashSet;
 
 fn to_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
@@ -143,7 +144,7 @@ pub struct EpochWrite<'a> {
 pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool, ShardError> {
     shard
         .within(async {
-            let db = session(shard).await?;
+            let mut db = session(shard).await?;
             let err = |e| shard.query_error(e);
             if write.moving_in {
                 // Before the map's lock, in its own transaction (see
@@ -152,50 +153,46 @@ pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool,
                     .await
                     .map_err(err)?;
             }
-            db.batch_execute("BEGIN").await.map_err(err)?;
-            let done = async {
-                db.execute(
-                    sql::RESHARD_MAP_LOCK,
-                    &[&locks::maintenance_class(), &locks::MAP_SLOT],
+            let tx = db.transaction().await.map_err(err)?;
+            tx.execute(
+                sql::RESHARD_MAP_LOCK,
+                &[&locks::maintenance_class(), &locks::MAP_SLOT],
+            )
+            .await
+            .map_err(err)?;
+            let recorded = tx
+                .query_opt(
+                    "SELECT 1 FROM shardq_map_epochs WHERE epoch = $1",
+                    &[&write.record.epoch],
                 )
-                .await?;
-                let recorded = db
-                    .query_opt(
-                        "SELECT 1 FROM shardq_map_epochs WHERE epoch = $1",
-                        &[&write.record.epoch],
-                    )
-                    .await?;
-                if recorded.is_some() {
-                    return Ok(false);
-                }
-                if let Some(history) = write.history {
-                    db.batch_execute(sql::RESHARD_MAP_FORGET).await?;
-                    for record in history {
-                        insert_epoch(&db, record, None, 0).await?;
-                    }
-                }
-                insert_epoch(&db, write.record, Some("closed"), write.ids_from).await?;
-                if write.moving_in {
-                    db.execute(sql::RESHARD_RAISE_IDS, &[&write.ids_from])
-                        .await?;
-                }
-                if write.in_list {
-                    db.execute(sql::RESHARD_PLACE_COUNT, &[&write.record.shard_count])
-                        .await?;
-                }
-                Ok::<bool, tokio_postgres::Error>(true)
+                .await
+                .map_err(err)?;
+            if recorded.is_some() {
+                return Ok(false);
             }
-            .await;
-            match done {
-                Ok(wrote) => {
-                    db.batch_execute("COMMIT").await.map_err(err)?;
-                    Ok(wrote)
-                }
-                Err(e) => {
-                    let _ = db.batch_execute("ROLLBACK").await;
-                    Err(err(e))
+            if let Some(history) = write.history {
+                tx.batch_execute(sql::RESHARD_MAP_FORGET)
+                    .await
+                    .map_err(err)?;
+                for record in history {
+                    insert_epoch(&tx, record, None, 0).await.map_err(err)?;
                 }
             }
+            insert_epoch(&tx, write.record, Some("closed"), write.ids_from)
+                .await
+                .map_err(err)?;
+            if write.moving_in {
+                tx.execute(sql::RESHARD_RAISE_IDS, &[&write.ids_from])
+                    .await
+                    .map_err(err)?;
+            }
+            if write.in_list {
+                tx.execute(sql::RESHARD_PLACE_COUNT, &[&write.record.shard_count])
+                    .await
+                    .map_err(err)?;
+            }
+            tx.commit().await.map_err(err)?;
+            Ok(true)
         })
         .await
 }
@@ -203,7 +200,7 @@ pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool,
 /// Inserts one epoch with its ranges and moves (their recorded state, or
 /// `state` for every move; `ids_from` the new shards' first id).
 async fn insert_epoch(
-    db: &PooledClient,
+    db: &deadpool_postgres::Transaction<'_>,
     record: &EpochRecord,
     state: Option<&str>,
     ids_from: i64,
@@ -412,39 +409,61 @@ pub async fn write_copies(
 ) -> Result<Vec<(i64, i32)>, ShardError> {
     shard
         .within(async {
-            let db = session(shard).await?;
+            let mut db = session(shard).await?;
             let err = |e| shard.query_error(e);
-            db.batch_execute("BEGIN").await.map_err(err)?;
-            let done = async {
-                db.execute(sql::RESHARD_COPY_REPLACE, &[jobs]).await?;
-                let written = db
-                    .query(
-                        &format!("{} RETURNING id, shard_key", sql::RESHARD_COPY_JOBS),
-                        &[jobs],
-                    )
-                    .await?;
-                db.execute(sql::RESHARD_COPY_STEPS, &[steps]).await?;
-                db.execute(sql::RESHARD_COPY_JOBS, &[stand_ins]).await?;
-                Ok::<_, tokio_postgres::Error>(
-                    written
-                        .iter()
-                        .map(|r| (r.get("id"), r.get("shard_key")))
-                        .collect(),
+            let tx = db.transaction().await.map_err(err)?;
+            // A cancel recorded on an earlier copy (the run stopped before
+            // removing the old shard's row) is kept in the copy that
+            // replaces it.
+            let cancelled: HashSet<(i64, i32)> = tx
+                .query(sql::RESHARD_COPY_CANCELLED, &[jobs])
+                .await
+                .map_err(err)?
+                .iter()
+                .map(|r| (r.get("id"), r.get("shard_key")))
+                .collect();
+            let jobs = with_cancels(jobs, &cancelled);
+            tx.execute(sql::RESHARD_COPY_REPLACE, &[&jobs])
+                .await
+                .map_err(err)?;
+            let written = tx
+                .query(
+                    &format!("{} RETURNING id, shard_key", sql::RESHARD_COPY_JOBS),
+                    &[&jobs],
                 )
-            }
-            .await;
-            match done {
-                Ok(written) => {
-                    db.batch_execute("COMMIT").await.map_err(err)?;
-                    Ok(written)
-                }
-                Err(e) => {
-                    let _ = db.batch_execute("ROLLBACK").await;
-                    Err(err(e))
-                }
-            }
+                .await
+                .map_err(err)?;
+            tx.execute(sql::RESHARD_COPY_STEPS, &[steps])
+                .await
+                .map_err(err)?;
+            tx.execute(sql::RESHARD_COPY_JOBS, &[stand_ins])
+                .await
+                .map_err(err)?;
+            tx.commit().await.map_err(err)?;
+            Ok(written
+                .iter()
+                .map(|r| (r.get("id"), r.get("shard_key")))
+                .collect())
         })
         .await
+}
+
+/// `jobs` (a JSON array) with `cancel_requested` set on those in `cancelled`.
+fn with_cancels(jobs: &Value, cancelled: &HashSet<(i64, i32)>) -> Value {
+    let mut jobs = jobs.clone();
+    if cancelled.is_empty() {
+        return jobs;
+    }
+    for job in jobs.as_array_mut().into_iter().flatten() {
+        let id = job["id"].as_i64().unwrap_or(-1);
+        let key = job["shard_key"]
+            .as_i64()
+            .and_then(|k| i32::try_from(k).ok());
+        if key.is_some_and(|k| cancelled.contains(&(id, k))) {
+            job["cancel_requested"] = Value::Bool(true);
+        }
+    }
+    jobs
 }
 
 /// On the old shard: removes the copied jobs (id, shard key, the cancel
@@ -509,47 +528,43 @@ pub async fn release(
 ) -> Result<u64, ShardError> {
     shard
         .within(async {
-    let db = session(shard).await?;
-    let err = |e| shard.query_error(e);
-    db.batch_execute("BEGIN").await.map_err(err)?;
-    let done = async {
-        db.execute(
-            sql::RESHARD_MAP_LOCK,
-            &[&locks::maintenance_class(), &locks::MAP_SLOT],
-        )
-        .await?;
-        let rows = db.query(sql::RESHARD_RELEASE, &[&first, &end]).await?;
-        let keys: Vec<i32> = rows.iter().map(|r| r.get("shard_key")).collect();
-        let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
-        db.query(sql::KEYS_PROMOTE, &[&keys, &ids]).await?;
-        db.execute(sql::RESHARD_MOVE_STATE, &[&first, &epoch, &"released"])
-            .await?;
-        Ok::<u64, tokio_postgres::Error>(rows.len() as u64)
-    }
-    .await;
-    let released = match done {
-        Ok(n) => {
-            db.batch_execute("COMMIT").await.map_err(err)?;
-            n
-        }
-        Err(e) => {
-            let _ = db.batch_execute("ROLLBACK").await;
-            return Err(err(e));
-        }
-    };
-    let moving: bool = db
-        .query_one(sql::RESHARD_STILL_MOVING_IN, &[])
-        .await
-        .map_err(err)?
-        .get("moving");
-    if !moving {
-        // Left on when its lock is not had at once: it writes nothing held
-        // once no range moves in; the next release or run tries again.
-        if let Err(e) = db.batch_execute(sql::RESHARD_TRIGGER_OFF).await {
-            let _ = db.batch_execute("RESET lock_timeout").await;
-            tracing::warn!(shard = %shard.name, error = %err(e), "the hold trigger stays on for now");
-        }
-    }
+            let mut db = session(shard).await?;
+            let err = |e| shard.query_error(e);
+            let tx = db.transaction().await.map_err(err)?;
+            tx.execute(
+                sql::RESHARD_MAP_LOCK,
+                &[&locks::maintenance_class(), &locks::MAP_SLOT],
+            )
+            .await
+            .map_err(err)?;
+            let rows = tx
+                .query(sql::RESHARD_RELEASE, &[&first, &end])
+                .await
+                .map_err(err)?;
+            let keys: Vec<i32> = rows.iter().map(|r| r.get("shard_key")).collect();
+            let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
+            tx.query(sql::KEYS_PROMOTE, &[&keys, &ids])
+                .await
+                .map_err(err)?;
+            tx.execute(sql::RESHARD_MOVE_STATE, &[&first, &epoch, &"released"])
+                .await
+                .map_err(err)?;
+            tx.commit().await.map_err(err)?;
+            let released = rows.len() as u64;
+            let moving: bool = db
+                .query_one(sql::RESHARD_STILL_MOVING_IN, &[])
+                .await
+                .map_err(err)?
+                .get("moving");
+            if !moving {
+                // Left on when its lock is not had at once: it writes
+                // nothing held once no range moves in; the next release or
+                // run tries again.
+                if let Err(e) = db.batch_execute(sql::RESHARD_TRIGGER_OFF).await {
+                    let _ = db.batch_execute("RESET lock_timeout").await;
+                    tracing::warn!(shard = %shard.name, error = %err(e), "the hold trigger stays on for now");
+                }
+            }
     Ok(released)
         })
         .await

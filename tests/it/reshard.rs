@@ -854,3 +854,66 @@ async fn the_command_plans_moves_and_refuses_a_reordered_list() {
     let (ok, text) = run(&new, &["check"]).await;
     assert!(ok, "the moved fleet passes `shardq check`: {text}");
 }
+
+/// A job copied to its new shard whose old row was not yet removed (the
+/// command stopped between the two), then cancelled (the cancel finds the
+/// copy, on the shard its key routes to): the next run copies the job again
+/// and must keep the cancel; the job never runs. Before, the new copy
+/// replaced the cancelled one and the job ran after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_a_copy_survives_the_copy_being_made_again() {
+    let servers = TestShards::databases(3).await;
+    let old = Config::from_toml(&toml_of(&servers.urls[..2], WORKER_TOML)).unwrap();
+    let new = Config::from_toml(&toml_of(&servers.urls, WORKER_TOML)).unwrap();
+    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
+        .await
+        .unwrap();
+    let all = ShardSet::connect(&new).unwrap();
+    shardq::migrate::migrate_joining(all.get(2), 3)
+        .await
+        .unwrap();
+    let plan = shardq::reshard::plan(shardq::shard_map::ShardMap::from_formula(2).ranges(), 3);
+    let key = moving_key(&plan, "victim");
+    let client = Client::new(&new).unwrap();
+    let victim = client
+        .enqueue(NewJob::new("moving", "noop", json!({})).ordering_key(key))
+        .await
+        .unwrap();
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&all, 2, 3, &opened, |_| {}).await.unwrap();
+
+    // The copy, as the drain makes it, stopped before the removal.
+    let m = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= victim.shard_key && victim.shard_key < m.end_key)
+        .unwrap();
+    let (from, to) = (all.get(m.from_index), all.get(2));
+    let chunk = (victim.shard_key, victim.shard_key + 1);
+    use shardq::store::reshard as store;
+    store::mark_held(from, chunk).await.unwrap();
+    let (jobs, steps) = store::read_held(from, chunk).await.unwrap();
+    store::write_copies(to, &jobs, &steps, &json!([]))
+        .await
+        .unwrap();
+    // The cancel as a client with the new map makes it: on the copy, on
+    // the shard the key routes to now; the old row is not asked.
+    assert_eq!(
+        shardq::store::jobs::cancel(to, victim).await.unwrap(),
+        Some(JobStatus::Held)
+    );
+
+    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    Worker::new(new.clone(), all.clone(), HandlerRegistry::with_builtins())
+        .stop_when_empty(true)
+        .run(CancellationToken::new())
+        .await;
+    let info = client.job(victim).await.unwrap().expect("the job");
+    assert_eq!(info.status, JobStatus::Cancelled, "the cancel was kept");
+}

@@ -122,6 +122,13 @@ pub const RESHARD_RUNNING_READ: &str = "SELECT coalesce(jsonb_agg(to_jsonb(w) ||
     WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'running' \
       AND w.dedup_id IS NOT NULL";
 
+/// On the new shard: the held copies among $1 (a JSON array of jobs) that
+/// were asked to cancel since an earlier pass wrote them.
+pub const RESHARD_COPY_CANCELLED: &str = "SELECT w.id, w.shard_key FROM workflow_status w \
+    JOIN jsonb_populate_recordset(NULL::workflow_status, $1::jsonb) j \
+      ON w.shard_key = j.shard_key AND w.id = j.id \
+    WHERE w.status = 'held' AND w.cancel_requested";
+
 /// On the new shard: drops the held copies ($1, a JSON array of jobs) that
 /// an earlier pass wrote (a stand-in, or a copy whose cancel request
 /// changed since), before [`RESHARD_COPY_JOBS`] writes them as they are now.

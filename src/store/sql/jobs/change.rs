@@ -26,7 +26,9 @@ pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
 ///
 /// Only on the shard that holds the job's key range now: a job that
 /// finished on a shard its range has since left (`shardq reshard`) is not
-/// put back there, where no enqueue of its key goes any more.
+/// put back there, where no enqueue of its key goes any more; nor while
+/// its range is moving (its key's jobs are held, or still on the old
+/// shard): retry it once the move is done.
 pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
         status = CASE WHEN ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
         attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false \
@@ -35,4 +37,7 @@ pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
             WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
               AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \
               AND r.first_key <= $1 AND $1 < r.end_key) \
+        AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
+            WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+              AND v.state <> 'released' AND v.first_key <= $1 AND $1 < v.end_key) \
     RETURNING id";

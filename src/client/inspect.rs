@@ -149,7 +149,7 @@ impl Client {
     /// Cancel safe: it only reads, and dropping it stops the wait.
     pub async fn result(&self, id: JobId, timeout: Duration) -> Result<JobOutcome, ClientError> {
         let started = Instant::now();
-        let (shard, mut row) = self
+        let (mut shard, mut row) = self
             .find(id, |shard| jobs::outcome(shard, id))
             .await?
             .ok_or(ClientError::NotFound(id))?;
@@ -169,9 +169,18 @@ impl Client {
             }
             tokio::time::sleep(RESULT_POLL_INTERVAL.min(timeout.saturating_sub(started.elapsed())))
                 .await;
-            row = jobs::outcome(shard, id)
-                .await?
-                .ok_or(ClientError::NotFound(id))?;
+            row = match jobs::outcome(shard, id).await? {
+                Some(row) => row,
+                // Moved by `shardq reshard` (written on its new shard
+                // before it left this one): look for it again.
+                None => {
+                    (shard, row) = self
+                        .find(id, |shard| jobs::outcome(shard, id))
+                        .await?
+                        .ok_or(ClientError::NotFound(id))?;
+                    row
+                }
+            };
         }
     }
 

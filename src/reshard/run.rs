@@ -133,9 +133,12 @@ pub async fn reshard(
         )));
     }
     let histories = read_histories(shards, old_count).await?;
+    // The newest epoch any shard records, a shard new to the list too: a
+    // run that stopped while recording wrote the shards ranges move to
+    // first, and a run with another list must not record a different map
+    // under the same epoch.
     let reference = histories
         .iter()
-        .take(old_count)
         .max_by_key(|h| h.last().map_or(0, |e| e.epoch))
         .cloned()
         .unwrap_or_default();
@@ -312,7 +315,14 @@ async fn record_everywhere(
     order.sort_by_key(|i| !targets.contains(i));
     for i in order {
         let shard = shards.get(i);
-        let joining = i >= old_count && !histories[i].iter().any(|e| e.epoch == record.epoch);
+        // A shard new to the list that does not record this very map (none,
+        // or another list's from a run that stopped) takes it afresh.
+        let joining = i >= old_count
+            && !histories[i].iter().any(|e| {
+                e.epoch == record.epoch
+                    && e.shard_count == record.shard_count
+                    && e.ranges == record.ranges
+            });
         if joining && store::has_jobs(shard).await? {
             return Err(ReshardError::Lists(format!(
                 "shard `{}` is new to the list but holds jobs; a shard joins empty",
@@ -355,7 +365,12 @@ async fn open_ranges(shards: &ShardSet, record: &EpochRecord) -> Result<u64, Res
         // The old shard ticks none of them any more (its epoch is
         // recorded); the new one none yet (the range is closed).
         schedules::copy_range(from, to, range).await?;
-        store::set_move_state(to, record.epoch, m.first_key, "holding").await?;
+        if !store::set_move_state(to, record.epoch, m.first_key, "holding").await? {
+            return Err(ReshardError::Map(format!(
+                "shard `{}` does not record the move of keys {}..{} at epoch {}",
+                to.name, m.first_key, m.end_key, record.epoch
+            )));
+        }
         store::release_move_lock(to, lock).await?;
     }
     Ok(moved)

@@ -134,7 +134,8 @@ pub struct EpochWrite<'a> {
 }
 
 /// Records `write.record` on `shard` unless it records that epoch already
-/// (then nothing changes: a command run again after it stopped). Under the
+/// (then nothing changes: a command run again after it stopped); a shard
+/// given `write.history` forgets its map and takes it whole. Under the
 /// map's lock, exclusive: no enqueue routed by the old epoch commits after
 /// this one. Returns whether it wrote.
 ///
@@ -167,7 +168,7 @@ pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool,
                 )
                 .await
                 .map_err(err)?;
-            if recorded.is_some() {
+            if recorded.is_some() && write.history.is_none() {
                 return Ok(false);
             }
             if let Some(history) = write.history {
@@ -247,7 +248,9 @@ async fn insert_epoch(
     Ok(())
 }
 
-/// Sets the state of the move of `epoch` starting at `first_key` on `shard`.
+/// Sets the state of the move of `epoch` starting at `first_key` on
+/// `shard`; returns whether the shard records that move (false: nothing
+/// changed).
 ///
 /// # Errors
 ///
@@ -257,14 +260,15 @@ pub async fn set_move_state(
     epoch: i32,
     first_key: i32,
     state: &str,
-) -> Result<(), ShardError> {
+) -> Result<bool, ShardError> {
     shard
         .within(async {
             let db = session(shard).await?;
-            db.execute(sql::RESHARD_MOVE_STATE, &[&first_key, &epoch, &state])
+            let changed = db
+                .execute(sql::RESHARD_MOVE_STATE, &[&first_key, &epoch, &state])
                 .await
                 .map_err(|e| shard.query_error(e))?;
-            Ok(())
+            Ok(changed == 1)
         })
         .await
 }

@@ -476,6 +476,37 @@ async fn shrinking_four_shards_to_three_under_load() {
 }
 
 /// A key whose shard key the move 2 → 3 gives to the new shard.
+/// Shards 0 and 1 migrated with a two-shard map, shard 2 migrated to join
+/// (`TestShards` of three), with the configs of both lists (`extra` added)
+/// and the plan of 2 → 3. Bind `servers`: dropping it stops them.
+struct GrowingToThree {
+    servers: TestShards,
+    old: Config,
+    new: Config,
+    all: ShardSet,
+    plan: shardq::reshard::Plan,
+}
+
+async fn growing_to_three(servers: TestShards, extra: &str) -> GrowingToThree {
+    let old = Config::from_toml(&toml_of(&servers.urls[..2], extra)).unwrap();
+    let new = Config::from_toml(&toml_of(&servers.urls, extra)).unwrap();
+    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
+        .await
+        .unwrap();
+    let all = ShardSet::connect(&new).unwrap();
+    shardq::migrate::migrate_joining(all.get(2), 3)
+        .await
+        .unwrap();
+    let plan = shardq::reshard::plan(shardq::shard_map::ShardMap::from_formula(2).ranges(), 3);
+    GrowingToThree {
+        servers,
+        old,
+        new,
+        all,
+        plan,
+    }
+}
+
 fn moving_key(plan: &shardq::reshard::Plan, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
@@ -509,17 +540,13 @@ async fn statuses(shard: &shardq::shards::Shard) -> HashMap<String, i64> {
 /// releases everything, and a worker runs every job once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_stopped_at_each_step_finishes_when_run_again() {
-    let servers = TestShards::databases(3).await;
-    let old = Config::from_toml(&toml_of(&servers.urls[..2], WORKER_TOML)).unwrap();
-    let new = Config::from_toml(&toml_of(&servers.urls, WORKER_TOML)).unwrap();
-    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
-        .await
-        .unwrap();
-    let all = ShardSet::connect(&new).unwrap();
-    shardq::migrate::migrate_joining(all.get(2), 3)
-        .await
-        .unwrap();
-    let plan = shardq::reshard::plan(shardq::shard_map::ShardMap::from_formula(2).ranges(), 3);
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
     let key = moving_key(&plan, "mover");
     let dedup = moving_key(&plan, "order");
     let once = || {
@@ -713,17 +740,10 @@ async fn a_schedule_follows_its_key_to_its_new_shard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_frozen_during_the_copy_makes_the_move_wait_and_lose_nothing() {
     use nix::sys::signal::Signal;
-    let servers = TestShards::servers(3).await;
     let fast = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = 1000\n");
-    let old = Config::from_toml(&toml_of(&servers.urls[..2], &fast)).unwrap();
-    let new = Config::from_toml(&toml_of(&servers.urls, &fast)).unwrap();
-    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
-        .await
-        .unwrap();
-    let all = ShardSet::connect(&new).unwrap();
-    shardq::migrate::migrate_joining(all.get(2), 3)
-        .await
-        .unwrap();
+    let GrowingToThree {
+        servers, new, all, ..
+    } = growing_to_three(TestShards::servers(3).await, &fast).await;
     let client = Client::new(&new).unwrap();
     let jobs: Vec<NewJob> = (0..3_000)
         .map(|i| {
@@ -862,17 +882,13 @@ async fn the_command_plans_moves_and_refuses_a_reordered_list() {
 /// replaced the cancelled one and the job ran after the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_of_a_copy_survives_the_copy_being_made_again() {
-    let servers = TestShards::databases(3).await;
-    let old = Config::from_toml(&toml_of(&servers.urls[..2], WORKER_TOML)).unwrap();
-    let new = Config::from_toml(&toml_of(&servers.urls, WORKER_TOML)).unwrap();
-    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
-        .await
-        .unwrap();
-    let all = ShardSet::connect(&new).unwrap();
-    shardq::migrate::migrate_joining(all.get(2), 3)
-        .await
-        .unwrap();
-    let plan = shardq::reshard::plan(shardq::shard_map::ShardMap::from_formula(2).ranges(), 3);
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
     let key = moving_key(&plan, "victim");
     let client = Client::new(&new).unwrap();
     let victim = client
@@ -916,4 +932,193 @@ async fn a_cancel_of_a_copy_survives_the_copy_being_made_again() {
         .await;
     let info = client.job(victim).await.unwrap().expect("the job");
     assert_eq!(info.status, JobStatus::Cancelled, "the cancel was kept");
+}
+
+/// Reads and changes of one job while its range moves, from a client
+/// routing by the new map: a deduplicated job running on its old shard has
+/// a stand-in on the new one (its deduplication id), which is not the job:
+/// `job()` shows the running job, `cancel()` reaches it there, `result()`
+/// waits for it; a queued job that `result()` waits on is copied to the new
+/// shard and removed from the old one meanwhile, and the wait follows it.
+/// Before, the stand-in answered the first three (held; no cancel; "not
+/// found" at the release) and the moved job was "not found".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_during_a_move_find_the_job_where_it_is() {
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&m.new).unwrap();
+    let running = |name: &str| {
+        let key = moving_key(&m.plan, name);
+        NewJob::new("moving", "sleep", json!({ "ms": 3_000 })).dedup(key, OnDuplicate::Error)
+    };
+    let awaited = client.enqueue(running("awaited")).await.unwrap();
+    let cancelled = client.enqueue(running("cancelled")).await.unwrap();
+    let queued = client
+        .enqueue(
+            NewJob::new("later", "noop", json!({})).ordering_key(moving_key(&m.plan, "queued")),
+        )
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let old_worker = {
+        let (config, stop) = (m.old.clone(), stop.clone());
+        tokio::spawn(async move {
+            let shards = ShardSet::connect(&config).unwrap();
+            Worker::new(config, shards, HandlerRegistry::with_builtins())
+                .run(stop)
+                .await
+        })
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "both jobs run on their old shard",
+        || async {
+            let a = client.job(awaited).await.unwrap().unwrap().status;
+            let c = client.job(cancelled).await.unwrap().unwrap().status;
+            a == JobStatus::Running && c == JobStatus::Running
+        },
+    )
+    .await;
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&m.all, 2, 3, &opened, |_| {}).await.unwrap();
+    assert_eq!(client.shards().load_map().await.unwrap().epoch(), 2);
+    let stand_ins = statuses(m.all.get(2)).await;
+    assert_eq!(stand_ins.get("held"), Some(&2), "{stand_ins:?}");
+
+    let info = client.job(awaited).await.unwrap().expect("the job");
+    assert_eq!(info.status, JobStatus::Running, "the job, not its stand-in");
+    assert_eq!(
+        client.cancel(cancelled).await.unwrap(),
+        Some(JobStatus::Running),
+        "the cancel reaches the running job"
+    );
+    let asked: bool = m
+        .all
+        .get(usize::from(cancelled.shard_key >= 32_768))
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT cancel_requested FROM workflow_status WHERE id = $1",
+            &[&cancelled.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        asked,
+        "the running row on the old shard was asked to cancel"
+    );
+    // Both waits find their job on its old shard before the drain begins.
+    let waits = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let timeout = Duration::from_secs(60);
+            tokio::join!(
+                client.result(awaited, timeout),
+                client.result(queued, timeout)
+            )
+        })
+    };
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let summary = reshard(&m.all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete && summary.moved >= 1, "{summary:?}");
+    stop.cancel();
+    old_worker.await.unwrap();
+    let later = Config::from_toml(&toml_of(
+        &m.servers.urls,
+        "[worker]\nqueues = [\"later\"]\n",
+    ))
+    .unwrap();
+    Worker::new(later, m.all.clone(), HandlerRegistry::with_builtins())
+        .stop_when_empty(true)
+        .run(CancellationToken::new())
+        .await;
+    let (awaited_outcome, queued_outcome) = waits.await.unwrap();
+    assert!(
+        matches!(awaited_outcome, Ok(shardq::JobOutcome::Succeeded(_))),
+        "{awaited_outcome:?}"
+    );
+    assert!(
+        matches!(queued_outcome, Ok(shardq::JobOutcome::Succeeded(_))),
+        "the wait followed the job to its new shard: {queued_outcome:?}"
+    );
+}
+
+/// A move to four shards stopped after recording its epoch on its first
+/// new shard only (the command was killed there), then a command with a
+/// list of three: it must not record another map under the same epoch
+/// (shards 0 and 1 would route by one map, shard 2 by the other); it is
+/// refused, saying which move to finish, and the first list finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_recorded_in_part_refuses_another_list_until_it_is_finished() {
+    let servers = TestShards::databases(4).await;
+    let config = |n: usize| Config::from_toml(&toml_of(&servers.urls[..n], WORKER_TOML)).unwrap();
+    shardq::migrate::migrate_all(&ShardSet::connect(&config(2)).unwrap())
+        .await
+        .unwrap();
+    let four = ShardSet::connect(&config(4)).unwrap();
+    for i in [2, 3] {
+        shardq::migrate::migrate_joining(four.get(i), 4)
+            .await
+            .unwrap();
+    }
+    let from = shardq::shard_map::ShardMap::from_formula(2);
+    let plan = shardq::reshard::plan(from.ranges(), 4);
+    use shardq::shard_map::{EpochRecord, MoveRow};
+    let history = shardq::store::reshard::history(four.get(0)).await.unwrap();
+    let record = EpochRecord {
+        epoch: 2,
+        shard_count: 4,
+        ranges: plan.ranges.clone(),
+        moves: plan
+            .moves
+            .iter()
+            .map(|m| MoveRow {
+                first_key: m.first_key,
+                end_key: m.end_key,
+                from_index: m.from_index,
+                to_index: m.to_index,
+                state: "closed".into(),
+            })
+            .collect(),
+    };
+    // What the command writes on its first shard before anything else.
+    shardq::store::reshard::record_epoch(
+        four.get(2),
+        &shardq::store::reshard::EpochWrite {
+            record: &record,
+            history: Some(&history),
+            moving_in: true,
+            ids_from: 1 << 40,
+            in_list: true,
+        },
+    )
+    .await
+    .unwrap();
+
+    let three = ShardSet::connect(&config(3)).unwrap();
+    let refused = reshard(&three, 2, 3, &Options::default(), |_| {})
+        .await
+        .expect_err("another list while a move is recorded in part");
+    assert!(
+        refused.to_string().contains("list of 4 shards (epoch 2)"),
+        "{refused}"
+    );
+    for i in 0..2 {
+        let epochs = shardq::store::reshard::history(three.get(i)).await.unwrap();
+        assert_eq!(epochs.len(), 1, "nothing recorded on shard {i}");
+    }
+
+    let summary = reshard(&four, 2, 4, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    let map = four.load_map().await.expect("one map on every shard");
+    assert_eq!((map.epoch(), map.ranges()), (2, &plan.ranges[..]));
 }

@@ -1,15 +1,19 @@
-//! Reading one job.
+//! Reading one job. A held stand-in (`status = 'held'`, `held_status =
+//! 'running'`: the deduplication id of a job still running on the shard its
+//! range moves from, `shardq reshard`) is not the job: these reads pass over
+//! it, so the caller goes on to the shard where the job runs.
 
 /// One job by key.
 pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \
     output, error, attempts, max_attempts, owner, dedup_id, cancel_requested, \
     created_at::text AS created_at, run_at::text AS run_at, \
     started_at::text AS started_at, finished_at::text AS finished_at \
-    FROM workflow_status WHERE shard_key = $1 AND id = $2";
+    FROM workflow_status WHERE shard_key = $1 AND id = $2 \
+        AND NOT (status = 'held' AND held_status = 'running')";
 
 /// The status, output and error of one job.
 pub const JOB_OUTCOME: &str = "SELECT status, output, error FROM workflow_status \
-    WHERE shard_key = $1 AND id = $2";
+    WHERE shard_key = $1 AND id = $2 AND NOT (status = 'held' AND held_status = 'running')";
 
 /// Which of the jobs (`$1` ids, `$2` shard keys, pairwise) this shard
 /// holds: their ids (one primary-key probe each).
@@ -19,4 +23,5 @@ pub const JOBS_PRESENT: &str =
 
 /// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
 /// a job written under an older shard map (one primary-key probe).
-pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2";
+pub const JOB_EXISTS: &str = "SELECT 1 FROM workflow_status WHERE shard_key = $1 AND id = $2 \
+    AND NOT (status = 'held' AND held_status = 'running')";

@@ -23,6 +23,7 @@
 --     17 0017_map_epochs.sql
 --     18 0018_reshard_indexes.sql
 --     19 0019_reshard.sql
+--     20 0020_release_mark.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -169,6 +170,7 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     CONSTRAINT workflow_steps_shard_key_workflow_id_fkey FOREIGN KEY (shard_key, workflow_id) REFERENCES workflow_status(shard_key, id) ON DELETE CASCADE
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
+SEQUENCE shardq_map_release_xid
 SEQUENCE workflow_status_id_seq
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -715,6 +717,18 @@ BEGIN
                 USING ERRCODE = 'SQ005',
                       HINT = 'run `shardq reshard` again to finish the move, then retry';
         END IF;
+    END IF;
+    -- A snapshot taken before a release (REPEATABLE READ, SERIALIZABLE)
+    -- reads a released range as moving: writing the job held would leave
+    -- it held for good. Under READ COMMITTED each statement here reads
+    -- after the map's lock, so this never refuses there.
+    IF NOT pg_visible_in_snapshot(
+            (SELECT r.last_value FROM shardq_map_release_xid r)::text::xid8,
+            pg_current_snapshot()) THEN
+        RAISE EXCEPTION 'a range moving to this shard was released after this transaction''s '
+            'snapshot was taken; nothing was written'
+            USING ERRCODE = '40001',
+                  HINT = 'run the transaction again';
     END IF;
     NEW.held_status := NEW.status;
     NEW.status := 'held';

@@ -298,7 +298,8 @@ async fn finished_per_second(
             .client()
             .await?
             .query(
-                "SELECT floor(extract(epoch FROM finished_at) - $1)::bigint AS s, count(*) AS n \
+                "SELECT floor(extract(epoch FROM finished_at)::float8 - $1::float8)::bigint AS s, \
+                 count(*) AS n \
                  FROM workflow_status WHERE status = 'succeeded' GROUP BY 1",
                 &[&start_s],
             )

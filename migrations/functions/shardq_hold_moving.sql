@@ -12,7 +12,9 @@
 -- and holds the move lock meanwhile): the insert waits for that lock, then
 -- is refused with SQLSTATE SQ005 if the range is still closed (the command
 -- stopped: run it again). The map's lock is taken shared, so the release of
--- a range (which takes it exclusive) never misses a row written held.
+-- a range (which takes it exclusive) never misses a row written held; a
+-- transaction whose snapshot predates a release is refused with 40001
+-- (migrations/0020_release_mark.sql).
 CREATE OR REPLACE FUNCTION shardq_hold_moving() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
@@ -56,6 +58,18 @@ BEGIN
                 USING ERRCODE = 'SQ005',
                       HINT = 'run `shardq reshard` again to finish the move, then retry';
         END IF;
+    END IF;
+    -- A snapshot taken before a release (REPEATABLE READ, SERIALIZABLE)
+    -- reads a released range as moving: writing the job held would leave
+    -- it held for good. Under READ COMMITTED each statement here reads
+    -- after the map's lock, so this never refuses there.
+    IF NOT pg_visible_in_snapshot(
+            (SELECT r.last_value FROM shardq_map_release_xid r)::text::xid8,
+            pg_current_snapshot()) THEN
+        RAISE EXCEPTION 'a range moving to this shard was released after this transaction''s '
+            'snapshot was taken; nothing was written'
+            USING ERRCODE = '40001',
+                  HINT = 'run the transaction again';
     END IF;
     NEW.held_status := NEW.status;
     NEW.status := 'held';

@@ -123,6 +123,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0019_reshard.sql",
         sql: include_str!("../../migrations/0019_reshard.sql"),
     },
+    Migration {
+        version: 20,
+        name: "0020_release_mark.sql",
+        sql: include_str!("../../migrations/0020_release_mark.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

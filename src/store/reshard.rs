@@ -541,6 +541,9 @@ pub async fn release(
             )
             .await
             .map_err(err)?;
+            tx.query_one(sql::RESHARD_RELEASE_MARK, &[])
+                .await
+                .map_err(err)?;
             let rows = tx
                 .query(sql::RESHARD_RELEASE, &[&first, &end])
                 .await

@@ -1122,3 +1122,71 @@ async fn a_move_recorded_in_part_refuses_another_list_until_it_is_finished() {
     let map = four.load_map().await.expect("one map on every shard");
     assert_eq!((map.epoch(), map.ranges()), (2, &plan.ranges[..]));
 }
+
+/// An enqueue in a REPEATABLE READ transaction whose snapshot was taken
+/// before a range was released (another range still moves in, so the hold
+/// trigger stays): its snapshot reads the range as moving, and without the
+/// release mark the job was written held after the release and stayed held
+/// for good. It is refused with 40001 (nothing written), and the
+/// transaction run again writes it ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeatable_read_enqueue_older_than_the_release_is_refused_not_held() {
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    assert!(m.plan.moves.len() >= 2, "{:?}", m.plan.moves);
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&m.all, 2, 3, &opened, |_| {}).await.unwrap();
+    let client = Client::new(&m.new).unwrap();
+    client.shards().load_map().await.unwrap();
+    let first = &m.plan.moves[0];
+    let key = (0..)
+        .map(|i| format!("late-{i}"))
+        .find(|k| {
+            let at = shardq::router::shard_key_for(k);
+            first.first_key <= at && at < first.end_key
+        })
+        .unwrap();
+    let job = || {
+        client
+            .route(NewJob::new("moving", "noop", json!({})).ordering_key(key.clone()))
+            .unwrap()
+    };
+    let target = m.all.get(first.to_index);
+    let mut db = target.user_client().await.unwrap();
+    let tx = db
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    tx.query_one("SELECT count(*) FROM shardq_map_moves", &[])
+        .await
+        .unwrap(); // the snapshot is taken here
+
+    shardq::store::reshard::release(target, 2, (first.first_key, first.end_key))
+        .await
+        .unwrap();
+    let refused = job()
+        .insert(&*tx)
+        .await
+        .expect_err("a snapshot older than the release");
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+        "{refused:?}"
+    );
+    tx.rollback().await.unwrap();
+
+    let tx = db
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    let id = job().insert(&*tx).await.expect("run again");
+    tx.commit().await.unwrap();
+    let info = client.job(id).await.unwrap().expect("the job");
+    assert_eq!(info.status, JobStatus::Queued, "released, not held");
+}

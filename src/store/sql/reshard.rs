@@ -179,6 +179,11 @@ pub const RESHARD_RELEASE: &str = "WITH gone AS ( \
     RETURNING shard_key, id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
+/// Marks the release transaction's id, outside any snapshot (a sequence):
+/// the hold trigger refuses a transaction whose snapshot predates it.
+pub const RESHARD_RELEASE_MARK: &str =
+    "SELECT setval('shardq_map_release_xid', pg_current_xact_id()::text::bigint)";
+
 /// Whether a range still moves in to this shard at the current epoch.
 pub const RESHARD_STILL_MOVING_IN: &str = "SELECT EXISTS (SELECT 1 FROM shardq_map_moves m \
     WHERE m.epoch = (SELECT max(epoch) FROM shardq_map_epochs) \

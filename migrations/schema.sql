@@ -757,6 +757,23 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_owns_key(p_shard_key integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(-1457378061, 3);
+    RETURN EXISTS (SELECT 1 FROM shardq_map_ranges r
+            WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
+              AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m)
+              AND r.first_key <= p_shard_key AND p_shard_key < r.end_key)
+        AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v
+            WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
+              AND v.state = 'closed' AND v.first_key <= p_shard_key
+              AND p_shard_key < v.end_key);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_promote_keys(p_sk integer[], p_id bigint[])
  RETURNS integer
  LANGUAGE plpgsql

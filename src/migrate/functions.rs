@@ -70,6 +70,10 @@ pub const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_check_route.sql"),
     },
     Function {
+        name: "shardq_owns_key",
+        sql: include_str!("../../migrations/functions/shardq_owns_key.sql"),
+    },
+    Function {
         name: "shardq_hold_moving",
         sql: include_str!("../../migrations/functions/shardq_hold_moving.sql"),
     },

@@ -185,6 +185,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_enqueue_many",
     "shardq_check_route",
     "shardq_hold_moving",
+    "shardq_owns_key",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

@@ -1190,3 +1190,79 @@ async fn a_repeatable_read_enqueue_older_than_the_release_is_refused_not_held() 
     let info = client.job(id).await.unwrap().expect("the job");
     assert_eq!(info.status, JobStatus::Queued, "released, not held");
 }
+
+/// A schedule's tick on its old shard whose statement passed the ownership
+/// check before the new epoch was written, committing only after: the move
+/// must copy that tick, or the new shard runs it again. The tick is driven
+/// in an open transaction; the move waits for it (the tick holds the map's
+/// lock shared), and the schedule's copy on the new shard has it. Before,
+/// the move went on, copied the older tick, and the same tick could run
+/// on both shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_in_flight_when_the_move_begins_is_copied_with_its_schedule() {
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let name = moving_key(&m.plan, "every-second");
+    let shard_key = shardq::router::shard_key_for(&name);
+    let old = m.all.get(usize::from(shard_key >= 32_768));
+    // Whole microseconds, as the database keeps them.
+    let earlier = chrono::DateTime::from_timestamp_micros(
+        (chrono::Utc::now() - chrono::Duration::seconds(10)).timestamp_micros(),
+    )
+    .unwrap();
+    old.client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO shardq_schedules (name, last_tick, updated_at) VALUES ($1, $2, now())",
+            &[&name, &earlier],
+        )
+        .await
+        .unwrap();
+    let tick_at = earlier + chrono::Duration::seconds(5);
+    let job = NewJob::new("ticks", "noop", json!({}))
+        .dedup(format!("{name}@5"), OnDuplicate::ReturnExisting);
+    let mut db = old.user_client().await.unwrap();
+    let tx = db.transaction().await.unwrap();
+    let outcome = shardq::store::schedules::tick_in(
+        &*tx,
+        shardq::store::schedules::Tick {
+            name: &name,
+            at: tick_at,
+            shard_key,
+            job: &job,
+            max_attempts: 3,
+            enqueue: true,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(outcome.advanced && !outcome.moved, "{outcome:?}");
+
+    let moving = tokio::spawn({
+        let all = m.all.clone();
+        async move { reshard(&all, 2, 3, &Options::default(), |_| {}).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !moving.is_finished(),
+        "the move waits for the tick in flight"
+    );
+    tx.commit().await.unwrap();
+    let summary = moving.await.unwrap().unwrap();
+    assert!(summary.complete);
+
+    let copied: chrono::DateTime<chrono::Utc> = m
+        .all
+        .get(2)
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT last_tick FROM shardq_schedules WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(copied, tick_at, "the new shard knows the tick ran");
+}

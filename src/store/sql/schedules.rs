@@ -42,17 +42,13 @@ pub const SCHEDULE_CLOCK: &str = "SELECT now() AS now";
 /// way in (`shardq reshard` copies the schedule's row then): elsewhere
 /// `owned` is false and nothing is written, so a process with an old map
 /// finds the schedule's shard again and no tick runs on two shards.
+/// `shardq_owns_key` reads the map under its lock, after a new epoch's
+/// writer (migrations/functions/shardq_owns_key.sql).
 pub const SCHEDULE_TICK: &str = "WITH judged AS ( \
         SELECT $2 <= now() - CASE WHEN $9 THEN 0 ELSE $10 END * interval '1 millisecond' \
             AS ripe \
-    ), owned AS ( \
-        SELECT EXISTS (SELECT 1 FROM shardq_map_ranges r \
-                WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
-                  AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \
-                  AND r.first_key <= $3 AND $3 < r.end_key) \
-            AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
-                WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
-                  AND v.state = 'closed' AND v.first_key <= $3 AND $3 < v.end_key) AS yes \
+    ), owned AS MATERIALIZED ( \
+        SELECT shardq_owns_key($3) AS yes \
     ), advanced AS ( \
         UPDATE shardq_schedules SET last_tick = $2, updated_at = now() \
         WHERE name = $1 AND last_tick < $2 AND (SELECT ripe FROM judged) \

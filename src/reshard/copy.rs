@@ -21,7 +21,9 @@ use crate::store::reshard as store;
 use serde_json::Value;
 use std::collections::HashMap;
 
-/// Rows per chunk (a key with more moves whole, in one chunk).
+/// Rows per chunk. A key with more is one chunk: marked in one statement,
+/// then copied and removed in pieces of this many rows (by id), so no
+/// statement but the mark grows with a key's size.
 const CHUNK_ROWS: i64 = 2_000;
 
 /// What one pass copied.
@@ -82,12 +84,35 @@ fn chunks(keys: &[(i32, i64)]) -> Vec<(i32, i32)> {
 
 async fn copy_chunk(from: &Shard, to: &Shard, chunk: (i32, i32)) -> Result<Copied, ShardError> {
     store::mark_held(from, chunk).await?;
-    let (jobs, steps) = store::read_held(from, chunk).await?;
-    let read = jobs.as_array().map_or(0, Vec::len);
-    if read == 0 {
-        return Ok(Copied::default());
+    let mut copied = Copied::default();
+    let mut after = 0;
+    loop {
+        let (jobs, steps) = store::read_held(from, chunk, after, CHUNK_ROWS).await?;
+        let Some(piece) = jobs.as_array().filter(|a| !a.is_empty()) else {
+            return Ok(copied);
+        };
+        after = piece
+            .iter()
+            .filter_map(|j| j["id"].as_i64())
+            .max()
+            .unwrap_or(after);
+        let done = copy_piece(from, to, chunk, &jobs, &steps).await?;
+        copied.moved += done.moved;
+        copied.refused += done.refused;
     }
-    let written = store::write_copies(to, &jobs, &steps, &Value::Array(Vec::new())).await?;
+}
+
+/// Writes one piece of a chunk's held jobs on the new shard and removes
+/// them from the old one.
+async fn copy_piece(
+    from: &Shard,
+    to: &Shard,
+    chunk: (i32, i32),
+    jobs: &Value,
+    steps: &Value,
+) -> Result<Copied, ShardError> {
+    let read = jobs.as_array().map_or(0, Vec::len);
+    let written = store::write_copies(to, jobs, steps, &Value::Array(Vec::new())).await?;
     let cancel_of: HashMap<(i64, i64), bool> = jobs
         .as_array()
         .into_iter()

@@ -357,8 +357,8 @@ pub async fn mark_held(shard: &Shard, (first, end): (i32, i32)) -> Result<u64, S
         .await
 }
 
-/// The held jobs of shard keys `first..end` (a JSON array) and their steps
-/// (another).
+/// The held jobs of shard keys `first..end` with ids above `after`, at most
+/// `limit` of them by id (a JSON array), and their steps (another).
 ///
 /// # Errors
 ///
@@ -366,12 +366,14 @@ pub async fn mark_held(shard: &Shard, (first, end): (i32, i32)) -> Result<u64, S
 pub async fn read_held(
     shard: &Shard,
     (first, end): (i32, i32),
+    after: i64,
+    limit: i64,
 ) -> Result<(Value, Value), ShardError> {
     shard
         .within(async {
             let db = session(shard).await?;
             let held = db
-                .query_one(sql::RESHARD_HELD_READ, &[&first, &end])
+                .query_one(sql::RESHARD_HELD_READ, &[&first, &end, &after, &limit])
                 .await
                 .map_err(|e| shard.query_error(e))?;
             Ok((held.get("jobs"), held.get("steps")))

@@ -911,7 +911,7 @@ async fn a_cancel_of_a_copy_survives_the_copy_being_made_again() {
     let chunk = (victim.shard_key, victim.shard_key + 1);
     use shardq::store::reshard as store;
     store::mark_held(from, chunk).await.unwrap();
-    let (jobs, steps) = store::read_held(from, chunk).await.unwrap();
+    let (jobs, steps) = store::read_held(from, chunk, 0, 10_000).await.unwrap();
     store::write_copies(to, &jobs, &steps, &json!([]))
         .await
         .unwrap();
@@ -1265,4 +1265,145 @@ async fn a_tick_in_flight_when_the_move_begins_is_copied_with_its_schedule() {
         .unwrap()
         .get(0);
     assert_eq!(copied, tick_at, "the new shard knows the tick ran");
+}
+
+/// A caller's transaction holding an enqueue open on an old shard (the
+/// map's lock shared) while the move records its epoch: the record's
+/// exclusive request must not queue that shard's other enqueues behind it
+/// for a statement deadline (60 s here). It gives up at the sessions'
+/// `lock_timeout` (`database.lock_timeout_ms`, 2 s by default) and is tried
+/// again; the other enqueue goes through while the transaction is still
+/// open, and the move finishes once it commits. (With `lock_timeout_ms =
+/// 0` the enqueue waited behind the record: seen failing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_enqueue_transaction_does_not_stall_the_shard_behind_the_move() {
+    let slow = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = 60000\n");
+    let m = growing_to_three(TestShards::databases(3).await, &slow).await;
+    let client = Client::new(&m.new).unwrap();
+    client.shards().load_map().await.unwrap();
+    let on_shard_0 = |name: &str| {
+        let key = (0..)
+            .map(|i| format!("{name}-{i}"))
+            .find(|k| shardq::router::shard_key_for(k) < 16_384)
+            .unwrap();
+        NewJob::new("moving", "noop", json!({})).ordering_key(key)
+    };
+    let routed = client.route(on_shard_0("open")).unwrap();
+    let mut db = routed.shard().user_client().await.unwrap();
+    let tx = db.transaction().await.unwrap();
+    routed.insert(&*tx).await.unwrap();
+
+    let retried = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let moving = tokio::spawn({
+        let (all, retried) = (m.all.clone(), retried.clone());
+        async move {
+            reshard(&all, 2, 3, &Options::default(), |p| {
+                if let shardq::reshard::Progress::Retrying { error } = p {
+                    assert!(error.contains("lock timeout"), "{error}");
+                    retried.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .await
+        }
+    });
+    wait_until(
+        Duration::from_secs(20),
+        "the record gives up and retries",
+        || async { retried.load(Ordering::SeqCst) > 0 },
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(10), client.enqueue(on_shard_0("other")))
+        .await
+        .expect("another enqueue on the shard is not stalled behind the move")
+        .unwrap();
+    assert!(
+        !moving.is_finished(),
+        "the move waits for the open transaction"
+    );
+    tx.commit().await.unwrap();
+    let summary = moving.await.unwrap().unwrap();
+    assert!(summary.complete);
+}
+
+/// The command killed after marking a chunk held on the old shard (nothing
+/// copied), and after copying another chunk without removing it from the
+/// old shard: run again, it copies each job once and removes it once; a
+/// key with more jobs than a chunk (copied in pieces) keeps its ids and its
+/// order; a worker then runs every job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_killed_between_mark_copy_and_removal_copies_each_job_once() {
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&m.new).unwrap();
+    let keyed = |name: &str, n: usize| -> Vec<NewJob> {
+        let key = moving_key(&m.plan, name);
+        (0..n)
+            .map(|i| NewJob::new("moving", "noop", json!({ "i": i })).ordering_key(key.clone()))
+            .collect()
+    };
+    let marked = client.enqueue_many(keyed("marked", 30)).await.unwrap();
+    let unremoved = client.enqueue_many(keyed("copied", 30)).await.unwrap();
+    let big = client.enqueue_many(keyed("big", 2_100)).await.unwrap();
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&m.all, 2, 3, &opened, |_| {}).await.unwrap();
+    use shardq::store::reshard as store;
+    let one_key = |id: JobId| (id.shard_key, id.shard_key + 1);
+    let from_of = |id: JobId| m.all.get(usize::from(id.shard_key >= 32_768));
+    store::mark_held(from_of(marked[0]), one_key(marked[0]))
+        .await
+        .unwrap();
+    let from = from_of(unremoved[0]);
+    store::mark_held(from, one_key(unremoved[0])).await.unwrap();
+    let (jobs, steps) = store::read_held(from, one_key(unremoved[0]), 0, 10_000)
+        .await
+        .unwrap();
+    store::write_copies(m.all.get(2), &jobs, &steps, &json!([]))
+        .await
+        .unwrap();
+
+    let summary = reshard(&m.all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    let mut rows: HashMap<(i32, i64), Vec<(usize, String)>> = HashMap::new();
+    for shard in m.all.all() {
+        let db = shard.client().await.unwrap();
+        for r in db
+            .query("SELECT shard_key, id, status FROM workflow_status", &[])
+            .await
+            .unwrap()
+        {
+            let at = (r.get::<_, i32>(0), r.get::<_, i64>(1));
+            rows.entry(at).or_default().push((shard.index, r.get(2)));
+        }
+    }
+    for id in marked.iter().chain(&unremoved).chain(&big) {
+        let at = rows
+            .get(&(id.shard_key, id.id))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(at.len(), 1, "job {id} once, on its new shard: {at:?}");
+        assert_eq!(at[0].0, 2, "job {id} on its new shard");
+    }
+    let released = big
+        .iter()
+        .filter(|id| rows[&(id.shard_key, id.id)][0].1 == "queued")
+        .count();
+    assert_eq!(
+        released,
+        big.len(),
+        "the big key's jobs released as they were"
+    );
+
+    let report = Worker::new(
+        m.new.clone(),
+        m.all.clone(),
+        HandlerRegistry::with_builtins(),
+    )
+    .stop_when_empty(true)
+    .run(CancellationToken::new())
+    .await;
+    assert_eq!(report.stats.succeeded as usize, 30 + 30 + 2_100);
 }

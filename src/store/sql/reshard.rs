@@ -31,7 +31,11 @@ pub const RESHARD_TRIGGER_OFF: &str = "SET lock_timeout = '1s'; \
     DROP TRIGGER IF EXISTS shardq_hold_moving ON workflow_status; RESET lock_timeout";
 
 /// Takes the map's lock exclusive for the transaction (every enqueue's
-/// epoch check and the hold trigger take it shared).
+/// epoch check, the hold trigger and a schedule's tick take it shared).
+/// Bounded by the session's `lock_timeout` (`database.lock_timeout_ms`): a
+/// waiting exclusive request queues later shared ones behind it, so a
+/// caller's enqueue transaction left open must not stall the shard's
+/// enqueues; the step fails (55P03) and the command tries it again.
 pub const RESHARD_MAP_LOCK: &str = "SELECT pg_advisory_xact_lock($1::int, $2::int)";
 
 /// The move lock, for the session: enqueues of a `closed` range wait on it.
@@ -104,13 +108,16 @@ pub const RESHARD_MARK: &str = "UPDATE workflow_status w \
           WHERE r.queue = w.queue AND r.ordering_key = w.ordering_key \
             AND r.status = 'running'))";
 
-/// The held jobs of shard keys $1..$2 as one JSON array, with their steps.
-pub const RESHARD_HELD_READ: &str = "SELECT \
-    coalesce((SELECT jsonb_agg(to_jsonb(w)) FROM workflow_status w \
-        WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'held'), '[]') AS jobs, \
-    coalesce((SELECT jsonb_agg(to_jsonb(s)) FROM workflow_steps s JOIN workflow_status w \
-        ON w.shard_key = s.shard_key AND w.id = s.workflow_id \
-        WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'held'), '[]') AS steps";
+/// The held jobs of shard keys $1..$2 with ids above $3, at most $4 of them
+/// by id, as one JSON array, with their steps (another): a key with more
+/// jobs than a chunk is copied in pieces, each statement bounded.
+pub const RESHARD_HELD_READ: &str = "WITH j AS MATERIALIZED ( \
+        SELECT w.* FROM workflow_status w \
+        WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'held' AND w.id > $3 \
+        ORDER BY w.id LIMIT $4) \
+    SELECT coalesce((SELECT jsonb_agg(to_jsonb(j) ORDER BY j.id) FROM j), '[]') AS jobs, \
+    coalesce((SELECT jsonb_agg(to_jsonb(s)) FROM workflow_steps s JOIN j \
+        ON j.shard_key = s.shard_key AND j.id = s.workflow_id), '[]') AS steps";
 
 /// Stand-ins for the deduplicated jobs of shard keys $1..$2 running on the
 /// old shard: `held` with held_status `running`, no owner; they keep the

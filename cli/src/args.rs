@@ -111,6 +111,12 @@ pub struct ReshardArgs {
     /// change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Give up, with an error, when the move makes no progress for this
+    /// many seconds (a shard that does not answer, a job that never
+    /// finishes). The move stays recorded: run the command again to go on.
+    /// Without it the command waits, printing each retry.
+    #[arg(long, value_name = "SECONDS")]
+    pub give_up_after: Option<u64>,
     /// Stop after this step (recorded, opened, copied), to test resuming.
     #[arg(long, hide = true)]
     pub stop_after: Option<String>,

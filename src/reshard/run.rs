@@ -210,7 +210,7 @@ pub async fn reshard(
     }
     let stop = |step: Step| options.stop_after == Some(step);
 
-    retrying(&mut report, || {
+    retrying(&mut report, options.patience, || {
         record_everywhere(shards, old_count, new_count, &record, &history, &histories)
     })
     .await?;
@@ -218,7 +218,10 @@ pub async fn reshard(
     if stop(Step::Recorded) {
         return Ok(summary);
     }
-    summary.moved += retrying(&mut report, || open_ranges(shards, &record)).await?;
+    summary.moved += retrying(&mut report, options.patience, || {
+        open_ranges(shards, &record)
+    })
+    .await?;
     report(Progress::Done(Step::Opened));
     if stop(Step::Opened) {
         return Ok(summary);
@@ -269,9 +272,11 @@ fn moves_unreleased<'r>(
 }
 
 /// Runs `step` until it succeeds, reporting each failure; a permanent one
-/// (bad data, a missing function) is returned.
+/// (bad data, a missing function) is returned, and so is the last one
+/// once `patience` has passed since the first.
 async fn retrying<T, F, Fut>(
     report: &mut impl FnMut(Progress),
+    patience: Option<Duration>,
     mut step: F,
 ) -> Result<T, ReshardError>
 where
@@ -279,10 +284,13 @@ where
     Fut: std::future::Future<Output = Result<T, ReshardError>>,
 {
     let mut pause = PASS_PAUSE;
+    let started = Instant::now();
     loop {
         match step().await {
             Ok(done) => return Ok(done),
-            Err(ReshardError::Shard(e)) if !e.is_permanent() => {
+            Err(ReshardError::Shard(e))
+                if !e.is_permanent() && patience.is_none_or(|p| started.elapsed() < p) =>
+            {
                 report(Progress::Retrying {
                     error: crate::error_chain::error_chain(&e),
                 });
@@ -437,7 +445,10 @@ async fn drain(
         };
         let (moved, left, released) = match pass.await {
             Ok(done) => done,
-            Err(ReshardError::Shard(e)) if !e.is_permanent() => {
+            Err(ReshardError::Shard(e))
+                if !e.is_permanent()
+                    && options.patience.is_none_or(|p| last_progress.elapsed() < p) =>
+            {
                 report(Progress::Retrying {
                     error: crate::error_chain::error_chain(&e),
                 });

@@ -1407,3 +1407,62 @@ async fn a_move_killed_between_mark_copy_and_removal_copies_each_job_once() {
     .await;
     assert_eq!(report.stats.succeeded as usize, 30 + 30 + 2_100);
 }
+
+/// With patience set (`shardq reshard --give-up-after`), a shard that stops
+/// answering mid-move ends the command with an error instead of a wait;
+/// the move stays recorded, and run again once the shard answers, it
+/// finishes with every job run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_with_patience_gives_up_on_a_frozen_shard_and_finishes_when_run_again() {
+    use nix::sys::signal::Signal;
+    let fast = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = 500\n");
+    let GrowingToThree {
+        servers, new, all, ..
+    } = growing_to_three(TestShards::servers(3).await, &fast).await;
+    let client = Client::new(&new).unwrap();
+    let jobs: Vec<NewJob> = (0..600)
+        .map(|i| NewJob::new("moving", "noop", json!({ "i": i })))
+        .collect();
+    let first = client.enqueue_many(jobs).await.unwrap();
+    let patient = Options {
+        patience: Some(Duration::from_secs(2)),
+        ..Options::default()
+    };
+    let mut retries = 0;
+    // Frozen once the ranges are open, as the copy begins.
+    let gave_up = tokio::time::timeout(
+        Duration::from_secs(30),
+        reshard(&all, 2, 3, &patient, |p| match p {
+            shardq::reshard::Progress::Done(Step::Opened) => {
+                servers.servers[0]
+                    .server()
+                    .signal_all(Signal::SIGSTOP)
+                    .unwrap();
+            }
+            shardq::reshard::Progress::Retrying { .. } => retries += 1,
+            _ => {}
+        }),
+    )
+    .await;
+    servers.servers[0]
+        .server()
+        .signal_all(Signal::SIGCONT)
+        .unwrap();
+    let gave_up = gave_up.expect("the command gives up instead of waiting");
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    assert!(
+        retries > 1,
+        "it tried again before giving up ({retries}): {gave_up:?}"
+    );
+
+    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    let report = Worker::new(new.clone(), all.clone(), HandlerRegistry::with_builtins())
+        .stop_when_empty(true)
+        .run(CancellationToken::new())
+        .await;
+    assert_eq!(report.stats.succeeded as usize, first.len());
+    assert_eq!(unfinished(&all).await, 0);
+}

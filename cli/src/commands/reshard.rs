@@ -30,7 +30,7 @@ pub async fn run(config: &Config, args: ReshardArgs) -> Result<()> {
     let options = Options {
         dry_run: args.dry_run,
         stop_after,
-        patience: None,
+        patience: args.give_up_after.map(std::time::Duration::from_secs),
     };
     let names: Vec<String> = shards.all().iter().map(|s| s.name.clone()).collect();
     let summary = reshard::reshard(&shards, old_count, new_count, &options, |p| {

@@ -8,7 +8,7 @@
 //! holding less than their share. No other key moves.
 
 use crate::router::SHARD_KEY_SPACE;
-use crate::shard_map::KeyRange;
+use crate::shard_map::{EpochRecord, KeyRange, MoveRow};
 
 /// A range of shard keys that changes shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,29 @@ pub struct Plan {
     pub ranges: Vec<KeyRange>,
     /// The ranges that change shard, by first key.
     pub moves: Vec<RangeMove>,
+}
+
+impl Plan {
+    /// The map epoch `epoch` over `shard_count` shards this plan makes,
+    /// every move `closed` (as the command records it first).
+    pub fn record(&self, epoch: i32, shard_count: usize) -> EpochRecord {
+        EpochRecord {
+            epoch,
+            shard_count: i32::try_from(shard_count).unwrap_or(i32::MAX),
+            ranges: self.ranges.clone(),
+            moves: self
+                .moves
+                .iter()
+                .map(|m| MoveRow {
+                    first_key: m.first_key,
+                    end_key: m.end_key,
+                    from_index: m.from_index,
+                    to_index: m.to_index,
+                    state: "closed".into(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The keys each of `shard_count` shards should hold.

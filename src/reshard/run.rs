@@ -176,22 +176,7 @@ pub async fn reshard(
                 complete: true,
             });
         }
-        let record = EpochRecord {
-            epoch: current.epoch + 1,
-            shard_count: i32::try_from(new_count).unwrap_or(i32::MAX),
-            ranges: planned.ranges,
-            moves: planned
-                .moves
-                .iter()
-                .map(|m| MoveRow {
-                    first_key: m.first_key,
-                    end_key: m.end_key,
-                    from_index: m.from_index,
-                    to_index: m.to_index,
-                    state: "closed".into(),
-                })
-                .collect(),
-        };
+        let record = planned.record(current.epoch + 1, new_count);
         (record, reference.clone(), false)
     };
     report(Progress::Planned {

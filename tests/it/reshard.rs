@@ -507,6 +507,22 @@ async fn growing_to_three(servers: TestShards, extra: &str) -> GrowingToThree {
     }
 }
 
+/// [`growing_to_three`] on three servers (one can be frozen), statements
+/// given up after `statement_ms`, with `jobs` enqueued by the map of two.
+async fn on_servers_with_jobs(
+    statement_ms: u64,
+    jobs: Vec<NewJob>,
+) -> (GrowingToThree, Vec<JobId>) {
+    let fast = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = {statement_ms}\n");
+    let m = growing_to_three(TestShards::servers(3).await, &fast).await;
+    let first = Client::new(&m.new)
+        .unwrap()
+        .enqueue_many(jobs)
+        .await
+        .unwrap();
+    (m, first)
+}
+
 fn moving_key(plan: &shardq::reshard::Plan, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
@@ -740,17 +756,17 @@ async fn a_schedule_follows_its_key_to_its_new_shard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_frozen_during_the_copy_makes_the_move_wait_and_lose_nothing() {
     use nix::sys::signal::Signal;
-    let fast = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = 1000\n");
-    let GrowingToThree {
-        servers, new, all, ..
-    } = growing_to_three(TestShards::servers(3).await, &fast).await;
-    let client = Client::new(&new).unwrap();
     let jobs: Vec<NewJob> = (0..3_000)
         .map(|i| {
             NewJob::new("moving", "noop", json!({ "i": i })).ordering_key(format!("k-{}", i % 300))
         })
         .collect();
-    let first = client.enqueue_many(jobs).await.unwrap();
+    let (
+        GrowingToThree {
+            servers, new, all, ..
+        },
+        first,
+    ) = on_servers_with_jobs(1_000, jobs).await;
     // Frozen once the ranges are open, as the copy begins; thawed 3 s later.
     let frozen = std::sync::atomic::AtomicBool::new(false);
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -1070,24 +1086,8 @@ async fn a_move_recorded_in_part_refuses_another_list_until_it_is_finished() {
     }
     let from = shardq::shard_map::ShardMap::from_formula(2);
     let plan = shardq::reshard::plan(from.ranges(), 4);
-    use shardq::shard_map::{EpochRecord, MoveRow};
     let history = shardq::store::reshard::history(four.get(0)).await.unwrap();
-    let record = EpochRecord {
-        epoch: 2,
-        shard_count: 4,
-        ranges: plan.ranges.clone(),
-        moves: plan
-            .moves
-            .iter()
-            .map(|m| MoveRow {
-                first_key: m.first_key,
-                end_key: m.end_key,
-                from_index: m.from_index,
-                to_index: m.to_index,
-                state: "closed".into(),
-            })
-            .collect(),
-    };
+    let record = plan.record(2, 4);
     // What the command writes on its first shard before anything else.
     shardq::store::reshard::record_epoch(
         four.get(2),
@@ -1415,15 +1415,15 @@ async fn a_move_killed_between_mark_copy_and_removal_copies_each_job_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_with_patience_gives_up_on_a_frozen_shard_and_finishes_when_run_again() {
     use nix::sys::signal::Signal;
-    let fast = format!("{WORKER_TOML}[database]\nstatement_timeout_ms = 500\n");
-    let GrowingToThree {
-        servers, new, all, ..
-    } = growing_to_three(TestShards::servers(3).await, &fast).await;
-    let client = Client::new(&new).unwrap();
     let jobs: Vec<NewJob> = (0..600)
         .map(|i| NewJob::new("moving", "noop", json!({ "i": i })))
         .collect();
-    let first = client.enqueue_many(jobs).await.unwrap();
+    let (
+        GrowingToThree {
+            servers, new, all, ..
+        },
+        first,
+    ) = on_servers_with_jobs(500, jobs).await;
     let patient = Options {
         patience: Some(Duration::from_secs(2)),
         ..Options::default()

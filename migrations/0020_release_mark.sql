@@ -6,3 +6,6 @@
 -- would read the range as still moving and write the job held for good)
 -- and refuse it with 40001 instead, to be run again.
 CREATE SEQUENCE shardq_map_release_xid MINVALUE 0 START 0;
+-- The trigger runs with the inserting role's rights: every role that
+-- enqueues must read it (as the map tables, GRANT … TO PUBLIC).
+GRANT SELECT ON SEQUENCE shardq_map_release_xid TO PUBLIC;

@@ -1466,3 +1466,42 @@ async fn a_move_with_patience_gives_up_on_a_frozen_shard_and_finishes_when_run_a
     assert_eq!(report.stats.succeeded as usize, first.len());
     assert_eq!(unfinished(&all).await, 0);
 }
+
+/// The documented least-privilege producer (docs/least_privilege.sql)
+/// enqueues into a range moving in: the hold trigger runs with its rights
+/// and reads the map tables and the release mark, which every role may
+/// read. (Without the mark's grant it was refused with 42501 for the whole
+/// move.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_producer_enqueues_into_a_moving_range() {
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&m.all, 2, 3, &opened, |_| {}).await.unwrap();
+    let target = m.all.get(2);
+    let admin = target.client().await.unwrap();
+    admin
+        .batch_execute(include_str!("../../docs/least_privilege.sql"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute("CREATE ROLE app_producer LOGIN IN ROLE shardq_producer")
+        .await
+        .unwrap();
+    let url = m.servers.urls[2].replace("postgres@", "app_producer@");
+    let (producer, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let client = Client::new(&m.new).unwrap();
+    client.shards().load_map().await.unwrap();
+    let job = client
+        .route(NewJob::new("moving", "noop", json!({})).ordering_key(moving_key(&m.plan, "lp")))
+        .unwrap();
+    assert_eq!(job.shard().index, 2);
+    let id = job.insert(&producer).await.expect("the producer enqueues");
+    let info = client.job(id).await.unwrap().expect("the job");
+    assert_eq!(info.status, JobStatus::Held);
+}

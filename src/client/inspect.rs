@@ -247,14 +247,15 @@ impl Client {
             })
             .await?;
         match holder {
-            Some((shard, ())) if shard.index != routed.index => Ok(change(shard).await?),
-            _ => Ok(None),
+            // The routed shard again: a move wrote the job there since.
+            Some((shard, ())) => Ok(change(shard).await?),
+            None => Ok(None),
         }
     }
 
     /// Runs a one-job read on the shard the job's key routes to and, when
-    /// that shard has no row, on the other shards in turn. Returns the first
-    /// answer and the shard it came from.
+    /// that shard has no row, on the other shards in turn, then on the routed
+    /// one again. Returns the first answer and the shard it came from.
     ///
     /// # Errors
     ///
@@ -280,6 +281,12 @@ impl Client {
                 Ok(None) => {}
                 Err(e) => failed = failed.or(Some(e)),
             }
+        }
+        // A move (`shardq reshard`) may have copied the job to the routed
+        // shard after it was asked and removed it from the old one before
+        // that one was: the copy is written first, so asking again finds it.
+        if let Some(found) = read(routed).await? {
+            return Ok(Some((routed, found)));
         }
         failed.map_or(Ok(None), |e| Err(e.into()))
     }

@@ -132,15 +132,24 @@ pub async fn reshard(
             shard.name
         )));
     }
+    // A dry run plans before the shards new to the list are migrated.
+    let migrated = if options.dry_run {
+        old_count
+    } else {
+        shards.len()
+    };
+    check_versions(&shards.all()[..migrated.min(shards.len())]).await?;
     let histories = read_histories(shards, old_count).await?;
     // The newest epoch any shard records, a shard new to the list too: a
     // run that stopped while recording wrote the shards ranges move to
     // first, and a run with another list must not record a different map
     // under the same epoch.
+    // On a tie the current shards' record wins.
     let reference = histories
         .iter()
-        .max_by_key(|h| h.last().map_or(0, |e| e.epoch))
-        .cloned()
+        .enumerate()
+        .max_by_key(|(i, h)| (h.last().map_or(0, |e| e.epoch), *i < old_count))
+        .map(|(_, h)| h.clone())
         .unwrap_or_default();
     let Some(current) = reference.last().cloned() else {
         return Err(ReshardError::Map(
@@ -157,6 +166,7 @@ pub async fn reshard(
                 current.shard_count, current.epoch
             )));
         }
+        refuse_other_targets(shards, &histories, &current)?;
         let before = reference[..reference.len() - 1].to_vec();
         (current, before, true)
     } else {
@@ -217,6 +227,26 @@ pub async fn reshard(
     Ok(summary)
 }
 
+/// Refuses shards whose schema is not this binary's: a step a shard cannot
+/// run (a statement of a later migration) would fail the same way on every
+/// retry.
+async fn check_versions(shards: &[crate::shards::Shard]) -> Result<(), ReshardError> {
+    let needed = crate::migrate::latest_version();
+    for shard in shards {
+        let found = crate::store::schema::current_version(shard).await?;
+        if found != Some(needed) {
+            let found = found.map_or_else(|| "none".to_string(), |v| v.to_string());
+            return Err(ReshardError::Map(format!(
+                "shard `{}` is at schema version {found}, this binary needs {needed}: run \
+                 `shardq migrate` with the current list first (shards new to the list are \
+                 migrated by `shardq reshard`)",
+                shard.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Every shard's map history; a shard new to the list (index from
 /// `old_count` on) may have none yet.
 async fn read_histories(
@@ -235,6 +265,38 @@ async fn read_histories(
         out.push(history);
     }
     Ok(out)
+}
+
+/// Refuses to resume `record` with a list whose shard at a target's index
+/// is not the one the move began with. The shards ranges move to record an
+/// epoch first, so once a shard that is not a target records it, every
+/// target must, with the same ranges (a target that does not is another
+/// server; before that, nothing has moved and any server may take it).
+fn refuse_other_targets(
+    shards: &ShardSet,
+    histories: &[Vec<EpochRecord>],
+    record: &EpochRecord,
+) -> Result<(), ReshardError> {
+    let targets: Vec<usize> = record.moves.iter().map(|m| m.to_index).collect();
+    let records_it = |i: usize| {
+        histories[i]
+            .iter()
+            .any(|e| e.epoch == record.epoch && e.ranges == record.ranges)
+    };
+    let begun = (0..shards.len()).any(|i| !targets.contains(&i) && records_it(i));
+    match targets
+        .iter()
+        .find(|&&t| t < shards.len() && !records_it(t))
+    {
+        Some(&t) if begun => Err(ReshardError::Lists(format!(
+            "shard `{}` does not record epoch {} that the other shards do: it is not the \
+             shard the unfinished move to it began with; finish the move with the list it \
+             began with",
+            shards.get(t).name,
+            record.epoch
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The moves of `record` not yet released on their new shard.
@@ -269,12 +331,15 @@ where
     Fut: std::future::Future<Output = Result<T, ReshardError>>,
 {
     let mut pause = PASS_PAUSE;
-    let started = Instant::now();
+    let mut failing_since = None;
     loop {
         match step().await {
             Ok(done) => return Ok(done),
             Err(ReshardError::Shard(e))
-                if !e.is_permanent() && patience.is_none_or(|p| started.elapsed() < p) =>
+                if !e.is_permanent()
+                    && patience.is_none_or(|p| {
+                        failing_since.get_or_insert_with(Instant::now).elapsed() < p
+                    }) =>
             {
                 report(Progress::Retrying {
                     error: crate::error_chain::error_chain(&e),

@@ -1505,3 +1505,47 @@ async fn a_least_privilege_producer_enqueues_into_a_moving_range() {
     let info = client.job(id).await.unwrap().expect("the job");
     assert_eq!(info.status, JobStatus::Held);
 }
+
+/// A move to three shards stopped after its epoch was recorded everywhere,
+/// then run with a list whose third shard is another server: resuming would
+/// copy the rest of the range there while the jobs already moved stay held
+/// on the first one. It is refused, naming the shard; the list the move
+/// began with finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_resumed_with_another_server_as_its_target_is_refused() {
+    let servers = TestShards::databases(4).await;
+    let list = |urls: &[&String]| {
+        let urls: Vec<String> = urls.iter().map(|u| (*u).clone()).collect();
+        Config::from_toml(&toml_of(&urls, WORKER_TOML)).unwrap()
+    };
+    let u = &servers.urls;
+    shardq::migrate::migrate_all(&ShardSet::connect(&list(&[&u[0], &u[1]])).unwrap())
+        .await
+        .unwrap();
+    let began = ShardSet::connect(&list(&[&u[0], &u[1], &u[2]])).unwrap();
+    let swapped = ShardSet::connect(&list(&[&u[0], &u[1], &u[3]])).unwrap();
+    for set in [&began, &swapped] {
+        shardq::migrate::migrate_joining(set.get(2), 3)
+            .await
+            .unwrap();
+    }
+    let recorded = Options {
+        stop_after: Some(Step::Recorded),
+        ..Options::default()
+    };
+    reshard(&began, 2, 3, &recorded, |_| {}).await.unwrap();
+
+    let refused = reshard(&swapped, 2, 3, &Options::default(), |_| {})
+        .await
+        .expect_err("another server in the target's place");
+    assert!(
+        refused
+            .to_string()
+            .contains("is not the shard the unfinished move"),
+        "{refused}"
+    );
+    let summary = reshard(&began, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+}

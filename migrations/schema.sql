@@ -23,7 +23,7 @@
 --     17 0017_map_epochs.sql
 --     18 0018_reshard_indexes.sql
 --     19 0019_reshard.sql
---     20 0020_release_mark.sql
+--     20 0020_map_change_mark.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -170,7 +170,7 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     CONSTRAINT workflow_steps_shard_key_workflow_id_fkey FOREIGN KEY (shard_key, workflow_id) REFERENCES workflow_status(shard_key, id) ON DELETE CASCADE
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
-SEQUENCE shardq_map_release_xid
+SEQUENCE shardq_map_change_xid
 SEQUENCE workflow_status_id_seq
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -188,6 +188,14 @@ BEGIN
     -- (maintenance_class(), MAP_SLOT): -1457378061 is the low 32 bits of
     -- FNV-1a 64 of 'shardq:maintenance' (src/store/locks.rs).
     PERFORM pg_advisory_xact_lock_shared(-1457378061, 3);
+    IF NOT pg_visible_in_snapshot(
+            (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
+            pg_current_snapshot()) THEN
+        RAISE EXCEPTION 'the shard map changed after this transaction''s snapshot was taken; '
+            'nothing was written'
+            USING ERRCODE = '40001',
+                  HINT = 'run the transaction again';
+    END IF;
     SELECT max(e.epoch) INTO current_epoch FROM shardq_map_epochs e;
     SELECT m.shard_index INTO my_index FROM shardq_shard_map m;
     IF current_epoch IS NULL OR my_index IS NULL THEN
@@ -711,24 +719,25 @@ BEGIN
         SELECT m.state INTO piece_state FROM shardq_map_moves m
             WHERE m.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
               AND m.first_key <= NEW.shard_key AND NEW.shard_key < m.end_key;
-        IF piece_state = 'closed' THEN
-            RAISE EXCEPTION 'shard_key % is in a range moving to this shard, and the move stopped '
-                'before it opened the range; nothing was written', NEW.shard_key
-                USING ERRCODE = 'SQ005',
-                      HINT = 'run `shardq reshard` again to finish the move, then retry';
-        END IF;
     END IF;
-    -- A snapshot taken before a release (REPEATABLE READ, SERIALIZABLE)
-    -- reads a released range as moving: writing the job held would leave
-    -- it held for good. Under READ COMMITTED each statement here reads
-    -- after the map's lock, so this never refuses there.
+    -- A snapshot taken before the map's last change (REPEATABLE READ,
+    -- SERIALIZABLE) reads the range's state as it was: an opened range as
+    -- closed, a released one as moving (written held, the job would stay
+    -- held for good). Under READ COMMITTED each statement here reads after
+    -- the locks above, so this never refuses there.
     IF NOT pg_visible_in_snapshot(
-            (SELECT r.last_value FROM shardq_map_release_xid r)::text::xid8,
+            (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
             pg_current_snapshot()) THEN
-        RAISE EXCEPTION 'a range moving to this shard was released after this transaction''s '
-            'snapshot was taken; nothing was written'
+        RAISE EXCEPTION 'the shard map changed after this transaction''s snapshot was taken; '
+            'nothing was written'
             USING ERRCODE = '40001',
                   HINT = 'run the transaction again';
+    END IF;
+    IF piece_state = 'closed' THEN
+        RAISE EXCEPTION 'shard_key % is in a range moving to this shard, and the move stopped '
+            'before it opened the range; nothing was written', NEW.shard_key
+            USING ERRCODE = 'SQ005',
+                  HINT = 'run `shardq reshard` again to finish the move, then retry';
     END IF;
     NEW.held_status := NEW.status;
     NEW.status := 'held';

@@ -22,9 +22,11 @@
 -- one; this function takes the shared one first, so an enqueue that passed the check commits
 -- (or aborts) before a new epoch can be written, and one that waits for the
 -- lock reads the epoch afterwards, in a later statement (a fresh snapshot
--- under READ COMMITTED). Under REPEATABLE READ the snapshot is the
--- transaction's: a caller that began before the new epoch was recorded is
--- not fenced by this function.
+-- under READ COMMITTED). Under REPEATABLE READ or SERIALIZABLE the
+-- snapshot is the transaction's: a caller whose snapshot was taken before
+-- the map's last change (an epoch recorded, a range opened or released:
+-- the transaction id in shardq_map_change_xid, a sequence, read whatever
+-- the snapshot) is refused with 40001, to run the transaction again.
 CREATE OR REPLACE FUNCTION shardq_check_route(p_epoch int, VARIADIC p_shard_keys int[])
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -39,6 +41,14 @@ BEGIN
     -- (maintenance_class(), MAP_SLOT): -1457378061 is the low 32 bits of
     -- FNV-1a 64 of 'shardq:maintenance' (src/store/locks.rs).
     PERFORM pg_advisory_xact_lock_shared(-1457378061, 3);
+    IF NOT pg_visible_in_snapshot(
+            (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
+            pg_current_snapshot()) THEN
+        RAISE EXCEPTION 'the shard map changed after this transaction''s snapshot was taken; '
+            'nothing was written'
+            USING ERRCODE = '40001',
+                  HINT = 'run the transaction again';
+    END IF;
     SELECT max(e.epoch) INTO current_epoch FROM shardq_map_epochs e;
     SELECT m.shard_index INTO my_index FROM shardq_shard_map m;
     IF current_epoch IS NULL OR my_index IS NULL THEN

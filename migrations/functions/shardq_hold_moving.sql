@@ -13,8 +13,8 @@
 -- is refused with SQLSTATE SQ005 if the range is still closed (the command
 -- stopped: run it again). The map's lock is taken shared, so the release of
 -- a range (which takes it exclusive) never misses a row written held; a
--- transaction whose snapshot predates a release is refused with 40001
--- (migrations/0020_release_mark.sql).
+-- transaction whose snapshot predates the map's last change (an open, a
+-- release) is refused with 40001 (migrations/0020_map_change_mark.sql).
 CREATE OR REPLACE FUNCTION shardq_hold_moving() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
@@ -52,24 +52,25 @@ BEGIN
         SELECT m.state INTO piece_state FROM shardq_map_moves m
             WHERE m.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
               AND m.first_key <= NEW.shard_key AND NEW.shard_key < m.end_key;
-        IF piece_state = 'closed' THEN
-            RAISE EXCEPTION 'shard_key % is in a range moving to this shard, and the move stopped '
-                'before it opened the range; nothing was written', NEW.shard_key
-                USING ERRCODE = 'SQ005',
-                      HINT = 'run `shardq reshard` again to finish the move, then retry';
-        END IF;
     END IF;
-    -- A snapshot taken before a release (REPEATABLE READ, SERIALIZABLE)
-    -- reads a released range as moving: writing the job held would leave
-    -- it held for good. Under READ COMMITTED each statement here reads
-    -- after the map's lock, so this never refuses there.
+    -- A snapshot taken before the map's last change (REPEATABLE READ,
+    -- SERIALIZABLE) reads the range's state as it was: an opened range as
+    -- closed, a released one as moving (written held, the job would stay
+    -- held for good). Under READ COMMITTED each statement here reads after
+    -- the locks above, so this never refuses there.
     IF NOT pg_visible_in_snapshot(
-            (SELECT r.last_value FROM shardq_map_release_xid r)::text::xid8,
+            (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
             pg_current_snapshot()) THEN
-        RAISE EXCEPTION 'a range moving to this shard was released after this transaction''s '
-            'snapshot was taken; nothing was written'
+        RAISE EXCEPTION 'the shard map changed after this transaction''s snapshot was taken; '
+            'nothing was written'
             USING ERRCODE = '40001',
                   HINT = 'run the transaction again';
+    END IF;
+    IF piece_state = 'closed' THEN
+        RAISE EXCEPTION 'shard_key % is in a range moving to this shard, and the move stopped '
+            'before it opened the range; nothing was written', NEW.shard_key
+            USING ERRCODE = 'SQ005',
+                  HINT = 'run `shardq reshard` again to finish the move, then retry';
     END IF;
     NEW.held_status := NEW.status;
     NEW.status := 'held';

@@ -125,8 +125,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 20,
-        name: "0020_release_mark.sql",
-        sql: include_str!("../../migrations/0020_release_mark.sql"),
+        name: "0020_map_change_mark.sql",
+        sql: include_str!("../../migrations/0020_map_change_mark.sql"),
     },
 ];
 

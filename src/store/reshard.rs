@@ -161,6 +161,9 @@ pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool,
             )
             .await
             .map_err(err)?;
+            tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[])
+                .await
+                .map_err(err)?;
             let recorded = tx
                 .query_opt(
                     "SELECT 1 FROM shardq_map_epochs WHERE epoch = $1",
@@ -263,11 +266,17 @@ pub async fn set_move_state(
 ) -> Result<bool, ShardError> {
     shard
         .within(async {
-            let db = session(shard).await?;
-            let changed = db
+            let mut db = session(shard).await?;
+            let err = |e| shard.query_error(e);
+            let tx = db.transaction().await.map_err(err)?;
+            tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[])
+                .await
+                .map_err(err)?;
+            let changed = tx
                 .execute(sql::RESHARD_MOVE_STATE, &[&first_key, &epoch, &state])
                 .await
-                .map_err(|e| shard.query_error(e))?;
+                .map_err(err)?;
+            tx.commit().await.map_err(err)?;
             Ok(changed == 1)
         })
         .await
@@ -543,7 +552,7 @@ pub async fn release(
             )
             .await
             .map_err(err)?;
-            tx.query_one(sql::RESHARD_RELEASE_MARK, &[])
+            tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[])
                 .await
                 .map_err(err)?;
             let rows = tx

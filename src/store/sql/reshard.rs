@@ -186,10 +186,13 @@ pub const RESHARD_RELEASE: &str = "WITH gone AS ( \
     RETURNING shard_key, id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
-/// Marks the release transaction's id, outside any snapshot (a sequence):
-/// the hold trigger refuses a transaction whose snapshot predates it.
-pub const RESHARD_RELEASE_MARK: &str =
-    "SELECT setval('shardq_map_release_xid', pg_current_xact_id()::text::bigint)";
+/// Marks this transaction's id as the last change of the map, outside any
+/// snapshot (a sequence; migrations/0020_map_change_mark.sql): the epoch
+/// check and the hold trigger refuse a transaction whose snapshot predates
+/// it. Run in each transaction that records an epoch, opens or releases a
+/// range, after the lock that orders it before enqueues.
+pub const RESHARD_MAP_CHANGE_MARK: &str =
+    "SELECT setval('shardq_map_change_xid', pg_current_xact_id()::text::bigint)";
 
 /// Whether a range still moves in to this shard at the current epoch.
 pub const RESHARD_STILL_MOVING_IN: &str = "SELECT EXISTS (SELECT 1 FROM shardq_map_moves m \

@@ -41,14 +41,7 @@ BEGIN
     -- (maintenance_class(), MAP_SLOT): -1457378061 is the low 32 bits of
     -- FNV-1a 64 of 'shardq:maintenance' (src/store/locks.rs).
     PERFORM pg_advisory_xact_lock_shared(-1457378061, 3);
-    IF NOT pg_visible_in_snapshot(
-            (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
-            pg_current_snapshot()) THEN
-        RAISE EXCEPTION 'the shard map changed after this transaction''s snapshot was taken; '
-            'nothing was written'
-            USING ERRCODE = '40001',
-                  HINT = 'run the transaction again';
-    END IF;
+    PERFORM shardq_refuse_stale_snapshot();
     SELECT max(e.epoch) INTO current_epoch FROM shardq_map_epochs e;
     SELECT m.shard_index INTO my_index FROM shardq_shard_map m;
     IF current_epoch IS NULL OR my_index IS NULL THEN

@@ -58,14 +58,7 @@ BEGIN
     -- closed, a released one as moving (written held, the job would stay
     -- held for good). Under READ COMMITTED each statement here reads after
     -- the locks above, so this never refuses there.
-    IF NOT pg_visible_in_snapshot(
-            (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
-            pg_current_snapshot()) THEN
-        RAISE EXCEPTION 'the shard map changed after this transaction''s snapshot was taken; '
-            'nothing was written'
-            USING ERRCODE = '40001',
-                  HINT = 'run the transaction again';
-    END IF;
+    PERFORM shardq_refuse_stale_snapshot();
     IF piece_state = 'closed' THEN
         RAISE EXCEPTION 'shard_key % is in a range moving to this shard, and the move stopped '
             'before it opened the range; nothing was written', NEW.shard_key

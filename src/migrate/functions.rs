@@ -66,6 +66,10 @@ pub const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_shard_key.sql"),
     },
     Function {
+        name: "shardq_refuse_stale_snapshot",
+        sql: include_str!("../../migrations/functions/shardq_refuse_stale_snapshot.sql"),
+    },
+    Function {
         name: "shardq_check_route",
         sql: include_str!("../../migrations/functions/shardq_check_route.sql"),
     },

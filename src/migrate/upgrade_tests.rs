@@ -186,6 +186,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_check_route",
     "shardq_hold_moving",
     "shardq_owns_key",
+    "shardq_refuse_stale_snapshot",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

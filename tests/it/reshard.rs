@@ -523,6 +523,15 @@ async fn on_servers_with_jobs(
     (m, first)
 }
 
+/// A REPEATABLE READ transaction on `db`, its snapshot not yet taken.
+async fn repeatable_read(db: &mut deadpool_postgres::Client) -> deadpool_postgres::Transaction<'_> {
+    db.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap()
+}
+
 fn moving_key(plan: &shardq::reshard::Plan, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
@@ -1155,12 +1164,7 @@ async fn a_repeatable_read_enqueue_older_than_the_release_is_refused_not_held() 
     };
     let target = m.all.get(first.to_index);
     let mut db = target.user_client().await.unwrap();
-    let tx = db
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
+    let tx = repeatable_read(&mut db).await;
     tx.query_one("SELECT count(*) FROM shardq_map_moves", &[])
         .await
         .unwrap(); // the snapshot is taken here
@@ -1179,12 +1183,7 @@ async fn a_repeatable_read_enqueue_older_than_the_release_is_refused_not_held() 
     );
     tx.rollback().await.unwrap();
 
-    let tx = db
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
+    let tx = repeatable_read(&mut db).await;
     let id = job().insert(&*tx).await.expect("run again");
     tx.commit().await.unwrap();
     let info = client.job(id).await.unwrap().expect("the job");
@@ -1568,12 +1567,7 @@ async fn a_repeatable_read_enqueue_older_than_the_epoch_is_refused_on_the_old_sh
     let old = routed.shard().clone();
     assert!(old.index < 2, "routed by the map of two");
     let mut db = old.user_client().await.unwrap();
-    let tx = db
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await
-        .unwrap();
+    let tx = repeatable_read(&mut db).await;
     tx.query_one("SELECT count(*) FROM shardq_map_epochs", &[])
         .await
         .unwrap(); // the snapshot is taken here

@@ -6,8 +6,9 @@
 //! there to run), and then run, each exactly once.
 //!
 //! Asserted on the jobs' own start times, not on rates: after a generous
-//! second for the worker to find the shard sick, no job of it may start
-//! while the fault is on, the healthy shards' work lasting well past it.
+//! second for the worker to find the shard sick, few jobs of it may start
+//! while the fault is on (see [`SICK_STARTS_PERCENT`]), the healthy
+//! shards' work lasting well past it.
 
 use crate::common;
 
@@ -39,11 +40,14 @@ const FAULT: Duration = Duration::from_secs(4);
 /// Room for the worker to find the shard sick (a failed claim or
 /// completion write, both within milliseconds when idle) on a loaded host.
 const DETECT: Duration = Duration::from_secs(1);
-/// The sick shard's jobs that may start after [`DETECT`] while the fault
-/// is on: a slot with nothing else to run takes one, and a loaded host's
-/// producers may leave the buffer empty of healthy jobs for a moment.
-/// Before the fix, hundreds started.
-const SICK_STARTS_LIMIT: usize = 16;
+/// The largest share (in percent) of the starts after [`DETECT`] while the
+/// fault is on that may be the sick shard's jobs: a slot with nothing else
+/// to run takes one, and on a loaded host (a CI run of the whole suite)
+/// the producers' claims slow enough to leave the buffer empty of healthy
+/// jobs for moments: 26 of 944 starts (2.8 %) were seen there, none on a
+/// quiet host. Before the fix about a quarter of them were (the shard's
+/// share of the buffer).
+const SICK_STARTS_PERCENT: usize = 5;
 
 /// Default buffer (4,000) and claims (500), 16 slots, two producers.
 const SETTINGS: &str = "
@@ -216,9 +220,10 @@ async fn a_refusing_shards_buffered_jobs_wait_while_the_healthy_shards_have_work
         "only {all_during} jobs started during the fault: the test shows nothing"
     );
     assert!(
-        sick_during <= SICK_STARTS_LIMIT,
+        sick_during * 100 <= all_during * SICK_STARTS_PERCENT,
         "{sick_during} of the refusing shard's jobs started during the fault, while the \
-         healthy shards had work ({all_during} starts in all)"
+         healthy shards had work ({all_during} starts in all; at most {SICK_STARTS_PERCENT} % \
+         may be)"
     );
     // Exactly once.
     assert_eq!(starts.len(), ids.len(), "every job ran");

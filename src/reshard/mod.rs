@@ -11,7 +11,9 @@
 
 mod copy;
 mod plan;
+mod replace;
 mod run;
 
 pub use plan::{plan, Plan, RangeMove};
+pub use replace::check_replacements;
 pub use run::{reshard, Options, Progress, ReshardError, Step, Summary};

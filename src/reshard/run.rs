@@ -230,7 +230,7 @@ pub async fn reshard(
 /// Refuses shards whose schema is not this binary's: a step a shard cannot
 /// run (a statement of a later migration) would fail the same way on every
 /// retry.
-async fn check_versions(shards: &[crate::shards::Shard]) -> Result<(), ReshardError> {
+pub(super) async fn check_versions(shards: &[crate::shards::Shard]) -> Result<(), ReshardError> {
     let needed = crate::migrate::latest_version();
     for shard in shards {
         let found = crate::store::schema::current_version(shard).await?;
@@ -300,7 +300,7 @@ fn refuse_other_targets(
 }
 
 /// The moves of `record` not yet released on their new shard.
-fn moves_unreleased<'r>(
+pub(super) fn moves_unreleased<'r>(
     shards: &ShardSet,
     histories: &[Vec<EpochRecord>],
     record: &'r EpochRecord,

@@ -46,6 +46,7 @@ mod pooler;
 mod promotion_race;
 mod public_api;
 mod refused_outcomes;
+mod replace_server;
 mod reshard;
 mod schedule_clock;
 mod schedule_config;

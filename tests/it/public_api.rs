@@ -100,7 +100,8 @@ mod prometheus_invariants {
 mod reshard {
     #[allow(unused_imports)]
     use shardq::reshard::{
-        plan, reshard, Options, Plan, Progress, RangeMove, ReshardError, Step, Summary,
+        check_replacements, plan, reshard, Options, Plan, Progress, RangeMove, ReshardError, Step,
+        Summary,
     };
 }
 

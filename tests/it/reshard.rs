@@ -884,7 +884,7 @@ async fn the_command_plans_moves_and_refuses_a_reordered_list() {
     let (ok, text) = run(&old, &["reshard", "--to", reordered.to_str().unwrap()]).await;
     assert!(!ok, "{text}");
     assert!(
-        text.contains("replacing or reordering a shard is not supported"),
+        text.contains("the new list replaces shard 0 and has 3 shards instead of 2"),
         "{text}"
     );
 

@@ -11,7 +11,10 @@ pub async fn run(config: &Config, args: ReshardArgs) -> Result<()> {
         .with_context(|| format!("cannot load the new shard list {}", args.to.display()))?;
     let (old_count, new_count) = (config.shards.len(), new.shards.len());
     let longer = if new_count >= old_count { &new } else { config };
-    check_lists(&config.shards, &new.shards)?;
+    let replaced = replaced_places(&config.shards, &new.shards);
+    if !replaced.is_empty() {
+        return replace(config, &new, &replaced).await;
+    }
     let stop_after = match args.stop_after.as_deref() {
         None => None,
         Some("recorded") => Some(Step::Recorded),
@@ -52,24 +55,44 @@ pub async fn run(config: &Config, args: ReshardArgs) -> Result<()> {
     Ok(())
 }
 
-/// The shorter list must be the first shards of the longer, in order.
-fn check_lists(old: &[ShardConfig], new: &[ShardConfig]) -> Result<()> {
+/// The places (counting from 0) where the two lists name different servers.
+fn replaced_places(old: &[ShardConfig], new: &[ShardConfig]) -> Vec<usize> {
     let same = |a: &ShardConfig, b: &ShardConfig| {
         a.pg.get_hosts() == b.pg.get_hosts()
             && a.pg.get_ports() == b.pg.get_ports()
             && a.pg.get_dbname() == b.pg.get_dbname()
     };
-    for (i, (a, b)) in old.iter().zip(new).enumerate() {
-        if !same(a, b) {
-            bail!(
-                "shard {i} is `{}` in the current list and `{}` in the new one: a reshard keeps \
-                 the current shards in their order and adds shards after them (or drops the \
-                 last ones); replacing or reordering a shard is not supported yet",
-                a.name,
-                b.name
-            );
-        }
+    let pairs = old.iter().zip(new).enumerate();
+    pairs
+        .filter(|(_, (a, b))| !same(a, b))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The new list replaces the servers at `replaced`: nothing moves; each
+/// new server must be a copy of the one it replaces.
+async fn replace(old: &Config, new: &Config, replaced: &[usize]) -> Result<()> {
+    if old.shards.len() != new.shards.len() {
+        bail!(
+            "the new list replaces shard {} and has {} shards instead of {}: replace servers \
+             with a list of the same length first, then grow or shrink it",
+            replaced[0],
+            new.shards.len(),
+            old.shards.len()
+        );
     }
+    let shards = ShardSet::connect(new)?;
+    reshard::check_replacements(&shards, replaced).await?;
+    for &i in replaced {
+        println!(
+            "shard {i}: `{}` is a copy of `{}` (same place, same map): nothing to move",
+            new.shards[i].name, old.shards[i].name
+        );
+    }
+    println!(
+        "start processes with the new list; keep the replaced servers stopped (jobs written \
+         there after the copy was taken are not on the copy)"
+    );
     Ok(())
 }
 

@@ -24,6 +24,7 @@
 --     18 0018_reshard_indexes.sql
 --     19 0019_reshard.sql
 --     20 0020_map_change_mark.sql
+--     21 0021_queue_limits.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -32,6 +33,15 @@ TABLE shardq_functions
     CONSTRAINT shardq_functions_pkey PRIMARY KEY (name)
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
     GRANT PUBLIC SELECT
+
+TABLE shardq_limit_leases
+    queue text NOT NULL
+    holder text NOT NULL
+    permits integer NOT NULL
+    expires_at timestamp with time zone NOT NULL
+    CONSTRAINT shardq_limit_leases_permits_check CHECK ((permits >= 0))
+    CONSTRAINT shardq_limit_leases_pkey PRIMARY KEY (queue, holder)
+    INDEX CREATE UNIQUE INDEX shardq_limit_leases_pkey ON public.shardq_limit_leases USING btree (queue, holder)
 
 TABLE shardq_map_epochs
     epoch integer NOT NULL
@@ -84,6 +94,15 @@ TABLE shardq_paused_queues
     paused_at timestamp with time zone NOT NULL DEFAULT now()
     CONSTRAINT shardq_paused_queues_pkey PRIMARY KEY (queue)
     INDEX CREATE UNIQUE INDEX shardq_paused_queues_pkey ON public.shardq_paused_queues USING btree (queue)
+
+TABLE shardq_queue_limits
+    queue text NOT NULL
+    concurrency integer
+    revision bigint NOT NULL
+    updated_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_queue_limits_concurrency_check CHECK ((concurrency > 0))
+    CONSTRAINT shardq_queue_limits_pkey PRIMARY KEY (queue)
+    INDEX CREATE UNIQUE INDEX shardq_queue_limits_pkey ON public.shardq_queue_limits USING btree (queue)
 
 TABLE shardq_schedules
     name text NOT NULL
@@ -736,6 +755,41 @@ CREATE OR REPLACE FUNCTION public.shardq_key_lock(p_queue text, p_key text)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT hashtextextended(p_queue || chr(31) || p_key, 7) $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_lease_permits(holder text, queues text[], wants integer[], lease_ms integer)
+ RETURNS TABLE(queue text, concurrency integer, granted integer)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    i integer;
+    q text;
+    lim integer;
+    others integer;
+    give integer;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(queues, 1), 0) LOOP
+        q := queues[i];
+        SELECT l.concurrency INTO lim FROM shardq_queue_limits l WHERE l.queue = q FOR UPDATE;
+        IF lim IS NULL THEN
+            DELETE FROM shardq_limit_leases e WHERE e.queue = q AND e.holder = shardq_lease_permits.holder;
+            queue := q; concurrency := NULL; granted := wants[i];
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        DELETE FROM shardq_limit_leases e WHERE e.queue = q AND e.expires_at <= now();
+        SELECT coalesce(sum(e.permits), 0) INTO others FROM shardq_limit_leases e
+            WHERE e.queue = q AND e.holder <> shardq_lease_permits.holder;
+        give := greatest(0, least(wants[i], lim - others));
+        INSERT INTO shardq_limit_leases AS e (queue, holder, permits, expires_at)
+            VALUES (q, shardq_lease_permits.holder, give, now() + lease_ms * interval '1 millisecond')
+            ON CONFLICT ON CONSTRAINT shardq_limit_leases_pkey
+            DO UPDATE SET permits = EXCLUDED.permits, expires_at = EXCLUDED.expires_at;
+        queue := q; concurrency := lim; granted := give;
+        RETURN NEXT;
+    END LOOP;
+END
+$function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_lock_keys(p_sk integer[], p_id bigint[])

@@ -38,6 +38,11 @@ pub enum Command {
         #[command(subcommand)]
         action: QueueAction,
     },
+    /// Set, list or clear fleet-wide queue limits (stored on every shard).
+    Limit {
+        #[command(subcommand)]
+        action: LimitAction,
+    },
     /// The shard map: its epoch, each key range and its shard, and the
     /// unfinished jobs of each range per shard.
     Shards {
@@ -192,6 +197,33 @@ pub enum QueueAction {
         /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LimitAction {
+    /// Limit a queue across every worker process and shard; running
+    /// workers follow within a second.
+    Set {
+        /// Queue name.
+        #[arg(long)]
+        queue: String,
+        /// Jobs of the queue running at once across the fleet (a claimed
+        /// job counts from its claim until its outcome is written).
+        #[arg(long)]
+        concurrency: u32,
+    },
+    /// List the limited queues and the permits the workers hold now.
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lift a queue's limits.
+    Clear {
+        /// Queue name.
+        #[arg(long)]
+        queue: String,
     },
 }
 

@@ -63,6 +63,15 @@ pub enum ClientError {
         /// What is wrong and what to do.
         reason: InvalidJob,
     },
+    /// A queue limit that cannot be set (a concurrency of 0, or over
+    /// 2,147,483,647).
+    #[error("cannot limit queue `{queue}`: {why}")]
+    BadLimit {
+        /// Queue.
+        queue: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A pause or resume that some shards did not make (the others did;
     /// running it again is harmless).
     #[error(

@@ -92,7 +92,7 @@ impl Client {
     }
 
     /// `Ok` when every shard made the change, else the shards that did not.
-    fn every_shard(
+    pub(super) fn every_shard(
         &self,
         action: &'static str,
         queue: &str,
@@ -121,7 +121,7 @@ impl Client {
 }
 
 /// A queue name PostgreSQL takes and a job could have.
-fn check_name(queue: &str) -> Result<(), ClientError> {
+pub(super) fn check_name(queue: &str) -> Result<(), ClientError> {
     let reason = if queue.is_empty() {
         crate::job::InvalidJob::EmptyName("queue")
     } else if queue.contains('\0') {

@@ -97,6 +97,10 @@ pub const FUNCTIONS: &[Function] = &[
         name: "shardq_enqueue_many",
         sql: include_str!("../../migrations/functions/shardq_enqueue_many.sql"),
     },
+    Function {
+        name: "shardq_lease_permits",
+        sql: include_str!("../../migrations/functions/shardq_lease_permits.sql"),
+    },
 ];
 
 /// The functions as (name, text) pairs, as the store takes them.

@@ -128,6 +128,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0020_map_change_mark.sql",
         sql: include_str!("../../migrations/0020_map_change_mark.sql"),
     },
+    Migration {
+        version: 21,
+        name: "0021_queue_limits.sql",
+        sql: include_str!("../../migrations/0021_queue_limits.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -163,7 +163,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         .expect("migrate the version-16 shard");
     assert_eq!(
         applied,
-        vec![vec![17, 18, 19, 20]],
+        vec![vec![17, 18, 19, 20, 21]],
         "the map tables and the reshard's were due"
     );
     check_all(&shards).await.expect("check after migrate");
@@ -187,6 +187,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_hold_moving",
     "shardq_owns_key",
     "shardq_refuse_stale_snapshot",
+    "shardq_lease_permits",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

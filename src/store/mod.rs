@@ -22,6 +22,7 @@ pub mod check;
 mod error;
 mod exec;
 pub mod jobs;
+pub mod limits;
 pub mod locks;
 pub mod map;
 pub mod queues;

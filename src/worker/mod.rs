@@ -14,10 +14,12 @@ mod executor;
 mod handler;
 mod heartbeat;
 mod leaser;
+mod limit_leaser;
 mod local_gate;
 mod maintenance;
 pub mod metrics;
 mod per_shard;
+mod permits;
 mod producer;
 mod rotation;
 mod running;
@@ -183,6 +185,7 @@ impl Worker {
             stats: self.stats,
             running: RunningJobs::default(),
             health: ShardHealth::new(shards, config.dequeue.claim_budget_max),
+            permits: Arc::new(permits::Permits::new(&config.worker.queues)),
         });
         tracing::info!(owner = %run.owner, shards = run.shards.len(), "worker started");
 
@@ -193,6 +196,15 @@ impl Worker {
             LeaserConfig::new(&config),
             run.clone(),
             leasing.clone(),
+        ));
+        // Permits are renewed until every completion is written, then given back.
+        let permitting = CancellationToken::new();
+        let limit_leaser = tokio::spawn(limit_leaser::run(
+            run.permits.clone(),
+            run.shards.clone(),
+            run.owner.clone(),
+            config.dequeue.batch_size,
+            permitting.clone(),
         ));
         // Heartbeats go on until every completion is written, then say goodbye.
         let beating = CancellationToken::new();
@@ -234,6 +246,8 @@ impl Worker {
         leaser.abort();
         let _ = leaser.await;
         background.shutdown().await;
+        permitting.cancel();
+        let _ = limit_leaser.await;
         beating.cancel();
         let _ = heartbeat.await;
         let report = WorkerReport {

@@ -11,6 +11,7 @@
 
 use super::credits::BufferCredits;
 use super::local_gate::{Entered, LocalGate, Refused};
+use super::permits::Reservation;
 use super::rotation::{jitter, Next, Rotation};
 use super::shard_health::PROBE_INTERVAL;
 use super::target::Target;
@@ -35,6 +36,11 @@ use tokio_util::sync::CancellationToken;
 /// suspect) looks again: half the probe interval, so a shard a probe found
 /// well again is used within that.
 const SUSPECT_RECHECK: Duration = Duration::from_millis(100);
+
+/// How soon a target whose queue had no permit free is visited again: the
+/// permit leaser asks for more meanwhile (at most every 50 ms), and jobs
+/// finishing free some.
+const LIMIT_RECHECK: Duration = Duration::from_millis(20);
 
 /// The producers' settings, from [`Config`].
 #[derive(Debug, Clone)]
@@ -247,15 +253,17 @@ pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) 
             credits = p.credits.take(p.config.batch_size) => credits,
         };
         // At shutdown `credits` drops unused and goes back.
-        let Some(mut jobs) = claim_somewhere(p, &mut rotation, &shutdown).await else {
+        let Some((mut jobs, mut permits)) = claim_somewhere(p, &mut rotation, &shutdown).await
+        else {
             return Vec::new();
         };
         credits.keep(jobs.len());
         let claim = p.next_claim();
         for job in &mut jobs {
             job.claim = claim;
-            p.run.running.hold(job);
+            p.run.running.hold(job, permits.take());
         }
+        drop(permits);
         let undispatched = p.dispatch.send_all(jobs, &shutdown).await;
         if !undispatched.is_empty() {
             return undispatched;
@@ -328,6 +336,7 @@ fn spawn_claim(
     p: &Arc<Producers>,
     target: usize,
     mode: DequeueMode,
+    limit: u32,
 ) -> JoinHandle<Result<Claim, ShardError>> {
     let p = p.clone();
     tokio::spawn(async move {
@@ -337,7 +346,7 @@ fn spawn_claim(
         } = &p.targets[target];
         let params = ClaimParams {
             queue,
-            limit: p.config.batch_size,
+            limit,
             owner: &p.run.owner,
             lease: p.config.lease,
             mode,
@@ -362,12 +371,13 @@ fn recovered_target(p: &Producers) -> Option<usize> {
     p.targets.iter().position(|t| t.shard == shard)
 }
 
-/// Visits targets until one yields jobs; `None` at shutdown.
+/// Visits targets until one yields jobs, with the permits reserved for
+/// them (their queue's, when limited); `None` at shutdown.
 async fn claim_somewhere(
     p: &Arc<Producers>,
     rotation: &mut Rotation,
     shutdown: &CancellationToken,
-) -> Option<Vec<ClaimedJob>> {
+) -> Option<(Vec<ClaimedJob>, Reservation)> {
     let stats = &p.run.stats;
     let mut rng = StdRng::from_entropy();
     let mut refusals = Refusals::default();
@@ -391,9 +401,13 @@ async fn claim_somewhere(
             queue,
         } = &p.targets[target];
         let shard_index = *shard_index;
+        // A limited queue's claim takes no more jobs than the permits free.
+        let reserved = p.run.permits.reserve(queue, p.config.batch_size, now);
         // Before the wake-up is taken: a suspect shard's wake-up waits for
         // it to answer again.
-        let entered = if p.run.health.usable(shard_index) {
+        let entered = if reserved.is_none() {
+            Err(now + LIMIT_RECHECK)
+        } else if p.run.health.usable(shard_index) {
             if p.wakeups.take(target) {
                 p.gate.wake(target);
             }
@@ -417,6 +431,8 @@ async fn claim_somewhere(
             }
         };
         refusals.entered();
+        let reserved = reserved.expect("entered only with permits");
+        let asked = reserved.count();
         let shard = p.run.shards.get(shard_index);
         let mode = match entered.slots() {
             Some(slots) => DequeueMode::Gated { slots },
@@ -424,7 +440,7 @@ async fn claim_somewhere(
         };
         let started = Instant::now();
         let budget = p.run.health.budget(shard_index);
-        let mut claim = spawn_claim(p, target, mode);
+        let mut claim = spawn_claim(p, target, mode, asked);
         let result = match tokio::time::timeout(budget, &mut claim).await {
             Ok(result) => joined(result),
             Err(_) => {
@@ -437,7 +453,7 @@ async fn claim_somewhere(
                 p.spawn(late_reply(
                     p.clone(),
                     claim,
-                    entered,
+                    (entered, reserved),
                     target,
                     started,
                     shutdown.clone(),
@@ -461,13 +477,13 @@ async fn claim_somewhere(
                 // again at once found a job or two per statement under a
                 // steady offer, and those claims kept four servers' CPU busy
                 // at a tenth of their peak (`bench scale --rate`).
-                if jobs.len() < p.config.batch_size as usize && p.wakeups.listening(shard_index) {
+                if jobs.len() < asked as usize && p.wakeups.listening(shard_index) {
                     entered.empty_for(now, &mut rng, p.config.idle_poll);
                 }
                 publish_slots(p, target, &entered);
                 drop(entered);
                 rotation.claimed(target);
-                return Some(jobs);
+                return Some((jobs, reserved));
             }
             Ok(Claim::Busy) => {
                 entered.busy(now, &mut rng);
@@ -507,7 +523,7 @@ async fn claim_somewhere(
 async fn late_reply(
     p: Arc<Producers>,
     claim: JoinHandle<Result<Claim, ShardError>>,
-    entered: Entered,
+    (entered, permits): (Entered, Reservation),
     target: usize,
     started: Instant,
     shutdown: CancellationToken,
@@ -526,7 +542,7 @@ async fn late_reply(
             // A late answer says nothing about the usual claim time.
             entered.claimed(jobs.len(), took.min(p.config.claim_budget_max));
             drop(entered);
-            take_late(&p, jobs, &shutdown).await;
+            take_late(&p, jobs, permits, &shutdown).await;
         }
         Ok(Claim::Busy) => entered.busy(now, &mut rng),
         Ok(Claim::Empty) => entered.empty(now, &mut rng),
@@ -546,7 +562,12 @@ async fn late_reply(
 /// Runs the jobs of a late reply if their credits are free now, else gives
 /// them back. Never waits for credits: the producers' claims, which were
 /// made in time, come first.
-async fn take_late(p: &Producers, mut jobs: Vec<ClaimedJob>, shutdown: &CancellationToken) {
+async fn take_late(
+    p: &Producers,
+    mut jobs: Vec<ClaimedJob>,
+    mut permits: Reservation,
+    shutdown: &CancellationToken,
+) {
     let n = jobs.len();
     let credits = match shutdown.is_cancelled() {
         true => None,
@@ -558,8 +579,9 @@ async fn take_late(p: &Producers, mut jobs: Vec<ClaimedJob>, shutdown: &Cancella
     let claim = p.next_claim();
     for job in &mut jobs {
         job.claim = claim;
-        p.run.running.hold(job);
+        p.run.running.hold(job, permits.take());
     }
+    drop(permits);
     let undispatched = p.dispatch.send_all(jobs, shutdown).await;
     credits.keep(n - undispatched.len());
     if !undispatched.is_empty() {

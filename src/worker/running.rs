@@ -2,6 +2,7 @@
 //! written (or given up), and the claims that may have left it holding jobs
 //! it never received.
 
+use super::permits::Permit;
 use crate::job::{ClaimedJob, JobId};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -27,15 +28,20 @@ struct Held {
     shard: usize,
     fence: i64,
     cancel: CancellationToken,
+    /// Its queue's permit, when the queue is limited: given back with the
+    /// entry.
+    _permit: Option<Permit>,
 }
 
 impl RunningJobs {
-    /// Starts holding `job`: from its claim until its outcome is written.
-    pub fn hold(&self, job: &ClaimedJob) {
+    /// Starts holding `job`, with its queue's `permit` if limited: from its
+    /// claim until its outcome is written.
+    pub fn hold(&self, job: &ClaimedJob, permit: Option<Permit>) {
         let held = Held {
             shard: job.shard,
             fence: job.fence,
             cancel: CancellationToken::new(),
+            _permit: permit,
         };
         self.lock().insert(job.id, held);
     }
@@ -139,10 +145,10 @@ mod tests {
     #[test]
     fn forget_removes_only_the_same_claim() {
         let running = RunningJobs::default();
-        running.hold(&job(1, 0, 10));
-        running.hold(&job(2, 1, 20));
+        running.hold(&job(1, 0, 10), None);
+        running.hold(&job(2, 1, 20), None);
         // Job 1 was claimed again (fence 11): the old claim's outcome must not drop it.
-        running.hold(&job(1, 0, 11));
+        running.hold(&job(1, 0, 11), None);
         running.forget([(job(1, 0, 10).id, 10)]);
         assert_eq!(running.on(0), vec![(job(1, 0, 11).id, 11)]);
         running.forget([(job(1, 0, 11).id, 11)]);
@@ -154,7 +160,7 @@ mod tests {
     fn cancel_reaches_the_held_token() {
         let running = RunningJobs::default();
         let j = job(1, 0, 1);
-        running.hold(&j);
+        running.hold(&j, None);
         let token = running.cancel_token(j.id);
         assert!(!token.is_cancelled());
         running.cancel(j.id);

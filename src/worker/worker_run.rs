@@ -1,5 +1,6 @@
 //! One run of a worker: what every role of it uses.
 
+use super::permits::Permits;
 use super::running::{LostClaims, RunningJobs};
 use super::shard_health::ShardHealth;
 use crate::shards::ShardSet;
@@ -24,4 +25,6 @@ pub(crate) struct WorkerRun {
     /// Per shard: how long a claim may keep a producer, whether producers
     /// skip it, and whether the slots set its jobs aside.
     pub health: ShardHealth,
+    /// Permits of the queues with a fleet-wide concurrency limit.
+    pub permits: Arc<Permits>,
 }

@@ -45,6 +45,7 @@ mod poison_outcomes;
 mod pooler;
 mod promotion_race;
 mod public_api;
+mod queue_limits;
 mod refused_outcomes;
 mod replace_server;
 mod reshard;

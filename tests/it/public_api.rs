@@ -37,8 +37,8 @@ mod client {
         CheckOptions, CheckReport, Client, ClientError, Connections, ErrorKind, Example, Finding,
         Invariant, JobDetail, JobFilter, JobInfo, JobList, JobOutcome, JobQuery, JobSummary,
         ListState, MapReport, OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position,
-        QueueCount, QueueDepth, QueueOverview, RangeReport, RoutedJob, ScheduleStatus, ShardCheck,
-        ShardOverview, ShardProblem, ShardStatus, StateCounts, StepInfo, WorkerRow,
+        QueueCount, QueueDepth, QueueLimit, QueueOverview, RangeReport, RoutedJob, ScheduleStatus,
+        ShardCheck, ShardOverview, ShardProblem, ShardStatus, StateCounts, StepInfo, WorkerRow,
         DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES,
         DEFAULT_STATE_ROWS, STALE_MARGIN,
     };

@@ -5,6 +5,7 @@ mod dashboard;
 mod demo;
 mod enqueue;
 mod job;
+mod limit;
 mod local;
 mod metrics;
 mod queue;
@@ -33,6 +34,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Worker(args) => worker::run(config, args).await,
         Command::Job { action } => job::run(&config, action).await,
         Command::Queue { action } => queue::run(&config, action).await,
+        Command::Limit { action } => limit::run(&config, action).await,
         Command::Shards { action } => shards::run(&config, action).await,
         Command::Reshard(args) => reshard::run(&config, args).await,
         Command::Status { json } => status::run(&config, json).await,

@@ -1,0 +1,22 @@
+-- Fleet-wide queue limits (`shardq limit set`), written on every shard so
+-- that a process learns which queues are limited from any shard that
+-- answers; permits are leased from the first shard only (the limits'
+-- home), where `shardq_lease_permits` counts them under the limit row's
+-- lock. `revision` orders the writes (the newest one wins when shards
+-- disagree after a write that reached only some of them).
+CREATE TABLE shardq_queue_limits (
+    queue text PRIMARY KEY,
+    concurrency integer CHECK (concurrency > 0),
+    revision bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Permits a process holds, per queue, until `expires_at` (renewed every
+-- half second by a running process; a killed one's lapse).
+CREATE TABLE shardq_limit_leases (
+    queue text NOT NULL,
+    holder text NOT NULL,
+    permits integer NOT NULL CHECK (permits >= 0),
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, holder)
+);

@@ -1,0 +1,127 @@
+//! Fleet-wide queue limits: written on every shard, enforced by permits
+//! the workers lease from the first shard (see `worker::permits`).
+
+use super::error::ClientError;
+use super::handle::Client;
+use super::pause::check_name;
+use crate::store::limits::{self, LimitRow};
+use futures_util::future::join_all;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A queue's limits and their use now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueueLimit {
+    /// Queue.
+    pub queue: String,
+    /// Jobs of the queue running at once across the fleet (claimed jobs
+    /// count from their claim until their outcome is written).
+    pub concurrency: u32,
+    /// Permits the workers hold now (on the first shard; `None` when it
+    /// did not answer).
+    pub in_use: Option<i64>,
+    /// Processes holding permits now.
+    pub holders: Option<i64>,
+}
+
+impl Client {
+    /// Limits `queue` to `concurrency` jobs running at once across every
+    /// process and shard, or lifts its limit (`None`). Written on every
+    /// shard; running workers follow within a second. Lowering it lets
+    /// running jobs finish: new ones start once fewer than the new limit
+    /// run.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Invalid`] for an empty name, [`ClientError::BadLimit`]
+    /// for a concurrency of 0;
+    /// [`ClientError::NotEveryShard`] when some shard did not answer (the
+    /// others have the change: run it again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in effect: each shard's change is one statement, and
+    /// running it again is harmless.
+    pub async fn set_queue_limit(
+        &self,
+        queue: &str,
+        concurrency: Option<u32>,
+    ) -> Result<(), ClientError> {
+        check_name(queue)?;
+        let concurrency = match concurrency {
+            None => None,
+            Some(n) => Some(i32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+                ClientError::BadLimit {
+                    queue: queue.to_string(),
+                    why: format!("a concurrency of {n}; give 1 to 2147483647"),
+                }
+            })?),
+        };
+        let row = LimitRow {
+            queue: queue.to_string(),
+            concurrency,
+            // Microseconds since the epoch: a later write wins.
+            revision: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+        };
+        let results = join_all(self.shards.all().iter().map(|s| limits::set(s, &row))).await;
+        self.every_shard("limit", queue, results)
+    }
+
+    /// Every limited queue, by name, with the permits in use.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Shard`] when no shard answers.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn queue_limits(&self) -> Result<Vec<QueueLimit>, ClientError> {
+        let shards = self.shards.all();
+        let answers = join_all(shards.iter().map(limits::read)).await;
+        // Per queue, the newest revision any shard records.
+        let mut newest: Vec<LimitRow> = Vec::new();
+        let mut last_error = None;
+        for answer in answers {
+            match answer {
+                Ok(rows) => {
+                    for row in rows {
+                        match newest.iter_mut().find(|r| r.queue == row.queue) {
+                            Some(r) if r.revision < row.revision => *r = row,
+                            Some(_) => {}
+                            None => newest.push(row),
+                        }
+                    }
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if newest.is_empty() {
+            if let Some(e) = last_error {
+                return Err(e.into());
+            }
+        }
+        let in_use = match shards.first() {
+            Some(home) => limits::in_use(home).await.ok(),
+            None => None,
+        };
+        let mut out: Vec<QueueLimit> = newest
+            .into_iter()
+            .filter_map(|r| {
+                let concurrency = u32::try_from(r.concurrency?).ok()?;
+                let used = in_use
+                    .as_ref()
+                    .map(|u| u.iter().find(|p| p.queue == r.queue));
+                Some(QueueLimit {
+                    in_use: used.map(|p| p.map_or(0, |p| p.permits)),
+                    holders: used.map(|p| p.map_or(0, |p| p.holders)),
+                    queue: r.queue,
+                    concurrency,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.queue.cmp(&b.queue));
+        Ok(out)
+    }
+}

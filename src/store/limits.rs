@@ -1,0 +1,146 @@
+//! Queue limits (`shardq limit`): written on every shard, permits leased
+//! from the first (see migrations/0021_queue_limits.sql).
+
+use super::exec;
+use super::sql;
+use crate::shards::{Shard, ShardError};
+use tokio_postgres::types::Type;
+
+/// A queue's limits as one shard records them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LimitRow {
+    /// Queue.
+    pub queue: String,
+    /// Jobs of the queue running at once across the fleet; `None`: none.
+    pub concurrency: Option<i32>,
+    /// Orders the writes: the newest wins where shards disagree.
+    pub revision: i64,
+}
+
+/// Permits of one queue now leased (home shard).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PermitsInUse {
+    /// Queue.
+    pub queue: String,
+    /// Permits held by unexpired leases.
+    pub permits: i64,
+    /// Processes holding at least one.
+    pub holders: i64,
+}
+
+/// A lease's answer for one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    /// Queue.
+    pub queue: String,
+    /// Its concurrency limit; `None`: not limited (the grant is what was asked).
+    pub concurrency: Option<i32>,
+    /// Permits the holder holds now.
+    pub granted: i32,
+}
+
+/// Writes `row` on `shard` unless the shard records a newer revision.
+/// Returns whether it was written.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (one statement; a repeat with the same revision is a no-op).
+pub async fn set(shard: &Shard, row: &LimitRow) -> Result<bool, ShardError> {
+    let n = exec::execute(
+        shard,
+        sql::LIMIT_SET,
+        &[
+            (&row.queue, Type::TEXT),
+            (&row.concurrency, Type::INT4),
+            (&row.revision, Type::INT8),
+        ],
+    )
+    .await?;
+    Ok(n > 0)
+}
+
+/// Every queue's limits as `shard` records them, by queue.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn read(shard: &Shard) -> Result<Vec<LimitRow>, ShardError> {
+    let rows = exec::query(shard, sql::LIMITS_READ, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| LimitRow {
+            queue: r.get("queue"),
+            concurrency: r.get("concurrency"),
+            revision: r.get("revision"),
+        })
+        .collect())
+}
+
+/// Permits leased now per queue, on the limits' home shard.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn in_use(shard: &Shard) -> Result<Vec<PermitsInUse>, ShardError> {
+    let rows = exec::query(shard, sql::LIMIT_PERMITS_IN_USE, &[]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| PermitsInUse {
+            queue: r.get("queue"),
+            permits: r.get("permits"),
+            holders: r.get("holders"),
+        })
+        .collect())
+}
+
+/// Sets the permits `holder` holds for each of `wants` (queue, permits
+/// wanted) for `lease_ms`, within each queue's limit (on the home shard).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one statement; a lease set and not heard of is set again
+/// by the next call, and lapses meanwhile.
+pub async fn lease(
+    shard: &Shard,
+    holder: &str,
+    wants: &[(String, i32)],
+    lease_ms: i32,
+) -> Result<Vec<Granted>, ShardError> {
+    let queues: Vec<&str> = wants.iter().map(|(q, _)| q.as_str()).collect();
+    let counts: Vec<i32> = wants.iter().map(|(_, n)| *n).collect();
+    let rows = exec::query(
+        shard,
+        sql::LIMIT_LEASE_PERMITS,
+        &[
+            (&holder, Type::TEXT),
+            (&queues, Type::TEXT_ARRAY),
+            (&counts, Type::INT4_ARRAY),
+            (&lease_ms, Type::INT4),
+        ],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Granted {
+            queue: r.get("queue"),
+            concurrency: r.get("concurrency"),
+            granted: r.get("granted"),
+        })
+        .collect())
+}

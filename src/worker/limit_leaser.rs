@@ -1,0 +1,105 @@
+//! Renews this process's permits of limited queues on the limits' home
+//! shard (the first of the list), every [`RENEW`] and when a producer
+//! found none free (see `permits`).
+//!
+//! When the home shard does not answer within [`ASK_DEADLINE`], the
+//! limits are read from the other shards instead: a queue they record no
+//! limit for is claimed uncounted, so a sick home shard stops only the
+//! limited queues, and those only once their lease lapsed ([`LEASE`]).
+
+use super::permits::{Permits, LEASE, RENEW};
+use crate::shards::ShardSet;
+use crate::store;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Longest wait for one answer of a shard.
+const ASK_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Shortest pause between two asks, however often producers find no
+/// permit free (a queue at its limit would otherwise ask in a loop).
+const MIN_GAP: Duration = Duration::from_millis(50);
+
+/// Renews until `stop`; then gives every permit back (the process holds
+/// no job any more).
+pub(crate) async fn run(
+    permits: Arc<Permits>,
+    shards: ShardSet,
+    holder: Arc<str>,
+    batch: u32,
+    stop: CancellationToken,
+) {
+    loop {
+        if !ask(&permits, &shards, &holder, permits.wants(batch)).await {
+            learn_unlimited(&permits, &shards).await;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(MIN_GAP) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(RENEW - MIN_GAP) => {}
+            _ = permits.starved.notified() => {}
+        }
+    }
+    let none = permits.queues().into_iter().map(|q| (q, 0)).collect();
+    ask(&permits, &shards, &holder, none).await;
+}
+
+/// One ask of the home shard; whether it answered.
+async fn ask(
+    permits: &Permits,
+    shards: &ShardSet,
+    holder: &str,
+    wants: Vec<(String, i32)>,
+) -> bool {
+    if wants.is_empty() || shards.is_empty() {
+        return true;
+    }
+    let asked = Instant::now();
+    let lease_ms = i32::try_from(LEASE.as_millis()).unwrap_or(i32::MAX);
+    let home = shards.get(0);
+    let answer = tokio::time::timeout(
+        ASK_DEADLINE,
+        store::limits::lease(home, holder, &wants, lease_ms),
+    )
+    .await;
+    match answer {
+        Ok(Ok(granted)) => {
+            for g in granted {
+                permits.leased(&g.queue, g.concurrency, g.granted, asked);
+            }
+            return true;
+        }
+        Ok(Err(err)) => tracing::warn!(
+            shard = %home.name,
+            error = %crate::error_chain::error_chain(&err),
+            "cannot lease permits of limited queues from the limits' home shard"
+        ),
+        Err(_) => {
+            tracing::warn!(shard = %home.name, "the limits' home shard did not answer a permit lease")
+        }
+    }
+    false
+}
+
+/// The limits as the first other shard that answers records them: the
+/// queues it records no limit for are claimed uncounted.
+async fn learn_unlimited(permits: &Permits, shards: &ShardSet) {
+    let queues = permits.queues();
+    for shard in shards.all().iter().skip(1) {
+        if let Ok(Ok(rows)) = tokio::time::timeout(ASK_DEADLINE, store::limits::read(shard)).await {
+            for queue in &queues {
+                let limited = rows
+                    .iter()
+                    .any(|r| &r.queue == queue && r.concurrency.is_some());
+                if !limited {
+                    permits.unlimited_elsewhere(queue);
+                }
+            }
+            return;
+        }
+    }
+}

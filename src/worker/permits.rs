@@ -1,0 +1,320 @@
+//! Fleet-wide concurrency limits in one process: the permits it leased
+//! from the limits' home shard, and the jobs using them.
+//!
+//! A producer reserves permits before it claims from a limited queue (at
+//! most the permits leased and not in use) and claims no more jobs than it
+//! reserved; each job it claims carries one permit ([`Permit`]) until its
+//! outcome is written or given up (see `running`), the rest go back at
+//! once. So the jobs of a queue this process holds never outnumber the
+//! permits it leased, and the home shard grants no more permits than the
+//! limit over every process (`shardq_lease_permits`).
+//!
+//! The leaser (`limit_leaser`) renews the leases every [`RENEW`]: it asks
+//! for the permits in use plus a batch where a producer found none free,
+//! and so gives back spare ones. A lease not renewed within [`LEASE`] of
+//! its request lapses on the home shard; the process stops reserving from
+//! it at that moment. Before the first answer a queue's limit is unknown
+//! and nothing of it is claimed.
+//!
+//! Pure state with an explicit `now`, so it is tested without a database.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How long a lease lasts on the home shard: a process killed while
+/// holding permits gives them back this long after its last renewal.
+pub(crate) const LEASE: Duration = Duration::from_secs(5);
+
+/// Pause between renewals: well within [`LEASE`], often enough that spare
+/// permits go back to the fleet soon.
+pub(crate) const RENEW: Duration = Duration::from_millis(500);
+
+/// What this process knows of a queue's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Known {
+    /// Not heard from any shard yet: nothing is claimed.
+    Unknown,
+    /// No concurrency limit: claims are not counted.
+    Unlimited,
+    /// At most this many jobs of the queue across the fleet.
+    Limited(u32),
+}
+
+#[derive(Debug)]
+struct QueueState {
+    known: Known,
+    /// Permits the home shard granted this process.
+    leased: u32,
+    /// Until when the lease holds (its request's time plus [`LEASE`]).
+    valid_until: Option<Instant>,
+    /// Permits reserved by producers or carried by held jobs.
+    used: u32,
+    /// A producer found no permit free since the last renewal.
+    starved: bool,
+}
+
+/// The permits of every queue this process serves.
+#[derive(Debug)]
+pub(crate) struct Permits {
+    queues: HashMap<String, Mutex<QueueState>>,
+    /// Woken when a producer found no permit free.
+    pub starved: Notify,
+}
+
+/// Permits a producer reserved for one claim; those not given to jobs go
+/// back on drop.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    permits: Option<Arc<Permits>>,
+    queue: String,
+    left: u32,
+}
+
+/// One job's permit: given back on drop.
+#[derive(Debug)]
+pub(crate) struct Permit {
+    permits: Arc<Permits>,
+    queue: String,
+}
+
+impl Permits {
+    /// Nothing known of `queues` yet.
+    pub fn new(queues: &[String]) -> Self {
+        let state = || {
+            Mutex::new(QueueState {
+                known: Known::Unknown,
+                leased: 0,
+                valid_until: None,
+                used: 0,
+                starved: false,
+            })
+        };
+        Permits {
+            queues: queues.iter().map(|q| (q.clone(), state())).collect(),
+            starved: Notify::new(),
+        }
+    }
+
+    fn with<T>(&self, queue: &str, f: impl FnOnce(&mut QueueState) -> T) -> Option<T> {
+        self.queues
+            .get(queue)
+            .map(|s| f(&mut s.lock().expect("permits")))
+    }
+
+    /// Reserves up to `batch` permits of `queue` for a claim: `batch` when
+    /// the queue is not limited, the free ones when it is (`None` when
+    /// none is free, the limit is unknown or the lease lapsed).
+    pub fn reserve(self: &Arc<Self>, queue: &str, batch: u32, now: Instant) -> Option<Reservation> {
+        let reserved = self.with(queue, |s| match s.known {
+            Known::Unknown => None,
+            Known::Unlimited => Some((batch, false)),
+            Known::Limited(_) => {
+                let valid = s.valid_until.is_some_and(|t| now < t);
+                let free = if valid {
+                    s.leased.saturating_sub(s.used)
+                } else {
+                    0
+                };
+                if free == 0 {
+                    s.starved = true;
+                    return None;
+                }
+                let n = free.min(batch);
+                s.used += n;
+                Some((n, true))
+            }
+        })??;
+        let (left, counted) = reserved;
+        if !counted {
+            return Some(Reservation {
+                permits: None,
+                queue: queue.to_string(),
+                left,
+            });
+        }
+        Some(Reservation {
+            permits: Some(self.clone()),
+            queue: queue.to_string(),
+            left,
+        })
+    }
+
+    fn give_back(&self, queue: &str, n: u32) {
+        self.with(queue, |s| s.used = s.used.saturating_sub(n));
+    }
+
+    /// The queues served.
+    pub fn queues(&self) -> Vec<String> {
+        self.queues.keys().cloned().collect()
+    }
+
+    /// What to ask the home shard for, per queue: the permits in use plus
+    /// `batch` where a producer found none free (clearing that).
+    pub fn wants(&self, batch: u32) -> Vec<(String, i32)> {
+        let mut wants: Vec<(String, i32)> = self
+            .queues
+            .iter()
+            .map(|(queue, s)| {
+                let mut s = s.lock().expect("permits");
+                let extra = if std::mem::take(&mut s.starved) || s.known == Known::Unknown {
+                    batch
+                } else {
+                    0
+                };
+                let want = s.used.saturating_add(extra);
+                (queue.clone(), i32::try_from(want).unwrap_or(i32::MAX))
+            })
+            .collect();
+        wants.sort();
+        wants
+    }
+
+    /// The home shard granted `granted` permits of `queue` under limit
+    /// `concurrency` (`None`: not limited), asked at `asked`.
+    pub fn leased(&self, queue: &str, concurrency: Option<i32>, granted: i32, asked: Instant) {
+        self.with(queue, |s| {
+            match concurrency {
+                None => {
+                    s.known = Known::Unlimited;
+                    s.leased = 0;
+                    s.valid_until = None;
+                }
+                Some(limit) => {
+                    s.known = Known::Limited(u32::try_from(limit).unwrap_or(0));
+                    s.leased = u32::try_from(granted).unwrap_or(0);
+                    s.valid_until = Some(asked + LEASE);
+                }
+            };
+        });
+    }
+
+    /// Another shard says `queue` has no limit (the home shard did not
+    /// answer): it is claimed uncounted. A limited queue stays as it is
+    /// (its lease lapses on its own).
+    pub fn unlimited_elsewhere(&self, queue: &str) {
+        self.with(queue, |s| {
+            if s.known == Known::Unknown {
+                s.known = Known::Unlimited;
+            }
+        });
+    }
+
+    /// What this process knows of `queue`'s limit, its permits leased and in use.
+    #[cfg(test)]
+    pub fn state(&self, queue: &str) -> Option<(Known, u32, u32)> {
+        self.with(queue, |s| (s.known, s.leased, s.used))
+    }
+}
+
+impl Reservation {
+    /// How many jobs the claim may take.
+    pub fn count(&self) -> u32 {
+        self.left
+    }
+
+    /// One permit, for one claimed job (`None` when the queue is not
+    /// limited, or none is left).
+    pub fn take(&mut self) -> Option<Permit> {
+        let permits = self.permits.as_ref()?;
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        Some(Permit {
+            permits: permits.clone(),
+            queue: self.queue.clone(),
+        })
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(permits) = &self.permits {
+            permits.give_back(&self.queue, self.left);
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.permits.give_back(&self.queue, 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn permits() -> Arc<Permits> {
+        Arc::new(Permits::new(&["q".to_string()]))
+    }
+
+    #[test]
+    fn nothing_is_claimed_before_the_limit_is_known() {
+        let p = permits();
+        assert!(p.reserve("q", 10, Instant::now()).is_none());
+        assert_eq!(p.wants(10), vec![("q".to_string(), 10)]);
+    }
+
+    #[test]
+    fn an_unlimited_queue_reserves_the_whole_batch_uncounted() {
+        let p = permits();
+        let now = Instant::now();
+        p.leased("q", None, 10, now);
+        let mut r = p.reserve("q", 50, now).expect("reserved");
+        assert_eq!(r.count(), 50);
+        assert!(r.take().is_none(), "no permit to carry");
+        assert_eq!(p.state("q"), Some((Known::Unlimited, 0, 0)));
+    }
+
+    #[test]
+    fn a_limited_queue_reserves_only_free_permits_and_jobs_carry_them_until_dropped() {
+        let p = permits();
+        let now = Instant::now();
+        p.leased("q", Some(5), 3, now);
+        let mut r = p.reserve("q", 10, now).expect("reserved");
+        assert_eq!(r.count(), 3);
+        assert!(p.reserve("q", 10, now).is_none(), "all 3 reserved");
+        let job = r.take().expect("a permit");
+        drop(r);
+        assert_eq!(p.state("q"), Some((Known::Limited(5), 3, 1)), "2 went back");
+        assert_eq!(
+            p.wants(10),
+            vec![("q".to_string(), 1 + 10)],
+            "starved: a batch more"
+        );
+        assert_eq!(
+            p.wants(10),
+            vec![("q".to_string(), 1)],
+            "then only what is in use"
+        );
+        drop(job);
+        assert_eq!(p.state("q"), Some((Known::Limited(5), 3, 0)));
+    }
+
+    #[test]
+    fn a_lapsed_lease_reserves_nothing() {
+        let p = permits();
+        let asked = Instant::now();
+        p.leased("q", Some(5), 5, asked);
+        assert!(p.reserve("q", 1, asked + LEASE).is_none());
+        assert!(p
+            .reserve("q", 1, asked + LEASE - Duration::from_millis(1))
+            .is_some());
+    }
+
+    #[test]
+    fn a_lowered_grant_reserves_nothing_until_the_jobs_in_use_are_fewer() {
+        let p = permits();
+        let now = Instant::now();
+        p.leased("q", Some(5), 5, now);
+        let mut r = p.reserve("q", 5, now).expect("reserved");
+        let jobs: Vec<Permit> = (0..5).map(|_| r.take().unwrap()).collect();
+        p.leased("q", Some(2), 2, now);
+        assert!(p.reserve("q", 1, now).is_none());
+        drop(jobs);
+        assert_eq!(p.reserve("q", 5, now).map(|r| r.count()), Some(2));
+    }
+}

@@ -1,0 +1,210 @@
+//! Fleet-wide queue concurrency limits (`shardq limit`): three `shardq
+//! worker` processes of 16 slots each on two shards, a queue limited to 5,
+//! jobs of 200 ms. Asserted on the jobs' own rows: at no instant do more
+//! than 5 of them lie between their claim (`started_at`) and their
+//! outcome's write (`finished_at`), which brackets their handler runs.
+//! A process SIGKILLed while holding permits: the others get them once
+//! its lease lapses.
+
+use crate::common;
+
+use common::{wait_until, TestShards};
+use serde_json::json;
+use shardq::shards::{Shard, ShardSet};
+use shardq::{Client, NewJob};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const LIMIT: usize = 5;
+const WORKER_TOML: &str = "
+[worker]
+queues = [\"limited\"]
+concurrency = 16
+";
+
+async fn cli(config: &Path, args: &[&str]) -> String {
+    let out = shardq_harness::exe::shardq_command(config)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "shardq {args:?}: {text}");
+    text
+}
+
+fn workers(config: &Path, n: usize) -> Vec<tokio::process::Child> {
+    (0..n)
+        .map(|_| {
+            shardq_harness::exe::shardq_command(config)
+                .arg("worker")
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// (claimed, written) of every job of the queue on `shard`.
+async fn spans(shard: &Shard) -> Vec<(SystemTime, Option<SystemTime>, String)> {
+    let db = shard.client().await.unwrap();
+    db.query(
+        "SELECT started_at, finished_at, status FROM workflow_status \
+         WHERE queue = 'limited' AND started_at IS NOT NULL",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+/// The most spans open at one instant (an end before a start at a tie).
+fn most_at_once(spans: &[(SystemTime, SystemTime)]) -> usize {
+    let mut edges: Vec<(SystemTime, i32)> = spans
+        .iter()
+        .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
+        .collect();
+    edges.sort();
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        open += d;
+        most = most.max(open);
+    }
+    most as usize
+}
+
+struct Fleet {
+    _shards: TestShards,
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    set: ShardSet,
+    client: Client,
+}
+
+async fn fleet() -> Fleet {
+    let shards = TestShards::databases(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
+    let config = shardq::Config::load(Some(&path)).unwrap();
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    Fleet {
+        _shards: shards,
+        _dir: dir,
+        path,
+        set,
+        client,
+    }
+}
+
+async fn enqueue_sleeps(client: &Client, n: usize, ms: u64) {
+    let jobs = (0..n)
+        .map(|_| NewJob::new("limited", "sleep", json!({ "ms": ms })))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_never_run_more_jobs_of_a_limited_queue_than_its_limit() {
+    const JOBS: usize = 60;
+    let f = fleet().await;
+    let text = cli(
+        &f.path,
+        &["limit", "set", "--queue", "limited", "--concurrency", "5"],
+    )
+    .await;
+    assert!(text.contains("at most 5 jobs at once"), "{text}");
+    enqueue_sleeps(&f.client, JOBS, 200).await;
+    let mut children = workers(&f.path, 3);
+
+    wait_until(Duration::from_secs(90), "every job succeeded", || async {
+        let mut done = 0;
+        for shard in f.set.all() {
+            done += spans(shard)
+                .await
+                .iter()
+                .filter(|(_, _, s)| s == "succeeded")
+                .count();
+        }
+        done == JOBS
+    })
+    .await;
+    let listed = cli(&f.path, &["limit", "list"]).await;
+    for child in &mut children {
+        child.kill().await.unwrap();
+    }
+
+    let mut all = Vec::new();
+    for shard in f.set.all() {
+        let on = spans(shard).await;
+        assert!(!on.is_empty(), "both shards had jobs");
+        all.extend(on.into_iter().map(|(s, e, _)| (s, e.expect("finished"))));
+    }
+    let most = most_at_once(&all);
+    eprintln!("at most {most} jobs of the queue at once; `limit list`: {listed}");
+    assert!(
+        most <= LIMIT,
+        "{most} jobs of the queue were claimed and unfinished at once, over its limit of {LIMIT}"
+    );
+    assert!(most >= 2, "the jobs ran side by side ({most} at most)");
+    assert!(listed.contains("limited\tconcurrency 5"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_processs_permits_come_back_once_its_lease_lapses() {
+    let f = fleet().await;
+    cli(
+        &f.path,
+        &["limit", "set", "--queue", "limited", "--concurrency", "5"],
+    )
+    .await;
+    // Ten jobs of an hour: the first process holds every permit.
+    enqueue_sleeps(&f.client, 10, 3_600_000).await;
+    let mut first = workers(&f.path, 1);
+    let running = |f: &Fleet| {
+        let set = f.set.clone();
+        async move {
+            let mut n = 0;
+            for shard in set.all() {
+                n += spans(shard)
+                    .await
+                    .iter()
+                    .filter(|(_, _, s)| s == "running")
+                    .count();
+            }
+            n
+        }
+    };
+    wait_until(Duration::from_secs(30), "5 jobs run", || async {
+        running(&f).await == LIMIT
+    })
+    .await;
+    let listed = cli(&f.path, &["limit", "list"]).await;
+    assert!(listed.contains("in use 5\tby 1 processes"), "{listed}");
+    first[0].kill().await.unwrap();
+
+    // A second process: its jobs wait for the permits of the killed one,
+    // whose jobs stay `running` until their own job lease expires.
+    let _second = workers(&f.path, 1);
+    wait_until(
+        Duration::from_secs(30),
+        "the second process runs jobs once the first one's permits lapse",
+        || async {
+            let owners = f
+                .client
+                .queue_limits()
+                .await
+                .unwrap()
+                .first()
+                .and_then(|l| l.holders);
+            owners == Some(1) && running(&f).await > LIMIT
+        },
+    )
+    .await;
+}

@@ -47,6 +47,9 @@ enum Command {
     /// Throughput through an online reshard (`--from 2 --to 4`): per shard
     /// before, during and after the move, its duration, a timeline.
     Reshard(reshard::ReshardArgs),
+    /// What a fleet-wide concurrency limit that is never reached costs one
+    /// worker process, side by side with no limit: medians and their ratio.
+    Limits(pipeline::limits::LimitsArgs),
     /// What one scrape of `shardq metrics` costs a shard with a long history
     /// (10M finished rows by default): median ms per scrape and the plan's buffers.
     ScrapeCost(scrape_cost::ScrapeCostArgs),
@@ -94,6 +97,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Scale(args) => until_interrupted(scale::run(*args, config)).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Reshard(args) => until_interrupted(reshard::run(args)).await,
+        Command::Limits(args) => until_interrupted(pipeline::limits::run(args)).await,
         Command::ScrapeCost(args) => until_interrupted(scrape_cost::run(args)).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,
         Command::ScaleWorker => scale::worker::run(load(config)?).await,

@@ -280,7 +280,7 @@ mod tests {
                 stats: Arc::new(Stats::new(2)),
                 running: Default::default(),
                 health: ShardHealth::new(2, Duration::from_millis(250)),
-                permits: Arc::new(crate::worker::permits::Permits::new(&[])),
+                permits: Arc::new(crate::worker::permits::Permits::new(&[], 0)),
             }),
             registry: Arc::new(registry),
         })

@@ -68,7 +68,7 @@ async fn a_lease_side_give_up_is_counted_once_in_the_report_the_shard_counters_a
         stats: stats.clone(),
         running: RunningJobs::default(),
         health: ShardHealth::new(1, Duration::from_millis(250)),
-        permits: Arc::new(super::permits::Permits::new(&[])),
+        permits: Arc::new(super::permits::Permits::new(&[], 0)),
     });
     run.lost_claims.lost(0);
     let leaser_config = LeaserConfig {

@@ -185,7 +185,11 @@ impl Worker {
             stats: self.stats,
             running: RunningJobs::default(),
             health: ShardHealth::new(shards, config.dequeue.claim_budget_max),
-            permits: Arc::new(permits::Permits::new(&config.worker.queues)),
+            permits: Arc::new(permits::Permits::new(
+                &config.worker.queues,
+                u32::try_from(config.worker.buffer_jobs * credits::HELD_PER_BUFFERED)
+                    .unwrap_or(u32::MAX),
+            )),
         });
         tracing::info!(owner = %run.owner, shards = run.shards.len(), "worker started");
 

@@ -53,6 +53,8 @@ struct QueueState {
     used: u32,
     /// A producer found no permit free since the last renewal.
     starved: bool,
+    /// A producer reserved permits since the last renewal.
+    claimed: bool,
 }
 
 /// The permits of every queue this process serves.
@@ -61,6 +63,9 @@ pub(crate) struct Permits {
     queues: HashMap<String, Mutex<QueueState>>,
     /// Woken when a producer found no permit free.
     pub starved: Notify,
+    /// The most jobs the process can hold (its held credits): no more
+    /// permits are asked for.
+    most: u32,
 }
 
 /// Permits a producer reserved for one claim; those not given to jobs go
@@ -80,8 +85,9 @@ pub(crate) struct Permit {
 }
 
 impl Permits {
-    /// Nothing known of `queues` yet.
-    pub fn new(queues: &[String]) -> Self {
+    /// Nothing known of `queues` yet, for a process that holds at most
+    /// `most` jobs.
+    pub fn new(queues: &[String], most: u32) -> Self {
         let state = || {
             Mutex::new(QueueState {
                 known: Known::Unknown,
@@ -89,11 +95,13 @@ impl Permits {
                 valid_until: None,
                 used: 0,
                 starved: false,
+                claimed: false,
             })
         };
         Permits {
             queues: queues.iter().map(|q| (q.clone(), state())).collect(),
             starved: Notify::new(),
+            most,
         }
     }
 
@@ -123,6 +131,7 @@ impl Permits {
                 }
                 let n = free.min(batch);
                 s.used += n;
+                s.claimed = true;
                 Some((n, true))
             }
         })??;
@@ -150,20 +159,30 @@ impl Permits {
         self.queues.keys().cloned().collect()
     }
 
-    /// What to ask the home shard for, per queue: the permits in use plus
-    /// `batch` where a producer found none free (clearing that).
+    /// What to ask the home shard for, per queue, at most as many as the
+    /// process can hold: all of those before the limit is known; where a
+    /// producer found none free, the permits in use plus two batches or as
+    /// many again, whichever is more (a process far below the limit soon
+    /// has room for full claims: smaller ones cost the database more per
+    /// job); where producers claimed without running short, what it has;
+    /// where nothing was claimed, only what is in use (the spare ones go
+    /// back). Clears the marks.
+    /// An idle queue's spare permits go back.
     pub fn wants(&self, batch: u32) -> Vec<(String, i32)> {
         let mut wants: Vec<(String, i32)> = self
             .queues
             .iter()
             .map(|(queue, s)| {
                 let mut s = s.lock().expect("permits");
-                let extra = if std::mem::take(&mut s.starved) || s.known == Known::Unknown {
-                    batch
-                } else {
-                    0
+                let starved = std::mem::take(&mut s.starved);
+                let claimed = std::mem::take(&mut s.claimed);
+                let want = match (s.known, starved, claimed) {
+                    (Known::Unknown, _, _) => self.most,
+                    (_, true, _) => s.used + batch.saturating_mul(2).max(s.used),
+                    (_, false, true) => s.leased.max(s.used + batch),
+                    (_, false, false) => s.used,
                 };
-                let want = s.used.saturating_add(extra);
+                let want = want.min(self.most.max(s.used));
                 (queue.clone(), i32::try_from(want).unwrap_or(i32::MAX))
             })
             .collect();
@@ -248,14 +267,14 @@ mod tests {
     use super::*;
 
     fn permits() -> Arc<Permits> {
-        Arc::new(Permits::new(&["q".to_string()]))
+        Arc::new(Permits::new(&["q".to_string()], 100))
     }
 
     #[test]
     fn nothing_is_claimed_before_the_limit_is_known() {
         let p = permits();
         assert!(p.reserve("q", 10, Instant::now()).is_none());
-        assert_eq!(p.wants(10), vec![("q".to_string(), 10)]);
+        assert_eq!(p.wants(10), vec![("q".to_string(), 100)], "all it can hold");
     }
 
     #[test]
@@ -282,16 +301,32 @@ mod tests {
         assert_eq!(p.state("q"), Some((Known::Limited(5), 3, 1)), "2 went back");
         assert_eq!(
             p.wants(10),
-            vec![("q".to_string(), 1 + 10)],
-            "starved: a batch more"
+            vec![("q".to_string(), 1 + 20)],
+            "starved: two batches more"
         );
         assert_eq!(
             p.wants(10),
             vec![("q".to_string(), 1)],
-            "then only what is in use"
+            "then, idle, only what is in use"
         );
-        drop(job);
-        assert_eq!(p.state("q"), Some((Known::Limited(5), 3, 0)));
+        let _more = p.reserve("q", 1, now).expect("one more");
+        assert_eq!(
+            p.wants(10),
+            vec![("q".to_string(), 2 + 10)],
+            "claiming without running short: what it has, at least a batch more than in use"
+        );
+        let mut big = Vec::new();
+        p.leased("q", Some(1000), 62, now);
+        let mut r = p.reserve("q", 60, now).expect("60 (2 in use)");
+        big.extend((0..60).map(|_| r.take().unwrap()));
+        assert!(p.reserve("q", 1, now).is_none());
+        assert_eq!(
+            p.wants(10),
+            vec![("q".to_string(), 100)],
+            "starved at 62 in use: as many again, capped at what it can hold"
+        );
+        drop((job, _more, r, big));
+        assert_eq!(p.state("q"), Some((Known::Limited(1000), 62, 0)));
     }
 
     #[test]

@@ -65,17 +65,34 @@ async fn spans(shard: &Shard) -> Vec<(SystemTime, Option<SystemTime>, String)> {
 
 /// The most spans open at one instant (an end before a start at a tie).
 fn most_at_once(spans: &[(SystemTime, SystemTime)]) -> usize {
+    most_within(
+        spans,
+        SystemTime::UNIX_EPOCH,
+        SystemTime::now() + Duration::from_secs(3600),
+    )
+}
+
+/// The most spans open at one instant from `from` until `to`.
+fn most_within(spans: &[(SystemTime, SystemTime)], from: SystemTime, to: SystemTime) -> usize {
     let mut edges: Vec<(SystemTime, i32)> = spans
         .iter()
         .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
         .collect();
     edges.sort();
     let (mut open, mut most) = (0i32, 0i32);
-    for (_, d) in edges {
+    for (at, d) in edges {
+        if at >= to {
+            break;
+        }
+        if at >= from {
+            most = most.max(open);
+        }
         open += d;
-        most = most.max(open);
+        if at >= from {
+            most = most.max(open);
+        }
     }
-    most as usize
+    most.max(0) as usize
 }
 
 struct Fleet {
@@ -101,6 +118,25 @@ async fn fleet() -> Fleet {
         set,
         client,
     }
+}
+
+/// Every job's (claimed, written) span, all shards.
+async fn all_spans(set: &ShardSet) -> Vec<(SystemTime, SystemTime)> {
+    let mut all = Vec::new();
+    for shard in set.all() {
+        let on = spans(shard).await;
+        all.extend(on.into_iter().filter_map(|(s, e, _)| Some((s, e?))));
+    }
+    all
+}
+
+async fn succeeded(set: &ShardSet) -> usize {
+    let mut done = 0;
+    for shard in set.all() {
+        let on = spans(shard).await;
+        done += on.iter().filter(|(_, _, s)| s == "succeeded").count();
+    }
+    done
 }
 
 async fn enqueue_sleeps(client: &Client, n: usize, ms: u64) {
@@ -207,4 +243,66 @@ async fn a_killed_processs_permits_come_back_once_its_lease_lapses() {
         },
     )
     .await;
+}
+
+/// A limit raised and then lowered while two processes run the queue:
+/// before the raise at most the old limit ran; after it, more did (within
+/// a second and a half, the workers renewing every half second); once the
+/// jobs running when it was lowered finished, at most the new limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_raised_and_lowered_while_running_takes_effect() {
+    const JOBS: usize = 50;
+    const JOB_MS: u64 = 300;
+    const FOLLOW: Duration = Duration::from_millis(1_500);
+    let f = fleet().await;
+    let set_limit = |n: usize| {
+        let path = f.path.clone();
+        async move {
+            let n = n.to_string();
+            cli(
+                &path,
+                &["limit", "set", "--queue", "limited", "--concurrency", &n],
+            )
+            .await;
+            SystemTime::now()
+        }
+    };
+    set_limit(2).await;
+    enqueue_sleeps(&f.client, JOBS, JOB_MS).await;
+    let mut children = workers(&f.path, 2);
+    wait_until(Duration::from_secs(60), "4 jobs succeeded", || async {
+        succeeded(&f.set).await >= 4
+    })
+    .await;
+    let raised = set_limit(6).await;
+    wait_until(Duration::from_secs(60), "30 jobs succeeded", || async {
+        succeeded(&f.set).await >= 30
+    })
+    .await;
+    let lowered = set_limit(1).await;
+    wait_until(Duration::from_secs(90), "every job succeeded", || async {
+        succeeded(&f.set).await == JOBS
+    })
+    .await;
+    for child in &mut children {
+        child.kill().await.unwrap();
+    }
+
+    let spans = all_spans(&f.set).await;
+    let end = SystemTime::now();
+    let before = most_within(&spans, SystemTime::UNIX_EPOCH, raised);
+    let after_raise = most_within(&spans, raised + FOLLOW, lowered);
+    let settled = lowered + FOLLOW + Duration::from_millis(JOB_MS);
+    let after_lower = most_within(&spans, settled, end);
+    eprintln!("at most at once: {before} before the raise, {after_raise} after it, {after_lower} after the lowering");
+    assert!(before <= 2, "{before} at once under a limit of 2");
+    assert!(
+        after_raise > 2 && after_raise <= 6,
+        "{after_raise} at once under a limit raised to 6"
+    );
+    assert!(
+        after_lower <= 1,
+        "{after_lower} at once under a limit lowered to 1"
+    );
+    assert!(most_at_once(&spans) <= 6);
 }

@@ -12,6 +12,7 @@ mod args;
 mod ceiling;
 mod drained;
 mod fleet;
+pub mod limits;
 mod minimal;
 mod pgcpu;
 mod report;

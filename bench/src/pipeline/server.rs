@@ -98,6 +98,11 @@ impl BenchServer {
         Ok(row.get("wal"))
     }
 
+    /// A client of the one shard.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The one shard.
     pub fn shard(&self) -> &Shard {
         self.shards.get(0)

@@ -1,0 +1,103 @@
+//! `bench limits`: what a fleet-wide concurrency limit costs a worker that
+//! never reaches it. One shard, one `shardq worker` process draining no-op
+//! jobs, side by side in one invocation: no limit, then the queue limited
+//! far above what the process can run (its permits leased from the shard
+//! as it claims), alternating, each `--rounds` times; medians and their
+//! ratio, and the database CPU per job of each.
+
+use super::fleet::{self, FleetRun};
+use super::server::{BenchServer, QUEUE};
+use crate::procfs::Clock;
+use anyhow::{bail, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct LimitsArgs {
+    /// Jobs per run.
+    #[arg(long, default_value_t = 100_000)]
+    pub jobs: usize,
+    /// Runs of each kind, alternating.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The limit of the limited runs: far above the worker's slots.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub concurrency: u32,
+    /// Where the JSON results go (folders are created).
+    #[arg(long, default_value = "bench/results/limits.json")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Results {
+    jobs: usize,
+    concurrency: u32,
+    unlimited: Vec<FleetRun>,
+    limited: Vec<FleetRun>,
+    median_unlimited_jobs_per_s: f64,
+    median_limited_jobs_per_s: f64,
+    ratio: f64,
+}
+
+pub async fn run(args: LimitsArgs) -> Result<()> {
+    if args.jobs < 1_000 || args.rounds == 0 {
+        bail!("give --jobs 1000 or more and --rounds 1 or more");
+    }
+    let clock = Clock::probe();
+    let server = BenchServer::start().await?;
+    eprintln!(
+        "shardq bench limits: PostgreSQL {}, {} jobs per run, {} rounds",
+        server.version(),
+        args.jobs,
+        args.rounds
+    );
+    let (mut unlimited, mut limited) = (Vec::new(), Vec::new());
+    for round in 1..=args.rounds {
+        server.client().set_queue_limit(QUEUE, None).await?;
+        let run = fleet::run(&server, clock, "unlimited", args.jobs, false).await?;
+        print_run(round, &run);
+        unlimited.push(run);
+        server
+            .client()
+            .set_queue_limit(QUEUE, Some(args.concurrency))
+            .await?;
+        let run = fleet::run(&server, clock, "limited", args.jobs, false).await?;
+        print_run(round, &run);
+        limited.push(run);
+    }
+    server.close().await;
+    let median = |runs: &[FleetRun]| {
+        let mut v: Vec<f64> = runs.iter().map(|r| r.jobs_per_s).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (u, l) = (median(&unlimited), median(&limited));
+    println!(
+        "median jobs/s: no limit {u:.0}, limit {} {l:.0}: {:.1} % of no limit",
+        args.concurrency,
+        100.0 * l / u
+    );
+    let results = Results {
+        jobs: args.jobs,
+        concurrency: args.concurrency,
+        unlimited,
+        limited,
+        median_unlimited_jobs_per_s: u,
+        median_limited_jobs_per_s: l,
+        ratio: l / u,
+    };
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&results)?)?;
+    println!("results: {}", args.out.display());
+    Ok(())
+}
+
+fn print_run(round: usize, run: &FleetRun) {
+    let per_job_us = 1e6 * run.postgres_cpu.total_s / run.succeeded.max(1) as f64;
+    println!(
+        "round {round} {:>9}: {:>8.0} jobs/s, {:.1} µs database CPU per job",
+        run.label, run.jobs_per_s, per_job_us
+    );
+}

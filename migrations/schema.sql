@@ -98,10 +98,17 @@ TABLE shardq_paused_queues
 TABLE shardq_queue_limits
     queue text NOT NULL
     concurrency integer
+    rate_count integer
+    rate_period_ms integer
     revision bigint NOT NULL
     updated_at timestamp with time zone NOT NULL DEFAULT now()
+    tokens double precision NOT NULL DEFAULT 0
+    tokens_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+    CONSTRAINT shardq_queue_limits_check CHECK (((rate_count IS NULL) = (rate_period_ms IS NULL)))
     CONSTRAINT shardq_queue_limits_concurrency_check CHECK ((concurrency > 0))
     CONSTRAINT shardq_queue_limits_pkey PRIMARY KEY (queue)
+    CONSTRAINT shardq_queue_limits_rate_count_check CHECK ((rate_count > 0))
+    CONSTRAINT shardq_queue_limits_rate_period_ms_check CHECK ((rate_period_ms > 0))
     INDEX CREATE UNIQUE INDEX shardq_queue_limits_pkey ON public.shardq_queue_limits USING btree (queue)
 
 TABLE shardq_schedules
@@ -758,34 +765,39 @@ AS $function$ SELECT hashtextextended(p_queue || chr(31) || p_key, 7) $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_lease_permits(holder text, queues text[], wants integer[], lease_ms integer)
- RETURNS TABLE(queue text, concurrency integer, granted integer)
+ RETURNS TABLE(queue text, concurrency integer, granted integer, rate_count integer, rate_period_ms integer)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     i integer;
     q text;
-    lim integer;
+    lim shardq_queue_limits%ROWTYPE;
     others integer;
     give integer;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(queues, 1), 0) LOOP
         q := queues[i];
-        SELECT l.concurrency INTO lim FROM shardq_queue_limits l WHERE l.queue = q FOR UPDATE;
-        IF lim IS NULL THEN
+        lim := NULL;
+        SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = q FOR UPDATE;
+        queue := q;
+        rate_count := lim.rate_count;
+        rate_period_ms := lim.rate_period_ms;
+        concurrency := lim.concurrency;
+        IF lim.concurrency IS NULL THEN
             DELETE FROM shardq_limit_leases e WHERE e.queue = q AND e.holder = shardq_lease_permits.holder;
-            queue := q; concurrency := NULL; granted := wants[i];
+            granted := wants[i];
             RETURN NEXT;
             CONTINUE;
         END IF;
         DELETE FROM shardq_limit_leases e WHERE e.queue = q AND e.expires_at <= now();
         SELECT coalesce(sum(e.permits), 0) INTO others FROM shardq_limit_leases e
             WHERE e.queue = q AND e.holder <> shardq_lease_permits.holder;
-        give := greatest(0, least(wants[i], lim - others));
+        give := greatest(0, least(wants[i], lim.concurrency - others));
         INSERT INTO shardq_limit_leases AS e (queue, holder, permits, expires_at)
             VALUES (q, shardq_lease_permits.holder, give, now() + lease_ms * interval '1 millisecond')
             ON CONFLICT ON CONSTRAINT shardq_limit_leases_pkey
             DO UPDATE SET permits = EXCLUDED.permits, expires_at = EXCLUDED.expires_at;
-        queue := q; concurrency := lim; granted := give;
+        granted := give;
         RETURN NEXT;
     END LOOP;
 END
@@ -920,3 +932,56 @@ BEGIN
     END LOOP;
     RETURN h;
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_take_starts(q text, want integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    lim shardq_queue_limits%ROWTYPE;
+    locked boolean := false;
+    burst double precision;
+    left_tokens double precision;
+    give integer;
+    at timestamptz;
+BEGIN
+    LOOP
+        IF locked THEN
+            SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = q FOR UPDATE;
+        ELSE
+            SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = q;
+        END IF;
+        IF lim.rate_count IS NULL THEN
+            RETURN NULL;
+        END IF;
+        -- Read once (under the lock when taking): two readings would lose
+        -- the time between them on every call, and one taken before the
+        -- lock could be older than the mark the previous holder left.
+        at := clock_timestamp();
+        burst := greatest(1.0, lim.rate_count * 50.0 / lim.rate_period_ms);
+        -- Accrual is the same however often it is computed: a read that
+        -- takes nothing need not write it.
+        left_tokens := least(burst, lim.tokens
+            + extract(epoch FROM at - lim.tokens_at) * 1000.0
+              * lim.rate_count / lim.rate_period_ms);
+        IF want >= 0 AND left_tokens < greatest(1.0, least(want, floor(burst / 2))) THEN
+            RETURN 0;
+        END IF;
+        EXIT WHEN locked;
+        locked := true;
+    END LOOP;
+    IF want < 0 THEN
+        -- Taken and unused: back in full (past the burst too), so the
+        -- starts used still never outrun the rate plus its burst.
+        give := want;
+        left_tokens := left_tokens - want;
+    ELSE
+        give := least(want, floor(left_tokens)::integer);
+        left_tokens := left_tokens - give;
+    END IF;
+    UPDATE shardq_queue_limits l SET tokens = left_tokens, tokens_at = at
+        WHERE l.queue = q;
+    RETURN give;
+END
+$function$

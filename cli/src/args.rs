@@ -202,16 +202,21 @@ pub enum QueueAction {
 
 #[derive(Debug, Subcommand)]
 pub enum LimitAction {
-    /// Limit a queue across every worker process and shard; running
-    /// workers follow within a second.
+    /// Limit a queue across every worker process and shard (replacing its
+    /// limits); running workers follow within a second.
     Set {
         /// Queue name.
         #[arg(long)]
         queue: String,
         /// Jobs of the queue running at once across the fleet (a claimed
         /// job counts from its claim until its outcome is written).
-        #[arg(long)]
-        concurrency: u32,
+        #[arg(long, required_unless_present = "rate")]
+        concurrency: Option<u32>,
+        /// Jobs of the queue started per period across the fleet: `N/s`,
+        /// `N/min`, `N/h`, or `N/<D>s`, `N/<D>ms` (e.g. `100/s`, `1000/min`,
+        /// `10/500ms`).
+        #[arg(long, value_parser = crate::commands::limit::parse_rate)]
+        rate: Option<shardq::client::StartRate>,
     },
     /// List the limited queues and the permits the workers hold now.
     List {

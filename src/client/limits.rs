@@ -4,18 +4,36 @@
 use super::error::ClientError;
 use super::handle::Client;
 use super::pause::check_name;
-use crate::store::limits::{self, LimitRow};
+use crate::store::limits::{self, LimitRow, Rate};
 use futures_util::future::join_all;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A queue's fleet-wide limits; `None` lifts one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueLimits {
+    /// Jobs of the queue running at once across the fleet (a claimed job
+    /// counts from its claim until its outcome is written).
+    pub concurrency: Option<u32>,
+    /// Jobs of the queue started (claimed) per period across the fleet.
+    pub rate: Option<StartRate>,
+}
+
+/// At most `count` jobs started per `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StartRate {
+    /// Starts per period.
+    pub count: u32,
+    /// The period (whole milliseconds, 1 ms to 24 days).
+    pub per: Duration,
+}
 
 /// A queue's limits and their use now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct QueueLimit {
     /// Queue.
     pub queue: String,
-    /// Jobs of the queue running at once across the fleet (claimed jobs
-    /// count from their claim until their outcome is written).
-    pub concurrency: u32,
+    /// Its limits.
+    pub limits: QueueLimits,
     /// Permits the workers hold now (on the first shard; `None` when it
     /// did not answer).
     pub in_use: Option<i64>,
@@ -24,41 +42,32 @@ pub struct QueueLimit {
 }
 
 impl Client {
-    /// Limits `queue` to `concurrency` jobs running at once across every
-    /// process and shard, or lifts its limit (`None`). Written on every
-    /// shard; running workers follow within a second. Lowering it lets
-    /// running jobs finish: new ones start once fewer than the new limit
-    /// run.
+    /// Sets `queue`'s limits across every process and shard, replacing
+    /// those it had (`QueueLimits::default()` lifts them all). Written on
+    /// every shard; running workers follow within a second. Lowering a
+    /// concurrency lets running jobs finish: new ones start once fewer than
+    /// the new limit run.
     ///
     /// # Errors
     ///
     /// [`ClientError::Invalid`] for an empty name, [`ClientError::BadLimit`]
-    /// for a concurrency of 0;
-    /// [`ClientError::NotEveryShard`] when some shard did not answer (the
-    /// others have the change: run it again).
+    /// for a concurrency or rate of 0, or a period not within 1 ms and 24
+    /// days; [`ClientError::NotEveryShard`] when some shard did not answer
+    /// (the others have the change: run it again).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe in effect: each shard's change is one statement, and
     /// running it again is harmless.
-    pub async fn set_queue_limit(
-        &self,
-        queue: &str,
-        concurrency: Option<u32>,
-    ) -> Result<(), ClientError> {
+    pub async fn set_queue_limits(&self, queue: &str, set: QueueLimits) -> Result<(), ClientError> {
         check_name(queue)?;
-        let concurrency = match concurrency {
-            None => None,
-            Some(n) => Some(i32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
-                ClientError::BadLimit {
-                    queue: queue.to_string(),
-                    why: format!("a concurrency of {n}; give 1 to 2147483647"),
-                }
-            })?),
-        };
         let row = LimitRow {
             queue: queue.to_string(),
-            concurrency,
+            concurrency: set
+                .concurrency
+                .map(|n| positive(queue, "a concurrency", n))
+                .transpose()?,
+            rate: set.rate.map(|r| stored_rate(queue, r)).transpose()?,
             // Microseconds since the epoch: a later write wins.
             revision: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -109,7 +118,18 @@ impl Client {
         let mut out: Vec<QueueLimit> = newest
             .into_iter()
             .filter_map(|r| {
-                let concurrency = u32::try_from(r.concurrency?).ok()?;
+                let limits = QueueLimits {
+                    concurrency: r.concurrency.and_then(|n| u32::try_from(n).ok()),
+                    rate: r.rate.and_then(|rate| {
+                        Some(StartRate {
+                            count: u32::try_from(rate.count).ok()?,
+                            per: Duration::from_millis(u64::try_from(rate.period_ms).ok()?),
+                        })
+                    }),
+                };
+                if limits == QueueLimits::default() {
+                    return None;
+                }
                 let used = in_use
                     .as_ref()
                     .map(|u| u.iter().find(|p| p.queue == r.queue));
@@ -117,11 +137,30 @@ impl Client {
                     in_use: used.map(|p| p.map_or(0, |p| p.permits)),
                     holders: used.map(|p| p.map_or(0, |p| p.holders)),
                     queue: r.queue,
-                    concurrency,
+                    limits,
                 })
             })
             .collect();
         out.sort_by(|a, b| a.queue.cmp(&b.queue));
         Ok(out)
     }
+}
+
+/// `n` as stored: 1 to `i32::MAX`.
+fn positive(queue: &str, what: &str, n: u32) -> Result<i32, ClientError> {
+    i32::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ClientError::BadLimit {
+            queue: queue.to_string(),
+            why: format!("{what} of {n}; give 1 to 2147483647"),
+        })
+}
+
+fn stored_rate(queue: &str, rate: StartRate) -> Result<Rate, ClientError> {
+    let period_ms = u32::try_from(rate.per.as_millis()).unwrap_or(u32::MAX);
+    Ok(Rate {
+        count: positive(queue, "a rate", rate.count)?,
+        period_ms: positive(queue, "a period (ms)", period_ms)?,
+    })
 }

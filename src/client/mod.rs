@@ -33,7 +33,7 @@ pub use depth::QueueDepth;
 pub use error::ClientError;
 pub use handle::Client;
 pub use inspect::{JobOutcome, ShardStatus};
-pub use limits::QueueLimit;
+pub use limits::{QueueLimit, QueueLimits, StartRate};
 pub use map_report::{MapReport, RangeReport, ShardProblem};
 pub use pause::PausedQueue;
 pub use pending::PendingEnqueue;

@@ -101,6 +101,10 @@ pub const FUNCTIONS: &[Function] = &[
         name: "shardq_lease_permits",
         sql: include_str!("../../migrations/functions/shardq_lease_permits.sql"),
     },
+    Function {
+        name: "shardq_take_starts",
+        sql: include_str!("../../migrations/functions/shardq_take_starts.sql"),
+    },
 ];
 
 /// The functions as (name, text) pairs, as the store takes them.

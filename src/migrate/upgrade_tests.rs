@@ -188,6 +188,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_owns_key",
     "shardq_refuse_stale_snapshot",
     "shardq_lease_permits",
+    "shardq_take_starts",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

@@ -13,8 +13,28 @@ pub struct LimitRow {
     pub queue: String,
     /// Jobs of the queue running at once across the fleet; `None`: none.
     pub concurrency: Option<i32>,
+    /// Jobs of the queue started per period across the fleet; `None`: none.
+    pub rate: Option<Rate>,
     /// Orders the writes: the newest wins where shards disagree.
     pub revision: i64,
+}
+
+/// At most `count` jobs started per `period_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Rate {
+    /// Starts per period.
+    pub count: i32,
+    /// The period, in milliseconds.
+    pub period_ms: i32,
+}
+
+impl Rate {
+    fn from_row(row: &tokio_postgres::Row) -> Option<Rate> {
+        Some(Rate {
+            count: row.get::<_, Option<i32>>("rate_count")?,
+            period_ms: row.get::<_, Option<i32>>("rate_period_ms")?,
+        })
+    }
 }
 
 /// Permits of one queue now leased (home shard).
@@ -37,6 +57,8 @@ pub struct Granted {
     pub concurrency: Option<i32>,
     /// Permits the holder holds now.
     pub granted: i32,
+    /// Its rate, if any.
+    pub rate: Option<Rate>,
 }
 
 /// Writes `row` on `shard` unless the shard records a newer revision.
@@ -56,6 +78,8 @@ pub async fn set(shard: &Shard, row: &LimitRow) -> Result<bool, ShardError> {
         &[
             (&row.queue, Type::TEXT),
             (&row.concurrency, Type::INT4),
+            (&row.rate.map(|r| r.count), Type::INT4),
+            (&row.rate.map(|r| r.period_ms), Type::INT4),
             (&row.revision, Type::INT8),
         ],
     )
@@ -79,6 +103,7 @@ pub async fn read(shard: &Shard) -> Result<Vec<LimitRow>, ShardError> {
         .map(|r| LimitRow {
             queue: r.get("queue"),
             concurrency: r.get("concurrency"),
+            rate: Rate::from_row(r),
             revision: r.get("revision"),
         })
         .collect())
@@ -141,6 +166,29 @@ pub async fn lease(
             queue: r.get("queue"),
             concurrency: r.get("concurrency"),
             granted: r.get("granted"),
+            rate: Rate::from_row(r),
         })
         .collect())
+}
+
+/// Takes up to `want` starts of `queue` from its rate (on the home shard);
+/// a negative `want` gives that many unused ones back. `None` when the
+/// queue has no rate.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Not idempotent: a take whose answer is lost loses its starts (the rate
+/// is then lower for a moment, never higher).
+pub async fn take_starts(shard: &Shard, queue: &str, want: i32) -> Result<Option<i32>, ShardError> {
+    let row = exec::query_one(
+        shard,
+        sql::LIMIT_TAKE_STARTS,
+        &[(&queue, Type::TEXT), (&want, Type::INT4)],
+    )
+    .await?;
+    Ok(row.get("starts"))
 }

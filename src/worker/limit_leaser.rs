@@ -69,7 +69,11 @@ async fn ask(
     match answer {
         Ok(Ok(granted)) => {
             for g in granted {
-                permits.leased(&g.queue, g.concurrency, g.granted, asked);
+                let per_start = g.rate.map(|r| {
+                    Duration::from_millis(u64::try_from(r.period_ms).unwrap_or(0))
+                        / u32::try_from(r.count).unwrap_or(1).max(1)
+                });
+                permits.leased(&g.queue, g.concurrency, g.granted, per_start, asked);
             }
             return true;
         }
@@ -94,7 +98,7 @@ async fn learn_unlimited(permits: &Permits, shards: &ShardSet) {
             for queue in &queues {
                 let limited = rows
                     .iter()
-                    .any(|r| &r.queue == queue && r.concurrency.is_some());
+                    .any(|r| &r.queue == queue && (r.concurrency.is_some() || r.rate.is_some()));
                 if !limited {
                     permits.unlimited_elsewhere(queue);
                 }

@@ -55,6 +55,9 @@ struct QueueState {
     starved: bool,
     /// A producer reserved permits since the last renewal.
     claimed: bool,
+    /// The queue has a rate (one start per this long on average): each
+    /// claim takes its starts from the home shard first (see `producer`).
+    rated: Option<Duration>,
 }
 
 /// The permits of every queue this process serves.
@@ -96,6 +99,7 @@ impl Permits {
                 used: 0,
                 starved: false,
                 claimed: false,
+                rated: None,
             })
         };
         Permits {
@@ -191,9 +195,18 @@ impl Permits {
     }
 
     /// The home shard granted `granted` permits of `queue` under limit
-    /// `concurrency` (`None`: not limited), asked at `asked`.
-    pub fn leased(&self, queue: &str, concurrency: Option<i32>, granted: i32, asked: Instant) {
+    /// `concurrency` (`None`: not limited), asked at `asked`; the queue
+    /// has a rate of one start per `rated` or none.
+    pub fn leased(
+        &self,
+        queue: &str,
+        concurrency: Option<i32>,
+        granted: i32,
+        rated: Option<Duration>,
+        asked: Instant,
+    ) {
         self.with(queue, |s| {
+            s.rated = rated;
             match concurrency {
                 None => {
                     s.known = Known::Unlimited;
@@ -209,9 +222,15 @@ impl Permits {
         });
     }
 
-    /// Another shard says `queue` has no limit (the home shard did not
-    /// answer): it is claimed uncounted. A limited queue stays as it is
-    /// (its lease lapses on its own).
+    /// One start per how long, when `queue` has a rate (its claims take
+    /// starts first).
+    pub fn rated(&self, queue: &str) -> Option<Duration> {
+        self.with(queue, |s| s.rated).flatten()
+    }
+
+    /// Another shard says `queue` has no limit and no rate (the home shard
+    /// did not answer): it is claimed uncounted. A limited queue stays as
+    /// it is (its lease lapses on its own).
     pub fn unlimited_elsewhere(&self, queue: &str) {
         self.with(queue, |s| {
             if s.known == Known::Unknown {
@@ -281,7 +300,7 @@ mod tests {
     fn an_unlimited_queue_reserves_the_whole_batch_uncounted() {
         let p = permits();
         let now = Instant::now();
-        p.leased("q", None, 10, now);
+        p.leased("q", None, 10, None, now);
         let mut r = p.reserve("q", 50, now).expect("reserved");
         assert_eq!(r.count(), 50);
         assert!(r.take().is_none(), "no permit to carry");
@@ -292,7 +311,7 @@ mod tests {
     fn a_limited_queue_reserves_only_free_permits_and_jobs_carry_them_until_dropped() {
         let p = permits();
         let now = Instant::now();
-        p.leased("q", Some(5), 3, now);
+        p.leased("q", Some(5), 3, None, now);
         let mut r = p.reserve("q", 10, now).expect("reserved");
         assert_eq!(r.count(), 3);
         assert!(p.reserve("q", 10, now).is_none(), "all 3 reserved");
@@ -316,7 +335,7 @@ mod tests {
             "claiming without running short: what it has, at least a batch more than in use"
         );
         let mut big = Vec::new();
-        p.leased("q", Some(1000), 62, now);
+        p.leased("q", Some(1000), 62, None, now);
         let mut r = p.reserve("q", 60, now).expect("60 (2 in use)");
         big.extend((0..60).map(|_| r.take().unwrap()));
         assert!(p.reserve("q", 1, now).is_none());
@@ -333,7 +352,7 @@ mod tests {
     fn a_lapsed_lease_reserves_nothing() {
         let p = permits();
         let asked = Instant::now();
-        p.leased("q", Some(5), 5, asked);
+        p.leased("q", Some(5), 5, None, asked);
         assert!(p.reserve("q", 1, asked + LEASE).is_none());
         assert!(p
             .reserve("q", 1, asked + LEASE - Duration::from_millis(1))
@@ -344,10 +363,10 @@ mod tests {
     fn a_lowered_grant_reserves_nothing_until_the_jobs_in_use_are_fewer() {
         let p = permits();
         let now = Instant::now();
-        p.leased("q", Some(5), 5, now);
+        p.leased("q", Some(5), 5, None, now);
         let mut r = p.reserve("q", 5, now).expect("reserved");
         let jobs: Vec<Permit> = (0..5).map(|_| r.take().unwrap()).collect();
-        p.leased("q", Some(2), 2, now);
+        p.leased("q", Some(2), 2, None, now);
         assert!(p.reserve("q", 1, now).is_none());
         drop(jobs);
         assert_eq!(p.reserve("q", 5, now).map(|r| r.count()), Some(2));

@@ -21,7 +21,7 @@ use crate::config::{Backoff, Config, DequeueMode};
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
 use crate::store::jobs::{self, Claim, ClaimParams, CompleteMany};
-use crate::store::ErrorKind;
+use crate::store::{self, ErrorKind};
 use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -41,6 +41,14 @@ const SUSPECT_RECHECK: Duration = Duration::from_millis(100);
 /// permit leaser asks for more meanwhile (at most every 50 ms), and jobs
 /// finishing free some.
 const LIMIT_RECHECK: Duration = Duration::from_millis(20);
+
+/// How soon a target whose queue's rate gave no start is visited again:
+/// after half a start's time, within these bounds (at high rates a take
+/// waits for half the rate's 50 ms burst, so sooner finds nothing).
+const RATE_RECHECK: Backoff = Backoff {
+    min: Duration::from_millis(10),
+    max: Duration::from_millis(500),
+};
 
 /// The producers' settings, from [`Config`].
 #[derive(Debug, Clone)]
@@ -432,7 +440,25 @@ async fn claim_somewhere(
         };
         refusals.entered();
         let reserved = reserved.expect("entered only with permits");
-        let asked = reserved.count();
+        // A queue with a rate: no more jobs than the starts its home shard
+        // gives now (those the claim does not use go back).
+        let starts = match p.run.permits.rated(queue) {
+            None => None,
+            Some(per_start) => match take_starts(p, queue, reserved.count(), per_start).await {
+                Ok(starts) => starts,
+                Err(until) => {
+                    drop(entered);
+                    if let Some(until) = refusals.refused(until, p.targets.len()) {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return None,
+                            _ = tokio::time::sleep_until(until.into()) => {}
+                        }
+                    }
+                    continue;
+                }
+            },
+        };
+        let asked = starts.map_or(reserved.count(), |n| n.min(reserved.count()));
         let shard = p.run.shards.get(shard_index);
         let mode = match entered.slots() {
             Some(slots) => DequeueMode::Gated { slots },
@@ -453,7 +479,7 @@ async fn claim_somewhere(
                 p.spawn(late_reply(
                     p.clone(),
                     claim,
-                    (entered, reserved),
+                    (entered, reserved, starts),
                     target,
                     started,
                     shutdown.clone(),
@@ -467,6 +493,13 @@ async fn claim_somewhere(
         stats.record_claim(shard_index, target, &result, took);
         if result.is_ok() {
             p.run.health.with(shard_index, |h| h.answered(took));
+        }
+        if let Some(starts) = starts {
+            let used = match &result {
+                Ok(Claim::Jobs(jobs)) => jobs.len() as u32,
+                _ => 0,
+            };
+            give_back_starts(p, queue, starts.saturating_sub(used));
         }
         match result {
             Ok(Claim::Jobs(jobs)) => {
@@ -514,6 +547,69 @@ async fn claim_somewhere(
     }
 }
 
+/// Up to `want` starts of rate-limited `queue` (one start per `per_start`)
+/// from the limits' home shard: `Ok(None)` when the queue has no rate any
+/// more; `Err(until)` when none is free (until about one comes back) or
+/// the home shard does not answer within its budget.
+async fn take_starts(
+    p: &Producers,
+    queue: &str,
+    want: u32,
+    per_start: Duration,
+) -> Result<Option<u32>, Instant> {
+    let home = p.run.shards.get(0).clone();
+    let want = i32::try_from(want).unwrap_or(i32::MAX);
+    let budget = p.run.health.budget(0);
+    let mut take = {
+        let (home, queue) = (home.clone(), queue.to_string());
+        tokio::spawn(async move { store::limits::take_starts(&home, &queue, want).await })
+    };
+    let taken = match tokio::time::timeout(budget, &mut take).await {
+        Ok(joined_take) => joined(joined_take),
+        Err(_) => {
+            // Past its budget: the starts it takes, when it answers, go
+            // back (else they would be lost to the rate).
+            let queue = queue.to_string();
+            p.spawn(async move {
+                if let Ok(Ok(Some(n))) = take.await {
+                    if n > 0 {
+                        let _ = store::limits::take_starts(&home, &queue, -n).await;
+                    }
+                }
+            });
+            return Err(Instant::now() + SUSPECT_RECHECK);
+        }
+    };
+    let now = Instant::now();
+    match taken {
+        Ok(None) => Ok(None),
+        Ok(Some(n)) if n > 0 => Ok(Some(u32::try_from(n).unwrap_or(0))),
+        Ok(Some(_)) => Err(now + (per_start / 2).clamp(RATE_RECHECK.min, RATE_RECHECK.max)),
+        Err(err) => {
+            tracing::warn!(
+                shard = %home.name,
+                %queue,
+                error = %crate::error_chain::error_chain(&err),
+                "cannot take starts of a rate-limited queue from the limits' home shard"
+            );
+            Err(now + SUSPECT_RECHECK)
+        }
+    }
+}
+
+/// Gives `n` unused starts of `queue` back to its rate, in the background.
+fn give_back_starts(p: &Producers, queue: &str, n: u32) {
+    if n == 0 {
+        return;
+    }
+    let home = p.run.shards.get(0).clone();
+    let queue = queue.to_string();
+    let n = -i32::try_from(n).unwrap_or(i32::MAX);
+    p.spawn(async move {
+        let _ = store::limits::take_starts(&home, &queue, n).await;
+    });
+}
+
 /// The reply of a claim that ran out of its budget, whenever it comes
 /// (within the statement deadline): its jobs run when the process has room
 /// for them now, and go back to the queue otherwise (fenced release); a
@@ -523,7 +619,7 @@ async fn claim_somewhere(
 async fn late_reply(
     p: Arc<Producers>,
     claim: JoinHandle<Result<Claim, ShardError>>,
-    (entered, permits): (Entered, Reservation),
+    (entered, permits, starts): (Entered, Reservation, Option<u32>),
     target: usize,
     started: Instant,
     shutdown: CancellationToken,
@@ -537,6 +633,13 @@ async fn late_reply(
         p.run.health.with(shard_index, |h| h.answered(took));
     }
     let mut rng = StdRng::from_entropy();
+    if let Some(starts) = starts {
+        let used = match &result {
+            Ok(Claim::Jobs(jobs)) => jobs.len() as u32,
+            _ => 0,
+        };
+        give_back_starts(&p, &p.targets[target].queue, starts.saturating_sub(used));
+    }
     match result {
         Ok(Claim::Jobs(jobs)) => {
             // A late answer says nothing about the usual claim time.

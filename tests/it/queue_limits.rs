@@ -4,7 +4,8 @@
 //! than 5 of them lie between their claim (`started_at`) and their
 //! outcome's write (`finished_at`), which brackets their handler runs.
 //! A process SIGKILLed while holding permits: the others get them once
-//! its lease lapses.
+//! its lease lapses. A limit raised and lowered while running. A rate of
+//! 20 starts a second across three processes and four shards.
 
 use crate::common;
 
@@ -104,7 +105,11 @@ struct Fleet {
 }
 
 async fn fleet() -> Fleet {
-    let shards = TestShards::databases(2).await;
+    fleet_of(2).await
+}
+
+async fn fleet_of(shard_count: usize) -> Fleet {
+    let shards = TestShards::databases(shard_count).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shards.toml");
     std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
@@ -155,7 +160,7 @@ async fn three_processes_never_run_more_jobs_of_a_limited_queue_than_its_limit()
         &["limit", "set", "--queue", "limited", "--concurrency", "5"],
     )
     .await;
-    assert!(text.contains("at most 5 jobs at once"), "{text}");
+    assert!(text.contains("concurrency 5 across the fleet"), "{text}");
     enqueue_sleeps(&f.client, JOBS, 200).await;
     let mut children = workers(&f.path, 3);
 
@@ -251,7 +256,8 @@ async fn a_killed_processs_permits_come_back_once_its_lease_lapses() {
 /// jobs running when it was lowered finished, at most the new limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_raised_and_lowered_while_running_takes_effect() {
-    const JOBS: usize = 50;
+    // 4 jobs at 2, 66 at 6 (over 3 s), 20 at 1.
+    const JOBS: usize = 90;
     const JOB_MS: u64 = 300;
     const FOLLOW: Duration = Duration::from_millis(1_500);
     let f = fleet().await;
@@ -275,8 +281,8 @@ async fn a_limit_raised_and_lowered_while_running_takes_effect() {
     })
     .await;
     let raised = set_limit(6).await;
-    wait_until(Duration::from_secs(60), "30 jobs succeeded", || async {
-        succeeded(&f.set).await >= 30
+    wait_until(Duration::from_secs(60), "70 jobs succeeded", || async {
+        succeeded(&f.set).await >= 70
     })
     .await;
     let lowered = set_limit(1).await;
@@ -305,4 +311,57 @@ async fn a_limit_raised_and_lowered_while_running_takes_effect() {
         "{after_lower} at once under a limit lowered to 1"
     );
     assert!(most_at_once(&spans) <= 6);
+}
+
+/// 200 jobs of a queue limited to 20 starts a second, three processes on
+/// four shards: no span of one second holds more than 22 claims (the
+/// rate, its burst of 1, and one for the claims' timestamps trailing the
+/// rate's by up to 50 ms more for some than for others), so the run lasts
+/// at least ~9.9 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_holds_across_processes_and_shards() {
+    const JOBS: usize = 200;
+    const RATE: usize = 20;
+    let f = fleet_of(4).await;
+    let text = cli(
+        &f.path,
+        &["limit", "set", "--queue", "limited", "--rate", "20/s"],
+    )
+    .await;
+    assert!(text.contains("rate 20/s"), "{text}");
+    enqueue_sleeps(&f.client, JOBS, 5).await;
+    let mut children = workers(&f.path, 3);
+    wait_until(Duration::from_secs(40), "every job succeeded", || async {
+        succeeded(&f.set).await == JOBS
+    })
+    .await;
+    for child in &mut children {
+        child.kill().await.unwrap();
+    }
+    let mut starts: Vec<SystemTime> = all_spans(&f.set)
+        .await
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    starts.sort();
+    let window = Duration::from_secs(1);
+    let busiest = (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|t| **t < starts[i] + window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let span = starts[JOBS - 1].duration_since(starts[0]).unwrap();
+    eprintln!("{JOBS} starts over {span:?}; at most {busiest} in one second");
+    assert!(
+        busiest <= RATE + 2,
+        "{busiest} starts in one second under a rate of {RATE}/s"
+    );
+    assert!(
+        span >= Duration::from_millis(9_400),
+        "{JOBS} starts in {span:?}: faster than {RATE}/s allows"
+    );
 }

@@ -3,7 +3,8 @@
 //! jobs, side by side in one invocation: no limit, then the queue limited
 //! far above what the process can run (its permits leased from the shard
 //! as it claims), alternating, each `--rounds` times; medians and their
-//! ratio, and the database CPU per job of each.
+//! ratio, and the database CPU per job of each. Then one run with a rate
+//! limit: the rate it kept and the database CPU per started job.
 
 use super::fleet::{self, FleetRun};
 use super::server::{BenchServer, QUEUE};
@@ -23,6 +24,12 @@ pub struct LimitsArgs {
     /// The limit of the limited runs: far above the worker's slots.
     #[arg(long, default_value_t = 1_000_000)]
     pub concurrency: u32,
+    /// The rate of the rate run, jobs per second.
+    #[arg(long, default_value_t = 2_000)]
+    pub rate: u32,
+    /// Jobs of the rate run (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    pub rate_jobs: usize,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/limits.json")]
     pub out: PathBuf,
@@ -37,6 +44,8 @@ struct Results {
     median_unlimited_jobs_per_s: f64,
     median_limited_jobs_per_s: f64,
     ratio: f64,
+    rate: u32,
+    rated: Option<FleetRun>,
 }
 
 pub async fn run(args: LimitsArgs) -> Result<()> {
@@ -53,18 +62,40 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
     );
     let (mut unlimited, mut limited) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
-        server.client().set_queue_limit(QUEUE, None).await?;
+        let no_limit = shardq::client::QueueLimits::default();
+        server.client().set_queue_limits(QUEUE, no_limit).await?;
         let run = fleet::run(&server, clock, "unlimited", args.jobs, false).await?;
         print_run(round, &run);
         unlimited.push(run);
         server
             .client()
-            .set_queue_limit(QUEUE, Some(args.concurrency))
+            .set_queue_limits(
+                QUEUE,
+                shardq::client::QueueLimits {
+                    concurrency: Some(args.concurrency),
+                    rate: None,
+                },
+            )
             .await?;
         let run = fleet::run(&server, clock, "limited", args.jobs, false).await?;
         print_run(round, &run);
         limited.push(run);
     }
+    let rated = if args.rate_jobs == 0 {
+        None
+    } else {
+        let limits = shardq::client::QueueLimits {
+            concurrency: None,
+            rate: Some(shardq::client::StartRate {
+                count: args.rate,
+                per: std::time::Duration::from_secs(1),
+            }),
+        };
+        server.client().set_queue_limits(QUEUE, limits).await?;
+        let run = fleet::run(&server, clock, "rate", args.rate_jobs, false).await?;
+        print_run(1, &run);
+        Some(run)
+    };
     server.close().await;
     let median = |runs: &[FleetRun]| {
         let mut v: Vec<f64> = runs.iter().map(|r| r.jobs_per_s).collect();
@@ -85,6 +116,8 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         median_unlimited_jobs_per_s: u,
         median_limited_jobs_per_s: l,
         ratio: l / u,
+        rate: args.rate,
+        rated,
     };
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;

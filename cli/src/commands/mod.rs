@@ -5,7 +5,7 @@ mod dashboard;
 mod demo;
 mod enqueue;
 mod job;
-mod limit;
+pub mod limit;
 mod local;
 mod metrics;
 mod queue;

@@ -1,15 +1,16 @@
 //! Statements of `store::limits`.
 
 /// Writes a queue's limits if `revision` is newer than the row's.
-pub const LIMIT_SET: &str = "INSERT INTO shardq_queue_limits (queue, concurrency, revision) \
-    VALUES ($1, $2, $3) \
+pub const LIMIT_SET: &str = "INSERT INTO shardq_queue_limits \
+    (queue, concurrency, rate_count, rate_period_ms, revision) VALUES ($1, $2, $3, $4, $5) \
     ON CONFLICT (queue) DO UPDATE SET concurrency = EXCLUDED.concurrency, \
+        rate_count = EXCLUDED.rate_count, rate_period_ms = EXCLUDED.rate_period_ms, \
         revision = EXCLUDED.revision, updated_at = now() \
     WHERE shardq_queue_limits.revision < EXCLUDED.revision";
 
 /// Every queue's limits (a cleared queue's row has no limit left).
-pub const LIMITS_READ: &str = "SELECT queue, concurrency, revision FROM shardq_queue_limits \
-    ORDER BY queue";
+pub const LIMITS_READ: &str = "SELECT queue, concurrency, rate_count, rate_period_ms, revision \
+    FROM shardq_queue_limits ORDER BY queue";
 
 /// Per queue, the unexpired permits and how many processes hold them.
 pub const LIMIT_PERMITS_IN_USE: &str = "SELECT queue, coalesce(sum(permits), 0)::int8 AS permits, \
@@ -17,5 +18,9 @@ pub const LIMIT_PERMITS_IN_USE: &str = "SELECT queue, coalesce(sum(permits), 0):
     FROM shardq_limit_leases WHERE expires_at > now() GROUP BY queue";
 
 /// Leases permits (migrations/functions/shardq_lease_permits.sql).
-pub const LIMIT_LEASE_PERMITS: &str = "SELECT queue, concurrency, granted \
-    FROM shardq_lease_permits($1, $2, $3, $4)";
+pub const LIMIT_LEASE_PERMITS: &str = "SELECT queue, concurrency, granted, rate_count, \
+    rate_period_ms FROM shardq_lease_permits($1, $2, $3, $4)";
+
+/// Takes starts from a rate's bucket, or gives unused ones back
+/// (migrations/functions/shardq_take_starts.sql).
+pub const LIMIT_TAKE_STARTS: &str = "SELECT shardq_take_starts($1, $2) AS starts";

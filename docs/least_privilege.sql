@@ -105,3 +105,14 @@ GRANT SELECT ON TABLE workflow_status, workflow_steps, shardq_workers, shardq_pa
 -- No INSERT or DELETE of jobs, no step outputs.
 GRANT UPDATE ON TABLE workflow_status TO shardq_dashboard;
 GRANT INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_dashboard;
+
+-- Queue limits (migration 21). A worker reads them, takes a rate's starts
+-- (UPDATE of the limit row, whose lock also orders permit leases) and keeps
+-- its permit leases (INSERT, UPDATE, DELETE of its own and expired rows).
+-- A producer (operators: `shardq limit set|list|clear`) writes the limits
+-- and reads the leases; the dashboard reads both.
+GRANT SELECT, UPDATE ON TABLE shardq_queue_limits TO shardq_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_limit_leases TO shardq_worker;
+GRANT SELECT, INSERT, UPDATE ON TABLE shardq_queue_limits TO shardq_producer;
+GRANT SELECT ON TABLE shardq_limit_leases TO shardq_producer;
+GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_leases TO shardq_dashboard_ro;

@@ -532,3 +532,32 @@ async fn a_queue_is_paused_and_resumed_on_every_shard_through_confirmed_forms() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_lists_the_limited_queues() {
+    let shards = Shards::start(2).await;
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let url = format!("http://{addr}/");
+    let page = text(http().get(&url).send().await.unwrap()).await;
+    assert!(page.contains("No queue is limited"), "{page}");
+    let limits = shardq::client::QueueLimits {
+        concurrency: Some(7),
+        rate: Some(shardq::client::StartRate {
+            count: 30,
+            per: Duration::from_secs(60),
+        }),
+    };
+    shards
+        .client
+        .set_queue_limits("mail", limits)
+        .await
+        .unwrap();
+    let page = text(http().get(&url).send().await.unwrap()).await;
+    let table = &page[page.find("id=\"limits\"").expect("a limits table")..];
+    let row = &table[table.find("data-queue=\"mail\"").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(
+        row.contains("<td>7</td>") && row.contains("30 per 60s"),
+        "{row}"
+    );
+}

@@ -75,18 +75,20 @@ pub async fn scrape(shards: &ShardSet, queues: &[String], deadline: Duration) ->
 }
 
 /// [`scrape`], and the invariants of `shardq check` ([`super::invariants`])
-/// read at the same time under `check`'s options (its deadline too): what
-/// `shardq metrics` serves.
+/// read at the same time under `check`'s options (its deadline too), and
+/// the queue limits ([`super::limits`]): what `shardq metrics` serves.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe (reads only).
 pub async fn scrape_with_check(client: &Client, queues: &[String], check: &CheckOptions) -> String {
-    let (answers, report) = tokio::join!(
+    let (answers, report, limits) = tokio::join!(
         read_all(client.shards(), check.deadline),
-        client.check(check)
+        client.check(check),
+        tokio::time::timeout(check.deadline, client.queue_limits())
     );
-    encode_with_check(&answers, queues, Some(report))
+    let limits = limits.ok().and_then(Result::ok).unwrap_or_default();
+    encode_all(&answers, queues, Some(report), limits)
 }
 
 /// The Prometheus text of one scrape's answers.
@@ -100,7 +102,20 @@ pub fn encode_with_check(
     queues: &[String],
     check: Option<CheckReport>,
 ) -> String {
+    encode_all(answers, queues, check, Vec::new())
+}
+
+/// [`encode_with_check`], with the gauges of the queue limits.
+fn encode_all(
+    answers: &[ShardBacklog],
+    queues: &[String],
+    check: Option<CheckReport>,
+    limits: Vec<crate::client::QueueLimit>,
+) -> String {
     let mut registry = Registry::default();
+    if !limits.is_empty() {
+        registry.register_collector(Box::new(super::limits::Limits::new(limits)));
+    }
     registry.register_collector(Box::new(Exposition {
         shards: answers.iter().map(|a| ShardView::new(a, queues)).collect(),
     }));

@@ -1,7 +1,8 @@
 //! Prometheus metrics: a worker's own ([`WorkerMetrics`]: claims, outcomes,
 //! latencies, buffer) and the shards' backlog ([`backlog`]: queue depth and
 //! oldest-ready age, read from the database by one exporter per fleet, with
-//! the invariants of `shardq check` beside it: [`invariants`]).
+//! the invariants of `shardq check` and the queue limits beside it:
+//! [`invariants`], [`limits`]).
 //!
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
@@ -17,6 +18,7 @@ mod histogram;
 #[cfg(feature = "metrics-http")]
 mod http;
 pub mod invariants;
+pub mod limits;
 mod worker;
 
 #[cfg(feature = "metrics-http")]

@@ -37,10 +37,10 @@ mod client {
         CheckOptions, CheckReport, Client, ClientError, Connections, ErrorKind, Example, Finding,
         Invariant, JobDetail, JobFilter, JobInfo, JobList, JobOutcome, JobQuery, JobSummary,
         ListState, MapReport, OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position,
-        QueueCount, QueueDepth, QueueLimit, QueueOverview, RangeReport, RoutedJob, ScheduleStatus,
-        ShardCheck, ShardOverview, ShardProblem, ShardStatus, StateCounts, StepInfo, WorkerRow,
-        DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES,
-        DEFAULT_STATE_ROWS, STALE_MARGIN,
+        QueueCount, QueueDepth, QueueLimit, QueueLimits, QueueOverview, RangeReport, RoutedJob,
+        ScheduleStatus, ShardCheck, ShardOverview, ShardProblem, ShardStatus, StartRate,
+        StateCounts, StepInfo, WorkerRow, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES,
+        DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
     };
 }
 
@@ -80,7 +80,7 @@ mod migrate_no_transaction {
 mod prometheus {
     #[allow(unused_imports)]
     use shardq::prometheus::{
-        backlog, invariants, prometheus_client, serve, WorkerMetrics, CONTENT_TYPE,
+        backlog, invariants, limits, prometheus_client, serve, WorkerMetrics, CONTENT_TYPE,
     };
 }
 
@@ -95,6 +95,11 @@ mod prometheus_backlog {
 mod prometheus_invariants {
     #[allow(unused_imports)]
     use shardq::prometheus::invariants::Invariants;
+}
+
+mod prometheus_limits {
+    #[allow(unused_imports)]
+    use shardq::prometheus::limits::Limits;
 }
 
 mod reshard {

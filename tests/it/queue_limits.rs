@@ -228,6 +228,18 @@ async fn a_killed_processs_permits_come_back_once_its_lease_lapses() {
     .await;
     let listed = cli(&f.path, &["limit", "list"]).await;
     assert!(listed.contains("in use 5\tby 1 processes"), "{listed}");
+    let metrics = shardq::prometheus::backlog::scrape_with_check(
+        &f.client,
+        &["limited".to_string()],
+        &shardq::client::CheckOptions::default(),
+    )
+    .await;
+    for line in [
+        "shardq_queue_limit_concurrency{queue=\"limited\"} 5",
+        "shardq_queue_limit_permits_in_use{queue=\"limited\"} 5",
+    ] {
+        assert!(metrics.contains(line), "{line} in the metrics:\n{metrics}");
+    }
     first[0].kill().await.unwrap();
 
     // A second process: its jobs wait for the permits of the killed one,

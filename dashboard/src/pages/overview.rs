@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};
 use shardq::client::{
-    CheckOptions, CheckReport, ListState, OverviewOptions, QueueOverview, ShardOverview,
+    CheckOptions, CheckReport, ListState, OverviewOptions, QueueLimit, QueueOverview, ShardOverview,
 };
 
 /// The count columns, in lifecycle order.
@@ -33,8 +33,13 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
     };
     // Both under the same per-shard deadline, at once: the check costs the
     // page no extra wait.
-    let (shards, report) =
-        tokio::join!(state.client.overview(&options), state.client.check(&check));
+    let (shards, report, limits) = tokio::join!(
+        state.client.overview(&options),
+        state.client.check(&check),
+        tokio::time::timeout(options.deadline, state.client.queue_limits())
+    );
+    let limits = limits.map_err(|_| "the shards did not answer in time".to_string());
+    let limits = limits.and_then(|l| l.map_err(|e| e.to_string()));
     let bucket_s = options.bucket.as_secs();
     let body = html! {
         (PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
@@ -44,6 +49,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         h2 { "Queues" }
         (queue_table(&shards, bucket_s, options.window.as_secs()))
         (pause_table(&shards, state.options.read_only))
+        (limit_table(&limits))
         h2 { "Live workers" }
         (worker_table(&shards))
     };
@@ -176,6 +182,32 @@ fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
                                 a id={(action) "-" (name)} href={"/queues/" (q(name)) "/" (action)} { button { (action) "…" } }
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The limited queues (`shardq limit`): concurrency and permits in use,
+/// rate; or why they could not be read.
+fn limit_table(limits: &Result<Vec<QueueLimit>, String>) -> Markup {
+    html! {
+        @match limits {
+            Err(why) => p class="down" { "Queue limits unknown: " (why) }
+            Ok(limits) if limits.is_empty() => p { "No queue is limited (" code { "shardq limit set" } ")." }
+            Ok(limits) => table id="limits" {
+                tr {
+                    th class="l" { "Limited queue" } th { "Concurrency" } th { "In use" }
+                    th { "Processes" } th { "Rate" }
+                }
+                @for l in limits {
+                    tr data-queue=(l.queue) {
+                        td class="l" { (l.queue) }
+                        td { @if let Some(n) = l.limits.concurrency { (n) } @else { "–" } }
+                        td { @if let (Some(_), Some(n)) = (l.limits.concurrency, l.in_use) { (n) } @else { "–" } }
+                        td { @if let Some(n) = l.holders { (n) } @else { "?" } }
+                        td { @if let Some(r) = l.limits.rate { (r.count) " per " (format!("{:?}", r.per)) } @else { "–" } }
                     }
                 }
             }

@@ -77,6 +77,13 @@ async fn ask(
             }
             return true;
         }
+        Ok(Err(err)) if err.is_permanent() => tracing::error!(
+            shard = %home.name,
+            error = %crate::error_chain::error_chain(&err),
+            "cannot read the queue limits (a role without the grants of \
+             docs/least_privilege.sql, run it again after upgrading?): queues whose limits \
+             are unknown are not claimed"
+        ),
         Ok(Err(err)) => tracing::warn!(
             shard = %home.name,
             error = %crate::error_chain::error_chain(&err),

@@ -99,6 +99,10 @@ impl Bound {
                 get(pages::actions::confirm).post(pages::actions::perform),
             )
             .route(
+                "/limits/{queue}",
+                get(pages::limits::form).post(pages::limits::set),
+            )
+            .route(
                 "/queues/{queue}/{action}",
                 get(pages::actions::queue_confirm).post(pages::actions::queue_perform),
             )

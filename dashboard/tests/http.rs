@@ -561,3 +561,62 @@ async fn the_overview_lists_the_limited_queues() {
         "{row}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_limits_are_set_and_lifted_through_the_form() {
+    let shards = Shards::start(2).await;
+    shards
+        .client
+        .enqueue_many(vec![NewJob::new("mail", "ok", serde_json::json!({}))])
+        .await
+        .unwrap();
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let http = http();
+    let overview = text(http.get(format!("http://{addr}/")).send().await.unwrap()).await;
+    assert!(overview.contains("id=\"limit-mail\""), "{overview}");
+    let form = format!("http://{addr}/limits/mail");
+    for (fields, want) in [
+        (
+            [("concurrency", "4"), ("rate", "90"), ("per", "minute")],
+            Some((Some(4), Some((90, 60)))),
+        ),
+        (
+            [("concurrency", ""), ("rate", "3"), ("per", "second")],
+            Some((None, Some((3, 1)))),
+        ),
+        ([("concurrency", ""), ("rate", ""), ("per", "second")], None),
+    ] {
+        let (token, cookie) = token_and_cookie(&http, &form).await;
+        let mut body: Vec<(&str, String)> =
+            fields.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        body.push(("csrf", token));
+        let done = http
+            .post(&form)
+            .form(&body)
+            .header("cookie", cookie)
+            .header("origin", format!("http://{addr}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(done.status(), StatusCode::SEE_OTHER, "{fields:?}");
+        let got = shards.client.queue_limits().await.unwrap();
+        let got = got.first().map(|l| {
+            (
+                l.limits.concurrency,
+                l.limits.rate.map(|r| (r.count, r.per.as_secs())),
+            )
+        });
+        assert_eq!(got, want, "{fields:?}");
+    }
+    let (token, cookie) = token_and_cookie(&http, &form).await;
+    let bad = http
+        .post(&form)
+        .form(&[("concurrency", "zero"), ("csrf", token.as_str())])
+        .header("cookie", cookie)
+        .header("origin", format!("http://{addr}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert!(text(bad).await.contains("give a whole number"));
+}

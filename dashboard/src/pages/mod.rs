@@ -3,6 +3,7 @@
 pub(crate) mod actions;
 pub(crate) mod job;
 pub(crate) mod jobs;
+pub(crate) mod limits;
 pub(crate) mod overview;
 
 use axum::http::StatusCode;

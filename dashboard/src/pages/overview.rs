@@ -49,7 +49,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         h2 { "Queues" }
         (queue_table(&shards, bucket_s, options.window.as_secs()))
         (pause_table(&shards, state.options.read_only))
-        (limit_table(&limits))
+        (limit_table(&limits, state.options.read_only))
         h2 { "Live workers" }
         (worker_table(&shards))
     };
@@ -180,6 +180,8 @@ fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
                             td {
                                 @let action = if paused.is_empty() { "pause" } else { "resume" };
                                 a id={(action) "-" (name)} href={"/queues/" (q(name)) "/" (action)} { button { (action) "…" } }
+                                " "
+                                a id={"limit-" (name)} href={"/limits/" (q(name))} { button { "limits…" } }
                             }
                         }
                     }
@@ -191,7 +193,7 @@ fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
 
 /// The limited queues (`shardq limit`): concurrency and permits in use,
 /// rate; or why they could not be read.
-fn limit_table(limits: &Result<Vec<QueueLimit>, String>) -> Markup {
+fn limit_table(limits: &Result<Vec<QueueLimit>, String>, read_only: bool) -> Markup {
     html! {
         @match limits {
             Err(why) => p class="down" { "Queue limits unknown: " (why) }
@@ -199,7 +201,7 @@ fn limit_table(limits: &Result<Vec<QueueLimit>, String>) -> Markup {
             Ok(limits) => table id="limits" {
                 tr {
                     th class="l" { "Limited queue" } th { "Concurrency" } th { "In use" }
-                    th { "Processes" } th { "Rate" }
+                    th { "Processes" } th { "Rate" } @if !read_only { th {} }
                 }
                 @for l in limits {
                     tr data-queue=(l.queue) {
@@ -208,6 +210,9 @@ fn limit_table(limits: &Result<Vec<QueueLimit>, String>) -> Markup {
                         td { @if let (Some(_), Some(n)) = (l.limits.concurrency, l.in_use) { (n) } @else { "–" } }
                         td { @if let Some(n) = l.holders { (n) } @else { "?" } }
                         td { @if let Some(r) = l.limits.rate { (r.count) " per " (format!("{:?}", r.per)) } @else { "–" } }
+                        @if !read_only {
+                            td { a id={"limits-" (l.queue)} href={"/limits/" (q(&l.queue))} { button { "edit…" } } }
+                        }
                     }
                 }
             }

@@ -1,0 +1,134 @@
+//! A queue's fleet-wide limits (`shardq limit`): `GET /limits/{queue}`
+//! shows them in a form, `POST` (with the CSRF token) replaces them and
+//! goes back to the overview. An empty field lifts that limit.
+
+use super::{layout, PageError};
+use crate::csrf;
+use crate::state::Shared;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use maud::html;
+use shardq::client::{QueueLimits, StartRate};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The periods the form offers, as (name, length).
+const PERIODS: [(&str, Duration); 3] = [
+    ("second", Duration::from_secs(1)),
+    ("minute", Duration::from_secs(60)),
+    ("hour", Duration::from_secs(3_600)),
+];
+
+fn writable(state: &Shared) -> Result<(), PageError> {
+    if state.options.read_only {
+        return Err(PageError(
+            StatusCode::FORBIDDEN,
+            "the dashboard is read-only".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) async fn form(
+    State(state): State<Shared>,
+    Path(queue): Path<String>,
+) -> Result<Html<String>, PageError> {
+    writable(&state)?;
+    let all = state
+        .client
+        .queue_limits()
+        .await
+        .map_err(|e| PageError(StatusCode::BAD_GATEWAY, shardq::error_chain(&e)))?;
+    let now = all
+        .into_iter()
+        .find(|l| l.queue == queue)
+        .map(|l| l.limits)
+        .unwrap_or_default();
+    let rate_count = now.rate.map(|r| r.count.to_string()).unwrap_or_default();
+    let rate_per = now.rate.map_or(Duration::from_secs(1), |r| r.per);
+    let body = html! {
+        p { "Limits of queue " strong { (queue) } " across every worker process and shard. An empty field lifts that limit; workers follow within a second." }
+        @if now.rate.is_some_and(|r| !PERIODS.iter().any(|(_, d)| *d == r.per)) {
+            p class="error" { "Its rate's period (" (format!("{rate_per:?}")) ") is not one of these; saving sets the one chosen here." }
+        }
+        form method="post" action={"/limits/" (super::q(&queue))} {
+            input type="hidden" name=(csrf::FIELD) value=(state.csrf.value());
+            p {
+                label for="concurrency" { "At most " }
+                input type="number" min="1" id="concurrency" name="concurrency"
+                    value=(now.concurrency.map(|n| n.to_string()).unwrap_or_default());
+                " jobs running at once"
+            }
+            p {
+                label for="rate" { "At most " }
+                input type="number" min="1" id="rate" name="rate" value=(rate_count);
+                " jobs started per "
+                select name="per" id="per" {
+                    @for (name, length) in PERIODS {
+                        option value=(name) selected[length == rate_per] { (name) }
+                    }
+                }
+            }
+            button type="submit" id="confirm" { "Set the limits of " (queue) }
+            " " a href="/" { "No, go back" }
+        }
+    };
+    Ok(layout(&format!("limits of {queue}"), false, body))
+}
+
+pub(crate) async fn set(
+    State(state): State<Shared>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, PageError> {
+    writable(&state)?;
+    if let Some(why) = state
+        .csrf
+        .refusal(&headers, form.get(csrf::FIELD).map(String::as_str))
+    {
+        return Err(PageError(StatusCode::FORBIDDEN, format!("refused: {why}")));
+    }
+    let limits = parse(&form).map_err(|why| PageError(StatusCode::BAD_REQUEST, why))?;
+    state
+        .client
+        .set_queue_limits(&queue, limits)
+        .await
+        .map_err(|e| PageError(StatusCode::BAD_GATEWAY, shardq::error_chain(&e)))?;
+    tracing::info!(queue, ?limits, "dashboard limits");
+    Ok(Redirect::to("/").into_response())
+}
+
+/// The form's limits: an empty or missing field is no limit.
+fn parse(form: &HashMap<String, String>) -> Result<QueueLimits, String> {
+    let number = |field: &str| -> Result<Option<u32>, String> {
+        match form.get(field).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(Some)
+                .ok_or_else(|| {
+                    format!("{field} `{v}`: give a whole number of 1 or more, or nothing")
+                }),
+        }
+    };
+    let rate = match number("rate")? {
+        None => None,
+        Some(count) => {
+            let name = form.get("per").map_or("second", String::as_str);
+            let (_, per) = PERIODS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| format!("per `{name}`: give second, minute or hour"))?;
+            Some(StartRate { count, per: *per })
+        }
+    };
+    Ok(QueueLimits {
+        concurrency: number("concurrency")?,
+        rate,
+    })
+}

@@ -32,6 +32,7 @@ mod heartbeat;
 mod job_span;
 mod lease_outage;
 mod lifecycle;
+mod limits_home_down;
 mod lost_replies;
 mod map_epochs;
 mod metrics;

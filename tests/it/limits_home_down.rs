@@ -1,0 +1,114 @@
+//! The limits' home shard (the first) refusing connections when a worker
+//! starts: the worker learns from the other shard which queues have no
+//! limit and runs their jobs there; a limited queue's jobs wait (its limit
+//! cannot be counted) and run once the home shard answers again.
+
+use crate::common;
+
+use common::{wait_until, TestShards};
+use shardq::client::QueueLimits;
+use shardq::shards::ShardSet;
+use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq_harness::lossy_proxy::{Fault, LossyProxy};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const SETTINGS: &str = "
+[worker]
+queues = [\"free\", \"capped\"]
+";
+
+fn upstream(url: &str) -> SocketAddr {
+    let config: tokio_postgres::Config = url.parse().expect("shard url");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Succeeded jobs of `queue` on shard `shard`.
+async fn succeeded(set: &ShardSet, shard: usize, queue: &str) -> i64 {
+    let db = set.get(shard).client().await.expect("connection");
+    db.query_one(
+        "SELECT count(*) FROM workflow_status WHERE queue = $1 AND status = 'succeeded'",
+        &[&queue],
+    )
+    .await
+    .expect("count")
+    .get(0)
+}
+
+async fn on_shard(set: &ShardSet, shard: usize, queue: &str) -> i64 {
+    let db = set.get(shard).client().await.expect("connection");
+    db.query_one(
+        "SELECT count(*) FROM workflow_status WHERE queue = $1",
+        &[&queue],
+    )
+    .await
+    .expect("count")
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_starting_while_the_home_shard_refuses_runs_the_unlimited_queues() {
+    let shards = TestShards::servers(2).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let capped = QueueLimits {
+        concurrency: Some(2),
+        rate: None,
+    };
+    client.set_queue_limits("capped", capped).await.unwrap();
+    for queue in ["free", "capped"] {
+        let jobs = (0..40)
+            .map(|i| NewJob::new(queue, "noop", serde_json::json!({ "i": i })))
+            .collect();
+        client.enqueue_many(jobs).await.unwrap();
+    }
+    assert!(on_shard(&set, 1, "free").await > 0 && on_shard(&set, 1, "capped").await > 0);
+
+    let home = &shards.urls[0];
+    let proxy = LossyProxy::start(upstream(home));
+    proxy.set_fault(Fault::Refuse);
+    let mut urls = shards.urls.clone();
+    urls[0] = home.replace(&upstream(home).to_string(), &proxy.addr().to_string());
+    let worker_config = TestShards {
+        servers: Vec::new(),
+        urls,
+    }
+    .config(SETTINGS);
+    let worker = Worker::new(
+        worker_config.clone(),
+        ShardSet::connect(&worker_config).expect("pools"),
+        HandlerRegistry::with_builtins(),
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+
+    let free_on_1 = on_shard(&set, 1, "free").await;
+    wait_until(
+        Duration::from_secs(30),
+        "the unlimited queue's jobs on the healthy shard ran",
+        || async { succeeded(&set, 1, "free").await == free_on_1 },
+    )
+    .await;
+    assert_eq!(
+        succeeded(&set, 1, "capped").await,
+        0,
+        "the limited queue's jobs wait while its limit cannot be counted"
+    );
+
+    proxy.set_fault(Fault::None);
+    let capped_on_1 = on_shard(&set, 1, "capped").await;
+    wait_until(
+        Duration::from_secs(30),
+        "the limited queue's jobs ran once the home shard answered",
+        || async { succeeded(&set, 1, "capped").await == capped_on_1 },
+    )
+    .await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the worker stops")
+        .expect("worker");
+}

@@ -48,3 +48,23 @@ pub fn shardq_command(config: &Path) -> tokio::process::Command {
         .kill_on_drop(true);
     command
 }
+
+/// Runs `shardq --config <config> <args>` to its end: whether it exited 0,
+/// and its stdout then stderr as one text.
+///
+/// # Panics
+///
+/// When the binary cannot be started.
+pub async fn shardq_output(config: &Path, args: &[&str]) -> (bool, String) {
+    let out = shardq_command(config)
+        .args(args)
+        .output()
+        .await
+        .expect("shardq runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}

@@ -30,8 +30,10 @@ pub(crate) async fn run(
     batch: u32,
     stop: CancellationToken,
 ) {
+    // A refusal for good is logged once until an ask succeeds again.
+    let mut told = false;
     loop {
-        if !ask(&permits, &shards, &holder, permits.wants(batch)).await {
+        if !ask(&permits, &shards, &holder, permits.wants(batch), &mut told).await {
             learn_unlimited(&permits, &shards).await;
         }
         tokio::select! {
@@ -45,7 +47,7 @@ pub(crate) async fn run(
         }
     }
     let none = permits.queues().into_iter().map(|q| (q, 0)).collect();
-    ask(&permits, &shards, &holder, none).await;
+    ask(&permits, &shards, &holder, none, &mut told).await;
 }
 
 /// One ask of the home shard; whether it answered.
@@ -54,6 +56,7 @@ async fn ask(
     shards: &ShardSet,
     holder: &str,
     wants: Vec<(String, i32)>,
+    told: &mut bool,
 ) -> bool {
     if wants.is_empty() || shards.is_empty() {
         return true;
@@ -68,6 +71,7 @@ async fn ask(
     .await;
     match answer {
         Ok(Ok(granted)) => {
+            *told = false;
             for g in granted {
                 let per_start = g.rate.map(|r| {
                     Duration::from_millis(u64::try_from(r.period_ms).unwrap_or(0))
@@ -77,13 +81,17 @@ async fn ask(
             }
             return true;
         }
-        Ok(Err(err)) if err.is_permanent() => tracing::error!(
-            shard = %home.name,
-            error = %crate::error_chain::error_chain(&err),
-            "cannot read the queue limits (a role without the grants of \
-             docs/least_privilege.sql, run it again after upgrading?): queues whose limits \
-             are unknown are not claimed"
-        ),
+        Ok(Err(err)) if err.is_permanent() => {
+            if !std::mem::replace(told, true) {
+                tracing::error!(
+                    shard = %home.name,
+                    error = %crate::error_chain::error_chain(&err),
+                    "cannot read the queue limits (a role without the grants of \
+                     docs/least_privilege.sql, run it again after upgrading?): queues whose limits \
+                     are unknown are not claimed"
+                )
+            }
+        }
         Ok(Err(err)) => tracing::warn!(
             shard = %home.name,
             error = %crate::error_chain::error_chain(&err),

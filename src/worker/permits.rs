@@ -78,6 +78,8 @@ pub(crate) struct Reservation {
     permits: Option<Arc<Permits>>,
     queue: String,
     left: u32,
+    /// One start per this long, when the queue has a rate.
+    per_start: Option<Duration>,
 }
 
 /// One job's permit: given back on drop.
@@ -119,9 +121,9 @@ impl Permits {
     /// the queue is not limited, the free ones when it is (`None` when
     /// none is free, the limit is unknown or the lease lapsed).
     pub fn reserve(self: &Arc<Self>, queue: &str, batch: u32, now: Instant) -> Option<Reservation> {
-        let reserved = self.with(queue, |s| match s.known {
+        let (left, counted, per_start) = self.with(queue, |s| match s.known {
             Known::Unknown => None,
-            Known::Unlimited => Some((batch, false)),
+            Known::Unlimited => Some((batch, false, s.rated)),
             Known::Limited(_) => {
                 let valid = s.valid_until.is_some_and(|t| now < t);
                 let free = if valid {
@@ -136,21 +138,14 @@ impl Permits {
                 let n = free.min(batch);
                 s.used += n;
                 s.claimed = true;
-                Some((n, true))
+                Some((n, true, s.rated))
             }
         })??;
-        let (left, counted) = reserved;
-        if !counted {
-            return Some(Reservation {
-                permits: None,
-                queue: queue.to_string(),
-                left,
-            });
-        }
         Some(Reservation {
-            permits: Some(self.clone()),
+            permits: counted.then(|| self.clone()),
             queue: queue.to_string(),
             left,
+            per_start,
         })
     }
 
@@ -222,12 +217,6 @@ impl Permits {
         });
     }
 
-    /// One start per how long, when `queue` has a rate (its claims take
-    /// starts first).
-    pub fn rated(&self, queue: &str) -> Option<Duration> {
-        self.with(queue, |s| s.rated).flatten()
-    }
-
     /// Another shard says `queue` has no limit and no rate (the home shard
     /// did not answer): it is claimed uncounted. A limited queue stays as
     /// it is (its lease lapses on its own).
@@ -250,6 +239,12 @@ impl Reservation {
     /// How many jobs the claim may take.
     pub fn count(&self) -> u32 {
         self.left
+    }
+
+    /// One start per how long, when the queue has a rate (the claim takes
+    /// its starts first).
+    pub fn per_start(&self) -> Option<Duration> {
+        self.per_start
     }
 
     /// One permit, for one claimed job (`None` when the queue is not

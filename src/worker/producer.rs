@@ -442,7 +442,7 @@ async fn claim_somewhere(
         let reserved = reserved.expect("entered only with permits");
         // A queue with a rate: no more jobs than the starts its home shard
         // gives now (those the claim does not use go back).
-        let starts = match p.run.permits.rated(queue) {
+        let starts = match reserved.per_start() {
             None => None,
             Some(per_start) => match take_starts(p, queue, reserved.count(), per_start).await {
                 Ok(starts) => starts,
@@ -549,14 +549,19 @@ async fn claim_somewhere(
 
 /// Up to `want` starts of rate-limited `queue` (one start per `per_start`)
 /// from the limits' home shard: `Ok(None)` when the queue has no rate any
-/// more; `Err(until)` when none is free (until about one comes back) or
-/// the home shard does not answer within its budget.
+/// more; `Err(until)` when none is free (until about one comes back), or
+/// the home shard is skipped as suspect or does not answer within its
+/// budget.
 async fn take_starts(
     p: &Producers,
     queue: &str,
     want: u32,
     per_start: Duration,
 ) -> Result<Option<u32>, Instant> {
+    // A home shard the producers skip is not waited on for each claim.
+    if !p.run.health.usable(0) {
+        return Err(Instant::now() + SUSPECT_RECHECK);
+    }
     let home = p.run.shards.get(0).clone();
     let want = i32::try_from(want).unwrap_or(i32::MAX);
     let budget = p.run.health.budget(0);

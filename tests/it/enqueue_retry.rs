@@ -12,7 +12,6 @@ use shardq::job::{JobId, OnDuplicate};
 use shardq::{Client, ClientError, NewJob};
 use shardq_harness::lossy_proxy::LossyProxy;
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 
 /// Jobs enqueued one call each, then in batches (spread over both shards).
 const SINGLE: usize = 150;
@@ -27,13 +26,6 @@ const DROP_PROBABILITY: f64 = 0.15;
 /// unknown; more than this many for one call fails the test (never hangs).
 const CALLER_RETRIES: usize = 20;
 
-/// The server address in a shard URL.
-fn upstream(url: &str) -> SocketAddr {
-    let config: tokio_postgres::Config = url.parse().expect("shard url");
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 /// The shards' URLs with each server's address replaced by its proxy's.
 fn through(shards: &TestShards, proxies: &[LossyProxy]) -> TestShards {
     TestShards {
@@ -43,7 +35,7 @@ fn through(shards: &TestShards, proxies: &[LossyProxy]) -> TestShards {
             .iter()
             .zip(proxies)
             .map(|(url, proxy)| {
-                let server = upstream(url).to_string();
+                let server = shardq_harness::lossy_proxy::server_addr(url).to_string();
                 assert!(url.contains(&server), "{url} names {server}");
                 url.replace(&server, &proxy.addr().to_string())
             })
@@ -107,7 +99,7 @@ async fn an_enqueue_whose_reply_was_lost_is_retried_without_duplicate_or_loss() 
     let proxies: Vec<LossyProxy> = shards
         .urls
         .iter()
-        .map(|url| LossyProxy::start(upstream(url)))
+        .map(|url| LossyProxy::start(shardq_harness::lossy_proxy::server_addr(url)))
         .collect();
     let config = through(&shards, &proxies).config("");
     let client = Client::new(&config).unwrap();
@@ -210,7 +202,9 @@ async fn an_enqueue_committed_but_never_confirmed_is_settled_by_enqueue_again() 
     let shards = TestShards::databases(1).await;
     let direct = shards.config("");
     let set = shards.migrated(&direct).await;
-    let proxies = vec![LossyProxy::start(upstream(&shards.urls[0]))];
+    let proxies = vec![LossyProxy::start(shardq_harness::lossy_proxy::server_addr(
+        &shards.urls[0],
+    ))];
     // The held insert waits for the lock, not for a timeout.
     let config = through(&shards, &proxies).config("[dequeue]\nlock_timeout_ms = 30000\n");
     let client = Client::new(&config).unwrap();

@@ -17,7 +17,6 @@ use chrono::{DateTime, TimeDelta, Utc};
 use common::{wait_until, TestShards};
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -44,12 +43,6 @@ empty_backoff_min_ms = 5
 empty_backoff_max_ms = 50
 ";
 
-fn upstream(url: &str) -> SocketAddr {
-    let config: tokio_postgres::Config = url.parse().expect("shard url");
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 /// The job's lease expiry, read directly (not through the proxy).
 async fn lease_of(db: &tokio_postgres::Client) -> Option<DateTime<Utc>> {
     let row = db
@@ -69,8 +62,8 @@ async fn a_lease_outlives_a_refusal_shorter_than_two_extension_periods() {
     let direct = shards.config("");
     let set = shards.migrated(&direct).await;
     let url = &shards.urls[0];
-    let server = upstream(url).to_string();
-    let proxy = LossyProxy::start(upstream(url));
+    let server = shardq_harness::lossy_proxy::server_addr(url).to_string();
+    let proxy = LossyProxy::start(shardq_harness::lossy_proxy::server_addr(url));
     let proxied = url.replace(&server, &proxy.addr().to_string());
     let config = shardq::Config::from_toml(&format!(
         "[[shards]]\nname = \"s0\"\nurl = \"{proxied}\"\npool_size = 12\n{WORKER_TOML}"

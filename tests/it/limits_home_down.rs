@@ -10,7 +10,6 @@ use shardq::client::QueueLimits;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
-use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -18,12 +17,6 @@ const SETTINGS: &str = "
 [worker]
 queues = [\"free\", \"capped\"]
 ";
-
-fn upstream(url: &str) -> SocketAddr {
-    let config: tokio_postgres::Config = url.parse().expect("shard url");
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
 
 /// Succeeded jobs of `queue` on shard `shard`.
 async fn succeeded(set: &ShardSet, shard: usize, queue: &str) -> i64 {
@@ -68,10 +61,13 @@ async fn a_worker_starting_while_the_home_shard_refuses_runs_the_unlimited_queue
     assert!(on_shard(&set, 1, "free").await > 0 && on_shard(&set, 1, "capped").await > 0);
 
     let home = &shards.urls[0];
-    let proxy = LossyProxy::start(upstream(home));
+    let proxy = LossyProxy::start(shardq_harness::lossy_proxy::server_addr(home));
     proxy.set_fault(Fault::Refuse);
     let mut urls = shards.urls.clone();
-    urls[0] = home.replace(&upstream(home).to_string(), &proxy.addr().to_string());
+    urls[0] = home.replace(
+        &shardq_harness::lossy_proxy::server_addr(home).to_string(),
+        &proxy.addr().to_string(),
+    );
     let worker_config = TestShards {
         servers: Vec::new(),
         urls,

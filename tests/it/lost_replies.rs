@@ -13,7 +13,6 @@ use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::lossy_proxy::LossyProxy;
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -120,13 +119,6 @@ fn statement_name(text: &str) -> String {
         )
 }
 
-/// The server address in a shard URL.
-fn upstream(url: &str) -> SocketAddr {
-    let config: tokio_postgres::Config = url.parse().expect("shard url");
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 /// Per shard: jobs by status, and how many running ones have an expired
 /// lease (a lost claim nobody gave back).
 async fn progress(set: &ShardSet) -> Vec<BTreeMap<String, i64>> {
@@ -195,7 +187,7 @@ async fn replies_lost_after_commit_lose_no_job_and_complete_none_twice() {
     let proxies: Vec<LossyProxy> = shards
         .urls
         .iter()
-        .map(|url| LossyProxy::start(upstream(url)))
+        .map(|url| LossyProxy::start(shardq_harness::lossy_proxy::server_addr(url)))
         .collect();
     let proxied = TestShards {
         servers: Vec::new(),
@@ -204,7 +196,7 @@ async fn replies_lost_after_commit_lose_no_job_and_complete_none_twice() {
             .iter()
             .zip(&proxies)
             .map(|(url, proxy)| {
-                let server = upstream(url).to_string();
+                let server = shardq_harness::lossy_proxy::server_addr(url).to_string();
                 assert!(url.contains(&server), "{url} names {server}");
                 url.replace(&server, &proxy.addr().to_string())
             })

@@ -24,17 +24,8 @@ concurrency = 16
 ";
 
 async fn cli(config: &Path, args: &[&str]) -> String {
-    let out = shardq_harness::exe::shardq_command(config)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "shardq {args:?}: {text}");
+    let (ok, text) = shardq_harness::exe::shardq_output(config, args).await;
+    assert!(ok, "shardq {args:?}: {text}");
     text
 }
 

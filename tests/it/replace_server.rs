@@ -12,7 +12,6 @@ use crate::common;
 use common::TestShards;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -26,18 +25,6 @@ fn toml_of(urls: &[String]) -> String {
         text.push_str(&format!("[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\n\n"));
     }
     text + "[worker]\nqueues = [\"replaced\"]\n"
-}
-
-async fn run_cli(config: &Path, args: &[&str]) -> (bool, String) {
-    let mut command = shardq_harness::exe::shardq_command(config);
-    command.args(args);
-    let out = command.output().await.unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// Runs `statement` on the server's admin database.
@@ -85,7 +72,11 @@ async fn a_replacing_server_must_be_a_copy_and_then_runs_the_old_shards_jobs() {
         path
     };
     let old = write("old.toml", &shards.urls);
-    assert!(run_cli(&old, &["migrate"]).await.0);
+    assert!(
+        shardq_harness::exe::shardq_output(&old, &["migrate"])
+            .await
+            .0
+    );
 
     let config = shardq::Config::load(Some(&old)).unwrap();
     let set = ShardSet::connect(&config).unwrap();
@@ -130,26 +121,34 @@ async fn a_replacing_server_must_be_a_copy_and_then_runs_the_old_shards_jobs() {
     );
     let copied = write("copy.toml", &[shards.urls[0].clone(), copy_url.clone()]);
 
-    let (ok, text) = run_cli(&old, &["reshard", "--to", empty.to_str().unwrap()]).await;
+    let (ok, text) =
+        shardq_harness::exe::shardq_output(&old, &["reshard", "--to", empty.to_str().unwrap()])
+            .await;
     assert!(!ok, "{text}");
     assert!(
         text.contains("is not a copy of the shard it replaces: it records no shard map")
             && text.contains("physical copy"),
         "{text}"
     );
-    let (ok, text) = run_cli(&old, &["reshard", "--to", other_place.to_str().unwrap()]).await;
+    let (ok, text) = shardq_harness::exe::shardq_output(
+        &old,
+        &["reshard", "--to", other_place.to_str().unwrap()],
+    )
+    .await;
     assert!(!ok, "{text}");
     assert!(
         text.contains("it records that it is shard 0 of 2"),
         "{text}"
     );
-    let (ok, text) = run_cli(&old, &["reshard", "--to", copied.to_str().unwrap()]).await;
+    let (ok, text) =
+        shardq_harness::exe::shardq_output(&old, &["reshard", "--to", copied.to_str().unwrap()])
+            .await;
     assert!(ok, "{text}");
     assert!(
         text.contains("shard 1: `s1` is a copy of `s1`") && text.contains("nothing to move"),
         "{text}"
     );
-    let (ok, text) = run_cli(&copied, &["check"]).await;
+    let (ok, text) = shardq_harness::exe::shardq_output(&copied, &["check"]).await;
     assert!(ok, "the new list passes `shardq check`: {text}");
 
     // A worker on the new list runs every job once, per key in order.

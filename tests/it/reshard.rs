@@ -848,19 +848,7 @@ async fn the_command_plans_moves_and_refuses_a_reordered_list() {
             servers.urls[2].clone(),
         ],
     );
-    let run = |config: &std::path::Path, args: &[&str]| {
-        let mut command = shardq_harness::exe::shardq_command(config);
-        command.args(args);
-        async move {
-            let out = command.output().await.unwrap();
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            (out.status.success(), text)
-        }
-    };
+    let run = shardq_harness::exe::shardq_output;
     assert!(run(&old, &["migrate"]).await.0);
 
     let (ok, text) = run(

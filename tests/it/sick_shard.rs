@@ -28,7 +28,6 @@ use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -416,13 +415,6 @@ async fn a_frozen_shard_at_the_defaults() {
     frozen(DEFAULTS, JOBS_DEFAULTS).await;
 }
 
-/// The server address in a shard URL.
-fn upstream(url: &str) -> SocketAddr {
-    let config: tokio_postgres::Config = url.parse().expect("shard url");
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 /// Four shards as databases on one server, the worker reaching shard
 /// [`SICK`] through a proxy that injects `fault` while it is sick. Beyond
 /// the promises of [`drain_with_a_sick_shard`]: while the fault was on, the
@@ -432,9 +424,9 @@ fn upstream(url: &str) -> SocketAddr {
 async fn proxied(fault: Fault, settings: &str, jobs: usize) {
     let shards = TestShards::databases(SHARDS).await;
     let sick_url = &shards.urls[SICK];
-    let server = upstream(sick_url).to_string();
+    let server = shardq_harness::lossy_proxy::server_addr(sick_url).to_string();
     assert!(sick_url.contains(&server), "{sick_url} names {server}");
-    let proxy = LossyProxy::start(upstream(sick_url));
+    let proxy = LossyProxy::start(shardq_harness::lossy_proxy::server_addr(sick_url));
     let mut worker_urls = shards.urls.clone();
     worker_urls[SICK] = sick_url.replace(&server, &proxy.addr().to_string());
     let sickness = Proxied { proxy, fault };

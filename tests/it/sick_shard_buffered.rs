@@ -18,7 +18,6 @@ use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -104,13 +103,6 @@ async fn ids_on(set: &ShardSet, shard: usize) -> HashSet<JobId> {
         .collect()
 }
 
-/// The server address in a shard URL.
-fn upstream(url: &str) -> SocketAddr {
-    let config: tokio_postgres::Config = url.parse().expect("shard url");
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -141,8 +133,8 @@ async fn a_refusing_shards_buffered_jobs_wait_while_the_healthy_shards_have_work
     );
 
     let sick_url = &shards.urls[SICK];
-    let server = upstream(sick_url).to_string();
-    let proxy = LossyProxy::start(upstream(sick_url));
+    let server = shardq_harness::lossy_proxy::server_addr(sick_url).to_string();
+    let proxy = LossyProxy::start(shardq_harness::lossy_proxy::server_addr(sick_url));
     let mut worker_urls = shards.urls.clone();
     worker_urls[SICK] = sick_url.replace(&server, &proxy.addr().to_string());
     let worker_config = TestShards {

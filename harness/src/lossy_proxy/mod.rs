@@ -39,6 +39,18 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+/// The server address in a shard URL (a local server: 127.0.0.1 and the
+/// URL's port, 5432 when it names none), for [`LossyProxy::start`].
+///
+/// # Panics
+///
+/// When `url` is not a PostgreSQL URL.
+pub fn server_addr(url: &str) -> SocketAddr {
+    let config: tokio_postgres::Config = url.parse().expect("shard url");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 /// A running proxy; stops (and drops every connection) when dropped.
 pub struct LossyProxy {
     addr: SocketAddr,

@@ -25,6 +25,9 @@
 --     19 0019_reshard.sql
 --     20 0020_map_change_mark.sql
 --     21 0021_queue_limits.sql
+--     22 0022_job_groups.sql
+--     23 0023_group_indexes.sql
+--     24 0024_enqueue_group.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -33,6 +36,14 @@ TABLE shardq_functions
     CONSTRAINT shardq_functions_pkey PRIMARY KEY (name)
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
     GRANT PUBLIC SELECT
+
+TABLE shardq_group_tokens
+    queue text NOT NULL
+    job_group text NOT NULL
+    tokens double precision NOT NULL
+    tokens_at timestamp with time zone NOT NULL
+    CONSTRAINT shardq_group_tokens_pkey PRIMARY KEY (queue, job_group)
+    INDEX CREATE UNIQUE INDEX shardq_group_tokens_pkey ON public.shardq_group_tokens USING btree (queue, job_group)
 
 TABLE shardq_limit_leases
     queue text NOT NULL
@@ -104,8 +115,12 @@ TABLE shardq_queue_limits
     updated_at timestamp with time zone NOT NULL DEFAULT now()
     tokens double precision NOT NULL DEFAULT 0
     tokens_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+    group_concurrency integer
+    group_rate_count integer
+    group_rate_period_ms integer
     CONSTRAINT shardq_queue_limits_check CHECK (((rate_count IS NULL) = (rate_period_ms IS NULL)))
     CONSTRAINT shardq_queue_limits_concurrency_check CHECK ((concurrency > 0))
+    CONSTRAINT shardq_queue_limits_group_check CHECK (((group_concurrency > 0) AND (group_rate_count > 0) AND (group_rate_period_ms > 0) AND ((group_rate_count IS NULL) = (group_rate_period_ms IS NULL))))
     CONSTRAINT shardq_queue_limits_pkey PRIMARY KEY (queue)
     CONSTRAINT shardq_queue_limits_rate_count_check CHECK ((rate_count > 0))
     CONSTRAINT shardq_queue_limits_rate_period_ms_check CHECK ((rate_period_ms > 0))
@@ -169,17 +184,20 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     cancel_requested boolean NOT NULL DEFAULT false
     fence bigint NOT NULL DEFAULT 0
     held_status text
+    job_group text
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
     CONSTRAINT workflow_status_shard_key_check CHECK (((shard_key >= 0) AND (shard_key <= 65535)))
     CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'held'::text]))) NOT VALID
-    INDEX CREATE INDEX workflow_status_dequeue ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL))
+    INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
+    INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
     INDEX CREATE INDEX workflow_status_scheduled_queue ON public.workflow_status USING btree (queue, attempts) WHERE (status = 'scheduled'::text)
     INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
@@ -273,6 +291,17 @@ BEGIN
             NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
         RETURN;
     END IF;
+    -- Grouped jobs ready: the groups take turns (shardq_claim_grouped). A
+    -- queue that also has keyed jobs ready gives every other claim, at
+    -- random, to its keyed jobs.
+    IF EXISTS (SELECT 1 FROM workflow_status w
+               WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL)
+       AND (random() < 0.5 OR NOT EXISTS (SELECT 1 FROM workflow_status w
+               WHERE w.queue = p_queue AND w.status = 'queued'
+                 AND w.ordering_key IS NOT NULL)) THEN
+        RETURN QUERY SELECT * FROM shardq_claim_grouped(p_queue, p_limit, p_owner, p_lease_ms);
+        RETURN;
+    END IF;
     -- No keyed job ready: unkeyed jobs have no order to keep, so they are
     -- locked and claimed in one statement, each row probed once.
     IF NOT EXISTS (SELECT 1 FROM workflow_status w
@@ -282,6 +311,7 @@ BEGIN
         WITH picked AS MATERIALIZED (
             SELECT w.ctid AS tid FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+              AND w.job_group IS NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), claimed AS (
             UPDATE workflow_status w SET status = 'running', owner = p_owner,
@@ -299,6 +329,142 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM shardq_claim_keyed(p_queue, p_limit, p_owner, p_lease_ms);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_claim_grouped(p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
+ RETURNS TABLE(got_slot integer, shard_key integer, id bigint, handler text, ordering_key text, priority integer, payload jsonb, attempts integer, fence bigint, queue text, created_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SET enable_hashjoin TO 'on'
+ SET enable_mergejoin TO 'on'
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    lim shardq_queue_limits%ROWTYPE;
+    limited boolean;
+    start int := (floor(random() * 4294967296) - 2147483648)::int;
+    heads int[];
+    has_plain boolean;
+    plain_pos float8;
+    per_group int;
+    c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
+    l_group text[];                           -- groups whose lock this claim got
+    a_group text[]; a_allowed int[]; a_tokens float8[];
+    t_sk int[]; t_id bigint[];
+    at timestamptz;
+BEGIN
+    SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
+    limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
+
+    heads := shardq_group_heads(p_queue, start, 2147483648, p_limit);
+    IF cardinality(heads) < p_limit THEN
+        heads := heads || shardq_group_heads(p_queue, -2147483648, start,
+                                             p_limit - cardinality(heads));
+    END IF;
+    has_plain := EXISTS (SELECT 1 FROM workflow_status w
+                         WHERE w.queue = p_queue AND w.status = 'queued'
+                           AND w.ordering_key IS NULL AND w.job_group IS NULL);
+    per_group := ceil(p_limit::numeric / greatest(1, cardinality(heads) + has_plain::int));
+    plain_pos := random() * (cardinality(heads) + 1) + 0.5;
+
+    WITH grouped AS MATERIALIZED (
+        SELECT g.pos::float8 AS pos, c.shard_key, c.id, c.job_group, c.priority
+        FROM unnest(heads) WITH ORDINALITY AS g(h, pos) CROSS JOIN LATERAL (
+            SELECT w.shard_key, w.id, w.job_group, w.priority FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+              AND hashtext(w.job_group) = g.h
+            ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED) c
+    ), plain AS MATERIALIZED (
+        SELECT w.shard_key, w.id, w.priority FROM workflow_status w
+        WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
+          AND w.ordering_key IS NULL AND w.job_group IS NULL
+        ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED
+    ), met AS (
+        SELECT g.pos, g.shard_key, g.id, g.job_group,
+               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
+        FROM grouped g
+        UNION ALL
+        SELECT plain_pos, p.shard_key, p.id, NULL,
+               row_number() OVER (ORDER BY p.priority, p.id) FROM plain p
+    )
+    SELECT coalesce(array_agg(m.shard_key), '{}'), coalesce(array_agg(m.id), '{}'),
+           coalesce(array_agg(m.job_group), '{}'), coalesce(array_agg(m.pos), '{}'),
+           coalesce(array_agg(m.rn), '{}')
+    INTO c_sk, c_id, c_group, c_pos, c_rn FROM met m;
+
+    IF limited THEN
+        -- Try each group's lock once (a volatile condition stays above the
+        -- DISTINCT, so it runs once per group).
+        SELECT coalesce(array_agg(d.g), '{}') INTO l_group
+        FROM (SELECT DISTINCT g FROM unnest(c_group) AS g WHERE g IS NOT NULL) d
+        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || d.g));
+
+        -- A new statement: its snapshot sees all that was done under the group locks.
+        at := clock_timestamp();
+        SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
+               coalesce(array_agg(a.tokens), '{}')
+        INTO a_group, a_allowed, a_tokens FROM (
+            SELECT l.g, t.tokens, least(
+                CASE WHEN lim.group_concurrency IS NULL THEN p_limit
+                     ELSE greatest(0, lim.group_concurrency - (
+                         SELECT count(*) FROM workflow_status r
+                         WHERE r.queue = p_queue AND r.job_group = l.g
+                           AND r.status = 'running'))::int END,
+                CASE WHEN lim.group_rate_count IS NULL THEN p_limit
+                     ELSE floor(t.tokens)::int END) AS allowed
+            FROM unnest(l_group) AS l(g)
+            CROSS JOIN LATERAL (
+                SELECT least(greatest(1.0, lim.group_rate_count * 50.0 / lim.group_rate_period_ms),
+                             coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
+                                      * lim.group_rate_count / lim.group_rate_period_ms,
+                                      greatest(1.0, lim.group_rate_count * 50.0
+                                                    / lim.group_rate_period_ms))) AS tokens
+                FROM (SELECT 1) AS one
+                LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
+        ) a;
+
+        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}')
+        INTO t_sk, t_id FROM (
+            SELECT c.shard_key, c.id FROM unnest(c_sk, c_id, c_group, c_pos, c_rn)
+                AS c(shard_key, id, g, pos, rn)
+            LEFT JOIN unnest(a_group, a_allowed) AS a(g, allowed) ON a.g = c.g
+            WHERE c.g IS NULL OR c.rn <= a.allowed
+            ORDER BY c.rn, c.pos LIMIT p_limit) x;
+
+        IF lim.group_rate_count IS NOT NULL THEN
+            INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at)
+            SELECT p_queue, a.g, a.tokens - n.taken, at
+            FROM unnest(a_group, a_tokens) AS a(g, tokens)
+            JOIN (SELECT w.job_group, count(*) AS taken FROM workflow_status w
+                  JOIN unnest(t_sk, t_id) AS t(shard_key, id)
+                    ON w.shard_key = t.shard_key AND w.id = t.id
+                  GROUP BY w.job_group) n ON n.job_group = a.g
+            ON CONFLICT (queue, job_group) DO UPDATE
+                SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
+        END IF;
+    ELSE
+        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}')
+        INTO t_sk, t_id FROM (
+            SELECT c.shard_key, c.id FROM unnest(c_sk, c_id, c_pos, c_rn)
+                AS c(shard_key, id, pos, rn)
+            ORDER BY c.rn, c.pos LIMIT p_limit) x;
+    END IF;
+
+    UPDATE workflow_status w SET status = 'running', owner = p_owner,
+        attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+        lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+    FROM unnest(t_sk, t_id) AS t(shard_key, id)
+    WHERE w.shard_key = t.shard_key AND w.id = t.id;
+
+    -- The rows as this transaction left them (one primary-key probe each).
+    RETURN QUERY
+    SELECT 1, w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+           w.attempts, w.fence, w.queue, w.created_at
+    FROM (SELECT 1) AS one
+    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
+               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
+    ORDER BY w.id;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -325,6 +491,7 @@ BEGIN
         WITH unkeyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+              AND w.job_group IS NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), keyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
@@ -506,12 +673,13 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_enqueue(p_queue text, p_handler text, p_payload jsonb DEFAULT '{}'::jsonb, p_ordering_key text DEFAULT NULL::text, p_dedup_id text DEFAULT NULL::text, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0, p_max_attempts integer DEFAULT NULL::integer, p_epoch integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION public.shardq_enqueue(p_queue text, p_handler text, p_payload jsonb DEFAULT '{}'::jsonb, p_ordering_key text DEFAULT NULL::text, p_dedup_id text DEFAULT NULL::text, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_priority integer DEFAULT 0, p_max_attempts integer DEFAULT NULL::integer, p_epoch integer DEFAULT NULL::integer, p_group text DEFAULT NULL::text)
  RETURNS TABLE(job_id text, shard_key integer, id bigint, is_new boolean)
  LANGUAGE sql
 AS $function$
     SELECT * FROM shardq_enqueue_row('', p_queue, p_handler, p_payload, p_ordering_key,
-                                     p_dedup_id, p_run_at, p_priority, p_max_attempts, p_epoch)
+                                     p_dedup_id, p_run_at, p_priority, p_max_attempts, p_epoch,
+                                     p_group)
 $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -536,30 +704,31 @@ BEGIN
             SELECT key FROM jsonb_object_keys(CASE WHEN jsonb_typeof(e.job) = 'object'
                                                    THEN e.job ELSE '{}' END) AS key
             WHERE key NOT IN ('queue', 'handler', 'payload', 'ordering_key', 'dedup_id',
-                              'run_at', 'priority', 'max_attempts')) k ON true
+                              'run_at', 'priority', 'max_attempts', 'group')) k ON true
         WHERE jsonb_typeof(e.job) <> 'object' OR k.key IS NOT NULL
         ORDER BY e.ord LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = '22023',
             HINT = 'a job''s fields: queue, handler, payload, ordering_key, dedup_id, run_at, '
-                   'priority, max_attempts';
+                   'priority, max_attempts, group';
     END IF;
     FOR j IN SELECT * FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (queue text,
                  handler text, payload jsonb, ordering_key text, dedup_id text,
-                 run_at timestamptz, priority int, max_attempts int)) WITH ORDINALITY
+                 run_at timestamptz, priority int, max_attempts int, "group" text))
+                 WITH ORDINALITY
                  AS t(queue, handler, payload, ordering_key, dedup_id, run_at, priority,
-                      max_attempts, ord)
+                      max_attempts, job_group, ord)
              ORDER BY t.ord
     LOOP
         RETURN QUERY SELECT (j.ord - 1)::int, r.job_id, r.shard_key, r.id, r.is_new
             FROM shardq_enqueue_row(format('job %s: ', j.ord - 1), j.queue, j.handler,
                                     j.payload, j.ordering_key, j.dedup_id, j.run_at,
-                                    j.priority, j.max_attempts, p_epoch) r;
+                                    j.priority, j.max_attempts, p_epoch, j.job_group) r;
     END LOOP;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_enqueue_row(p_at text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamp with time zone, p_priority integer, p_max_attempts integer, p_epoch integer)
+CREATE OR REPLACE FUNCTION public.shardq_enqueue_row(p_at text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamp with time zone, p_priority integer, p_max_attempts integer, p_epoch integer, p_group text)
  RETURNS TABLE(job_id text, shard_key integer, id bigint, is_new boolean)
  LANGUAGE plpgsql
 AS $function$
@@ -579,7 +748,7 @@ DECLARE
                                 default_payload_bytes);
     attempts int := COALESCE(p_max_attempts,
         NULLIF(current_setting('shardq.default_max_attempts', true), '')::int, default_attempts);
-    routing text := COALESCE(p_ordering_key, p_dedup_id);
+    routing text := COALESCE(p_ordering_key, p_group, p_dedup_id);
     size int;
     map_epoch int;
     map_count int;
@@ -599,13 +768,14 @@ BEGIN
         RAISE EXCEPTION '%handler name is empty', p_at USING ERRCODE = '22023',
             HINT = 'give the job the name of a handler registered on the workers';
     END IF;
-    FOR i IN 1..4 LOOP
+    FOR i IN 1..5 LOOP
         size := octet_length(CASE i WHEN 1 THEN p_queue WHEN 2 THEN p_handler
-                                    WHEN 3 THEN p_ordering_key ELSE p_dedup_id END);
+                                    WHEN 3 THEN p_ordering_key WHEN 4 THEN p_dedup_id
+                                    ELSE p_group END);
         IF size > (CASE WHEN i <= 2 THEN max_name_bytes ELSE max_key_bytes END) THEN
             RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
                 '%s%s is %s bytes, over the limit of %s bytes; shorten it (a long key or id can be hashed)',
-                p_at, (ARRAY['queue', 'handler', 'ordering key', 'deduplication id'])[i], size,
+                p_at, (ARRAY['queue', 'handler', 'ordering key', 'deduplication id', 'group'])[i], size,
                 CASE WHEN i <= 2 THEN max_name_bytes ELSE max_key_bytes END);
         END IF;
     END LOOP;
@@ -619,6 +789,14 @@ BEGIN
     IF p_ordering_key IS NOT NULL AND p_dedup_id IS NOT NULL THEN
         RAISE EXCEPTION '%a job cannot have both an ordering key and a deduplication id: the ordering key chooses the shard, so the deduplication id could not be checked across all shards; drop one of them', p_at
             USING ERRCODE = '22023';
+    END IF;
+    IF p_ordering_key IS NOT NULL AND p_group IS NOT NULL THEN
+        RAISE EXCEPTION '%a job cannot have both an ordering key and a group: a key already runs its jobs one at a time in order, and both would choose the shard; drop one of them (a group of a key''s jobs is their key)', p_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_group = '' THEN
+        RAISE EXCEPTION '%group is empty', p_at USING ERRCODE = '22023',
+            HINT = 'give a group name, or NULL for none';
     END IF;
     IF attempts < 1 OR attempts > max_attempts_limit THEN
         RAISE EXCEPTION '%max_attempts is %; it must be at least 1 and at most %', p_at, attempts, max_attempts_limit
@@ -652,7 +830,8 @@ BEGIN
             WHERE r.epoch = map_epoch AND r.first_key <= k AND k < r.end_key;
         IF k_index IS DISTINCT FROM map_index THEN
             RAISE EXCEPTION '%the job''s % routes to shard_key %, which is on shard % of %, not on this shard (%); nothing was written',
-                p_at, CASE WHEN p_ordering_key IS NULL THEN 'deduplication id' ELSE 'ordering key' END,
+                p_at, CASE WHEN p_ordering_key IS NOT NULL THEN 'ordering key'
+                           WHEN p_group IS NOT NULL THEN 'group' ELSE 'deduplication id' END,
                 k, k_index, map_count, map_index
                 USING ERRCODE = 'SQ001',
                       DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=%s',
@@ -666,17 +845,18 @@ BEGIN
     status := CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END;
     IF p_dedup_id IS NULL THEN
         INSERT INTO workflow_status AS w
-            (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts)
+            (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts,
+             job_group)
         VALUES (k, p_queue, p_handler, p_ordering_key, COALESCE(p_priority, 0), payload, status,
-                run_at, attempts)
+                run_at, attempts, p_group)
         RETURNING w.id INTO new_id;
     ELSE
         FOR attempt IN 1..dedup_tries LOOP
             INSERT INTO workflow_status AS w
                 (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
-                 max_attempts, dedup_id)
+                 max_attempts, dedup_id, job_group)
             VALUES (k, p_queue, p_handler, NULL, COALESCE(p_priority, 0), payload, status,
-                    run_at, attempts, p_dedup_id)
+                    run_at, attempts, p_dedup_id, p_group)
             ON CONFLICT DO NOTHING
             RETURNING w.id INTO new_id;
             EXIT WHEN new_id IS NOT NULL;
@@ -698,6 +878,27 @@ BEGIN
     END IF;
     RETURN QUERY SELECT k || '-' || new_id, k, new_id, true;
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_group_heads(p_queue text, p_from integer, p_below bigint, p_max integer)
+ RETURNS integer[]
+ LANGUAGE sql
+ STABLE
+AS $function$
+    WITH RECURSIVE walk(h, n) AS (
+        (SELECT hashtext(w.job_group), 1 FROM workflow_status w
+         WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+           AND hashtext(w.job_group) >= p_from AND hashtext(w.job_group) < p_below
+         ORDER BY hashtext(w.job_group) LIMIT 1)
+        UNION ALL
+        SELECT (SELECT hashtext(w.job_group) FROM workflow_status w
+                WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                  AND hashtext(w.job_group) > v.h AND hashtext(w.job_group) < p_below
+                ORDER BY hashtext(w.job_group) LIMIT 1), v.n + 1
+        FROM walk v WHERE v.h IS NOT NULL AND v.n < p_max
+    )
+    SELECT coalesce(array_agg(h ORDER BY n) FILTER (WHERE h IS NOT NULL), '{}') FROM walk
+$function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_hold_moving()

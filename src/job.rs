@@ -39,6 +39,9 @@ pub const MAX_ORDERING_KEY_BYTES: usize = 1024;
 /// Longest deduplication id, in bytes: indexed with its queue (see [`MAX_QUEUE_BYTES`]).
 pub const MAX_DEDUP_ID_BYTES: usize = 1024;
 
+/// Longest group name, in bytes: indexed with its queue (see [`MAX_QUEUE_BYTES`]).
+pub const MAX_GROUP_BYTES: usize = 1024;
+
 /// What is wrong with a job, found before anything is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidJob {
@@ -59,7 +62,7 @@ pub enum InvalidJob {
     /// A name, key or id is longer than its limit.
     #[error("{field} is {size} bytes, over the limit of {max} bytes; shorten it (a long key or id can be hashed)")]
     TooLong {
-        /// Which field: `queue`, `handler`, `ordering key` or `deduplication id`.
+        /// Which field: `queue`, `handler`, `ordering key`, `deduplication id` or `group`.
         field: &'static str,
         /// Its size in bytes (UTF-8).
         size: usize,
@@ -76,6 +79,13 @@ pub enum InvalidJob {
          checked across all shards; drop one of them"
     )]
     KeyAndDedup,
+    /// Both an ordering key and a group.
+    #[error(
+        "a job cannot have both an ordering key and a group: a key already runs \
+         its jobs one at a time in order, and both would choose the shard; drop \
+         one of them"
+    )]
+    KeyAndGroup,
     /// Fewer than one attempt, or more than [`MAX_ATTEMPTS`].
     #[error("max_attempts is {0}; it must be at least 1 and at most {MAX_ATTEMPTS}")]
     MaxAttempts(i32),
@@ -127,6 +137,9 @@ pub struct NewJob {
     pub max_attempts: Option<i32>,
     /// At most one unfinished job per queue has this id (see [`OnDuplicate`]).
     pub dedup_id: Option<String>,
+    /// The job's group (a tenant, an account): groups take turns in claims
+    /// and each has the queue's group limits. Not with an ordering key.
+    pub group: Option<String>,
     /// What enqueueing a duplicate does.
     pub on_duplicate: OnDuplicate,
 }
@@ -153,6 +166,7 @@ impl NewJob {
             delay: Duration::ZERO,
             max_attempts: None,
             dedup_id: None,
+            group: None,
             on_duplicate: OnDuplicate::ReturnExisting,
         }
     }
@@ -189,9 +203,14 @@ impl NewJob {
     ///
     /// [`InvalidJob`]: empty names, NUL characters, a name, key or id over
     /// its size limit ([`NewJob::check_sizes`]), an oversized payload, an
-    /// ordering key with a deduplication id, fewer than one attempt.
+    /// ordering key with a deduplication id or a group, an empty group,
+    /// fewer than one attempt.
     pub fn validate(&self, limits: &Limits) -> Result<(), InvalidJob> {
-        for (what, value) in [("queue", &self.queue), ("handler", &self.handler)] {
+        let empty_group = self.group.as_ref().filter(|g| g.is_empty());
+        for (what, value) in [("queue", &self.queue), ("handler", &self.handler)]
+            .into_iter()
+            .chain(empty_group.map(|g| ("group", g)))
+        {
             if value.is_empty() {
                 return Err(InvalidJob::EmptyName(what));
             }
@@ -201,6 +220,7 @@ impl NewJob {
             ("handler", Some(&self.handler)),
             ("ordering key", self.ordering_key.as_ref()),
             ("deduplication id", self.dedup_id.as_ref()),
+            ("group", self.group.as_ref()),
         ];
         for (what, value) in names {
             if value.is_some_and(|v| v.contains('\0')) {
@@ -220,6 +240,9 @@ impl NewJob {
         }
         if self.ordering_key.is_some() && self.dedup_id.is_some() {
             return Err(InvalidJob::KeyAndDedup);
+        }
+        if self.ordering_key.is_some() && self.group.is_some() {
+            return Err(InvalidJob::KeyAndGroup);
         }
         check_max_attempts(self.max_attempts)?;
         Ok(())
@@ -246,6 +269,7 @@ impl NewJob {
                 self.dedup_id.as_ref(),
                 MAX_DEDUP_ID_BYTES,
             ),
+            ("group", self.group.as_ref(), MAX_GROUP_BYTES),
         ];
         for (field, value, max) in fields {
             let size = value.map_or(0, String::len);
@@ -256,9 +280,24 @@ impl NewJob {
         Ok(())
     }
 
-    /// The key that routes this job: its ordering key, else its deduplication id.
+    /// The key that routes this job: its ordering key, else its group (a
+    /// group's jobs share a shard, where its limits and turns are counted),
+    /// else its deduplication id.
     pub fn routing_key(&self) -> Option<&str> {
-        self.ordering_key.as_deref().or(self.dedup_id.as_deref())
+        self.ordering_key
+            .as_deref()
+            .or(self.group.as_deref())
+            .or(self.dedup_id.as_deref())
+    }
+
+    /// Sets the group (a tenant, an account, an API key): the queue's
+    /// groups take turns in every claim, and each has the queue's group
+    /// limits (`shardq limit set --group-concurrency`). Its jobs are placed
+    /// by the group, so they share a shard; a deduplication id is then
+    /// checked among the jobs of that shard. Not with an ordering key.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
     }
 
     /// Sets the ordering key.

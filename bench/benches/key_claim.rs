@@ -112,6 +112,7 @@ async fn main() -> Result<()> {
             times.push(started.elapsed());
             let got = match claimed {
                 Claim::Jobs(jobs) => jobs.len(),
+                Claim::HeldBack(jobs) => jobs.len(),
                 Claim::Empty | Claim::Busy => 0,
             };
             anyhow::ensure!(

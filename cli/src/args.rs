@@ -210,13 +210,21 @@ pub enum LimitAction {
         queue: String,
         /// Jobs of the queue running at once across the fleet (a claimed
         /// job counts from its claim until its outcome is written).
-        #[arg(long, required_unless_present = "rate")]
+        #[arg(long, required_unless_present_any = ["rate", "group_concurrency", "group_rate"])]
         concurrency: Option<u32>,
         /// Jobs of the queue started per period across the fleet: `N/s`,
         /// `N/min`, `N/h`, or `N/<D>s`, `N/<D>ms` (e.g. `100/s`, `1000/min`,
         /// `10/500ms`).
         #[arg(long, value_parser = crate::commands::limit::parse_rate)]
         rate: Option<shardq::client::StartRate>,
+        /// Jobs of each group of the queue (`enqueue --group`) running at
+        /// once, each group on its own.
+        #[arg(long)]
+        group_concurrency: Option<u32>,
+        /// Jobs of each group of the queue started per period, each group
+        /// on its own (`N/PERIOD` as `--rate`).
+        #[arg(long, value_parser = crate::commands::limit::parse_rate)]
+        group_rate: Option<shardq::client::StartRate>,
     },
     /// List the limited queues and the permits the workers hold now.
     List {
@@ -247,8 +255,13 @@ pub struct EnqueueArgs {
     #[arg(long, default_value = "{}")]
     pub payload: String,
     /// Ordering key (routes the job and orders it among jobs of the same key).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "group")]
     pub key: Option<String>,
+    /// Group (a tenant, an account): the queue's groups take turns in
+    /// claims and each has the queue's group limits (`limit set
+    /// --group-concurrency`). Routes the job: a group's jobs share a shard.
+    #[arg(long)]
+    pub group: Option<String>,
     /// Priority: lower runs first.
     #[arg(long, default_value_t = 0)]
     pub priority: i32,

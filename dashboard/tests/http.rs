@@ -546,6 +546,8 @@ async fn the_overview_lists_the_limited_queues() {
             count: 30,
             per: Duration::from_secs(60),
         }),
+        group_concurrency: Some(2),
+        group_rate: None,
     };
     shards
         .client
@@ -557,7 +559,7 @@ async fn the_overview_lists_the_limited_queues() {
     let row = &table[table.find("data-queue=\"mail\"").unwrap()..];
     let row = &row[..row.find("</tr>").unwrap()];
     assert!(
-        row.contains("<td>7</td>") && row.contains("30 per 60s"),
+        row.contains("<td>7</td>") && row.contains("30 per 60s") && row.contains("2 at once"),
         "{row}"
     );
 }
@@ -577,14 +579,35 @@ async fn a_queues_limits_are_set_and_lifted_through_the_form() {
     let form = format!("http://{addr}/limits/mail");
     for (fields, want) in [
         (
-            [("concurrency", "4"), ("rate", "90"), ("per", "minute")],
-            Some((Some(4), Some((90, 60)))),
+            [
+                ("concurrency", "4"),
+                ("rate", "90"),
+                ("per", "minute"),
+                ("group_concurrency", "2"),
+                ("group_rate", "5"),
+            ],
+            Some((Some(4), Some((90, 60)), Some(2), Some((5, 1)))),
         ),
         (
-            [("concurrency", ""), ("rate", "3"), ("per", "second")],
-            Some((None, Some((3, 1)))),
+            [
+                ("concurrency", ""),
+                ("rate", "3"),
+                ("per", "second"),
+                ("group_concurrency", ""),
+                ("group_rate", ""),
+            ],
+            Some((None, Some((3, 1)), None, None)),
         ),
-        ([("concurrency", ""), ("rate", ""), ("per", "second")], None),
+        (
+            [
+                ("concurrency", ""),
+                ("rate", ""),
+                ("per", "second"),
+                ("group_concurrency", ""),
+                ("group_rate", ""),
+            ],
+            None,
+        ),
     ] {
         let (token, cookie) = token_and_cookie(&http, &form).await;
         let mut body: Vec<(&str, String)> =
@@ -604,6 +627,8 @@ async fn a_queues_limits_are_set_and_lifted_through_the_form() {
             (
                 l.limits.concurrency,
                 l.limits.rate.map(|r| (r.count, r.per.as_secs())),
+                l.limits.group_concurrency,
+                l.limits.group_rate.map(|r| (r.count, r.per.as_secs())),
             )
         });
         assert_eq!(got, want, "{fields:?}");

@@ -4,6 +4,7 @@
 -- lease of p_lease_ms.
 --
 -- A paused queue (a row in shardq_paused_queues) answers "empty" at once.
+-- A queue with grouped jobs ready goes through shardq_claim_grouped.
 -- Unkeyed ready jobs are locked with SKIP LOCKED and, when the queue has no
 -- keyed job ready, locked and updated in one statement that finds the rows
 -- it locked by their tuple id (a row locked FOR UPDATE by this statement
@@ -13,7 +14,8 @@
 -- blocked keyed jobs never take an unkeyed job's place.
 --
 -- Returns one row per claimed job in id order, or one row with a NULL id:
--- got_slot = 0 means every slot was busy; 1 means a slot was taken.
+-- got_slot = 0 means every slot was busy; 1 means a slot was taken; 2
+-- that some ready jobs were held back by their groups' limits.
 --
 -- Its statements are index walks whatever the parameters (their generic
 -- plans are the custom ones, tests/plans.rs), so it keeps one plan per
@@ -47,6 +49,17 @@ BEGIN
             NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
         RETURN;
     END IF;
+    -- Grouped jobs ready: the groups take turns (shardq_claim_grouped). A
+    -- queue that also has keyed jobs ready gives every other claim, at
+    -- random, to its keyed jobs.
+    IF EXISTS (SELECT 1 FROM workflow_status w
+               WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL)
+       AND (random() < 0.5 OR NOT EXISTS (SELECT 1 FROM workflow_status w
+               WHERE w.queue = p_queue AND w.status = 'queued'
+                 AND w.ordering_key IS NOT NULL)) THEN
+        RETURN QUERY SELECT * FROM shardq_claim_grouped(p_queue, p_limit, p_owner, p_lease_ms);
+        RETURN;
+    END IF;
     -- No keyed job ready: unkeyed jobs have no order to keep, so they are
     -- locked and claimed in one statement, each row probed once.
     IF NOT EXISTS (SELECT 1 FROM workflow_status w
@@ -56,6 +69,7 @@ BEGIN
         WITH picked AS MATERIALIZED (
             SELECT w.ctid AS tid FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+              AND w.job_group IS NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), claimed AS (
             UPDATE workflow_status w SET status = 'running', owner = p_owner,

@@ -43,6 +43,7 @@ BEGIN
         WITH unkeyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
+              AND w.job_group IS NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), keyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w

@@ -1,7 +1,7 @@
 -- shardq_enqueue_many: enqueues a batch of jobs on this shard in one
 -- statement: p_jobs is a jsonb array of objects with shardq_enqueue's
 -- arguments as keys (queue, handler, payload, ordering_key, dedup_id,
--- run_at as ISO 8601 text, priority, max_attempts); only queue and handler
+-- run_at as ISO 8601 text, priority, max_attempts, group); only queue and handler
 -- are required. A jsonb array is what psycopg (Jsonb(list)) and
 -- node-postgres (JSON.stringify) pass most simply.
 --
@@ -37,24 +37,25 @@ BEGIN
             SELECT key FROM jsonb_object_keys(CASE WHEN jsonb_typeof(e.job) = 'object'
                                                    THEN e.job ELSE '{}' END) AS key
             WHERE key NOT IN ('queue', 'handler', 'payload', 'ordering_key', 'dedup_id',
-                              'run_at', 'priority', 'max_attempts')) k ON true
+                              'run_at', 'priority', 'max_attempts', 'group')) k ON true
         WHERE jsonb_typeof(e.job) <> 'object' OR k.key IS NOT NULL
         ORDER BY e.ord LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION '%', bad USING ERRCODE = '22023',
             HINT = 'a job''s fields: queue, handler, payload, ordering_key, dedup_id, run_at, '
-                   'priority, max_attempts';
+                   'priority, max_attempts, group';
     END IF;
     FOR j IN SELECT * FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (queue text,
                  handler text, payload jsonb, ordering_key text, dedup_id text,
-                 run_at timestamptz, priority int, max_attempts int)) WITH ORDINALITY
+                 run_at timestamptz, priority int, max_attempts int, "group" text))
+                 WITH ORDINALITY
                  AS t(queue, handler, payload, ordering_key, dedup_id, run_at, priority,
-                      max_attempts, ord)
+                      max_attempts, job_group, ord)
              ORDER BY t.ord
     LOOP
         RETURN QUERY SELECT (j.ord - 1)::int, r.job_id, r.shard_key, r.id, r.is_new
             FROM shardq_enqueue_row(format('job %s: ', j.ord - 1), j.queue, j.handler,
                                     j.payload, j.ordering_key, j.dedup_id, j.run_at,
-                                    j.priority, j.max_attempts, p_epoch) r;
+                                    j.priority, j.max_attempts, p_epoch, j.job_group) r;
     END LOOP;
 END $$;

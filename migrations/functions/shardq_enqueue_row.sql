@@ -3,8 +3,8 @@
 -- for callers: its arguments are shardq_enqueue's.
 --
 -- The checks are the Rust client's (src/job.rs, NewJob::validate), with
--- its limits: queue and handler 1..255 bytes, ordering key and
--- deduplication id at most 1024 bytes, not both, max_attempts 1..1000, the
+-- its limits: queue and handler 1..255 bytes, ordering key, group and
+-- deduplication id at most 1024 bytes, a key with neither of the others, max_attempts 1..1000, the
 -- payload (as jsonb text) at most `shardq.max_payload_bytes` (default
 -- 1 MiB, the default of limits.max_payload_bytes). A job without
 -- max_attempts gets `shardq.default_max_attempts` (default 20, as
@@ -15,7 +15,9 @@
 -- refuse them before this runs. Invalid input: SQLSTATE 22023, the message
 -- saying what to change.
 --
--- The routing key (ordering key, else deduplication id) must route to this
+-- The routing key (ordering key, else group, else deduplication id: a
+-- group's jobs share a shard, so its limits and turns are counted there;
+-- its deduplication ids are then checked on the group's shard) must route to this
 -- shard by the current epoch of the map it records (shardq_route); else
 -- SQLSTATE SQ001 before anything is written, the message naming the right
 -- shard index, so a caller with a stale or wrong shard list never writes a
@@ -47,7 +49,7 @@
 --   40001, which the caller retries as any serialization failure.
 CREATE OR REPLACE FUNCTION shardq_enqueue_row(p_at text, p_queue text, p_handler text,
     p_payload jsonb, p_ordering_key text, p_dedup_id text, p_run_at timestamptz,
-    p_priority int, p_max_attempts int, p_epoch int)
+    p_priority int, p_max_attempts int, p_epoch int, p_group text)
 RETURNS TABLE (job_id text, shard_key int, id bigint, is_new boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -67,7 +69,7 @@ DECLARE
                                 default_payload_bytes);
     attempts int := COALESCE(p_max_attempts,
         NULLIF(current_setting('shardq.default_max_attempts', true), '')::int, default_attempts);
-    routing text := COALESCE(p_ordering_key, p_dedup_id);
+    routing text := COALESCE(p_ordering_key, p_group, p_dedup_id);
     size int;
     map_epoch int;
     map_count int;
@@ -87,13 +89,14 @@ BEGIN
         RAISE EXCEPTION '%handler name is empty', p_at USING ERRCODE = '22023',
             HINT = 'give the job the name of a handler registered on the workers';
     END IF;
-    FOR i IN 1..4 LOOP
+    FOR i IN 1..5 LOOP
         size := octet_length(CASE i WHEN 1 THEN p_queue WHEN 2 THEN p_handler
-                                    WHEN 3 THEN p_ordering_key ELSE p_dedup_id END);
+                                    WHEN 3 THEN p_ordering_key WHEN 4 THEN p_dedup_id
+                                    ELSE p_group END);
         IF size > (CASE WHEN i <= 2 THEN max_name_bytes ELSE max_key_bytes END) THEN
             RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
                 '%s%s is %s bytes, over the limit of %s bytes; shorten it (a long key or id can be hashed)',
-                p_at, (ARRAY['queue', 'handler', 'ordering key', 'deduplication id'])[i], size,
+                p_at, (ARRAY['queue', 'handler', 'ordering key', 'deduplication id', 'group'])[i], size,
                 CASE WHEN i <= 2 THEN max_name_bytes ELSE max_key_bytes END);
         END IF;
     END LOOP;
@@ -107,6 +110,14 @@ BEGIN
     IF p_ordering_key IS NOT NULL AND p_dedup_id IS NOT NULL THEN
         RAISE EXCEPTION '%a job cannot have both an ordering key and a deduplication id: the ordering key chooses the shard, so the deduplication id could not be checked across all shards; drop one of them', p_at
             USING ERRCODE = '22023';
+    END IF;
+    IF p_ordering_key IS NOT NULL AND p_group IS NOT NULL THEN
+        RAISE EXCEPTION '%a job cannot have both an ordering key and a group: a key already runs its jobs one at a time in order, and both would choose the shard; drop one of them (a group of a key''s jobs is their key)', p_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_group = '' THEN
+        RAISE EXCEPTION '%group is empty', p_at USING ERRCODE = '22023',
+            HINT = 'give a group name, or NULL for none';
     END IF;
     IF attempts < 1 OR attempts > max_attempts_limit THEN
         RAISE EXCEPTION '%max_attempts is %; it must be at least 1 and at most %', p_at, attempts, max_attempts_limit
@@ -140,7 +151,8 @@ BEGIN
             WHERE r.epoch = map_epoch AND r.first_key <= k AND k < r.end_key;
         IF k_index IS DISTINCT FROM map_index THEN
             RAISE EXCEPTION '%the job''s % routes to shard_key %, which is on shard % of %, not on this shard (%); nothing was written',
-                p_at, CASE WHEN p_ordering_key IS NULL THEN 'deduplication id' ELSE 'ordering key' END,
+                p_at, CASE WHEN p_ordering_key IS NOT NULL THEN 'ordering key'
+                           WHEN p_group IS NOT NULL THEN 'group' ELSE 'deduplication id' END,
                 k, k_index, map_count, map_index
                 USING ERRCODE = 'SQ001',
                       DETAIL = format('shard_key=%s shard_index=%s shard_count=%s epoch=%s',
@@ -154,17 +166,18 @@ BEGIN
     status := CASE WHEN run_at > now() THEN 'scheduled' ELSE 'queued' END;
     IF p_dedup_id IS NULL THEN
         INSERT INTO workflow_status AS w
-            (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts)
+            (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts,
+             job_group)
         VALUES (k, p_queue, p_handler, p_ordering_key, COALESCE(p_priority, 0), payload, status,
-                run_at, attempts)
+                run_at, attempts, p_group)
         RETURNING w.id INTO new_id;
     ELSE
         FOR attempt IN 1..dedup_tries LOOP
             INSERT INTO workflow_status AS w
                 (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
-                 max_attempts, dedup_id)
+                 max_attempts, dedup_id, job_group)
             VALUES (k, p_queue, p_handler, NULL, COALESCE(p_priority, 0), payload, status,
-                    run_at, attempts, p_dedup_id)
+                    run_at, attempts, p_dedup_id, p_group)
             ON CONFLICT DO NOTHING
             RETURNING w.id INTO new_id;
             EXIT WHEN new_id IS NOT NULL;

@@ -16,6 +16,12 @@ pub struct QueueLimits {
     pub concurrency: Option<u32>,
     /// Jobs of the queue started (claimed) per period across the fleet.
     pub rate: Option<StartRate>,
+    /// Jobs of each group of the queue ([`crate::NewJob::group`]) running
+    /// at once, each group on its own (counted on the group's shard).
+    pub group_concurrency: Option<u32>,
+    /// Jobs of each group of the queue started per period, each group on
+    /// its own.
+    pub group_rate: Option<StartRate>,
 }
 
 /// At most `count` jobs started per `per`.
@@ -68,6 +74,11 @@ impl Client {
                 .map(|n| positive(queue, "a concurrency", n))
                 .transpose()?,
             rate: set.rate.map(|r| stored_rate(queue, r)).transpose()?,
+            group_concurrency: set
+                .group_concurrency
+                .map(|n| positive(queue, "a group concurrency", n))
+                .transpose()?,
+            group_rate: set.group_rate.map(|r| stored_rate(queue, r)).transpose()?,
             // Microseconds since the epoch: a later write wins.
             revision: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -120,12 +131,9 @@ impl Client {
             .filter_map(|r| {
                 let limits = QueueLimits {
                     concurrency: r.concurrency.and_then(|n| u32::try_from(n).ok()),
-                    rate: r.rate.and_then(|rate| {
-                        Some(StartRate {
-                            count: u32::try_from(rate.count).ok()?,
-                            per: Duration::from_millis(u64::try_from(rate.period_ms).ok()?),
-                        })
-                    }),
+                    rate: r.rate.and_then(start_rate),
+                    group_concurrency: r.group_concurrency.and_then(|n| u32::try_from(n).ok()),
+                    group_rate: r.group_rate.and_then(start_rate),
                 };
                 if limits == QueueLimits::default() {
                     return None;
@@ -155,6 +163,13 @@ fn positive(queue: &str, what: &str, n: u32) -> Result<i32, ClientError> {
             queue: queue.to_string(),
             why: format!("{what} of {n}; give 1 to 2147483647"),
         })
+}
+
+fn start_rate(rate: Rate) -> Option<StartRate> {
+    Some(StartRate {
+        count: u32::try_from(rate.count).ok()?,
+        per: Duration::from_millis(u64::try_from(rate.period_ms).ok()?),
+    })
 }
 
 fn stored_rate(queue: &str, rate: StartRate) -> Result<Rate, ClientError> {

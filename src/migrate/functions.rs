@@ -49,6 +49,14 @@ pub const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_claim_keyed.sql"),
     },
     Function {
+        name: "shardq_group_heads",
+        sql: include_str!("../../migrations/functions/shardq_group_heads.sql"),
+    },
+    Function {
+        name: "shardq_claim_grouped",
+        sql: include_str!("../../migrations/functions/shardq_claim_grouped.sql"),
+    },
+    Function {
         name: "shardq_claim",
         sql: include_str!("../../migrations/functions/shardq_claim.sql"),
     },

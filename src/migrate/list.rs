@@ -133,6 +133,21 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0021_queue_limits.sql",
         sql: include_str!("../../migrations/0021_queue_limits.sql"),
     },
+    Migration {
+        version: 22,
+        name: "0022_job_groups.sql",
+        sql: include_str!("../../migrations/0022_job_groups.sql"),
+    },
+    Migration {
+        version: 23,
+        name: "0023_group_indexes.sql",
+        sql: include_str!("../../migrations/0023_group_indexes.sql"),
+    },
+    Migration {
+        version: 24,
+        name: "0024_enqueue_group.sql",
+        sql: include_str!("../../migrations/0024_enqueue_group.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

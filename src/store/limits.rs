@@ -15,6 +15,10 @@ pub struct LimitRow {
     pub concurrency: Option<i32>,
     /// Jobs of the queue started per period across the fleet; `None`: none.
     pub rate: Option<Rate>,
+    /// Jobs of each group of the queue running at once; `None`: none.
+    pub group_concurrency: Option<i32>,
+    /// Jobs of each group of the queue started per period; `None`: none.
+    pub group_rate: Option<Rate>,
     /// Orders the writes: the newest wins where shards disagree.
     pub revision: i64,
 }
@@ -30,9 +34,13 @@ pub struct Rate {
 
 impl Rate {
     fn from_row(row: &tokio_postgres::Row) -> Option<Rate> {
+        Self::from_columns(row, "rate_count", "rate_period_ms")
+    }
+
+    fn from_columns(row: &tokio_postgres::Row, count: &str, period_ms: &str) -> Option<Rate> {
         Some(Rate {
-            count: row.get::<_, Option<i32>>("rate_count")?,
-            period_ms: row.get::<_, Option<i32>>("rate_period_ms")?,
+            count: row.get::<_, Option<i32>>(count)?,
+            period_ms: row.get::<_, Option<i32>>(period_ms)?,
         })
     }
 }
@@ -80,6 +88,9 @@ pub async fn set(shard: &Shard, row: &LimitRow) -> Result<bool, ShardError> {
             (&row.concurrency, Type::INT4),
             (&row.rate.map(|r| r.count), Type::INT4),
             (&row.rate.map(|r| r.period_ms), Type::INT4),
+            (&row.group_concurrency, Type::INT4),
+            (&row.group_rate.map(|r| r.count), Type::INT4),
+            (&row.group_rate.map(|r| r.period_ms), Type::INT4),
             (&row.revision, Type::INT8),
         ],
     )
@@ -104,6 +115,8 @@ pub async fn read(shard: &Shard) -> Result<Vec<LimitRow>, ShardError> {
             queue: r.get("queue"),
             concurrency: r.get("concurrency"),
             rate: Rate::from_row(r),
+            group_concurrency: r.get("group_concurrency"),
+            group_rate: Rate::from_columns(r, "group_rate_count", "group_rate_period_ms"),
             revision: r.get("revision"),
         })
         .collect())

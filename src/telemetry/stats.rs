@@ -101,7 +101,9 @@ impl Stats {
                 (&per_shard.claims, per_target.map(|t| &t.claims))
             }
             Ok(Claim::Busy) => (&per_shard.busy, per_target.map(|t| &t.busy)),
-            Ok(Claim::Empty) => (&per_shard.empty, per_target.map(|t| &t.empty)),
+            Ok(Claim::Empty | Claim::HeldBack(_)) => {
+                (&per_shard.empty, per_target.map(|t| &t.empty))
+            }
             Err(_) => (&per_shard.errors, per_target.map(|t| &t.errors)),
         };
         shard_counter.fetch_add(1, Relaxed);

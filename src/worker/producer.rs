@@ -368,6 +368,18 @@ fn joined<T>(result: Result<T, tokio::task::JoinError>) -> T {
     result.unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
 }
 
+/// A claim's result with a held-back claim as a plain one, and whether it
+/// was held back.
+fn unheld(result: Result<Claim, ShardError>) -> (Result<Claim, ShardError>, bool) {
+    match result {
+        Ok(claim) => {
+            let (claim, held_back) = claim.unheld();
+            (Ok(claim), held_back)
+        }
+        Err(err) => (Err(err), false),
+    }
+}
+
 /// The first target of a shard that a probe just found well again, if any:
 /// the process's next claim goes there, so that the shard is used again
 /// within one claim interval rather than at its turn in the rotation. With
@@ -467,8 +479,8 @@ async fn claim_somewhere(
         let started = Instant::now();
         let budget = p.run.health.budget(shard_index);
         let mut claim = spawn_claim(p, target, mode, asked);
-        let result = match tokio::time::timeout(budget, &mut claim).await {
-            Ok(result) => joined(result),
+        let (result, held_back) = match tokio::time::timeout(budget, &mut claim).await {
+            Ok(result) => unheld(joined(result)),
             Err(_) => {
                 // No answer within the budget: the shard is skipped, the
                 // claim's reply is handled when it comes, and this producer
@@ -510,7 +522,8 @@ async fn claim_somewhere(
                 // again at once found a job or two per statement under a
                 // steady offer, and those claims kept four servers' CPU busy
                 // at a tenth of their peak (`bench scale --rate`).
-                if jobs.len() < asked as usize && p.wakeups.listening(shard_index) {
+                // Fewer for group limits: more may start soon, unannounced.
+                if jobs.len() < asked as usize && !held_back && p.wakeups.listening(shard_index) {
                     entered.empty_for(now, &mut rng, p.config.idle_poll);
                 }
                 publish_slots(p, target, &entered);
@@ -522,10 +535,13 @@ async fn claim_somewhere(
                 entered.busy(now, &mut rng);
                 publish_slots(p, target, &entered);
             }
-            Ok(Claim::Empty) if p.wakeups.listening(shard_index) => {
+            // Held back by group limits: no wake-up comes when they allow
+            // more, so the short empty skip even while listening.
+            Ok(Claim::Empty) if !held_back && p.wakeups.listening(shard_index) => {
                 entered.empty_for(now, &mut rng, p.config.idle_poll)
             }
             Ok(Claim::Empty) => entered.empty(now, &mut rng),
+            Ok(Claim::HeldBack(_)) => unreachable!("unheld() made it Jobs or Empty"),
             Err(err) => {
                 if err.kind().may_have_run() {
                     // No answer from the server: the claim may still have run.
@@ -629,7 +645,7 @@ async fn late_reply(
     started: Instant,
     shutdown: CancellationToken,
 ) {
-    let result = joined(claim.await);
+    let (result, _) = unheld(joined(claim.await));
     let now = Instant::now();
     let took = now - started;
     let shard_index = p.targets[target].shard;
@@ -654,6 +670,7 @@ async fn late_reply(
         }
         Ok(Claim::Busy) => entered.busy(now, &mut rng),
         Ok(Claim::Empty) => entered.empty(now, &mut rng),
+        Ok(Claim::HeldBack(_)) => unreachable!("unheld() made it Jobs or Empty"),
         Err(err) => {
             if err.kind().may_have_run() {
                 p.run.lost_claims.lost(shard_index);

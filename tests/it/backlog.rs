@@ -116,8 +116,10 @@ async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>)
     table_scans(&plan, &mut scans);
     assert!(!scans.is_empty(), "no read of workflow_status in {text}");
     let unfinished = [
-        "workflow_status_dequeue",
+        "workflow_status_dequeue_plain",
         "workflow_status_dequeue_keyed",
+        "workflow_status_dequeue_grouped",
+        "workflow_status_pkey",
         "workflow_status_key",
         "workflow_status_scheduled_queue",
         "workflow_status_lease",

@@ -43,7 +43,11 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
         (
             sql::JOBS_READY,
             "",
-            vec!["workflow_status_dequeue", "workflow_status_dequeue_keyed"],
+            vec![
+                "workflow_status_dequeue_plain",
+                "workflow_status_dequeue_keyed",
+                "workflow_status_dequeue_grouped",
+            ],
         ),
         (sql::JOBS_WAITING, "", vec!["workflow_status_key"]),
         // Either index of scheduled rows (by run_at, or by queue and
@@ -116,7 +120,9 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
     let queue = "q";
     let plan = explain(&db, sql::QUEUE_OLDEST_READY, &[(&queue, Type::TEXT)]).await;
     assert!(
-        plan.contains("workflow_status_dequeue ") && !plan.contains("Seq Scan"),
+        plan.contains("workflow_status_dequeue_plain ")
+            && plan.contains("workflow_status_dequeue_grouped ")
+            && !plan.contains("Seq Scan"),
         "{plan}"
     );
 }

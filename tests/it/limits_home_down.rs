@@ -49,7 +49,7 @@ async fn a_worker_starting_while_the_home_shard_refuses_runs_the_unlimited_queue
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let capped = QueueLimits {
         concurrency: Some(2),
-        rate: None,
+        ..QueueLimits::default()
     };
     client.set_queue_limits("capped", capped).await.unwrap();
     for queue in ["free", "capped"] {

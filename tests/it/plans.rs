@@ -181,14 +181,15 @@ async fn the_pending_check_reads_only_partial_indexes() {
     let scans = reads_only(
         &plan,
         &[
-            "workflow_status_dequeue",
+            "workflow_status_dequeue_plain",
+            "workflow_status_dequeue_grouped",
             "workflow_status_key",
             "workflow_status_lease",
             "workflow_status_scheduled_queue",
         ],
         "the pending check",
     );
-    assert_eq!(scans, 4, "{plan}");
+    assert_eq!(scans, 5, "{plan}");
 }
 
 /// `shardq status` on a shard with many finished rows: unfinished jobs are
@@ -231,8 +232,10 @@ async fn status_reads_partial_indexes_and_estimates_history() {
     reads_only(
         &plan,
         &[
-            "workflow_status_dequeue",
+            "workflow_status_dequeue_plain",
             "workflow_status_dequeue_keyed",
+            "workflow_status_dequeue_grouped",
+            "workflow_status_pkey",
             "workflow_status_key",
             "workflow_status_scheduled",
             "workflow_status_lease",
@@ -340,7 +343,7 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
     assert_eq!(claims.len(), 3, "one claim plan per call: {claims:#?}");
     for plan in &claims {
         assert!(
-            plan.contains("Index Scan using workflow_status_dequeue on workflow_status")
+            plan.contains("Index Scan using workflow_status_dequeue_plain on workflow_status")
                 && plan.contains("Tid Scan on workflow_status"),
             "the claim must walk the dequeue index and update by tuple id: {plan}"
         );

@@ -53,6 +53,7 @@ async fn claim(shard: &Shard, owner: &str) -> Vec<ClaimedJob> {
     match jobs::claim(shard, params).await.unwrap() {
         Claim::Jobs(jobs) => jobs,
         Claim::Empty => Vec::new(),
+        Claim::HeldBack(jobs) => jobs,
         Claim::Busy => panic!("no other claimer holds a slot"),
     }
 }

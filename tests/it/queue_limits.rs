@@ -56,7 +56,7 @@ async fn spans(shard: &Shard) -> Vec<(SystemTime, Option<SystemTime>, String)> {
 }
 
 /// The most spans open at one instant (an end before a start at a tie).
-fn most_at_once(spans: &[(SystemTime, SystemTime)]) -> usize {
+pub(crate) fn most_at_once(spans: &[(SystemTime, SystemTime)]) -> usize {
     most_within(
         spans,
         SystemTime::UNIX_EPOCH,
@@ -65,7 +65,11 @@ fn most_at_once(spans: &[(SystemTime, SystemTime)]) -> usize {
 }
 
 /// The most spans open at one instant from `from` until `to`.
-fn most_within(spans: &[(SystemTime, SystemTime)], from: SystemTime, to: SystemTime) -> usize {
+pub(crate) fn most_within(
+    spans: &[(SystemTime, SystemTime)],
+    from: SystemTime,
+    to: SystemTime,
+) -> usize {
     let mut edges: Vec<(SystemTime, i32)> = spans
         .iter()
         .flat_map(|(s, e)| [(*s, 1), (*e, -1)])

@@ -69,6 +69,7 @@ async fn claim(shard: &Shard, queue: &str, limit: u32, owner: &str) -> Vec<Claim
     {
         Claim::Jobs(jobs) => jobs,
         Claim::Empty => Vec::new(),
+        Claim::HeldBack(jobs) => jobs,
         Claim::Busy => panic!("an ungated claim is never busy"),
     }
 }

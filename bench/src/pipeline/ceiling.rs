@@ -143,9 +143,9 @@ async fn drain(shard: Shard, owner: String, retry: Backoff) -> Result<Drained> {
         done.claims += 1;
         done.claim_time += sent.elapsed();
         let jobs = match claimed {
-            Claim::Jobs(jobs) => jobs,
+            Claim::Jobs(jobs) | Claim::HeldBack(jobs) if !jobs.is_empty() => jobs,
             // Ungated claims never see a busy slot; empty means drained.
-            Claim::Empty | Claim::Busy => return Ok(done),
+            _ => return Ok(done),
         };
         let completions: Vec<Completion> = jobs
             .iter()

@@ -73,7 +73,7 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
                 QUEUE,
                 shardq::client::QueueLimits {
                     concurrency: Some(args.concurrency),
-                    rate: None,
+                    ..Default::default()
                 },
             )
             .await?;
@@ -85,11 +85,11 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         None
     } else {
         let limits = shardq::client::QueueLimits {
-            concurrency: None,
             rate: Some(shardq::client::StartRate {
                 count: args.rate,
                 per: std::time::Duration::from_secs(1),
             }),
+            ..Default::default()
         };
         server.client().set_queue_limits(QUEUE, limits).await?;
         let run = fleet::run(&server, clock, "rate", args.rate_jobs, false).await?;

@@ -16,6 +16,7 @@ pub async fn run(config: &Config, args: EnqueueArgs) -> Result<()> {
     let started = Instant::now();
     let template = NewJob {
         ordering_key: args.key.clone(),
+        group: args.group.clone(),
         priority: args.priority,
         delay: std::time::Duration::from_millis(args.delay_ms),
         max_attempts: args.max_attempts,

@@ -14,8 +14,15 @@ pub async fn run(config: &Config, action: LimitAction) -> Result<()> {
             queue,
             concurrency,
             rate,
+            group_concurrency,
+            group_rate,
         } => {
-            let limits = QueueLimits { concurrency, rate };
+            let limits = QueueLimits {
+                concurrency,
+                rate,
+                group_concurrency,
+                group_rate,
+            };
             client.set_queue_limits(&queue, limits).await?;
             println!("queue {queue}: {} across the fleet", describe(&limits));
         }
@@ -48,7 +55,7 @@ pub async fn run(config: &Config, action: LimitAction) -> Result<()> {
     Ok(())
 }
 
-/// `concurrency 5, rate 20/s` and the like.
+/// `concurrency 5, rate 20/s, each group concurrency 2` and the like.
 fn describe(limits: &QueueLimits) -> String {
     let mut parts = Vec::new();
     if let Some(n) = limits.concurrency {
@@ -56,6 +63,12 @@ fn describe(limits: &QueueLimits) -> String {
     }
     if let Some(r) = limits.rate {
         parts.push(format!("rate {}/{}", r.count, period(r.per)));
+    }
+    if let Some(n) = limits.group_concurrency {
+        parts.push(format!("each group concurrency {n}"));
+    }
+    if let Some(r) = limits.group_rate {
+        parts.push(format!("each group rate {}/{}", r.count, period(r.per)));
     }
     parts.join(", ")
 }

@@ -48,10 +48,17 @@ pub(crate) async fn form(
         .unwrap_or_default();
     let rate_count = now.rate.map(|r| r.count.to_string()).unwrap_or_default();
     let rate_per = now.rate.map_or(Duration::from_secs(1), |r| r.per);
+    let group_rate_count = now
+        .group_rate
+        .map(|r| r.count.to_string())
+        .unwrap_or_default();
+    let group_rate_per = now.group_rate.map_or(Duration::from_secs(1), |r| r.per);
+    let odd_period =
+        |r: Option<StartRate>| r.is_some_and(|r| !PERIODS.iter().any(|(_, d)| *d == r.per));
     let body = html! {
         p { "Limits of queue " strong { (queue) } " across every worker process and shard. An empty field lifts that limit; workers follow within a second." }
-        @if now.rate.is_some_and(|r| !PERIODS.iter().any(|(_, d)| *d == r.per)) {
-            p class="error" { "Its rate's period (" (format!("{rate_per:?}")) ") is not one of these; saving sets the one chosen here." }
+        @if odd_period(now.rate) || odd_period(now.group_rate) {
+            p class="error" { "A rate's period is not one of these; saving sets the one chosen here." }
         }
         form method="post" action={"/limits/" (super::q(&queue))} {
             input type="hidden" name=(csrf::FIELD) value=(state.csrf.value());
@@ -68,6 +75,22 @@ pub(crate) async fn form(
                 select name="per" id="per" {
                     @for (name, length) in PERIODS {
                         option value=(name) selected[length == rate_per] { (name) }
+                    }
+                }
+            }
+            p {
+                label for="group_concurrency" { "Each group: at most " }
+                input type="number" min="1" id="group_concurrency" name="group_concurrency"
+                    value=(now.group_concurrency.map(|n| n.to_string()).unwrap_or_default());
+                " jobs running at once"
+            }
+            p {
+                label for="group_rate" { "Each group: at most " }
+                input type="number" min="1" id="group_rate" name="group_rate" value=(group_rate_count);
+                " jobs started per "
+                select name="group_per" id="group_per" {
+                    @for (name, length) in PERIODS {
+                        option value=(name) selected[length == group_rate_per] { (name) }
                     }
                 }
             }
@@ -116,19 +139,21 @@ fn parse(form: &HashMap<String, String>) -> Result<QueueLimits, String> {
                 }),
         }
     };
-    let rate = match number("rate")? {
-        None => None,
-        Some(count) => {
-            let name = form.get("per").map_or("second", String::as_str);
-            let (_, per) = PERIODS
-                .iter()
-                .find(|(n, _)| *n == name)
-                .ok_or_else(|| format!("per `{name}`: give second, minute or hour"))?;
-            Some(StartRate { count, per: *per })
-        }
+    let rate = |count_field: &str, per_field: &str| -> Result<Option<StartRate>, String> {
+        let Some(count) = number(count_field)? else {
+            return Ok(None);
+        };
+        let name = form.get(per_field).map_or("second", String::as_str);
+        let (_, per) = PERIODS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .ok_or_else(|| format!("{per_field} `{name}`: give second, minute or hour"))?;
+        Ok(Some(StartRate { count, per: *per }))
     };
     Ok(QueueLimits {
         concurrency: number("concurrency")?,
-        rate,
+        rate: rate("rate", "per")?,
+        group_concurrency: number("group_concurrency")?,
+        group_rate: rate("group_rate", "group_per")?,
     })
 }

@@ -192,7 +192,7 @@ fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
 }
 
 /// The limited queues (`shardq limit`): concurrency and permits in use,
-/// rate; or why they could not be read.
+/// rate, each group's limits; or why they could not be read.
 fn limit_table(limits: &Result<Vec<QueueLimit>, String>, read_only: bool) -> Markup {
     html! {
         @match limits {
@@ -201,7 +201,7 @@ fn limit_table(limits: &Result<Vec<QueueLimit>, String>, read_only: bool) -> Mar
             Ok(limits) => table id="limits" {
                 tr {
                     th class="l" { "Limited queue" } th { "Concurrency" } th { "In use" }
-                    th { "Processes" } th { "Rate" } @if !read_only { th {} }
+                    th { "Processes" } th { "Rate" } th { "Each group" } @if !read_only { th {} }
                 }
                 @for l in limits {
                     tr data-queue=(l.queue) {
@@ -210,6 +210,12 @@ fn limit_table(limits: &Result<Vec<QueueLimit>, String>, read_only: bool) -> Mar
                         td { @if let (Some(_), Some(n)) = (l.limits.concurrency, l.in_use) { (n) } @else { "–" } }
                         td { @if let Some(n) = l.holders { (n) } @else { "?" } }
                         td { @if let Some(r) = l.limits.rate { (r.count) " per " (format!("{:?}", r.per)) } @else { "–" } }
+                        td {
+                            @if let Some(n) = l.limits.group_concurrency { (n) " at once" }
+                            @if l.limits.group_concurrency.is_some() && l.limits.group_rate.is_some() { ", " }
+                            @if let Some(r) = l.limits.group_rate { (r.count) " per " (format!("{:?}", r.per)) }
+                            @if l.limits.group_concurrency.is_none() && l.limits.group_rate.is_none() { "–" }
+                        }
                         @if !read_only {
                             td { a id={"limits-" (l.queue)} href={"/limits/" (q(&l.queue))} { button { "edit…" } } }
                         }

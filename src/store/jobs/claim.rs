@@ -16,7 +16,26 @@ pub enum Claim {
     Busy,
     /// A slot was free but no job was ready.
     Empty,
+    /// Ready jobs were there but their groups' limits held some or all of
+    /// them back; these (maybe none) were claimed. More may start soon,
+    /// with no wake-up to say so.
+    HeldBack(Vec<ClaimedJob>),
 }
+
+impl Claim {
+    /// This claim as [`Claim::Jobs`] or [`Claim::Empty`] where it was held
+    /// back, and whether it was.
+    pub fn unheld(self) -> (Claim, bool) {
+        match self {
+            Claim::HeldBack(jobs) if jobs.is_empty() => (Claim::Empty, true),
+            Claim::HeldBack(jobs) => (Claim::Jobs(jobs), true),
+            other => (other, false),
+        }
+    }
+}
+
+/// `got_slot` of a claim some of whose ready jobs their groups' limits held back.
+const HELD_BACK: i32 = 2;
 
 /// One claim request.
 #[derive(Debug, Clone, Copy)]
@@ -91,7 +110,9 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
             })
         })
         .collect();
-    Ok(if jobs.is_empty() {
+    Ok(if got_slot == HELD_BACK {
+        Claim::HeldBack(jobs)
+    } else if jobs.is_empty() {
         Claim::Empty
     } else {
         Claim::Jobs(jobs)

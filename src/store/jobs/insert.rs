@@ -36,7 +36,9 @@ pub async fn insert_many(shard: &Shard, rows: &[NewRow<'_>]) -> Result<Vec<JobId
     let mut out = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(INSERT_CHUNK) {
         let columns = Columns::of(chunk);
-        let ids = exec::query(shard, sql::JOB_INSERT_MANY, &columns.params()).await?;
+        let mut params = columns.params().to_vec();
+        params.push((&columns.groups, Type::TEXT_ARRAY));
+        let ids = exec::query(shard, sql::JOB_INSERT_MANY, &params).await?;
         out.extend(chunk.iter().zip(ids).map(|(row, id)| JobId {
             shard_key: row.shard_key,
             id: id.get("id"),
@@ -109,6 +111,7 @@ pub async fn insert_many_as(
         let ids = ids.to_vec();
         let mut params = columns.params_with_ids(&ids).to_vec();
         params.push((&epoch, Type::INT4));
+        params.push((&columns.groups, Type::TEXT_ARRAY));
         written += exec::execute(shard, statement, &params).await?;
     }
     Ok(written)
@@ -134,6 +137,7 @@ pub async fn insert_in<C: GenericClient>(
     let columns = Columns::of(std::slice::from_ref(&row));
     let mut params = columns.params().to_vec();
     params.push((&epoch, Type::INT4));
+    params.push((&columns.groups, Type::TEXT_ARRAY));
     let written = tx.query_typed(sql::JOB_INSERT_MANY_FENCED, &params).await?;
     let id = written
         .first()
@@ -195,6 +199,7 @@ pub async fn insert_dedup_as(
     let mut params = dedup_params(&row, &delay_ms, &dedup_id).to_vec();
     params.push((&id, Type::INT8));
     params.push((&epoch, Type::INT4));
+    params.push((&row.job.group, Type::TEXT));
     let inserted = exec::query_opt(shard, sql::JOB_INSERT_DEDUP_AS, &params).await?;
     Ok(inserted.is_some())
 }
@@ -250,6 +255,7 @@ struct Columns<'a> {
     payloads: Vec<&'a serde_json::Value>,
     delays: Vec<i64>,
     attempts: Vec<i32>,
+    groups: Vec<Option<&'a str>>,
 }
 
 impl<'a> Columns<'a> {
@@ -266,6 +272,7 @@ impl<'a> Columns<'a> {
                 .map(|r| r.job.delay.as_millis() as i64)
                 .collect(),
             attempts: rows.iter().map(|r| r.max_attempts).collect(),
+            groups: rows.iter().map(|r| r.job.group.as_deref()).collect(),
         }
     }
 

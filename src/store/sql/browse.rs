@@ -28,15 +28,16 @@ macro_rules! filters {
     };
 }
 
-/// One branch of the ready list: the dequeue index `$index` in claim order.
+/// One branch of the ready list: the ready jobs that meet `$which`, by the
+/// dequeue index that holds them.
 macro_rules! ready_branch {
-    ($keyed:literal) => {
+    ($which:literal) => {
         concat!(
             "(SELECT ",
             summary!(),
             ", queue AS pos_text, '' AS pos_text2, priority::bigint AS pos_num \
-             FROM workflow_status WHERE status = 'queued' AND ordering_key ",
-            $keyed,
+             FROM workflow_status WHERE status = 'queued' AND ",
+            $which,
             " AND ",
             filters!(),
             " AND ($4::text IS NULL OR (queue, priority, id) > ($4, $6::int, $7)) \
@@ -45,13 +46,17 @@ macro_rules! ready_branch {
     };
 }
 
-/// Ready jobs in claim order (queue, priority, id): the unkeyed and the
-/// keyed dequeue index each give their first rows in order, merged here.
+/// Ready jobs in (queue, priority, id) order: the plain and the keyed
+/// dequeue index each give their first rows in order, merged here; the
+/// grouped index is in group order, so its branch sorts the ready grouped
+/// jobs of the queues shown (index only, but all of them).
 pub const JOBS_READY: &str = concat!(
     "SELECT * FROM (",
-    ready_branch!("IS NULL"),
+    ready_branch!("ordering_key IS NULL AND job_group IS NULL"),
     " UNION ALL ",
-    ready_branch!("IS NOT NULL"),
+    ready_branch!("ordering_key IS NOT NULL"),
+    " UNION ALL ",
+    ready_branch!("job_group IS NOT NULL"),
     ") ready ORDER BY pos_text, pos_num, id LIMIT $8"
 );
 
@@ -155,13 +160,19 @@ macro_rules! head {
 }
 
 /// Seconds since the longest-waiting ready job of queue $1 became due
-/// (NULL when none): the head (lowest id) of each priority level of both
-/// dequeue indexes, found by skipping from level to level (one probe each,
-/// however many jobs are ready).
+/// (NULL when none): the head (lowest id) of each priority level of the
+/// plain and keyed dequeue indexes, found by skipping from level to level
+/// (one probe each, however many jobs are ready), and the lowest-id grouped
+/// one (the grouped index is in group order, so that read is index only
+/// but walks the queue's ready grouped jobs).
 pub const QUEUE_OLDEST_READY: &str = concat!(
     "WITH RECURSIVE levels(keyed, priority) AS ( \
         SELECT false, ",
-    head!("IS NULL", "priority", "ORDER BY priority"),
+    head!(
+        "IS NULL AND job_group IS NULL",
+        "priority",
+        "ORDER BY priority"
+    ),
     " UNION ALL SELECT true, ",
     head!("IS NOT NULL", "priority", "ORDER BY priority"),
     " UNION ALL SELECT l.keyed, CASE WHEN l.keyed THEN ",
@@ -172,12 +183,12 @@ pub const QUEUE_OLDEST_READY: &str = concat!(
     ),
     " ELSE ",
     head!(
-        "IS NULL",
+        "IS NULL AND job_group IS NULL",
         "priority",
         "AND priority > l.priority ORDER BY priority"
     ),
     " END FROM levels l WHERE l.priority IS NOT NULL \
-    ) SELECT extract(epoch FROM now() - min(CASE WHEN l.keyed THEN ",
+    ) SELECT extract(epoch FROM now() - least((SELECT min(CASE WHEN l.keyed THEN ",
     head!(
         "IS NOT NULL",
         "run_at",
@@ -185,11 +196,16 @@ pub const QUEUE_OLDEST_READY: &str = concat!(
     ),
     " ELSE ",
     head!(
-        "IS NULL",
+        "IS NULL AND job_group IS NULL",
         "run_at",
         "AND priority = l.priority ORDER BY priority, id"
     ),
-    " END))::float8 AS age_s FROM levels l WHERE l.priority IS NOT NULL"
+    " END) FROM levels l WHERE l.priority IS NOT NULL), \
+        (SELECT w.run_at FROM workflow_status w \
+         WHERE w.id = (SELECT min(g.id) FROM workflow_status g \
+                       WHERE g.queue = $1 AND g.status = 'queued' AND g.job_group IS NOT NULL) \
+           AND w.queue = $1 AND w.status = 'queued' AND w.job_group IS NOT NULL LIMIT 1) \
+    ))::float8 AS age_s"
 );
 
 /// The recorded steps of one workflow, in the order they were recorded.

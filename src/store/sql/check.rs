@@ -172,9 +172,9 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 /// - finished (`succeeded`, `failed`, `dead`, `cancelled`): no owner, no
 ///   lease, a `finished_at` (retention deletes by it).
 ///
-/// Rows read (cost ∝ what the fleet holds plus 6 × $1): every running row
+/// Rows read (cost ∝ what the fleet holds plus 7 × $1): every running row
 /// (`workflow_status_lease`); the first $1 of each unfinished state by its
-/// own index (the dequeue order of both dequeue indexes, `waiting` in key
+/// own index (the dequeue order of the three dequeue indexes, `waiting` in key
 /// order, `scheduled` soonest due first); the $1 latest finished
 /// (`workflow_status_finished` backward: rows without `finished_at` come
 /// first); and the $1 newest jobs of any state (the primary key backward:
@@ -193,6 +193,7 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
             cancel_requested \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NULL \
+             AND job_group IS NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_keyed', shard_key, id, queue, ordering_key, status, owner, \
@@ -200,6 +201,12 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
             cancel_requested \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NOT NULL \
          ORDER BY queue, priority, id LIMIT $1) \
+        UNION ALL \
+        (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, status, owner, \
+            lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
+            cancel_requested \
+         FROM workflow_status WHERE status = 'queued' AND job_group IS NOT NULL \
+         ORDER BY queue, hashtext(job_group), priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \

@@ -2,14 +2,19 @@
 
 /// Writes a queue's limits if `revision` is newer than the row's.
 pub const LIMIT_SET: &str = "INSERT INTO shardq_queue_limits \
-    (queue, concurrency, rate_count, rate_period_ms, revision) VALUES ($1, $2, $3, $4, $5) \
+    (queue, concurrency, rate_count, rate_period_ms, group_concurrency, group_rate_count, \
+     group_rate_period_ms, revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
     ON CONFLICT (queue) DO UPDATE SET concurrency = EXCLUDED.concurrency, \
         rate_count = EXCLUDED.rate_count, rate_period_ms = EXCLUDED.rate_period_ms, \
+        group_concurrency = EXCLUDED.group_concurrency, \
+        group_rate_count = EXCLUDED.group_rate_count, \
+        group_rate_period_ms = EXCLUDED.group_rate_period_ms, \
         revision = EXCLUDED.revision, updated_at = now() \
     WHERE shardq_queue_limits.revision < EXCLUDED.revision";
 
 /// Every queue's limits (a cleared queue's row has no limit left).
-pub const LIMITS_READ: &str = "SELECT queue, concurrency, rate_count, rate_period_ms, revision \
+pub const LIMITS_READ: &str = "SELECT queue, concurrency, rate_count, rate_period_ms, \
+    group_concurrency, group_rate_count, group_rate_period_ms, revision \
     FROM shardq_queue_limits ORDER BY queue";
 
 /// Per queue, the unexpired permits and how many processes hold them.

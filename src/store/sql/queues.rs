@@ -13,7 +13,9 @@
 /// scheduled row; the ORDER BY ... LIMIT 1 of a scalar subquery, which EXISTS would
 /// drop, makes the probe the cheap plan.)
 pub const QUEUE_HAS_PENDING: &str = "SELECT (EXISTS (SELECT 1 FROM workflow_status \
-        WHERE queue = $1 AND ordering_key IS NULL AND status = 'queued') \
+        WHERE queue = $1 AND ordering_key IS NULL AND job_group IS NULL AND status = 'queued') \
+    OR EXISTS (SELECT 1 FROM workflow_status \
+        WHERE queue = $1 AND job_group IS NOT NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
     OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \

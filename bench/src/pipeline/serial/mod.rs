@@ -137,7 +137,7 @@ async fn serial_loop(serial: Arc<Serial>, mut rotation: Rotation, shutdown: Canc
         let result = jobs::claim(shard, params).await;
         stats.record_claim(*shard_index, target, &result, started.elapsed());
         match result {
-            Ok(Claim::Jobs(jobs)) => {
+            Ok(Claim::Jobs(jobs) | Claim::HeldBack(jobs)) => {
                 rotation.claimed(target);
                 for job in jobs {
                     let done = execute(&job);

@@ -6,7 +6,8 @@
 /// Claims up to $4 ready jobs of queue $3 for owner $5 with a lease of $6 ms,
 /// after taking one of dequeue slots ($1, 0..$2), or ungated when $2 = 0.
 /// Always returns at least one row: `got_slot` = 0 means "busy"; `got_slot`
-/// = 1 with a NULL id means "empty". Rows come back in id order, the order a
+/// = 1 with a NULL id means "empty"; 2 with a NULL id "held back by group
+/// limits" (ready jobs there, none allowed to start now). Rows come back in id order, the order a
 /// key's jobs must run in. The slot is released at commit, so it works
 /// through transaction-pooling proxies.
 pub const JOB_CLAIM: &str = "SELECT * FROM shardq_claim($1::int, $2::int, $3::text, \

@@ -6,34 +6,36 @@
 //! once instead of at their next poll.
 
 /// Inserts many jobs in one statement; returns their ids in input order. A
-/// job with a positive delay ($7, ms) starts `scheduled`.
+/// job with a positive delay ($7, ms) starts `scheduled`; $9: the groups.
 pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
-    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts) \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
+     job_group) \
     SELECT shard_key, queue, handler, ordering_key, priority, payload, \
         CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + delay_ms * interval '1 millisecond', max_attempts \
+        now() + delay_ms * interval '1 millisecond', max_attempts, job_group \
     FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
-                $7::bigint[], $8::int[]) \
+                $7::bigint[], $8::int[], $9::text[]) \
         WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
-                             delay_ms, max_attempts, ord) \
+                             delay_ms, max_attempts, job_group, ord) \
     ORDER BY ord \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
 
 /// [`JOB_INSERT_MANY`] fenced by the epoch of the map the rows were routed
-/// by ($9; NULL: the shard's current one) as [`JOB_INSERT_MANY_AS`], for an
+/// by ($9; NULL: the shard's current one; the groups are $10) as [`JOB_INSERT_MANY_AS`], for an
 /// insert inside the caller's own transaction.
 pub const JOB_INSERT_MANY_FENCED: &str = "WITH fence AS MATERIALIZED ( \
         SELECT shardq_check_route($9::int, VARIADIC $1::int[]) AS ok) \
     INSERT INTO workflow_status \
-    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts) \
+    (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
+     job_group) \
     SELECT shard_key, queue, handler, ordering_key, priority, payload, \
         CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + delay_ms * interval '1 millisecond', max_attempts \
+        now() + delay_ms * interval '1 millisecond', max_attempts, job_group \
     FROM fence, unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
-                $7::bigint[], $8::int[]) \
+                $7::bigint[], $8::int[], $10::text[]) \
         WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
-                             delay_ms, max_attempts, ord) \
+                             delay_ms, max_attempts, job_group, ord) \
     WHERE fence.ok \
     ORDER BY ord \
     RETURNING id, \
@@ -46,7 +48,7 @@ pub const JOB_RESERVE_IDS: &str = "SELECT shardq_reserve_ids($1::int) AS ids";
 /// The columns and source rows of [`JOB_INSERT_MANY_AS`] and
 /// [`JOB_INSERT_MANY_AGAIN`]: [`JOB_INSERT_MANY`] with the ids given ($1),
 /// fenced by the epoch of the map the keys were routed by ($10; NULL: the
-/// shard's current one): `shardq_check_route` raises SQ004 (stale map) or
+/// shard's current one; the groups are $11): `shardq_check_route` raises SQ004 (stale map) or
 /// SQ001 (a key not on this shard) before any row is written, and holds
 /// the map's lock shared until the transaction ends.
 macro_rules! insert_many_as {
@@ -56,15 +58,15 @@ macro_rules! insert_many_as {
                 SELECT shardq_check_route($10::int, VARIADIC $2::int[]) AS ok) \
             INSERT INTO workflow_status \
             (id, shard_key, queue, handler, ordering_key, priority, payload, status, run_at, \
-             max_attempts) \
+             max_attempts, job_group) \
             OVERRIDING SYSTEM VALUE \
             SELECT id, shard_key, queue, handler, ordering_key, priority, payload, \
                 CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
-                now() + delay_ms * interval '1 millisecond', max_attempts \
+                now() + delay_ms * interval '1 millisecond', max_attempts, job_group \
             FROM fence, unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], \
-                        $6::int[], $7::jsonb[], $8::bigint[], $9::int[]) \
+                        $6::int[], $7::jsonb[], $8::bigint[], $9::int[], $11::text[]) \
                 WITH ORDINALITY AS t(id, shard_key, queue, handler, ordering_key, priority, \
-                                     payload, delay_ms, max_attempts, ord) \
+                                     payload, delay_ms, max_attempts, job_group, ord) \
             WHERE fence.ok \
             ORDER BY ord ",
             $on_conflict,
@@ -92,16 +94,16 @@ pub const JOB_INSERT_MANY_AGAIN: &str = insert_many_as!("ON CONFLICT (id, shard_
 /// Inserts one job with a deduplication id ($9) as job $10 (from
 /// [`JOB_RESERVE_IDS`]), skipped when that id exists already (a retry after
 /// a lost reply) or an unfinished job of the queue has the deduplication id.
-/// Returns the id when this statement wrote it. Fenced by epoch $11 as
+/// Returns the id when this statement wrote it ($12: the group). Fenced by epoch $11 as
 /// [`JOB_INSERT_MANY_AS`].
 pub const JOB_INSERT_DEDUP_AS: &str = "WITH fence AS MATERIALIZED ( \
         SELECT shardq_check_route($11::int, $1::int) AS ok) \
     INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
-     dedup_id, id) \
+     dedup_id, id, job_group) \
     OVERRIDING SYSTEM VALUE \
     SELECT $1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + $7::bigint * interval '1 millisecond', $8, $9, $10 \
+        now() + $7::bigint * interval '1 millisecond', $8, $9, $10, $12 \
     FROM fence WHERE fence.ok \
     ON CONFLICT DO NOTHING \
     RETURNING id, \

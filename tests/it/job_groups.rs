@@ -1,0 +1,435 @@
+//! Groups (`NewJob::group`, `enqueue --group`, `shardq_enqueue(p_group)`):
+//! fair claiming between a queue's groups, and the limits each group has
+//! (`limit set --group-concurrency`, `--group-rate`), on real `shardq
+//! worker` processes and asserted on the jobs' own rows. The race a group's
+//! concurrency must survive (two claims of one group at once) is driven
+//! statement by statement on two connections.
+
+use crate::common;
+use crate::queue_limits::most_at_once;
+
+use common::{wait_until, TestShards};
+use serde_json::json;
+use shardq::shards::ShardSet;
+use shardq::{Client, InvalidJob, NewJob};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const QUEUE: &str = "tenants";
+const WORKER_TOML: &str = "
+[worker]
+queues = [\"tenants\"]
+concurrency = 16
+";
+
+struct Fleet {
+    _shards: TestShards,
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    set: ShardSet,
+    client: Client,
+}
+
+async fn fleet(shard_count: usize) -> Fleet {
+    let shards = TestShards::databases(shard_count).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
+    let config = shardq::Config::load(Some(&path)).unwrap();
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    Fleet {
+        _shards: shards,
+        _dir: dir,
+        path,
+        set,
+        client,
+    }
+}
+
+async fn cli(config: &Path, args: &[&str]) -> String {
+    let (ok, text) = shardq_harness::exe::shardq_output(config, args).await;
+    assert!(ok, "shardq {args:?}: {text}");
+    text
+}
+
+fn workers(config: &Path, n: usize) -> Vec<tokio::process::Child> {
+    (0..n)
+        .map(|_| {
+            shardq_harness::exe::shardq_command(config)
+                .arg("worker")
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Every job of the queue: (group, claimed, written, status), all shards.
+type Row = (
+    Option<String>,
+    Option<SystemTime>,
+    Option<SystemTime>,
+    String,
+);
+
+async fn rows(set: &ShardSet) -> Vec<Row> {
+    let mut all = Vec::new();
+    for shard in set.all() {
+        let db = shard.client().await.unwrap();
+        let got = db
+            .query(
+                "SELECT job_group, started_at, finished_at, status FROM workflow_status \
+                 WHERE queue = $1",
+                &[&QUEUE],
+            )
+            .await
+            .unwrap();
+        all.extend(got.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))));
+    }
+    all
+}
+
+async fn all_succeeded(set: &ShardSet, jobs: usize) {
+    wait_until(Duration::from_secs(120), "every job succeeded", || async {
+        let all = rows(set).await;
+        all.iter().filter(|r| r.3 == "succeeded").count() == jobs
+    })
+    .await;
+}
+
+fn jobs(group: &str, n: usize, handler: &str, payload: serde_json::Value) -> Vec<NewJob> {
+    (0..n)
+        .map(|_| NewJob::new(QUEUE, handler, payload.clone()).group(group))
+        .collect()
+}
+
+/// One group with 10,000 ready jobs, enqueued first, and ten groups with
+/// ten each, all on one shard: in claim order by id (no turns) the small
+/// groups would run after the whole big one. With turns they finish while
+/// most of the big group still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_groups_finish_while_a_big_group_still_waits() {
+    const BIG: usize = 10_000;
+    let f = fleet(1).await;
+    f.client
+        .enqueue_many(jobs("big", BIG, "noop", json!({})))
+        .await
+        .unwrap();
+    let mut small = Vec::new();
+    for g in 0..10 {
+        small.extend(jobs(&format!("small-{g}"), 10, "noop", json!({})));
+    }
+    f.client.enqueue_many(small).await.unwrap();
+    let mut children = workers(&f.path, 1);
+    all_succeeded(&f.set, BIG + 100).await;
+    for child in &mut children {
+        child.kill().await.unwrap();
+    }
+
+    let all = rows(&f.set).await;
+    let finished = |r: &Row| r.2.expect("finished");
+    let last_small = all
+        .iter()
+        .filter(|r| r.0.as_deref() != Some("big"))
+        .map(finished)
+        .max()
+        .unwrap();
+    let first_start = all.iter().filter_map(|r| r.1).min().unwrap();
+    let big_after = all
+        .iter()
+        .filter(|r| r.0.as_deref() == Some("big") && finished(r) > last_small)
+        .count();
+    eprintln!(
+        "the 100 small-group jobs were done {:?} after the first start, with {big_after} of \
+         {BIG} big-group jobs still to finish",
+        last_small.duration_since(first_start).unwrap_or_default()
+    );
+    assert!(
+        big_after >= BIG / 2,
+        "only {big_after} of the big group's {BIG} jobs finished after the small groups' last: \
+         the small groups waited behind it"
+    );
+}
+
+/// Three processes × 16 slots on two shards, four groups of 15 jobs of
+/// 100 ms, each group limited to 2 at once: no group ever has more than 2
+/// jobs between claim and outcome write, while the groups run side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_group_runs_more_jobs_at_once_than_its_limit() {
+    const GROUPS: usize = 4;
+    const PER_GROUP: usize = 15;
+    const LIMIT: usize = 2;
+    let f = fleet(2).await;
+    let text = cli(
+        &f.path,
+        &["limit", "set", "--queue", QUEUE, "--group-concurrency", "2"],
+    )
+    .await;
+    assert!(text.contains("each group concurrency 2"), "{text}");
+    let mut all_jobs = Vec::new();
+    for g in 0..GROUPS {
+        all_jobs.extend(jobs(
+            &format!("tenant-{g}"),
+            PER_GROUP,
+            "sleep",
+            json!({ "ms": 100 }),
+        ));
+    }
+    f.client.enqueue_many(all_jobs).await.unwrap();
+    let mut children = workers(&f.path, 3);
+    all_succeeded(&f.set, GROUPS * PER_GROUP).await;
+    for child in &mut children {
+        child.kill().await.unwrap();
+    }
+
+    let mut by_group: HashMap<String, Vec<(SystemTime, SystemTime)>> = HashMap::new();
+    let mut every = Vec::new();
+    for (group, start, end, _) in rows(&f.set).await {
+        let span = (start.unwrap(), end.unwrap());
+        by_group.entry(group.unwrap()).or_default().push(span);
+        every.push(span);
+    }
+    assert_eq!(by_group.len(), GROUPS);
+    for (group, spans) in &by_group {
+        let most = most_at_once(spans);
+        assert!(
+            most <= LIMIT,
+            "group {group} had {most} jobs claimed and unfinished at once, over its limit of {LIMIT}"
+        );
+    }
+    let together = most_at_once(&every);
+    eprintln!("at most {together} jobs of the queue at once, at most {LIMIT} per group");
+    assert!(
+        together > LIMIT,
+        "the groups ran side by side ({together} jobs at most at once)"
+    );
+}
+
+/// Two groups limited to 5 starts a second each, 15 jobs each, two
+/// processes: in any second a group starts at most 5 plus its burst of 1,
+/// so its 15 starts spread over at least 2.6 s, and not much more (a claim
+/// held back asks again soon); both groups go at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_group_starts_no_faster_than_its_rate() {
+    const PER_GROUP: usize = 15;
+    let f = fleet(2).await;
+    cli(
+        &f.path,
+        &["limit", "set", "--queue", QUEUE, "--group-rate", "5/s"],
+    )
+    .await;
+    let mut all_jobs = jobs("a", PER_GROUP, "noop", json!({}));
+    all_jobs.extend(jobs("b", PER_GROUP, "noop", json!({})));
+    f.client.enqueue_many(all_jobs).await.unwrap();
+    let mut children = workers(&f.path, 2);
+    all_succeeded(&f.set, 2 * PER_GROUP).await;
+    for child in &mut children {
+        child.kill().await.unwrap();
+    }
+
+    let mut starts: HashMap<String, Vec<SystemTime>> = HashMap::new();
+    for (group, start, _, _) in rows(&f.set).await {
+        starts
+            .entry(group.unwrap())
+            .or_default()
+            .push(start.unwrap());
+    }
+    let mut firsts = Vec::new();
+    for (group, mut at) in starts {
+        at.sort();
+        let most_in_a_second = at
+            .iter()
+            .map(|s| {
+                at.iter()
+                    .filter(|t| **t >= *s && t.duration_since(*s).unwrap() < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap();
+        let spread = at.last().unwrap().duration_since(at[0]).unwrap();
+        eprintln!(
+            "group {group}: {most_in_a_second} starts in one second at most, over {spread:?}"
+        );
+        assert!(
+            most_in_a_second <= 6,
+            "group {group} started {most_in_a_second} jobs within one second (rate 5/s, burst 1)"
+        );
+        assert!(
+            spread >= Duration::from_millis(2_600),
+            "group {group}'s 15 starts took {spread:?}"
+        );
+        // Ideal 2.8 s: far more means a held-back claim waited for a
+        // wake-up that never comes (the idle poll) instead of asking again.
+        assert!(
+            spread <= Duration::from_secs(8),
+            "group {group}'s 15 starts took {spread:?}, not about 2.8 s"
+        );
+        firsts.push(at[0]);
+    }
+    let apart = firsts[0]
+        .duration_since(firsts[1])
+        .or_else(|_| firsts[1].duration_since(firsts[0]))
+        .unwrap();
+    assert!(
+        apart < Duration::from_secs(2),
+        "one group's rate held the other back: their first starts were {apart:?} apart"
+    );
+}
+
+/// Two claims of one group at once: the first holds the group's lock until
+/// it commits, so the second takes none of the group's jobs (it cannot see
+/// the first's uncommitted claims to count them); once the first commits, a
+/// claim counts its jobs as running. Without the lock the second claim
+/// would count 0 running and take 2 more: 4 of a group limited to 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_concurrent_claims_never_take_more_than_its_limit() {
+    let f = fleet(1).await;
+    f.client
+        .set_queue_limits(
+            QUEUE,
+            shardq::client::QueueLimits {
+                group_concurrency: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    f.client
+        .enqueue_many(jobs("x", 5, "noop", json!({})))
+        .await
+        .unwrap();
+    let claim = "SELECT id FROM shardq_claim(1, 0, $1, 10, $2, 60000) WHERE id IS NOT NULL";
+    let mut a = f.set.get(0).client().await.unwrap();
+    let mut b = f.set.get(0).client().await.unwrap();
+    let ta = a.transaction().await.unwrap();
+    let first = ta.query(claim, &[&QUEUE, &"a"]).await.unwrap();
+    assert_eq!(first.len(), 2, "the first claim takes the group's limit");
+
+    let tb = b.transaction().await.unwrap();
+    let second = tb.query(claim, &[&QUEUE, &"b"]).await.unwrap();
+    assert_eq!(
+        second.len(),
+        0,
+        "a claim while another holds the group's lock takes none of the group"
+    );
+    ta.commit().await.unwrap();
+    let third = tb.query(claim, &[&QUEUE, &"b"]).await.unwrap();
+    assert_eq!(
+        third.len(),
+        0,
+        "the group's 2 committed claims count as running"
+    );
+    tb.commit().await.unwrap();
+
+    let id: i64 = first[0].get(0);
+    a.execute(
+        "UPDATE workflow_status SET status = 'succeeded', finished_at = now() WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    let fourth = a.query(claim, &[&QUEUE, &"a"]).await.unwrap();
+    assert_eq!(fourth.len(), 1, "one finished: one more may start");
+}
+
+/// A group is refused with an ordering key (Rust, SQL), an empty one is
+/// refused, and a grouped job is placed by its group: the SQL enqueue on
+/// another shard than the group's names the right one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_routes_its_jobs_and_bad_groups_are_refused() {
+    let f = fleet(2).await;
+    let both = NewJob::new(QUEUE, "noop", json!({}))
+        .group("g")
+        .ordering_key("k");
+    let refused = f.client.enqueue(both).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            shardq::ClientError::Invalid {
+                reason: InvalidJob::KeyAndGroup,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let empty = f
+        .client
+        .enqueue(NewJob::new(QUEUE, "noop", json!({})).group(""))
+        .await
+        .unwrap_err();
+    assert!(empty.to_string().contains("group name is empty"), "{empty}");
+
+    // Ten groups: each group's jobs all on the one shard its name routes to.
+    for g in 0..10 {
+        let ids = f
+            .client
+            .enqueue_many(jobs(&format!("g{g}"), 3, "noop", json!({})))
+            .await
+            .unwrap();
+        let shards: std::collections::HashSet<&str> = ids
+            .iter()
+            .map(|id| f.set.for_key(id.shard_key).name.as_str())
+            .collect();
+        assert_eq!(shards.len(), 1, "group g{g}'s jobs on {shards:?}");
+    }
+
+    // SQL: the group routes, and a key with it is refused.
+    let home_name = &f.set.for_key(shardq::router::shard_key_for("g1")).name;
+    let home = f
+        .set
+        .all()
+        .iter()
+        .position(|s| &s.name == home_name)
+        .unwrap();
+    let other = f.set.get(1 - home).client().await.unwrap();
+    let wrong = other
+        .query(
+            "SELECT * FROM shardq_enqueue('tenants', 'noop', p_group => 'g1')",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    let wrong = wrong.as_db_error().unwrap();
+    assert_eq!(wrong.code().code(), "SQ001");
+    assert!(
+        wrong.message().contains("group routes"),
+        "{}",
+        wrong.message()
+    );
+    let right = f.set.get(home).client().await.unwrap();
+    let id: i64 = right
+        .query_one(
+            "SELECT id FROM shardq_enqueue('tenants', 'noop', p_group => 'g1')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let written = right
+        .query_one(
+            "SELECT job_group FROM workflow_status WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.get::<_, Option<String>>(0).as_deref(), Some("g1"));
+    let many = right
+        .query(
+            "SELECT * FROM shardq_enqueue_many('[{\"queue\": \"tenants\", \"handler\": \"noop\", \
+             \"group\": \"g1\"}]')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(many.len(), 1);
+    let keyed = right
+        .query(
+            "SELECT * FROM shardq_enqueue('tenants', 'noop', p_ordering_key => 'k', \
+             p_group => 'g1')",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(keyed.code().unwrap().code(), "22023");
+}

@@ -343,6 +343,7 @@ AS $function$
 DECLARE
     lim shardq_queue_limits%ROWTYPE;
     limited boolean;
+    held_back boolean;
     start int := (floor(random() * 4294967296) - 2147483648)::int;
     heads int[];
     has_plain boolean;
@@ -451,15 +452,27 @@ BEGIN
             ORDER BY c.rn, c.pos LIMIT p_limit) x;
     END IF;
 
+    -- started_at: the clock now, after the count, not the transaction's
+    -- start: a job of the group finished between the two counts as
+    -- finished before this one started, in the rows as in the count.
     UPDATE workflow_status w SET status = 'running', owner = p_owner,
-        attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
+        attempts = w.attempts + 1, fence = w.fence + 1, started_at = clock_timestamp(),
         lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
     FROM unnest(t_sk, t_id) AS t(shard_key, id)
     WHERE w.shard_key = t.shard_key AND w.id = t.id;
 
+    -- Under group limits, a claim that took fewer than asked while grouped
+    -- jobs stay ready (held back here, or locked by a concurrent claim that
+    -- may itself take only some) says so: got_slot 2, and the worker asks
+    -- again soon, as after an empty claim, with no wake-up to wait for.
+    held_back := limited AND cardinality(t_id) < p_limit AND EXISTS (
+        SELECT 1 FROM workflow_status w
+        WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL);
+
     -- The rows as this transaction left them (one primary-key probe each).
     RETURN QUERY
-    SELECT 1, w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+    SELECT CASE WHEN held_back THEN 2 ELSE 1 END,
+           w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
            w.attempts, w.fence, w.queue, w.created_at
     FROM (SELECT 1) AS one
     LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)

@@ -59,7 +59,7 @@ mod job {
     #[allow(unused_imports)]
     use shardq::job::{
         ClaimedJob, Completion, InvalidJob, JobId, JobIdParseError, JobStatus, Limits, NewJob,
-        OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_HANDLER_BYTES,
+        OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
         MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }

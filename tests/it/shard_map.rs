@@ -203,6 +203,8 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP TABLE IF EXISTS shardq_map_moves, shardq_map_ranges, shardq_map_epochs; \
                  DROP SEQUENCE IF EXISTS shardq_map_change_xid; \
                  DROP TABLE IF EXISTS shardq_queue_limits, shardq_limit_leases; \
+                 DROP TABLE IF EXISTS shardq_group_tokens; \
+                 ALTER TABLE workflow_status DROP COLUMN IF EXISTS job_group; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS held_status; \
                  DROP INDEX IF EXISTS workflow_status_failed; \
                  DELETE FROM shardq_migrations WHERE version >= 5",

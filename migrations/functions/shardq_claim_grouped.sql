@@ -40,7 +40,7 @@ RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
 LANGUAGE plpgsql
 SET enable_hashjoin = on
 SET enable_mergejoin = on
-SET plan_cache_mode = force_custom_plan
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -52,10 +52,10 @@ DECLARE
     has_plain boolean;
     plain_pos float8;
     per_group int;
-    c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
+    c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
     l_group text[];                           -- groups whose lock this claim got
     a_group text[]; a_allowed int[]; a_tokens float8[];
-    t_sk int[]; t_id bigint[];
+    t_tid tid[]; t_sk int[]; t_id bigint[];
     at timestamptz;
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
@@ -73,29 +73,30 @@ BEGIN
     plain_pos := random() * (cardinality(heads) + 1) + 0.5;
 
     WITH grouped AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, c.shard_key, c.id, c.job_group, c.priority
+        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority
         FROM unnest(heads) WITH ORDINALITY AS g(h, pos) CROSS JOIN LATERAL (
-            SELECT w.shard_key, w.id, w.job_group, w.priority FROM workflow_status w
+            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+            FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
               AND hashtext(w.job_group) = g.h
             ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED) c
     ), plain AS MATERIALIZED (
-        SELECT w.shard_key, w.id, w.priority FROM workflow_status w
+        SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
         WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
           AND w.ordering_key IS NULL AND w.job_group IS NULL
         ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED
     ), met AS (
-        SELECT g.pos, g.shard_key, g.id, g.job_group,
+        SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
                row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
         FROM grouped g
         UNION ALL
-        SELECT plain_pos, p.shard_key, p.id, NULL,
+        SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,
                row_number() OVER (ORDER BY p.priority, p.id) FROM plain p
     )
-    SELECT coalesce(array_agg(m.shard_key), '{}'), coalesce(array_agg(m.id), '{}'),
-           coalesce(array_agg(m.job_group), '{}'), coalesce(array_agg(m.pos), '{}'),
-           coalesce(array_agg(m.rn), '{}')
-    INTO c_sk, c_id, c_group, c_pos, c_rn FROM met m;
+    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.shard_key), '{}'),
+           coalesce(array_agg(m.id), '{}'), coalesce(array_agg(m.job_group), '{}'),
+           coalesce(array_agg(m.pos), '{}'), coalesce(array_agg(m.rn), '{}')
+    INTO c_tid, c_sk, c_id, c_group, c_pos, c_rn FROM met m;
 
     IF limited THEN
         -- Try each group's lock once (a volatile condition stays above the
@@ -128,10 +129,11 @@ BEGIN
                 LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
         ) a;
 
-        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}')
-        INTO t_sk, t_id FROM (
-            SELECT c.shard_key, c.id FROM unnest(c_sk, c_id, c_group, c_pos, c_rn)
-                AS c(shard_key, id, g, pos, rn)
+        SELECT coalesce(array_agg(x.tid), '{}'), coalesce(array_agg(x.shard_key), '{}'),
+               coalesce(array_agg(x.id), '{}')
+        INTO t_tid, t_sk, t_id FROM (
+            SELECT c.tid, c.shard_key, c.id FROM unnest(c_tid, c_sk, c_id, c_group, c_pos, c_rn)
+                AS c(tid, shard_key, id, g, pos, rn)
             LEFT JOIN unnest(a_group, a_allowed) AS a(g, allowed) ON a.g = c.g
             WHERE c.g IS NULL OR c.rn <= a.allowed
             ORDER BY c.rn, c.pos LIMIT p_limit) x;
@@ -148,21 +150,23 @@ BEGIN
                 SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
         END IF;
     ELSE
-        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}')
-        INTO t_sk, t_id FROM (
-            SELECT c.shard_key, c.id FROM unnest(c_sk, c_id, c_pos, c_rn)
-                AS c(shard_key, id, pos, rn)
+        SELECT coalesce(array_agg(x.tid), '{}'), coalesce(array_agg(x.shard_key), '{}'),
+               coalesce(array_agg(x.id), '{}')
+        INTO t_tid, t_sk, t_id FROM (
+            SELECT c.tid, c.shard_key, c.id FROM unnest(c_tid, c_sk, c_id, c_pos, c_rn)
+                AS c(tid, shard_key, id, pos, rn)
             ORDER BY c.rn, c.pos LIMIT p_limit) x;
     END IF;
 
-    -- started_at: the clock now, after the count, not the transaction's
-    -- start: a job of the group finished between the two counts as
-    -- finished before this one started, in the rows as in the count.
+    -- Found by tuple id: a row this transaction locked cannot move before
+    -- it ends. started_at: the clock now, after the count, not the
+    -- transaction's start: a job of the group finished between the two
+    -- counts as finished before this one started, in the rows as in the
+    -- count.
     UPDATE workflow_status w SET status = 'running', owner = p_owner,
         attempts = w.attempts + 1, fence = w.fence + 1, started_at = clock_timestamp(),
         lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-    FROM unnest(t_sk, t_id) AS t(shard_key, id)
-    WHERE w.shard_key = t.shard_key AND w.id = t.id;
+    WHERE w.ctid = ANY (t_tid);
 
     -- Under group limits, a claim that took fewer than asked while grouped
     -- jobs stay ready (held back here, or locked by a concurrent claim that

@@ -116,3 +116,6 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_limit_leases TO shardq_work
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_queue_limits TO shardq_producer;
 GRANT SELECT ON TABLE shardq_limit_leases TO shardq_producer;
 GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_leases TO shardq_dashboard_ro;
+-- Each group's start-rate bucket: taken by the claim (the worker's role),
+-- emptied of full buckets by upkeep.
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_worker;

@@ -198,3 +198,22 @@ pub async fn delete_finished(shard: &Shard, age: Duration, limit: i64) -> Result
     )
     .await
 }
+
+/// Deletes up to `limit` group start-rate buckets on `shard` that are full
+/// again ([`sql::GROUP_BUCKETS_FORGET_FULL`]). Returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one statement.
+pub async fn forget_full_buckets(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
+    exec::execute(
+        shard,
+        sql::GROUP_BUCKETS_FORGET_FULL,
+        &[(&limit, Type::INT8)],
+    )
+    .await
+}

@@ -85,7 +85,7 @@ async fn shard_loop(
             last_sweep = Instant::now();
             shard.release_idle(IDLE_CONNECTION);
         }
-        // Three duties, each on its own: one that fails (a deadline on a
+        // Four duties, each on its own: one that fails (a deadline on a
         // stuck shard, say) is logged and the others still run.
         match upkeep::recover_expired(shard, MAINTENANCE_BATCH).await {
             Ok(recovered) if recovered != Default::default() => {
@@ -104,6 +104,9 @@ async fn shard_loop(
         if sweep {
             if let Err(err) = sweep_finished(shard, retention).await {
                 failed(shard, "retention", &err);
+            }
+            if let Err(err) = upkeep::forget_full_buckets(shard, MAINTENANCE_BATCH).await {
+                failed(shard, "forgetting full group buckets", &err);
             }
         }
     }

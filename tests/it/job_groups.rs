@@ -433,3 +433,54 @@ async fn a_group_routes_its_jobs_and_bad_groups_are_refused() {
         .unwrap_err();
     assert_eq!(keyed.code().unwrap().code(), "22023");
 }
+
+/// A group's start-rate bucket is kept while it refills and forgotten by
+/// upkeep once full again (or once the queue has no group rate): the table
+/// holds only the groups that started jobs lately.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_group_buckets_are_forgotten_and_refilling_ones_kept() {
+    let f = fleet(1).await;
+    let shard = f.set.get(0);
+    let rate = |count, per| shardq::client::QueueLimits {
+        group_rate: Some(shardq::client::StartRate { count, per }),
+        ..Default::default()
+    };
+    f.client
+        .set_queue_limits(QUEUE, rate(1, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    f.client
+        .enqueue_many(jobs("slow", 3, "noop", json!({})))
+        .await
+        .unwrap();
+    let db = shard.client().await.unwrap();
+    let claim = "SELECT id FROM shardq_claim(1, 0, $1, 10, 'w', 60000) WHERE id IS NOT NULL";
+    assert_eq!(db.query(claim, &[&QUEUE]).await.unwrap().len(), 1);
+    assert_eq!(
+        db.query(claim, &[&QUEUE]).await.unwrap().len(),
+        0,
+        "1 an hour"
+    );
+    let buckets = || async {
+        let n: i64 = db
+            .query_one("SELECT count(*) FROM shardq_group_tokens", &[])
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    assert_eq!(buckets().await, 1);
+    shardq::store::upkeep::forget_full_buckets(shard, 100)
+        .await
+        .unwrap();
+    assert_eq!(buckets().await, 1, "an empty bucket refilling is kept");
+    f.client
+        .set_queue_limits(QUEUE, rate(1000, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    shardq::store::upkeep::forget_full_buckets(shard, 100)
+        .await
+        .unwrap();
+    assert_eq!(buckets().await, 0, "full again at 1,000 a second");
+}

@@ -576,8 +576,40 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .unwrap();
     assert_eq!(deleted, 200);
 
-    // Nothing beyond that: no DDL, no migration records.
+    // A claim of grouped jobs under group limits (the buckets' table).
+    let owner_client = shardq::Client::from_shards(owner_shards.clone(), owner.limits.clone());
+    owner_client
+        .set_queue_limits(
+            "grouped",
+            shardq::client::QueueLimits {
+                group_concurrency: Some(5),
+                group_rate: Some(shardq::client::StartRate {
+                    count: 1000,
+                    per: Duration::from_secs(1),
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let grouped = (0..20)
+        .map(|_| shardq::NewJob::new("grouped", "noop", serde_json::json!({})).group("t"))
+        .collect();
+    owner_client.enqueue_many(grouped).await.unwrap();
     let client = shard.client().await.unwrap();
+    let taken = client
+        .query(
+            "SELECT id FROM shardq_claim(1, 0, 'grouped', 10, 'w', 60000) WHERE id IS NOT NULL",
+            &[],
+        )
+        .await
+        .expect("the worker role claims under group limits");
+    assert_eq!(taken.len(), 5, "the group's concurrency");
+    shardq::store::upkeep::forget_full_buckets(shard, 100)
+        .await
+        .expect("the worker role forgets full buckets");
+
+    // Nothing beyond that: no DDL, no migration records.
     for sql in [
         "CREATE TABLE x ()",
         "DROP TABLE workflow_status",

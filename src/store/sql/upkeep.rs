@@ -88,3 +88,18 @@ pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \
     ) \
     DELETE FROM workflow_status w USING old \
     WHERE w.shard_key = old.shard_key AND w.id = old.id";
+
+/// Deletes up to $1 group start-rate buckets that are full again (or whose
+/// queue has no group rate now): a missing row is a full bucket to the
+/// claim, so each holds only the groups that started jobs within about a
+/// burst's refill. A bucket a claim takes from meanwhile is a new row
+/// version, which this statement then leaves alone.
+pub const GROUP_BUCKETS_FORGET_FULL: &str = "DELETE FROM shardq_group_tokens b \
+    WHERE b.ctid IN ( \
+        SELECT t.ctid FROM shardq_group_tokens t \
+        LEFT JOIN shardq_queue_limits l ON l.queue = t.queue \
+        WHERE l.group_rate_count IS NULL \
+           OR t.tokens + extract(epoch FROM clock_timestamp() - t.tokens_at) * 1000.0 \
+                * l.group_rate_count / l.group_rate_period_ms \
+              >= greatest(1.0, l.group_rate_count * 50.0 / l.group_rate_period_ms) \
+        LIMIT $1)";

@@ -1,14 +1,18 @@
 //! The fleet-wide queue limits (`shardq limit`) as Prometheus gauges, per
 //! limited queue: the concurrency and the permits the workers hold now,
-//! the rate in starts per second. Jobs waiting on a limit are the queue's
+//! the rate in starts per second, and the limits each of its groups has. Jobs waiting on a limit are the queue's
 //! ready ones (`shardq_queue_jobs{state="queued"}`).
 
 use super::encoding::family;
-use crate::client::QueueLimit;
+use crate::client::{QueueLimit, StartRate};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
+
+fn per_second(rate: StartRate) -> f64 {
+    f64::from(rate.count) / rate.per.as_secs_f64().max(1e-3)
+}
 
 /// A collector over one read of the limits ([`crate::Client::queue_limits`]).
 #[derive(Debug)]
@@ -54,8 +58,27 @@ impl Collector for Limits {
             "A queue's fleet-wide rate limit, in starts per second",
             MetricType::Gauge,
             self.limits.iter().filter_map(|l| {
-                let r = l.limits.rate?;
-                let per_s = f64::from(r.count) / r.per.as_secs_f64().max(1e-3);
+                let per_s = per_second(l.limits.rate?);
+                Some(([("queue", l.queue.as_str())], ConstGauge::new(per_s)))
+            }),
+        )?;
+        family(
+            e,
+            "shardq_queue_limit_group_concurrency",
+            "The concurrency limit each group of a queue has (`limit set --group-concurrency`)",
+            MetricType::Gauge,
+            self.limits.iter().filter_map(|l| {
+                let n = l.limits.group_concurrency?;
+                Some(([("queue", l.queue.as_str())], ConstGauge::new(i64::from(n))))
+            }),
+        )?;
+        family(
+            e,
+            "shardq_queue_limit_group_rate_per_second",
+            "The rate limit each group of a queue has, in starts per second",
+            MetricType::Gauge,
+            self.limits.iter().filter_map(|l| {
+                let per_s = per_second(l.limits.group_rate?);
                 Some(([("queue", l.queue.as_str())], ConstGauge::new(per_s)))
             }),
         )

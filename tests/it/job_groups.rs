@@ -167,6 +167,17 @@ async fn no_group_runs_more_jobs_at_once_than_its_limit() {
     )
     .await;
     assert!(text.contains("each group concurrency 2"), "{text}");
+    let metrics = shardq::prometheus::backlog::scrape_with_check(
+        &f.client,
+        &[QUEUE.to_string()],
+        &shardq::client::CheckOptions::default(),
+    )
+    .await;
+    let gauge = "shardq_queue_limit_group_concurrency{queue=\"tenants\"} 2";
+    assert!(
+        metrics.contains(gauge),
+        "{gauge} in the metrics:\n{metrics}"
+    );
     let mut all_jobs = Vec::new();
     for g in 0..GROUPS {
         all_jobs.extend(jobs(

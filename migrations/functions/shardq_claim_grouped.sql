@@ -49,6 +49,9 @@ DECLARE
     held_back boolean;
     start int := (floor(random() * 4294967296) - 2147483648)::int;
     heads int[];
+    head_tids tid[];
+    more_heads int[];
+    more_tids tid[];
     has_plain boolean;
     plain_pos float8;
     per_group int;
@@ -61,10 +64,13 @@ BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
-    heads := shardq_group_heads(p_queue, start, 2147483648, p_limit);
+    SELECT g.hashes, g.heads INTO heads, head_tids
+        FROM shardq_group_heads(p_queue, start, 2147483648, p_limit) g;
     IF cardinality(heads) < p_limit THEN
-        heads := heads || shardq_group_heads(p_queue, -2147483648, start,
-                                             p_limit - cardinality(heads));
+        SELECT g.hashes, g.heads INTO more_heads, more_tids
+            FROM shardq_group_heads(p_queue, -2147483648, start, p_limit - cardinality(heads)) g;
+        heads := heads || more_heads;
+        head_tids := head_tids || more_tids;
     END IF;
     has_plain := EXISTS (SELECT 1 FROM workflow_status w
                          WHERE w.queue = p_queue AND w.status = 'queued'
@@ -72,14 +78,28 @@ BEGIN
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(heads) + has_plain::int));
     plain_pos := random() * (cardinality(heads) + 1) + 0.5;
 
-    WITH grouped AS MATERIALIZED (
+    -- One job of each group: the heads the walk found, by tuple id (taken
+    -- or changed since: the lock finds the row's newest version and its
+    -- status no longer matches; the outer statement's snapshot keeps every
+    -- version it might meet from being removed). More: each group's first
+    -- per_group jobs.
+    WITH heads_only AS MATERIALIZED (
+        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+        FROM unnest(head_tids) WITH ORDINALITY AS g(tid, pos)
+        JOIN workflow_status w ON w.ctid = g.tid
+        WHERE per_group = 1 AND w.status = 'queued' AND w.queue = p_queue
+          AND w.job_group IS NOT NULL
+        FOR UPDATE OF w SKIP LOCKED
+    ), runs AS MATERIALIZED (
         SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority
         FROM unnest(heads) WITH ORDINALITY AS g(h, pos) CROSS JOIN LATERAL (
             SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
             FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
-              AND hashtext(w.job_group) = g.h
+            WHERE per_group > 1 AND w.queue = p_queue AND w.status = 'queued'
+              AND w.job_group IS NOT NULL AND hashtext(w.job_group) = g.h
             ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED) c
+    ), grouped AS (
+        SELECT * FROM heads_only UNION ALL SELECT * FROM runs
     ), plain AS MATERIALIZED (
         SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
         WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
@@ -168,11 +188,12 @@ BEGIN
         lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
     WHERE w.ctid = ANY (t_tid);
 
-    -- Under group limits, a claim that took fewer than asked while grouped
-    -- jobs stay ready (held back here, or locked by a concurrent claim that
-    -- may itself take only some) says so: got_slot 2, and the worker asks
-    -- again soon, as after an empty claim, with no wake-up to wait for.
-    held_back := limited AND cardinality(t_id) < p_limit AND EXISTS (
+    -- A claim that took fewer than asked while grouped jobs stay ready
+    -- (held back here by limits, or heads locked by a concurrent claim
+    -- that takes one job of each group it meets) says so: got_slot 2, and
+    -- the worker asks again soon, as after an empty claim, instead of
+    -- taking the queue for caught up and waiting for a wake-up.
+    held_back := cardinality(t_id) < p_limit AND EXISTS (
         SELECT 1 FROM workflow_status w
         WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL);
 

@@ -425,6 +425,21 @@ async fn a_group_routes_its_jobs_and_bad_groups_are_refused() {
         .await
         .unwrap();
     assert_eq!(written.get::<_, Option<String>>(0).as_deref(), Some("g1"));
+    let shown = shardq::store::jobs::get(
+        f.set.get(home),
+        shardq::JobId {
+            shard_key: shardq::router::shard_key_for("g1"),
+            id,
+        },
+    )
+    .await
+    .unwrap()
+    .expect("the job");
+    assert_eq!(
+        shown.group.as_deref(),
+        Some("g1"),
+        "`job show` names the group"
+    );
     let many = right
         .query(
             "SELECT * FROM shardq_enqueue_many('[{\"queue\": \"tenants\", \"handler\": \"noop\", \

@@ -71,7 +71,28 @@ pub async fn run(
     jobs: usize,
     serial: bool,
 ) -> Result<FleetRun> {
-    let prefill = server.refill(jobs).await?;
+    run_filled(server, clock, label, (jobs, 0), serial).await
+}
+
+/// [`run`] with the jobs spread over `groups` groups (0: none).
+pub async fn run_in_groups(
+    server: &BenchServer,
+    clock: Clock,
+    label: &str,
+    jobs: usize,
+    groups: usize,
+) -> Result<FleetRun> {
+    run_filled(server, clock, label, (jobs, groups), false).await
+}
+
+async fn run_filled(
+    server: &BenchServer,
+    clock: Clock,
+    label: &str,
+    (jobs, groups): (usize, usize),
+    serial: bool,
+) -> Result<FleetRun> {
+    let prefill = server.refill_in_groups(jobs, groups).await?;
     let mut command = if serial {
         let exe = std::env::current_exe().context("cannot find the shardq-bench binary")?;
         let mut command = Command::new(exe);

@@ -3,8 +3,9 @@
 //! jobs, side by side in one invocation: no limit, then the queue limited
 //! far above what the process can run (its permits leased from the shard
 //! as it claims), alternating, each `--rounds` times; medians and their
-//! ratio, and the database CPU per job of each. Then one run with a rate
-//! limit: the rate it kept and the database CPU per started job.
+//! ratio, and the database CPU per job of each; and the same jobs spread
+//! over `--groups` groups (claims taking turns among them). Then one run
+//! with a rate limit: the rate it kept and the database CPU per started job.
 
 use super::fleet::{self, FleetRun};
 use super::server::{BenchServer, QUEUE};
@@ -30,6 +31,9 @@ pub struct LimitsArgs {
     /// Jobs of the rate run (0 skips it).
     #[arg(long, default_value_t = 10_000)]
     pub rate_jobs: usize,
+    /// Groups the jobs of the grouped runs are spread over (0 skips them).
+    #[arg(long, default_value_t = 10_000)]
+    pub groups: usize,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/limits.json")]
     pub out: PathBuf,
@@ -46,6 +50,9 @@ struct Results {
     ratio: f64,
     rate: u32,
     rated: Option<FleetRun>,
+    groups: usize,
+    grouped: Vec<FleetRun>,
+    median_grouped_jobs_per_s: Option<f64>,
 }
 
 pub async fn run(args: LimitsArgs) -> Result<()> {
@@ -60,7 +67,7 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         args.jobs,
         args.rounds
     );
-    let (mut unlimited, mut limited) = (Vec::new(), Vec::new());
+    let (mut unlimited, mut limited, mut grouped) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=args.rounds {
         let no_limit = shardq::client::QueueLimits::default();
         server.client().set_queue_limits(QUEUE, no_limit).await?;
@@ -80,6 +87,13 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         let run = fleet::run(&server, clock, "limited", args.jobs, false).await?;
         print_run(round, &run);
         limited.push(run);
+        if args.groups > 0 {
+            server.client().set_queue_limits(QUEUE, no_limit).await?;
+            let run =
+                fleet::run_in_groups(&server, clock, "groups", args.jobs, args.groups).await?;
+            print_run(round, &run);
+            grouped.push(run);
+        }
     }
     let rated = if args.rate_jobs == 0 {
         None
@@ -108,6 +122,14 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         args.concurrency,
         100.0 * l / u
     );
+    let g = (!grouped.is_empty()).then(|| median(&grouped));
+    if let Some(g) = g {
+        println!(
+            "median jobs/s in {} groups (claims taking turns): {g:.0}: {:.1} % of no group",
+            args.groups,
+            100.0 * g / u
+        );
+    }
     let results = Results {
         jobs: args.jobs,
         concurrency: args.concurrency,
@@ -118,6 +140,9 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         ratio: l / u,
         rate: args.rate,
         rated,
+        groups: args.groups,
+        grouped,
+        median_grouped_jobs_per_s: g,
     };
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;

@@ -158,14 +158,26 @@ impl BenchServer {
     /// Empties the tables, enqueues `jobs` noop jobs, settles the table.
     /// Returns how long the enqueue alone took.
     pub async fn refill(&self, jobs: usize) -> Result<Duration> {
+        self.refill_in_groups(jobs, 0).await
+    }
+
+    /// [`BenchServer::refill`] with the jobs spread over `groups` groups
+    /// round-robin (0: no group).
+    pub async fn refill_in_groups(&self, jobs: usize, groups: usize) -> Result<Duration> {
         let db = self.shard().client().await?;
         shardq_harness::reset(self.shard()).await?;
         let started = Instant::now();
         let mut done = 0;
         while done < jobs {
             let n = FILL_CHUNK.min(jobs - done);
-            let chunk = (0..n)
-                .map(|_| NewJob::new(QUEUE, shardq::worker::NOOP, serde_json::json!({})))
+            let chunk = (done..done + n)
+                .map(|i| {
+                    let job = NewJob::new(QUEUE, shardq::worker::NOOP, serde_json::json!({}));
+                    match groups {
+                        0 => job,
+                        g => job.group(format!("tenant-{}", i % g)),
+                    }
+                })
                 .collect();
             self.client.enqueue_many(chunk).await?;
             done += n;

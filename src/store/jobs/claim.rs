@@ -16,9 +16,10 @@ pub enum Claim {
     Busy,
     /// A slot was free but no job was ready.
     Empty,
-    /// Ready jobs were there but their groups' limits held some or all of
-    /// them back; these (maybe none) were claimed. More may start soon,
-    /// with no wake-up to say so.
+    /// Fewer jobs than asked (these, maybe none) while grouped jobs stay
+    /// ready: their groups' limits held some back, or a concurrent claim
+    /// had their groups' heads. More may start soon, with no wake-up to
+    /// say so.
     HeldBack(Vec<ClaimedJob>),
 }
 

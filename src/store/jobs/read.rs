@@ -37,6 +37,8 @@ pub struct JobInfo {
     pub owner: Option<String>,
     /// Deduplication id.
     pub dedup_id: Option<String>,
+    /// Group ([`crate::NewJob::group`]).
+    pub group: Option<String>,
     /// Whether cancellation was asked.
     pub cancel_requested: bool,
     /// Timestamps, as the database prints them.
@@ -89,6 +91,7 @@ pub async fn get(shard: &Shard, id: JobId) -> Result<Option<JobInfo>, ShardError
         max_attempts: r.get("max_attempts"),
         owner: r.get("owner"),
         dedup_id: r.get("dedup_id"),
+        group: r.get("job_group"),
         cancel_requested: r.get("cancel_requested"),
         created_at: r.get("created_at"),
         run_at: r.get("run_at"),

@@ -5,7 +5,7 @@
 
 /// One job by key.
 pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \
-    output, error, attempts, max_attempts, owner, dedup_id, cancel_requested, \
+    output, error, attempts, max_attempts, owner, dedup_id, job_group, cancel_requested, \
     created_at::text AS created_at, run_at::text AS run_at, \
     started_at::text AS started_at, finished_at::text AS finished_at \
     FROM workflow_status WHERE shard_key = $1 AND id = $2 \

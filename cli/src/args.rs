@@ -59,9 +59,14 @@ pub enum Command {
     /// are migrated first. Stopped at any point, running the command again
     /// finishes the move (docs/operations.md).
     Reshard(ReshardArgs),
-    /// Per shard: reachable or not, and jobs by queue and status.
+    /// Per queue: jobs by state summed over every shard, the oldest ready
+    /// job and the shard it is on; then any shard that did not answer.
+    /// `--shards` adds each shard's own counts and connections.
     Status {
-        /// Print JSON instead of a table.
+        /// Each shard's own counts and connections too.
+        #[arg(long)]
+        shards: bool,
+        /// Print JSON (`queues`, `unanswered`, and `shards`) instead of tables.
         #[arg(long)]
         json: bool,
     },

@@ -23,6 +23,9 @@ pub struct QueueCount {
     pub count: i64,
     /// Whether `count` is the planner's estimate rather than a count.
     pub estimated: bool,
+    /// For `queued`: seconds since the longest-waiting ready job became due.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_ready_s: Option<f64>,
 }
 
 /// A server's client connections.
@@ -79,6 +82,11 @@ pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
             status: state.to_string(),
             count,
             estimated: false,
+            oldest_ready_s: if state == "queued" {
+                q.oldest_ready_s
+            } else {
+                None
+            },
         }));
     }
     let finished: i64 = exec::query_one(shard, sql::FINISHED_ESTIMATE, &[])
@@ -91,6 +99,7 @@ pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
             status: r.get("state"),
             count: r.get("count"),
             estimated: false,
+            oldest_ready_s: None,
         }));
     } else {
         counts.push(QueueCount {
@@ -98,6 +107,7 @@ pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
             status: "finished".into(),
             count: finished,
             estimated: true,
+            oldest_ready_s: None,
         });
     }
     Ok(counts)

@@ -57,7 +57,7 @@ async fn status_shows_last_and_next_tick_of_each_schedule() {
     std::fs::write(&path, shards.toml(SCHEDULES)).unwrap();
     let json: serde_json::Value =
         serde_json::from_slice(&shardq(&path, &["status", "--json"]).stdout).unwrap();
-    let listed: Vec<(usize, serde_json::Value)> = json
+    let listed: Vec<(usize, serde_json::Value)> = json["shards"]
         .as_array()
         .unwrap()
         .iter()

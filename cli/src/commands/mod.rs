@@ -37,7 +37,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Limit { action } => limit::run(&config, action).await,
         Command::Shards { action } => shards::run(&config, action).await,
         Command::Reshard(args) => reshard::run(&config, args).await,
-        Command::Status { json } => status::run(&config, json).await,
+        Command::Status { shards, json } => status::run(&config, shards, json).await,
         Command::Check(args) => check::run(&config, args).await,
         Command::Dashboard(args) => dashboard::run(&config, args).await,
         Command::Metrics(args) => metrics::run(&config, args).await,

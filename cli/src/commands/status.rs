@@ -1,50 +1,128 @@
-//! `shardq status`.
+//! `shardq status`: one line per queue over every shard first, each
+//! shard's own counts with `--shards`.
 
 use anyhow::Result;
-use shardq::client::ScheduleStatus;
+use shardq::client::{summarize, QueueSummary, ScheduleStatus, ShardStatus, ALL_FINISHED};
 use shardq::config::Config;
 use shardq::Client;
 
-pub async fn run(config: &Config, json: bool) -> Result<()> {
+/// The columns of the queue table: (state, heading).
+const COLUMNS: [(&str, &str); 7] = [
+    ("queued", "ready"),
+    ("delayed", "scheduled"),
+    ("retrying", "retrying"),
+    ("running", "running"),
+    ("waiting", "waiting"),
+    ("dead", "dead"),
+    ("succeeded", "succeeded"),
+];
+
+pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
     let client = Client::new(config)?;
-    let report = client.status_with(&config.schedules).await;
+    let shards = client.status_with(&config.schedules).await;
+    let queues = summarize(&shards);
+    let unanswered: Vec<&ShardStatus> = shards.iter().filter(|s| s.counts.is_none()).collect();
     if json {
+        // `unanswered`: shards whose jobs are not in `queues`.
+        let report = serde_json::json!({
+            "queues": queues,
+            "unanswered": unanswered.iter().map(|s| s.shard.as_str()).collect::<Vec<_>>(),
+            "shards": shards,
+        });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    for shard in &report {
-        match (&shard.counts, &shard.error) {
-            (Some(counts), _) => {
-                println!("{} ({}): up", shard.shard, shard.target);
-                if let Some(n) = shard.connections {
-                    println!(
-                        "    connections: {} of max_connections {} ({} shardq, {} shardq-user, all processes)",
-                        n.total, n.max, n.shardq, n.user
-                    );
-                }
-                if counts.is_empty() {
-                    println!("    no jobs");
-                }
-                for c in counts {
-                    let approx = if c.estimated { "~" } else { "" };
-                    println!(
-                        "    {:<20} {:<10} {:>12}",
-                        c.queue,
-                        c.status,
-                        format!("{approx}{}", c.count)
-                    );
-                }
-            }
-            (None, error) => println!(
-                "{} ({}): unreachable: {}",
-                shard.shard,
-                shard.target,
-                error.as_deref().unwrap_or("unknown error")
-            ),
+    print_queues(&queues);
+    println!(
+        "{} of {} shards answered{}",
+        shards.len() - unanswered.len(),
+        shards.len(),
+        finished_estimate(&shards)
+    );
+    for s in &unanswered {
+        println!(
+            "{} ({}): no answer: {}",
+            s.shard,
+            s.target,
+            s.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    for s in &shards {
+        print_schedules(&s.schedules);
+    }
+    if per_shard {
+        for s in shards.iter().filter(|s| s.counts.is_some()) {
+            print_shard(s);
         }
-        print_schedules(&shard.schedules);
     }
     Ok(())
+}
+
+fn print_queues(queues: &[QueueSummary]) {
+    if queues.is_empty() {
+        println!("no jobs on any shard that answered");
+        return;
+    }
+    print!("{:<20}", "queue");
+    for (_, heading) in COLUMNS {
+        print!(" {heading:>10}");
+    }
+    println!(
+        " {:>13}  {:<12} {:>6}",
+        "oldest ready", "on shard", "shards"
+    );
+    for q in queues {
+        print!("{:<20}", q.queue);
+        for (state, _) in COLUMNS {
+            print!(" {:>10}", q.count(state));
+        }
+        let oldest = q
+            .oldest_ready_s
+            .map_or_else(|| "-".to_string(), |s| format!("{s:.1} s"));
+        println!(
+            " {oldest:>13}  {:<12} {:>6}",
+            q.oldest_on.as_deref().unwrap_or("-"),
+            q.shards
+        );
+    }
+}
+
+/// `, ~N finished jobs (estimate)` when some shard has too many to count.
+fn finished_estimate(shards: &[ShardStatus]) -> String {
+    let estimate: i64 = shards
+        .iter()
+        .flat_map(|s| s.counts.iter().flatten())
+        .filter(|c| c.queue == ALL_FINISHED)
+        .map(|c| c.count)
+        .sum();
+    if estimate > 0 {
+        format!("; ~{estimate} finished jobs on shards with too many to count by queue")
+    } else {
+        String::new()
+    }
+}
+
+fn print_shard(shard: &ShardStatus) {
+    println!("{} ({}): up", shard.shard, shard.target);
+    if let Some(n) = shard.connections {
+        println!(
+            "    connections: {} of max_connections {} ({} shardq, {} shardq-user, all processes)",
+            n.total, n.max, n.shardq, n.user
+        );
+    }
+    let counts = shard.counts.as_deref().unwrap_or_default();
+    if counts.is_empty() {
+        println!("    no jobs");
+    }
+    for c in counts {
+        let approx = if c.estimated { "~" } else { "" };
+        println!(
+            "    {:<20} {:<10} {:>12}",
+            c.queue,
+            c.status,
+            format!("{approx}{}", c.count)
+        );
+    }
 }
 
 /// The schedules that live on one shard, one line each.
@@ -52,7 +130,7 @@ fn print_schedules(schedules: &[ScheduleStatus]) {
     let or_none = |t: &Option<String>| t.clone().unwrap_or_else(|| "none".into());
     for s in schedules {
         println!(
-            "    schedule {} ({} {}, queue {}, missed: {}): last tick {}, next tick {}{}",
+            "schedule {} ({} {}, queue {}, missed: {}): last tick {}, next tick {}{}",
             s.name,
             s.cron,
             s.timezone,

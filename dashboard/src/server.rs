@@ -102,6 +102,7 @@ impl Bound {
                 "/limits/{queue}",
                 get(pages::limits::form).post(pages::limits::set),
             )
+            .route("/queues/{queue}", get(pages::queue::page))
             .route(
                 "/queues/{queue}/{action}",
                 get(pages::actions::queue_confirm).post(pages::actions::queue_perform),

@@ -146,7 +146,21 @@ async fn an_operator_sees_the_counts_retries_a_dead_job_and_sees_it_succeed() {
 
     browser.goto(&format!("http://{addr}/")).await.unwrap();
     let expected = shards.counts().await;
-    for (s, counts) in expected.iter().enumerate() {
+    let states = [
+        "ready",
+        "scheduled",
+        "running",
+        "retrying",
+        "dead",
+        "cancelled",
+    ];
+    let want = |s: usize, queue: &str, state: &str| {
+        expected[s]
+            .get(&(queue.to_string(), state.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    for s in 0..expected.len() {
         assert_eq!(
             text_of(
                 &browser,
@@ -155,30 +169,44 @@ async fn an_operator_sees_the_counts_retries_a_dead_job_and_sees_it_succeed() {
             .await,
             "up"
         );
-        for state in [
-            "ready",
-            "scheduled",
-            "running",
-            "retrying",
-            "dead",
-            "cancelled",
-        ] {
-            for queue in ["dash", "idle"] {
-                let want = counts
-                    .get(&(queue.to_string(), state.to_string()))
-                    .copied()
-                    .unwrap_or(0);
+    }
+    // One row per queue, summed over the shards.
+    for state in states {
+        for queue in ["dash", "idle"] {
+            let total: i64 = (0..expected.len()).map(|s| want(s, queue, state)).sum();
+            let css = format!("#queues td[data-queue=\"{queue}\"][data-state=\"{state}\"]");
+            assert_eq!(
+                text_of(&browser, &css).await,
+                total.to_string(),
+                "{queue} {state}"
+            );
+        }
+    }
+    // Each queue's page: its row on each shard.
+    for queue in ["dash", "idle"] {
+        browser.goto(&format!("http://{addr}/")).await.unwrap();
+        find(
+            &browser,
+            &format!("#queues tr[data-queue=\"{queue}\"] td a"),
+        )
+        .await
+        .click()
+        .await
+        .unwrap();
+        for s in 0..expected.len() {
+            for state in states {
                 let css = format!(
                     "td[data-shard=\"s{s}\"][data-queue=\"{queue}\"][data-state=\"{state}\"]"
                 );
                 assert_eq!(
                     text_of(&browser, &css).await,
-                    want.to_string(),
+                    want(s, queue, state).to_string(),
                     "s{s} {queue} {state}"
                 );
             }
         }
     }
+    browser.goto(&format!("http://{addr}/")).await.unwrap();
     // The running worker shows, once per shard, from its heartbeats; a later
     // beat carries its counters (each shard wrote outcomes).
     let started = Instant::now();
@@ -211,7 +239,11 @@ async fn an_operator_sees_the_counts_retries_a_dead_job_and_sees_it_succeed() {
     stop_worker.cancel();
     worker.await.unwrap();
 
-    // Overview -> shard 0's dead jobs -> the dead job -> retry -> confirm.
+    // The queue's page -> shard 0's dead jobs -> the dead job -> retry -> confirm.
+    browser
+        .goto(&format!("http://{addr}/queues/dash"))
+        .await
+        .unwrap();
     find(
         &browser,
         "td[data-shard=\"s0\"][data-queue=\"dash\"][data-state=\"dead\"] a",

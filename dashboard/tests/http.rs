@@ -393,7 +393,8 @@ async fn keyset_pages_follow_each_other_without_overlap_or_gap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_overview_shows_each_shards_counts_and_a_hung_shard_does_not_hold_the_page() {
+async fn the_overview_sums_each_queue_the_queue_page_shows_each_shard_and_a_hung_shard_holds_neither(
+) {
     let shards = Shards::start(2).await;
     let handlers = Handlers::new();
     let (_fixture, worker, stop_worker) =
@@ -426,30 +427,57 @@ async fn the_overview_shows_each_shards_counts_and_a_hung_shard_does_not_hold_th
         "the frozen shard is marked: {page}"
     );
     assert_eq!(page.matches("data-state=\"up\"").count(), 2, "{page}");
+    assert!(page.contains("Totals leave out s2"), "{page}");
     let expected = shards.counts().await;
-    for (s, counts) in expected.iter().enumerate() {
-        for state in [
-            "ready",
-            "scheduled",
-            "running",
-            "retrying",
-            "dead",
-            "cancelled",
-        ] {
-            for queue in ["dash", "idle"] {
+    let states = [
+        "ready",
+        "scheduled",
+        "running",
+        "retrying",
+        "dead",
+        "cancelled",
+    ];
+    for queue in ["dash", "idle"] {
+        // The overview: one row per queue, the two answering shards summed.
+        for state in states {
+            let want: i64 = expected
+                .iter()
+                .map(|c| {
+                    c.get(&(queue.to_string(), state.to_string()))
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .sum();
+            let cell = format!("data-queue=\"{queue}\" data-state=\"{state}\">");
+            assert_eq!(
+                cell_value(&page, &cell),
+                want,
+                "{queue} {state} over the shards"
+            );
+        }
+        // The queue's page: its row on each shard.
+        let queue_page = tokio::time::timeout(Duration::from_secs(20), async {
+            text(
+                http()
+                    .get(format!("http://{addr}/queues/{queue}"))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+        })
+        .await
+        .expect("the queue page came despite the frozen shard");
+        assert!(queue_page.contains("No answer from s2"), "{queue_page}");
+        for (s, counts) in expected.iter().enumerate() {
+            for state in states {
                 let want = counts
                     .get(&(queue.to_string(), state.to_string()))
                     .copied()
                     .unwrap_or(0);
                 let cell =
                     format!("data-shard=\"s{s}\" data-queue=\"{queue}\" data-state=\"{state}\">");
-                let shown = page
-                    .split(&cell)
-                    .nth(1)
-                    .unwrap_or_else(|| panic!("no cell {cell}: {page}"));
-                let shown = shown.split("</td>").next().unwrap();
-                let value = number_in(shown);
-                assert_eq!(value, want, "s{s} {queue} {state}: {shown}");
+                assert_eq!(cell_value(&queue_page, &cell), want, "s{s} {queue} {state}");
             }
         }
     }
@@ -458,6 +486,15 @@ async fn the_overview_shows_each_shards_counts_and_a_hung_shard_does_not_hold_th
     handlers.release.add_permits(1);
     stop_worker.cancel();
     worker.await.unwrap();
+}
+
+/// The number in the count cell that starts with `cell` in `page`.
+fn cell_value(page: &str, cell: &str) -> i64 {
+    let shown = page
+        .split(cell)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no cell {cell}: {page}"));
+    number_in(shown.split("</td>").next().unwrap())
 }
 
 /// The number in a count cell (`<a …>3</a>` or `<span …>0</span>`).

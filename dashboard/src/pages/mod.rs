@@ -5,6 +5,7 @@ pub(crate) mod job;
 pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod overview;
+pub(crate) mod queue;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};

@@ -1,5 +1,6 @@
 //! `/`: every shard and queue at a glance; refreshes itself every 5 s.
 
+use super::queue::across;
 use super::{age, layout, q};
 use crate::chart;
 use crate::state::Shared;
@@ -7,11 +8,12 @@ use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};
 use shardq::client::{
-    CheckOptions, CheckReport, ListState, OverviewOptions, QueueLimit, QueueOverview, ShardOverview,
+    CheckOptions, CheckReport, ListState, OverviewOptions, QueueLimit, QueueOverview,
+    ShardOverview, WorkerRow,
 };
 
 /// The count columns, in lifecycle order.
-const COLUMNS: [ListState; 7] = [
+pub(crate) const COLUMNS: [ListState; 7] = [
     ListState::Ready,
     ListState::Scheduled,
     ListState::Running,
@@ -115,40 +117,80 @@ fn shard_table(shards: &[ShardOverview]) -> Markup {
     }
 }
 
+/// One row per queue, summed over the shards that answered; its name
+/// opens the queue's page (each shard's row, the shard behind, workers).
 fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup {
-    let rows: Vec<(&ShardOverview, &QueueOverview)> = shards
+    let rows = across(shards);
+    let unanswered: Vec<&str> = shards
         .iter()
-        .flat_map(|s| s.queues.iter().map(move |q| (s, q)))
+        .filter(|s| s.error.is_some())
+        .map(|s| s.shard.as_str())
         .collect();
     html! {
+        @if !unanswered.is_empty() {
+            p class="down" id="partial" { "Totals leave out " (unanswered.join(", ")) " (no answer)." }
+        }
         @if rows.is_empty() { p class="muted" { "No jobs on any shard that answered." } }
         @else {
             table id="queues" {
                 tr {
-                    th class="l" { "Queue" } th class="l" { "Shard" }
+                    th class="l" { "Queue" }
                     @for c in COLUMNS { th { (c.as_str()) } }
-                    th { "Oldest ready" }
+                    th { "Oldest ready" } th class="l" { "Behind" }
                     th { "Done/s (" (window_s / 60) " min)" }
                     th class="l" { "Completions per " (bucket_s) " s" }
+                    th class="l" { "Claiming" }
                 }
-                @for (s, queue) in rows {
-                    tr data-shard=(s.shard) data-queue=(queue.queue) {
-                        td class="l" { (queue.queue) }
-                        td class="l" { (s.shard) }
+                @for r in &rows {
+                    tr data-queue=(r.queue) {
+                        td class="l" { a href={"/queues/" (q(&r.queue))} { (r.queue) } }
                         @for c in COLUMNS {
-                            td class="count" data-shard=(s.shard) data-queue=(queue.queue) data-state=(c.as_str()) {
-                                @let n = queue.count(c);
+                            td class="count" data-queue=(r.queue) data-state=(c.as_str()) {
+                                @let n = r.count(c.as_str());
                                 @if n > 0 {
-                                    a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (n) }
+                                    a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&r.queue))} { (n) }
                                 } @else { span class="muted" { "0" } }
                             }
                         }
-                        td { @match queue.oldest_ready { Some(d) => (age(d)), None => span class="muted" { "–" } } }
-                        td { (format!("{:.1}", queue.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
-                        td class="l" { (chart::completions(&queue.completions, bucket_s)) }
+                        @match &r.oldest_ready {
+                            Some((d, shard)) => { td { (age(*d)) } td class="l behind" { (shard) } },
+                            None => { td { span class="muted" { "–" } } td class="l" {} },
+                        }
+                        td { (format!("{:.1}", r.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
+                        td class="l" { (chart::completions(&r.completions, bucket_s)) }
+                        td class="l paused" {
+                            @if r.paused_on.is_empty() { "active" } @else { span class="down" { "paused on " (r.paused_on.join(", ")) } }
+                        }
                     }
                 }
             }
+        }
+    }
+}
+
+/// Queue `queue`'s row on shard `s` (the queue's page): its counts, linked
+/// to that shard's jobs; `behind` marks the shard with the oldest ready job.
+pub(crate) fn shard_queue_row(
+    s: &ShardOverview,
+    queue: &QueueOverview,
+    bucket_s: u64,
+    window_s: u64,
+    behind: bool,
+) -> Markup {
+    html! {
+        tr data-shard=(s.shard) data-queue=(queue.queue) class=[behind.then_some("behind")] {
+            td class="l" { (s.shard) @if behind { " " span class="down" { "behind" } } }
+            @for c in COLUMNS {
+                td class="count" data-shard=(s.shard) data-queue=(queue.queue) data-state=(c.as_str()) {
+                    @let n = queue.count(c);
+                    @if n > 0 {
+                        a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (n) }
+                    } @else { span class="muted" { "0" } }
+                }
+            }
+            td { @match queue.oldest_ready { Some(d) => (age(d)), None => span class="muted" { "–" } } }
+            td { (format!("{:.1}", queue.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
+            td class="l" { (chart::completions(&queue.completions, bucket_s)) }
         }
     }
 }
@@ -231,6 +273,11 @@ fn worker_table(shards: &[ShardOverview]) -> Markup {
         .iter()
         .flat_map(|s| s.workers.iter().map(move |w| (s, w)))
         .collect();
+    worker_rows(&rows)
+}
+
+/// The live workers' rows (each shard's heartbeat of each worker).
+pub(crate) fn worker_rows(rows: &[(&ShardOverview, &WorkerRow)]) -> Markup {
     html! {
         @if rows.is_empty() { p class="muted" { "No worker has sent a heartbeat in the last 30 s." } }
         @else {

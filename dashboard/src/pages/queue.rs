@@ -1,0 +1,140 @@
+//! A queue across the fleet: `across` folds the shards' overview into one
+//! row per queue (the overview's table); `/queues/{queue}` shows that
+//! queue's row on each shard, the shard furthest behind, and the workers
+//! that serve it.
+
+use super::overview::{shard_queue_row, worker_rows, COLUMNS};
+use super::{age, layout, q};
+use crate::chart;
+use crate::state::Shared;
+use axum::extract::{Path, State};
+use axum::response::Html;
+use maud::html;
+use shardq::client::{OverviewOptions, ShardOverview};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One queue summed over the shards that answered.
+pub(crate) struct QueueAcross {
+    pub queue: String,
+    /// Jobs by list state, summed.
+    pub counts: BTreeMap<String, i64>,
+    /// The longest any ready job of the queue has been due, and its shard.
+    pub oldest_ready: Option<(Duration, String)>,
+    /// Finished per time bucket, summed bucket by bucket.
+    pub completions: Vec<i64>,
+    /// The shards where the queue is paused.
+    pub paused_on: Vec<String>,
+    /// How many shards hold jobs of the queue.
+    pub shards: usize,
+}
+
+impl QueueAcross {
+    pub fn count(&self, state: &str) -> i64 {
+        self.counts.get(state).copied().unwrap_or(0)
+    }
+}
+
+/// Per queue, by name, over the shards that answered.
+pub(crate) fn across(shards: &[ShardOverview]) -> Vec<QueueAcross> {
+    let mut by_name: BTreeMap<&str, QueueAcross> = BTreeMap::new();
+    for s in shards.iter().filter(|s| s.error.is_none()) {
+        for queue in &s.queues {
+            let row = by_name
+                .entry(queue.queue.as_str())
+                .or_insert_with(|| QueueAcross {
+                    queue: queue.queue.clone(),
+                    counts: BTreeMap::new(),
+                    oldest_ready: None,
+                    completions: Vec::new(),
+                    paused_on: Vec::new(),
+                    shards: 0,
+                });
+            row.shards += 1;
+            for (state, n) in &queue.counts {
+                *row.counts.entry(state.clone()).or_default() += n;
+            }
+            if let Some(d) = queue.oldest_ready {
+                if row.oldest_ready.as_ref().is_none_or(|(o, _)| d > *o) {
+                    row.oldest_ready = Some((d, s.shard.clone()));
+                }
+            }
+            if row.completions.len() < queue.completions.len() {
+                row.completions.resize(queue.completions.len(), 0);
+            }
+            for (sum, n) in row.completions.iter_mut().zip(&queue.completions) {
+                *sum += n;
+            }
+            if queue.paused {
+                row.paused_on.push(s.shard.clone());
+            }
+        }
+    }
+    by_name.into_values().collect()
+}
+
+pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>) -> Html<String> {
+    let options = OverviewOptions {
+        deadline: state.options.shard_deadline,
+        ..OverviewOptions::default()
+    };
+    let shards = state.client.overview(&options).await;
+    let bucket_s = options.bucket.as_secs();
+    let window_s = options.window.as_secs();
+    let total = across(&shards).into_iter().find(|r| r.queue == queue);
+    let unanswered: Vec<&str> = shards
+        .iter()
+        .filter(|s| s.error.is_some())
+        .map(|s| s.shard.as_str())
+        .collect();
+    let rows: Vec<_> = shards
+        .iter()
+        .filter_map(|s| s.queues.iter().find(|x| x.queue == queue).map(|x| (s, x)))
+        .collect();
+    let behind = total
+        .as_ref()
+        .and_then(|t| t.oldest_ready.as_ref())
+        .map(|(_, shard)| shard.clone());
+    let serving: Vec<_> = shards
+        .iter()
+        .flat_map(|s| s.workers.iter().map(move |w| (s, w)))
+        .filter(|(_, w)| w.queues.iter().any(|q| *q == queue))
+        .collect();
+    let body = html! {
+        (maud::PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
+        @if !unanswered.is_empty() {
+            p class="down" id="unanswered" { "No answer from " (unanswered.join(", ")) ": their jobs are not counted here." }
+        }
+        @match &total {
+            None => p class="muted" { "No jobs of this queue on any shard that answered." },
+            Some(t) => p id="summary" {
+                "On " (t.shards) " shards. "
+                @if let Some((d, shard)) = &t.oldest_ready {
+                    "Oldest ready job: " (age(*d)) " on " strong id="behind" { (shard) } ". "
+                }
+                "Done per second (" (window_s / 60) " min): "
+                (format!("{:.1}", t.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64))
+                " " (chart::completions(&t.completions, bucket_s))
+            },
+        }
+        h2 { "By shard" }
+        table id="queue-shards" {
+            tr {
+                th class="l" { "Shard" }
+                @for c in COLUMNS { th { (c.as_str()) } }
+                th { "Oldest ready" }
+                th { "Done/s (" (window_s / 60) " min)" }
+                th class="l" { "Completions per " (bucket_s) " s" }
+            }
+            @for (s, x) in &rows {
+                (shard_queue_row(s, x, bucket_s, window_s, behind.as_deref() == Some(s.shard.as_str())))
+            }
+        }
+        p { a href={"/jobs?state=dead&queue=" (q(&queue))} { "Dead jobs of " (queue) } " · "
+            a href={"/jobs?state=retrying&queue=" (q(&queue))} { "retrying" } " · "
+            a href={"/limits/" (q(&queue))} { "limits" } }
+        h2 { "Workers serving it" }
+        (worker_rows(&serving))
+    };
+    layout(&format!("Queue {queue}"), state.options.read_only, body)
+}

@@ -98,7 +98,7 @@ pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>)
     let serving: Vec<_> = shards
         .iter()
         .flat_map(|s| s.workers.iter().map(move |w| (s, w)))
-        .filter(|(_, w)| w.queues.iter().any(|q| *q == queue))
+        .filter(|(_, w)| w.queues.contains(&queue))
         .collect();
     let body = html! {
         (maud::PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))

@@ -5,6 +5,12 @@
 -- (shardq_claim_grouped). The indexes follow in 0023 (built without
 -- blocking writes), the SQL enqueue's new signature in 0024.
 ALTER TABLE workflow_status ADD COLUMN job_group text;
+-- A key already runs its jobs one at a time in order and places them; a
+-- group would place them too: a job has one or the other (the enqueue
+-- paths refuse both; this keeps any other writer out).
+ALTER TABLE workflow_status ADD CONSTRAINT workflow_status_key_or_group
+    CHECK (ordering_key IS NULL OR job_group IS NULL) NOT VALID;
+ALTER TABLE workflow_status VALIDATE CONSTRAINT workflow_status_key_or_group;
 
 -- Limits every group of a queue has (each group on its own): written with
 -- the queue's other limits on every shard, read by the claim on its shard.

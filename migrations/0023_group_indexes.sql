@@ -12,11 +12,12 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_dequeue_plain
     ON workflow_status (queue, priority, id)
     WHERE status = 'queued' AND ordering_key IS NULL AND job_group IS NULL;
 
--- Ready grouped jobs by group (hashed: fixed width, and a random point of
--- the hash space is a fair place to start taking turns), each group's in
--- claim order.
+-- Ready grouped jobs by group, ordered by the hash of the name first (a
+-- random point of the hash space is a fair place to start taking turns),
+-- then the name (two names with one hash stay two groups), each group's
+-- in claim order.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_dequeue_grouped
-    ON workflow_status (queue, hashtext(job_group), priority, id)
+    ON workflow_status (queue, hashtext(job_group), job_group, priority, id)
     WHERE status = 'queued' AND job_group IS NOT NULL;
 
 -- Running grouped jobs by group: a group's concurrency is counted here.

@@ -14,13 +14,15 @@
 --
 -- A queue's group limits (this shard's shardq_queue_limits row:
 -- group_concurrency, group_rate_*) hold for each group on its own, exactly,
--- since a group's jobs without a key all live on one shard (they are placed
--- by their group). The group's lock is tried (another claim has it: the
--- group waits for a later claim); then a new statement, whose snapshot sees
--- every change made under that lock, counts the group's running jobs and
--- reads its token bucket (shardq_group_tokens: refilled at the rate, up to
--- a burst of the rate × 50 ms, at least 1). The claim takes no more of the
--- group than both allow, and writes back what it took from the bucket.
+-- since a group's jobs all live on one shard (they are placed by their
+-- group). Before any row is locked, each group's lock is tried (another
+-- claim has it: the group waits for a later claim); then a new statement,
+-- whose snapshot sees every change made under those locks, counts each
+-- group's running jobs and reads its token bucket (shardq_group_tokens:
+-- refilled at the rate, up to a burst of the rate × 50 ms, at least 1).
+-- Groups that may start nothing now are left out, so their share goes to
+-- the others; no group gets more rows than both limits allow, and what it
+-- took comes off its bucket.
 --
 -- Between its statements, without the locks it holds, other transactions
 -- may: enqueue jobs (a group found after the walk waits for the next
@@ -48,97 +50,49 @@ DECLARE
     limited boolean;
     held_back boolean;
     start int := (floor(random() * 4294967296) - 2147483648)::int;
-    heads int[];
-    head_tids tid[];
-    more_heads int[];
-    more_tids tid[];
+    g_name text[]; g_tid tid[];               -- groups met, and their heads
+    more_name text[]; more_tid tid[];
+    g_allowed int[];                          -- jobs each may start now (limited)
+    a_name text[]; a_allowed int[]; a_tokens float8[];
     has_plain boolean;
     plain_pos float8;
     per_group int;
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
-    l_group text[];                           -- groups whose lock this claim got
-    a_group text[]; a_allowed int[]; a_tokens float8[];
-    t_tid tid[]; t_sk int[]; t_id bigint[];
+    t_tid tid[]; t_sk int[]; t_id bigint[]; t_group text[];
     at timestamptz;
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
-    SELECT g.hashes, g.heads INTO heads, head_tids
+    SELECT g.names, g.heads INTO g_name, g_tid
         FROM shardq_group_heads(p_queue, start, 2147483648, p_limit) g;
-    IF cardinality(heads) < p_limit THEN
-        SELECT g.hashes, g.heads INTO more_heads, more_tids
-            FROM shardq_group_heads(p_queue, -2147483648, start, p_limit - cardinality(heads)) g;
-        heads := heads || more_heads;
-        head_tids := head_tids || more_tids;
+    IF cardinality(g_name) < p_limit THEN
+        SELECT g.names, g.heads INTO more_name, more_tid
+            FROM shardq_group_heads(p_queue, -2147483648, start, p_limit - cardinality(g_name)) g;
+        g_name := g_name || more_name;
+        g_tid := g_tid || more_tid;
     END IF;
-    has_plain := EXISTS (SELECT 1 FROM workflow_status w
-                         WHERE w.queue = p_queue AND w.status = 'queued'
-                           AND w.ordering_key IS NULL AND w.job_group IS NULL);
-    per_group := ceil(p_limit::numeric / greatest(1, cardinality(heads) + has_plain::int));
-    plain_pos := random() * (cardinality(heads) + 1) + 0.5;
-
-    -- One job of each group: the heads the walk found, by tuple id (taken
-    -- or changed since: the lock finds the row's newest version and its
-    -- status no longer matches; the outer statement's snapshot keeps every
-    -- version it might meet from being removed). More: each group's first
-    -- per_group jobs.
-    WITH heads_only AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
-        FROM unnest(head_tids) WITH ORDINALITY AS g(tid, pos)
-        JOIN workflow_status w ON w.ctid = g.tid
-        WHERE per_group = 1 AND w.status = 'queued' AND w.queue = p_queue
-          AND w.job_group IS NOT NULL
-        FOR UPDATE OF w SKIP LOCKED
-    ), runs AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority
-        FROM unnest(heads) WITH ORDINALITY AS g(h, pos) CROSS JOIN LATERAL (
-            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
-            FROM workflow_status w
-            WHERE per_group > 1 AND w.queue = p_queue AND w.status = 'queued'
-              AND w.job_group IS NOT NULL AND hashtext(w.job_group) = g.h
-            ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED) c
-    ), grouped AS (
-        SELECT * FROM heads_only UNION ALL SELECT * FROM runs
-    ), plain AS MATERIALIZED (
-        SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
-        WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
-          AND w.ordering_key IS NULL AND w.job_group IS NULL
-        ORDER BY w.priority, w.id LIMIT per_group FOR UPDATE SKIP LOCKED
-    ), met AS (
-        SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
-               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
-        FROM grouped g
-        UNION ALL
-        SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,
-               row_number() OVER (ORDER BY p.priority, p.id) FROM plain p
-    )
-    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.shard_key), '{}'),
-           coalesce(array_agg(m.id), '{}'), coalesce(array_agg(m.job_group), '{}'),
-           coalesce(array_agg(m.pos), '{}'), coalesce(array_agg(m.rn), '{}')
-    INTO c_tid, c_sk, c_id, c_group, c_pos, c_rn FROM met m;
 
     IF limited THEN
-        -- Try each group's lock once (a volatile condition stays above the
-        -- DISTINCT, so it runs once per group).
-        SELECT coalesce(array_agg(d.g), '{}') INTO l_group
-        FROM (SELECT DISTINCT g FROM unnest(c_group) AS g WHERE g IS NOT NULL) d
-        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || d.g));
-
-        -- A new statement: its snapshot sees all that was done under the group locks.
+        -- Each group's lock, tried once (the walk met each name once).
+        SELECT coalesce(array_agg(l.g), '{}') INTO a_name
+        FROM unnest(g_name) AS l(g)
+        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
+        -- A new statement: its snapshot sees all that was done under the
+        -- group locks. Bucket: refilled at the rate up to its burst.
         at := clock_timestamp();
         SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
                coalesce(array_agg(a.tokens), '{}')
-        INTO a_group, a_allowed, a_tokens FROM (
-            SELECT l.g, t.tokens, least(
+        INTO a_name, a_allowed, a_tokens FROM (
+            SELECT l.g, t.tokens, least(p_limit,
                 CASE WHEN lim.group_concurrency IS NULL THEN p_limit
                      ELSE greatest(0, lim.group_concurrency - (
                          SELECT count(*) FROM workflow_status r
                          WHERE r.queue = p_queue AND r.job_group = l.g
-                           AND r.status = 'running'))::int END,
+                           AND r.status = 'running')) END,
                 CASE WHEN lim.group_rate_count IS NULL THEN p_limit
-                     ELSE floor(t.tokens)::int END) AS allowed
-            FROM unnest(l_group) AS l(g)
+                     ELSE floor(t.tokens) END)::int AS allowed
+            FROM unnest(a_name) AS l(g)
             CROSS JOIN LATERAL (
                 SELECT least(greatest(1.0, lim.group_rate_count * 50.0 / lim.group_rate_period_ms),
                              coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
@@ -148,34 +102,73 @@ BEGIN
                 FROM (SELECT 1) AS one
                 LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
         ) a;
+        -- Only the groups that may start something now, in walk order.
+        SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
+               coalesce(array_agg(w.head ORDER BY w.pos), '{}'),
+               coalesce(array_agg(a.allowed ORDER BY w.pos), '{}')
+        INTO g_name, g_tid, g_allowed
+        FROM unnest(g_name, g_tid) WITH ORDINALITY AS w(g, head, pos)
+        JOIN unnest(a_name, a_allowed) AS a(g, allowed) ON a.g = w.g
+        WHERE a.allowed > 0;
+    END IF;
 
-        SELECT coalesce(array_agg(x.tid), '{}'), coalesce(array_agg(x.shard_key), '{}'),
-               coalesce(array_agg(x.id), '{}')
-        INTO t_tid, t_sk, t_id FROM (
-            SELECT c.tid, c.shard_key, c.id FROM unnest(c_tid, c_sk, c_id, c_group, c_pos, c_rn)
-                AS c(tid, shard_key, id, g, pos, rn)
-            LEFT JOIN unnest(a_group, a_allowed) AS a(g, allowed) ON a.g = c.g
-            WHERE c.g IS NULL OR c.rn <= a.allowed
-            ORDER BY c.rn, c.pos LIMIT p_limit) x;
+    has_plain := EXISTS (SELECT 1 FROM workflow_status w
+                         WHERE w.queue = p_queue AND w.status = 'queued'
+                           AND w.ordering_key IS NULL AND w.job_group IS NULL);
+    per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
+    plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
 
-        IF lim.group_rate_count IS NOT NULL THEN
-            INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at)
-            SELECT p_queue, a.g, a.tokens - n.taken, at
-            FROM unnest(a_group, a_tokens) AS a(g, tokens)
-            JOIN (SELECT w.job_group, count(*) AS taken FROM workflow_status w
-                  JOIN unnest(t_sk, t_id) AS t(shard_key, id)
-                    ON w.shard_key = t.shard_key AND w.id = t.id
-                  GROUP BY w.job_group) n ON n.job_group = a.g
-            ON CONFLICT (queue, job_group) DO UPDATE
-                SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
-        END IF;
-    ELSE
-        SELECT coalesce(array_agg(x.tid), '{}'), coalesce(array_agg(x.shard_key), '{}'),
-               coalesce(array_agg(x.id), '{}')
-        INTO t_tid, t_sk, t_id FROM (
-            SELECT c.tid, c.shard_key, c.id FROM unnest(c_tid, c_sk, c_id, c_pos, c_rn)
-                AS c(tid, shard_key, id, pos, rn)
-            ORDER BY c.rn, c.pos LIMIT p_limit) x;
+    -- One job of each group: the heads the walk found, by tuple id (taken
+    -- or changed since: the lock finds the row's newest version and its
+    -- status no longer matches; the outer statement's snapshot keeps every
+    -- version it might meet from being removed). More: each group's first
+    -- per_group jobs, no more than it may start. The jobs without a group
+    -- fill what the groups leave, after their turn.
+    WITH heads_only AS MATERIALIZED (
+        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+        FROM unnest(g_tid) WITH ORDINALITY AS g(tid, pos)
+        JOIN workflow_status w ON w.ctid = g.tid
+        WHERE per_group = 1 AND w.status = 'queued' AND w.queue = p_queue
+          AND w.job_group IS NOT NULL
+        FOR UPDATE OF w SKIP LOCKED
+    ), runs AS MATERIALIZED (
+        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority
+        FROM unnest(g_name, coalesce(g_allowed, '{}')) WITH ORDINALITY AS g(name, allowed, pos)
+        CROSS JOIN LATERAL (
+            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+            FROM workflow_status w
+            WHERE per_group > 1 AND w.queue = p_queue AND w.status = 'queued'
+              AND w.job_group IS NOT NULL AND hashtext(w.job_group) = hashtext(g.name)
+              AND w.job_group = g.name
+            ORDER BY w.priority, w.id LIMIT least(per_group, coalesce(g.allowed, per_group))
+            FOR UPDATE SKIP LOCKED) c
+    ), plain AS MATERIALIZED (
+        SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
+        WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
+          AND w.ordering_key IS NULL AND w.job_group IS NULL
+        ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+    ), met AS (
+        SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
+               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
+        FROM (SELECT * FROM heads_only UNION ALL SELECT * FROM runs) g
+        UNION ALL
+        SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,
+               row_number() OVER (ORDER BY p.priority, p.id) FROM plain p
+    )
+    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.shard_key), '{}'),
+           coalesce(array_agg(m.id), '{}'), coalesce(array_agg(m.job_group), '{}')
+    INTO t_tid, t_sk, t_id, t_group FROM (SELECT * FROM met ORDER BY rn, pos LIMIT p_limit) m;
+
+    IF lim.group_rate_count IS NOT NULL THEN
+        -- What each group took comes off its bucket (groups that took
+        -- nothing keep theirs: its refill needs no write).
+        INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at)
+        SELECT p_queue, a.g, a.tokens - n.taken, at
+        FROM unnest(a_name, a_tokens) AS a(g, tokens)
+        JOIN (SELECT t.g, count(*) AS taken FROM unnest(t_group) AS t(g)
+              WHERE t.g IS NOT NULL GROUP BY t.g) n ON n.g = a.g
+        ON CONFLICT (queue, job_group) DO UPDATE
+            SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
     END IF;
 
     -- Found by tuple id: a row this transaction locked cannot move before
@@ -188,16 +181,14 @@ BEGIN
         lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
     WHERE w.ctid = ANY (t_tid);
 
-    -- A claim that took fewer than asked while grouped jobs stay ready
-    -- (held back here by limits, or heads locked by a concurrent claim
-    -- that takes one job of each group it meets) says so: got_slot 2, and
-    -- the worker asks again soon, as after an empty claim, instead of
+    -- Fewer than asked while jobs of the queue stay ready (held back by
+    -- limits, heads a concurrent claim had, or keyed jobs this path does
+    -- not take): got_slot 2, so the worker asks again soon instead of
     -- taking the queue for caught up and waiting for a wake-up.
-    held_back := cardinality(t_id) < p_limit AND EXISTS (
-        SELECT 1 FROM workflow_status w
-        WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL);
+    held_back := cardinality(t_tid) < p_limit AND shardq_queue_has_ready(p_queue);
 
-    -- The rows as this transaction left them (one primary-key probe each).
+    -- The rows as this transaction left them (one primary-key probe each:
+    -- the update gave them new tuple ids).
     RETURN QUERY
     SELECT CASE WHEN held_back THEN 2 ELSE 1 END,
            w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,

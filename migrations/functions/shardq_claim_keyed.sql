@@ -137,9 +137,15 @@ BEGIN
         EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
     END LOOP;
 
-    -- The rows as this transaction left them (one primary-key probe each).
+    -- The rows as this transaction left them (one primary-key probe each);
+    -- got_slot 2 when fewer than asked while grouped jobs of the queue are
+    -- ready (a queue of keys and groups: the next claim may take those).
     RETURN QUERY
-    SELECT 1, w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+    SELECT CASE WHEN cardinality(t_id) < p_limit AND EXISTS (
+               SELECT 1 FROM workflow_status g
+               WHERE g.queue = p_queue AND g.status = 'queued' AND g.job_group IS NOT NULL)
+           THEN 2 ELSE 1 END,
+           w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
            w.attempts, w.fence, w.queue, w.created_at
     FROM (SELECT 1) AS one
     LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)

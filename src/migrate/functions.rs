@@ -49,6 +49,10 @@ pub const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_claim_keyed.sql"),
     },
     Function {
+        name: "shardq_queue_has_ready",
+        sql: include_str!("../../migrations/functions/shardq_queue_has_ready.sql"),
+    },
+    Function {
         name: "shardq_group_heads",
         sql: include_str!("../../migrations/functions/shardq_group_heads.sql"),
     },

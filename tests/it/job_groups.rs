@@ -510,3 +510,117 @@ async fn full_group_buckets_are_forgotten_and_refilling_ones_kept() {
         .unwrap();
     assert_eq!(buckets().await, 0, "full again at 1,000 a second");
 }
+
+/// What a grouped claim takes in the corners a review found: jobs without
+/// a group fill what the groups leave (and groups at their limit leave
+/// their share); two group names with one hash are still two groups; a
+/// claim that took fewer than asked while jobs stay ready says so
+/// (`got_slot` 2); an extreme rate does not overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_claim_fills_its_batch_keeps_colliding_groups_apart_and_says_when_held() {
+    let f = fleet(1).await;
+    let db = f.set.get(0).client().await.unwrap();
+    let claim = |queue: &'static str, limit: i32| {
+        let db = &db;
+        async move {
+            let rows = db
+                .query(
+                    "SELECT got_slot, id FROM shardq_claim(1, 0, $1, $2, 'w', 60000)",
+                    &[&queue, &limit],
+                )
+                .await
+                .unwrap();
+            let got_slot: i32 = rows[0].get(0);
+            let ids = rows
+                .iter()
+                .filter(|r| r.get::<_, Option<i64>>(1).is_some())
+                .count();
+            (got_slot, ids)
+        }
+    };
+    let limit_groups = |queue: &'static str, limits: shardq::client::QueueLimits| {
+        let client = f.client.clone();
+        async move { client.set_queue_limits(queue, limits).await.unwrap() }
+    };
+    let concurrency = |n| shardq::client::QueueLimits {
+        group_concurrency: Some(n),
+        ..Default::default()
+    };
+
+    // 3 grouped jobs and 100 without a group: a claim of 16 takes 16.
+    let mut mixed = jobs("a", 1, "noop", json!({}));
+    mixed.extend(jobs("b", 1, "noop", json!({})));
+    mixed.extend(jobs("c", 1, "noop", json!({})));
+    mixed.extend((0..100).map(|_| NewJob::new("mixed", "noop", json!({}))));
+    for job in &mut mixed {
+        job.queue = "mixed".into();
+    }
+    f.client.enqueue_many(mixed).await.unwrap();
+    assert_eq!(claim("mixed", 16).await, (1, 16));
+
+    // Groups at their limit leave their share to the jobs without a group.
+    limit_groups("saturated", concurrency(1)).await;
+    let mut saturated: Vec<NewJob> = ["x", "y", "z"]
+        .iter()
+        .flat_map(|g| jobs(g, 2, "noop", json!({})))
+        .collect();
+    saturated.extend((0..20).map(|_| NewJob::new("saturated", "noop", json!({}))));
+    for job in &mut saturated {
+        job.queue = "saturated".into();
+    }
+    f.client.enqueue_many(saturated).await.unwrap();
+    assert_eq!(claim("saturated", 3).await, (1, 3));
+    assert_eq!(
+        claim("saturated", 10).await,
+        (1, 10),
+        "three groups at their limit of 1: the ten are jobs without a group"
+    );
+
+    // Two names with one hash (hashtext): two groups, each with its limit.
+    limit_groups("collide", concurrency(2)).await;
+    let (older, newer) = ("tenant-60489", "tenant-120827");
+    let hashes: (i32, i32) = {
+        let r = db
+            .query_one("SELECT hashtext($1), hashtext($2)", &[&older, &newer])
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(
+        hashes.0, hashes.1,
+        "the two names must collide for this case"
+    );
+    let mut collide = jobs(older, 50, "noop", json!({}));
+    collide.extend(jobs(newer, 5, "noop", json!({})));
+    for job in &mut collide {
+        job.queue = "collide".into();
+    }
+    f.client.enqueue_many(collide).await.unwrap();
+    let (_, first) = claim("collide", 10).await;
+    assert_eq!(first, 4, "2 of each of the two colliding groups");
+    let (got_slot, none) = claim("collide", 10).await;
+    assert_eq!(
+        (got_slot, none),
+        (2, 0),
+        "both at their limit, jobs still ready: held back, not caught up"
+    );
+
+    // An extreme group rate: no integer overflow.
+    limit_groups(
+        "fast",
+        shardq::client::QueueLimits {
+            group_rate: Some(shardq::client::StartRate {
+                count: i32::MAX as u32,
+                per: Duration::from_millis(1),
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut fast = jobs("q", 5, "noop", json!({}));
+    for job in &mut fast {
+        job.queue = "fast".into();
+    }
+    f.client.enqueue_many(fast).await.unwrap();
+    assert_eq!(claim("fast", 10).await, (1, 5));
+}

@@ -92,8 +92,10 @@ pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \
 /// Deletes up to $1 group start-rate buckets that are full again (or whose
 /// queue has no group rate now): a missing row is a full bucket to the
 /// claim, so each holds only the groups that started jobs within about a
-/// burst's refill. A bucket a claim takes from meanwhile is a new row
-/// version, which this statement then leaves alone.
+/// burst's refill. A bucket a claim is taking from is skipped, never
+/// waited on (a claim may be waiting on another bucket this statement
+/// holds), and one taken from meanwhile is a new row version, which this
+/// statement then leaves alone.
 pub const GROUP_BUCKETS_FORGET_FULL: &str = "DELETE FROM shardq_group_tokens b \
     WHERE b.ctid IN ( \
         SELECT t.ctid FROM shardq_group_tokens t \
@@ -102,4 +104,4 @@ pub const GROUP_BUCKETS_FORGET_FULL: &str = "DELETE FROM shardq_group_tokens b \
            OR t.tokens + extract(epoch FROM clock_timestamp() - t.tokens_at) * 1000.0 \
                 * l.group_rate_count / l.group_rate_period_ms \
               >= greatest(1.0, l.group_rate_count * 50.0 / l.group_rate_period_ms) \
-        LIMIT $1)";
+        LIMIT $1 FOR UPDATE OF t SKIP LOCKED)";

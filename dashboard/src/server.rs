@@ -103,6 +103,7 @@ impl Bound {
                 get(pages::limits::form).post(pages::limits::set),
             )
             .route("/queues/{queue}", get(pages::queue::page))
+            .route("/shards", get(pages::shards::page))
             .route(
                 "/queues/{queue}/{action}",
                 get(pages::actions::queue_confirm).post(pages::actions::queue_perform),

@@ -481,6 +481,45 @@ async fn the_overview_sums_each_queue_the_queue_page_shows_each_shard_and_a_hung
             }
         }
     }
+    // The shards page: the frozen shard on top, each shard's jobs over
+    // its queues.
+    let shards_page = tokio::time::timeout(Duration::from_secs(20), async {
+        text(
+            http()
+                .get(format!("http://{addr}/shards"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    })
+    .await
+    .expect("the shards page came despite the frozen shard");
+    let table = &shards_page[shards_page.find("id=\"shard-rows\"").expect("the table")..];
+    let first_row = table.split("<tr data-shard=").nth(1).unwrap();
+    assert!(
+        first_row.starts_with("\"s2\"") && first_row.contains("no answer"),
+        "the shard that did not answer comes first: {table}"
+    );
+    for (s, counts) in expected.iter().enumerate() {
+        for state in states {
+            let want: i64 = ["dash", "idle"]
+                .iter()
+                .map(|q| {
+                    counts
+                        .get(&(q.to_string(), state.to_string()))
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .sum();
+            let cell = format!("data-shard=\"s{s}\" data-state=\"{state}\">");
+            assert_eq!(
+                cell_value(table, &cell),
+                want,
+                "s{s} {state} on the shards page"
+            );
+        }
+    }
     // The running worker's heartbeat: one live worker row per shard.
     assert_eq!(page.matches("data-worker=").count(), 2, "{page}");
     handlers.release.add_permits(1);

@@ -122,6 +122,26 @@ impl Client {
         futures_util::future::join_all(asks).await
     }
 
+    /// Each shard's client connections, in shard order; `None` for a shard
+    /// that did not answer within `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// None: a shard that fails is `None`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn connections(&self, deadline: Duration) -> Vec<Option<Connections>> {
+        let asks = self.shards.all().iter().map(|shard| async move {
+            tokio::time::timeout(deadline, queues::connections(shard))
+                .await
+                .ok()
+                .and_then(Result::ok)
+        });
+        futures_util::future::join_all(asks).await
+    }
+
     /// Everything stored about job `id`, or `None` when there is no such job.
     ///
     /// # Errors

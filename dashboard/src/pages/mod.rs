@@ -6,6 +6,7 @@ pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod overview;
 pub(crate) mod queue;
+pub(crate) mod shards;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -37,6 +38,7 @@ pub(crate) fn layout(title: &str, read_only: bool, body: Markup) -> Html<String>
                     nav {
                         strong { "shardq" } " "
                         a href="/" { "Overview" }
+                        a href="/shards" { "Shards" }
                         a href="/jobs?state=ready" { "Ready" }
                         a href="/jobs?state=running" { "Running" }
                         a href="/jobs?state=retrying" { "Retrying" }

@@ -6,14 +6,13 @@
 //! statement by statement on two connections.
 
 use crate::common;
-use crate::queue_limits::most_at_once;
+use crate::queue_limits::{cli, fleet_with, most_at_once, workers, Fleet};
 
-use common::{wait_until, TestShards};
+use common::wait_until;
 use serde_json::json;
 use shardq::shards::ShardSet;
-use shardq::{Client, InvalidJob, NewJob};
+use shardq::{InvalidJob, NewJob};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 const QUEUE: &str = "tenants";
@@ -23,46 +22,8 @@ queues = [\"tenants\"]
 concurrency = 16
 ";
 
-struct Fleet {
-    _shards: TestShards,
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    set: ShardSet,
-    client: Client,
-}
-
 async fn fleet(shard_count: usize) -> Fleet {
-    let shards = TestShards::databases(shard_count).await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shards.toml");
-    std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
-    let config = shardq::Config::load(Some(&path)).unwrap();
-    let set = shards.migrated(&config).await;
-    let client = Client::from_shards(set.clone(), config.limits.clone());
-    Fleet {
-        _shards: shards,
-        _dir: dir,
-        path,
-        set,
-        client,
-    }
-}
-
-async fn cli(config: &Path, args: &[&str]) -> String {
-    let (ok, text) = shardq_harness::exe::shardq_output(config, args).await;
-    assert!(ok, "shardq {args:?}: {text}");
-    text
-}
-
-fn workers(config: &Path, n: usize) -> Vec<tokio::process::Child> {
-    (0..n)
-        .map(|_| {
-            shardq_harness::exe::shardq_command(config)
-                .arg("worker")
-                .spawn()
-                .unwrap()
-        })
-        .collect()
+    fleet_with(WORKER_TOML, shard_count).await
 }
 
 /// Every job of the queue: (group, claimed, written, status), all shards.

@@ -23,13 +23,13 @@ queues = [\"limited\"]
 concurrency = 16
 ";
 
-async fn cli(config: &Path, args: &[&str]) -> String {
+pub(crate) async fn cli(config: &Path, args: &[&str]) -> String {
     let (ok, text) = shardq_harness::exe::shardq_output(config, args).await;
     assert!(ok, "shardq {args:?}: {text}");
     text
 }
 
-fn workers(config: &Path, n: usize) -> Vec<tokio::process::Child> {
+pub(crate) fn workers(config: &Path, n: usize) -> Vec<tokio::process::Child> {
     (0..n)
         .map(|_| {
             shardq_harness::exe::shardq_command(config)
@@ -91,12 +91,13 @@ pub(crate) fn most_within(
     most.max(0) as usize
 }
 
-struct Fleet {
+/// Migrated shards, a shards.toml naming them, pools and a client.
+pub(crate) struct Fleet {
     _shards: TestShards,
     _dir: tempfile::TempDir,
-    path: PathBuf,
-    set: ShardSet,
-    client: Client,
+    pub path: PathBuf,
+    pub set: ShardSet,
+    pub client: Client,
 }
 
 async fn fleet() -> Fleet {
@@ -104,10 +105,15 @@ async fn fleet() -> Fleet {
 }
 
 async fn fleet_of(shard_count: usize) -> Fleet {
+    fleet_with(WORKER_TOML, shard_count).await
+}
+
+/// `shard_count` shards whose shards.toml ends with `worker_toml`.
+pub(crate) async fn fleet_with(worker_toml: &str, shard_count: usize) -> Fleet {
     let shards = TestShards::databases(shard_count).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shards.toml");
-    std::fs::write(&path, shards.toml(WORKER_TOML)).unwrap();
+    std::fs::write(&path, shards.toml(worker_toml)).unwrap();
     let config = shardq::Config::load(Some(&path)).unwrap();
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());

@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
-use maud::html;
+use maud::{html, Markup};
 use shardq::client::{QueueLimits, StartRate};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -46,13 +46,6 @@ pub(crate) async fn form(
         .find(|l| l.queue == queue)
         .map(|l| l.limits)
         .unwrap_or_default();
-    let rate_count = now.rate.map(|r| r.count.to_string()).unwrap_or_default();
-    let rate_per = now.rate.map_or(Duration::from_secs(1), |r| r.per);
-    let group_rate_count = now
-        .group_rate
-        .map(|r| r.count.to_string())
-        .unwrap_or_default();
-    let group_rate_per = now.group_rate.map_or(Duration::from_secs(1), |r| r.per);
     let odd_period =
         |r: Option<StartRate>| r.is_some_and(|r| !PERIODS.iter().any(|(_, d)| *d == r.per));
     let body = html! {
@@ -62,43 +55,45 @@ pub(crate) async fn form(
         }
         form method="post" action={"/limits/" (super::q(&queue))} {
             input type="hidden" name=(csrf::FIELD) value=(state.csrf.value());
-            p {
-                label for="concurrency" { "At most " }
-                input type="number" min="1" id="concurrency" name="concurrency"
-                    value=(now.concurrency.map(|n| n.to_string()).unwrap_or_default());
-                " jobs running at once"
-            }
-            p {
-                label for="rate" { "At most " }
-                input type="number" min="1" id="rate" name="rate" value=(rate_count);
-                " jobs started per "
-                select name="per" id="per" {
-                    @for (name, length) in PERIODS {
-                        option value=(name) selected[length == rate_per] { (name) }
-                    }
-                }
-            }
-            p {
-                label for="group_concurrency" { "Each group: at most " }
-                input type="number" min="1" id="group_concurrency" name="group_concurrency"
-                    value=(now.group_concurrency.map(|n| n.to_string()).unwrap_or_default());
-                " jobs running at once"
-            }
-            p {
-                label for="group_rate" { "Each group: at most " }
-                input type="number" min="1" id="group_rate" name="group_rate" value=(group_rate_count);
-                " jobs started per "
-                select name="group_per" id="group_per" {
-                    @for (name, length) in PERIODS {
-                        option value=(name) selected[length == group_rate_per] { (name) }
-                    }
-                }
-            }
+            (concurrency_field("concurrency", "At most ", now.concurrency))
+            (rate_field(("rate", "per"), "At most ", now.rate))
+            (concurrency_field("group_concurrency", "Each group: at most ", now.group_concurrency))
+            (rate_field(("group_rate", "group_per"), "Each group: at most ", now.group_rate))
             button type="submit" id="confirm" { "Set the limits of " (queue) }
             " " a href="/" { "No, go back" }
         }
     };
     Ok(layout(&format!("limits of {queue}"), false, body))
+}
+
+/// A concurrency's input, named `name`, holding `now`.
+fn concurrency_field(name: &str, label: &str, now: Option<u32>) -> Markup {
+    html! {
+        p {
+            label for=(name) { (label) }
+            input type="number" min="1" id=(name) name=(name)
+                value=(now.map(|n| n.to_string()).unwrap_or_default());
+            " jobs running at once"
+        }
+    }
+}
+
+/// A rate's inputs: its count (`count`) and its period (`per`), holding `now`.
+fn rate_field((count, per): (&str, &str), label: &str, now: Option<StartRate>) -> Markup {
+    let period = now.map_or(Duration::from_secs(1), |r| r.per);
+    html! {
+        p {
+            label for=(count) { (label) }
+            input type="number" min="1" id=(count) name=(count)
+                value=(now.map(|r| r.count.to_string()).unwrap_or_default());
+            " jobs started per "
+            select name=(per) id=(per) {
+                @for (name, length) in PERIODS {
+                    option value=(name) selected[length == period] { (name) }
+                }
+            }
+        }
+    }
 }
 
 pub(crate) async fn set(

@@ -721,3 +721,70 @@ async fn a_queues_limits_are_set_and_lifted_through_the_form() {
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert!(text(bad).await.contains("give a whole number"));
 }
+
+/// Sixteen shards, three queues: the overview lists each queue once with
+/// its totals over every shard (the sums of the shards' own rows), and a
+/// queue's page has one row per shard that holds its jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_sixteen_shards_each_queue_is_one_row_with_its_totals() {
+    const SHARDS: usize = 16;
+    let shards = Shards::start(SHARDS).await;
+    let mut jobs: Vec<NewJob> = (0..160)
+        .map(|_| NewJob::new("emails", "ok", serde_json::json!({})))
+        .collect();
+    jobs.extend((0..48).map(|_| {
+        NewJob::new("reports", "ok", serde_json::json!({})).delay(Duration::from_secs(3600))
+    }));
+    jobs.extend(
+        (0..32).map(|i| NewJob::new("billing", "ok", serde_json::json!({})).group(format!("t{i}"))),
+    );
+    shards.client.enqueue_many(jobs).await.unwrap();
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let page = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
+    let table = &page[page.find("id=\"queues\"").expect("the queues table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    for (queue, state, want) in [
+        ("emails", "ready", 160),
+        ("reports", "scheduled", 48),
+        ("billing", "ready", 32),
+    ] {
+        assert_eq!(
+            table
+                .matches(&format!("<tr data-queue=\"{queue}\""))
+                .count(),
+            1,
+            "{queue} once: {table}"
+        );
+        let cell = format!("data-queue=\"{queue}\" data-state=\"{state}\">");
+        assert_eq!(cell_value(table, &cell), want, "{queue} {state}");
+    }
+    assert_eq!(page.matches("data-state=\"up\"").count(), SHARDS);
+    let expected = shards.counts().await;
+    let holding = expected
+        .iter()
+        .filter(|c| c.keys().any(|(q, _)| q == "emails"))
+        .count();
+    let queue_page = text(
+        http()
+            .get(format!("http://{addr}/queues/emails"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        queue_page.matches("<tr data-shard=").count(),
+        holding,
+        "one row per shard with emails jobs"
+    );
+    for (s, counts) in expected.iter().enumerate() {
+        let want = counts
+            .get(&("emails".to_string(), "ready".to_string()))
+            .copied()
+            .unwrap_or(0);
+        if want > 0 {
+            let cell = format!("data-shard=\"s{s}\" data-queue=\"emails\" data-state=\"ready\">");
+            assert_eq!(cell_value(&queue_page, &cell), want, "s{s}");
+        }
+    }
+}

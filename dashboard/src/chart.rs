@@ -1,6 +1,7 @@
-//! The completions chart: inline SVG bars, one per time bucket, drawn on
-//! the server (no JavaScript).
+//! The charts, inline SVG drawn on the server (no JavaScript): completion
+//! bars per time bucket, and the trend lines of the last hour.
 
+use crate::trends::Sample;
 use maud::{html, Markup};
 
 const WIDTH: f64 = 150.0;
@@ -24,6 +25,63 @@ pub(crate) fn completions(counts: &[i64], bucket_s: u64) -> Markup {
                     title { (format!("{:.1}", c as f64 / bucket_s.max(1) as f64)) " jobs/s" }
                 }
             }
+        }
+    }
+}
+
+const TREND_WIDTH: f64 = 360.0;
+const TREND_HEIGHT: f64 = 60.0;
+
+/// The trend of `queue` (every queue when `None`) over `samples`, oldest
+/// first: completions per second (blue) and failures per second (red) as
+/// two lines scaled to the largest rate, with the totals it shows in
+/// `data-done` and `data-failed`.
+pub(crate) fn trend(samples: &[Sample], queue: Option<&str>) -> Markup {
+    let rates: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|s| {
+            let (done, failed) = s.of(queue);
+            let secs = s.span.as_secs_f64().max(1e-3);
+            (done as f64 / secs, failed as f64 / secs)
+        })
+        .collect();
+    let (done, failed) = samples.iter().fold((0, 0), |(d, f), s| {
+        let (ds, fs) = s.of(queue);
+        (d + ds, f + fs)
+    });
+    let top = rates.iter().map(|(d, _)| *d).fold(1.0, f64::max);
+    let step = TREND_WIDTH / rates.len().saturating_sub(1).max(1) as f64;
+    let line = |pick: fn(&(f64, f64)) -> f64| -> String {
+        rates
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let y = TREND_HEIGHT - 2.0 - pick(r) / top * (TREND_HEIGHT - 4.0);
+                format!("{:.1},{:.1}", i as f64 * step, y)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let minutes = samples
+        .iter()
+        .map(|s| s.span)
+        .sum::<std::time::Duration>()
+        .as_secs()
+        / 60;
+    html! {
+        svg class="trend" width=(TREND_WIDTH) height=(TREND_HEIGHT)
+            viewBox={"0 0 " (TREND_WIDTH) " " (TREND_HEIGHT)} role="img"
+            aria-label="completions and failures per second"
+            data-done=(done) data-failed=(failed) data-samples=(samples.len()) {
+            rect x="0" y="0" width=(TREND_WIDTH) height=(TREND_HEIGHT) fill="#f4f6f8" {}
+            polyline points=(line(|r| r.0)) fill="none" stroke="#3b7dd8" stroke-width="1.5" {}
+            polyline points=(line(|r| r.1)) fill="none" stroke="#b00020" stroke-width="1.5" {}
+            title { (format!("up to {top:.1} jobs/s")) }
+        }
+        " "
+        span class="muted" {
+            "last " (minutes) " min: " (done) " done, " span class=[(failed > 0).then_some("down")] { (failed) " dead or failed" }
+            ", top " (format!("{top:.1}")) " jobs/s"
         }
     }
 }

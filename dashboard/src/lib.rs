@@ -22,6 +22,7 @@ mod cursor;
 mod pages;
 mod server;
 mod state;
+mod trends;
 
 pub use auth::{Auth, AuthError, BASIC_ENV, TOKEN_ENV};
 pub use server::{bind, Bound, DashboardError};

@@ -4,6 +4,7 @@
 use crate::csrf::CsrfToken;
 use crate::pages;
 use crate::state::{AppState, DashboardOptions, Shared};
+use crate::trends::Trends;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
@@ -85,10 +86,22 @@ impl Bound {
     ///
     /// Dropping it stops serving; open responses are cut off.
     pub async fn serve(self, client: Client, shutdown: CancellationToken) -> std::io::Result<()> {
+        let trends = Arc::new(Trends::new(
+            self.options.trend_interval,
+            self.options.trend_window,
+        ));
+        // The sampler stops with the server.
+        let stop_sampler = shutdown.child_token();
+        let sampler = tokio::spawn({
+            let (trends, client, stop) = (trends.clone(), client.clone(), stop_sampler.clone());
+            let deadline = self.options.shard_deadline;
+            async move { trends.run(client, deadline, stop).await }
+        });
         let state = Arc::new(AppState {
             client,
             csrf: CsrfToken::new(),
             options: self.options,
+            trends,
         });
         let app = Router::new()
             .route("/", get(pages::overview::page))
@@ -110,9 +123,15 @@ impl Bound {
             )
             .layer(middleware::from_fn_with_state(state.clone(), guard))
             .with_state(state);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown({
+                let shutdown = shutdown.clone();
+                async move { shutdown.cancelled().await }
+            })
+            .await;
+        stop_sampler.cancel();
+        let _ = sampler.await;
+        served
     }
 }
 

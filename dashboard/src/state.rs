@@ -24,11 +24,16 @@ pub struct DashboardOptions {
     /// The overview's invariant line: a lease expired, or a scheduled job
     /// due, longer ago than this is a violation (see `shardq check`).
     pub stale_after: Duration,
+    /// How often the trend charts ask the shards what finished.
+    pub trend_interval: Duration,
+    /// How far back the trend charts go.
+    pub trend_window: Duration,
 }
 
 impl DashboardOptions {
     /// Loopback or `listen`, no authentication, actions on, 50 jobs a page,
-    /// two seconds per shard, the invariant check's default threshold.
+    /// two seconds per shard, the invariant check's default threshold, an
+    /// hour of trends sampled every 10 s.
     pub fn new(listen: SocketAddr) -> DashboardOptions {
         DashboardOptions {
             listen,
@@ -37,6 +42,8 @@ impl DashboardOptions {
             page_size: 50,
             shard_deadline: Duration::from_secs(2),
             stale_after: shardq::client::CheckOptions::default().stale_after,
+            trend_interval: Duration::from_secs(10),
+            trend_window: Duration::from_secs(3_600),
         }
     }
 }
@@ -46,6 +53,7 @@ pub(crate) struct AppState {
     pub client: Client,
     pub csrf: CsrfToken,
     pub options: DashboardOptions,
+    pub trends: Arc<crate::trends::Trends>,
 }
 
 pub(crate) type Shared = Arc<AppState>;

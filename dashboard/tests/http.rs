@@ -788,3 +788,84 @@ async fn at_sixteen_shards_each_queue_is_one_row_with_its_totals() {
         }
     }
 }
+
+/// The trend: what finishes after the dashboard starts shows in the
+/// overview's chart (every queue) and in the queue's page (that queue),
+/// each job counted once however many samples pass, failures apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trend_counts_each_finished_job_once_and_its_failures() {
+    let shards = Shards::start(2).await;
+    let mut jobs: Vec<NewJob> = (0..30)
+        .map(|_| NewJob::new("emails", "ok", serde_json::json!({})))
+        .collect();
+    jobs.extend((0..6).map(|_| NewJob::new("reports", "ok", serde_json::json!({}))));
+    shards.client.enqueue_many(jobs).await.unwrap();
+    let mut options = loopback();
+    options.trend_interval = Duration::from_millis(100);
+    let (addr, _stop) = serve(shards.client.clone(), options).await;
+    // Let the first sample set where counting starts, then finish the jobs
+    // (as a worker writes outcomes): emails all succeed, 4 reports die.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for shard in shards.set.all() {
+        let db = shard.client().await.unwrap();
+        db.batch_execute(
+            "UPDATE workflow_status SET status = 'succeeded', finished_at = now() \
+                 WHERE queue = 'emails'; \
+             UPDATE workflow_status SET status = 'dead', finished_at = now() \
+                 WHERE queue = 'reports' AND id IN (SELECT id FROM workflow_status \
+                     WHERE queue = 'reports' ORDER BY id LIMIT 2)",
+        )
+        .await
+        .unwrap();
+    }
+    let dead: i64 = {
+        let mut n = 0;
+        for shard in shards.set.all() {
+            let db = shard.client().await.unwrap();
+            n += db
+                .query_one(
+                    "SELECT count(*) FROM workflow_status WHERE status = 'dead'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0);
+        }
+        n
+    };
+    let attr = |page: &str, name: &str| -> i64 {
+        let at = page.find(&format!("{name}=\"")).expect(name) + name.len() + 2;
+        page[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let mut page = String::new();
+    for _ in 0..100 {
+        page = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
+        if attr(&page, "data-done") == 30 + dead {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(attr(&page, "data-done"), 30 + dead, "every queue's trend");
+    assert_eq!(attr(&page, "data-failed"), dead);
+    // More samples pass: still each job once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
+    assert_eq!(attr(&later, "data-done"), 30 + dead);
+    assert!(attr(&later, "data-samples") > attr(&page, "data-samples"));
+    let queue_page = text(
+        http()
+            .get(format!("http://{addr}/queues/reports"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (
+            attr(&queue_page, "data-done"),
+            attr(&queue_page, "data-failed")
+        ),
+        (dead, dead),
+        "the reports queue's own trend"
+    );
+}

@@ -7,7 +7,9 @@ use super::error::ClientError;
 use super::handle::Client;
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
-use crate::store::browse::{self, JobFilter, JobSummary, ListPage, ListState, Position, StepInfo};
+use crate::store::browse::{
+    self, FinishedSince, JobFilter, JobSummary, ListPage, ListState, Position, StepInfo,
+};
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues;
 use crate::store::workers::{self, WorkerRow};
@@ -195,6 +197,34 @@ impl Client {
                 error,
                 queues,
                 workers,
+            }
+        });
+        futures_util::future::join_all(asks).await
+    }
+
+    /// What finished on each shard since `since[i]` (the `at` of its last
+    /// answer; `None`: the last 10 s), by queue, in shard order; `None` for
+    /// a shard that did not answer within `deadline`. A dashboard that
+    /// calls it every few seconds has each span counted once.
+    ///
+    /// # Errors
+    ///
+    /// None: a shard that fails is `None`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn finished_since(
+        &self,
+        since: &[Option<chrono::DateTime<chrono::Utc>>],
+        deadline: Duration,
+    ) -> Vec<Option<FinishedSince>> {
+        let asks = self.shards().all().iter().enumerate().map(|(i, shard)| {
+            let from = since.get(i).copied().flatten();
+            async move {
+                within(shard, deadline, browse::finished_since(shard, from))
+                    .await
+                    .ok()
             }
         });
         futures_util::future::join_all(asks).await

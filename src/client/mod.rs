@@ -17,7 +17,9 @@ mod schedule_status;
 mod transactional;
 
 pub use crate::store::backlog::StateCounts;
-pub use crate::store::browse::{JobFilter, JobSummary, ListState, Position, StepInfo};
+pub use crate::store::browse::{
+    FinishedSince, JobFilter, JobSummary, ListState, Position, StepInfo,
+};
 pub use crate::store::check::{Example, Finding, Invariant};
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};

@@ -364,3 +364,46 @@ pub async fn unfinished_counts(shard: &Shard) -> Result<Vec<(String, String, i64
     }
     Ok(out)
 }
+
+/// What finished on one shard in a span of time, by queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedSince {
+    /// The end of the span: the shard's clock at the read (the next
+    /// read's start).
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// Per queue: jobs finished, and of those the ones that ended dead or
+    /// failed.
+    pub by_queue: Vec<(String, i64, i64)>,
+}
+
+/// The jobs of `shard` that finished after `since` (`None`: 10 s ago) and
+/// up to now, by queue ([`sql::FINISHED_SINCE`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn finished_since(
+    shard: &Shard,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<FinishedSince, ShardError> {
+    let rows = exec::query(shard, sql::FINISHED_SINCE, &[(&since, Type::TIMESTAMPTZ)]).await?;
+    let at = rows
+        .first()
+        .map(|r| r.get("at"))
+        .unwrap_or_else(chrono::Utc::now);
+    let by_queue = rows
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.get::<_, Option<String>>("queue")?,
+                r.get("done"),
+                r.get("failed"),
+            ))
+        })
+        .collect();
+    Ok(FinishedSince { at, by_queue })
+}

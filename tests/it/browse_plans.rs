@@ -112,6 +112,12 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
         plan.contains("workflow_status_finished") && plan.contains("Index Cond: (finished_at >="),
         "{plan}"
     );
+    let since: Option<chrono::DateTime<chrono::Utc>> = None;
+    let plan = explain(&db, sql::FINISHED_SINCE, &[(&since, Type::TIMESTAMPTZ)]).await;
+    assert!(
+        plan.contains("workflow_status_finished") && !plan.contains("Seq Scan"),
+        "the trend reads a range of the finished index: {plan}"
+    );
     let plan = explain(&db, sql::FAILED_COUNTS, &[]).await;
     assert!(
         plan.contains("workflow_status_failed") && !plan.contains("Seq Scan"),

@@ -49,6 +49,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         (invariant_line(&report))
         (shard_table(&shards))
         h2 { "Queues" }
+        p id="trend" { "Every queue: " (chart::trend(&state.trends.samples(), None)) }
         (queue_table(&shards, bucket_s, options.window.as_secs()))
         (pause_table(&shards, state.options.read_only))
         (limit_table(&limits, state.options.read_only))

@@ -117,6 +117,7 @@ pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>)
                 " " (chart::completions(&t.completions, bucket_s))
             },
         }
+        p id="trend" { "Last hour: " (chart::trend(&state.trends.samples(), Some(&queue))) }
         h2 { "By shard" }
         table id="queue-shards" {
             tr {

@@ -212,3 +212,18 @@ pub const QUEUE_OLDEST_READY: &str = concat!(
 pub const STEPS_OF_JOB: &str = "SELECT step_name, output, error, created_at::text AS created_at \
     FROM workflow_steps WHERE shard_key = $1 AND workflow_id = $2 \
     ORDER BY created_at, step_name";
+
+/// Per queue, the jobs that finished after $1 (NULL: 10 s ago) and up to
+/// this statement's now(), and of those the ones that ended dead or failed;
+/// with that now(), the next read's $1 (one row with a NULL queue when
+/// none finished). A range of `workflow_status_finished`: it reads the rows
+/// of the span, never the older history.
+pub const FINISHED_SINCE: &str = "WITH t AS (SELECT now() AS at) \
+    SELECT t.at, c.queue, c.done, c.failed FROM t LEFT JOIN LATERAL ( \
+        SELECT queue, count(*) AS done, \
+            count(*) FILTER (WHERE status IN ('dead', 'failed')) AS failed \
+        FROM workflow_status \
+        WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
+            AND finished_at > coalesce($1::timestamptz, t.at - interval '10 seconds') \
+            AND finished_at <= t.at \
+        GROUP BY queue) c ON true";

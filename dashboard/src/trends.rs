@@ -1,0 +1,174 @@
+//! Completions and failures over the last hour, fleet-wide and per queue:
+//! the dashboard asks every shard every `trend_interval` what finished
+//! since its last answer (`Client::finished_since`, a range of the finished
+//! index) and keeps the samples in memory, so the history starts when the
+//! dashboard does. A shard that does not answer is asked again from where
+//! it left off, so its jobs land in the next sample instead of being lost.
+
+use shardq::client::FinishedSince;
+use shardq::Client;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// One sample: what finished over `span`, by queue (done, failed).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sample {
+    pub span: Duration,
+    pub by_queue: BTreeMap<String, (i64, i64)>,
+    /// Shards that did not answer this time.
+    pub unanswered: usize,
+}
+
+impl Sample {
+    /// (done, failed) of `queue`, or of every queue when `None`.
+    pub fn of(&self, queue: Option<&str>) -> (i64, i64) {
+        match queue {
+            Some(q) => self.by_queue.get(q).copied().unwrap_or_default(),
+            None => self
+                .by_queue
+                .values()
+                .fold((0, 0), |(d, f), (dq, fq)| (d + dq, f + fq)),
+        }
+    }
+}
+
+/// The samples of the last `window`, oldest first.
+pub(crate) struct Trends {
+    pub interval: Duration,
+    keep: usize,
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+impl Trends {
+    pub fn new(interval: Duration, window: Duration) -> Trends {
+        let keep = (window.as_secs_f64() / interval.as_secs_f64().max(1e-3)).ceil() as usize;
+        Trends {
+            interval,
+            keep: keep.max(1),
+            samples: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn samples(&self) -> Vec<Sample> {
+        self.samples
+            .lock()
+            .expect("trends")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn push(&self, sample: Sample) {
+        let mut samples = self.samples.lock().expect("trends");
+        samples.push_back(sample);
+        while samples.len() > self.keep {
+            samples.pop_front();
+        }
+    }
+
+    /// Samples every `interval` until `stop`.
+    pub async fn run(&self, client: Client, deadline: Duration, stop: CancellationToken) {
+        let mut since = vec![None; client.shards().len()];
+        let mut last = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let answers = client.finished_since(&since, deadline).await;
+            let now = tokio::time::Instant::now();
+            let sample = fold(&mut since, answers, now - last);
+            last = now;
+            self.push(sample);
+        }
+    }
+}
+
+/// One sample from the shards' answers; each answering shard's `since`
+/// moves to its answer's time (a silent shard's stays, to be read later).
+fn fold(
+    since: &mut [Option<chrono::DateTime<chrono::Utc>>],
+    answers: Vec<Option<FinishedSince>>,
+    span: Duration,
+) -> Sample {
+    let mut sample = Sample {
+        span,
+        ..Sample::default()
+    };
+    for (from, answer) in since.iter_mut().zip(answers) {
+        match answer {
+            Some(a) => {
+                // The first answer only sets where counting starts.
+                if from.is_some() {
+                    for (queue, done, failed) in a.by_queue {
+                        let e = sample.by_queue.entry(queue).or_default();
+                        e.0 += done;
+                        e.1 += failed;
+                    }
+                }
+                *from = Some(a.at);
+            }
+            None => sample.unanswered += 1,
+        }
+    }
+    sample
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(secs: i64, rows: &[(&str, i64, i64)]) -> Option<FinishedSince> {
+        Some(FinishedSince {
+            at: chrono::DateTime::from_timestamp(secs, 0).unwrap(),
+            by_queue: rows
+                .iter()
+                .map(|(q, d, f)| (q.to_string(), *d, *f))
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn a_sample_sums_the_shards_and_a_silent_shard_is_read_from_where_it_left_off() {
+        let mut since = vec![None, None];
+        let span = Duration::from_secs(10);
+        // First answers only set the starts.
+        let first = fold(
+            &mut since,
+            vec![answer(100, &[("a", 9, 9)]), answer(100, &[])],
+            span,
+        );
+        assert_eq!(first.of(None), (0, 0));
+        let second = fold(
+            &mut since,
+            vec![
+                answer(110, &[("a", 3, 1)]),
+                answer(110, &[("a", 2, 0), ("b", 5, 5)]),
+            ],
+            span,
+        );
+        assert_eq!((second.of(Some("a")), second.of(None)), ((5, 1), (10, 6)));
+        let silent = fold(&mut since, vec![answer(120, &[]), None], span);
+        assert_eq!(
+            (silent.unanswered, since[1]),
+            (1, chrono::DateTime::from_timestamp(110, 0))
+        );
+    }
+
+    #[test]
+    fn only_the_window_is_kept() {
+        let trends = Trends::new(Duration::from_secs(10), Duration::from_secs(30));
+        for i in 0..5 {
+            trends.push(Sample {
+                unanswered: i,
+                ..Sample::default()
+            });
+        }
+        let kept: Vec<usize> = trends.samples().iter().map(|s| s.unanswered).collect();
+        assert_eq!(kept, [2, 3, 4]);
+    }
+}

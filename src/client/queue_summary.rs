@@ -71,7 +71,7 @@ pub fn summarize(shards: &[ShardStatus]) -> Vec<QueueSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::QueueCount;
+    use crate::store::queues::QueueCount;
 
     fn count(queue: &str, status: &str, n: i64, oldest: Option<f64>) -> QueueCount {
         QueueCount {

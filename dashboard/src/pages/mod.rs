@@ -1,6 +1,7 @@
 //! The pages: one module each, a shared layout and error page.
 
 pub(crate) mod actions;
+pub(crate) mod fleet;
 pub(crate) mod job;
 pub(crate) mod jobs;
 pub(crate) mod limits;

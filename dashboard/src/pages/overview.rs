@@ -1,27 +1,13 @@
 //! `/`: every shard and queue at a glance; refreshes itself every 5 s.
 
-use super::queue::across;
+use super::fleet::{across, worker_rows, COLUMNS};
 use super::{age, layout, q};
 use crate::chart;
 use crate::state::Shared;
 use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};
-use shardq::client::{
-    CheckOptions, CheckReport, ListState, OverviewOptions, QueueLimit, QueueOverview,
-    ShardOverview, WorkerRow,
-};
-
-/// The count columns, in lifecycle order.
-pub(crate) const COLUMNS: [ListState; 7] = [
-    ListState::Ready,
-    ListState::Scheduled,
-    ListState::Running,
-    ListState::Retrying,
-    ListState::Waiting,
-    ListState::Dead,
-    ListState::Cancelled,
-];
+use shardq::client::{CheckOptions, CheckReport, OverviewOptions, QueueLimit, ShardOverview};
 
 pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
     let options = OverviewOptions {
@@ -169,33 +155,6 @@ fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup
     }
 }
 
-/// Queue `queue`'s row on shard `s` (the queue's page): its counts, linked
-/// to that shard's jobs; `behind` marks the shard with the oldest ready job.
-pub(crate) fn shard_queue_row(
-    s: &ShardOverview,
-    queue: &QueueOverview,
-    bucket_s: u64,
-    window_s: u64,
-    behind: bool,
-) -> Markup {
-    html! {
-        tr data-shard=(s.shard) data-queue=(queue.queue) class=[behind.then_some("behind")] {
-            td class="l" { (s.shard) @if behind { " " span class="down" { "behind" } } }
-            @for c in COLUMNS {
-                td class="count" data-shard=(s.shard) data-queue=(queue.queue) data-state=(c.as_str()) {
-                    @let n = queue.count(c);
-                    @if n > 0 {
-                        a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (n) }
-                    } @else { span class="muted" { "0" } }
-                }
-            }
-            td { @match queue.oldest_ready { Some(d) => (age(d)), None => span class="muted" { "–" } } }
-            td { (format!("{:.1}", queue.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
-            td class="l" { (chart::completions(&queue.completions, bucket_s)) }
-        }
-    }
-}
-
 /// Each queue: paused on which shards, and the button that fits.
 fn pause_table(shards: &[ShardOverview], read_only: bool) -> Markup {
     let mut names: Vec<&str> = shards
@@ -275,29 +234,4 @@ fn worker_table(shards: &[ShardOverview]) -> Markup {
         .flat_map(|s| s.workers.iter().map(move |w| (s, w)))
         .collect();
     worker_rows(&rows)
-}
-
-/// The live workers' rows (each shard's heartbeat of each worker).
-pub(crate) fn worker_rows(rows: &[(&ShardOverview, &WorkerRow)]) -> Markup {
-    html! {
-        @if rows.is_empty() { p class="muted" { "No worker has sent a heartbeat in the last 30 s." } }
-        @else {
-            table id="workers" {
-                tr { th class="l" { "Shard" } th class="l" { "Worker" } th class="l" { "Host" } th { "PID" }
-                     th class="l" { "Queues" } th class="l" { "Started" } th { "Heartbeat" }
-                     th { "Claims" } th { "Claimed" } th { "Lock misses" } th { "Empty" } th { "Completed" } th { "Miss rate" } }
-                @for (s, w) in rows {
-                    @let c = &w.counters;
-                    @let attempts = c.claims + c.busy + c.empty + c.errors;
-                    tr data-shard=(s.shard) data-worker=(w.worker_id) {
-                        td class="l" { (s.shard) } td class="l" { (w.worker_id) } td class="l" { (w.host) }
-                        td { (w.pid) } td class="l" { (w.queues.join(", ")) } td class="l muted" { (w.started_at) }
-                        td { (format!("{:.1}s ago", w.heartbeat_age_ms as f64 / 1000.0)) }
-                        td { (c.claims) } td { (c.claimed) } td { (c.busy) } td { (c.empty) } td class="completed" { (c.completed) }
-                        td { @if attempts > 0 { (format!("{:.1}%", c.busy as f64 * 100.0 / attempts as f64)) } @else { "–" } }
-                    }
-                }
-            }
-        }
-    }
 }

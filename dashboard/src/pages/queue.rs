@@ -1,77 +1,14 @@
-//! A queue across the fleet: `across` folds the shards' overview into one
-//! row per queue (the overview's table); `/queues/{queue}` shows that
-//! queue's row on each shard, the shard furthest behind, and the workers
-//! that serve it.
+//! `/queues/{queue}`: a queue across the fleet: its row on each shard, the
+//! shard furthest behind, its trend, and the workers that serve it.
 
-use super::overview::{shard_queue_row, worker_rows, COLUMNS};
+use super::fleet::{across, shard_queue_row, worker_rows, COLUMNS};
 use super::{age, layout, q};
 use crate::chart;
 use crate::state::Shared;
 use axum::extract::{Path, State};
 use axum::response::Html;
 use maud::html;
-use shardq::client::{OverviewOptions, ShardOverview};
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-/// One queue summed over the shards that answered.
-pub(crate) struct QueueAcross {
-    pub queue: String,
-    /// Jobs by list state, summed.
-    pub counts: BTreeMap<String, i64>,
-    /// The longest any ready job of the queue has been due, and its shard.
-    pub oldest_ready: Option<(Duration, String)>,
-    /// Finished per time bucket, summed bucket by bucket.
-    pub completions: Vec<i64>,
-    /// The shards where the queue is paused.
-    pub paused_on: Vec<String>,
-    /// How many shards hold jobs of the queue.
-    pub shards: usize,
-}
-
-impl QueueAcross {
-    pub fn count(&self, state: &str) -> i64 {
-        self.counts.get(state).copied().unwrap_or(0)
-    }
-}
-
-/// Per queue, by name, over the shards that answered.
-pub(crate) fn across(shards: &[ShardOverview]) -> Vec<QueueAcross> {
-    let mut by_name: BTreeMap<&str, QueueAcross> = BTreeMap::new();
-    for s in shards.iter().filter(|s| s.error.is_none()) {
-        for queue in &s.queues {
-            let row = by_name
-                .entry(queue.queue.as_str())
-                .or_insert_with(|| QueueAcross {
-                    queue: queue.queue.clone(),
-                    counts: BTreeMap::new(),
-                    oldest_ready: None,
-                    completions: Vec::new(),
-                    paused_on: Vec::new(),
-                    shards: 0,
-                });
-            row.shards += 1;
-            for (state, n) in &queue.counts {
-                *row.counts.entry(state.clone()).or_default() += n;
-            }
-            if let Some(d) = queue.oldest_ready {
-                if row.oldest_ready.as_ref().is_none_or(|(o, _)| d > *o) {
-                    row.oldest_ready = Some((d, s.shard.clone()));
-                }
-            }
-            if row.completions.len() < queue.completions.len() {
-                row.completions.resize(queue.completions.len(), 0);
-            }
-            for (sum, n) in row.completions.iter_mut().zip(&queue.completions) {
-                *sum += n;
-            }
-            if queue.paused {
-                row.paused_on.push(s.shard.clone());
-            }
-        }
-    }
-    by_name.into_values().collect()
-}
+use shardq::client::OverviewOptions;
 
 pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>) -> Html<String> {
     let options = OverviewOptions {

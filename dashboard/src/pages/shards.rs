@@ -2,7 +2,7 @@
 //! its connections, its lock-miss rate, its jobs by state over all queues,
 //! its longest-waiting ready job, its live workers.
 
-use super::overview::COLUMNS;
+use super::fleet::COLUMNS;
 use super::{age, layout};
 use crate::state::Shared;
 use axum::extract::State;

@@ -41,35 +41,28 @@ async fn main() -> anyhow::Result<()> {
         "machine: {} CPUs; PostgreSQL and the dashboard on the same machine",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let mut toml = String::new();
-    let mut made = 0;
     println!(
         "{:<8} {:>14} {:>14} {:>14}",
         "shards", "overview ms", "queue ms", "shards ms"
     );
     for size in SIZES {
         let started = Instant::now();
-        while made < size {
-            let name = format!("fleet_{made}");
+        // A fresh list each size: a shard records the list it was migrated in.
+        let mut toml = String::new();
+        for i in 0..size {
+            let name = format!("fleet{size}_{i}");
             create_database(&server.admin_url(), &name).await?;
             toml.push_str(&format!(
-                "[[shards]]\nname = \"s{made}\"\nurl = \"{base}/{name}\"\npool_size = 4\n\n"
+                "[[shards]]\nname = \"s{i}\"\nurl = \"{base}/{name}\"\npool_size = 4\n\n"
             ));
-            made += 1;
         }
         let config = shardq::Config::from_toml(&toml)?;
         let shards = shardq::shards::ShardSet::connect(&config)?;
         shardq::migrate::migrate_all(&shards).await?;
         for shard in shards.all() {
             let db = shard.user_client().await?;
-            let filled: bool = db
-                .query_one("SELECT EXISTS (SELECT 1 FROM workflow_status)", &[])
-                .await?
-                .get(0);
-            if !filled {
-                db.batch_execute(FILL).await?;
-                db.batch_execute("VACUUM ANALYZE workflow_status").await?;
-            }
+            db.batch_execute(FILL).await?;
+            db.batch_execute("VACUUM ANALYZE workflow_status").await?;
         }
         eprintln!(
             "{size} shards ready in {:.1} s",

@@ -7,10 +7,14 @@
 //!
 //! Run: `cargo run --release -p shardq-dashboard --example dashboard_fleet`
 
+#[path = "support/mod.rs"]
+mod support;
+
 use shardq::Client;
 use shardq_dashboard::DashboardOptions;
 use shardq_local::{create_database, EphemeralServer};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use support::{median, ms};
 use tokio_util::sync::CancellationToken;
 
 const FILL: &str = "
@@ -87,26 +91,4 @@ async fn main() -> anyhow::Result<()> {
         shards.close();
     }
     Ok(())
-}
-
-/// The median of 5 requests of `url`, which must succeed.
-async fn median(http: &reqwest::Client, url: &str) -> anyhow::Result<Duration> {
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        let response = http.get(url).send().await?;
-        anyhow::ensure!(
-            response.status().is_success(),
-            "{url}: {}",
-            response.status()
-        );
-        response.text().await?;
-        times.push(started.elapsed());
-    }
-    times.sort();
-    Ok(times[2])
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

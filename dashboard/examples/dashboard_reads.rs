@@ -7,10 +7,14 @@
 //!
 //! Run: `cargo run --release -p shardq-dashboard --example dashboard_reads`
 
+#[path = "support/mod.rs"]
+mod support;
+
 use shardq::Client;
 use shardq_dashboard::DashboardOptions;
 use shardq_local::EphemeralServer;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use support::{median, ms};
 use tokio_util::sync::CancellationToken;
 
 const FILL: &str = "
@@ -71,20 +75,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn measure(http: &reqwest::Client, url: &str, what: &str) -> anyhow::Result<()> {
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        let response = http.get(url).send().await?;
-        anyhow::ensure!(
-            response.status().is_success(),
-            "{url}: {}",
-            response.status()
-        );
-        response.text().await?;
-        times.push(started.elapsed());
-    }
-    times.sort();
-    println!("{what:<38} {:>7.1} ms", ms(times[2]));
+    println!("{what:<38} {:>7.1} ms", ms(median(http, url).await?));
     Ok(())
 }
 
@@ -106,8 +97,4 @@ async fn follow(
         url = format!("http://{addr}{}", next.replace("&amp;", "&"));
     }
     Ok(url)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

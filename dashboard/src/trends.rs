@@ -1,8 +1,8 @@
 //! Completions and failures over the last hour, fleet-wide and per queue:
 //! the dashboard asks every shard every `trend_interval` what finished
 //! since its last answer (`Client::finished_since`, a range of the finished
-//! index) and keeps the samples in memory, so the history starts when the
-//! dashboard does. A shard that does not answer is asked again from where
+//! index; a first answer covers the 10 s before it) and keeps the samples
+//! in memory, so the history starts when the dashboard does. A shard that does not answer is asked again from where
 //! it left off, so its jobs land in the next sample instead of being lost.
 
 use shardq::client::FinishedSince;
@@ -102,13 +102,11 @@ fn fold(
     for (from, answer) in since.iter_mut().zip(answers) {
         match answer {
             Some(a) => {
-                // The first answer only sets where counting starts.
-                if from.is_some() {
-                    for (queue, done, failed) in a.by_queue {
-                        let e = sample.by_queue.entry(queue).or_default();
-                        e.0 += done;
-                        e.1 += failed;
-                    }
+                // A first answer covers the 10 s before it.
+                for (queue, done, failed) in a.by_queue {
+                    let e = sample.by_queue.entry(queue).or_default();
+                    e.0 += done;
+                    e.1 += failed;
                 }
                 *from = Some(a.at);
             }
@@ -136,13 +134,13 @@ mod tests {
     fn a_sample_sums_the_shards_and_a_silent_shard_is_read_from_where_it_left_off() {
         let mut since = vec![None, None];
         let span = Duration::from_secs(10);
-        // First answers only set the starts.
+        // First answers cover the 10 s before them.
         let first = fold(
             &mut since,
-            vec![answer(100, &[("a", 9, 9)]), answer(100, &[])],
+            vec![answer(100, &[("a", 9, 1)]), answer(100, &[])],
             span,
         );
-        assert_eq!(first.of(None), (0, 0));
+        assert_eq!(first.of(None), (9, 1));
         let second = fold(
             &mut since,
             vec![

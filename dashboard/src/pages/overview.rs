@@ -1,4 +1,6 @@
-//! `/`: every shard and queue at a glance; refreshes itself every 5 s.
+//! `/`: the queues first (one row each over every shard), then how many
+//! shards answered and which did not, the live workers; refreshes itself
+//! every 5 s.
 
 use super::fleet::{across, worker_rows, COLUMNS};
 use super::{age, layout, q};
@@ -31,14 +33,14 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
     let bucket_s = options.bucket.as_secs();
     let body = html! {
         (PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
-        h2 { "Shards" }
-        (invariant_line(&report))
-        (shard_table(&shards))
         h2 { "Queues" }
         p id="trend" { "Every queue: " (chart::trend(&state.trends.samples(), None)) }
         (queue_table(&shards, bucket_s, options.window.as_secs()))
         (pause_table(&shards, state.options.read_only))
         (limit_table(&limits, state.options.read_only))
+        h2 { "Shards" }
+        (invariant_line(&report))
+        (shard_table(&shards))
         h2 { "Live workers" }
         (worker_table(&shards))
     };
@@ -80,24 +82,26 @@ fn invariant_line(report: &CheckReport) -> Markup {
     }
 }
 
+/// How many shards answered, and a row for each one that did not (all of
+/// them are on `/shards`): at fifty shards the queues come first.
 fn shard_table(shards: &[ShardOverview]) -> Markup {
+    let sick: Vec<&ShardOverview> = shards.iter().filter(|s| s.error.is_some()).collect();
     html! {
-        table id="shards" {
-            tr { th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" }
-                 th { "Live workers" } th { "Lock-miss rate" } }
-            @for s in shards {
-                tr data-shard=(s.shard) {
-                    td class="l" { (s.shard) }
-                    td class="l muted" { (s.target) }
-                    @match &s.error {
-                        Some(e) => td class="l down" data-state="unreachable" title=(e) { "unreachable: " (e) },
-                        None => td class="l up" data-state="up" { "up" },
+        p id="shards-up" data-up=(shards.len() - sick.len()) data-shards=(shards.len()) {
+            (shards.len() - sick.len()) " of " (shards.len()) " shards answered"
+            " (" a href="/shards" { "each shard" } ")."
+        }
+        @if !sick.is_empty() {
+            table id="shards" {
+                tr { th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" } }
+                @for s in sick {
+                    tr data-shard=(s.shard) {
+                        td class="l" { (s.shard) }
+                        td class="l muted" { (s.target) }
+                        td class="l down" data-state="unreachable" title=[s.error.as_deref()] {
+                            "unreachable: " (s.error.as_deref().unwrap_or_default())
+                        }
                     }
-                    td { (s.workers.len()) }
-                    td class="miss" { @match s.lock_miss_rate() {
-                        Some(r) => (format!("{:.1}%", r * 100.0)),
-                        None => span class="muted" { "–" },
-                    } }
                 }
             }
         }

@@ -59,6 +59,16 @@ async fn all_succeeded(set: &ShardSet, jobs: usize) {
     .await;
 }
 
+/// No-op jobs of `queue`: `n` of each `(group, n)`, in that order.
+fn queue_jobs(queue: &str, groups: &[(&str, usize)]) -> Vec<NewJob> {
+    groups
+        .iter()
+        .flat_map(|(group, n)| {
+            (0..*n).map(move |_| NewJob::new(queue, "noop", json!({})).group(*group))
+        })
+        .collect()
+}
+
 fn jobs(group: &str, n: usize, handler: &str, payload: serde_json::Value) -> Vec<NewJob> {
     (0..n)
         .map(|_| NewJob::new(QUEUE, handler, payload.clone()).group(group))
@@ -509,26 +519,15 @@ async fn a_grouped_claim_fills_its_batch_keeps_colliding_groups_apart_and_says_w
     };
 
     // 3 grouped jobs and 100 without a group: a claim of 16 takes 16.
-    let mut mixed = jobs("a", 1, "noop", json!({}));
-    mixed.extend(jobs("b", 1, "noop", json!({})));
-    mixed.extend(jobs("c", 1, "noop", json!({})));
+    let mut mixed = queue_jobs("mixed", &[("a", 1), ("b", 1), ("c", 1)]);
     mixed.extend((0..100).map(|_| NewJob::new("mixed", "noop", json!({}))));
-    for job in &mut mixed {
-        job.queue = "mixed".into();
-    }
     f.client.enqueue_many(mixed).await.unwrap();
     assert_eq!(claim("mixed", 16).await, (1, 16));
 
     // Groups at their limit leave their share to the jobs without a group.
     limit_groups("saturated", concurrency(1)).await;
-    let mut saturated: Vec<NewJob> = ["x", "y", "z"]
-        .iter()
-        .flat_map(|g| jobs(g, 2, "noop", json!({})))
-        .collect();
+    let mut saturated = queue_jobs("saturated", &[("x", 2), ("y", 2), ("z", 2)]);
     saturated.extend((0..20).map(|_| NewJob::new("saturated", "noop", json!({}))));
-    for job in &mut saturated {
-        job.queue = "saturated".into();
-    }
     f.client.enqueue_many(saturated).await.unwrap();
     assert_eq!(claim("saturated", 3).await, (1, 3));
     assert_eq!(
@@ -551,11 +550,7 @@ async fn a_grouped_claim_fills_its_batch_keeps_colliding_groups_apart_and_says_w
         hashes.0, hashes.1,
         "the two names must collide for this case"
     );
-    let mut collide = jobs(older, 50, "noop", json!({}));
-    collide.extend(jobs(newer, 5, "noop", json!({})));
-    for job in &mut collide {
-        job.queue = "collide".into();
-    }
+    let collide = queue_jobs("collide", &[(older, 50), (newer, 5)]);
     f.client.enqueue_many(collide).await.unwrap();
     let (_, first) = claim("collide", 10).await;
     assert_eq!(first, 4, "2 of each of the two colliding groups");
@@ -578,10 +573,7 @@ async fn a_grouped_claim_fills_its_batch_keeps_colliding_groups_apart_and_says_w
         },
     )
     .await;
-    let mut fast = jobs("q", 5, "noop", json!({}));
-    for job in &mut fast {
-        job.queue = "fast".into();
-    }
+    let fast = queue_jobs("fast", &[("q", 5)]);
     f.client.enqueue_many(fast).await.unwrap();
     assert_eq!(claim("fast", 10).await, (1, 5));
 }

@@ -1,9 +1,11 @@
 //! Completions and failures over the last hour, fleet-wide and per queue:
 //! the dashboard asks every shard every `trend_interval` what finished
 //! since its last answer (`Client::finished_since`, a range of the finished
-//! index; a first answer covers the 10 s before it) and keeps the samples
-//! in memory, so the history starts when the dashboard does. A shard that does not answer is asked again from where
-//! it left off, so its jobs land in the next sample instead of being lost.
+//! index, ending 5 s back so completions still committing are not passed
+//! over; a first answer covers the 10 s before it) and keeps the samples
+//! in memory, so the history starts when the dashboard does. A shard that
+//! does not answer is asked again from where it left off, so its jobs land
+//! in the next sample instead of being lost.
 
 use shardq::client::FinishedSince;
 use shardq::Client;

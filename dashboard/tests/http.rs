@@ -847,7 +847,8 @@ async fn the_trend_counts_each_finished_job_once_and_its_failures() {
         page[at..].split('"').next().unwrap().parse().unwrap()
     };
     let mut page = String::new();
-    for _ in 0..100 {
+    // The trend reads spans ending 5 s back (completions still committing).
+    for _ in 0..300 {
         page = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
         if attr(&page, "data-done") == 30 + dead {
             break;

@@ -213,12 +213,15 @@ pub const STEPS_OF_JOB: &str = "SELECT step_name, output, error, created_at::tex
     FROM workflow_steps WHERE shard_key = $1 AND workflow_id = $2 \
     ORDER BY created_at, step_name";
 
-/// Per queue, the jobs that finished after $1 (NULL: 10 s ago) and up to
-/// this statement's now(), and of those the ones that ended dead or failed;
-/// with that now(), the next read's $1 (one row with a NULL queue when
-/// none finished). A range of `workflow_status_finished`: it reads the rows
-/// of the span, never the older history.
-pub const FINISHED_SINCE: &str = "WITH t AS (SELECT now() AS at) \
+/// Per queue, the jobs that finished after $1 (NULL: 10 s before the end)
+/// and up to 5 s before this statement's now(), and of those the ones that
+/// ended dead or failed; with that end, the next read's $1 (one row with a
+/// NULL queue when none finished). The lag: `finished_at` is a completion
+/// transaction's start, so a span read up to now() would pass over
+/// completions still committing and never count them. A range of
+/// `workflow_status_finished`: it reads the rows of the span, never the
+/// older history.
+pub const FINISHED_SINCE: &str = "WITH t AS (SELECT now() - interval '5 seconds' AS at) \
     SELECT t.at, c.queue, c.done, c.failed FROM t LEFT JOIN LATERAL ( \
         SELECT queue, count(*) AS done, \
             count(*) FILTER (WHERE status IN ('dead', 'failed')) AS failed \

@@ -28,6 +28,7 @@
 --     22 0022_job_groups.sql
 --     23 0023_group_indexes.sql
 --     24 0024_enqueue_group.sql
+--     25 0025_worker_claim_time.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -158,6 +159,7 @@ TABLE shardq_workers
     empty bigint NOT NULL DEFAULT 0
     errors bigint NOT NULL DEFAULT 0
     completed bigint NOT NULL DEFAULT 0
+    claim_us bigint NOT NULL DEFAULT 0
     CONSTRAINT shardq_workers_pkey PRIMARY KEY (worker_id)
     INDEX CREATE UNIQUE INDEX shardq_workers_pkey ON public.shardq_workers USING btree (worker_id)
 

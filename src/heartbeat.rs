@@ -36,4 +36,14 @@ pub struct ShardCountersSnapshot {
     /// Attempts whose end was written (succeeded, retrying, dead,
     /// cancelled); jobs released unstarted are not counted.
     pub completed: u64,
+    /// Time spent in claim statements (every answer), in microseconds:
+    /// over `claims + busy + empty + errors`, the mean time of one claim.
+    pub claim_us: u64,
+}
+
+impl ShardCountersSnapshot {
+    /// Claim statements of every answer: with jobs, busy, empty or failed.
+    pub fn attempts(&self) -> u64 {
+        self.claims + self.busy + self.empty + self.errors
+    }
 }

@@ -1,6 +1,8 @@
 //! The charts, inline SVG drawn on the server (no JavaScript): completion
-//! bars per time bucket, and the trend lines of the last hour.
+//! bars per time bucket, the trend lines of the last hour, and a shard's
+//! claims over the last hour.
 
+use crate::claim_trends::ClaimSpan;
 use crate::trends::Sample;
 use maud::{html, Markup};
 
@@ -82,6 +84,48 @@ pub(crate) fn trend(samples: &[Sample], queue: Option<&str>) -> Markup {
         span class="muted" {
             "last " (minutes) " min: " (done) " done, " span class=[(failed > 0).then_some("down")] { (failed) " dead or failed" }
             ", top " (format!("{top:.1}")) " jobs/s"
+        }
+    }
+}
+
+const CLAIMS_WIDTH: f64 = 200.0;
+
+/// One shard's claims over `spans`, oldest first: the mean claim time
+/// (blue, scaled to its largest) and the lock-miss rate (orange, 0–100 %);
+/// a sample without claims or without an answer leaves a gap at zero.
+pub(crate) fn claims(spans: &[Option<ClaimSpan>]) -> Markup {
+    let times: Vec<f64> = spans
+        .iter()
+        .map(|s| {
+            s.and_then(|s| s.mean())
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        })
+        .collect();
+    let misses: Vec<f64> = spans
+        .iter()
+        .map(|s| s.and_then(|s| s.miss_rate()).unwrap_or(0.0))
+        .collect();
+    let top_ms = times.iter().copied().fold(0.0, f64::max);
+    let step = CLAIMS_WIDTH / spans.len().saturating_sub(1).max(1) as f64;
+    let line = |values: &[f64], top: f64| -> String {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let y = HEIGHT - 2.0 - v / top.max(1e-9) * (HEIGHT - 4.0);
+                format!("{:.1},{:.1}", i as f64 * step, y)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    html! {
+        svg class="chart" width=(CLAIMS_WIDTH) height=(HEIGHT)
+            viewBox={"0 0 " (CLAIMS_WIDTH) " " (HEIGHT)} role="img"
+            aria-label="claim time and lock-miss rate" data-samples=(spans.len()) {
+            rect x="0" y="0" width=(CLAIMS_WIDTH) height=(HEIGHT) fill="#f4f6f8" {}
+            polyline points=(line(&misses, 1.0)) fill="none" stroke="#d88a3b" stroke-width="1.2" {}
+            polyline points=(line(&times, top_ms)) fill="none" stroke="#3b7dd8" stroke-width="1.5" {}
+            title { (format!("claim time up to {top_ms:.2} ms (blue); lock-miss rate 0–100 % (orange)")) }
         }
     }
 }

@@ -17,12 +17,14 @@
 
 mod auth;
 mod chart;
+mod claim_trends;
 mod csrf;
 mod cursor;
 mod pages;
 mod server;
 mod state;
 mod trends;
+mod verdict;
 
 pub use auth::{Auth, AuthError, BASIC_ENV, TOKEN_ENV};
 pub use server::{bind, Bound, DashboardError};

@@ -5,6 +5,7 @@ use crate::csrf::CsrfToken;
 use crate::pages;
 use crate::state::{AppState, DashboardOptions, Shared};
 use crate::trends::Trends;
+use crate::verdict::Verdict;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
@@ -90,18 +91,30 @@ impl Bound {
             self.options.trend_interval,
             self.options.trend_window,
         ));
-        // The sampler stops with the server.
+        let verdict = Arc::new(Verdict::default());
+        // The sampler and the checker stop with the server.
         let stop_sampler = shutdown.child_token();
         let sampler = tokio::spawn({
             let (trends, client, stop) = (trends.clone(), client.clone(), stop_sampler.clone());
             let deadline = self.options.shard_deadline;
             async move { trends.run(client, deadline, stop).await }
         });
+        let checker = tokio::spawn({
+            let (verdict, client, stop) = (verdict.clone(), client.clone(), stop_sampler.clone());
+            let options = shardq::client::CheckOptions {
+                deadline: self.options.shard_deadline,
+                stale_after: self.options.stale_after,
+                ..shardq::client::CheckOptions::default()
+            };
+            let interval = self.options.check_interval;
+            async move { verdict.run(client, options, interval, stop).await }
+        });
         let state = Arc::new(AppState {
             client,
             csrf: CsrfToken::new(),
             options: self.options,
             trends,
+            verdict,
         });
         let app = Router::new()
             .route("/", get(pages::overview::page))
@@ -130,7 +143,7 @@ impl Bound {
             })
             .await;
         stop_sampler.cancel();
-        let _ = sampler.await;
+        let _ = tokio::join!(sampler, checker);
         served
     }
 }

@@ -24,6 +24,9 @@ pub struct DashboardOptions {
     /// The overview's invariant line: a lease expired, or a scheduled job
     /// due, longer ago than this is a violation (see `shardq check`).
     pub stale_after: Duration,
+    /// How often the overview's invariant line runs the invariant check
+    /// (in the background: the page shows the latest verdict and its age).
+    pub check_interval: Duration,
     /// How often the trend charts ask the shards what finished.
     pub trend_interval: Duration,
     /// How far back the trend charts go.
@@ -32,8 +35,8 @@ pub struct DashboardOptions {
 
 impl DashboardOptions {
     /// Loopback or `listen`, no authentication, actions on, 50 jobs a page,
-    /// two seconds per shard, the invariant check's default threshold, an
-    /// hour of trends sampled every 10 s.
+    /// two seconds per shard, the invariant check's default threshold run
+    /// every 15 s, an hour of trends sampled every 10 s.
     pub fn new(listen: SocketAddr) -> DashboardOptions {
         DashboardOptions {
             listen,
@@ -42,6 +45,7 @@ impl DashboardOptions {
             page_size: 50,
             shard_deadline: Duration::from_secs(2),
             stale_after: shardq::client::CheckOptions::default().stale_after,
+            check_interval: Duration::from_secs(15),
             trend_interval: Duration::from_secs(10),
             trend_window: Duration::from_secs(3_600),
         }
@@ -54,6 +58,7 @@ pub(crate) struct AppState {
     pub csrf: CsrfToken,
     pub options: DashboardOptions,
     pub trends: Arc<crate::trends::Trends>,
+    pub verdict: Arc<crate::verdict::Verdict>,
 }
 
 pub(crate) type Shared = Arc<AppState>;

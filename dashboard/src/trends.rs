@@ -7,6 +7,7 @@
 //! does not answer is asked again from where it left off, so its jobs land
 //! in the next sample instead of being lost.
 
+use crate::claim_trends::ClaimTrends;
 use shardq::client::FinishedSince;
 use shardq::Client;
 use std::collections::{BTreeMap, VecDeque};
@@ -36,11 +37,13 @@ impl Sample {
     }
 }
 
-/// The samples of the last `window`, oldest first.
+/// The samples of the last `window`, oldest first; each shard's claims
+/// over the same samples.
 pub(crate) struct Trends {
     pub interval: Duration,
     keep: usize,
     samples: Mutex<VecDeque<Sample>>,
+    pub claims: ClaimTrends,
 }
 
 impl Trends {
@@ -50,6 +53,7 @@ impl Trends {
             interval,
             keep: keep.max(1),
             samples: Mutex::new(VecDeque::new()),
+            claims: ClaimTrends::new(keep),
         }
     }
 
@@ -81,11 +85,15 @@ impl Trends {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let answers = client.finished_since(&since, deadline).await;
+            let (answers, workers) = tokio::join!(
+                client.finished_since(&since, deadline),
+                client.live_workers(deadline)
+            );
             let now = tokio::time::Instant::now();
             let sample = fold(&mut since, answers, now - last);
             last = now;
             self.push(sample);
+            self.claims.push(workers);
         }
     }
 }

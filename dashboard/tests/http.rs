@@ -879,3 +879,73 @@ async fn the_trend_counts_each_finished_job_once_and_its_failures() {
         "the reports queue's own trend"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shards_page_puts_the_shard_whose_claims_turned_slow_on_top() {
+    let shards = Shards::start(2).await;
+    // A worker's heartbeat on a shard, as `shardq_workers` holds it:
+    // cumulative claims, lock misses and claim time since it started.
+    let beat = |shard: usize, claims: i64, busy: i64, claim_us: i64| {
+        let db = shards.set.get(shard);
+        async move {
+            db.client()
+                .await
+                .unwrap()
+                .execute(
+                    "INSERT INTO shardq_workers \
+                         (worker_id, host, pid, queues, started_at, claims, busy, claim_us) \
+                     VALUES ('w', 'h', 1, '{q}', now(), $1, $2, $3) \
+                     ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), \
+                         claims = EXCLUDED.claims, busy = EXCLUDED.busy, \
+                         claim_us = EXCLUDED.claim_us",
+                    &[&claims, &busy, &claim_us],
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // Before the dashboard starts: s0's claims were slow (10 ms each), s1's
+    // fast (0.1 ms).
+    beat(0, 100, 0, 1_000_000).await;
+    beat(1, 100, 0, 10_000).await;
+    let mut options = loopback();
+    options.trend_interval = Duration::from_millis(200);
+    let (addr, _stop) = serve(shards.client.clone(), options).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Since then: s0's 100 claims took 10 ms in all, s1's 500 ms, half of
+    // them lock misses (`claims` counts those that returned jobs). Since the workers started s0 is still the slower
+    // (5.05 ms against 2.6 ms); over the last minute s1 is.
+    beat(0, 200, 0, 1_010_000).await;
+    beat(1, 150, 50, 510_000).await;
+    let row_of = |page: &str, shard: &str| -> String {
+        let table = &page[page.find("id=\"shard-rows\"").expect("the table")..];
+        let at = table
+            .find(&format!("<tr data-shard=\"{shard}\""))
+            .expect("its row");
+        table[at..].split("</tr>").next().unwrap().to_string()
+    };
+    let mut page = String::new();
+    for _ in 0..100 {
+        page = text(
+            http()
+                .get(format!("http://{addr}/shards"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        if row_of(&page, "s1").contains("5.00 ms") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let slow = row_of(&page, "s1");
+    assert!(slow.contains("5.00 ms") && slow.contains("50.0%"), "{slow}");
+    let fast = row_of(&page, "s0");
+    assert!(fast.contains("0.10 ms") && fast.contains("0.0%"), "{fast}");
+    assert!(
+        page.find("<tr data-shard=\"s1\"").unwrap() < page.find("<tr data-shard=\"s0\"").unwrap(),
+        "the shard whose claims are slow now comes first"
+    );
+    assert!(slow.contains("aria-label=\"claim time and lock-miss rate\""));
+}

@@ -1,5 +1,7 @@
-//! The overview's invariant line, from `Client::check`: "all hold" on a
-//! healthy shard, the broken invariant and its shard once one is broken.
+//! The overview's invariant line, from `Client::check` run in the
+//! background: "checking" before its first answer, "all hold" on a healthy
+//! shard, the broken invariant and its shard once one is broken (at the
+//! next check).
 
 mod common;
 
@@ -22,6 +24,18 @@ async fn overview(addr: std::net::SocketAddr) -> String {
         .unwrap()
 }
 
+/// The overview once its invariant line contains `wanted`.
+async fn overview_saying(addr: std::net::SocketAddr, wanted: &str) -> String {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = overview(addr).await;
+        if page.contains(wanted) || std::time::Instant::now() > until {
+            return page;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_says_whether_every_invariant_holds() {
     let shards = Shards::start(1).await;
@@ -42,9 +56,12 @@ async fn the_overview_says_whether_every_invariant_holds() {
         panic!("a job to claim");
     };
     assert_eq!(claimed[0].id, ids[0]);
-    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    // Checked every 1.5 s here (15 s by default).
+    let mut options = loopback();
+    options.check_interval = Duration::from_millis(1_500);
+    let (addr, _stop) = serve(shards.client.clone(), options).await;
 
-    let page = overview(addr).await;
+    let page = overview_saying(addr, "data-broken").await;
     assert!(page.contains("data-broken=\"0\""), "{page}");
     assert!(page.contains("all hold"), "{page}");
 
@@ -62,7 +79,8 @@ async fn the_overview_says_whether_every_invariant_holds() {
         )
         .await
         .unwrap();
-    let page = overview(addr).await;
+    // Shown at the next check.
+    let page = overview_saying(addr, "data-broken=\"1\"").await;
     assert!(page.contains("data-broken=\"1\""), "{page}");
     assert!(page.contains("stranded_key on s0: 1"), "{page}");
     assert!(!page.contains("all hold"), "{page}");

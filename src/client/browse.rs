@@ -89,11 +89,21 @@ impl ShardOverview {
     pub fn lock_miss_rate(&self) -> Option<f64> {
         let (mut busy, mut attempts) = (0u64, 0u64);
         for w in &self.workers {
-            let c = &w.counters;
-            busy += c.busy;
-            attempts += c.claims + c.busy + c.empty + c.errors;
+            busy += w.counters.busy;
+            attempts += w.counters.attempts();
         }
         (attempts > 0).then(|| busy as f64 / attempts as f64)
+    }
+
+    /// The mean time of one claim statement on this shard, over the live
+    /// workers' claims since they started; `None` before any claim.
+    pub fn mean_claim_time(&self) -> Option<Duration> {
+        let (mut us, mut attempts) = (0u64, 0u64);
+        for w in &self.workers {
+            us += w.counters.claim_us;
+            attempts += w.counters.attempts();
+        }
+        (attempts > 0).then(|| Duration::from_micros(us / attempts))
     }
 }
 

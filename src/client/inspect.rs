@@ -7,6 +7,7 @@ use crate::schedule::Schedule;
 use crate::shards::{Shard, ShardError};
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues::{self, Connections, QueueCount};
+use crate::store::workers::{self, WorkerRow};
 use crate::store::{ErrorKind, JobStatus};
 use serde_json::Value;
 use std::future::Future;
@@ -138,6 +139,31 @@ impl Client {
                 .await
                 .ok()
                 .and_then(Result::ok)
+        });
+        futures_util::future::join_all(asks).await
+    }
+
+    /// Each shard's live workers (a heartbeat within the last 15 s) with their
+    /// cumulative counters there, in shard order; `None` for a shard that
+    /// did not answer within `deadline`. Two reads a while apart give each
+    /// shard's lock-miss rate and claim time over that while.
+    ///
+    /// # Errors
+    ///
+    /// None: a shard that fails is `None`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn live_workers(&self, deadline: Duration) -> Vec<Option<Vec<WorkerRow>>> {
+        let asks = self.shards.all().iter().map(|shard| async move {
+            tokio::time::timeout(
+                deadline,
+                workers::live(shard, crate::heartbeat::HEARTBEAT_TTL),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
         });
         futures_util::future::join_all(asks).await
     }

@@ -148,6 +148,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0024_enqueue_group.sql",
         sql: include_str!("../../migrations/0024_enqueue_group.sql"),
     },
+    Migration {
+        version: 25,
+        name: "0025_worker_claim_time.sql",
+        sql: include_str!("../../migrations/0025_worker_claim_time.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

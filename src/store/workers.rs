@@ -68,9 +68,10 @@ pub async fn heartbeat(shard: &Shard, beat: &Heartbeat<'_>) -> Result<(), ShardE
         count(c.empty),
         count(c.errors),
         count(c.completed),
+        count(c.claim_us),
     ];
     let queues = beat.queues.to_vec();
-    let params: [Param; 11] = [
+    let params: [Param; 12] = [
         (&beat.worker_id, Type::TEXT),
         (&beat.host, Type::TEXT),
         (&beat.pid, Type::INT4),
@@ -82,6 +83,7 @@ pub async fn heartbeat(shard: &Shard, beat: &Heartbeat<'_>) -> Result<(), ShardE
         (&values[3], Type::INT8),
         (&values[4], Type::INT8),
         (&values[5], Type::INT8),
+        (&values[6], Type::INT8),
     ];
     exec::execute(shard, sql::WORKER_HEARTBEAT, &params).await?;
     Ok(())
@@ -219,6 +221,7 @@ pub async fn live(shard: &Shard, within: Duration) -> Result<Vec<WorkerRow>, Sha
                 empty: get(r, "empty"),
                 errors: get(r, "errors"),
                 completed: get(r, "completed"),
+                claim_us: get(r, "claim_us"),
             },
         })
         .collect())

@@ -17,6 +17,8 @@ pub(crate) struct ShardCounters {
     pub empty: AtomicU64,
     /// Claims that failed.
     pub errors: AtomicU64,
+    /// Time spent in claim statements, in microseconds.
+    pub claim_us: AtomicU64,
     /// Claims not answered within the shard's budget (see `shard_health`).
     pub detached: AtomicU64,
     /// Outcomes written by kind, and the rest of what the worker learns
@@ -86,6 +88,7 @@ impl ShardCounters {
             empty: self.empty.load(Relaxed),
             errors: self.errors.load(Relaxed),
             completed: self.outcomes.finished(),
+            claim_us: self.claim_us.load(Relaxed),
         }
     }
 }

@@ -107,6 +107,9 @@ impl Stats {
             Err(_) => (&per_shard.errors, per_target.map(|t| &t.errors)),
         };
         shard_counter.fetch_add(1, Relaxed);
+        per_shard
+            .claim_us
+            .fetch_add(took.as_micros().min(u128::from(u64::MAX)) as u64, Relaxed);
         if let Some(t) = per_target {
             target_counter
                 .expect("a target's counter")
@@ -293,6 +296,7 @@ mod tests {
         assert_eq!(stats.snapshot().busy, 1);
         assert_eq!(stats.shards()[1].busy, 1);
         assert_eq!(stats.shards()[0].busy, 0);
+        assert_eq!(stats.shards()[1].claim_us, 2_000);
         assert_eq!(stats.targets[3].busy.load(Relaxed), 1);
         assert_eq!(stats.targets[3].claim_duration.count(), 1);
         assert_eq!(stats.latencies().claim_statement_us[1].len(), 1);

@@ -80,6 +80,10 @@ async fn a_worker_beats_on_every_shard_and_stale_rows_expire() {
         assert_eq!(w.queues, vec!["hb".to_string()]);
         assert_ne!(w.worker_id, "ghost", "the stale row was deleted");
         assert!(w.counters.claims >= 1 && w.counters.claimed >= 1, "{w:?}");
+        assert!(
+            w.counters.claim_us > 0,
+            "the claims' time is reported: {w:?}"
+        );
     }
     stop.cancel();
     worker.await.unwrap();

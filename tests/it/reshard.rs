@@ -326,13 +326,16 @@ async fn check_outcome(all: &ShardSet, calls: &ShardSet, to: usize, revisions: i
     // Every job exactly once in the tables, succeeded, none held.
     let mut rows: HashMap<(i32, i64), (usize, String)> = HashMap::new();
     let mut dedup_rows: HashMap<String, usize> = HashMap::new();
+    let mut kinds: HashMap<String, usize> = HashMap::new();
+    let mut revisions_seen: std::collections::HashSet<(String, i64)> = Default::default();
     let map = all.load_map().await.expect("map");
     assert_eq!(map.shard_count(), to);
     for shard in all.all() {
         let db = shard.client().await.unwrap();
         for r in db
             .query(
-                "SELECT shard_key, id, status, dedup_id FROM workflow_status",
+                "SELECT shard_key, id, status, dedup_id, ordering_key, \
+                 (payload->>'revision')::bigint, handler FROM workflow_status",
                 &[],
             )
             .await
@@ -348,6 +351,10 @@ async fn check_outcome(all: &ShardSet, calls: &ShardSet, to: usize, revisions: i
             if let Some(d) = r.get::<_, Option<String>>(3) {
                 *dedup_rows.entry(d).or_default() += 1;
             }
+            *kinds.entry(r.get::<_, String>(6)).or_default() += 1;
+            if let (Some(key), Some(rev)) = (r.get(4), r.get(5)) {
+                revisions_seen.insert((key, rev));
+            }
         }
         let triggers: i64 = db
             .query_one(
@@ -360,10 +367,16 @@ async fn check_outcome(all: &ShardSet, calls: &ShardSet, to: usize, revisions: i
         assert_eq!(triggers, 0, "the hold trigger is gone from {}", shard.name);
     }
     let expected = KEYS as i64 * revisions + (WORKFLOWS + 40 + DEDUPLICATED) as i64;
+    let missing: Vec<(String, i64)> = (0..KEYS)
+        .flat_map(|k| (0..revisions).map(move |r| (format!("key-{k}"), r)))
+        .filter(|at| !revisions_seen.contains(at))
+        .collect();
     assert_eq!(
         rows.len() as i64,
         expected,
-        "every job enqueued is there once"
+        "every job enqueued is there once; by handler {kinds:?}, \
+         {} deduplicated, keyed revisions missing: {missing:?}",
+        dedup_rows.len()
     );
     assert_eq!(dedup_rows.len(), DEDUPLICATED);
     assert!(

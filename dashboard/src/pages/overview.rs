@@ -9,25 +9,21 @@ use crate::state::Shared;
 use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};
-use shardq::client::{CheckOptions, CheckReport, OverviewOptions, QueueLimit, ShardOverview};
+use shardq::client::{CheckReport, OverviewOptions, QueueLimit, ShardOverview};
+use std::time::Duration;
 
 pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
     let options = OverviewOptions {
         deadline: state.options.shard_deadline,
         ..OverviewOptions::default()
     };
-    let check = CheckOptions {
-        deadline: state.options.shard_deadline,
-        stale_after: state.options.stale_after,
-        ..CheckOptions::default()
-    };
-    // Both under the same per-shard deadline, at once: the check costs the
-    // page no extra wait.
-    let (shards, report, limits) = tokio::join!(
+    // Both under the same per-shard deadline, at once; the invariant
+    // verdict comes from the background check (`verdict.rs`).
+    let (shards, limits) = tokio::join!(
         state.client.overview(&options),
-        state.client.check(&check),
         tokio::time::timeout(options.deadline, state.client.queue_limits())
     );
+    let report = state.verdict.latest();
     let limits = limits.map_err(|_| "the shards did not answer in time".to_string());
     let limits = limits.and_then(|l| l.map_err(|e| e.to_string()));
     let bucket_s = options.bucket.as_secs();
@@ -48,8 +44,14 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
 }
 
 /// "Invariants: all hold" or "N broken", which ones where, and the shards
-/// whose answer is unknown (`shardq check` lists the jobs).
-fn invariant_line(report: &CheckReport) -> Markup {
+/// whose answer is unknown (`shardq check` lists the jobs), as of the
+/// latest background check ("checking" before the first).
+fn invariant_line(report: &Option<(CheckReport, Duration)>) -> Markup {
+    let Some((report, age_of)) = report else {
+        return html! {
+            p id="invariants" class="muted" { "Invariants: checking every shard…" }
+        };
+    };
     let broken = report.violations();
     let where_broken: Vec<String> = report
         .shards
@@ -78,6 +80,7 @@ fn invariant_line(report: &CheckReport) -> Markup {
             @if !unknown.is_empty() {
                 " · " span class="down" { "unknown on " (unknown.join(", ")) " (did not answer)" }
             }
+            span class="muted" { " · checked " (age(*age_of)) " ago" }
         }
     }
 }

@@ -1,9 +1,12 @@
 //! `/shards`: one row per shard, the sick ones on top: whether it answered,
-//! its connections, its lock-miss rate, its jobs by state over all queues,
-//! its longest-waiting ready job, its live workers.
+//! its connections, its claim time and lock-miss rate over the last minute
+//! and as a chart of the last hour, its jobs by state over all queues, its
+//! longest-waiting ready job, its live workers.
 
 use super::fleet::COLUMNS;
 use super::{age, layout};
+use crate::chart;
+use crate::claim_trends::ClaimSpan;
 use crate::state::Shared;
 use axum::extract::State;
 use axum::response::Html;
@@ -12,21 +15,28 @@ use shardq::client::{Connections, OverviewOptions, ShardOverview};
 use std::cmp::Reverse;
 use std::time::Duration;
 
+/// What "recent" claims cover.
+const RECENT: Duration = Duration::from_secs(60);
+
 /// One shard's row.
 struct ShardRow<'a> {
     shard: &'a ShardOverview,
     connections: Option<Connections>,
     oldest_ready: Option<Duration>,
+    /// Its claims over the last minute; its samples over the last hour.
+    recent: ClaimSpan,
+    spans: Vec<Option<ClaimSpan>>,
 }
 
 impl ShardRow<'_> {
     /// Sick first: no answer, then the longest-waiting ready job, then the
-    /// highest lock-miss rate.
-    fn sickness(&self) -> (bool, Reverse<Duration>, Reverse<u64>) {
-        let miss = self.shard.lock_miss_rate().unwrap_or(0.0);
+    /// slowest claims, then the highest lock-miss rate (of the last minute).
+    fn sickness(&self) -> (bool, Reverse<Duration>, Reverse<Duration>, Reverse<u64>) {
+        let miss = self.recent.miss_rate().unwrap_or(0.0);
         (
             self.shard.error.is_none(),
             Reverse(self.oldest_ready.unwrap_or_default()),
+            Reverse(self.recent.mean().unwrap_or_default()),
             Reverse((miss * 1e6) as u64),
         )
     }
@@ -50,23 +60,33 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         state.client.overview(&options),
         state.client.connections(options.deadline)
     );
+    let claims = &state.trends.claims;
+    let recent_samples =
+        (RECENT.as_secs_f64() / state.trends.interval.as_secs_f64().max(1e-3)).ceil() as usize;
     let mut rows: Vec<ShardRow> = shards
         .iter()
         .zip(connections)
-        .map(|(shard, connections)| ShardRow {
+        .enumerate()
+        .map(|(index, (shard, connections))| ShardRow {
             shard,
             connections,
             oldest_ready: shard.queues.iter().filter_map(|q| q.oldest_ready).max(),
+            recent: claims.recent(index, recent_samples),
+            spans: claims.spans(index),
         })
         .collect();
     rows.sort_by_key(|r| r.sickness());
     let body = html! {
         (maud::PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
-        p class="muted" { "Sick shards first: no answer, then the longest-waiting ready job, then the highest lock-miss rate." }
+        p class="muted" {
+            "Sick shards first: no answer, then the longest-waiting ready job, then the slowest claims, then the highest lock-miss rate. "
+            "Claims as the live workers' heartbeats report them, sampled every " (state.trends.interval.as_secs()) " s."
+        }
         table id="shard-rows" {
             tr {
                 th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" }
-                th { "Connections" } th { "Lock-miss rate" } th { "Live workers" }
+                th { "Connections" } th { "Claim time (1 min)" } th { "Lock-miss rate (1 min)" }
+                th class="l" { "Claims, last hour" } th { "Live workers" }
                 @for c in COLUMNS { th { (c.as_str()) } }
                 th { "Oldest ready" }
             }
@@ -82,10 +102,17 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
                         Some(c) => { (c.total) " of " (c.max) }
                         None => span class="muted" { "?" },
                     } }
-                    td { @match r.shard.lock_miss_rate() {
+                    td class="claim-time" data-us=[r.recent.mean().map(|d| d.as_micros())] {
+                        @match r.recent.mean() {
+                            Some(d) => (format!("{:.2} ms", d.as_secs_f64() * 1e3)),
+                            None => span class="muted" { "–" },
+                        }
+                    }
+                    td class="miss-rate" { @match r.recent.miss_rate() {
                         Some(m) => (format!("{:.1}%", m * 100.0)),
                         None => span class="muted" { "–" },
                     } }
+                    td class="l" { (chart::claims(&r.spans)) }
                     td { (r.shard.workers.len()) }
                     @for c in COLUMNS {
                         td class="count" data-shard=(r.shard.shard) data-state=(c.as_str()) {

@@ -3,16 +3,18 @@
 
 /// Writes this worker's row on the shard: inserted on the first beat,
 /// counters and `heartbeat_at` replaced on every later one. $1 worker id, $2
-/// host, $3 pid, $4 queues, $5 ms since the worker started, $6..$11 the
-/// cumulative counters (claims, claimed, busy, empty, errors, completed).
+/// host, $3 pid, $4 queues, $5 ms since the worker started, $6..$12 the
+/// cumulative counters (claims, claimed, busy, empty, errors, completed,
+/// claim time in µs).
 pub const WORKER_HEARTBEAT: &str = "INSERT INTO shardq_workers \
     (worker_id, host, pid, queues, started_at, heartbeat_at, \
-     claims, claimed, busy, empty, errors, completed) \
+     claims, claimed, busy, empty, errors, completed, claim_us) \
     VALUES ($1, $2, $3, $4, now() - $5::bigint * interval '1 millisecond', now(), \
-            $6, $7, $8, $9, $10, $11) \
+            $6, $7, $8, $9, $10, $11, $12) \
     ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), \
         claims = EXCLUDED.claims, claimed = EXCLUDED.claimed, busy = EXCLUDED.busy, \
-        empty = EXCLUDED.empty, errors = EXCLUDED.errors, completed = EXCLUDED.completed";
+        empty = EXCLUDED.empty, errors = EXCLUDED.errors, completed = EXCLUDED.completed, \
+        claim_us = EXCLUDED.claim_us";
 
 /// The workers silent for longer than $2 ms before worker $1's previous
 /// heartbeat on this shard, locked (rows another releaser holds are
@@ -55,7 +57,7 @@ pub const WORKER_DELETE: &str = "DELETE FROM shardq_workers WHERE worker_id = $1
 pub const WORKERS_LIVE: &str = "SELECT worker_id, host, pid, queues, \
         started_at::text AS started_at, \
         (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint AS heartbeat_age_ms, \
-        claims, claimed, busy, empty, errors, completed \
+        claims, claimed, busy, empty, errors, completed, claim_us \
     FROM shardq_workers \
     WHERE heartbeat_at >= now() - $1::bigint * interval '1 millisecond' \
     ORDER BY started_at, worker_id";

@@ -949,3 +949,63 @@ async fn the_shards_page_puts_the_shard_whose_claims_turned_slow_on_top() {
     );
     assert!(slow.contains("aria-label=\"claim time and lock-miss rate\""));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_page_groups_its_recent_failures_by_error_over_the_shards() {
+    let shards = Shards::start(2).await;
+    // Per shard: dead and failed jobs of `emails` whose errors differ only
+    // in their numbers, another error, one of another queue, one ended two
+    // days ago, one that succeeded.
+    for (s, timeouts) in [(0usize, 3i64), (1, 2)] {
+        let db = shards.set.get(s).client().await.unwrap();
+        let shard_key = (0..65_536)
+            .find(|k| shardq::router::shard_index(*k, 2) == s)
+            .unwrap();
+        db.execute(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at, error) \
+             SELECT $1, 'emails', 'ok', CASE WHEN g % 2 = 0 THEN 'dead' ELSE 'failed' END, g, \
+                    now() - g * interval '1 second', \
+                    'timeout after ' || (30 + g) || ' s talking to 10.0.0.' || g || E'\\nat line ' || g \
+             FROM generate_series(1, $2::int8) g",
+            &[&shard_key, &timeouts],
+        )
+        .await
+        .unwrap();
+        db.batch_execute(&format!(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at, error) VALUES \
+             ({shard_key}, 'emails', 'ok', 'dead', 3, now(), 'invalid payload: no field `to`'), \
+             ({shard_key}, 'reports', 'ok', 'dead', 3, now(), 'timeout after 1 s talking to 10.0.0.1'), \
+             ({shard_key}, 'emails', 'ok', 'dead', 3, now() - interval '2 days', 'timeout after 1 s talking to 10.0.0.1'), \
+             ({shard_key}, 'emails', 'ok', 'succeeded', 1, now(), NULL)"
+        ))
+        .await
+        .unwrap();
+    }
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let page = text(
+        http()
+            .get(format!("http://{addr}/queues/emails"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let table = &page[page.find("id=\"failures\"").expect("the failures")..];
+    let table = table.split("</table>").next().unwrap();
+    let rows: Vec<&str> = table.split("<tr data-error=").skip(1).collect();
+    assert_eq!(rows.len(), 2, "two errors: {table}");
+    assert!(
+        rows[0].starts_with("\"timeout after N s talking to N.N.N.N\"")
+            && rows[0].contains("<td class=\"count\">5</td>"),
+        "the timeouts of both shards in one row, the old one left out: {table}"
+    );
+    assert!(
+        rows[0].contains(">timeout after 31 s talking to 10.0.0.1<"),
+        "the newest one's first line: {table}"
+    );
+    assert!(
+        rows[1].contains("<td class=\"count\">2</td>") && rows[1].contains("invalid payload"),
+        "{table}"
+    );
+    assert!(rows[0].contains("href=\"/jobs/"), "{table}");
+}

@@ -5,6 +5,7 @@ mod check;
 mod depth;
 mod enqueue_once;
 mod error;
+mod failures;
 mod handle;
 mod inspect;
 mod limits;
@@ -21,6 +22,7 @@ pub use crate::store::browse::{
     FinishedSince, JobFilter, JobSummary, ListState, Position, StepInfo,
 };
 pub use crate::store::check::{Example, Finding, Invariant};
+pub use crate::store::failures::ErrorGroup;
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use crate::store::workers::WorkerRow;
@@ -34,6 +36,7 @@ pub use check::{
 };
 pub use depth::QueueDepth;
 pub use error::ClientError;
+pub use failures::{FailureOptions, Failures};
 pub use handle::Client;
 pub use inspect::{JobOutcome, ShardStatus};
 pub use limits::{QueueLimit, QueueLimits, StartRate};

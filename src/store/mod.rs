@@ -21,6 +21,7 @@ pub mod browse;
 pub mod check;
 mod error;
 mod exec;
+pub mod failures;
 pub mod jobs;
 pub mod limits;
 pub mod locks;

@@ -124,6 +124,21 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
         "{plan}"
     );
     let queue = "q";
+    let (day, per_shard) = (86_400i64, 1_000i64);
+    let plan = explain(
+        &db,
+        sql::FAILURES_BY_ERROR,
+        &[
+            (&queue, Type::TEXT),
+            (&day, Type::INT8),
+            (&per_shard, Type::INT8),
+        ],
+    )
+    .await;
+    assert!(
+        plan.contains("workflow_status_failed") && !plan.contains("Seq Scan"),
+        "failures by error read the failed index: {plan}"
+    );
     let plan = explain(&db, sql::QUEUE_OLDEST_READY, &[(&queue, Type::TEXT)]).await;
     assert!(
         plan.contains("workflow_status_dequeue_plain ")

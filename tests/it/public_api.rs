@@ -34,14 +34,14 @@ mod root {
 mod client {
     #[allow(unused_imports)]
     use shardq::client::{
-        summarize, CheckOptions, CheckReport, Client, ClientError, Connections, ErrorKind, Example,
-        Finding, FinishedSince, Invariant, JobDetail, JobFilter, JobInfo, JobList, JobOutcome,
-        JobQuery, JobSummary, ListState, MapReport, OverviewOptions, PageCursor, PausedQueue,
-        PendingEnqueue, Position, QueueCount, QueueDepth, QueueLimit, QueueLimits, QueueOverview,
-        QueueSummary, RangeReport, RoutedJob, ScheduleStatus, ShardCheck, ShardOverview,
-        ShardProblem, ShardStatus, StartRate, StateCounts, StepInfo, WorkerRow, ALL_FINISHED,
-        DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES,
-        DEFAULT_STATE_ROWS, STALE_MARGIN,
+        summarize, CheckOptions, CheckReport, Client, ClientError, Connections, ErrorGroup,
+        ErrorKind, Example, FailureOptions, Failures, Finding, FinishedSince, Invariant, JobDetail,
+        JobFilter, JobInfo, JobList, JobOutcome, JobQuery, JobSummary, ListState, MapReport,
+        OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position, QueueCount, QueueDepth,
+        QueueLimit, QueueLimits, QueueOverview, QueueSummary, RangeReport, RoutedJob,
+        ScheduleStatus, ShardCheck, ShardOverview, ShardProblem, ShardStatus, StartRate,
+        StateCounts, StepInfo, WorkerRow, ALL_FINISHED, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE,
+        DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
     };
 }
 

@@ -1,5 +1,6 @@
 //! `/queues/{queue}`: a queue across the fleet: its row on each shard, the
-//! shard furthest behind, its trend, and the workers that serve it.
+//! shard furthest behind, its trend, its recent failures grouped by error,
+//! and the workers that serve it.
 
 use super::fleet::{across, shard_queue_row, worker_rows, COLUMNS};
 use super::{age, layout, q};
@@ -7,15 +8,22 @@ use crate::chart;
 use crate::state::Shared;
 use axum::extract::{Path, State};
 use axum::response::Html;
-use maud::html;
-use shardq::client::OverviewOptions;
+use maud::{html, Markup};
+use shardq::client::{FailureOptions, Failures, OverviewOptions};
 
 pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>) -> Html<String> {
     let options = OverviewOptions {
         deadline: state.options.shard_deadline,
         ..OverviewOptions::default()
     };
-    let shards = state.client.overview(&options).await;
+    let failure_options = FailureOptions {
+        deadline: state.options.shard_deadline,
+        ..FailureOptions::default()
+    };
+    let (shards, failures) = tokio::join!(
+        state.client.overview(&options),
+        state.client.failures_by_error(&queue, &failure_options)
+    );
     let bucket_s = options.bucket.as_secs();
     let window_s = options.window.as_secs();
     let total = across(&shards).into_iter().find(|r| r.queue == queue);
@@ -71,8 +79,37 @@ pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>)
         p { a href={"/jobs?state=dead&queue=" (q(&queue))} { "Dead jobs of " (queue) } " · "
             a href={"/jobs?state=retrying&queue=" (q(&queue))} { "retrying" } " · "
             a href={"/limits/" (q(&queue))} { "limits" } }
+        h2 { "Failures by error, last " (failure_options.within.as_secs() / 3600) " h" }
+        (failure_table(&failures, failure_options.per_shard))
         h2 { "Workers serving it" }
         (worker_rows(&serving))
     };
     layout(&format!("Queue {queue}"), state.options.read_only, body)
+}
+
+/// The queue's dead and failed jobs grouped by error, most first: how many,
+/// the newest one's error and job.
+fn failure_table(failures: &Failures, per_shard: i64) -> Markup {
+    html! {
+        @if !failures.unanswered.is_empty() {
+            p class="down" { "Failures of " (failures.unanswered.join(", ")) " unknown (no answer)." }
+        }
+        @if !failures.truncated.is_empty() {
+            p class="muted" { "Only the newest " (per_shard) " failures of " (failures.truncated.join(", ")) " are counted." }
+        }
+        @if failures.groups.is_empty() {
+            p class="muted" id="no-failures" { "No job of this queue ended dead or failed." }
+        } @else {
+            table id="failures" {
+                tr { th { "Jobs" } th class="l" { "Error (the newest)" } th class="l" { "Newest job" } }
+                @for g in &failures.groups {
+                    tr data-error=(g.kind) {
+                        td class="count" { (g.jobs) }
+                        td class="l" title=(g.error) { (g.error.lines().next().unwrap_or_default()) }
+                        td class="l" { a href={"/jobs/" (g.example)} { (g.example) } }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -288,7 +288,8 @@ async fn an_operator_sees_the_counts_retries_a_dead_job_and_sees_it_succeed() {
 
 /// Sixteen shards, three queues, in Chromium: the overview shows each
 /// queue once with its totals, a queue's name opens its page with a row
-/// per shard that holds its jobs, and the shards page lists all sixteen.
+/// per shard that holds its jobs, and the shards page lists all sixteen,
+/// each with its claim time once a worker claims there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
     const SHARDS: usize = 16;
@@ -307,7 +308,9 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
         shardq::NewJob::new("billing", "ok", serde_json::json!({})).group(format!("t{i}"))
     }));
     shards.client.enqueue_many(jobs).await.unwrap();
-    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let mut options = loopback();
+    options.trend_interval = Duration::from_secs(1);
+    let (addr, _stop) = serve(shards.client.clone(), options).await;
     let driver = start_driver(&driver).await;
     let browser = open_browser(&driver, &chromium).await;
 
@@ -355,5 +358,32 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
         .await
         .unwrap();
     assert_eq!(listed.len(), SHARDS);
+
+    // A worker claims on every shard; its heartbeats bring each shard's
+    // claim time to the page (two beats, 5 s apart, after the first sample).
+    let (worker, stop_worker) = common::start_worker(&shards, Handlers::new().registry());
+    let started = Instant::now();
+    loop {
+        browser.refresh().await.unwrap();
+        let timed = browser
+            .find_all(Locator::Css("#shard-rows td.claim-time[data-us]"))
+            .await
+            .unwrap();
+        if timed.len() == SHARDS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the claim time of every shard: {} of {SHARDS}",
+            timed.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if let Ok(path) = std::env::var("SHARDQ_DASHBOARD_SCREENSHOT_SHARDS") {
+        let png = browser.screenshot().await.unwrap();
+        std::fs::write(&path, png).expect("write the screenshot");
+    }
+    stop_worker.cancel();
+    worker.await.unwrap();
     browser.close().await.unwrap();
 }

@@ -150,8 +150,13 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 25,
-        name: "0025_worker_claim_time.sql",
-        sql: include_str!("../../migrations/0025_worker_claim_time.sql"),
+        name: "0025_failed_by_queue.sql",
+        sql: include_str!("../../migrations/0025_failed_by_queue.sql"),
+    },
+    Migration {
+        version: 26,
+        name: "0026_worker_claim_time.sql",
+        sql: include_str!("../../migrations/0026_worker_claim_time.sql"),
     },
 ];
 

@@ -1,6 +1,6 @@
 //! The dashboard's reads go through the partial index of the state they
-//! read, with a history of finished rows and fresh statistics: no list, count
-//! or chart walks the table or the succeeded history.
+//! read, with a history of finished rows, fresh statistics and a vacuumed
+//! table: no list, count or chart walks the table or the succeeded history.
 
 use crate::common;
 
@@ -15,7 +15,7 @@ INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finish
     FROM generate_series(1, 30000);
 INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at, error)
     SELECT 0, 'q', 'noop', 'dead', 1, now() - interval '1 hour' * random(), 'boom'
-    FROM generate_series(1, 50);
+    FROM generate_series(1, 5000);
 INSERT INTO workflow_status (shard_key, queue, handler, status, priority)
     SELECT 0, 'q', 'noop', 'queued', g % 3 FROM generate_series(1, 300) g;
 INSERT INTO workflow_status (shard_key, queue, handler, status, ordering_key)
@@ -35,6 +35,8 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
     // A connection of shardq's own pool: it carries the planner settings.
     let db = set.get(0).client().await.unwrap();
     db.batch_execute(FILL).await.unwrap();
+    // As autovacuum leaves it: the visibility map set (index-only scans).
+    db.batch_execute("VACUUM workflow_status").await.unwrap();
 
     let none: Option<String> = None;
     let after: Option<String> = Some(String::new());
@@ -69,11 +71,13 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
             "succeeded",
             vec!["workflow_status_finished"],
         ),
-        (sql::JOBS_FINISHED, "dead", vec!["workflow_status_failed"]),
+        // Either index of failed states (by finish, or by state and
+        // queue), as many rows of the state there are.
+        (sql::JOBS_FINISHED, "dead", vec!["workflow_status_failed*"]),
         (
             sql::JOBS_FINISHED,
             "cancelled",
-            vec!["workflow_status_failed"],
+            vec!["workflow_status_failed*"],
         ),
     ];
     for (statement, variant, indexes) in lists {
@@ -120,8 +124,8 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
     );
     let plan = explain(&db, sql::FAILED_COUNTS, &[]).await;
     assert!(
-        plan.contains("workflow_status_failed") && !plan.contains("Seq Scan"),
-        "{plan}"
+        plan.contains("Index Only Scan using workflow_status_failed_queue"),
+        "the dead, failed and cancelled counts read their index alone: {plan}"
     );
     let queue = "q";
     let (day, per_shard) = (86_400i64, 1_000i64);

@@ -17,7 +17,7 @@ use std::time::Duration;
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.2em;color:#1d2329}\
     table{border-collapse:collapse;margin:.6em 0 1.4em}\
     th,td{border-bottom:1px solid #dde2e6;padding:.25em .6em;text-align:right;vertical-align:middle}\
-    th{background:#f0f3f5}td.l,th.l{text-align:left}\
+    th{background:#f0f3f5}td.l,th.l{text-align:left}td.claim-time,td.miss-rate{white-space:nowrap}\
     .down{color:#b00020;font-weight:bold}.up{color:#11703a}.muted{color:#6b7780}\
     nav a{margin-right:1em}pre{background:#f4f6f8;padding:.6em;overflow:auto;max-width:70em}\
     .notice{background:#eef6ee;border:1px solid #9c9;padding:.5em}\

@@ -85,7 +85,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         table id="shard-rows" {
             tr {
                 th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" }
-                th { "Connections" } th { "Claim time (1 min)" } th { "Lock-miss rate (1 min)" }
+                th { "Connections" } th { "Claim time" br; "(1 min)" } th { "Lock misses" br; "(1 min)" }
                 th class="l" { "Claims, last hour" } th { "Live workers" }
                 @for c in COLUMNS { th { (c.as_str()) } }
                 th { "Oldest ready" }

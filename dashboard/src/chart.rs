@@ -91,20 +91,22 @@ pub(crate) fn trend(samples: &[Sample], queue: Option<&str>) -> Markup {
 const CLAIMS_WIDTH: f64 = 200.0;
 
 /// One shard's claims over `spans`, oldest first: the mean claim time
-/// (blue, scaled to its largest) and the lock-miss rate (orange, 0–100 %);
-/// a sample without claims or without an answer leaves a gap at zero.
+/// (blue, scaled to its largest) and the lock-miss rate (orange, 0–100 %).
+/// A sample no heartbeat reached (workers beat every 5 s, the sampler may
+/// ask more often) or without an answer repeats the one before.
 pub(crate) fn claims(spans: &[Option<ClaimSpan>]) -> Markup {
-    let times: Vec<f64> = spans
-        .iter()
-        .map(|s| {
-            s.and_then(|s| s.mean())
-                .map_or(0.0, |d| d.as_secs_f64() * 1e3)
-        })
-        .collect();
-    let misses: Vec<f64> = spans
-        .iter()
-        .map(|s| s.and_then(|s| s.miss_rate()).unwrap_or(0.0))
-        .collect();
+    let carried = |value: fn(&ClaimSpan) -> Option<f64>| -> Vec<f64> {
+        let mut last = 0.0;
+        spans
+            .iter()
+            .map(|s| {
+                last = s.as_ref().and_then(value).unwrap_or(last);
+                last
+            })
+            .collect()
+    };
+    let times = carried(|s| s.mean().map(|d| d.as_secs_f64() * 1e3));
+    let misses = carried(ClaimSpan::miss_rate);
     let top_ms = times.iter().copied().fold(0.0, f64::max);
     let step = CLAIMS_WIDTH / spans.len().saturating_sub(1).max(1) as f64;
     let line = |values: &[f64], top: f64| -> String {

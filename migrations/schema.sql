@@ -1132,6 +1132,9 @@ CREATE OR REPLACE FUNCTION public.shardq_refuse_stale_snapshot()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        RETURN;
+    END IF;
     IF NOT pg_visible_in_snapshot(
             (SELECT c.last_value FROM shardq_map_change_xid c)::text::xid8,
             pg_current_snapshot()) THEN

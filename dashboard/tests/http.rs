@@ -20,6 +20,18 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// The page at `path`, whatever its status.
+async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    text(
+        http()
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
 async fn text(response: reqwest::Response) -> String {
     response.text().await.unwrap()
 }
@@ -415,11 +427,9 @@ async fn the_overview_sums_each_queue_the_queue_page_shows_each_shard_and_a_hung
     let config = Config::from_toml(&common::toml(&urls, "")).unwrap();
     let client = Client::new(&config).unwrap();
     let (addr, _stop) = serve(client, loopback()).await;
-    let page = tokio::time::timeout(Duration::from_secs(20), async {
-        text(http().get(format!("http://{addr}/")).send().await.unwrap()).await
-    })
-    .await
-    .expect("the page came despite the frozen shard");
+    let page = tokio::time::timeout(Duration::from_secs(20), async { get(addr, "/").await })
+        .await
+        .expect("the page came despite the frozen shard");
 
     assert!(page.contains("data-shard=\"s2\""), "{page}");
     assert!(
@@ -462,14 +472,7 @@ async fn the_overview_sums_each_queue_the_queue_page_shows_each_shard_and_a_hung
         }
         // The queue's page: its row on each shard.
         let queue_page = tokio::time::timeout(Duration::from_secs(20), async {
-            text(
-                http()
-                    .get(format!("http://{addr}/queues/{queue}"))
-                    .send()
-                    .await
-                    .unwrap(),
-            )
-            .await
+            get(addr, &format!("/queues/{queue}")).await
         })
         .await
         .expect("the queue page came despite the frozen shard");
@@ -489,14 +492,7 @@ async fn the_overview_sums_each_queue_the_queue_page_shows_each_shard_and_a_hung
     // The shards page: the frozen shard on top, each shard's jobs over
     // its queues.
     let shards_page = tokio::time::timeout(Duration::from_secs(20), async {
-        text(
-            http()
-                .get(format!("http://{addr}/shards"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        get(addr, "/shards").await
     })
     .await
     .expect("the shards page came despite the frozen shard");
@@ -745,7 +741,7 @@ async fn at_sixteen_shards_each_queue_is_one_row_with_its_totals() {
     );
     shards.client.enqueue_many(jobs).await.unwrap();
     let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
-    let page = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
+    let page = get(addr, "/").await;
     let table = &page[page.find("id=\"queues\"").expect("the queues table")..];
     let table = &table[..table.find("</table>").unwrap()];
     for (queue, state, want) in [
@@ -772,14 +768,7 @@ async fn at_sixteen_shards_each_queue_is_one_row_with_its_totals() {
         .iter()
         .filter(|c| c.keys().any(|(q, _)| q == "emails"))
         .count();
-    let queue_page = text(
-        http()
-            .get(format!("http://{addr}/queues/emails"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let queue_page = get(addr, "/queues/emails").await;
     assert_eq!(
         queue_page.matches("<tr data-shard=").count(),
         holding,
@@ -849,7 +838,7 @@ async fn the_trend_counts_each_finished_job_once_and_its_failures() {
     let mut page = String::new();
     // The trend reads spans ending 5 s back (completions still committing).
     for _ in 0..300 {
-        page = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
+        page = get(addr, "/").await;
         if attr(&page, "data-done") == 30 + dead {
             break;
         }
@@ -859,17 +848,10 @@ async fn the_trend_counts_each_finished_job_once_and_its_failures() {
     assert_eq!(attr(&page, "data-failed"), dead);
     // More samples pass: still each job once.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let later = text(http().get(format!("http://{addr}/")).send().await.unwrap()).await;
+    let later = get(addr, "/").await;
     assert_eq!(attr(&later, "data-done"), 30 + dead);
     assert!(attr(&later, "data-samples") > attr(&page, "data-samples"));
-    let queue_page = text(
-        http()
-            .get(format!("http://{addr}/queues/reports"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let queue_page = get(addr, "/queues/reports").await;
     assert_eq!(
         (
             attr(&queue_page, "data-done"),
@@ -926,14 +908,7 @@ async fn the_shards_page_puts_the_shard_whose_claims_turned_slow_on_top() {
     };
     let mut page = String::new();
     for _ in 0..100 {
-        page = text(
-            http()
-                .get(format!("http://{addr}/shards"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        page = get(addr, "/shards").await;
         if row_of(&page, "s1").contains("5.00 ms") {
             break;
         }
@@ -982,14 +957,7 @@ async fn a_queues_page_groups_its_recent_failures_by_error_over_the_shards() {
         .unwrap();
     }
     let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
-    let page = text(
-        http()
-            .get(format!("http://{addr}/queues/emails"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let page = get(addr, "/queues/emails").await;
     let table = &page[page.find("id=\"failures\"").expect("the failures")..];
     let table = table.split("</table>").next().unwrap();
     let rows: Vec<&str> = table.split("<tr data-error=").skip(1).collect();

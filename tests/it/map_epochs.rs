@@ -345,3 +345,48 @@ async fn a_part_refused_after_some_of_it_was_written_keeps_what_was_written() {
         assert!(client.job(id).await.expect("read").is_some(), "{id}");
     }
 }
+
+/// A change of the map marks its transaction before it commits (an opening
+/// of a range runs under the move lock, not the map's): a READ COMMITTED
+/// enqueue that runs in that instant must not be refused, its statement
+/// reads after every lock that orders it with the change. A REPEATABLE
+/// READ one whose snapshot predates the change still is (40001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_during_a_map_change_commit_is_refused_only_with_an_older_snapshot() {
+    let dbs = TestShards::databases(1).await;
+    let config = dbs.config("");
+    let set = dbs.migrated(&config).await;
+    let shard = set.get(0);
+    let mut change = shard.client().await.unwrap();
+    let mut stale = shard.client().await.unwrap();
+    // A REPEATABLE READ transaction whose snapshot predates the change.
+    let old = stale
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    old.query_one("SELECT 1", &[]).await.unwrap();
+    // The change, marked, not committed yet.
+    let tx = change.transaction().await.unwrap();
+    tx.query_one(
+        "SELECT setval('shardq_map_change_xid', pg_current_xact_id()::text::bigint)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let check = "SELECT shardq_check_route(1, 7)";
+    let plain = shard.client().await.unwrap();
+    plain
+        .query_one(check, &[])
+        .await
+        .expect("a READ COMMITTED enqueue goes on while the change commits");
+    tx.commit().await.unwrap();
+    plain.query_one(check, &[]).await.expect("and after it");
+    let refused = old.query_one(check, &[]).await.unwrap_err();
+    assert_eq!(
+        refused.code().map(|c| c.code()),
+        Some("40001"),
+        "a snapshot older than the change: {refused:?}"
+    );
+}

@@ -66,6 +66,23 @@ impl Trends {
             .collect()
     }
 
+    /// (done, failed) per second of `queue` over the samples of the last
+    /// `span`; `None` before the first sample.
+    pub fn rates(&self, queue: &str, span: Duration) -> Option<(f64, f64)> {
+        let samples = self.samples.lock().expect("trends");
+        let (mut secs, mut done, mut failed) = (0.0, 0, 0);
+        for s in samples.iter().rev() {
+            if secs >= span.as_secs_f64() {
+                break;
+            }
+            let (d, f) = s.of(Some(queue));
+            secs += s.span.as_secs_f64();
+            done += d;
+            failed += f;
+        }
+        (secs > 0.0).then(|| (done as f64 / secs, failed as f64 / secs))
+    }
+
     fn push(&self, sample: Sample) {
         let mut samples = self.samples.lock().expect("trends");
         samples.push_back(sample);

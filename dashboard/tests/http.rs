@@ -846,6 +846,16 @@ async fn the_trend_counts_each_finished_job_once_and_its_failures() {
     }
     assert_eq!(attr(&page, "data-done"), 30 + dead, "every queue's trend");
     assert_eq!(attr(&page, "data-failed"), dead);
+    // Each queue's row: how many per second ended dead or failed lately.
+    let failed_rate = |queue: &str| -> f64 {
+        let row = &page[page
+            .find(&format!("<tr data-queue=\"{queue}\""))
+            .expect(queue)..];
+        let at = row.find("data-failed-rate=\"").expect("the rate") + 18;
+        row[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    assert!(failed_rate("reports") > 0.0, "{page}");
+    assert_eq!(failed_rate("emails"), 0.0);
     // More samples pass: still each job once.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let later = get(addr, "/").await;

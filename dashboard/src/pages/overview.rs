@@ -6,6 +6,7 @@ use super::fleet::{across, worker_rows, COLUMNS};
 use super::{age, layout, q};
 use crate::chart;
 use crate::state::Shared;
+use crate::trends::Trends;
 use axum::extract::State;
 use axum::response::Html;
 use maud::{html, Markup, PreEscaped};
@@ -31,7 +32,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         (PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
         h2 { "Queues" }
         p id="trend" { "Every queue: " (chart::trend(&state.trends.samples(), None)) }
-        (queue_table(&shards, bucket_s, options.window.as_secs()))
+        (queue_table(&shards, &state.trends, bucket_s, options.window.as_secs()))
         (pause_table(&shards, state.options.read_only))
         (limit_table(&limits, state.options.read_only))
         h2 { "Shards" }
@@ -113,7 +114,7 @@ fn shard_table(shards: &[ShardOverview]) -> Markup {
 
 /// One row per queue, summed over the shards that answered; its name
 /// opens the queue's page (each shard's row, the shard behind, workers).
-fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup {
+fn queue_table(shards: &[ShardOverview], trends: &Trends, bucket_s: u64, window_s: u64) -> Markup {
     let rows = across(shards);
     let unanswered: Vec<&str> = shards
         .iter()
@@ -132,6 +133,7 @@ fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup
                     @for c in COLUMNS { th { (c.as_str()) } }
                     th { "Oldest ready" } th class="l" { "Behind" }
                     th { "Done/s (" (window_s / 60) " min)" }
+                    th { "Dead or failed/s (1 min)" }
                     th class="l" { "Completions per " (bucket_s) " s" }
                     th class="l" { "Claiming" }
                 }
@@ -151,6 +153,10 @@ fn queue_table(shards: &[ShardOverview], bucket_s: u64, window_s: u64) -> Markup
                             None => { td { span class="muted" { "–" } } td class="l" {} },
                         }
                         td { (format!("{:.1}", r.completions.iter().sum::<i64>() as f64 / window_s.max(1) as f64)) }
+                        @match trends.rates(&r.queue, Duration::from_secs(60)) {
+                            Some((_, failed)) => td class=[(failed > 0.0).then_some("down")] data-failed-rate=(format!("{failed:.2}")) { (format!("{failed:.1}")) },
+                            None => td { span class="muted" { "–" } },
+                        }
                         td class="l" { (chart::completions(&r.completions, bucket_s)) }
                         td class="l paused" {
                             @if r.paused_on.is_empty() { "active" } @else { span class="down" { "paused on " (r.paused_on.join(", ")) } }

@@ -43,6 +43,16 @@ const RETRY_GROWTH: u32 = 3;
 /// call after one or two tries, not five.
 const RETRY_WINDOW: Duration = Duration::from_secs(5);
 
+/// How long a write waits for a move to open the range it writes into
+/// ([`crate::store::MOVE_NOT_OPEN`]): a running `shardq reshard`
+/// records the new map on every shard before it opens the ranges, seconds
+/// on a loaded fleet; past this, the move is taken for stopped and the
+/// caller is told.
+const MOVE_OPEN_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest pause between two tries while a range is not open yet.
+const MOVE_OPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 /// Reloads of the shard map within one call when shards refuse its jobs as
 /// routed by an old epoch (SQ004): a move in progress writes an epoch per
 /// range moved, so a second refusal can follow the first; more than this
@@ -53,7 +63,9 @@ const MAP_RELOADS: usize = 3;
 const DEDUP_RACE_RETRIES: usize = 3;
 
 /// Runs `op` until it succeeds, fails permanently (SQLSTATE class 22, 23 or
-/// 42), was tried [`ENQUEUE_TRIES`] times, or [`RETRY_WINDOW`] has passed.
+/// 42), was tried [`ENQUEUE_TRIES`] times, or [`RETRY_WINDOW`] has passed;
+/// a write into a range a move has not opened yet is tried again for up to
+/// [`MOVE_OPEN_WAIT`].
 /// `op` is told whether an earlier try (this call's, or one before it when
 /// `again` is set) may have written something, and must then be safe to
 /// repeat. Each retry borrows a fresh connection (a broken one is not
@@ -70,6 +82,17 @@ where
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
+        let range_not_open = err
+            .sqlstate()
+            .is_some_and(|code| code.code() == crate::store::MOVE_NOT_OPEN);
+        if range_not_open && started.elapsed() < MOVE_OPEN_WAIT {
+            tracing::debug!(tries, "{what} waits for a move to open its range");
+            pause = pause.min(MOVE_OPEN_PAUSE_MAX);
+            let jittered = pause.mul_f64(rand::thread_rng().gen_range(0.5..1.5));
+            tokio::time::sleep(jittered).await;
+            pause *= RETRY_GROWTH;
+            continue;
+        }
         if err.is_permanent()
             || repeats_identically(&err)
             || tries >= ENQUEUE_TRIES

@@ -38,3 +38,4 @@ pub mod workers;
 
 pub use crate::job_status::JobStatus;
 pub use error::ErrorKind;
+pub(crate) use error::MOVE_NOT_OPEN;

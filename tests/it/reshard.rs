@@ -571,8 +571,9 @@ async fn statuses(shard: &shardq::shards::Shard) -> HashMap<String, i64> {
 }
 
 /// The command stopped after each step and run again: while a range is
-/// recorded but not yet open (the command died in between), its enqueues
-/// are refused with SQ005 and write nothing; once open, a client with the
+/// recorded but not yet open (the command died in between), an enqueue of
+/// it waits (SQ005, tried again) and writes nothing; once open, it is
+/// written held, and a client with the
 /// old map is fenced, reloads and writes the job held on the new shard; the
 /// copy leaves the old shard no unclaimed job of the range; the last run
 /// releases everything, and a worker runs every job once.
@@ -610,19 +611,18 @@ async fn a_move_stopped_at_each_step_finishes_when_run_again() {
     reshard(&all, 2, 3, &step(Step::Recorded), |_| {})
         .await
         .unwrap();
-    let refused = stale
-        .enqueue(NewJob::new("moving", "noop", json!({})).ordering_key(key.clone()))
-        .await
-        .expect_err("a range recorded but not open refuses its enqueues");
-    // Refused by every try; the call cannot tell whether a try whose reply
-    // was lost wrote it, so it hands the enqueue back as unknown.
-    let sqlstate = match &refused {
-        ClientError::Shard(e) | ClientError::OutcomeUnknown { source: e, .. } => {
-            e.sqlstate().map(|c| c.code().to_string())
-        }
-        _ => None,
-    };
-    assert_eq!(sqlstate.as_deref(), Some("SQ005"), "{refused:?}");
+    // An enqueue into the range waits for the move to open it (a running
+    // move does within seconds of recording), writing nothing until then.
+    let waiting = Client::new(&new).unwrap();
+    let waited = tokio::spawn({
+        let job =
+            NewJob::new("moving", "noop", json!({ "waited": true })).ordering_key(key.clone());
+        async move { waiting.enqueue(job).await }
+    });
+    // Longer than the client's retries of other errors (5 tries, about
+    // 2 s of pauses).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!waited.is_finished(), "it waits while the range is closed");
     let total: i64 = futures_util::future::join_all(all.all().iter().map(statuses))
         .await
         .iter()
@@ -631,12 +631,20 @@ async fn a_move_stopped_at_each_step_finishes_when_run_again() {
     assert_eq!(
         total,
         first.len() as i64,
-        "the refused enqueue wrote nothing"
+        "the waiting enqueue wrote nothing yet"
     );
 
     reshard(&all, 2, 3, &step(Step::Opened), |_| {})
         .await
         .unwrap();
+    let waited = waited
+        .await
+        .unwrap()
+        .expect("written once its range opened");
+    assert_eq!(
+        stale.job(waited).await.unwrap().unwrap().status,
+        JobStatus::Held
+    );
     let held = stale
         .enqueue(in_order(5))
         .await
@@ -684,7 +692,7 @@ async fn a_move_stopped_at_each_step_finishes_when_run_again() {
         .stop_when_empty(true)
         .run(CancellationToken::new())
         .await;
-    assert_eq!(report.stats.succeeded as usize, first.len() + 1);
+    assert_eq!(report.stats.succeeded as usize, first.len() + 2);
     assert_eq!(
         futures_util::future::join_all(all.all().iter().map(statuses))
             .await

@@ -5,9 +5,13 @@
 //! same statement as the insert), but a part's earlier statements may have
 //! (another chunk, a deduplicated job before it, a try whose reply was
 //! lost): so the refused parts' jobs found on their shard under their
-//! reserved ids are kept as written, and only the others are routed by the
+//! reserved ids, with their content (queue, handler, payload, ordering
+//! key), are kept as written, and only the others are routed by the
 //! reloaded map and given new ids on their (maybe new) shards; their old
-//! ids are harmless gaps. Parts not refused stay as they are.
+//! ids are harmless gaps. Parts not refused stay as they are. The content
+//! matters: a move may have copied to that shard another job under the
+//! same id and shard key (each shard numbers its jobs itself), and taking
+//! it for this one loses this one.
 //!
 //! Between the refusal and the lookup, nothing else writes these ids: they
 //! were reserved by this call, and only it (or [`Client::enqueue_again`]
@@ -45,7 +49,8 @@ impl Client {
         let mut present = Vec::with_capacity(stale.len());
         for (p, _) in &stale {
             let (shard_index, part) = &pending.parts[*p];
-            let ids: Vec<JobId> = part.iter().map(|r| r.job_id()).collect();
+            let ids: Vec<(JobId, &crate::job::NewJob)> =
+                part.iter().map(|r| (r.job_id(), &r.job)).collect();
             match jobs::present(self.shards.get(*shard_index), &ids).await {
                 Ok(found) => present.push(found.into_iter().collect::<HashSet<i64>>()),
                 Err(source) => {

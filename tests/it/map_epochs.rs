@@ -390,3 +390,45 @@ async fn an_enqueue_during_a_map_change_commit_is_refused_only_with_an_older_sna
         "a snapshot older than the change: {refused:?}"
     );
 }
+
+/// A client whose write was refused as routed by an old map asks its shard
+/// which of its jobs an earlier statement wrote, by their reserved ids. A
+/// move may have copied another job under one of those ids (each shard
+/// numbers its own jobs): that row is not this job, which must be routed
+/// again, not taken as written (a job lost once in the shrink under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_job_under_a_reserved_id_is_not_taken_for_the_refused_write() {
+    let dbs = TestShards::databases(1).await;
+    let config = dbs.config("");
+    let set = dbs.migrated(&config).await;
+    let shard = set.get(0);
+    let key = router::shard_key_for("key-7");
+    // The copy: revision 3 of key-7, under id 41, written as a move writes.
+    shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO workflow_status \
+                 (shard_key, id, queue, handler, ordering_key, payload, status, held_status) \
+             OVERRIDING SYSTEM VALUE VALUES ($1, 41, 'moving', 'record', 'key-7', '{\"revision\": 3}', 'held', 'queued')",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    let id = shardq::JobId {
+        shard_key: key,
+        id: 41,
+    };
+    let revision =
+        |r: i64| NewJob::new("moving", "record", json!({ "revision": r })).ordering_key("key-7");
+    let (mine, copied) = (revision(4), revision(3));
+    let found = shardq::store::jobs::present(shard, &[(id, &mine)])
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "revision 4 was never written: {found:?}");
+    let found = shardq::store::jobs::present(shard, &[(id, &copied)])
+        .await
+        .unwrap();
+    assert_eq!(found, vec![41], "the job as written is found");
+}

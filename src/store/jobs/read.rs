@@ -3,7 +3,7 @@
 use super::super::exec;
 use super::super::sql::{self, Param};
 use super::super::JobStatus;
-use crate::job::JobId;
+use crate::job::{JobId, NewJob};
 use crate::shards::{Shard, ShardError};
 use serde_json::Value;
 use tokio_postgres::types::Type;
@@ -118,8 +118,10 @@ pub async fn outcome(shard: &Shard, id: JobId) -> Result<Option<JobOutcomeRow>, 
     }))
 }
 
-/// The ids, among `jobs`, of those `shard` holds (one statement, a
-/// primary-key probe per job).
+/// The ids, among `jobs` (each under the id it was given), of those
+/// `shard` holds with that content: queue, handler, payload and ordering
+/// key (one statement, a primary-key probe per job). A row under the same
+/// id with other content is another job, copied here by a move.
 ///
 /// # Errors
 ///
@@ -128,13 +130,27 @@ pub async fn outcome(shard: &Shard, id: JobId) -> Result<Option<JobOutcomeRow>, 
 /// # Cancel safety
 ///
 /// Cancel safe (a read).
-pub async fn present(shard: &Shard, jobs: &[JobId]) -> Result<Vec<i64>, ShardError> {
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    let keys: Vec<i32> = jobs.iter().map(|j| j.shard_key).collect();
+pub async fn present(shard: &Shard, jobs: &[(JobId, &NewJob)]) -> Result<Vec<i64>, ShardError> {
+    let ids: Vec<i64> = jobs.iter().map(|(j, _)| j.id).collect();
+    let keys: Vec<i32> = jobs.iter().map(|(j, _)| j.shard_key).collect();
+    let queues: Vec<&str> = jobs.iter().map(|(_, n)| n.queue.as_str()).collect();
+    let handlers: Vec<&str> = jobs.iter().map(|(_, n)| n.handler.as_str()).collect();
+    let payloads: Vec<String> = jobs.iter().map(|(_, n)| n.payload.to_string()).collect();
+    let ordering: Vec<Option<&str>> = jobs
+        .iter()
+        .map(|(_, n)| n.ordering_key.as_deref())
+        .collect();
     let rows = exec::query(
         shard,
         sql::JOBS_PRESENT,
-        &[(&ids, Type::INT8_ARRAY), (&keys, Type::INT4_ARRAY)],
+        &[
+            (&ids, Type::INT8_ARRAY),
+            (&keys, Type::INT4_ARRAY),
+            (&queues, Type::TEXT_ARRAY),
+            (&handlers, Type::TEXT_ARRAY),
+            (&payloads, Type::TEXT_ARRAY),
+            (&ordering, Type::TEXT_ARRAY),
+        ],
     )
     .await?;
     Ok(rows.iter().map(|r| r.get("id")).collect())

@@ -15,11 +15,18 @@ pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status
 pub const JOB_OUTCOME: &str = "SELECT status, output, error FROM workflow_status \
     WHERE shard_key = $1 AND id = $2 AND NOT (status = 'held' AND held_status = 'running')";
 
-/// Which of the jobs (`$1` ids, `$2` shard keys, pairwise) this shard
-/// holds: their ids (one primary-key probe each).
-pub const JOBS_PRESENT: &str =
-    "SELECT t.id FROM unnest($1::bigint[], $2::int[]) AS t(id, shard_key) \
-    WHERE EXISTS (SELECT 1 FROM workflow_status w WHERE w.id = t.id AND w.shard_key = t.shard_key)";
+/// Which of the jobs (`$1` ids, `$2` shard keys, `$3` queues, `$4`
+/// handlers, `$5` payloads, `$6` ordering keys, pairwise) this shard holds
+/// as given: their ids (one primary-key probe each). A row under the same
+/// id and shard key with other content is another job: one a move copied
+/// here from the shard that gave it that id (each shard numbers its jobs
+/// itself), not this one.
+pub const JOBS_PRESENT: &str = "SELECT t.id \
+    FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[]) \
+        AS t(id, shard_key, queue, handler, payload, ordering_key) \
+    WHERE EXISTS (SELECT 1 FROM workflow_status w WHERE w.id = t.id AND w.shard_key = t.shard_key \
+        AND w.queue = t.queue AND w.handler = t.handler AND w.payload = t.payload::jsonb \
+        AND w.ordering_key IS NOT DISTINCT FROM t.ordering_key)";
 
 /// Whether this shard holds job (`$1` shard key, `$2` id): finds the shard of
 /// a job written under an older shard map (one primary-key probe).

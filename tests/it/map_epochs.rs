@@ -395,7 +395,8 @@ async fn an_enqueue_during_a_map_change_commit_is_refused_only_with_an_older_sna
 /// which of its jobs an earlier statement wrote, by their reserved ids. A
 /// move may have copied another job under one of those ids (each shard
 /// numbers its own jobs): that row is not this job, which must be routed
-/// again, not taken as written (a job lost once in the shrink under load).
+/// again, not taken as written (the likely cause of a job the shrink test
+/// under load lost once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copied_job_under_a_reserved_id_is_not_taken_for_the_refused_write() {
     let dbs = TestShards::databases(1).await;

@@ -38,6 +38,8 @@ pub struct ShardCountersSnapshot {
     pub completed: u64,
     /// Time spent in claim statements (every answer), in microseconds:
     /// over `claims + busy + empty + errors`, the mean time of one claim.
+    /// Zero when read from a report of a worker older than this field.
+    #[serde(default)]
     pub claim_us: u64,
 }
 

@@ -286,10 +286,12 @@ async fn an_operator_sees_the_counts_retries_a_dead_job_and_sees_it_succeed() {
     browser.close().await.unwrap();
 }
 
-/// Sixteen shards, three queues, in Chromium: the overview shows each
-/// queue once with its totals, a queue's name opens its page with a row
-/// per shard that holds its jobs, and the shards page lists all sixteen,
-/// each with its claim time once a worker claims there.
+/// Sixteen shards and a seventeenth that never answers, three queues, in
+/// Chromium: the overview comes within its deadline, shows each queue once
+/// with its totals and the frozen shard as unreachable; a queue's name
+/// opens its page with a row per shard that holds its jobs; the shards
+/// page lists all seventeen, the frozen one first, and each of the others
+/// with its claim time once a worker claims there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
     const SHARDS: usize = 16;
@@ -308,13 +310,45 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
         shardq::NewJob::new("billing", "ok", serde_json::json!({})).group(format!("t{i}"))
     }));
     shards.client.enqueue_many(jobs).await.unwrap();
+    // A seventeenth shard that accepts connections and never answers.
+    let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut urls = shards.urls.clone();
+    urls.push(format!(
+        "postgres://postgres@127.0.0.1:{}/shardq",
+        frozen.local_addr().unwrap().port()
+    ));
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = frozen.accept().await {
+            held.push(socket);
+        }
+    });
+    let config = shardq::Config::from_toml(&common::toml(&urls, "")).unwrap();
     let mut options = loopback();
     options.trend_interval = Duration::from_secs(1);
-    let (addr, _stop) = serve(shards.client.clone(), options).await;
+    let (addr, _stop) = serve(shardq::Client::new(&config).unwrap(), options).await;
     let driver = start_driver(&driver).await;
     let browser = open_browser(&driver, &chromium).await;
 
+    let asked = Instant::now();
     browser.goto(&format!("http://{addr}/")).await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "the overview waited {:?} on the frozen shard (its deadline is 2 s)",
+        asked.elapsed()
+    );
+    assert_eq!(
+        text_of(&browser, "#shards-up").await,
+        format!("{SHARDS} of {} shards answered (each shard).", SHARDS + 1)
+    );
+    find(
+        &browser,
+        &format!("#shards tr[data-shard=\"s{SHARDS}\"] td[data-state=\"unreachable\"]"),
+    )
+    .await;
+    // The limits are on every shard: those that answered tell them.
+    let source = browser.source().await.unwrap();
+    assert!(source.contains("No queue is limited"), "{source}");
     let rows = browser
         .find_all(Locator::Css("#queues tr[data-queue]"))
         .await
@@ -349,6 +383,9 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
         .await
         .unwrap();
     assert_eq!(per_shard.len(), holding, "a row per shard with emails jobs");
+    assert!(text_of(&browser, "#unanswered")
+        .await
+        .contains(&format!("s{SHARDS}")));
     browser
         .goto(&format!("http://{addr}/shards"))
         .await
@@ -357,7 +394,12 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
         .find_all(Locator::Css("#shard-rows tr[data-shard]"))
         .await
         .unwrap();
-    assert_eq!(listed.len(), SHARDS);
+    assert_eq!(listed.len(), SHARDS + 1);
+    assert_eq!(
+        listed[0].attr("data-shard").await.unwrap().as_deref(),
+        Some(format!("s{SHARDS}").as_str()),
+        "the frozen shard on top"
+    );
 
     // A worker claims on every shard; its heartbeats bring each shard's
     // claim time to the page (two beats, 5 s apart, after the first sample).

@@ -4,6 +4,7 @@
 use super::error::ClientError;
 use super::handle::Client;
 use super::pause::check_name;
+use crate::shards::ShardError;
 use crate::store::limits::{self, LimitRow, Rate};
 use futures_util::future::join_all;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -98,14 +99,48 @@ impl Client {
     ///
     /// Cancel safe (reads only).
     pub async fn queue_limits(&self) -> Result<Vec<QueueLimit>, ClientError> {
+        self.queue_limits_within(None).await
+    }
+
+    /// [`Client::queue_limits`], each shard given at most `deadline` to
+    /// answer: every shard records the limits, so the ones that answer in
+    /// time tell them, and a frozen shard does not hold the others' answer
+    /// (the dashboard's overview, the metrics' scrape).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Shard`] when no shard answers in time.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    pub async fn queue_limits_within(
+        &self,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<QueueLimit>, ClientError> {
         let shards = self.shards.all();
-        let answers = join_all(shards.iter().map(limits::read)).await;
+        let answers = join_all(shards.iter().map(|shard| async move {
+            match deadline {
+                Some(d) => tokio::time::timeout(d, limits::read(shard))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ShardError::Timeout {
+                            shard: shard.name.clone(),
+                            after: d,
+                        })
+                    }),
+                None => limits::read(shard).await,
+            }
+        }))
+        .await;
         // Per queue, the newest revision any shard records.
         let mut newest: Vec<LimitRow> = Vec::new();
         let mut last_error = None;
+        let mut answered = false;
         for answer in answers {
             match answer {
                 Ok(rows) => {
+                    answered = true;
                     for row in rows {
                         match newest.iter_mut().find(|r| r.queue == row.queue) {
                             Some(r) if r.revision < row.revision => *r = row,
@@ -117,14 +152,18 @@ impl Client {
                 Err(e) => last_error = Some(e),
             }
         }
-        if newest.is_empty() {
+        if !answered {
             if let Some(e) = last_error {
                 return Err(e.into());
             }
         }
-        let in_use = match shards.first() {
-            Some(home) => limits::in_use(home).await.ok(),
-            None => None,
+        let in_use = match (shards.first(), deadline) {
+            (Some(home), Some(d)) => tokio::time::timeout(d, limits::in_use(home))
+                .await
+                .ok()
+                .and_then(Result::ok),
+            (Some(home), None) => limits::in_use(home).await.ok(),
+            (None, _) => None,
         };
         let mut out: Vec<QueueLimit> = newest
             .into_iter()

@@ -85,9 +85,9 @@ pub async fn scrape_with_check(client: &Client, queues: &[String], check: &Check
     let (answers, report, limits) = tokio::join!(
         read_all(client.shards(), check.deadline),
         client.check(check),
-        tokio::time::timeout(check.deadline, client.queue_limits())
+        client.queue_limits_within(Some(check.deadline))
     );
-    let limits = limits.ok().and_then(Result::ok).unwrap_or_default();
+    let limits = limits.unwrap_or_default();
     encode_all(&answers, queues, Some(report), limits)
 }
 

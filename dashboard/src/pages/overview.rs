@@ -22,11 +22,10 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
     // verdict comes from the background check (`verdict.rs`).
     let (shards, limits) = tokio::join!(
         state.client.overview(&options),
-        tokio::time::timeout(options.deadline, state.client.queue_limits())
+        state.client.queue_limits_within(Some(options.deadline))
     );
     let report = state.verdict.latest();
-    let limits = limits.map_err(|_| "the shards did not answer in time".to_string());
-    let limits = limits.and_then(|l| l.map_err(|e| e.to_string()));
+    let limits = limits.map_err(|e| e.to_string());
     let bucket_s = options.bucket.as_secs();
     let body = html! {
         (PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))

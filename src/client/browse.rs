@@ -156,7 +156,7 @@ pub struct JobDetail {
 
 /// `work` on `shard` within `deadline`; a miss is the shard's
 /// [`ShardError::Timeout`].
-async fn within<T>(
+pub(super) async fn within<T>(
     shard: &Shard,
     deadline: Duration,
     work: impl Future<Output = Result<T, ShardError>>,

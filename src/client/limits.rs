@@ -1,10 +1,10 @@
 //! Fleet-wide queue limits: written on every shard, enforced by permits
 //! the workers lease from the first shard (see `worker::permits`).
 
+use super::browse::within;
 use super::error::ClientError;
 use super::handle::Client;
 use super::pause::check_name;
-use crate::shards::ShardError;
 use crate::store::limits::{self, LimitRow, Rate};
 use futures_util::future::join_all;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -121,14 +121,7 @@ impl Client {
         let shards = self.shards.all();
         let answers = join_all(shards.iter().map(|shard| async move {
             match deadline {
-                Some(d) => tokio::time::timeout(d, limits::read(shard))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(ShardError::Timeout {
-                            shard: shard.name.clone(),
-                            after: d,
-                        })
-                    }),
+                Some(d) => within(shard, d, limits::read(shard)).await,
                 None => limits::read(shard).await,
             }
         }))
@@ -158,10 +151,7 @@ impl Client {
             }
         }
         let in_use = match (shards.first(), deadline) {
-            (Some(home), Some(d)) => tokio::time::timeout(d, limits::in_use(home))
-                .await
-                .ok()
-                .and_then(Result::ok),
+            (Some(home), Some(d)) => within(home, d, limits::in_use(home)).await.ok(),
             (Some(home), None) => limits::in_use(home).await.ok(),
             (None, _) => None,
         };

@@ -13,8 +13,10 @@
 //! running, or turns `scheduled` and is copied by a later pass); a cancel
 //! (it marks a held job's request, and the removal leaves a job whose
 //! request changed since it was read, for the next pass); recovery of an
-//! expired lease (running → queued: copied by a later pass). Enqueues of
-//! the range are refused on the old shard from the new epoch on.
+//! expired lease (running → queued: copied by a later pass; a
+//! deduplicated one keeps its id taken on the new shard by the stand-in
+//! read after the marks, which sees it in some unfinished state). Enqueues
+//! of the range are refused on the old shard from the new epoch on.
 
 use crate::shards::{Shard, ShardError};
 use crate::store::reshard as store;
@@ -38,7 +40,7 @@ pub(super) struct Copied {
 
 /// Copies the unclaimed jobs of `range` from `from` to `to`: all of them,
 /// or (`dedup_only`) those of shard keys with a deduplicated job, plus
-/// stand-ins of the range's deduplicated running jobs.
+/// stand-ins of the range's deduplicated jobs left on the old shard.
 pub(super) async fn copy_range(
     from: &Shard,
     to: &Shard,
@@ -52,9 +54,11 @@ pub(super) async fn copy_range(
         copied.moved += done.moved;
         copied.refused += done.refused;
     }
-    // After the marks: a deduplicated job a worker claimed before its
-    // chunk was marked is running now, and gets its stand-in here (read
-    // first, it would have been queued, then left behind running).
+    // After the marks, in one read: every deduplicated job still holding
+    // its id on the old shard (running; or unclaimed and not marked: its key
+    // has a running job, or it failed, was released or recovered since the
+    // keys were listed) gets a stand-in, so no enqueue on the new shard takes
+    // its id before the job is copied over the stand-in.
     let stand_ins = store::read_stand_ins(from, range).await?;
     if stand_ins.as_array().is_some_and(|a| !a.is_empty()) {
         let empty = Value::Array(Vec::new());
@@ -133,15 +137,31 @@ async fn copy_piece(
         })
         .collect();
     let moved = store::drop_copied(from, chunk, &copied).await?;
-    let refused = (read - written.len()) as u64;
-    if refused > 0 {
+    let refused: Vec<i64> = cancel_of
+        .keys()
+        .filter(|(id, key)| {
+            !written
+                .iter()
+                .any(|&(w, k)| w == *id && i64::from(k) == *key)
+        })
+        .map(|&(id, _)| id)
+        .collect();
+    if !refused.is_empty() {
+        // A refused job exists only here (the write that refused it
+        // replaced any earlier copy), so a cancel of it is final here.
+        let cancelled = store::cancel_refused(from, chunk, &refused).await?;
         tracing::warn!(
-            from = %from.name, to = %to.name, first_key = chunk.0, end_key = chunk.1, refused,
+            from = %from.name, to = %to.name, first_key = chunk.0, end_key = chunk.1,
+            refused = refused.len(), cancelled, ids = ?refused,
             "jobs not copied: the new shard holds another job with their deduplication id; \
-             they stay held on the old shard (cancel one of the two to let the move finish)"
+             they stay held on the old shard (cancel these, `shardq job cancel`, to let the \
+             move finish)"
         );
     }
-    Ok(Copied { moved, refused })
+    Ok(Copied {
+        moved,
+        refused: (read - written.len()) as u64,
+    })
 }
 
 #[cfg(test)]

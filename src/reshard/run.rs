@@ -19,6 +19,9 @@ const ID_GAP: i64 = 1 << 40;
 const PASS_PAUSE: Duration = Duration::from_millis(200);
 const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
+/// Expired leases returned to the queue per old shard and drain pass.
+const RECOVER_PER_PASS: i64 = 1_000;
+
 /// The steps, in order; [`Options::stop_after`] stops the command after one
 /// (to show that a run stopped there finishes when run again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -452,6 +455,32 @@ async fn target_states(
     Ok(out)
 }
 
+/// Returns to the queue the jobs whose lease expired on the old shards of
+/// unreleased moves: until a range is released the move is responsible
+/// for it, and a shard that leaves the list has no worker left to recover
+/// a job whose worker died there (no process starts with the old list
+/// once the epoch is recorded); the recovered job is copied by this pass.
+/// Gated like every recovery: skipped while another process recovers.
+async fn recover_leaving_leases(
+    shards: &ShardSet,
+    record: &EpochRecord,
+    states: &[String],
+) -> Result<(), ReshardError> {
+    let mut from: Vec<usize> = record
+        .moves
+        .iter()
+        .zip(states)
+        .filter(|(_, state)| state.as_str() != "released")
+        .map(|(m, _)| m.from_index)
+        .collect();
+    from.sort_unstable();
+    from.dedup();
+    for index in from {
+        crate::store::upkeep::recover_expired(shards.get(index), RECOVER_PER_PASS).await?;
+    }
+    Ok(())
+}
+
 /// Copies each unreleased range until its old shard holds no unfinished
 /// job of it, then releases it; passes until every range is released.
 async fn drain(
@@ -467,6 +496,7 @@ async fn drain(
     loop {
         let pass = async {
             let states = target_states(shards, record).await?;
+            recover_leaving_leases(shards, record, &states).await?;
             let mut left_total = 0;
             let mut released = 0;
             let mut moved = 0;

@@ -390,8 +390,9 @@ pub async fn read_held(
         .await
 }
 
-/// Stand-ins (a JSON array) for the deduplicated jobs of `first..end`
-/// running on `shard`.
+/// Stand-ins (a JSON array) for the deduplicated jobs of `first..end` that
+/// hold their deduplication id on `shard` (running, or unclaimed and not
+/// copied).
 ///
 /// # Errors
 ///
@@ -401,7 +402,7 @@ pub async fn read_stand_ins(shard: &Shard, (first, end): (i32, i32)) -> Result<V
         .within(async {
             let db = session(shard).await?;
             let row = db
-                .query_one(sql::RESHARD_RUNNING_READ, &[&first, &end])
+                .query_one(sql::RESHARD_STAND_INS_READ, &[&first, &end])
                 .await
                 .map_err(|e| shard.query_error(e))?;
             Ok(row.get("jobs"))
@@ -505,6 +506,27 @@ pub async fn drop_copied(
             )
             .await
             .map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// On the old shard: finishes as cancelled those of the `refused` jobs of
+/// `first..end` whose cancellation was asked; returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+pub async fn cancel_refused(
+    shard: &Shard,
+    (first, end): (i32, i32),
+    refused: &[i64],
+) -> Result<u64, ShardError> {
+    shard
+        .within(async {
+            let db = session(shard).await?;
+            db.execute(sql::RESHARD_CANCEL_REFUSED, &[&first, &end, &refused])
+                .await
+                .map_err(|e| shard.query_error(e))
         })
         .await
 }

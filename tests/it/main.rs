@@ -51,6 +51,7 @@ mod queue_limits;
 mod refused_outcomes;
 mod replace_server;
 mod reshard;
+mod reshard_races;
 mod schedule_clock;
 mod schedule_config;
 mod schedule_fleet;

@@ -63,6 +63,9 @@ struct Shared {
     /// The drop probability, as the bits of an `f64`: the test changes it
     /// while connections use it.
     drop_probability: AtomicU64,
+    /// When set, only replies to statements containing this text are
+    /// dropped (the others pass whatever the probability).
+    drop_only: Mutex<Option<String>>,
     /// Replies dropped so far.
     dropped: AtomicU64,
     /// The statement of each dropped reply, in order.
@@ -79,6 +82,7 @@ impl Shared {
     fn new() -> Shared {
         Shared {
             drop_probability: AtomicU64::new(0),
+            drop_only: Mutex::new(None),
             dropped: AtomicU64::new(0),
             dropped_statements: Mutex::new(Vec::new()),
             fault: watch::Sender::new(FaultState::default()),
@@ -87,10 +91,16 @@ impl Shared {
         }
     }
 
-    /// Whether to lose this reply.
-    fn roll(&self) -> bool {
+    /// Whether to lose this reply, to `statement`.
+    fn roll(&self, statement: &str) -> bool {
         let p = f64::from_bits(self.drop_probability.load(Ordering::Relaxed));
-        p > 0.0 && rand::random::<f64>() < p
+        let chosen = self
+            .drop_only
+            .lock()
+            .unwrap()
+            .as_deref()
+            .is_none_or(|only| statement.contains(only));
+        p > 0.0 && chosen && rand::random::<f64>() < p
     }
 
     /// The fault now.
@@ -154,6 +164,13 @@ impl LossyProxy {
         self.shared
             .drop_probability
             .store(p.clamp(0.0, 1.0).to_bits(), Ordering::Relaxed);
+    }
+
+    /// Drops only replies to statements whose text contains `only` (`None`:
+    /// any statement), at the drop probability: a lost reply at the exact
+    /// statement a test is about.
+    pub fn set_drop_only(&self, only: Option<&str>) {
+        *self.shared.drop_only.lock().unwrap() = only.map(str::to_owned);
     }
 
     /// Replies dropped so far (each closed one connection).

@@ -168,7 +168,7 @@ async fn read_replies(
                     None => String::new(),
                 };
                 let idle = exchange.last() == Some(&b'I');
-                if ready && idle && completed && !failed && shared.roll() {
+                if ready && idle && completed && !failed && shared.roll(&statement) {
                     shared.dropped.fetch_add(1, Ordering::Relaxed);
                     shared.dropped_statements.lock().unwrap().push(statement);
                     // The server has committed; the connection ends without

@@ -170,7 +170,13 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 ///   more would have made it dead); `waiting` only with an ordering key
 ///   (nothing queues an unkeyed waiting job);
 /// - finished (`succeeded`, `failed`, `dead`, `cancelled`): no owner, no
-///   lease, a `finished_at` (retention deletes by it).
+///   lease, a `finished_at` (retention deletes by it);
+/// - `held` (a range move's copy, or a job marked for copying on its old
+///   shard): what a move promises, not what a finished job does: a status
+///   to return to (`running` only for a stand-in), no owner, no lease, no
+///   `finished_at`, attempts left as for an unclaimed job, and a move of
+///   its shard key that is not yet released (once released, nothing would
+///   ever release it).
 ///
 /// Rows read (cost ∝ what the fleet holds plus 7 × $1): every running row
 /// (`workflow_status_lease`); the first $1 of each unfinished state by its
@@ -186,48 +192,48 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
         (SELECT 'running' AS scan, shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status = 'running') \
         UNION ALL \
         (SELECT 'queued', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NULL \
              AND job_group IS NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_keyed', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NOT NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status = 'queued' AND job_group IS NOT NULL \
          ORDER BY queue, hashtext(job_group), priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
          ORDER BY queue, ordering_key, status, id LIMIT $1) \
         UNION ALL \
         (SELECT 'scheduled', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status = 'scheduled' ORDER BY run_at LIMIT $1) \
         UNION ALL \
         (SELECT 'finished', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
          ORDER BY finished_at DESC LIMIT $1) \
         UNION ALL \
         (SELECT 'newest', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested \
+            cancel_requested, held_status \
          FROM workflow_status ORDER BY id DESC LIMIT $1) \
     ), judged AS ( \
         SELECT v.shard_key, v.id, v.queue, v.ordering_key, CASE \
@@ -251,6 +257,23 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
                         || ' attempts used (it should be dead)' \
                 WHEN v.status = 'waiting' AND v.ordering_key IS NULL \
                     THEN 'waiting without an ordering key (nothing ever queues it)' \
+                END \
+            WHEN v.status = 'held' THEN CASE \
+                WHEN v.held_status IS NULL \
+                  OR v.held_status NOT IN ('waiting', 'scheduled', 'queued', 'running') \
+                    THEN 'held without a status to return to' \
+                WHEN v.owner IS NOT NULL THEN 'held with an owner (' || v.owner || ')' \
+                WHEN v.lease_expires_at IS NOT NULL THEN 'held with a lease' \
+                WHEN v.finished_at IS NOT NULL THEN 'held with finished_at set' \
+                WHEN v.held_status <> 'running' \
+                  AND (v.attempts < 0 OR v.attempts >= v.max_attempts) \
+                    THEN 'held with ' || v.attempts || ' of ' || v.max_attempts \
+                        || ' attempts used (it should be dead)' \
+                WHEN NOT EXISTS (SELECT 1 FROM shardq_map_moves m \
+                    WHERE m.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                      AND m.first_key <= v.shard_key AND v.shard_key < m.end_key \
+                      AND m.state <> 'released') \
+                    THEN 'held outside any unfinished move (nothing releases it)' \
                 END \
             ELSE CASE \
                 WHEN v.owner IS NOT NULL THEN v.status || ' with an owner (' || v.owner || ')' \

@@ -119,14 +119,20 @@ pub const RESHARD_HELD_READ: &str = "WITH j AS MATERIALIZED ( \
     coalesce((SELECT jsonb_agg(to_jsonb(s)) FROM workflow_steps s JOIN j \
         ON j.shard_key = s.shard_key AND j.id = s.workflow_id), '[]') AS steps";
 
-/// Stand-ins for the deduplicated jobs of shard keys $1..$2 running on the
-/// old shard: `held` with held_status `running`, no owner; they keep the
-/// deduplication id taken on the new shard until the range is released.
-pub const RESHARD_RUNNING_READ: &str = "SELECT coalesce(jsonb_agg(to_jsonb(w) || \
+/// Stand-ins for the deduplicated jobs of shard keys $1..$2 that hold their
+/// deduplication id on the old shard and were not copied: running ones, and
+/// unclaimed ones the marks did not take (a key with a running job, or a
+/// job that went from running back to `scheduled` or `queued` after the
+/// keys to move were read). `held` with held_status `running`, no owner;
+/// they keep the deduplication id taken on the new shard until the job is
+/// copied over them or the range is released. One snapshot: every such job
+/// is either finished in it, or has a stand-in.
+pub const RESHARD_STAND_INS_READ: &str = "SELECT coalesce(jsonb_agg(to_jsonb(w) || \
         jsonb_build_object('status', 'held', 'held_status', 'running', 'owner', NULL, \
                            'lease_expires_at', NULL)), '[]') AS jobs \
     FROM workflow_status w \
-    WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'running' \
+    WHERE w.shard_key >= $1 AND w.shard_key < $2 \
+      AND w.status IN ('scheduled', 'queued', 'running') \
       AND w.dedup_id IS NOT NULL";
 
 /// On the new shard: the held copies among $1 (a JSON array of jobs) that
@@ -165,6 +171,15 @@ pub const RESHARD_DROP_COPIED: &str = "DELETE FROM workflow_status w \
     WHERE w.id = c.id AND w.shard_key = c.shard_key AND w.status = 'held' \
       AND w.cancel_requested = c.cancel_requested \
       AND w.shard_key >= $1 AND w.shard_key < $2";
+
+/// On the old shard: finishes as cancelled the held jobs of shard keys
+/// $1..$2 with ids $3 whose cancellation was asked: jobs the new shard
+/// refused (another job holds their deduplication id there), which exist
+/// nowhere else, so cancelling one lets the move finish.
+pub const RESHARD_CANCEL_REFUSED: &str = "UPDATE workflow_status SET \
+        status = 'cancelled', finished_at = now(), held_status = NULL \
+    WHERE shard_key >= $1 AND shard_key < $2 AND id = ANY($3::bigint[]) \
+      AND status = 'held' AND cancel_requested";
 
 /// The unfinished jobs of the range left on the old shard.
 pub const RESHARD_LEFT: &str = "SELECT count(*) AS n FROM workflow_status \

@@ -6,6 +6,7 @@
 //! `shardq-harness`, which the integration tests share.
 
 mod chaos;
+mod horizon;
 mod pipeline;
 mod procfs;
 mod reshard;
@@ -53,6 +54,11 @@ enum Command {
     /// What one scrape of `shardq metrics` costs a shard with a long history
     /// (10M finished rows by default): median ms per scrape and the plan's buffers.
     ScrapeCost(scrape_cost::ScrapeCostArgs),
+    /// Claims while a long transaction holds the xmin horizon: a steady
+    /// offer to one worker with a REPEATABLE READ snapshot held on shard 0,
+    /// beside the same run without it; per interval the rates, pickup,
+    /// claim time and dead row versions.
+    Horizon(horizon::HorizonArgs),
     /// A worker process started by `chaos` (internal).
     #[command(hide = true)]
     ChaosWorker,
@@ -97,6 +103,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Scale(args) => until_interrupted(scale::run(*args, config)).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Reshard(args) => until_interrupted(reshard::run(args)).await,
+        Command::Horizon(args) => until_interrupted(horizon::run(args)).await,
         Command::Limits(args) => until_interrupted(pipeline::limits::run(args)).await,
         Command::ScrapeCost(args) => until_interrupted(scrape_cost::run(args)).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,

@@ -1,0 +1,186 @@
+//! `shardq-bench horizon`: a steady offer of no-op jobs to one `shardq
+//! worker` process while another session holds the xmin horizon back (a
+//! REPEATABLE READ snapshot left open, as a report query, `pg_dump` or a
+//! session idle in transaction does), beside the same run without it.
+//!
+//! While the horizon is held, vacuum removes no dead row version, and a
+//! claim that walks the dead index entries of every job claimed since pays
+//! more with each minute. Reported per interval and shard: offered and
+//! completed jobs per second, pickup p50/p99 (enqueue to claim, by the
+//! database's clock, over a sample of the jobs), the claim statement's mean
+//! time (the worker's heartbeat), dead row versions and the age of the
+//! oldest transaction.
+//!
+//! ```text
+//! per scenario (without, then with the snapshot), on fresh servers:
+//! warm-up ─> snapshot held (or not) for --hold-s ─> after, --after-s
+//! ```
+
+mod offer;
+mod report;
+mod sample;
+
+use anyhow::{bail, Context, Result};
+use report::{Interval, Scenario};
+use shardq::config::Config;
+use shardq::shards::ShardSet;
+use shardq::Client;
+use shardq_harness::process::Proc;
+use shardq_harness::LocalCluster;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Arguments of `shardq-bench horizon`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HorizonArgs {
+    /// Shards (one server each); the snapshot is held on the first.
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+    /// Jobs offered per second, over all shards.
+    #[arg(long, default_value_t = 10_000)]
+    pub rate: u64,
+    /// Seconds before the snapshot is taken.
+    #[arg(long, default_value_t = 30)]
+    pub warmup_s: u64,
+    /// Seconds the snapshot is held.
+    #[arg(long, default_value_t = 600)]
+    pub hold_s: u64,
+    /// Seconds the run goes on after the snapshot ends.
+    #[arg(long, default_value_t = 60)]
+    pub after_s: u64,
+    /// Length of one reported interval, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub interval_s: u64,
+    /// Only the run with the snapshot held (no side-by-side baseline).
+    #[arg(long)]
+    pub held_only: bool,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench/results/horizon.json")]
+    pub out: PathBuf,
+}
+
+/// Both scenarios, printed and written.
+pub async fn run(args: HorizonArgs) -> Result<()> {
+    if args.shards == 0 || args.rate == 0 || args.interval_s == 0 {
+        bail!("--shards, --rate and --interval-s must be at least 1");
+    }
+    let mut scenarios = Vec::new();
+    if !args.held_only {
+        scenarios.push(scenario(&args, false).await?);
+    }
+    scenarios.push(scenario(&args, true).await?);
+    report::print(&args, &scenarios);
+    report::write(&args, &scenarios)?;
+    println!("results written to {}", args.out.display());
+    Ok(())
+}
+
+/// Settings of the worker process: the defaults a user gets, on one queue.
+const WORKER_SETTINGS: &str = "\n[worker]\nqueues = [\"bench\"]\n";
+
+/// One scenario on fresh servers.
+async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
+    let label = if held { "snapshot held" } else { "no snapshot" };
+    eprintln!(
+        "horizon: {label}, {} shard(s), {} jobs/s offered",
+        args.shards, args.rate
+    );
+    let cluster = LocalCluster::start("shardq-horizon", args.shards, None).await?;
+    let mut text = String::new();
+    for i in 0..args.shards {
+        text.push_str(&format!(
+            "[[shards]]\nname = \"s{i}\"\nurl = \"{}\"\n\n",
+            cluster.url(i)
+        ));
+    }
+    text.push_str(WORKER_SETTINGS);
+    let config = Config::from_toml(&text).context("the horizon config is invalid")?;
+    let shards = ShardSet::connect(&config)?;
+    shardq::migrate::migrate_all(&shards).await?;
+    let config_path = cluster.root().path().join("shards.toml");
+    std::fs::write(&config_path, &text)?;
+    let worker = start_worker(&config_path, &cluster.root().log_dir())?;
+
+    let client = Client::from_shards(shards.clone(), config.limits.clone());
+    let stop = CancellationToken::new();
+    let offered = offer::Offered::new(args.shards);
+    let offer = tokio::spawn(offer::run(
+        client.clone(),
+        args.rate,
+        offered.clone(),
+        stop.clone(),
+    ));
+    let started = Instant::now();
+    let hold_from = Duration::from_secs(args.warmup_s);
+    let hold_until = hold_from + Duration::from_secs(args.hold_s);
+    let end = hold_until + Duration::from_secs(args.after_s);
+    let mut snapshot = None;
+    let mut sampler = sample::Sampler::new(shards.clone(), offered);
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut next = Duration::from_secs(args.interval_s).min(hold_from);
+    while started.elapsed() < end {
+        let wake = next.min(end);
+        tokio::time::sleep(wake.saturating_sub(started.elapsed())).await;
+        let at = started.elapsed();
+        if held && snapshot.is_none() && at >= hold_from && at < hold_until {
+            snapshot = Some(sample::Snapshot::hold(&cluster.url(0)).await?);
+            eprintln!("  {:>4.0} s: snapshot taken on s0", at.as_secs_f64());
+        }
+        if at >= hold_until {
+            if let Some(open) = snapshot.take() {
+                open.release().await;
+                eprintln!("  {:>4.0} s: snapshot released", at.as_secs_f64());
+            }
+        }
+        let phase = phase_at(at, hold_from, hold_until, held);
+        let interval = sampler.interval(at, phase).await?;
+        eprintln!("  {}", interval.line());
+        intervals.push(interval);
+        next = next_boundary(at, args, hold_from, hold_until);
+    }
+    stop.cancel();
+    let offered = offer.await??;
+    drop(worker);
+    Ok(Scenario {
+        held,
+        offered_total: offered,
+        intervals,
+    })
+}
+
+/// What the snapshot is doing at `at`.
+fn phase_at(at: Duration, from: Duration, until: Duration, held: bool) -> &'static str {
+    if at <= from {
+        "warm-up"
+    } else if at <= until {
+        if held {
+            "held"
+        } else {
+            "steady"
+        }
+    } else {
+        "after"
+    }
+}
+
+/// The next sample time: every interval, and at the snapshot's start and end.
+fn next_boundary(at: Duration, args: &HorizonArgs, from: Duration, until: Duration) -> Duration {
+    let step = Duration::from_secs(args.interval_s);
+    let regular = at + step;
+    [from, until]
+        .into_iter()
+        .filter(|&b| b > at + Duration::from_millis(500))
+        .fold(regular, Duration::min)
+}
+
+/// One `shardq worker` process over `config`, logging to a file; killed
+/// when dropped.
+fn start_worker(config: &std::path::Path, logs: &std::path::Path) -> Result<Proc> {
+    std::fs::create_dir_all(logs)?;
+    let mut command = shardq_harness::exe::shardq_command(config);
+    command
+        .args(["worker", "--queue", "bench"])
+        .stdin(std::process::Stdio::null());
+    Proc::spawn(command, logs.join("worker.log"), true)
+}

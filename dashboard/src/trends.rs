@@ -5,7 +5,9 @@
 //! over; a first answer covers the 10 s before it) and keeps the samples
 //! in memory, so the history starts when the dashboard does. A shard that
 //! does not answer is asked again from where it left off, so its jobs land
-//! in the next sample instead of being lost.
+//! in the next samples instead of being lost: each read covers at most 30 s
+//! past where the last ended, so after a long gap the shard answers within
+//! the deadline again and catches up read by read.
 
 use crate::claim_trends::ClaimTrends;
 use shardq::client::FinishedSince;

@@ -215,7 +215,11 @@ impl Client {
     /// What finished on each shard since `since[i]` (the `at` of its last
     /// answer; `None`: the last 10 s), by queue, in shard order; `None` for
     /// a shard that did not answer within `deadline`. A dashboard that
-    /// calls it every few seconds has each span counted once.
+    /// calls it every few seconds has each span counted once. Each read
+    /// covers at most 30 s past `since[i]` (its `at` says where it ended),
+    /// so a shard that was away for long answers again within the deadline
+    /// and catches up read by read; a read past its deadline is given up on
+    /// the server too.
     ///
     /// # Errors
     ///
@@ -232,9 +236,13 @@ impl Client {
         let asks = self.shards().all().iter().enumerate().map(|(i, shard)| {
             let from = since.get(i).copied().flatten();
             async move {
-                within(shard, deadline, browse::finished_since(shard, from))
-                    .await
-                    .ok()
+                within(
+                    shard,
+                    deadline,
+                    browse::finished_since(shard, from, deadline),
+                )
+                .await
+                .ok()
             }
         });
         futures_util::future::join_all(asks).await

@@ -117,7 +117,13 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
         "{plan}"
     );
     let since: Option<chrono::DateTime<chrono::Utc>> = None;
-    let plan = explain(&db, sql::FINISHED_SINCE, &[(&since, Type::TIMESTAMPTZ)]).await;
+    let span_ms = 30_000i64;
+    let plan = explain(
+        &db,
+        sql::FINISHED_SINCE,
+        &[(&since, Type::TIMESTAMPTZ), (&span_ms, Type::INT8)],
+    )
+    .await;
     assert!(
         plan.contains("workflow_status_finished") && !plan.contains("Seq Scan"),
         "the trend reads a range of the finished index: {plan}"
@@ -165,4 +171,47 @@ async fn explain(
         .map(|r| r.get::<_, String>(0))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The trend read after a long gap (the dashboard's sampler could not reach
+/// the shard for an hour): it reads one bounded span past where it left
+/// off and says where it ended, and the next read goes on from there; it
+/// never reads the whole gap at once (which, past its deadline, would never
+/// answer again, each later read being larger still).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trend_read_after_a_long_gap_reads_a_bounded_span() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(FILL).await.unwrap();
+    let since: chrono::DateTime<chrono::Utc> = db
+        .query_one("SELECT now() - interval '1 hour 1 minute'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let client = shardq::Client::new(&config).unwrap();
+    let deadline = std::time::Duration::from_secs(10);
+    let span = chrono::TimeDelta::from_std(shardq::store::browse::FINISHED_SPAN_MAX).unwrap();
+    let mut from = since;
+    for _ in 0..3 {
+        let answer = client.finished_since(&[Some(from)], deadline).await;
+        let answer = answer[0].clone().expect("the shard answers");
+        assert_eq!(
+            answer.at - from,
+            span,
+            "one bounded span past where it left off"
+        );
+        let expected: i64 = db
+            .query_one(
+                "SELECT count(*) FROM workflow_status WHERE finished_at > $1 AND finished_at <= $2",
+                &[&from, &answer.at],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let read: i64 = answer.by_queue.iter().map(|(_, done, _)| done).sum();
+        assert_eq!(read, expected, "every job of the span, once");
+        from = answer.at;
+    }
 }

@@ -215,19 +215,30 @@ pub const STEPS_OF_JOB: &str = "SELECT step_name, output, error, created_at::tex
     ORDER BY created_at, step_name";
 
 /// Per queue, the jobs that finished after $1 (NULL: 10 s before the end)
-/// and up to 5 s before this statement's now(), and of those the ones that
-/// ended dead or failed; with that end, the next read's $1 (one row with a
-/// NULL queue when none finished). The lag: `finished_at` is a completion
-/// transaction's start, so a span read up to now() would pass over
-/// completions still committing and never count them. A range of
-/// `workflow_status_finished`: it reads the rows of the span, never the
-/// older history.
-pub const FINISHED_SINCE: &str = "WITH t AS (SELECT now() - interval '5 seconds' AS at) \
+/// and up to 5 s before this statement's now(), but at most $2 ms after
+/// $1, and of those the ones that ended dead or failed; with that end, the
+/// next read's $1 (one row with a NULL queue when none finished). The lag:
+/// `finished_at` is a completion transaction's start, so a span read up to
+/// now() would pass over completions still committing and never count
+/// them. The bound: after a long gap a read covers one bounded span and
+/// the next goes on from its end, so no read grows with the gap (one that
+/// did would miss its deadline, and every later one, larger still, too).
+/// A range of `workflow_status_finished`: it reads the rows of the span,
+/// never the older history.
+pub const FINISHED_SINCE: &str = "WITH f AS ( \
+        SELECT coalesce($1::timestamptz, now() - interval '15 seconds') AS from_at \
+    ), t AS ( \
+        SELECT f.from_at, greatest(f.from_at, least(now() - interval '5 seconds', \
+            f.from_at + $2::bigint * interval '1 millisecond')) AS at FROM f \
+    ) \
     SELECT t.at, c.queue, c.done, c.failed FROM t LEFT JOIN LATERAL ( \
         SELECT queue, count(*) AS done, \
             count(*) FILTER (WHERE status IN ('dead', 'failed')) AS failed \
         FROM workflow_status \
         WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
-            AND finished_at > coalesce($1::timestamptz, t.at - interval '10 seconds') \
-            AND finished_at <= t.at \
+            AND finished_at > t.from_at AND finished_at <= t.at \
         GROUP BY queue) c ON true";
+
+/// Gives up this transaction's statements after $1 ms (as text) on the
+/// server too: a read its caller abandoned at a deadline does not run on.
+pub const DEADLINE_LOCAL: &str = "SELECT set_config('statement_timeout', $1::text, true)";

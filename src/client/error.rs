@@ -87,6 +87,20 @@ pub enum ClientError {
         /// Each shard that failed, with its error.
         failed: Vec<String>,
     },
+    /// A change of a queue's limits that a later change replaced on some
+    /// shards before it reached them: it is not what is in force there.
+    #[error(
+        "the limits of queue `{queue}` were changed again while this change was written: on {} \
+         the later change is in force (`shardq limit show` tells what is); set them again if \
+         this change should win",
+        shards.join(", ")
+    )]
+    LimitSuperseded {
+        /// The queue.
+        queue: String,
+        /// The shards where the later change is in force.
+        shards: Vec<String>,
+    },
     /// A deduplicated enqueue kept racing with jobs that took and released
     /// its id; nothing was written.
     #[error("job {index}: deduplication id `{dedup_id}` kept changing hands; try again")]

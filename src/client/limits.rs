@@ -5,9 +5,10 @@ use super::browse::within;
 use super::error::ClientError;
 use super::handle::Client;
 use super::pause::check_name;
+use crate::shards::ShardError;
 use crate::store::limits::{self, LimitRow, Rate};
 use futures_util::future::join_all;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A queue's fleet-wide limits; `None` lifts one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -80,13 +81,53 @@ impl Client {
                 .map(|n| positive(queue, "a group concurrency", n))
                 .transpose()?,
             group_rate: set.group_rate.map(|r| stored_rate(queue, r)).transpose()?,
-            // Microseconds since the epoch: a later write wins.
-            revision: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+            revision: 0,
         };
-        let results = join_all(self.shards.all().iter().map(|s| limits::set(s, &row))).await;
-        self.every_shard("limit", queue, results)
+        self.write_limits(row).await
+    }
+
+    /// Writes `row` on every shard under a revision the home shard gives
+    /// (above every revision any shard records for the queue, so an old
+    /// writer's clock cannot outrank it), then on the others, each written
+    /// only if newer there. A shard that keeps a newer revision had a later
+    /// change written after this one's: this one is not in force there, and
+    /// the caller is told so, never that it was set.
+    async fn write_limits(&self, mut row: LimitRow) -> Result<(), ClientError> {
+        let shards = self.shards.all();
+        let seen = join_all(shards.iter().map(limits::read)).await;
+        let above = seen
+            .iter()
+            .flat_map(|rows| rows.iter().flatten())
+            .filter(|r| r.queue == row.queue)
+            .map(|r| r.revision)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        let Some(home) = shards.first() else {
+            return Ok(());
+        };
+        row.revision = match limits::set_home(home, &row, above).await {
+            Ok(revision) => revision,
+            Err(e) => return self.every_shard("limit", &row.queue, vec![Err(e)]),
+        };
+        let rest = join_all(shards[1..].iter().map(|s| limits::set(s, &row))).await;
+        let results: Vec<Result<bool, ShardError>> =
+            std::iter::once(Ok(true)).chain(rest).collect();
+        let superseded: Vec<String> = shards
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| matches!(r, Ok(false)))
+            .map(|(s, _)| s.name.clone())
+            .collect();
+        self.every_shard("limit", &row.queue, results)?;
+        if superseded.is_empty() {
+            Ok(())
+        } else {
+            Err(ClientError::LimitSuperseded {
+                queue: row.queue,
+                shards: superseded,
+            })
+        }
     }
 
     /// Every limited queue, by name, with the permits in use.

@@ -69,6 +69,36 @@ pub struct Granted {
     pub rate: Option<Rate>,
 }
 
+/// Writes `row` on the home shard under the next revision there, at least
+/// `at_least`; returns that revision (`row.revision` is not used).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect (one statement; a repeat writes the same limits
+/// under a newer revision).
+pub async fn set_home(shard: &Shard, row: &LimitRow, at_least: i64) -> Result<i64, ShardError> {
+    let written = exec::query_one(
+        shard,
+        sql::LIMIT_SET_HOME,
+        &[
+            (&row.queue, Type::TEXT),
+            (&row.concurrency, Type::INT4),
+            (&row.rate.map(|r| r.count), Type::INT4),
+            (&row.rate.map(|r| r.period_ms), Type::INT4),
+            (&row.group_concurrency, Type::INT4),
+            (&row.group_rate.map(|r| r.count), Type::INT4),
+            (&row.group_rate.map(|r| r.period_ms), Type::INT4),
+            (&at_least, Type::INT8),
+        ],
+    )
+    .await?;
+    Ok(written.get("revision"))
+}
+
 /// Writes `row` on `shard` unless the shard records a newer revision.
 /// Returns whether it was written.
 ///

@@ -378,3 +378,52 @@ async fn a_rate_limit_holds_across_processes_and_shards() {
         "{JOBS} starts in {span:?}: faster than {RATE}/s allows"
     );
 }
+
+/// A change written by a process whose clock ran two minutes ahead (its
+/// revision, the writer's clock, outranks every honest writer's for two
+/// minutes), then `shardq limit set --concurrency 1` from this host: the
+/// new limit is in force on every shard, because the database orders the
+/// changes, not the writers' clocks (before the fix: it printed success
+/// and changed nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_set_after_a_skewed_writers_change_takes_effect() {
+    let f = fleet().await;
+    let ahead_us = (SystemTime::now() + Duration::from_secs(120))
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    for shard in f.set.all() {
+        shard
+            .client()
+            .await
+            .unwrap()
+            .execute(
+                "INSERT INTO shardq_queue_limits (queue, concurrency, revision) \
+                 VALUES ('limited', 50, $1)",
+                &[&ahead_us],
+            )
+            .await
+            .unwrap();
+    }
+    cli(
+        &f.path,
+        &["limit", "set", "--queue", "limited", "--concurrency", "1"],
+    )
+    .await;
+    for shard in f.set.all() {
+        let concurrency: Option<i32> = shard
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT concurrency FROM shardq_queue_limits WHERE queue = 'limited'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(concurrency, Some(1), "on {}", shard.name);
+    }
+    let shown = f.client.queue_limits().await.unwrap();
+    assert_eq!(shown[0].limits.concurrency, Some(1));
+}

@@ -6,6 +6,15 @@
 //! limits are read from the other shards instead: a queue they record no
 //! limit for is claimed uncounted, so a sick home shard stops only the
 //! limited queues, and those only once their lease lapsed ([`LEASE`]).
+//!
+//! An ask past its deadline may still commit on the home shard (a deadline
+//! abandons the wait, not the statement), granting permits this process
+//! never hears of. Until an answer comes it asks for no more than it uses
+//! (`Permits::unanswered`), so that the home shard's record of it, renewed
+//! by each ask that arrives, converges to what it uses instead of holding
+//! the rest of the limit away from the fleet. Its answer is not awaited
+//! past the deadline: the next ask, which must go out within the lease,
+//! supersedes it.
 
 use super::permits::{Permits, LEASE, RENEW};
 use crate::shards::ShardSet;
@@ -72,6 +81,7 @@ async fn ask(
     match answer {
         Ok(Ok(granted)) => {
             *told = false;
+            permits.answered();
             for g in granted {
                 let per_start = g.rate.map(|r| {
                     Duration::from_millis(u64::try_from(r.period_ms).unwrap_or(0))
@@ -92,12 +102,18 @@ async fn ask(
                 )
             }
         }
-        Ok(Err(err)) => tracing::warn!(
-            shard = %home.name,
-            error = %crate::error_chain::error_chain(&err),
-            "cannot lease permits of limited queues from the limits' home shard"
-        ),
+        Ok(Err(err)) => {
+            if err.kind().may_have_run() {
+                permits.unanswered();
+            }
+            tracing::warn!(
+                shard = %home.name,
+                error = %crate::error_chain::error_chain(&err),
+                "cannot lease permits of limited queues from the limits' home shard"
+            )
+        }
         Err(_) => {
+            permits.unanswered();
             tracing::warn!(shard = %home.name, "the limits' home shard did not answer a permit lease")
         }
     }

@@ -69,6 +69,10 @@ pub(crate) struct Permits {
     /// The most jobs the process can hold (its held credits): no more
     /// permits are asked for.
     most: u32,
+    /// An ask went unanswered: it may still have been granted on the home
+    /// shard, so until an answer says what this process holds, it asks
+    /// for no more than it uses (see [`Permits::wants`]).
+    unsure: std::sync::atomic::AtomicBool,
 }
 
 /// Permits a producer reserved for one claim; those not given to jobs go
@@ -108,6 +112,7 @@ impl Permits {
             queues: queues.iter().map(|q| (q.clone(), state())).collect(),
             starved: Notify::new(),
             most,
+            unsure: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -167,7 +172,16 @@ impl Permits {
     /// where nothing was claimed, only what is in use (the spare ones go
     /// back). Clears the marks.
     /// An idle queue's spare permits go back.
+    ///
+    /// After an ask that went unanswered ([`Permits::unanswered`]), a
+    /// limited queue asks for what it uses only, until an answer comes: the
+    /// unanswered ask may have been granted on the home shard all the same
+    /// (a deadline abandons the wait, not the statement), and asking for
+    /// more each time would keep permits this process cannot use from the
+    /// rest of the fleet; asking for what it uses makes the home shard's
+    /// record converge to it.
     pub fn wants(&self, batch: u32) -> Vec<(String, i32)> {
+        let unsure = self.unsure.load(std::sync::atomic::Ordering::Relaxed);
         let mut wants: Vec<(String, i32)> = self
             .queues
             .iter()
@@ -177,6 +191,7 @@ impl Permits {
                 let claimed = std::mem::take(&mut s.claimed);
                 let want = match (s.known, starved, claimed) {
                     (Known::Unknown, _, _) => self.most,
+                    (Known::Limited(_), _, _) if unsure => s.used,
                     (_, true, _) => s.used + batch.saturating_mul(2).max(s.used),
                     (_, false, true) => s.leased.max(s.used + batch),
                     (_, false, false) => s.used,
@@ -215,6 +230,20 @@ impl Permits {
                 }
             };
         });
+    }
+
+    /// An ask of the home shard was not answered in time: what it granted,
+    /// if it committed, is unknown until an answer comes.
+    pub fn unanswered(&self) {
+        self.unsure
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The home shard answered an ask: its grants are what this process
+    /// holds there.
+    pub fn answered(&self) {
+        self.unsure
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Another shard says `queue` has no limit and no rate (the home shard
@@ -341,6 +370,21 @@ mod tests {
         );
         drop((job, _more, r, big));
         assert_eq!(p.state("q"), Some((Known::Limited(1000), 62, 0)));
+    }
+
+    #[test]
+    fn after_an_unanswered_ask_a_starved_queue_asks_only_for_what_it_uses() {
+        let p = permits();
+        let now = Instant::now();
+        p.leased("q", Some(5), 2, None, now);
+        let held = p.reserve("q", 10, now).unwrap();
+        assert_eq!(held.count(), 2);
+        assert!(p.reserve("q", 10, now).is_none(), "starved");
+        p.unanswered();
+        assert_eq!(p.wants(10), vec![("q".to_string(), 2)]);
+        p.answered();
+        assert!(p.reserve("q", 10, now).is_none(), "starved again");
+        assert_eq!(p.wants(10), vec![("q".to_string(), 22)]);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod load;
 mod names;
 mod profile;
 mod report;
+mod reshard;
 mod schedule;
 mod sql;
 mod torture;
@@ -89,6 +90,10 @@ pub struct ChaosArgs {
     /// run has up to this many distinct keys, plus 64 hot ones).
     #[arg(long, default_value_t = 50_000)]
     pub keys: u64,
+    /// The shard list moves back and forth (2 → 3 → 2 …) under the faults
+    /// instead (its own run: see `chaos::reshard`).
+    #[arg(long)]
+    pub reshard: bool,
     /// Switch a fault kind off, by its name in the summary (e.g. "completion
     /// stall"); repeatable.
     #[arg(long = "skip-fault", value_name = "NAME")]
@@ -117,6 +122,12 @@ impl ChaosArgs {
 pub async fn run(args: ChaosArgs) -> Result<()> {
     if args.workers == 0 || args.jobs == 0 {
         bail!("--workers and --jobs must be at least 1");
+    }
+    if args.reshard {
+        return tokio::select! {
+            done = reshard::run(&args) => done,
+            () = interrupted() => Err(anyhow::anyhow!("interrupted")),
+        };
     }
     if args.torture && args.inject_violations {
         bail!("--inject-violations checks the chaos profile's checks; run it without --torture");

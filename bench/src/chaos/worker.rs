@@ -67,7 +67,19 @@ pub fn registry(shards: ShardSet) -> HandlerRegistry {
     registry.register(keyed::HANDLER, move |ctx| {
         keyed::run(for_keyed.clone(), ctx)
     });
+    registry.register(super::reshard::HANDLER, fail_once);
     registry
+}
+
+/// The reshard run's handler: sleeps `ms`, then fails the first attempt
+/// when `fail_once` says so.
+async fn fail_once(ctx: JobContext) -> HandlerResult {
+    let ms = ctx.payload["ms"].as_u64().unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    if ctx.payload["fail_once"].as_bool() == Some(true) && ctx.attempt == 1 {
+        return Err("fails its first attempt by design".into());
+    }
+    Ok(serde_json::Value::Null)
 }
 
 /// Three durable steps; each inserts `(job, step, attempt)` into

@@ -66,6 +66,9 @@ struct Shared {
     /// When set, only replies to statements containing this text are
     /// dropped (the others pass whatever the probability).
     drop_only: Mutex<Option<String>>,
+    /// When set, a [`Fault::Delay`] holds only the replies to statements
+    /// containing this text.
+    delay_only: Mutex<Option<String>>,
     /// Replies dropped so far.
     dropped: AtomicU64,
     /// The statement of each dropped reply, in order.
@@ -83,6 +86,7 @@ impl Shared {
         Shared {
             drop_probability: AtomicU64::new(0),
             drop_only: Mutex::new(None),
+            delay_only: Mutex::new(None),
             dropped: AtomicU64::new(0),
             dropped_statements: Mutex::new(Vec::new()),
             fault: watch::Sender::new(FaultState::default()),
@@ -101,6 +105,15 @@ impl Shared {
             .as_deref()
             .is_none_or(|only| statement.contains(only));
         p > 0.0 && chosen && rand::random::<f64>() < p
+    }
+
+    /// Whether a delay holds the reply to `statement`.
+    fn delays(&self, statement: &str) -> bool {
+        self.delay_only
+            .lock()
+            .unwrap()
+            .as_deref()
+            .is_none_or(|only| statement.contains(only))
     }
 
     /// The fault now.
@@ -171,6 +184,13 @@ impl LossyProxy {
     /// statement a test is about.
     pub fn set_drop_only(&self, only: Option<&str>) {
         *self.shared.drop_only.lock().unwrap() = only.map(str::to_owned);
+    }
+
+    /// Makes a [`Fault::Delay`] hold only the replies to statements whose
+    /// text contains `only` (`None`: every reply): a slow answer to one
+    /// statement while the rest of the session flows.
+    pub fn set_delay_only(&self, only: Option<&str>) {
+        *self.shared.delay_only.lock().unwrap() = only.map(str::to_owned);
     }
 
     /// Replies dropped so far (each closed one connection).

@@ -177,7 +177,7 @@ async fn read_replies(
                 }
                 ready = true;
                 let at = match fault {
-                    Fault::Delay(delay) => arrived + delay,
+                    Fault::Delay(delay) if shared.delays(&statement) => arrived + delay,
                     _ => arrived,
                 };
                 let bytes = std::mem::take(&mut exchange);

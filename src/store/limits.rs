@@ -81,21 +81,8 @@ pub struct Granted {
 /// Cancel safe in effect (one statement; a repeat writes the same limits
 /// under a newer revision).
 pub async fn set_home(shard: &Shard, row: &LimitRow, at_least: i64) -> Result<i64, ShardError> {
-    let written = exec::query_one(
-        shard,
-        sql::LIMIT_SET_HOME,
-        &[
-            (&row.queue, Type::TEXT),
-            (&row.concurrency, Type::INT4),
-            (&row.rate.map(|r| r.count), Type::INT4),
-            (&row.rate.map(|r| r.period_ms), Type::INT4),
-            (&row.group_concurrency, Type::INT4),
-            (&row.group_rate.map(|r| r.count), Type::INT4),
-            (&row.group_rate.map(|r| r.period_ms), Type::INT4),
-            (&at_least, Type::INT8),
-        ],
-    )
-    .await?;
+    let values = Values::of(row);
+    let written = exec::query_one(shard, sql::LIMIT_SET_HOME, &values.params(&at_least)).await?;
     Ok(written.get("revision"))
 }
 
@@ -110,22 +97,41 @@ pub async fn set_home(shard: &Shard, row: &LimitRow, at_least: i64) -> Result<i6
 ///
 /// Cancel safe (one statement; a repeat with the same revision is a no-op).
 pub async fn set(shard: &Shard, row: &LimitRow) -> Result<bool, ShardError> {
-    let n = exec::execute(
-        shard,
-        sql::LIMIT_SET,
-        &[
-            (&row.queue, Type::TEXT),
-            (&row.concurrency, Type::INT4),
-            (&row.rate.map(|r| r.count), Type::INT4),
-            (&row.rate.map(|r| r.period_ms), Type::INT4),
-            (&row.group_concurrency, Type::INT4),
-            (&row.group_rate.map(|r| r.count), Type::INT4),
-            (&row.group_rate.map(|r| r.period_ms), Type::INT4),
-            (&row.revision, Type::INT8),
-        ],
-    )
-    .await?;
+    let values = Values::of(row);
+    let n = exec::execute(shard, sql::LIMIT_SET, &values.params(&row.revision)).await?;
     Ok(n > 0)
+}
+
+/// A row's columns as the upserts' parameters $1 to $7.
+struct Values<'a> {
+    row: &'a LimitRow,
+    rate: [Option<i32>; 2],
+    group_rate: [Option<i32>; 2],
+}
+
+impl<'a> Values<'a> {
+    fn of(row: &'a LimitRow) -> Values<'a> {
+        let split = |r: Option<Rate>| [r.map(|r| r.count), r.map(|r| r.period_ms)];
+        Values {
+            row,
+            rate: split(row.rate),
+            group_rate: split(row.group_rate),
+        }
+    }
+
+    /// $1 to $7, then `revision` as $8.
+    fn params<'p>(&'p self, revision: &'p i64) -> [super::sql::Param<'p>; 8] {
+        [
+            (&self.row.queue, Type::TEXT),
+            (&self.row.concurrency, Type::INT4),
+            (&self.rate[0], Type::INT4),
+            (&self.rate[1], Type::INT4),
+            (&self.row.group_concurrency, Type::INT4),
+            (&self.group_rate[0], Type::INT4),
+            (&self.group_rate[1], Type::INT4),
+            (revision, Type::INT8),
+        ]
+    }
 }
 
 /// Every queue's limits as `shard` records them, by queue.

@@ -492,15 +492,15 @@ async fn shrinking_four_shards_to_three_under_load() {
 /// Shards 0 and 1 migrated with a two-shard map, shard 2 migrated to join
 /// (`TestShards` of three), with the configs of both lists (`extra` added)
 /// and the plan of 2 → 3. Bind `servers`: dropping it stops them.
-struct GrowingToThree {
-    servers: TestShards,
-    old: Config,
-    new: Config,
-    all: ShardSet,
-    plan: shardq::reshard::Plan,
+pub(crate) struct GrowingToThree {
+    pub servers: TestShards,
+    pub old: Config,
+    pub new: Config,
+    pub all: ShardSet,
+    pub plan: shardq::reshard::Plan,
 }
 
-async fn growing_to_three(servers: TestShards, extra: &str) -> GrowingToThree {
+pub(crate) async fn growing_to_three(servers: TestShards, extra: &str) -> GrowingToThree {
     let old = Config::from_toml(&toml_of(&servers.urls[..2], extra)).unwrap();
     let new = Config::from_toml(&toml_of(&servers.urls, extra)).unwrap();
     shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())

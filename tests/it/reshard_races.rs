@@ -20,33 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Two shards growing to three: the old list's config, the new one's, and
-/// the three shards (the third migrated to join).
-struct Growing {
-    _servers: TestShards,
-    new: Config,
-    all: ShardSet,
-    plan: shardq::reshard::Plan,
-}
-
-async fn growing_two_to_three() -> Growing {
-    let servers = TestShards::databases(3).await;
-    let old = Config::from_toml(&only(&servers.urls[..2]).toml("")).unwrap();
-    let new = servers.config("");
-    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
-        .await
-        .unwrap();
-    let all = ShardSet::connect(&new).unwrap();
-    shardq::migrate::migrate_joining(all.get(2), 3)
-        .await
-        .unwrap();
-    let plan = shardq::reshard::plan(ShardMap::from_formula(2).ranges(), 3);
-    Growing {
-        _servers: servers,
-        new,
-        all,
-        plan,
-    }
+/// Two shards growing to three on one server (the third migrated to join).
+async fn growing_two_to_three() -> crate::reshard::GrowingToThree {
+    crate::reshard::growing_to_three(TestShards::databases(3).await, "").await
 }
 
 /// Shards at these URLs, their servers owned elsewhere.

@@ -216,10 +216,11 @@ impl Client {
     /// answer; `None`: the last 10 s), by queue, in shard order; `None` for
     /// a shard that did not answer within `deadline`. A dashboard that
     /// calls it every few seconds has each span counted once. Each read
-    /// covers at most 30 s past `since[i]` (its `at` says where it ended),
-    /// so a shard that was away for long answers again within the deadline
-    /// and catches up read by read; a read past its deadline is given up on
-    /// the server too.
+    /// covers at most the last `span` before its end (5 s before the
+    /// shard's now): after a longer gap its `from` is later than
+    /// `since[i]` and what finished in between is not read, so a shard
+    /// that was away for long answers again within the deadline, at once;
+    /// a read past its deadline is given up on the server too.
     ///
     /// # Errors
     ///
@@ -231,6 +232,7 @@ impl Client {
     pub async fn finished_since(
         &self,
         since: &[Option<chrono::DateTime<chrono::Utc>>],
+        span: Duration,
         deadline: Duration,
     ) -> Vec<Option<FinishedSince>> {
         let asks = self.shards().all().iter().enumerate().map(|(i, shard)| {
@@ -239,7 +241,7 @@ impl Client {
                 within(
                     shard,
                     deadline,
-                    browse::finished_since(shard, from, deadline),
+                    browse::finished_since(shard, from, span, deadline),
                 )
                 .await
                 .ok()

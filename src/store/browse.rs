@@ -368,65 +368,68 @@ pub async fn unfinished_counts(shard: &Shard) -> Result<Vec<(String, String, i64
 /// What finished on one shard in a span of time, by queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishedSince {
-    /// The end of the span: the shard's clock at the read (the next
-    /// read's start).
+    /// The start of the span: the `since` asked for, or later when that
+    /// was more than the read's longest span ago (what finished between
+    /// `since` and here was not read).
+    pub from: chrono::DateTime<chrono::Utc>,
+    /// The end of the span: the shard's clock at the read, 5 s back (the
+    /// next read's start).
     pub at: chrono::DateTime<chrono::Utc>,
     /// Per queue: jobs finished, and of those the ones that ended dead or
     /// failed.
     pub by_queue: Vec<(String, i64, i64)>,
 }
 
-/// Longest span of history one [`finished_since`] reads: at a shard's
-/// highest completion rate (about 64,000 jobs/s on the benchmark machine)
-/// about 2 M rows, well within a 2 s deadline at 0.3 µs a row. A reader
-/// that fell behind catches up this much per read.
-pub const FINISHED_SPAN_MAX: Duration = Duration::from_secs(30);
-
 /// The jobs of `shard` that finished after `since` (`None`: 10 s before the
-/// end) and up to 5 s ago, at most [`FINISHED_SPAN_MAX`] after `since`, by
-/// queue ([`sql::FINISHED_SINCE`]); given up on the server after `deadline`.
+/// end) and up to 5 s ago, over at most the last `span` of that, by queue
+/// ([`sql::FINISHED_SINCE`]); given up on the server after `deadline`.
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the shard fails.
+/// [`ShardError`] when the shard fails or passes its deadline.
 ///
 /// # Cancel safety
 ///
-/// Cancel safe (a read).
+/// Cancel safe: a read; dropped, its connection is closed and the server
+/// gives the statement up at `deadline`.
 pub async fn finished_since(
     shard: &Shard,
     since: Option<chrono::DateTime<chrono::Utc>>,
+    span: Duration,
     deadline: Duration,
 ) -> Result<FinishedSince, ShardError> {
-    let span_ms = i64::try_from(FINISHED_SPAN_MAX.as_millis()).unwrap_or(i64::MAX);
+    let span_ms = i64::try_from(span.as_millis()).unwrap_or(i64::MAX);
     let deadline_ms = deadline.as_millis().max(1).to_string();
-    let mut db = shard.client().await?;
-    let err = |e| shard.query_error(e);
-    let tx = db.transaction().await.map_err(err)?;
-    tx.query_one(sql::DEADLINE_LOCAL, &[&deadline_ms])
-        .await
-        .map_err(err)?;
-    let rows = tx
-        .query_typed(
-            sql::FINISHED_SINCE,
-            &[(&since, Type::TIMESTAMPTZ), (&span_ms, Type::INT8)],
-        )
-        .await
-        .map_err(err)?;
-    tx.commit().await.map_err(err)?;
-    let at = rows
-        .first()
-        .map(|r| r.get("at"))
-        .unwrap_or_else(chrono::Utc::now);
-    let by_queue = rows
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r.get::<_, Option<String>>("queue")?,
-                r.get("done"),
-                r.get("failed"),
-            ))
+    let row = shard
+        .within(async {
+            let mut client = shard.lend().await?;
+            let row = async {
+                let tx = client.transaction().await?;
+                tx.query_typed(sql::DEADLINE_LOCAL, &[(&deadline_ms, Type::TEXT)])
+                    .await?;
+                let row = tx
+                    .query_typed_one(
+                        sql::FINISHED_SINCE,
+                        &[(&since, Type::TIMESTAMPTZ), (&span_ms, Type::INT8)],
+                    )
+                    .await?;
+                tx.commit().await?;
+                Ok(row)
+            }
+            .await;
+            client.settle();
+            row.map_err(|e| shard.query_error(e))
         })
+        .await?;
+    let queues: Vec<String> = row.get::<_, Option<_>>("queues").unwrap_or_default();
+    let done: Vec<i64> = row.get::<_, Option<_>>("done").unwrap_or_default();
+    let failed: Vec<i64> = row.get::<_, Option<_>>("failed").unwrap_or_default();
+    let by_queue = queues
+        .into_iter()
+        .zip(done)
+        .zip(failed)
+        .map(|((q, d), f)| (q, d, f))
         .collect();
-    Ok(FinishedSince { at, by_queue })
+    let (from, at) = (row.get("from_at"), row.get("at"));
+    Ok(FinishedSince { from, at, by_queue })
 }

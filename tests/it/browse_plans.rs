@@ -6,6 +6,7 @@ use crate::common;
 
 use common::TestShards;
 use shardq::store::sql;
+use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
 
 /// Rows in every state; most of them succeeded history.
@@ -173,45 +174,87 @@ async fn explain(
         .join("\n")
 }
 
+/// Two hours of completions, about 28 a second, a tenth of them dead.
+const HISTORY: &str = "
+INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at)
+    SELECT 0, 'q', 'noop', CASE WHEN g % 10 = 0 THEN 'dead' ELSE 'succeeded' END, 1,
+        now() - interval '2 hours' * random()
+    FROM generate_series(1, 200000) g;
+ANALYZE workflow_status;
+";
+
 /// The trend read after a long gap (the dashboard's sampler could not reach
-/// the shard for an hour): it reads one bounded span past where it left
-/// off and says where it ended, and the next read goes on from there; it
-/// never reads the whole gap at once (which, past its deadline, would never
-/// answer again, each later read being larger still).
+/// the shard for an hour): it reads only the last span before its end and
+/// says where that span started, so the shard answers at once with a
+/// current count (not an hour-old one, nor the whole hour: a read that grew
+/// with the gap would miss its deadline, and every later one too); the next
+/// read goes on from its end, each job counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trend_read_after_a_long_gap_reads_a_bounded_span() {
+async fn a_trend_read_after_a_long_gap_reads_its_last_span_and_the_next_goes_on() {
     let shards = TestShards::databases(1).await;
     let config = shards.config("");
     let set = shards.migrated(&config).await;
     let db = set.get(0).client().await.unwrap();
-    db.batch_execute(FILL).await.unwrap();
-    let since: chrono::DateTime<chrono::Utc> = db
-        .query_one("SELECT now() - interval '1 hour 1 minute'", &[])
-        .await
-        .unwrap()
-        .get(0);
+    db.batch_execute(HISTORY).await.unwrap();
+    let count = |from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>| {
+        let db = &db;
+        async move {
+            let row = db
+                .query_one(
+                    "SELECT count(*), count(*) FILTER (WHERE status = 'dead') \
+                     FROM workflow_status WHERE finished_at > $1 AND finished_at <= $2",
+                    &[&from, &to],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, i64>(0), row.get::<_, i64>(1))
+        }
+    };
+    let read = |a: &shardq::client::FinishedSince| {
+        a.by_queue
+            .iter()
+            .fold((0, 0), |(d, f), (_, dq, fq)| (d + dq, f + fq))
+    };
+    let now = || async {
+        let row = db.query_one("SELECT now()", &[]).await.unwrap();
+        row.get::<_, chrono::DateTime<chrono::Utc>>(0)
+    };
+    let since = now().await - chrono::TimeDelta::minutes(61);
     let client = shardq::Client::new(&config).unwrap();
-    let deadline = std::time::Duration::from_secs(10);
-    let span = chrono::TimeDelta::from_std(shardq::store::browse::FINISHED_SPAN_MAX).unwrap();
-    let mut from = since;
-    for _ in 0..3 {
-        let answer = client.finished_since(&[Some(from)], deadline).await;
-        let answer = answer[0].clone().expect("the shard answers");
-        assert_eq!(
-            answer.at - from,
-            span,
-            "one bounded span past where it left off"
-        );
-        let expected: i64 = db
-            .query_one(
-                "SELECT count(*) FROM workflow_status WHERE finished_at > $1 AND finished_at <= $2",
-                &[&from, &answer.at],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        let read: i64 = answer.by_queue.iter().map(|(_, done, _)| done).sum();
-        assert_eq!(read, expected, "every job of the span, once");
-        from = answer.at;
-    }
+    let (span, deadline) = (Duration::from_secs(30), Duration::from_secs(10));
+
+    let first = client.finished_since(&[Some(since)], span, deadline).await[0]
+        .clone()
+        .expect("the shard answers");
+    assert!(
+        now().await - first.at < chrono::TimeDelta::minutes(1),
+        "it ends near the shard's now, not an hour back: {first:?}"
+    );
+    assert_eq!(
+        first.at - first.from,
+        chrono::TimeDelta::from_std(span).unwrap()
+    );
+    let skipped = count(since, first.from).await.0;
+    assert!(skipped > 50_000, "the gap it did not read: {skipped}");
+    assert_eq!(read(&first), count(first.from, first.at).await);
+
+    // Completions just after the first span's end: only the next read's.
+    db.execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler, status, attempts, finished_at) \
+         SELECT 0, 'q', 'noop', 'succeeded', 1, $1::timestamptz + interval '1 millisecond' \
+         FROM generate_series(1, 500)",
+        &[&first.at],
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = client
+        .finished_since(&[Some(first.at)], span, deadline)
+        .await[0]
+        .clone()
+        .expect("the shard answers");
+    assert_eq!(second.from, first.at, "it goes on where the first ended");
+    let (done, failed) = read(&second);
+    assert!(done >= 500, "{second:?}");
+    assert_eq!((done, failed), count(first.at, second.at).await);
 }

@@ -215,29 +215,34 @@ pub const STEPS_OF_JOB: &str = "SELECT step_name, output, error, created_at::tex
     ORDER BY created_at, step_name";
 
 /// Per queue, the jobs that finished after $1 (NULL: 10 s before the end)
-/// and up to 5 s before this statement's now(), but at most $2 ms after
-/// $1, and of those the ones that ended dead or failed; with that end, the
-/// next read's $1 (one row with a NULL queue when none finished). The lag:
-/// `finished_at` is a completion transaction's start, so a span read up to
-/// now() would pass over completions still committing and never count
-/// them. The bound: after a long gap a read covers one bounded span and
-/// the next goes on from its end, so no read grows with the gap (one that
-/// did would miss its deadline, and every later one, larger still, too).
-/// A range of `workflow_status_finished`: it reads the rows of the span,
-/// never the older history.
-pub const FINISHED_SINCE: &str = "WITH f AS ( \
-        SELECT coalesce($1::timestamptz, now() - interval '15 seconds') AS from_at \
+/// and up to 5 s before this statement's now() (the end), and of those the
+/// ones that ended dead or failed (one row: arrays by queue, NULL when
+/// none finished), with the span read (`from_at`, `at`: the next read's
+/// $1). The
+/// lag: `finished_at` is a completion transaction's start, so a span read
+/// up to now() would pass over completions still committing and never
+/// count them. The bound: a span starts at most $2 ms before the end, so
+/// after a long gap a read skips to the last $2 ms (`from_at` later than
+/// $1) instead of growing with the gap (a read that grew would miss its
+/// deadline, and every later one, larger still, too). The end never falls
+/// before $1 (a clock stepped back): nothing is read twice. A range of
+/// `workflow_status_finished`: it reads the rows of the span, never the
+/// older history.
+pub const FINISHED_SINCE: &str = "WITH e AS ( \
+        SELECT greatest($1::timestamptz, now() - interval '5 seconds') AS at \
     ), t AS ( \
-        SELECT f.from_at, greatest(f.from_at, least(now() - interval '5 seconds', \
-            f.from_at + $2::bigint * interval '1 millisecond')) AS at FROM f \
+        SELECT greatest(coalesce($1::timestamptz, e.at - interval '10 seconds'), \
+            e.at - $2::bigint * interval '1 millisecond') AS from_at, e.at FROM e \
     ) \
-    SELECT t.at, c.queue, c.done, c.failed FROM t LEFT JOIN LATERAL ( \
-        SELECT queue, count(*) AS done, \
-            count(*) FILTER (WHERE status IN ('dead', 'failed')) AS failed \
-        FROM workflow_status \
-        WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
-            AND finished_at > t.from_at AND finished_at <= t.at \
-        GROUP BY queue) c ON true";
+    SELECT t.from_at, t.at, c.queues, c.done, c.failed FROM t CROSS JOIN LATERAL ( \
+        SELECT array_agg(g.queue) AS queues, array_agg(g.done) AS done, \
+            array_agg(g.failed) AS failed \
+        FROM (SELECT queue, count(*) AS done, \
+                count(*) FILTER (WHERE status IN ('dead', 'failed')) AS failed \
+            FROM workflow_status \
+            WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
+                AND finished_at > t.from_at AND finished_at <= t.at \
+            GROUP BY queue) g) c";
 
 /// Gives up this transaction's statements after $1 ms (as text) on the
 /// server too: a read its caller abandoned at a deadline does not run on.

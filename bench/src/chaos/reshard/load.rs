@@ -71,12 +71,16 @@ pub async fn run(
                 continue;
             }
         }
-        if dedup.is_some() {
+        if let Some(d) = &dedup {
             match settle(&client, new, &summary).await {
                 Err(ClientError::Duplicate { .. }) => summary.lock().unwrap().dedup_refused += 1,
-                other => summary.lock().unwrap().failures.push(format!(
-                    "deduplicated job {n} enqueued again while unfinished: {other:?}"
-                )),
+                other => {
+                    let seen = holders(&client, d).await;
+                    summary.lock().unwrap().failures.push(format!(
+                        "deduplicated job {n} enqueued again while unfinished: {other:?}; \
+                         its rows now: {seen}"
+                    ))
+                }
             }
         }
     }
@@ -102,4 +106,40 @@ async fn settle(
         }
     }
     answer
+}
+
+/// Every row holding deduplication id `d`, with each shard's newest epoch
+/// and moves, for a failure's report.
+async fn holders(client: &Client, d: &str) -> String {
+    let mut out = Vec::new();
+    for shard in client.shards().all() {
+        let Ok(db) = shard.client().await else {
+            continue;
+        };
+        let rows = db
+            .query(
+                "SELECT id, shard_key, status, held_status, created_at::text, \
+                     (SELECT max(epoch) FROM shardq_map_epochs)::text, \
+                     (SELECT string_agg(first_key || '-' || end_key || ':' || from_index || '>' \
+                         || to_index || ' ' || state, ', ') FROM shardq_map_moves \
+                      WHERE epoch = (SELECT max(epoch) FROM shardq_map_epochs)) \
+                 FROM workflow_status WHERE dedup_id = $1",
+                &[&d],
+            )
+            .await;
+        for row in rows.into_iter().flatten() {
+            out.push(format!(
+                "{}: id {} key {} {} {:?} created {} epoch {:?} moves {:?}",
+                shard.name,
+                row.get::<_, i64>(0),
+                row.get::<_, i32>(1),
+                row.get::<_, String>(2),
+                row.get::<_, Option<String>>(3),
+                row.get::<_, String>(4),
+                row.get::<_, Option<String>>(5),
+                row.get::<_, Option<String>>(6),
+            ));
+        }
+    }
+    out.join("; ")
 }

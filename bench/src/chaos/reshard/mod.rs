@@ -120,9 +120,14 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
         .zip(&proxies)
         .map(|(u, p)| u.replace(&server_addr(u).to_string(), &p.addr().to_string()))
         .collect();
+    // SHARDQ_CHAOS_LOST_REPLY: another chance, to make unknown outcomes common.
+    let lost = std::env::var("SHARDQ_CHAOS_LOST_REPLY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(LOST_REPLY);
     for proxy in &proxies {
         proxy.set_drop_only(Some("OVERRIDING SYSTEM VALUE"));
-        proxy.set_drop_probability(LOST_REPLY);
+        proxy.set_drop_probability(lost);
     }
     let enqueuer = Client::new(&Config::from_toml(&list(&proxied, 3))?)?;
     let own = Client::from_shards(all.clone(), three.limits.clone());

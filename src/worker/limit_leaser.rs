@@ -10,11 +10,12 @@
 //! An ask past its deadline may still commit on the home shard (a deadline
 //! abandons the wait, not the statement), granting permits this process
 //! never hears of. Until an answer comes it asks for no more than it uses
-//! (`Permits::unanswered`), so that the home shard's record of it, renewed
-//! by each ask that arrives, converges to what it uses instead of holding
-//! the rest of the limit away from the fleet. Its answer is not awaited
-//! past the deadline: the next ask, which must go out within the lease,
-//! supersedes it.
+//! (`Permits::unanswered`; nothing, before any answer told it the limit)
+//! and reserves no more than it asked for, so that the home shard's record
+//! of it, renewed by each ask that arrives, converges to what it uses
+//! instead of holding the rest of the limit away from the fleet. Its
+//! answer is not awaited past the deadline: the next ask, which must go
+//! out within the lease, supersedes it.
 
 use super::permits::{Permits, LEASE, RENEW};
 use crate::shards::ShardSet;

@@ -11,10 +11,11 @@
 //!
 //! The leaser (`limit_leaser`) renews the leases every [`RENEW`]: it asks
 //! for the permits in use plus a batch where a producer found none free,
-//! and so gives back spare ones. A lease not renewed within [`LEASE`] of
-//! its request lapses on the home shard; the process stops reserving from
-//! it at that moment. Before the first answer a queue's limit is unknown
-//! and nothing of it is claimed.
+//! and so gives back spare ones; from the ask on, no more than it asked
+//! for is reserved (the home may hold it to that before answering). A
+//! lease not renewed within [`LEASE`] of its request lapses on the home
+//! shard; the process stops reserving from it at that moment. Before the
+//! first answer a queue's limit is unknown and nothing of it is claimed.
 //!
 //! Pure state with an explicit `now`, so it is tested without a database.
 
@@ -173,13 +174,18 @@ impl Permits {
     /// back). Clears the marks.
     /// An idle queue's spare permits go back.
     ///
-    /// After an ask that went unanswered ([`Permits::unanswered`]), a
-    /// limited queue asks for what it uses only, until an answer comes: the
-    /// unanswered ask may have been granted on the home shard all the same
-    /// (a deadline abandons the wait, not the statement), and asking for
-    /// more each time would keep permits this process cannot use from the
-    /// rest of the fleet; asking for what it uses makes the home shard's
-    /// record converge to it.
+    /// After an ask that went unanswered ([`Permits::unanswered`]), every
+    /// queue asks for what it uses only (nothing, where the limit is not
+    /// known yet), until an answer comes: the unanswered ask may have been
+    /// granted on the home shard all the same (a deadline abandons the
+    /// wait, not the statement), and asking for more each time would keep
+    /// permits this process cannot use from the rest of the fleet; asking
+    /// for what it uses makes the home shard's record converge to it.
+    ///
+    /// The permits leased are cut to what is asked for: the home shard
+    /// grants at most that, and may have done so before its answer comes
+    /// (or though it never comes), so reserving beyond it could exceed the
+    /// limit.
     pub fn wants(&self, batch: u32) -> Vec<(String, i32)> {
         let unsure = self.unsure.load(std::sync::atomic::Ordering::Relaxed);
         let mut wants: Vec<(String, i32)> = self
@@ -190,13 +196,16 @@ impl Permits {
                 let starved = std::mem::take(&mut s.starved);
                 let claimed = std::mem::take(&mut s.claimed);
                 let want = match (s.known, starved, claimed) {
+                    _ if unsure => s.used,
                     (Known::Unknown, _, _) => self.most,
-                    (Known::Limited(_), _, _) if unsure => s.used,
                     (_, true, _) => s.used + batch.saturating_mul(2).max(s.used),
                     (_, false, true) => s.leased.max(s.used + batch),
                     (_, false, false) => s.used,
                 };
                 let want = want.min(self.most.max(s.used));
+                // Once asked, the home may hold this process to anything up
+                // to `want`, answered or not: never reserve beyond it.
+                s.leased = s.leased.min(want);
                 (queue.clone(), i32::try_from(want).unwrap_or(i32::MAX))
             })
             .collect();
@@ -352,6 +361,7 @@ mod tests {
             vec![("q".to_string(), 1)],
             "then, idle, only what is in use"
         );
+        p.leased("q", Some(5), 3, None, now);
         let _more = p.reserve("q", 1, now).expect("one more");
         assert_eq!(
             p.wants(10),
@@ -385,6 +395,33 @@ mod tests {
         p.answered();
         assert!(p.reserve("q", 10, now).is_none(), "starved again");
         assert_eq!(p.wants(10), vec![("q".to_string(), 22)]);
+    }
+
+    #[test]
+    fn after_an_unanswered_first_ask_nothing_is_asked_for() {
+        let p = permits();
+        assert_eq!(p.wants(10), vec![("q".to_string(), 100)], "all it can hold");
+        p.unanswered();
+        assert_eq!(
+            p.wants(10),
+            vec![("q".to_string(), 0)],
+            "the first ask may hold the limit already: no second one for it all"
+        );
+    }
+
+    #[test]
+    fn nothing_beyond_an_ask_is_reserved_before_its_answer() {
+        let p = permits();
+        let now = Instant::now();
+        p.leased("q", Some(5), 5, None, now);
+        let held = p.reserve("q", 2, now).unwrap();
+        p.unanswered();
+        assert_eq!(p.wants(10), vec![("q".to_string(), 2)]);
+        assert!(
+            p.reserve("q", 10, now).is_none(),
+            "the home may hold this process to 2 already: 3 more would pass the limit"
+        );
+        drop(held);
     }
 
     #[test]

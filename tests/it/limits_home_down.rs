@@ -8,9 +8,10 @@ use crate::common;
 use common::{wait_until, TestShards};
 use shardq::client::QueueLimits;
 use shardq::shards::ShardSet;
-use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq::{Client, HandlerRegistry, NewJob, Worker, WorkerReport};
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
 use std::time::Duration;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const SETTINGS: &str = "
@@ -109,20 +110,15 @@ async fn a_worker_starting_while_the_home_shard_refuses_runs_the_unlimited_queue
         .expect("worker");
 }
 
-/// Two processes share a queue limited to 5. A runs its jobs, then the home
-/// shard's replies to A's permit asks start taking 3 s, three times the
-/// ask's deadline; each ask still commits there. B starts. A's lease lapses
-/// 5 s after its last answer. A must not keep the
-/// permits it can no longer use from B (before the fix: A's lapsed lease
-/// made it ask for more each time, the home shard kept renewing A's row at
-/// the full limit and granted B none: the queue froze), and the limit
-/// still holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_whose_permit_replies_are_slow_does_not_freeze_a_limited_queue() {
-    const JOBS: i64 = 60;
+/// Settings of the two processes sharing the limited queue.
+const SHARED: &str = "[worker]\nqueues = [\"capped\"]\nconcurrency = 16\n";
+
+/// Two servers, `capped` limited to 5, `jobs` one-second jobs enqueued, and
+/// a proxy in front of the home shard whose delays hold only the replies to
+/// permit asks; returns the shards, the proxy and the config through it.
+async fn slow_permit_replies(jobs: i64) -> (TestShards, ShardSet, LossyProxy, shardq::Config) {
     let shards = TestShards::servers(2).await;
-    let settings = "[worker]\nqueues = [\"capped\"]\nconcurrency = 16\n";
-    let config = shards.config(settings);
+    let config = shards.config(SHARED);
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let capped = QueueLimits {
@@ -130,7 +126,7 @@ async fn a_process_whose_permit_replies_are_slow_does_not_freeze_a_limited_queue
         ..QueueLimits::default()
     };
     client.set_queue_limits("capped", capped).await.unwrap();
-    let jobs = (0..JOBS)
+    let jobs = (0..jobs)
         .map(|i| {
             NewJob::new(
                 "capped",
@@ -142,48 +138,45 @@ async fn a_process_whose_permit_replies_are_slow_does_not_freeze_a_limited_queue
     client.enqueue_many(jobs).await.unwrap();
     let home = &shards.urls[0];
     let proxy = LossyProxy::start(shardq_harness::lossy_proxy::server_addr(home));
+    proxy.set_delay_only(Some("shardq_lease_permits"));
     let mut urls = shards.urls.clone();
     urls[0] = home.replace(
         &shardq_harness::lossy_proxy::server_addr(home).to_string(),
         &proxy.addr().to_string(),
     );
-    let slow_config = TestShards {
+    let slow = TestShards {
         servers: Vec::new(),
         urls,
     }
-    .config(settings);
-    let stop = CancellationToken::new();
-    let start = |config: shardq::Config| {
-        let worker = Worker::new(
-            config.clone(),
-            ShardSet::connect(&config).expect("pools"),
-            HandlerRegistry::with_builtins(),
-        );
-        tokio::spawn(worker.run(stop.clone()))
-    };
-    let done = || async { succeeded(&set, 0, "capped").await + succeeded(&set, 1, "capped").await };
-    let slow = start(slow_config);
-    wait_until(Duration::from_secs(30), "A runs jobs", || async {
-        done().await >= 3
-    })
-    .await;
-    proxy.set_delay_only(Some("shardq_lease_permits"));
-    proxy.set_fault(Fault::Delay(Duration::from_secs(3)));
-    let fast = start(config.clone());
-    wait_until(
-        Duration::from_secs(60),
-        "every job of the limited queue ran",
-        || async { done().await == JOBS },
-    )
-    .await;
+    .config(SHARED);
+    (shards, set, proxy, slow)
+}
+
+fn start(config: &shardq::Config, stop: &CancellationToken) -> JoinHandle<WorkerReport> {
+    let worker = Worker::new(
+        config.clone(),
+        ShardSet::connect(config).expect("pools"),
+        HandlerRegistry::with_builtins(),
+    );
+    tokio::spawn(worker.run(stop.clone()))
+}
+
+async fn stop_all(stop: CancellationToken, workers: Vec<JoinHandle<WorkerReport>>) {
     stop.cancel();
-    proxy.set_fault(Fault::None);
-    for worker in [slow, fast] {
+    for worker in workers {
         tokio::time::timeout(Duration::from_secs(30), worker)
             .await
             .expect("the worker stops")
             .expect("worker");
     }
+}
+
+async fn capped_done(set: &ShardSet) -> i64 {
+    succeeded(set, 0, "capped").await + succeeded(set, 1, "capped").await
+}
+
+/// The most jobs of `capped` that ran at once.
+async fn capped_at_once(set: &ShardSet) -> usize {
     let mut spans = Vec::new();
     for shard in set.all() {
         let db = shard.client().await.unwrap();
@@ -198,6 +191,83 @@ async fn a_process_whose_permit_replies_are_slow_does_not_freeze_a_limited_queue
             spans.push((row.get(0), row.get(1)));
         }
     }
-    let most = crate::queue_limits::most_at_once(&spans);
+    crate::queue_limits::most_at_once(&spans)
+}
+
+/// Two processes share a queue limited to 5. A runs its jobs, then the home
+/// shard's replies to A's permit asks start taking 3 s, three times the
+/// ask's deadline; each ask still commits there. B starts. A's lease lapses
+/// 5 s after its last answer. A must not keep the
+/// permits it can no longer use from B (before the fix: A's lapsed lease
+/// made it ask for more each time, the home shard kept renewing A's row at
+/// the full limit and granted B none: the queue froze), and the limit
+/// still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_permit_replies_are_slow_does_not_freeze_a_limited_queue() {
+    const JOBS: i64 = 60;
+    let (shards, set, proxy, slow_config) = slow_permit_replies(JOBS).await;
+    let stop = CancellationToken::new();
+    let slow = start(&slow_config, &stop);
+    wait_until(Duration::from_secs(30), "A runs jobs", || async {
+        capped_done(&set).await >= 3
+    })
+    .await;
+    proxy.set_fault(Fault::Delay(Duration::from_secs(3)));
+    let fast = start(&shards.config(SHARED), &stop);
+    wait_until(
+        Duration::from_secs(60),
+        "every job of the limited queue ran",
+        || async { capped_done(&set).await == JOBS },
+    )
+    .await;
+    proxy.set_fault(Fault::None);
+    stop_all(stop, vec![slow, fast]).await;
+    let most = capped_at_once(&set).await;
     assert!(most <= 5, "{most} jobs of the limited queue ran at once");
+}
+
+/// The issue's case: A's permit replies take 3 s from its start, three
+/// times the ask's deadline, so it never hears one; its first ask, for all
+/// it can hold, committed all the same and holds the whole limit of 5 when
+/// B starts. B must run the queue's jobs, the limit held (before the fix:
+/// A, never told the limit, asked for everything again each time, the home
+/// shard renewed its row at the full limit and B ran none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_never_answered_in_time_does_not_hold_a_limited_queue() {
+    const JOBS: i64 = 20;
+    let (shards, set, proxy, slow_config) = slow_permit_replies(JOBS).await;
+    proxy.set_fault(Fault::Delay(Duration::from_secs(3)));
+    let stop = CancellationToken::new();
+    let slow = start(&slow_config, &stop);
+    wait_until(
+        Duration::from_secs(30),
+        "A's first ask holds the limit on the home shard",
+        || async { capped_leases(&set).await > 0 },
+    )
+    .await;
+    let fast = start(&shards.config(SHARED), &stop);
+    // B alone runs the 20 jobs in about 4 s; the bound is for a loaded
+    // machine (before the fix B ran none however long it waited).
+    wait_until(
+        Duration::from_secs(40),
+        "B ran every job of the limited queue",
+        || async { capped_done(&set).await == JOBS },
+    )
+    .await;
+    proxy.set_fault(Fault::None);
+    stop_all(stop, vec![slow, fast]).await;
+    let most = capped_at_once(&set).await;
+    assert!(most <= 5, "{most} jobs of the limited queue ran at once");
+}
+
+/// Rows of `capped` in the home shard's permit leases.
+async fn capped_leases(set: &ShardSet) -> i64 {
+    let db = set.get(0).client().await.expect("connection");
+    db.query_one(
+        "SELECT count(*) FROM shardq_limit_leases WHERE queue = 'capped'",
+        &[],
+    )
+    .await
+    .expect("count")
+    .get(0)
 }

@@ -91,7 +91,7 @@ pub enum ClientError {
     /// shards before it reached them: it is not what is in force there.
     #[error(
         "the limits of queue `{queue}` were changed again while this change was written: on {} \
-         the later change is in force (`shardq limit show` tells what is); set them again if \
+         the later change is in force (`shardq limit list` tells what is); set them again if \
          this change should win",
         shards.join(", ")
     )]

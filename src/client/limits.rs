@@ -5,10 +5,16 @@ use super::browse::within;
 use super::error::ClientError;
 use super::handle::Client;
 use super::pause::check_name;
-use crate::shards::ShardError;
+use crate::shards::{Shard, ShardError};
 use crate::store::limits::{self, LimitRow, Rate};
 use futures_util::future::join_all;
 use std::time::Duration;
+
+/// The most times a change is written on the other shards: each round
+/// after the first follows a raise of its revision past those some shards
+/// kept that the home never ordered (a writer's clock the first read
+/// missed); a few rounds, so that a flapping shard cannot loop it.
+const WRITE_ROUNDS: usize = 3;
 
 /// A queue's fleet-wide limits; `None` lifts one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -61,7 +67,10 @@ impl Client {
     /// [`ClientError::Invalid`] for an empty name, [`ClientError::BadLimit`]
     /// for a concurrency or rate of 0, or a period not within 1 ms and 24
     /// days; [`ClientError::NotEveryShard`] when some shard did not answer
-    /// (the others have the change: run it again).
+    /// (the others have the change: run it again);
+    /// [`ClientError::LimitSuperseded`] when a later change replaced this
+    /// one on some shards before it reached them. Success means the change
+    /// is written on every shard.
     ///
     /// # Cancel safety
     ///
@@ -90,42 +99,44 @@ impl Client {
     /// (above every revision any shard records for the queue, so an old
     /// writer's clock cannot outrank it), then on the others, each written
     /// only if newer there. A shard that keeps a newer revision had a later
-    /// change written after this one's: this one is not in force there, and
-    /// the caller is told so, never that it was set.
+    /// change written after this one's, or one the home never ordered (a
+    /// writer's clock the first read missed): the first kind is an error,
+    /// never a success; past the second the revision is raised and the
+    /// write repeated there.
     async fn write_limits(&self, mut row: LimitRow) -> Result<(), ClientError> {
         let shards = self.shards.all();
-        let seen = join_all(shards.iter().map(limits::read)).await;
-        let above = seen
-            .iter()
-            .flat_map(|rows| rows.iter().flatten())
-            .filter(|r| r.queue == row.queue)
-            .map(|r| r.revision)
-            .max()
-            .unwrap_or(0)
-            .saturating_add(1);
         let Some(home) = shards.first() else {
             return Ok(());
         };
+        let above = highest_revision(shards, &row.queue).await.saturating_add(1);
         row.revision = match limits::set_home(home, &row, above).await {
             Ok(revision) => revision,
             Err(e) => return self.every_shard("limit", &row.queue, vec![Err(e)]),
         };
-        let rest = join_all(shards[1..].iter().map(|s| limits::set(s, &row))).await;
-        let results: Vec<Result<bool, ShardError>> =
-            std::iter::once(Ok(true)).chain(rest).collect();
-        let superseded: Vec<String> = shards
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| matches!(r, Ok(false)))
-            .map(|(s, _)| s.name.clone())
-            .collect();
+        let mut results: Vec<Result<bool, ShardError>> = shards.iter().map(|_| Ok(true)).collect();
+        let mut refused: Vec<usize> = (1..shards.len()).collect();
+        for _ in 0..WRITE_ROUNDS {
+            let written = join_all(refused.iter().map(|&i| limits::set(&shards[i], &row))).await;
+            for (&i, result) in refused.iter().zip(written) {
+                results[i] = result;
+            }
+            refused.retain(|&i| matches!(results[i], Ok(false)));
+            if refused.is_empty() {
+                break;
+            }
+            let kept: Vec<&Shard> = refused.iter().map(|&i| &shards[i]).collect();
+            match outrank(home, &row, &kept).await {
+                Some(revision) => row.revision = revision,
+                None => break,
+            }
+        }
         self.every_shard("limit", &row.queue, results)?;
-        if superseded.is_empty() {
+        if refused.is_empty() {
             Ok(())
         } else {
             Err(ClientError::LimitSuperseded {
                 queue: row.queue,
-                shards: superseded,
+                shards: refused.iter().map(|&i| shards[i].name.clone()).collect(),
             })
         }
     }
@@ -248,4 +259,34 @@ fn stored_rate(queue: &str, rate: StartRate) -> Result<Rate, ClientError> {
         count: positive(queue, "a rate", rate.count)?,
         period_ms: positive(queue, "a period (ms)", period_ms)?,
     })
+}
+
+/// The highest revision of `queue` the shards that answer record (0: none).
+async fn highest_revision(shards: &[Shard], queue: &str) -> i64 {
+    join_all(shards.iter().map(limits::read))
+        .await
+        .iter()
+        .flat_map(|rows| rows.iter().flatten())
+        .filter(|r| r.queue == queue)
+        .map(|r| r.revision)
+        .max()
+        .unwrap_or(0)
+}
+
+/// When the home shard still records `row` (no later change went through
+/// it), the newer revisions `kept` record were never ordered by the home
+/// (a writer's clock the first read missed): moves the home's revision
+/// above them and returns it. `None` when a later change replaced `row`
+/// on the home, or a shard did not answer.
+async fn outrank(home: &Shard, row: &LimitRow, kept: &[&Shard]) -> Option<i64> {
+    let mut highest = row.revision;
+    let revisions = join_all(kept.iter().map(|s| limits::revision(s, &row.queue))).await;
+    for revision in revisions {
+        highest = highest.max(revision.ok()??);
+    }
+    let to = highest.checked_add(1)?;
+    limits::raise_home(home, &row.queue, row.revision, to)
+        .await
+        .ok()?
+        .then_some(to)
 }

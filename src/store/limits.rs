@@ -86,6 +86,32 @@ pub async fn set_home(shard: &Shard, row: &LimitRow, at_least: i64) -> Result<i6
     Ok(written.get("revision"))
 }
 
+/// Moves `queue`'s revision on the home shard from `from` to `to` unless a
+/// later change replaced the one written under `from`; returns whether it
+/// moved.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (one statement).
+pub async fn raise_home(
+    shard: &Shard,
+    queue: &str,
+    from: i64,
+    to: i64,
+) -> Result<bool, ShardError> {
+    let moved = exec::query_opt(
+        shard,
+        sql::LIMIT_RAISE_HOME,
+        &[(&queue, Type::TEXT), (&from, Type::INT8), (&to, Type::INT8)],
+    )
+    .await?;
+    Ok(moved.is_some())
+}
+
 /// Writes `row` on `shard` unless the shard records a newer revision.
 /// Returns whether it was written.
 ///
@@ -132,6 +158,20 @@ impl<'a> Values<'a> {
             (revision, Type::INT8),
         ]
     }
+}
+
+/// The revision of `queue`'s limits on `shard` (`None`: no row).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn revision(shard: &Shard, queue: &str) -> Result<Option<i64>, ShardError> {
+    let row = exec::query_opt(shard, sql::LIMIT_REVISION, &[(&queue, Type::TEXT)]).await?;
+    Ok(row.map(|r| r.get("revision")))
 }
 
 /// Every queue's limits as `shard` records them, by queue.

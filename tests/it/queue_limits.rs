@@ -13,6 +13,7 @@ use common::{wait_until, TestShards};
 use serde_json::json;
 use shardq::shards::{Shard, ShardSet};
 use shardq::{Client, NewJob};
+use shardq_harness::lossy_proxy::LossyProxy;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -388,29 +389,80 @@ async fn a_rate_limit_holds_across_processes_and_shards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_set_after_a_skewed_writers_change_takes_effect() {
     let f = fleet().await;
-    let ahead_us = (SystemTime::now() + Duration::from_secs(120))
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64;
     for shard in f.set.all() {
-        shard
-            .client()
-            .await
-            .unwrap()
-            .execute(
-                "INSERT INTO shardq_queue_limits (queue, concurrency, revision) \
-                 VALUES ('limited', 50, $1)",
-                &[&ahead_us],
-            )
-            .await
-            .unwrap();
+        write_as_skewed_writer(shard).await;
     }
     cli(
         &f.path,
         &["limit", "set", "--queue", "limited", "--concurrency", "1"],
     )
     .await;
-    for shard in f.set.all() {
+    assert_concurrency_everywhere(&f.set, 1).await;
+    let shown = f.client.queue_limits().await.unwrap();
+    assert_eq!(shown[0].limits.concurrency, Some(1));
+}
+
+/// The skewed writer's change reached only the second shard, and the
+/// setter's read of that shard is lost (its connection closes unanswered):
+/// the home orders the change below the skewed revision, which the second
+/// shard keeps. Nothing later was written through the home, so the change
+/// must still take effect there, reported set (before the fix: `limit set`
+/// failed saying a later change had replaced it; before the database
+/// ordered changes: it said set and changed nothing there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_set_after_a_skewed_write_its_read_missed_takes_effect() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config(WORKER_TOML);
+    let set = shards.migrated(&config).await;
+    write_as_skewed_writer(set.get(1)).await;
+    let second = &shards.urls[1];
+    let proxy = LossyProxy::start(shardq_harness::lossy_proxy::server_addr(second));
+    proxy.set_drop_only(Some("FROM shardq_queue_limits ORDER BY queue"));
+    proxy.set_drop_probability(1.0);
+    let mut urls = shards.urls.clone();
+    urls[1] = second.replace(
+        &shardq_harness::lossy_proxy::server_addr(second).to_string(),
+        &proxy.addr().to_string(),
+    );
+    let through = TestShards {
+        servers: Vec::new(),
+        urls,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, through.toml(WORKER_TOML)).unwrap();
+    cli(
+        &path,
+        &["limit", "set", "--queue", "limited", "--concurrency", "1"],
+    )
+    .await;
+    assert_concurrency_everywhere(&set, 1).await;
+    assert!(proxy.dropped() > 0, "the read of the second shard was lost");
+}
+
+/// Writes `limited`'s limit on `shard` as a writer whose clock ran two
+/// minutes ahead did (its revision, that clock in microseconds, outranks
+/// every honest writer's for two minutes).
+async fn write_as_skewed_writer(shard: &Shard) {
+    let ahead_us = (SystemTime::now() + Duration::from_secs(120))
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO shardq_queue_limits (queue, concurrency, revision) \
+             VALUES ('limited', 50, $1)",
+            &[&ahead_us],
+        )
+        .await
+        .unwrap();
+}
+
+async fn assert_concurrency_everywhere(set: &ShardSet, limit: i32) {
+    for shard in set.all() {
         let concurrency: Option<i32> = shard
             .client()
             .await
@@ -422,8 +474,6 @@ async fn a_limit_set_after_a_skewed_writers_change_takes_effect() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(concurrency, Some(1), "on {}", shard.name);
+        assert_eq!(concurrency, Some(limit), "on {}", shard.name);
     }
-    let shown = f.client.queue_limits().await.unwrap();
-    assert_eq!(shown[0].limits.concurrency, Some(1));
 }

@@ -32,10 +32,19 @@ pub const LIMIT_SET_HOME: &str = limit_upsert!(
     "RETURNING revision"
 );
 
+/// On the home shard: moves a queue's revision from $2, the one a change
+/// was written under, to $3, unless a later change replaced it there.
+pub const LIMIT_RAISE_HOME: &str =
+    "UPDATE shardq_queue_limits SET revision = $3, updated_at = now() \
+    WHERE queue = $1 AND revision = $2 RETURNING revision";
+
 /// On the other shards: writes a queue's limits if `revision` (the home
 /// shard's) is newer than the row's.
 pub const LIMIT_SET: &str =
     limit_upsert!("EXCLUDED.revision", "WHERE l.revision < EXCLUDED.revision");
+
+/// One queue's revision.
+pub const LIMIT_REVISION: &str = "SELECT revision FROM shardq_queue_limits WHERE queue = $1";
 
 /// Every queue's limits (a cleared queue's row has no limit left).
 pub const LIMITS_READ: &str = "SELECT queue, concurrency, rate_count, rate_period_ms, \

@@ -124,8 +124,16 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
         bail!("--workers and --jobs must be at least 1");
     }
     if args.reshard {
+        let settings = reshard::Settings {
+            jobs: args.jobs,
+            duration_s: args.duration_s,
+            drain_timeout_s: args.drain_timeout_s,
+            base_port: args.base_port,
+            keep_dir: args.keep_dir,
+            json: args.json.clone(),
+        };
         return tokio::select! {
-            done = reshard::run(&args) => done,
+            done = reshard::run(&settings) => done,
             () = interrupted() => Err(anyhow::anyhow!("interrupted")),
         };
     }

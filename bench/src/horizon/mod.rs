@@ -16,9 +16,12 @@
 //! warm-up ─> snapshot held (or not) for --hold-s ─> after, --after-s
 //! ```
 
+mod args;
 mod offer;
 mod report;
 mod sample;
+
+pub use args::HorizonArgs;
 
 use anyhow::{bail, Context, Result};
 use report::{Interval, Scenario};
@@ -27,38 +30,8 @@ use shardq::shards::ShardSet;
 use shardq::Client;
 use shardq_harness::process::Proc;
 use shardq_harness::LocalCluster;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// Arguments of `shardq-bench horizon`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct HorizonArgs {
-    /// Shards (one server each); the snapshot is held on the first.
-    #[arg(long, default_value_t = 1)]
-    pub shards: usize,
-    /// Jobs offered per second, over all shards.
-    #[arg(long, default_value_t = 10_000)]
-    pub rate: u64,
-    /// Seconds before the snapshot is taken.
-    #[arg(long, default_value_t = 30)]
-    pub warmup_s: u64,
-    /// Seconds the snapshot is held.
-    #[arg(long, default_value_t = 600)]
-    pub hold_s: u64,
-    /// Seconds the run goes on after the snapshot ends.
-    #[arg(long, default_value_t = 60)]
-    pub after_s: u64,
-    /// Length of one reported interval, seconds.
-    #[arg(long, default_value_t = 60)]
-    pub interval_s: u64,
-    /// Only the run with the snapshot held (no side-by-side baseline).
-    #[arg(long)]
-    pub held_only: bool,
-    /// Where to write the JSON results.
-    #[arg(long, default_value = "bench/results/horizon.json")]
-    pub out: PathBuf,
-}
 
 /// Both scenarios, printed and written.
 pub async fn run(args: HorizonArgs) -> Result<()> {

@@ -2,7 +2,7 @@
 //! per scenario, the goals judged (the held run against the one without),
 //! and the JSON file.
 
-use super::HorizonArgs;
+use super::args::HorizonArgs;
 use anyhow::Result;
 use serde::Serialize;
 

@@ -3,7 +3,9 @@
 //! of three (through a shrink they are the old list's workers, running jobs
 //! on the shard that leaves); one runs on the list the map has now, started
 //! again at each move. Every so often one of them is SIGKILLed, mid-job,
-//! and replaced on the list it may use.
+//! and replaced on the list it may use; and as each shrink begins, one of
+//! the old list's, so that the jobs it was running on the shard that
+//! leaves are the move's to recover.
 
 use anyhow::{Context, Result};
 use rand::Rng;
@@ -37,6 +39,8 @@ pub struct Fleet {
     /// Shards in the map now.
     count: usize,
     pub killed: u64,
+    /// Of those, old-list workers killed as a shrink began.
+    pub killed_before_shrink: u64,
 }
 
 impl Fleet {
@@ -50,6 +54,7 @@ impl Fleet {
             started: 0,
             count: 2,
             killed: 0,
+            killed_before_shrink: 0,
         };
         for _ in 0..ON_THREE {
             fleet.spawn(false)?;
@@ -103,6 +108,19 @@ impl Fleet {
         }
         if current == 0 {
             self.spawn(true)?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs one worker of the list of three (the old list of the
+    /// shrink about to begin) and starts its replacement.
+    pub async fn kill_old_list(&mut self) -> Result<()> {
+        if let Some(i) = self.workers.iter().position(|w| !w.current) {
+            let mut victim = self.workers.swap_remove(i);
+            victim.proc.kill().await?;
+            self.killed += 1;
+            self.killed_before_shrink += 1;
+            self.spawn(false)?;
         }
         Ok(())
     }

@@ -1,11 +1,15 @@
 //! `shardq-bench chaos --reshard`: the shard list moves back and forth
 //! (2 → 3 → 2 …) while worker processes are SIGKILLed (those on the list a
-//! move leaves behind too), replies to enqueues are lost after their commit,
-//! deduplicated jobs fail their first attempt and retry, and a queue's limit
-//! is changed over and over after a skewed writer's change.
+//! move leaves behind too), replies to enqueues are lost after their commit
+//! (now and then all of a shard's for longer than the client retries, so
+//! enqueues end `OutcomeUnknown` and are settled with `enqueue_again`),
+//! deduplicated jobs fail their first attempt and retry and are enqueued
+//! again while held, and a queue's limit is changed over and over after a
+//! skewed writer's change.
 //!
-//! Checked: every job enqueued exactly once and succeeded (none lost, none
-//! doubled by a move or a retried enqueue), no deduplication id held by two
+//! Checked: every job enqueued exactly once and succeeded, under the id its
+//! enqueue answered (none lost, none doubled by a move or a retried
+//! enqueue), no deduplication id held by two
 //! unfinished jobs at any sample and none written twice, every move
 //! finished within its bound, every limit change in force once set, and
 //! `shardq check` clean at every sample (a move's held jobs judged by what
@@ -13,30 +17,31 @@
 //!
 //! ```text
 //! setup (3 servers, 2 in the map) ─> fault phase: enqueuer, mover, killer,
-//! limit changer, sampler ─> last move finished ─> drain ─> checks
+//! blackouts, limit changer, sampler ─> last move finished ─> drain ─> checks
 //! ```
 
 mod fleet;
 mod load;
+mod replies;
+mod sql;
+mod summary;
 mod verify;
 
 pub use load::HANDLER;
 
-use super::ChaosArgs;
 use anyhow::{bail, Context, Result};
 use fleet::Fleet;
+use replies::Replies;
 use shardq::config::Config;
 use shardq::reshard::{reshard, Options};
 use shardq::shards::ShardSet;
 use shardq::Client;
-use shardq_harness::lossy_proxy::{server_addr, LossyProxy};
 use shardq_harness::LocalCluster;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use summary::{Found, Summary, QUEUE};
+use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
-
-/// The queue of the run.
-pub const QUEUE: &str = "reshard";
 
 /// Servers: the map moves between the first two and all three.
 const SERVERS: usize = 3;
@@ -46,9 +51,6 @@ const MOVE_BOUND: Duration = Duration::from_secs(90);
 
 /// Pause between two moves.
 const BETWEEN_MOVES: Duration = Duration::from_secs(2);
-
-/// Chance that an insert's reply is lost after its commit.
-const LOST_REPLY: f64 = 0.05;
 
 /// Worker settings: short leases, so a killed worker's jobs come back soon.
 const SETTINGS: &str = "
@@ -64,24 +66,6 @@ retry_backoff_max_ms = 1000
 shutdown_grace_ms = 2000
 ";
 
-/// What the run saw; printed, and judged by [`verify`].
-#[derive(Debug, Default, serde::Serialize)]
-pub struct Summary {
-    pub moves: Vec<f64>,
-    pub move_errors: Vec<String>,
-    pub enqueued: usize,
-    pub lost_replies: u64,
-    pub settled_again: u64,
-    pub dedup_refused: u64,
-    pub workers_killed: u64,
-    pub limit_changes: u64,
-    pub samples: u64,
-    pub failures: Vec<String>,
-    /// Jobs (payload `u`) the shard that left held when it was emptied to
-    /// join again: finished there, counted by the checks.
-    pub archived: Vec<(u64, String)>,
-}
-
 /// The shard list of the first `n` servers, at `urls`, as TOML.
 fn list(urls: &[String], n: usize) -> String {
     let mut text = String::new();
@@ -93,8 +77,19 @@ fn list(urls: &[String], n: usize) -> String {
     text + SETTINGS
 }
 
+/// What `chaos --reshard` was asked for.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub jobs: usize,
+    pub duration_s: u64,
+    pub drain_timeout_s: u64,
+    pub base_port: Option<u16>,
+    pub keep_dir: bool,
+    pub json: Option<std::path::PathBuf>,
+}
+
 /// Runs the mode; fails when a check fails.
-pub async fn run(args: &ChaosArgs) -> Result<()> {
+pub async fn run(args: &Settings) -> Result<()> {
     let mut local = LocalCluster::start("shardq-reshard-chaos", SERVERS, args.base_port)
         .await
         .context("cannot start the servers")?;
@@ -111,28 +106,13 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
     std::fs::write(&paths[1], list(&direct, 3))?;
 
     // The enqueuer's replies go through proxies that lose some.
-    let proxies: Vec<LossyProxy> = direct
-        .iter()
-        .map(|u| LossyProxy::start(server_addr(u)))
-        .collect();
-    let proxied: Vec<String> = direct
-        .iter()
-        .zip(&proxies)
-        .map(|(u, p)| u.replace(&server_addr(u).to_string(), &p.addr().to_string()))
-        .collect();
-    // SHARDQ_CHAOS_LOST_REPLY: another chance, to make unknown outcomes common.
-    let lost = std::env::var("SHARDQ_CHAOS_LOST_REPLY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(LOST_REPLY);
-    for proxy in &proxies {
-        proxy.set_drop_only(Some("OVERRIDING SYSTEM VALUE"));
-        proxy.set_drop_probability(lost);
-    }
+    let (replies, proxied) = Replies::start(&direct);
+    let replies = Arc::new(replies);
     let enqueuer = Client::new(&Config::from_toml(&list(&proxied, 3))?)?;
     let own = Client::from_shards(all.clone(), three.limits.clone());
 
     let summary = Arc::new(std::sync::Mutex::new(Summary::default()));
+    let gate = Arc::new(RwLock::new(()));
     let fleet = Arc::new(tokio::sync::Mutex::new(Fleet::start(
         &paths,
         &local.root().log_dir(),
@@ -151,7 +131,12 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
         args.jobs,
         phase.mul_f64(0.8),
         summary.clone(),
+        gate.clone(),
     ));
+    let blackouts = tokio::spawn({
+        let (replies, stop) = (replies.clone(), stop.clone());
+        async move { replies.blackouts(stop).await }
+    });
     let sampler = tokio::spawn(verify::sample(
         own.clone(),
         three.clone(),
@@ -168,6 +153,9 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
     while started.elapsed() < phase {
         let to = if count == 2 { 3 } else { 2 };
         let (old, new) = (count, to);
+        if new == 2 {
+            fleet.lock().await.kill_old_list().await?;
+        }
         let move_started = Instant::now();
         let options = Options {
             patience: Some(MOVE_BOUND),
@@ -191,15 +179,21 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
             // The shard that left keeps its finished jobs; a shard joins
             // the list empty, so the operator empties it before it joins
             // again.
-            let left = empty(all.get(2)).await?;
+            // No enqueue may be unsettled meanwhile: `enqueue_again` finds
+            // a job written there before the move by looking there.
+            let left = {
+                let _alone = gate.write().await;
+                empty(all.get(2)).await?
+            };
             let mut s = summary.lock().unwrap();
-            for (u, status) in left {
-                if status == "unfinished" {
+            for found in left {
+                if found.status == "unfinished" {
                     s.failures.push(format!(
-                        "job {u} left unfinished on the shard a move emptied"
+                        "job {} ({}) left unfinished on the shard a move emptied",
+                        found.u, found.id
                     ));
                 }
-                s.archived.push((u, status));
+                s.archived.push(found);
             }
         }
         count = to;
@@ -214,25 +208,28 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
     let _ = killer.await;
     let _ = limits.await;
     let enqueued = load.await??;
-    for proxy in &proxies {
-        proxy.set_drop_probability(0.0);
-    }
+    let blackouts = blackouts.await?;
+    replies.quiet();
     let archived = summary.lock().unwrap().archived.clone();
+    let drain_started = Instant::now();
     let drained = verify::drain(
         &own,
         enqueued.len().saturating_sub(archived.len()),
         Duration::from_secs(args.drain_timeout_s),
     )
     .await;
+    let drain_s = drain_started.elapsed().as_secs_f64();
     let _ = sampler.await;
-    let killed = {
+    let (killed, before_shrink) = {
         let mut fleet = fleet.lock().await;
         fleet.stop().await;
-        fleet.killed
+        (fleet.killed, fleet.killed_before_shrink)
     };
     {
         let mut s = summary.lock().unwrap();
+        s.drain_s = drain_s;
         s.workers_killed = killed;
+        s.killed_before_shrink = before_shrink;
         s.enqueued = enqueued.len();
         if let Err(e) = drained {
             s.failures.push(format!("{e:#}"));
@@ -241,8 +238,13 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
     let failures = verify::check_once(&own, &enqueued, &archived).await?;
     let mut s = summary.lock().unwrap();
     s.failures.extend(failures);
-    s.lost_replies = proxies.iter().map(LossyProxy::dropped).sum();
+    s.lost_replies = replies.lost();
+    s.blackouts = blackouts;
     verify::print(&s);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&*s)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     let bad = !s.failures.is_empty() || !s.move_errors.is_empty();
     drop(s);
     if let Err(e) = local.teardown() {
@@ -255,26 +257,19 @@ pub async fn run(args: &ChaosArgs) -> Result<()> {
 }
 
 /// Empties a shard that left the list, so that it can join again; returns
-/// the jobs it held (payload `u`; `succeeded`, or `unfinished` for one a
-/// move should have taken), which the checks count as they were.
-async fn empty(shard: &shardq::shards::Shard) -> Result<Vec<(u64, String)>> {
+/// the jobs it held (`succeeded`, or `unfinished` for one a move should
+/// have taken), which the checks count as they were.
+async fn empty(shard: &shardq::shards::Shard) -> Result<Vec<Found>> {
     let mut db = shard.client().await?;
     let tx = db.transaction().await?;
-    tx.batch_execute("SET LOCAL lock_timeout = '10s'; LOCK workflow_status")
+    tx.batch_execute(sql::LOCK_JOBS)
         .await
         .context("cannot lock the table of the shard that left")?;
-    let rows = tx
-        .query(
-            "SELECT (payload->>'u')::bigint AS u, CASE WHEN status IN \
-                 ('succeeded', 'failed', 'dead', 'cancelled') THEN status ELSE 'unfinished' END \
-             FROM workflow_status WHERE queue = $1",
-            &[&QUEUE],
-        )
-        .await?;
-    tx.batch_execute("TRUNCATE workflow_status CASCADE").await?;
+    let rows = tx.query(sql::JOBS, &[&QUEUE]).await?;
+    tx.batch_execute(sql::EMPTY_JOBS).await?;
     tx.commit().await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get::<_, Option<i64>>(0).unwrap_or(-1) as u64, r.get(1)))
+        .map(|r| Found::from_row(r, &shard.name))
         .collect())
 }

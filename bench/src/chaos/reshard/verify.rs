@@ -2,8 +2,9 @@
 //! invariant check, each deduplication id held by one job at most), limit
 //! changes in force once set, and after the drain every job once.
 
-use super::load::Enqueued;
-use super::{Summary, QUEUE};
+use super::load::{Enqueued, AGAIN};
+use super::sql;
+use super::summary::{Found, Summary, QUEUE};
 use anyhow::{bail, Result};
 use rand::Rng;
 use shardq::client::{CheckOptions, QueueLimits};
@@ -19,15 +20,6 @@ use tokio_util::sync::CancellationToken;
 /// Most failures of one kind listed (the count says the rest).
 const LISTED: usize = 10;
 
-/// Unfinished jobs holding a deduplication id, stand-ins left out.
-const DEDUP_HELD: &str = "SELECT dedup_id, shard_key, id FROM workflow_status \
-    WHERE dedup_id IS NOT NULL AND status IN ('scheduled', 'queued', 'running', 'held') \
-      AND NOT (status = 'held' AND held_status = 'running')";
-
-/// The run's jobs, stand-ins left out.
-const JOBS: &str = "SELECT (payload->>'u')::bigint AS u, status, dedup_id FROM workflow_status \
-    WHERE queue = $1 AND NOT (status = 'held' AND held_status = 'running')";
-
 /// A change of the queue's limit as a writer whose clock ran two minutes
 /// ahead made it (its revision, that clock, in microseconds), on every
 /// shard: every later change must still take effect.
@@ -39,10 +31,7 @@ pub async fn skewed_limit_write(all: &ShardSet) -> Result<()> {
         shard
             .client()
             .await?
-            .execute(
-                "INSERT INTO shardq_queue_limits (queue, concurrency, revision) VALUES ($1, 64, $2)",
-                &[&QUEUE, &ahead],
-            )
+            .execute(sql::SKEWED_LIMIT, &[&QUEUE, &ahead])
             .await?;
     }
     Ok(())
@@ -128,7 +117,7 @@ pub async fn sample(
 async fn dedup_held_twice(shards: &ShardSet) -> Result<Vec<String>> {
     let mut holders: HashMap<String, HashSet<(i32, i64)>> = HashMap::new();
     for shard in shards.all() {
-        for row in shard.client().await?.query(DEDUP_HELD, &[]).await? {
+        for row in shard.client().await?.query(sql::DEDUP_HELD, &[]).await? {
             holders
                 .entry(row.get(0))
                 .or_default()
@@ -156,10 +145,7 @@ pub async fn drain(client: &Client, expected: usize, limit: Duration) -> Result<
             let row = shard
                 .client()
                 .await?
-                .query_one(
-                    "SELECT count(*) FROM workflow_status WHERE queue = $1 AND status = 'succeeded'",
-                    &[&QUEUE],
-                )
+                .query_one(sql::SUCCEEDED, &[&QUEUE])
                 .await?;
             done += row.get::<_, i64>(0);
         }
@@ -173,40 +159,37 @@ pub async fn drain(client: &Client, expected: usize, limit: Duration) -> Result<
     }
 }
 
-/// After the drain: each enqueued job is one row, succeeded; no other row;
-/// each deduplication id one job.
+/// After the drain: each enqueued job is one row, succeeded, under the id
+/// its enqueue answered; no other row; each deduplication id one job.
 pub async fn check_once(
     client: &Client,
     enqueued: &[Enqueued],
-    archived: &[(u64, String)],
+    archived: &[Found],
 ) -> Result<Vec<String>> {
-    let mut rows: HashMap<u64, Vec<String>> = HashMap::new();
-    for (u, status) in archived {
-        rows.entry(*u)
-            .or_default()
-            .push(format!("{status} on the shard that left"));
-    }
-    let mut dedups: HashMap<String, usize> = HashMap::new();
+    let mut found: Vec<Found> = archived.to_vec();
     for shard in client.shards().all() {
-        for row in shard.client().await?.query(JOBS, &[&QUEUE]).await? {
-            let u: Option<i64> = row.get("u");
-            let status: String = row.get("status");
-            rows.entry(u.unwrap_or(-1) as u64)
-                .or_default()
-                .push(format!("{status} on {}", shard.name));
-            if let Some(d) = row.get::<_, Option<String>>("dedup_id") {
-                *dedups.entry(d).or_default() += 1;
-            }
+        for row in shard.client().await?.query(sql::JOBS, &[&QUEUE]).await? {
+            found.push(Found::from_row(&row, &shard.name));
+        }
+    }
+    let mut rows: HashMap<u64, Vec<&Found>> = HashMap::new();
+    let mut dedups: HashMap<&str, Vec<&Found>> = HashMap::new();
+    for f in &found {
+        rows.entry(f.u).or_default().push(f);
+        // A second enqueue answered too late to judge may have been
+        // written after the first job finished: its own job, under the id.
+        if let (Some(d), true) = (&f.dedup_id, f.u < AGAIN) {
+            dedups.entry(d).or_default().push(f);
         }
     }
     let mut failures = Vec::new();
     let wanted: HashSet<u64> = enqueued.iter().map(|e| e.n).collect();
     let mut bad: Vec<String> = enqueued
         .iter()
-        .filter_map(|e| match rows.get(&e.n) {
-            Some(r) if r.len() == 1 && r[0].starts_with("succeeded") => None,
-            Some(r) => Some(format!("job {} ({:?}): {r:?}", e.n, e.id)),
-            None => Some(format!("job {} ({:?}) lost", e.n, e.id)),
+        .filter_map(|e| match rows.get(&e.n).map(Vec::as_slice) {
+            Some([f]) if f.status == "succeeded" && f.id == e.id => None,
+            Some(r) => Some(format!("job {} (enqueue answered {}): {r:?}", e.n, e.id)),
+            None => Some(format!("job {} ({}) lost", e.n, e.id)),
         })
         .collect();
     bad.extend(
@@ -216,12 +199,12 @@ pub async fn check_once(
     );
     if !bad.is_empty() {
         failures.push(format!(
-            "{} job(s) not exactly once: {:?}",
+            "{} job(s) not exactly once under their id: {:?}",
             bad.len(),
             &bad[..bad.len().min(LISTED)]
         ));
     }
-    let twice: Vec<_> = dedups.iter().filter(|(_, n)| **n > 1).collect();
+    let twice: Vec<_> = dedups.iter().filter(|(_, r)| r.len() > 1).collect();
     if !twice.is_empty() {
         failures.push(format!(
             "{} deduplication id(s) written twice: {:?}",
@@ -248,16 +231,24 @@ pub fn print(s: &Summary) {
         println!("    {e}");
     }
     println!(
-        "  jobs enqueued: {}; insert replies lost: {}; enqueues settled again: {}",
-        s.enqueued, s.lost_replies, s.settled_again
+        "  jobs enqueued: {}; insert replies lost: {} ({} blackouts); outcomes unknown: {}, \
+         settled with {} enqueue_again",
+        s.enqueued, s.lost_replies, s.blackouts, s.unknown_outcomes, s.settled_again
     );
     println!(
-        "  deduplicated jobs enqueued again and refused: {}",
-        s.dedup_refused
+        "  deduplicated jobs enqueued again while held: {} refused, {} answered with the \
+         first's id ({} answered too late to judge)",
+        s.dedup_refused, s.dedup_existing, s.dedup_unjudged
     );
     println!(
-        "  workers SIGKILLed: {}; limit changes: {}; samples: {}",
-        s.workers_killed, s.limit_changes, s.samples
+        "  workers SIGKILLed: {} ({} of the old list as a shrink began); limit changes: {}; \
+         samples: {}",
+        s.workers_killed, s.killed_before_shrink, s.limit_changes, s.samples
+    );
+    println!(
+        "  drained {:.1} s after the fault phase; jobs emptied with the shard that left: {}",
+        s.drain_s,
+        s.archived.len()
     );
     if s.failures.is_empty() {
         println!("  checks: every job once, no deduplication id twice, every limit change in force, check clean: PASS");

@@ -30,6 +30,9 @@
 --     24 0024_enqueue_group.sql
 --     25 0025_failed_by_queue.sql
 --     26 0026_worker_claim_time.sql
+--     27 0027_ready_order.sql
+--     28 0028_ready_order_index.sql
+--     29 0029_ready_order_switch.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -128,6 +131,22 @@ TABLE shardq_queue_limits
     CONSTRAINT shardq_queue_limits_rate_period_ms_check CHECK ((rate_period_ms > 0))
     INDEX CREATE UNIQUE INDEX shardq_queue_limits_pkey ON public.shardq_queue_limits USING btree (queue)
 
+TABLE shardq_ready_barrier
+    one_row boolean NOT NULL DEFAULT true
+    pending_seq bigint
+    pending_xid xid8
+    advanced_at timestamp with time zone NOT NULL DEFAULT '-infinity'::timestamp with time zone
+    CONSTRAINT shardq_ready_barrier_one_row_check CHECK (one_row)
+    CONSTRAINT shardq_ready_barrier_pkey PRIMARY KEY (one_row)
+    INDEX CREATE UNIQUE INDEX shardq_ready_barrier_pkey ON public.shardq_ready_barrier USING btree (one_row)
+
+TABLE shardq_ready_floors
+    queue text NOT NULL
+    priority integer NOT NULL
+    floor_seq bigint NOT NULL DEFAULT 0
+    CONSTRAINT shardq_ready_floors_pkey PRIMARY KEY (queue, priority)
+    INDEX CREATE UNIQUE INDEX shardq_ready_floors_pkey ON public.shardq_ready_floors USING btree (queue, priority)
+
 TABLE shardq_schedules
     name text NOT NULL
     last_tick timestamp with time zone NOT NULL
@@ -188,6 +207,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     fence bigint NOT NULL DEFAULT 0
     held_status text
     job_group text
+    ready_seq bigint
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
@@ -202,11 +222,14 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
+    INDEX CREATE INDEX workflow_status_ready_plain ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
     INDEX CREATE INDEX workflow_status_scheduled_queue ON public.workflow_status USING btree (queue, attempts) WHERE (status = 'scheduled'::text)
     INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
+    TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()
+    TRIGGER CREATE TRIGGER shardq_ready_on_update BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.ordering_key IS NOT NULL) OR (old.job_group IS NOT NULL)))) EXECUTE FUNCTION shardq_mark_ready()
 
 TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     shard_key integer NOT NULL
@@ -220,7 +243,48 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
 SEQUENCE shardq_map_change_xid
+SEQUENCE shardq_ready_seq
 SEQUENCE workflow_status_id_seq
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_advance_ready_floors()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    every constant interval := interval '250 milliseconds';
+    b record;
+    s bigint;
+    x xid8;
+BEGIN
+    IF pg_current_xact_id_if_assigned() IS NOT NULL
+       OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
+        RETURN;
+    END IF;
+    SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b FROM shardq_ready_barrier r;
+    IF NOT FOUND OR b.advanced_at > clock_timestamp() - every THEN
+        RETURN;
+    END IF;
+    -- The number, then the id: two statements, in this order.
+    s := nextval('shardq_ready_seq');
+    x := pg_current_xact_id();
+    IF b.pending_xid IS NOT NULL
+       AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid THEN
+        UPDATE shardq_ready_floors f SET floor_seq = n.floor_seq
+        FROM (SELECT fl.queue, fl.priority,
+                     LEAST(b.pending_seq,
+                           (SELECT w.ready_seq FROM workflow_status w
+                            WHERE w.queue = fl.queue AND w.priority = fl.priority
+                              AND w.status = 'queued' AND w.ordering_key IS NULL
+                              AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
+                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq
+              FROM shardq_ready_floors fl) n
+        WHERE f.queue = n.queue AND f.priority = n.priority AND n.floor_seq > f.floor_seq;
+    END IF;
+    UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
+        advanced_at = clock_timestamp();
+END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_check_route(p_epoch integer, VARIADIC p_shard_keys integer[])
@@ -281,6 +345,8 @@ CREATE OR REPLACE FUNCTION public.shardq_claim(p_lock_class integer, p_slots int
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
+DECLARE
+    tids tid[];
 BEGIN
     -- A paused queue answers "empty" before any lock is tried: one probe of
     -- a table of a few rows per claim statement.
@@ -308,22 +374,18 @@ BEGIN
         RETURN;
     END IF;
     -- No keyed job ready: unkeyed jobs have no order to keep, so they are
-    -- locked and claimed in one statement, each row probed once.
+    -- locked (from their ready floors: shardq_lock_plain_ready) and claimed
+    -- by tuple id, each row probed once.
     IF NOT EXISTS (SELECT 1 FROM workflow_status w
                    WHERE w.queue = p_queue AND w.status = 'queued'
                      AND w.ordering_key IS NOT NULL) THEN
+        tids := shardq_lock_plain_ready(p_queue, p_limit);
         RETURN QUERY
-        WITH picked AS MATERIALIZED (
-            SELECT w.ctid AS tid FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
-              AND w.job_group IS NULL
-            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), claimed AS (
+        WITH claimed AS (
             UPDATE workflow_status w SET status = 'running', owner = p_owner,
                 attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
                 lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-            FROM picked p
-            WHERE w.ctid = p.tid
+            WHERE w.ctid = ANY (tids)
             RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
                 w.attempts, w.fence, w.queue, w.created_at
         )
@@ -355,6 +417,7 @@ DECLARE
     g_allowed int[];                          -- jobs each may start now (limited)
     a_name text[]; a_allowed int[]; a_tokens float8[];
     has_plain boolean;
+    plain_tids tid[];        -- ready jobs without a group, locked here
     plain_pos float8;
     per_group int;
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
@@ -412,9 +475,8 @@ BEGIN
         WHERE a.allowed > 0;
     END IF;
 
-    has_plain := EXISTS (SELECT 1 FROM workflow_status w
-                         WHERE w.queue = p_queue AND w.status = 'queued'
-                           AND w.ordering_key IS NULL AND w.job_group IS NULL);
+    plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
+    has_plain := cardinality(plain_tids) > 0;
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
 
@@ -444,9 +506,7 @@ BEGIN
             FOR UPDATE SKIP LOCKED) c
     ), plain AS MATERIALIZED (
         SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
-        WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
-          AND w.ordering_key IS NULL AND w.job_group IS NULL
-        ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        WHERE w.ctid = ANY (plain_tids)
     ), met AS (
         SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
                row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
@@ -517,14 +577,14 @@ DECLARE
     held text[];                              -- keys held once this claim commits
     parked int;
     round int := 0;
+    plain_tids tid[];                         -- ready unkeyed jobs locked here
 BEGIN
     LOOP
         round := round + 1;
+        plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
         WITH unkeyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
-              AND w.job_group IS NULL
-            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+            WHERE w.ctid = ANY (plain_tids)
         ), keyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
@@ -1061,6 +1121,50 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_lock_plain_ready(p_queue text, p_limit integer)
+ RETURNS tid[]
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    f record;
+    tids tid[] := '{}';
+BEGIN
+    PERFORM shardq_advance_ready_floors();
+    FOR f IN SELECT fl.priority, fl.floor_seq FROM shardq_ready_floors fl
+             WHERE fl.queue = p_queue ORDER BY fl.priority LOOP
+        tids := tids || ARRAY(
+            SELECT t.tid FROM (
+                SELECT w.ctid AS tid FROM workflow_status w
+                WHERE w.queue = p_queue AND w.priority = f.priority
+                  AND w.status = 'queued' AND w.ordering_key IS NULL
+                  AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
+                ORDER BY w.ready_seq LIMIT p_limit - cardinality(tids)
+                FOR UPDATE SKIP LOCKED) t);
+        EXIT WHEN cardinality(tids) >= p_limit;
+    END LOOP;
+    RETURN tids;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_mark_ready()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+AS $function$
+        BEGIN
+            PERFORM pg_catalog.pg_current_xact_id();
+            NEW.ready_seq := pg_catalog.nextval('public.shardq_ready_seq');
+            IF NOT EXISTS (SELECT 1 FROM public.shardq_ready_floors f
+                           WHERE f.queue = NEW.queue AND f.priority = NEW.priority) THEN
+                INSERT INTO public.shardq_ready_floors (queue, priority)
+                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
+            END IF;
+            RETURN NEW;
+        END
+        $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_owns_key(p_shard_key integer)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -1115,9 +1219,12 @@ CREATE OR REPLACE FUNCTION public.shardq_queue_has_ready(p_queue text)
  LANGUAGE sql
  STABLE
 AS $function$
-    SELECT EXISTS (SELECT 1 FROM workflow_status w
-                   WHERE w.queue = p_queue AND w.status = 'queued'
-                     AND w.ordering_key IS NULL AND w.job_group IS NULL)
+    SELECT EXISTS (SELECT 1 FROM shardq_ready_floors f
+                   WHERE f.queue = p_queue AND EXISTS (
+                       SELECT 1 FROM workflow_status w
+                       WHERE w.queue = p_queue AND w.priority = f.priority
+                         AND w.status = 'queued' AND w.ordering_key IS NULL
+                         AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq))
         OR EXISTS (SELECT 1 FROM workflow_status w
                    WHERE w.queue = p_queue AND w.status = 'queued'
                      AND w.ordering_key IS NOT NULL)

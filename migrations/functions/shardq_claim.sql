@@ -5,11 +5,12 @@
 --
 -- A paused queue (a row in shardq_paused_queues) answers "empty" at once.
 -- A queue with grouped jobs ready goes through shardq_claim_grouped.
--- Unkeyed ready jobs are locked with SKIP LOCKED and, when the queue has no
--- keyed job ready, locked and updated in one statement that finds the rows
--- it locked by their tuple id (a row locked FOR UPDATE by this statement
--- cannot move before this transaction ends, so its ctid finds it with no
--- second index descent). A queue with keyed jobs ready goes through
+-- Unkeyed ready jobs are locked with SKIP LOCKED from their ready floors
+-- (shardq_lock_plain_ready: a claim does not walk the versions of what was
+-- claimed before, however long a transaction holds vacuum back) and, when
+-- the queue has no keyed job ready, updated by tuple id (a row this
+-- transaction locked cannot move before it ends, so its ctid finds it with
+-- no second index descent). A queue with keyed jobs ready goes through
 -- shardq_claim_keyed, which reads keyed ready jobs (key heads) apart, so
 -- blocked keyed jobs never take an unkeyed job's place.
 --
@@ -34,6 +35,8 @@ SET enable_mergejoin = on
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
+DECLARE
+    tids tid[];
 BEGIN
     -- A paused queue answers "empty" before any lock is tried: one probe of
     -- a table of a few rows per claim statement.
@@ -61,22 +64,18 @@ BEGIN
         RETURN;
     END IF;
     -- No keyed job ready: unkeyed jobs have no order to keep, so they are
-    -- locked and claimed in one statement, each row probed once.
+    -- locked (from their ready floors: shardq_lock_plain_ready) and claimed
+    -- by tuple id, each row probed once.
     IF NOT EXISTS (SELECT 1 FROM workflow_status w
                    WHERE w.queue = p_queue AND w.status = 'queued'
                      AND w.ordering_key IS NOT NULL) THEN
+        tids := shardq_lock_plain_ready(p_queue, p_limit);
         RETURN QUERY
-        WITH picked AS MATERIALIZED (
-            SELECT w.ctid AS tid FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
-              AND w.job_group IS NULL
-            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), claimed AS (
+        WITH claimed AS (
             UPDATE workflow_status w SET status = 'running', owner = p_owner,
                 attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
                 lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-            FROM picked p
-            WHERE w.ctid = p.tid
+            WHERE w.ctid = ANY (tids)
             RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
                 w.attempts, w.fence, w.queue, w.created_at
         )

@@ -55,6 +55,7 @@ DECLARE
     g_allowed int[];                          -- jobs each may start now (limited)
     a_name text[]; a_allowed int[]; a_tokens float8[];
     has_plain boolean;
+    plain_tids tid[];        -- ready jobs without a group, locked here
     plain_pos float8;
     per_group int;
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
@@ -112,9 +113,8 @@ BEGIN
         WHERE a.allowed > 0;
     END IF;
 
-    has_plain := EXISTS (SELECT 1 FROM workflow_status w
-                         WHERE w.queue = p_queue AND w.status = 'queued'
-                           AND w.ordering_key IS NULL AND w.job_group IS NULL);
+    plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
+    has_plain := cardinality(plain_tids) > 0;
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
 
@@ -144,9 +144,7 @@ BEGIN
             FOR UPDATE SKIP LOCKED) c
     ), plain AS MATERIALIZED (
         SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
-        WHERE has_plain AND w.queue = p_queue AND w.status = 'queued'
-          AND w.ordering_key IS NULL AND w.job_group IS NULL
-        ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+        WHERE w.ctid = ANY (plain_tids)
     ), met AS (
         SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
                row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn

@@ -37,14 +37,14 @@ DECLARE
     held text[];                              -- keys held once this claim commits
     parked int;
     round int := 0;
+    plain_tids tid[];                         -- ready unkeyed jobs locked here
 BEGIN
     LOOP
         round := round + 1;
+        plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
         WITH unkeyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NULL
-              AND w.job_group IS NULL
-            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
+            WHERE w.ctid = ANY (plain_tids)
         ), keyed AS MATERIALIZED (
             SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL

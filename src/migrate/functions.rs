@@ -45,6 +45,18 @@ pub const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_promote_keys.sql"),
     },
     Function {
+        name: "shardq_mark_ready",
+        sql: include_str!("../../migrations/functions/shardq_mark_ready.sql"),
+    },
+    Function {
+        name: "shardq_advance_ready_floors",
+        sql: include_str!("../../migrations/functions/shardq_advance_ready_floors.sql"),
+    },
+    Function {
+        name: "shardq_lock_plain_ready",
+        sql: include_str!("../../migrations/functions/shardq_lock_plain_ready.sql"),
+    },
+    Function {
         name: "shardq_claim_keyed",
         sql: include_str!("../../migrations/functions/shardq_claim_keyed.sql"),
     },

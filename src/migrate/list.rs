@@ -158,6 +158,21 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0026_worker_claim_time.sql",
         sql: include_str!("../../migrations/0026_worker_claim_time.sql"),
     },
+    Migration {
+        version: 27,
+        name: "0027_ready_order.sql",
+        sql: include_str!("../../migrations/0027_ready_order.sql"),
+    },
+    Migration {
+        version: 28,
+        name: "0028_ready_order_index.sql",
+        sql: include_str!("../../migrations/0028_ready_order_index.sql"),
+    },
+    Migration {
+        version: 29,
+        name: "0029_ready_order_switch.sql",
+        sql: include_str!("../../migrations/0029_ready_order_switch.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -48,6 +48,7 @@ mod pooler;
 mod promotion_race;
 mod public_api;
 mod queue_limits;
+mod ready_floors;
 mod refused_outcomes;
 mod replace_server;
 mod reshard;

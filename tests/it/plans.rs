@@ -182,6 +182,7 @@ async fn the_pending_check_reads_only_partial_indexes() {
         &plan,
         &[
             "workflow_status_dequeue_plain",
+            "workflow_status_ready_plain",
             "workflow_status_dequeue_grouped",
             "workflow_status_key",
             "workflow_status_lease",
@@ -233,6 +234,7 @@ async fn status_reads_partial_indexes_and_estimates_history() {
         &plan,
         &[
             "workflow_status_dequeue_plain",
+            "workflow_status_ready_plain",
             "workflow_status_dequeue_keyed",
             "workflow_status_dequeue_grouped",
             "workflow_status_pkey",
@@ -339,13 +341,23 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
         assert_eq!(rows.len(), 500);
     }
     drop(db);
-    let claims = plans_containing(plans, "LockRows").await;
-    assert_eq!(claims.len(), 3, "one claim plan per call: {claims:#?}");
-    for plan in &claims {
+    let plans = plans_containing(plans, "").await;
+    let containing =
+        |node: &str| -> Vec<&String> { plans.iter().filter(|p| p.contains(node)).collect() };
+    let locks = containing("LockRows");
+    assert_eq!(locks.len(), 3, "one lock plan per call: {locks:#?}");
+    let updates = containing("Update on workflow_status");
+    assert_eq!(updates.len(), 3, "one update plan per call: {updates:#?}");
+    for plan in updates {
         assert!(
-            plan.contains("Index Scan using workflow_status_dequeue_plain on workflow_status")
-                && plan.contains("Tid Scan on workflow_status"),
-            "the claim must walk the dequeue index and update by tuple id: {plan}"
+            plan.contains("Tid Scan on workflow_status"),
+            "the claim must update by tuple id: {plan}"
+        );
+    }
+    for plan in locks {
+        assert!(
+            plan.contains("Index Scan using workflow_status_ready_plain on workflow_status"),
+            "the claim must walk the ready index from its floor: {plan}"
         );
         assert!(
             plan.contains("(queue = $"),

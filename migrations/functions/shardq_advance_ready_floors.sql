@@ -1,0 +1,60 @@
+-- shardq_advance_ready_floors: moves each queue's ready floors
+-- (shardq_ready_floors, migration 0027) up to the first job still ready,
+-- at most every 250 ms and by one caller at a time (the others go on at
+-- once). Called by the plain claim, so the floors follow wherever jobs
+-- are claimed.
+--
+-- A floor may pass a number only when no transaction can still make a job
+-- ready with it. Each move therefore takes a number S, then a transaction
+-- id X (after S: ids are given in order, so every transaction that took a
+-- number below S got its id, which the trigger takes first, before X),
+-- and leaves both in shardq_ready_barrier. The next move waits until no
+-- transaction older than X runs (the oldest running id of a fresh
+-- snapshot is past X); then every job numbered below S is written and
+-- visible, or never will be, and the floor goes to the first ready job at
+-- or past the old floor, or to S when there is none. A job ready again
+-- later gets a new number, past S. X is this transaction's own id, so a
+-- caller that already has one (it wrote before) does not move the floors.
+--
+-- The walk from the old floor to the first ready job passes only what was
+-- claimed since the last move; under a held horizon that is the only part
+-- of the dead versions a claim walks. A transaction that wrote and stays
+-- open (idle in transaction) holds the floors where they are until it
+-- ends; a read-only one (a report, pg_dump) has no id and does not.
+CREATE OR REPLACE FUNCTION shardq_advance_ready_floors() RETURNS void
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    every constant interval := interval '250 milliseconds';
+    b record;
+    s bigint;
+    x xid8;
+BEGIN
+    IF pg_current_xact_id_if_assigned() IS NOT NULL
+       OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
+        RETURN;
+    END IF;
+    SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b FROM shardq_ready_barrier r;
+    IF NOT FOUND OR b.advanced_at > clock_timestamp() - every THEN
+        RETURN;
+    END IF;
+    -- The number, then the id: two statements, in this order.
+    s := nextval('shardq_ready_seq');
+    x := pg_current_xact_id();
+    IF b.pending_xid IS NOT NULL
+       AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid THEN
+        UPDATE shardq_ready_floors f SET floor_seq = n.floor_seq
+        FROM (SELECT fl.queue, fl.priority,
+                     LEAST(b.pending_seq,
+                           (SELECT w.ready_seq FROM workflow_status w
+                            WHERE w.queue = fl.queue AND w.priority = fl.priority
+                              AND w.status = 'queued' AND w.ordering_key IS NULL
+                              AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
+                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq
+              FROM shardq_ready_floors fl) n
+        WHERE f.queue = n.queue AND f.priority = n.priority AND n.floor_seq > f.floor_seq;
+    END IF;
+    UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
+        advanced_at = clock_timestamp();
+END $$;

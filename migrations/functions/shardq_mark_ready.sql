@@ -1,0 +1,51 @@
+-- shardq_mark_ready: numbers a plain job each time it becomes ready
+-- (`ready_seq`, migration 0027) and makes sure its queue and priority have
+-- a ready floor, as a trigger on every write that makes one ready (insert,
+-- promotion, recovery, release, retry, a move's release, a dashboard
+-- retry), so no writer can forget it: a ready job without a number, or
+-- with one below its floor, would never be claimed.
+--
+-- It takes the transaction's id before the number: a floor passes a
+-- number only once every transaction that could still write it has ended
+-- (shardq_advance_ready_floors says why that needs this order).
+--
+-- SECURITY DEFINER: a role that may write jobs needs no right on the
+-- sequence or the floors (docs/least_privilege.sql). Every name in it is
+-- schema-qualified (resolved now, from workflow_status, which is why it is
+-- created by a DO block), so a caller's search_path cannot redirect it.
+DO $$
+DECLARE
+    s text := (SELECT quote_ident(n.nspname) FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE c.oid = 'workflow_status'::regclass);
+BEGIN
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION shardq_mark_ready() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER
+        AS $b$
+        BEGIN
+            PERFORM pg_catalog.pg_current_xact_id();
+            NEW.ready_seq := pg_catalog.nextval('%1$s.shardq_ready_seq');
+            IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_floors f
+                           WHERE f.queue = NEW.queue AND f.priority = NEW.priority) THEN
+                INSERT INTO %1$s.shardq_ready_floors (queue, priority)
+                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
+            END IF;
+            RETURN NEW;
+        END
+        $b$
+    $f$, s);
+END $$;
+
+CREATE OR REPLACE TRIGGER shardq_ready_on_insert BEFORE INSERT ON workflow_status
+    FOR EACH ROW
+    WHEN (NEW.status = 'queued' AND NEW.ordering_key IS NULL AND NEW.job_group IS NULL)
+    EXECUTE FUNCTION shardq_mark_ready();
+
+CREATE OR REPLACE TRIGGER shardq_ready_on_update
+    BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON workflow_status
+    FOR EACH ROW
+    WHEN (NEW.status = 'queued' AND NEW.ordering_key IS NULL AND NEW.job_group IS NULL
+          AND (OLD.status <> 'queued' OR OLD.queue <> NEW.queue OR OLD.priority <> NEW.priority
+               OR OLD.ordering_key IS NOT NULL OR OLD.job_group IS NOT NULL))
+    EXECUTE FUNCTION shardq_mark_ready();

@@ -1,0 +1,220 @@
+//! Claims start at each queue's ready floor (migrations 27-29,
+//! migrations/functions/shardq_lock_plain_ready.sql): while a long
+//! transaction holds the xmin horizon, a claim reads only what was claimed
+//! since the floor last moved, not every dead version behind it; and the
+//! floor never passes a job that is, or may still become, ready.
+
+use crate::common;
+
+use common::TestShards;
+use shardq::shards::ShardSet;
+use std::time::Duration;
+use tokio_postgres::GenericClient;
+
+/// Longer than the floors' move interval (250 ms,
+/// shardq_advance_ready_floors).
+const MOVE_GAP: Duration = Duration::from_millis(300);
+
+const CLAIM: &str = "SELECT id FROM shardq_claim(1, 0, $1, $2, 'w', 60000) WHERE id IS NOT NULL";
+
+async fn shard() -> (TestShards, ShardSet) {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let set = shards.migrated(&config).await;
+    (shards, set)
+}
+
+/// Inserts `n` plain ready jobs of `queue` at `priority`; returns their ids.
+async fn enqueue(db: &impl GenericClient, queue: &str, priority: i32, n: i64) -> Vec<i64> {
+    db.query(
+        "INSERT INTO workflow_status (shard_key, queue, handler, priority) \
+         SELECT g % 65536, $1, 'noop', $2 FROM generate_series(1, $3::bigint) g RETURNING id",
+        &[&queue, &priority, &n],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+async fn claim(db: &tokio_postgres::Client, queue: &str, limit: i32) -> Vec<i64> {
+    db.query(CLAIM, &[&queue, &limit])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Claims of another queue, spaced past the move interval: each may move
+/// every floor of the shard (a move waits for the one before it).
+async fn let_floors_move(db: &tokio_postgres::Client) {
+    for _ in 0..3 {
+        tokio::time::sleep(MOVE_GAP).await;
+        claim(db, "elsewhere", 1).await;
+    }
+}
+
+async fn floor(db: &tokio_postgres::Client, queue: &str) -> i64 {
+    db.query_one(
+        "SELECT floor_seq FROM shardq_ready_floors WHERE queue = $1 AND priority = 0",
+        &[&queue],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Index entries of the ready index read by `sql` in one transaction.
+async fn entries_read(db: &mut tokio_postgres::Client, sql: &str, queue: &str) -> (i64, usize) {
+    let tx = db.transaction().await.unwrap();
+    let rows = tx.query(sql, &[&queue, &100i32]).await.unwrap().len();
+    let read: i64 = tx
+        .query_one(
+            "SELECT pg_stat_get_xact_tuples_returned('workflow_status_ready_plain'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    tx.rollback().await.unwrap();
+    (read, rows)
+}
+
+/// The issue's collapse, counted: a REPEATABLE READ snapshot held open
+/// keeps the ready versions of 3,000 claimed jobs; a claim still reads
+/// about its batch of the ready index, while a walk from the start of the
+/// index (what the claim did before) reads all 3,000 dead entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_held_snapshot_a_claim_reads_only_what_was_claimed_since_the_floor_moved() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    let (holder, conn) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM workflow_status",
+        )
+        .await
+        .unwrap();
+
+    enqueue(&***db, "q", 0, 3_000).await;
+    for _ in 0..30 {
+        assert_eq!(claim(&db, "q", 100).await.len(), 100);
+    }
+    let_floors_move(&db).await;
+    enqueue(&***db, "q", 0, 100).await;
+
+    let (read, claimed) = entries_read(&mut db, CLAIM, "q").await;
+    assert_eq!(claimed, 100);
+    assert!(
+        read <= 300,
+        "a claim read {read} entries of the ready index for a batch of 100"
+    );
+    let from_start = "SELECT id FROM workflow_status WHERE queue = $1 AND status = 'queued' \
+        AND ordering_key IS NULL AND job_group IS NULL ORDER BY priority, ready_seq LIMIT $2::int";
+    let (read, found) = entries_read(&mut db, from_start, "q").await;
+    assert_eq!(found, 100);
+    assert!(
+        read >= 3_000,
+        "the snapshot held the claimed jobs' versions: a walk from the start read {read}"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// The race the floor's barrier closes: a transaction numbers a job, then
+/// stays open while later jobs are claimed and the floors try to move past
+/// it. The floor waits for it; once it commits, its job is claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_numbered_before_the_floor_moved_and_committed_after_is_claimed() {
+    let (_shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    let mut late = set.get(0).client().await.unwrap();
+    enqueue(&***db, "q", 0, 5).await;
+    claim(&db, "q", 5).await;
+    let_floors_move(&db).await;
+
+    let tx = late.transaction().await.unwrap();
+    let held_back = enqueue(&*tx, "q", 0, 1).await[0];
+    let seq: i64 = tx
+        .query_one(
+            "SELECT ready_seq FROM workflow_status WHERE id = $1",
+            &[&held_back],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let after = enqueue(&***db, "q", 0, 20).await;
+    let mut taken = claim(&db, "q", 50).await;
+    taken.sort();
+    assert_eq!(taken, after, "the later jobs are claimed meanwhile");
+    let_floors_move(&db).await;
+    assert!(
+        floor(&db, "q").await <= seq,
+        "the floor passed a job whose transaction is still open"
+    );
+
+    tx.commit().await.unwrap();
+    assert_eq!(claim(&db, "q", 50).await, vec![held_back]);
+    let_floors_move(&db).await;
+    assert!(
+        floor(&db, "q").await > seq,
+        "the floors move on once it is claimed"
+    );
+}
+
+/// Jobs ready again behind the floor (a claim rolled back, a job released
+/// or retried) are claimed: a rolled-back claim never hid its jobs from
+/// the floor, and a job made ready again gets a new number past it. A
+/// priority first seen after the floors moved is claimed first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_ready_again_behind_the_floor_and_new_priorities_are_claimed() {
+    let (_shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    let mut other = set.get(0).client().await.unwrap();
+    let ids = enqueue(&***db, "q", 0, 10).await;
+
+    // A claim that locks and updates the first five, then rolls back, while
+    // the floors move.
+    let tx = other.transaction().await.unwrap();
+    let rolled_back: Vec<i64> = tx
+        .query(CLAIM, &[&"q", &5i32])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rolled_back, ids[..5]);
+    assert_eq!(claim(&db, "q", 5).await, ids[5..]);
+    let_floors_move(&db).await;
+    tx.rollback().await.unwrap();
+    let_floors_move(&db).await;
+    assert_eq!(
+        claim(&db, "q", 10).await,
+        ids[..5],
+        "a rolled-back claim's jobs"
+    );
+
+    // Released (as a late claim is given back) after the floors moved past.
+    let_floors_move(&db).await;
+    db.execute(
+        "UPDATE workflow_status SET status = 'queued', owner = NULL WHERE id = ANY($1)",
+        &[&&ids[..2]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(claim(&db, "q", 10).await, ids[..2], "released jobs");
+
+    let_floors_move(&db).await;
+    let low = enqueue(&***db, "q", 5, 2).await;
+    let urgent = enqueue(&***db, "q", -5, 2).await;
+    assert_eq!(
+        claim(&db, "q", 2).await,
+        urgent,
+        "the new, more urgent priority first"
+    );
+    assert_eq!(claim(&db, "q", 2).await, low);
+}

@@ -5,6 +5,7 @@ use super::handle::Client;
 use crate::job::JobId;
 use crate::schedule::Schedule;
 use crate::shards::{Shard, ShardError};
+use crate::store::horizon::{self, Horizon};
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues::{self, Connections, QueueCount};
 use crate::store::workers::{self, WorkerRow};
@@ -27,6 +28,9 @@ pub struct ShardStatus {
     pub counts: Option<Vec<QueueCount>>,
     /// Connections the server holds, when it answered.
     pub connections: Option<Connections>,
+    /// What holds the shard's xmin horizon back, and the queue table's dead
+    /// row versions; `None` when it did not answer or that read failed.
+    pub horizon: Option<Horizon>,
     /// Why it did not answer.
     pub error: Option<String>,
     /// The schedules whose name routes to this shard (those given to
@@ -65,7 +69,8 @@ impl Client {
         Ok(false)
     }
 
-    /// Per shard: reachable or not, and job counts by queue and status.
+    /// Per shard: reachable or not, job counts by queue and status, and
+    /// what holds its xmin horizon back.
     ///
     /// # Errors
     ///
@@ -106,6 +111,14 @@ impl Client {
                 Ok((c, n)) => (Some(c), Some(n), None),
                 Err(e) => (None, None, Some(crate::error_chain::error_chain(&e))),
             };
+            // Worth knowing, not worth calling a shard down for.
+            let horizon = match &error {
+                Some(_) => None,
+                None => horizon::read(shard)
+                    .await
+                    .inspect_err(|e| tracing::warn!(shard = %shard.name, error = %crate::error_chain::error_chain(e), "xmin horizon read failed"))
+                    .ok(),
+            };
             let schedules = match &error {
                 // One wait for a shard that does not answer is enough.
                 Some(e) => super::schedule_status::unknown(&mine, now, e),
@@ -116,6 +129,7 @@ impl Client {
                 target: shard.target().to_string(),
                 counts,
                 connections,
+                horizon,
                 error,
                 schedules,
             }

@@ -23,6 +23,7 @@ pub use crate::store::browse::{
 };
 pub use crate::store::check::{Example, Finding, Invariant};
 pub use crate::store::failures::ErrorGroup;
+pub use crate::store::horizon::{HeldBack, Holder, Horizon, TableVacuum};
 pub use crate::store::jobs::JobInfo;
 pub use crate::store::queues::{Connections, QueueCount};
 pub use crate::store::workers::WorkerRow;

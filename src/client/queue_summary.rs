@@ -90,6 +90,7 @@ mod tests {
             error: counts.is_none().then(|| "down".into()),
             counts,
             connections: None,
+            horizon: None,
             schedules: Vec::new(),
         }
     }

@@ -1,8 +1,8 @@
 //! The fleet's backlog as Prometheus metrics, read from every shard per
 //! scrape by one exporter (`shardq metrics`), not by every worker: queue
 //! depth by state, the oldest ready job's age, and whether each shard
-//! answered; with [`scrape_with_check`], the invariants of `shardq check`
-//! too.
+//! answered; with [`scrape_with_check`], the invariants of `shardq check`,
+//! the queue limits and what holds each shard's xmin horizon too.
 
 use super::family;
 use crate::client::{CheckOptions, CheckReport, Client};
@@ -75,20 +75,23 @@ pub async fn scrape(shards: &ShardSet, queues: &[String], deadline: Duration) ->
 }
 
 /// [`scrape`], and the invariants of `shardq check` ([`super::invariants`])
-/// read at the same time under `check`'s options (its deadline too), and
-/// the queue limits ([`super::limits`]): what `shardq metrics` serves.
+/// read at the same time under `check`'s options (its deadline too), the
+/// queue limits ([`super::limits`]) and what holds each shard's xmin
+/// horizon ([`super::horizon`], within the same deadline): what `shardq
+/// metrics` serves.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe (reads only).
 pub async fn scrape_with_check(client: &Client, queues: &[String], check: &CheckOptions) -> String {
-    let (answers, report, limits) = tokio::join!(
+    let (answers, report, limits, horizons) = tokio::join!(
         read_all(client.shards(), check.deadline),
         client.check(check),
-        client.queue_limits_within(Some(check.deadline))
+        client.queue_limits_within(Some(check.deadline)),
+        super::horizon::read_all(client.shards(), check.deadline)
     );
     let limits = limits.unwrap_or_default();
-    encode_all(&answers, queues, Some(report), limits)
+    encode_all(&answers, queues, Some(report), limits, horizons)
 }
 
 /// The Prometheus text of one scrape's answers.
@@ -102,19 +105,24 @@ pub fn encode_with_check(
     queues: &[String],
     check: Option<CheckReport>,
 ) -> String {
-    encode_all(answers, queues, check, Vec::new())
+    encode_all(answers, queues, check, Vec::new(), Vec::new())
 }
 
-/// [`encode_with_check`], with the gauges of the queue limits.
+/// [`encode_with_check`], with the gauges of the queue limits and of the
+/// shards' xmin horizons.
 fn encode_all(
     answers: &[ShardBacklog],
     queues: &[String],
     check: Option<CheckReport>,
     limits: Vec<crate::client::QueueLimit>,
+    horizons: Vec<super::horizon::ShardHorizon>,
 ) -> String {
     let mut registry = Registry::default();
     if !limits.is_empty() {
         registry.register_collector(Box::new(super::limits::Limits::new(limits)));
+    }
+    if !horizons.is_empty() {
+        registry.register_collector(Box::new(super::horizon::Horizons::new(horizons)));
     }
     registry.register_collector(Box::new(Exposition {
         shards: answers.iter().map(|a| ShardView::new(a, queues)).collect(),

@@ -1,8 +1,8 @@
 //! Prometheus metrics: a worker's own ([`WorkerMetrics`]: claims, outcomes,
 //! latencies, buffer) and the shards' backlog ([`backlog`]: queue depth and
 //! oldest-ready age, read from the database by one exporter per fleet, with
-//! the invariants of `shardq check` and the queue limits beside it:
-//! [`invariants`], [`limits`]).
+//! the invariants of `shardq check`, the queue limits and what holds each
+//! shard's xmin horizon beside it: [`invariants`], [`limits`], [`horizon`]).
 //!
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
@@ -15,6 +15,7 @@
 pub mod backlog;
 mod encoding;
 mod histogram;
+pub mod horizon;
 #[cfg(feature = "metrics-http")]
 mod http;
 pub mod invariants;

@@ -22,6 +22,7 @@ pub mod check;
 mod error;
 mod exec;
 pub mod failures;
+pub mod horizon;
 pub mod jobs;
 pub mod limits;
 pub mod locks;

@@ -29,6 +29,7 @@ mod frozen_shard;
 mod fuzz;
 mod gating;
 mod heartbeat;
+mod horizon_metrics;
 mod job_groups;
 mod job_span;
 mod lease_outage;

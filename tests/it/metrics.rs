@@ -378,6 +378,18 @@ async fn the_exporter_reports_depth_age_and_a_shard_that_is_down() {
     let samples = answered.expect("the scrape answers while a shard is frozen");
     assert_eq!(sum(&samples, "shardq_shard_up", &[("shard", "s0")]), 1.0);
     assert_eq!(sum(&samples, "shardq_shard_up", &[("shard", "s1")]), 0.0);
+    // The horizon too: read on s0, given up on s1 at the same deadline.
+    let horizon_up = |shard| sum(&samples, "shardq_xmin_horizon_up", &[("shard", shard)]);
+    assert_eq!((horizon_up("s0"), horizon_up("s1")), (1.0, 0.0));
+    let held = |shard| {
+        samples
+            .iter()
+            .any(|s| s.name == "shardq_oldest_xmin_age_seconds" && s.labels["shard"] == shard)
+    };
+    assert!(
+        held("s0") && !held("s1"),
+        "an age only for the shard that answered"
+    );
 
     // One shard's server stops: the scrape still answers, that shard down.
     shards.servers[1].stop(StopMode::Immediate).unwrap();

@@ -35,13 +35,14 @@ mod client {
     #[allow(unused_imports)]
     use shardq::client::{
         summarize, CheckOptions, CheckReport, Client, ClientError, Connections, ErrorGroup,
-        ErrorKind, Example, FailureOptions, Failures, Finding, FinishedSince, Invariant, JobDetail,
-        JobFilter, JobInfo, JobList, JobOutcome, JobQuery, JobSummary, ListState, MapReport,
-        OverviewOptions, PageCursor, PausedQueue, PendingEnqueue, Position, QueueCount, QueueDepth,
-        QueueLimit, QueueLimits, QueueOverview, QueueSummary, RangeReport, RoutedJob,
-        ScheduleStatus, ShardCheck, ShardOverview, ShardProblem, ShardStatus, StartRate,
-        StateCounts, StepInfo, WorkerRow, ALL_FINISHED, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE,
-        DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
+        ErrorKind, Example, FailureOptions, Failures, Finding, FinishedSince, HeldBack, Holder,
+        Horizon, Invariant, JobDetail, JobFilter, JobInfo, JobList, JobOutcome, JobQuery,
+        JobSummary, ListState, MapReport, OverviewOptions, PageCursor, PausedQueue, PendingEnqueue,
+        Position, QueueCount, QueueDepth, QueueLimit, QueueLimits, QueueOverview, QueueSummary,
+        RangeReport, RoutedJob, ScheduleStatus, ShardCheck, ShardOverview, ShardProblem,
+        ShardStatus, StartRate, StateCounts, StepInfo, TableVacuum, WorkerRow, ALL_FINISHED,
+        DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES,
+        DEFAULT_STATE_ROWS, STALE_MARGIN,
     };
 }
 
@@ -81,8 +82,13 @@ mod migrate_no_transaction {
 mod prometheus {
     #[allow(unused_imports)]
     use shardq::prometheus::{
-        backlog, invariants, limits, prometheus_client, serve, WorkerMetrics, CONTENT_TYPE,
+        backlog, horizon, invariants, limits, prometheus_client, serve, WorkerMetrics, CONTENT_TYPE,
     };
+}
+
+mod prometheus_horizon {
+    #[allow(unused_imports)]
+    use shardq::prometheus::horizon::{read_all, Horizons, ShardHorizon};
 }
 
 mod prometheus_backlog {

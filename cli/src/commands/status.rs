@@ -2,9 +2,18 @@
 //! shard's own counts with `--shards`.
 
 use anyhow::Result;
-use shardq::client::{summarize, QueueSummary, ScheduleStatus, ShardStatus, ALL_FINISHED};
+use shardq::client::{
+    summarize, Holder, Horizon, QueueSummary, ScheduleStatus, ShardStatus, ALL_FINISHED,
+};
 use shardq::config::Config;
 use shardq::Client;
+
+/// A shard whose horizon a transaction has held this long is named in the
+/// summary, not only under `--shards`: by then vacuum has removed nothing
+/// for a minute, and a queue making thousands of dead versions a second
+/// starts to feel it (docs/operations.md, "A long transaction holds the
+/// horizon").
+const HORIZON_HELD_WARN_S: f64 = 60.0;
 
 /// The columns of the queue table: (state, heading).
 const COLUMNS: [(&str, &str); 7] = [
@@ -46,6 +55,17 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
             s.target,
             s.error.as_deref().unwrap_or("unknown error")
         );
+    }
+    for s in &shards {
+        if let Some(h) = s.horizon.as_ref() {
+            if h.oldest_seconds() >= HORIZON_HELD_WARN_S {
+                println!(
+                    "{}: {}; vacuum removes nothing newer (docs/operations.md)",
+                    s.shard,
+                    held_for(h)
+                );
+            }
+        }
     }
     for s in &shards {
         print_schedules(&s.schedules);
@@ -110,6 +130,9 @@ fn print_shard(shard: &ShardStatus) {
             n.total, n.max, n.shardq, n.user
         );
     }
+    if let Some(h) = &shard.horizon {
+        println!("    xmin horizon: {}", horizon_line(h));
+    }
     let counts = shard.counts.as_deref().unwrap_or_default();
     if counts.is_empty() {
         println!("    no jobs");
@@ -123,6 +146,50 @@ fn print_shard(shard: &ShardStatus) {
             format!("{approx}{}", c.count)
         );
     }
+}
+
+/// How long the oldest transaction has held the horizon, and by whom.
+fn held_for(h: &Horizon) -> String {
+    let oldest = h
+        .held
+        .iter()
+        .filter_map(|held| Some((held.holder, held.seconds?)))
+        .filter(|(_, s)| *s > 0.0)
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let Some((holder, seconds)) = oldest else {
+        return "no transaction holds the xmin horizon".to_string();
+    };
+    let by = match (holder, h.oldest_backend_pid) {
+        (Holder::Backend, Some(pid)) => format!("session pid {pid}"),
+        (other, _) => other.as_str().replace('_', " "),
+    };
+    format!("a transaction has held the xmin horizon for {seconds:.1} s ({by})")
+}
+
+/// The horizon, its other holders and the queue table's dead versions.
+fn horizon_line(h: &Horizon) -> String {
+    let mut parts = vec![held_for(h)];
+    for holder in [Holder::Standby, Holder::ReplicationSlot] {
+        if let Some(held) = h.held_by(holder).filter(|held| held.xids > 0) {
+            parts.push(format!("{} {} xids behind", holder.as_str(), held.xids));
+        }
+    }
+    if h.hidden_sessions > 0 {
+        parts.push(format!(
+            "{} sessions hidden from this role (grant pg_read_all_stats)",
+            h.hidden_sessions
+        ));
+    }
+    if let Some(t) = &h.queue_table {
+        let vacuumed = t
+            .last_autovacuum_s
+            .map_or_else(|| "never".to_string(), |s| format!("{s:.0} s ago"));
+        parts.push(format!(
+            "~{} dead row versions in the queue table, last autovacuum {vacuumed}",
+            t.dead_rows
+        ));
+    }
+    parts.join("; ")
 }
 
 /// The schedules that live on one shard, one line each.

@@ -7,7 +7,7 @@ use super::locks;
 use super::sql::{self, Param};
 use super::JobStatus;
 use crate::shards::{Shard, ShardError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
@@ -46,17 +46,51 @@ pub const KEY_LOCKS_PER_STATEMENT: i64 = 1_000;
 ///
 /// Cancel safe: one transaction, committed or not.
 pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
+    Ok(recover_expired_since(shard, limit, None).await?.recovered)
+}
+
+/// What one recovery pass did, and where the next may start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryPass {
+    /// The jobs it returned.
+    pub recovered: Recovered,
+    /// The database's time of the pass; `None` when another process had
+    /// the recovery's lock (nothing was looked at).
+    pub at: Option<SystemTime>,
+    /// It found fewer expired leases than its limit: none is left at or
+    /// after where it started, except those it skipped.
+    pub caught_up: bool,
+    /// The earliest expired lease it found and left (its key or row was
+    /// busy): the next pass must start no later.
+    pub oldest_left: Option<SystemTime>,
+}
+
+/// [`recover_expired`], looking only at leases that expired at `since` or
+/// later (`None`: all of them).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one transaction, committed or not.
+pub async fn recover_expired_since(
+    shard: &Shard,
+    limit: i64,
+    since: Option<SystemTime>,
+) -> Result<RecoveryPass, ShardError> {
     shard
         .within(async move {
             let mut client = shard.lend().await?;
-            let recovered = recover_on(shard, &mut client, limit).await;
+            let recovered = recover_on(shard, &mut client, limit, since).await;
             client.settle();
             recovered
         })
         .await
 }
 
-/// [`recover_expired`] on a lent connection.
+/// [`recover_expired_since`] on a lent connection.
 ///
 /// Between its statements, without the locks it holds: enqueue (adds jobs,
 /// changes none of these), and any writer of a key whose lock the try did
@@ -66,12 +100,13 @@ async fn recover_on(
     shard: &Shard,
     client: &mut deadpool_postgres::Client,
     limit: i64,
-) -> Result<Recovered, ShardError> {
+    since: Option<SystemTime>,
+) -> Result<RecoveryPass, ShardError> {
     let err = |e| shard.query_error(e);
     let tx = client.transaction().await.map_err(err)?;
     let gate = tx
         .query_typed(
-            sql::UPKEEP_GATE,
+            sql::UPKEEP_GATE_AT,
             &[
                 (&locks::maintenance_class(), Type::INT4),
                 (&locks::RECOVERY_SLOT, Type::INT4),
@@ -79,18 +114,32 @@ async fn recover_on(
         )
         .await
         .map_err(err)?;
-    if !gate.first().is_some_and(|row| row.get::<_, bool>("got")) {
-        return Ok(Recovered::default());
-    }
+    let Some(gate) = gate.first().filter(|row| row.get::<_, bool>("got")) else {
+        return Ok(RecoveryPass::default());
+    };
+    let at: SystemTime = gate.get("at");
     let expired = tx
-        .query_typed(sql::JOB_FIND_EXPIRED, &[(&limit, Type::INT8)])
+        .query_typed(
+            sql::JOB_FIND_EXPIRED,
+            &[(&limit, Type::INT8), (&since, Type::TIMESTAMPTZ)],
+        )
         .await
         .map_err(err)?;
     let rows = return_lost_in(&tx, &expired, sql::JOB_RECOVER_EXPIRED, &[])
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)?;
-    Ok(Recovered::tally(&rows))
+    let returned: std::collections::HashSet<i64> = rows.iter().map(|r| r.get("id")).collect();
+    Ok(RecoveryPass {
+        recovered: Recovered::tally(&rows),
+        at: Some(at),
+        caught_up: (expired.len() as i64) < limit,
+        oldest_left: expired
+            .iter()
+            .filter(|r| !returned.contains(&r.get::<_, i64>("id")))
+            .map(|r| r.get("lease_expires_at"))
+            .min(),
+    })
 }
 
 impl Recovered {

@@ -4,6 +4,7 @@
 //! process at a time does it; the others' attempts cost one statement.
 
 use super::per_shard::each_shard;
+use super::recovery_floor::RecoveryFloor;
 use crate::config::{Config, Retention};
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::upkeep;
@@ -74,6 +75,7 @@ async fn shard_loop(
     let retention = &config.retention;
     let shard = shards.get(index);
     let mut last_sweep = Instant::now();
+    let mut recovery = RecoveryFloor::new();
     loop {
         let pause = super::rotation::jitter(&mut rand::thread_rng(), every / 2, every);
         tokio::select! {
@@ -87,15 +89,18 @@ async fn shard_loop(
         }
         // Four duties, each on its own: one that fails (a deadline on a
         // stuck shard, say) is logged and the others still run.
-        match upkeep::recover_expired(shard, MAINTENANCE_BATCH).await {
-            Ok(recovered) if recovered != Default::default() => {
-                tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
-                stats.record_recovered(
-                    index,
-                    recovered.requeued + recovered.dead + recovered.cancelled,
+        let since = recovery.since(Instant::now());
+        match upkeep::recover_expired_since(shard, MAINTENANCE_BATCH, since).await {
+            Ok(pass) => {
+                recovery.passed(
+                    since,
+                    pass.at,
+                    pass.caught_up,
+                    pass.oldest_left,
+                    Instant::now(),
                 );
+                recovered(shard, index, &stats, pass.recovered);
             }
-            Ok(_) => {}
             Err(err) => failed(shard, "lease recovery", &err),
         }
         if let Err(err) = upkeep::promote_due(shard, MAINTENANCE_BATCH).await {
@@ -126,6 +131,17 @@ async fn sweep_finished(shard: &Shard, retention: &Retention) -> Result<(), Shar
         }
     }
     Ok(())
+}
+
+/// Logs and counts what a recovery pass returned to the queue.
+fn recovered(shard: &Shard, index: usize, stats: &Stats, recovered: upkeep::Recovered) {
+    if recovered != Default::default() {
+        tracing::info!(shard = %shard.name, ?recovered, "recovered jobs with expired leases");
+        stats.record_recovered(
+            index,
+            recovered.requeued + recovered.dead + recovered.cancelled,
+        );
+    }
 }
 
 /// A duty that failed on `shard` this pass: the next pass tries again.

@@ -21,6 +21,7 @@ pub mod metrics;
 mod per_shard;
 mod permits;
 mod producer;
+mod recovery_floor;
 mod rotation;
 mod running;
 mod scheduler;

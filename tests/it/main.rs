@@ -30,6 +30,7 @@ mod fuzz;
 mod gating;
 mod heartbeat;
 mod horizon_metrics;
+mod horizon_recovery;
 mod job_groups;
 mod job_span;
 mod lease_outage;

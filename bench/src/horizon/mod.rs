@@ -73,7 +73,7 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     shardq::migrate::migrate_all(&shards).await?;
     let config_path = cluster.root().path().join("shards.toml");
     std::fs::write(&config_path, &text)?;
-    let worker = start_worker(&config_path, &cluster.root().log_dir())?;
+    let mut worker = start_worker(&config_path, &cluster.root().log_dir())?;
 
     let client = Client::from_shards(shards.clone(), config.limits.clone());
     let stop = CancellationToken::new();
@@ -105,6 +105,13 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
                 open.release().await;
                 eprintln!("  {:>4.0} s: snapshot released", at.as_secs_f64());
             }
+        }
+        if let Some(status) = worker.exited()? {
+            bail!(
+                "the worker exited ({status}) {:.0} s into the run; its log ends:\n{}",
+                at.as_secs_f64(),
+                worker.log_tail()
+            );
         }
         let phase = phase_at(at, hold_from, hold_until, held);
         let interval = sampler.interval(at, phase).await?;

@@ -55,7 +55,7 @@ macro_rules! return_lost {
                 AND w.status = 'running' AND ",
             $still,
             " \
-            RETURNING w.status"
+            RETURNING w.id, w.status"
         )
     };
 }

@@ -7,14 +7,24 @@
 /// another process holds it.
 pub const UPKEEP_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got";
 
+/// [`UPKEEP_GATE`], with the database's time of the pass.
+pub const UPKEEP_GATE_AT: &str =
+    "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got, now() AS at";
+
 /// Up to $1 running jobs whose lease expired (owner crashed or hung), oldest
 /// first, locked. Rows locked now are skipped: their completion (or a lease
 /// extension) is being written, and recovery must never wait, since it takes
 /// the key locks next and only tries them (so holding these row locks while
 /// it does cannot deadlock with a completion that holds a key lock and waits
 /// for one of these rows: the try fails, the pass skips that key, commits).
-pub const JOB_FIND_EXPIRED: &str = "SELECT shard_key, id FROM workflow_status \
+///
+/// Only leases that expired at $2 or later (NULL: all): while a long
+/// transaction holds the xmin horizon, the lease index keeps an entry for
+/// the running version of every job finished since, all expired, and a
+/// pass from the start would walk them all, every second.
+pub const JOB_FIND_EXPIRED: &str = "SELECT shard_key, id, lease_expires_at FROM workflow_status \
     WHERE status = 'running' AND lease_expires_at < now() \
+      AND lease_expires_at >= COALESCE($2::timestamptz, '-infinity') \
     ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED";
 
 /// Tries the key locks of the jobs among ($1 shard keys, $2 ids), at most $3

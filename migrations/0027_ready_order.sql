@@ -36,6 +36,16 @@ CREATE TABLE shardq_ready_floors (
     PRIMARY KEY (queue, priority)
 );
 
+-- The queues and priorities that have a floor, never updated: the
+-- trigger looks here for each job it numbers. Its rows have one version
+-- each, where a floor's row gets a new one at every move, all of them kept
+-- while the horizon is held (a probe of the floors would walk them all).
+CREATE TABLE shardq_ready_levels (
+    queue text NOT NULL,
+    priority integer NOT NULL,
+    PRIMARY KEY (queue, priority)
+);
+
 -- The last floor move: the number and transaction id it took, for the
 -- next move to wait on; one row.
 CREATE TABLE shardq_ready_barrier (

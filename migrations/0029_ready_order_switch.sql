@@ -10,3 +10,7 @@ INSERT INTO shardq_ready_floors (queue, priority)
 SELECT DISTINCT queue, priority FROM workflow_status
 WHERE status = 'queued' AND ordering_key IS NULL AND job_group IS NULL
 ON CONFLICT DO NOTHING;
+
+INSERT INTO shardq_ready_levels (queue, priority)
+SELECT queue, priority FROM shardq_ready_floors
+ON CONFLICT DO NOTHING;

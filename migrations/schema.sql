@@ -147,6 +147,12 @@ TABLE shardq_ready_floors
     CONSTRAINT shardq_ready_floors_pkey PRIMARY KEY (queue, priority)
     INDEX CREATE UNIQUE INDEX shardq_ready_floors_pkey ON public.shardq_ready_floors USING btree (queue, priority)
 
+TABLE shardq_ready_levels
+    queue text NOT NULL
+    priority integer NOT NULL
+    CONSTRAINT shardq_ready_levels_pkey PRIMARY KEY (queue, priority)
+    INDEX CREATE UNIQUE INDEX shardq_ready_levels_pkey ON public.shardq_ready_levels USING btree (queue, priority)
+
 TABLE shardq_schedules
     name text NOT NULL
     last_tick timestamp with time zone NOT NULL
@@ -1155,9 +1161,11 @@ AS $function$
         BEGIN
             PERFORM pg_catalog.pg_current_xact_id();
             NEW.ready_seq := pg_catalog.nextval('public.shardq_ready_seq');
-            IF NOT EXISTS (SELECT 1 FROM public.shardq_ready_floors f
-                           WHERE f.queue = NEW.queue AND f.priority = NEW.priority) THEN
+            IF NOT EXISTS (SELECT 1 FROM public.shardq_ready_levels l
+                           WHERE l.queue = NEW.queue AND l.priority = NEW.priority) THEN
                 INSERT INTO public.shardq_ready_floors (queue, priority)
+                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
+                INSERT INTO public.shardq_ready_levels (queue, priority)
                 VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
             END IF;
             RETURN NEW;

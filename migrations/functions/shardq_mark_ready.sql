@@ -1,6 +1,8 @@
 -- shardq_mark_ready: numbers a plain job each time it becomes ready
 -- (`ready_seq`, migration 0027) and makes sure its queue and priority have
--- a ready floor, as a trigger on every write that makes one ready (insert,
+-- a ready floor (looked up in shardq_ready_levels, whose rows are never
+-- updated: a floor's own row has a version per move, all kept while the
+-- horizon is held), as a trigger on every write that makes one ready (insert,
 -- promotion, recovery, release, retry, a move's release, a dashboard
 -- retry), so no writer can forget it: a ready job without a number, or
 -- with one below its floor, would never be claimed.
@@ -26,9 +28,11 @@ BEGIN
         BEGIN
             PERFORM pg_catalog.pg_current_xact_id();
             NEW.ready_seq := pg_catalog.nextval('%1$s.shardq_ready_seq');
-            IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_floors f
-                           WHERE f.queue = NEW.queue AND f.priority = NEW.priority) THEN
+            IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_levels l
+                           WHERE l.queue = NEW.queue AND l.priority = NEW.priority) THEN
                 INSERT INTO %1$s.shardq_ready_floors (queue, priority)
+                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
+                INSERT INTO %1$s.shardq_ready_levels (queue, priority)
                 VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
             END IF;
             RETURN NEW;

@@ -206,7 +206,7 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP TABLE IF EXISTS shardq_group_tokens; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_insert ON workflow_status; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_update ON workflow_status; \
-                 DROP TABLE IF EXISTS shardq_ready_floors, shardq_ready_barrier; \
+                 DROP TABLE IF EXISTS shardq_ready_floors, shardq_ready_barrier, shardq_ready_levels; \
                  DROP SEQUENCE IF EXISTS shardq_ready_seq; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS ready_seq; \
                  DELETE FROM shardq_functions WHERE name = 'shardq_mark_ready'; \

@@ -48,6 +48,11 @@ pub(crate) const PROBE_INTERVAL: Backoff = Backoff {
     max: Duration::from_millis(400),
 };
 
+/// How often a producer whose every target is skipped (their shards
+/// suspect) looks again: half the probe interval, so a shard a probe found
+/// well again is used within that.
+pub(crate) const SUSPECT_RECHECK: Duration = Duration::from_millis(100);
+
 /// Longest a probe waits for its answer: a probe sent into a silent or
 /// frozen server must end soon, so that the next one sees the recovery
 /// (within 2 s of it, with [`PROBE_INTERVAL`]).

@@ -2,6 +2,7 @@
 //! handled by a task of their own whenever they come.
 
 use super::claim_task::{joined, unheld};
+use super::credits::Credits;
 use super::local_gate::Entered;
 use super::permits::Reservation;
 use super::producers::Producers;
@@ -9,7 +10,6 @@ use super::rate_starts::give_back_starts;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
 use crate::store::jobs::{self, Claim, CompleteMany};
-use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -17,20 +17,43 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Latest a late reply's jobs are held, counted from the claim's sending,
+/// as a fraction of their lease: the leaser extends held leases every
+/// third of the lease, so a lease half gone when its job is held is still
+/// extended before it runs out.
+const HELD_WITHIN_LEASE_DIVISOR: u32 = 2;
+
+/// What a claim past its budget leaves to the task that takes its reply.
+pub(crate) struct LateClaim {
+    pub claim: JoinHandle<Result<Claim, ShardError>>,
+    /// The gate permit, taken until the reply.
+    pub entered: Entered,
+    /// The queue's permits reserved for its jobs (limited queues).
+    pub permits: Reservation,
+    /// Starts taken from the queue's rate (rate-limited queues).
+    pub starts: Option<u32>,
+    /// The claim's buffer credits, when its producer could go on with
+    /// fresh ones; else its jobs wait for room.
+    pub credits: Option<Credits>,
+    pub target: usize,
+    /// When the claim was sent.
+    pub started: Instant,
+}
+
 /// The reply of a claim that ran out of its budget, whenever it comes
-/// (within the statement deadline): its jobs run when the process has room
-/// for them now, and go back to the queue otherwise (fenced release); a
+/// (within the statement deadline): its jobs run (see [`take_late`]); a
 /// claim that got no answer at all is noted as lost, so that the leaser
-/// gives back what it may have left this process owning. The gate permit
-/// (`entered`) stays taken until then.
-pub(crate) async fn late_reply(
-    p: Arc<Producers>,
-    claim: JoinHandle<Result<Claim, ShardError>>,
-    (entered, permits, starts): (Entered, Reservation, Option<u32>),
-    target: usize,
-    started: Instant,
-    shutdown: CancellationToken,
-) {
+/// gives back what it may have left this process owning.
+pub(crate) async fn late_reply(p: Arc<Producers>, late: LateClaim, shutdown: CancellationToken) {
+    let LateClaim {
+        claim,
+        entered,
+        permits,
+        starts,
+        credits,
+        target,
+        started,
+    } = late;
     let (result, _) = unheld(joined(claim.await));
     let now = Instant::now();
     let took = now - started;
@@ -52,7 +75,7 @@ pub(crate) async fn late_reply(
             // A late answer says nothing about the usual claim time.
             entered.claimed(jobs.len(), took.min(p.config.claim_budget_max));
             drop(entered);
-            take_late(&p, jobs, permits, &shutdown).await;
+            take_late(&p, jobs, permits, credits, started, &shutdown).await;
         }
         Ok(Claim::Busy) => entered.busy(now, &mut rng),
         Ok(Claim::Empty) => entered.empty(now, &mut rng),
@@ -70,19 +93,28 @@ pub(crate) async fn late_reply(
     }
 }
 
-/// Runs the jobs of a late reply if their credits are free now, else gives
-/// them back. Never waits for credits: the producers' claims, which were
-/// made in time, come first.
+/// Runs the jobs of a late reply: their leases are fresh, and giving them
+/// back rewrites their rows (running → queued), a dead version each, which
+/// slows the very claims that came late. With the claim's own credits when
+/// it kept them, else once room frees (the producers' claims wait behind
+/// it), by [`HELD_WITHIN_LEASE_DIVISOR`] of the lease at the latest. Given
+/// back only when no room came by then, or at shutdown.
 async fn take_late(
     p: &Producers,
     mut jobs: Vec<ClaimedJob>,
     mut permits: Reservation,
+    credits: Option<Credits>,
+    started: Instant,
     shutdown: &CancellationToken,
 ) {
     let n = jobs.len();
-    let credits = match shutdown.is_cancelled() {
-        true => None,
-        false => p.credits.take(n as u32).now_or_never(),
+    let credits = match (shutdown.is_cancelled(), credits) {
+        (true, _) => None,
+        (false, Some(credits)) => Some(credits),
+        (false, None) => {
+            let hold_by = started + p.config.lease / HELD_WITHIN_LEASE_DIVISOR;
+            room_for(p, n, hold_by, shutdown).await
+        }
     };
     let Some(credits) = credits else {
         return give_back_late(p, jobs).await;
@@ -100,6 +132,21 @@ async fn take_late(
             .running
             .forget(undispatched.iter().map(|j| (j.id, j.fence)));
         give_back_late(p, undispatched).await;
+    }
+}
+
+/// Credits for `n` jobs once they are free, waiting until `by` at the
+/// latest; `None` past it or at shutdown.
+async fn room_for(
+    p: &Producers,
+    n: usize,
+    by: Instant,
+    shutdown: &CancellationToken,
+) -> Option<Credits> {
+    let take = p.credits.take(n as u32);
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        taken = tokio::time::timeout_at(by.into(), take) => taken.ok(),
     }
 }
 

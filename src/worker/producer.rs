@@ -7,11 +7,13 @@
 //! ([`super::shard_health`]); a claim past it is left to a task of its own
 //! ([`super::late_reply`]), the shard is skipped by every producer until its
 //! probe ([`super::probe`]) answers in time, and the producer moves on at
-//! once with the same credits. What the producers share is in
-//! [`super::producers`].
+//! once: with fresh credits when they are free (the late reply keeps the
+//! claim's, so its jobs run), else with the same. What the producers share
+//! is in [`super::producers`].
 
 use super::claim_task::{joined, spawn_claim, unheld};
-use super::late_reply::late_reply;
+use super::credits::Credits;
+use super::late_reply::{late_reply, LateClaim};
 use super::local_gate::Entered;
 use super::permits::Reservation;
 use super::probe::probe;
@@ -24,6 +26,7 @@ use crate::config::DequeueMode;
 use crate::job::ClaimedJob;
 use crate::store::jobs::Claim;
 use crate::store::ErrorKind;
+use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -41,12 +44,13 @@ pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) 
     let p = &producers;
     let mut rotation = p.rotation();
     loop {
-        let credits = tokio::select! {
+        let mut credits = tokio::select! {
             _ = shutdown.cancelled() => return Vec::new(),
             credits = p.credits.take(p.config.batch_size) => credits,
         };
         // At shutdown `credits` drops unused and goes back.
-        let Some((mut jobs, mut permits)) = claim_somewhere(p, &mut rotation, &shutdown).await
+        let Some((mut jobs, mut permits)) =
+            claim_somewhere(p, &mut rotation, &mut credits, &shutdown).await
         else {
             return Vec::new();
         };
@@ -134,11 +138,25 @@ fn recovered_target(p: &Producers) -> Option<usize> {
     p.targets.iter().position(|t| t.shard == shard)
 }
 
+/// The credits of a claim past its budget, for its late reply: the
+/// producer's own when fresh ones are free now (it goes on with those, so
+/// the late jobs always have room and never go back for the lack of it),
+/// else none (the reply waits for room, and the producer is not held up:
+/// a silent shard's claim must not keep the producer's room until its
+/// deadline).
+fn credits_for_late_reply(p: &Producers, credits: &mut Credits) -> Option<Credits> {
+    let fresh = p.credits.take(p.config.batch_size).now_or_never()?;
+    Some(std::mem::replace(credits, fresh))
+}
+
 /// Visits targets until one yields jobs, with the permits reserved for
-/// them (their queue's, when limited); `None` at shutdown.
+/// them (their queue's, when limited); `None` at shutdown. `credits` are
+/// the room for them: a claim past its budget takes them along when fresh
+/// ones are free (see [`credits_for_late_reply`]).
 async fn claim_somewhere(
     p: &Arc<Producers>,
     rotation: &mut Rotation,
+    credits: &mut Credits,
     shutdown: &CancellationToken,
 ) -> Option<(Vec<ClaimedJob>, Reservation)> {
     let stats = &p.run.stats;
@@ -227,18 +245,20 @@ async fn claim_somewhere(
             Err(_) => {
                 // No answer within the budget: the shard is skipped, the
                 // claim's reply is handled when it comes, and this producer
-                // goes on with its credits.
+                // goes on.
                 stats.record_claim_wait(started.elapsed());
                 stats.record_detached(shard_index);
                 suspect(p, shard_index, shutdown);
-                p.spawn(late_reply(
-                    p.clone(),
+                let late = LateClaim {
                     claim,
-                    (entered, reserved, starts),
+                    entered,
+                    permits: reserved,
+                    starts,
+                    credits: credits_for_late_reply(p, credits),
                     target,
                     started,
-                    shutdown.clone(),
-                ));
+                };
+                p.spawn(late_reply(p.clone(), late, shutdown.clone()));
                 continue;
             }
         };

@@ -1,0 +1,153 @@
+//! A shard whose claims answer, but later than their budget (issue 35: a
+//! long transaction holds its xmin horizon and every claim walks dead
+//! index entries). One shard, reached through a proxy that holds replies:
+//!
+//! - when that shard is the only one with work, skipping it cannot help:
+//!   the worker keeps claiming there and drains it at the slow pace, even
+//!   while its probes are slow too (before, it waited for a probe within
+//!   the budget, which never came, and the backlog sat untouched);
+//! - the jobs of a late reply run: their leases are fresh, and giving them
+//!   back rewrites their rows (running → queued), adding the dead row
+//!   versions that slow the claims in the first place.
+
+use crate::common;
+
+use common::TestShards;
+use shardq::shards::ShardSet;
+use shardq::store::sql::JOB_CLAIM;
+use shardq::{Client, HandlerRegistry, NewJob, Worker};
+use shardq_harness::lossy_proxy::{server_addr, Fault, LossyProxy};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Each held reply's extra time: past the longest claim budget (250 ms).
+const SLOW: Duration = Duration::from_millis(400);
+
+/// A shard at `url` migrated and given `jobs` jobs of queue `slow` with
+/// handler `handler` and `payload`; a proxy in front of it, slow with
+/// [`SLOW`] for the replies to statements containing `delay_only` (all
+/// when `None`); the worker's config through the proxy with `settings`.
+async fn slow_shard(
+    settings: &str,
+    jobs: usize,
+    handler: &str,
+    payload: serde_json::Value,
+    delay_only: Option<&str>,
+) -> (TestShards, ShardSet, LossyProxy, shardq::Config) {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(settings);
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let jobs = (0..jobs)
+        .map(|_| NewJob::new("slow", handler, payload.clone()))
+        .collect();
+    client.enqueue_many(jobs).await.expect("enqueue");
+    let url = &shards.urls[0];
+    let proxy = LossyProxy::start(server_addr(url));
+    proxy.set_delay_only(delay_only);
+    proxy.set_fault(Fault::Delay(SLOW));
+    let through = TestShards {
+        servers: Vec::new(),
+        urls: vec![url.replace(&server_addr(url).to_string(), &proxy.addr().to_string())],
+    }
+    .config(settings);
+    (shards, set, proxy, through)
+}
+
+/// Jobs of the shard not succeeded yet.
+async fn unfinished(set: &ShardSet) -> i64 {
+    let db = set.get(0).client().await.expect("client");
+    db.query_one(
+        "SELECT count(*) FROM workflow_status WHERE status <> 'succeeded'",
+        &[],
+    )
+    .await
+    .expect("count")
+    .get(0)
+}
+
+/// Polls until every job succeeded: how long that took, or `None` after
+/// `limit`.
+async fn drained_within(set: &ShardSet, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while unfinished(set).await > 0 {
+        if started.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Some(started.elapsed())
+}
+
+/// Longest the test waits for the jobs to drain.
+const DRAIN_LIMIT: Duration = Duration::from_secs(45);
+
+/// One producer, a buffer of two claims, two slots of 50 ms jobs (40
+/// jobs/s): a batch lasts 1.25 s in the slots, so a late reply usually
+/// finds the buffer full.
+const TIGHT_BUFFER: &str = "
+[dequeue]
+batch_size = 50
+[worker]
+queues = [\"slow\"]
+producers = 1
+buffer_jobs = 100
+concurrency = 2
+";
+
+/// Jobs in the tight-buffer test: ~7.5 s of the slots' time.
+const TIGHT_JOBS: usize = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_of_late_claim_replies_run_and_no_row_is_rewritten() {
+    // Only the claims are slow (the horizon case: a probe touches no table
+    // and answers at once); each of them answers past its budget.
+    let (_shards, set, _proxy, through) = slow_shard(
+        TIGHT_BUFFER,
+        TIGHT_JOBS,
+        "sleep",
+        serde_json::json!({ "ms": 50 }),
+        Some(JOB_CLAIM),
+    )
+    .await;
+    let worker = Worker::new(
+        through.clone(),
+        ShardSet::connect(&through).expect("pools"),
+        HandlerRegistry::with_builtins(),
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let drained = drained_within(&set, DRAIN_LIMIT).await;
+    stop.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the worker stops")
+        .expect("worker");
+    let seen = report.stats;
+    // A job claimed more than once had its row written back to queued in
+    // between (a release, or a lease taken back): each is a dead version.
+    let db = set.get(0).client().await.expect("client");
+    let reclaimed: i64 = db
+        .query_one("SELECT count(*) FROM workflow_status WHERE fence > 1", &[])
+        .await
+        .expect("count")
+        .get(0);
+    eprintln!(
+        "drained in {drained:?}; {} claims past their budget; {} jobs given back; {reclaimed} \
+         jobs claimed more than once",
+        seen.claims_detached, seen.released
+    );
+    assert!(
+        drained.is_some(),
+        "jobs left after {DRAIN_LIMIT:?}; worker {seen:?}"
+    );
+    assert!(
+        seen.claims_detached > 0,
+        "no claim ran past its budget: the test shows nothing"
+    );
+    assert_eq!(
+        seen.released, 0,
+        "jobs of late claim replies were given back (their rows rewritten)"
+    );
+    assert_eq!(reclaimed, 0, "jobs were claimed again after a give-back");
+}

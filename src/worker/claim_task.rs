@@ -7,7 +7,9 @@ use super::target::Target;
 use crate::config::DequeueMode;
 use crate::shards::ShardError;
 use crate::store::jobs::{self, Claim, ClaimParams};
+use crate::store::ErrorKind;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::task::JoinHandle;
 
 /// A claim of target `target` in a task of its own, so that a producer can
@@ -49,5 +51,26 @@ pub(crate) fn unheld(result: Result<Claim, ShardError>) -> (Result<Claim, ShardE
             (Ok(claim), held_back)
         }
         Err(err) => (Err(err), false),
+    }
+}
+
+/// Whether a claim's failure is its shard's (the server or the way to it),
+/// not its target's: then every producer skips the shard until its probe
+/// answers. A lock timeout or a cancelled statement is about one queue's
+/// rows; a data error about one statement.
+pub(crate) fn fails_the_shard(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::NoAnswer | ErrorKind::Unreachable | ErrorKind::Other
+    )
+}
+
+/// After `took`, whether the shard answered a claim whose result is
+/// `result`: a failure that is the statement's (a lock timeout) is an
+/// answer too.
+pub(crate) fn answered(result: &Result<Claim, ShardError>, took: Duration) -> Option<Duration> {
+    match result {
+        Err(err) if fails_the_shard(err.kind()) => None,
+        _ => Some(took),
     }
 }

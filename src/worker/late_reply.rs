@@ -1,7 +1,7 @@
 //! Replies of claims that ran out of their budget (see [`super::shard_health`]):
 //! handled by a task of their own whenever they come.
 
-use super::claim_task::{joined, unheld};
+use super::claim_task::{answered, joined, unheld};
 use super::credits::Credits;
 use super::local_gate::Entered;
 use super::permits::Reservation;
@@ -38,6 +38,8 @@ pub(crate) struct LateClaim {
     pub target: usize,
     /// When the claim was sent.
     pub started: Instant,
+    /// A last-resort claim on a suspect shard (see `shard_health`).
+    pub last_resort: bool,
 }
 
 /// The reply of a claim that ran out of its budget, whenever it comes
@@ -53,15 +55,20 @@ pub(crate) async fn late_reply(p: Arc<Producers>, late: LateClaim, shutdown: Can
         credits,
         target,
         started,
+        last_resort,
     } = late;
     let (result, _) = unheld(joined(claim.await));
     let now = Instant::now();
     let took = now - started;
     let shard_index = p.targets[target].shard;
     p.run.stats.record_claim(shard_index, target, &result, took);
-    if result.is_ok() {
-        p.run.health.with(shard_index, |h| h.answered(took));
-    }
+    p.run.health.with(shard_index, |h| {
+        match (last_resort, answered(&result, took)) {
+            (true, answered) => h.last_resort_ended(answered),
+            (false, Some(took)) => h.answered_late(took),
+            (false, None) => h.late_failed(),
+        }
+    });
     let mut rng = StdRng::from_entropy();
     if let Some(starts) = starts {
         let used = match &result {

@@ -26,6 +26,7 @@ mod probe;
 mod producer;
 mod producers;
 mod rate_starts;
+mod refusals;
 mod rotation;
 mod running;
 mod scheduler;

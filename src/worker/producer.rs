@@ -11,7 +11,7 @@
 //! claim's, so its jobs run), else with the same. What the producers share
 //! is in [`super::producers`].
 
-use super::claim_task::{joined, spawn_claim, unheld};
+use super::claim_task::{answered, fails_the_shard, joined, spawn_claim, unheld};
 use super::credits::Credits;
 use super::late_reply::{late_reply, LateClaim};
 use super::local_gate::Entered;
@@ -19,13 +19,13 @@ use super::permits::Reservation;
 use super::probe::probe;
 use super::producers::Producers;
 use super::rate_starts::{give_back_starts, take_starts};
+use super::refusals::{AfterRefusal, Refusals};
 use super::rotation::{Next, Rotation};
-use super::shard_health::SUSPECT_RECHECK;
+use super::shard_health::{Health, SUSPECT_RECHECK};
 use super::target::Target;
 use crate::config::DequeueMode;
 use crate::job::ClaimedJob;
 use crate::store::jobs::Claim;
-use crate::store::ErrorKind;
 use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -68,50 +68,11 @@ pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) 
     }
 }
 
-/// Gate refusals in a row: once every target was refused, the producer
-/// waits until the earliest of them reopens.
-#[derive(Debug, Default)]
-struct Refusals {
-    count: usize,
-    reopens: Option<Instant>,
-}
-
-impl Refusals {
-    /// A target was refused until `until`; of `targets` targets. Returns
-    /// when to wait until once all were refused in a row (and starts over).
-    fn refused(&mut self, until: Instant, targets: usize) -> Option<Instant> {
-        self.count += 1;
-        let earliest = self.reopens.map_or(until, |r| r.min(until));
-        self.reopens = Some(earliest);
-        if self.count < targets {
-            return None;
-        }
-        *self = Refusals::default();
-        Some(earliest)
-    }
-
-    /// A target let the producer in.
-    fn entered(&mut self) {
-        *self = Refusals::default();
-    }
-}
-
 /// Shows the K of `target` in the worker's metrics.
 fn publish_slots(p: &Producers, target: usize, entered: &Entered) {
     if let Some(k) = entered.slots_now() {
         p.run.stats.record_slots(target, k);
     }
-}
-
-/// Whether a claim's failure is its shard's (the server or the way to it),
-/// not its target's: then every producer skips the shard until its probe
-/// answers. A lock timeout or a cancelled statement is about one queue's
-/// rows; a data error about one statement.
-fn fails_the_shard(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
-        ErrorKind::NoAnswer | ErrorKind::Unreachable | ErrorKind::Other
-    )
 }
 
 /// Marks shard `shard` suspect for the whole process; the producer that
@@ -162,12 +123,20 @@ async fn claim_somewhere(
     let stats = &p.run.stats;
     let mut rng = StdRng::from_entropy();
     let mut refusals = Refusals::default();
+    // A target to claim from as a last resort (see `refusals`), next.
+    let mut last_resort = None;
     loop {
         if shutdown.is_cancelled() {
             return None;
         }
         let now = Instant::now();
-        let next = recovered_target(p).map_or_else(|| rotation.next(now), Next::Visit);
+        let (next, as_last_resort) = match last_resort.take() {
+            Some(target) => (Next::Visit(target), true),
+            None => (
+                recovered_target(p).map_or_else(|| rotation.next(now), Next::Visit),
+                false,
+            ),
+        };
         let target = match next {
             Next::Visit(target) => target,
             Next::WaitUntil(until) => {
@@ -184,28 +153,46 @@ async fn claim_somewhere(
         let shard_index = *shard_index;
         // A limited queue's claim takes no more jobs than the permits free.
         let reserved = p.run.permits.reserve(queue, p.config.batch_size, now);
+        let usable = p.run.health.usable(shard_index);
+        // A claim on a suspect shard that still answers, where nothing else
+        // could be claimed: one per process at a time.
+        let last_resort_claim = reserved.is_some()
+            && !usable
+            && as_last_resort
+            && p.run.health.with(shard_index, Health::take_last_resort);
         // Before the wake-up is taken: a suspect shard's wake-up waits for
         // it to answer again.
         let entered = if reserved.is_none() {
             Err(now + LIMIT_RECHECK)
-        } else if p.run.health.usable(shard_index) {
+        } else if usable || last_resort_claim {
             if p.wakeups.take(target) {
                 p.gate.wake(target);
             }
-            p.gate
-                .try_enter(target, now)
-                .map_err(|why| p.config.reopens(why, now))
+            p.gate.try_enter(target, now).map_err(|why| {
+                if last_resort_claim {
+                    p.run.health.with(shard_index, Health::untake_last_resort);
+                }
+                p.config.reopens(why, now)
+            })
         } else {
             Err(now + SUSPECT_RECHECK)
         };
         let entered = match entered {
             Ok(entered) => entered,
             Err(until) => {
-                if let Some(until) = refusals.refused(until, p.targets.len()) {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return None,
-                        _ = p.gate.wait(until) => {}
-                        _ = p.wakeups.sleep_until(until) => {}
+                let slow = reserved.is_some()
+                    && !usable
+                    && !as_last_resort
+                    && p.run.health.last_resort(shard_index);
+                match refusals.refused(until, p.targets.len(), slow.then_some(target)) {
+                    AfterRefusal::GoOn => {}
+                    AfterRefusal::LastResort(target) => last_resort = Some(target),
+                    AfterRefusal::WaitUntil(until) => {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return None,
+                            _ = p.gate.wait(until) => {}
+                            _ = p.wakeups.sleep_until(until) => {}
+                        }
                     }
                 }
                 continue;
@@ -221,10 +208,17 @@ async fn claim_somewhere(
                 Ok(starts) => starts,
                 Err(until) => {
                     drop(entered);
-                    if let Some(until) = refusals.refused(until, p.targets.len()) {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => return None,
-                            _ = tokio::time::sleep_until(until.into()) => {}
+                    if last_resort_claim {
+                        p.run.health.with(shard_index, Health::untake_last_resort);
+                    }
+                    match refusals.refused(until, p.targets.len(), None) {
+                        AfterRefusal::GoOn => {}
+                        AfterRefusal::LastResort(target) => last_resort = Some(target),
+                        AfterRefusal::WaitUntil(until) => {
+                            tokio::select! {
+                                _ = shutdown.cancelled() => return None,
+                                _ = tokio::time::sleep_until(until.into()) => {}
+                            }
                         }
                     }
                     continue;
@@ -243,12 +237,14 @@ async fn claim_somewhere(
         let (result, held_back) = match tokio::time::timeout(budget, &mut claim).await {
             Ok(result) => unheld(joined(result)),
             Err(_) => {
-                // No answer within the budget: the shard is skipped, the
-                // claim's reply is handled when it comes, and this producer
-                // goes on.
+                // No answer within the budget: the shard is skipped (it
+                // was already, for a last-resort claim), the claim's reply
+                // is handled when it comes, and this producer goes on.
                 stats.record_claim_wait(started.elapsed());
                 stats.record_detached(shard_index);
-                suspect(p, shard_index, shutdown);
+                if !last_resort_claim {
+                    suspect(p, shard_index, shutdown);
+                }
                 let late = LateClaim {
                     claim,
                     entered,
@@ -257,6 +253,7 @@ async fn claim_somewhere(
                     credits: credits_for_late_reply(p, credits),
                     target,
                     started,
+                    last_resort: last_resort_claim,
                 };
                 p.spawn(late_reply(p.clone(), late, shutdown.clone()));
                 continue;
@@ -266,7 +263,12 @@ async fn claim_somewhere(
         let took = now - started;
         stats.record_claim_wait(took);
         stats.record_claim(shard_index, target, &result, took);
-        if result.is_ok() {
+        if last_resort_claim {
+            let answered = answered(&result, took);
+            p.run
+                .health
+                .with(shard_index, |h| h.last_resort_ended(answered));
+        } else if result.is_ok() {
             p.run.health.with(shard_index, |h| h.answered(took));
         }
         if let Some(starts) = starts {
@@ -323,27 +325,5 @@ async fn claim_somewhere(
                 );
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waits_only_once_every_target_was_refused_until_the_earliest_reopens() {
-        let now = Instant::now();
-        let at = |ms| now + Duration::from_millis(ms);
-        let mut r = Refusals::default();
-        assert_eq!(r.refused(at(30), 3), None);
-        assert_eq!(r.refused(at(10), 3), None);
-        assert_eq!(r.refused(at(20), 3), Some(at(10)));
-        // Starts over after a wait.
-        assert_eq!(r.refused(at(50), 3), None);
-        // An entered target breaks the streak.
-        r.entered();
-        assert_eq!(r.refused(at(40), 3), None);
-        assert_eq!(r.refused(at(60), 3), None);
-        assert_eq!(r.refused(at(70), 3), Some(at(40)));
     }
 }

@@ -79,8 +79,59 @@ async fn drained_within(set: &ShardSet, limit: Duration) -> Option<Duration> {
     Some(started.elapsed())
 }
 
-/// Longest the test waits for the jobs to drain.
+/// One producer, small claims: the test sees many claims.
+const ONE_SLOW_SHARD: &str = "
+[dequeue]
+batch_size = 50
+[worker]
+queues = [\"slow\"]
+producers = 1
+buffer_jobs = 200
+";
+
+/// Jobs in the slow-shard test: a dozen claims of 50.
+const JOBS: usize = 600;
+/// A claim of 50 every ~0.5 s (400 ms held, plus the pause before the
+/// next claim) drains them in ~6 s; the rest is room for a loaded host.
+/// Before, the worker ran the first claim's jobs and no more.
 const DRAIN_LIMIT: Duration = Duration::from_secs(45);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shard_that_alone_has_work_keeps_being_claimed_from() {
+    // Every reply slow, the probes' too: no probe is ever within budget.
+    let (_shards, set, _proxy, through) =
+        slow_shard(ONE_SLOW_SHARD, JOBS, "noop", serde_json::json!({}), None).await;
+    let worker = Worker::new(
+        through.clone(),
+        ShardSet::connect(&through).expect("pools"),
+        HandlerRegistry::with_builtins(),
+    );
+    let stats = worker.stats();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+
+    let drained = drained_within(&set, DRAIN_LIMIT).await;
+    let seen = stats.snapshot();
+    let left = unfinished(&set).await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the worker stops")
+        .expect("worker");
+    let drained = drained.unwrap_or_else(|| {
+        panic!(
+            "{left} of {JOBS} jobs still not run after {DRAIN_LIMIT:?} on the one shard with \
+             work, whose replies all take {SLOW:?}; worker {seen:?}"
+        )
+    });
+    eprintln!(
+        "drained {JOBS} jobs in {drained:?} ({:.0} jobs/s) with every reply {SLOW:?} late; \
+         {} claims past their budget, {} jobs given back",
+        JOBS as f64 / drained.as_secs_f64(),
+        seen.claims_detached,
+        seen.released
+    );
+}
 
 /// One producer, a buffer of two claims, two slots of 50 ms jobs (40
 /// jobs/s): a batch lasts 1.25 s in the slots, so a late reply usually

@@ -104,8 +104,9 @@ pub(crate) async fn late_reply(p: Arc<Producers>, late: LateClaim, shutdown: Can
 /// back rewrites their rows (running → queued), a dead version each, which
 /// slows the very claims that came late. With the claim's own credits when
 /// it kept them, else once room frees (the producers' claims wait behind
-/// it), by [`HELD_WITHIN_LEASE_DIVISOR`] of the lease at the latest. Given
-/// back only when no room came by then, or at shutdown.
+/// it), by [`HELD_WITHIN_LEASE_DIVISOR`] of the lease at the latest, a
+/// reply per producer at a time. Given back only when no room came by then,
+/// when as many replies already wait, or at shutdown.
 async fn take_late(
     p: &Producers,
     mut jobs: Vec<ClaimedJob>,
@@ -118,10 +119,15 @@ async fn take_late(
     let credits = match (shutdown.is_cancelled(), credits) {
         (true, _) => None,
         (false, Some(credits)) => Some(credits),
-        (false, None) => {
-            let hold_by = started + p.config.lease / HELD_WITHIN_LEASE_DIVISOR;
-            room_for(p, n, hold_by, shutdown).await
-        }
+        // Beyond the buffer, a batch per producer at most waits (what the
+        // credits bound, memory and jobs held, stays bounded).
+        (false, None) => match p.late_waiting.try_acquire() {
+            Ok(_waiting) => {
+                let hold_by = started + p.config.lease / HELD_WITHIN_LEASE_DIVISOR;
+                room_for(p, n, hold_by, shutdown).await
+            }
+            Err(_) => None,
+        },
     };
     let Some(credits) = credits else {
         return give_back_late(p, jobs).await;

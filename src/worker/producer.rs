@@ -7,9 +7,9 @@
 //! ([`super::shard_health`]); a claim past it is left to a task of its own
 //! ([`super::late_reply`]), the shard is skipped by every producer until its
 //! probe ([`super::probe`]) answers in time, and the producer moves on at
-//! once: with fresh credits when they are free (the late reply keeps the
-//! claim's, so its jobs run), else with the same. What the producers share
-//! is in [`super::producers`].
+//! once; the late reply keeps the claim's credits, so that its jobs run,
+//! and the producer takes fresh ones. What the producers share is in
+//! [`super::producers`].
 
 use super::claim_task::{answered, fails_the_shard, joined, spawn_claim, unheld};
 use super::credits::Credits;
@@ -44,17 +44,16 @@ pub(crate) async fn run(producers: Arc<Producers>, shutdown: CancellationToken) 
     let p = &producers;
     let mut rotation = p.rotation();
     loop {
-        let mut credits = tokio::select! {
-            _ = shutdown.cancelled() => return Vec::new(),
-            credits = p.credits.take(p.config.batch_size) => credits,
-        };
-        // At shutdown `credits` drops unused and goes back.
+        // Taken by `claim_somewhere`; at shutdown they drop unused and go back.
+        let mut credits = None;
         let Some((mut jobs, mut permits)) =
             claim_somewhere(p, &mut rotation, &mut credits, &shutdown).await
         else {
             return Vec::new();
         };
-        credits.keep(jobs.len());
+        credits
+            .expect("a claim is made with credits")
+            .keep(jobs.len());
         let claim = p.next_claim();
         for job in &mut jobs {
             job.claim = claim;
@@ -99,25 +98,32 @@ fn recovered_target(p: &Producers) -> Option<usize> {
     p.targets.iter().position(|t| t.shard == shard)
 }
 
-/// The credits of a claim past its budget, for its late reply: the
-/// producer's own when fresh ones are free now (it goes on with those, so
-/// the late jobs always have room and never go back for the lack of it),
-/// else none (the reply waits for room, and the producer is not held up:
-/// a silent shard's claim must not keep the producer's room until its
-/// deadline).
-fn credits_for_late_reply(p: &Producers, credits: &mut Credits) -> Option<Credits> {
-    let fresh = p.credits.take(p.config.batch_size).now_or_never()?;
-    Some(std::mem::replace(credits, fresh))
+/// The credits of a claim past its budget, for its late reply, so that
+/// its jobs have room and never go back for the lack of it: the producer's
+/// own, when fresh ones are free now (the producer goes on with those) or
+/// when the buffer has room for a batch beside every producer's late claim
+/// (the producer then waits for fresh ones: the buffer is full of jobs that
+/// run, not of a silent shard's claims). Else none: in a buffer that small
+/// a silent shard's claim would keep the producer's room until its
+/// deadline; the reply then waits for room (see `late_reply`).
+fn credits_for_late_reply(p: &Producers, credits: &mut Option<Credits>) -> Option<Credits> {
+    if let Some(fresh) = p.credits.take(p.config.batch_size).now_or_never() {
+        return credits.replace(fresh);
+    }
+    p.config
+        .room_beside_late_claims()
+        .then(|| credits.take())
+        .flatten()
 }
 
 /// Visits targets until one yields jobs, with the permits reserved for
 /// them (their queue's, when limited); `None` at shutdown. `credits` are
-/// the room for them: a claim past its budget takes them along when fresh
-/// ones are free (see [`credits_for_late_reply`]).
+/// the room for them, taken here first (and again when a claim past its
+/// budget took them along: see [`credits_for_late_reply`]).
 async fn claim_somewhere(
     p: &Arc<Producers>,
     rotation: &mut Rotation,
-    credits: &mut Credits,
+    credits: &mut Option<Credits>,
     shutdown: &CancellationToken,
 ) -> Option<(Vec<ClaimedJob>, Reservation)> {
     let stats = &p.run.stats;
@@ -126,6 +132,12 @@ async fn claim_somewhere(
     // A target to claim from as a last resort (see `refusals`), next.
     let mut last_resort = None;
     loop {
+        if credits.is_none() {
+            *credits = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                taken = p.credits.take(p.config.batch_size) => Some(taken),
+            };
+        }
         if shutdown.is_cancelled() {
             return None;
         }

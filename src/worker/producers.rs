@@ -15,7 +15,7 @@ use rand::Rng;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +39,10 @@ pub(crate) struct ProducerConfig {
     pub retry: Backoff,
     /// Ceiling of a shard's claim budget (`dequeue.claim_budget_max_ms`).
     pub claim_budget_max: Duration,
+    /// Producers of the process (`worker.producers`).
+    pub producers: usize,
+    /// Jobs the process holds at most (`worker.buffer_jobs`).
+    pub buffer_jobs: usize,
 }
 
 impl ProducerConfig {
@@ -51,7 +55,16 @@ impl ProducerConfig {
             idle_poll: config.dequeue.idle_poll,
             retry: config.worker.retry_backoff,
             claim_budget_max: config.dequeue.claim_budget_max,
+            producers: config.worker.producers,
+            buffer_jobs: config.worker.buffer_jobs,
         }
+    }
+
+    /// Whether the buffer has room for a batch beside a late claim of every
+    /// producer (each producer has at most one claim past its budget per
+    /// episode of a shard).
+    pub fn room_beside_late_claims(&self) -> bool {
+        self.buffer_jobs >= (self.producers + 1) * self.batch_size as usize
     }
 
     /// When a target the gate refused `now` for `why` may be tried again.
@@ -80,6 +93,10 @@ pub(crate) struct Producers {
     background: Mutex<JoinSet<()>>,
     /// Claims made so far: numbers each claim (see [`ClaimedJob::claim`]).
     claims: AtomicU64,
+    /// Late claim replies that may wait for room beyond the buffer credits
+    /// at once: one per producer, so that the jobs held beyond the buffer
+    /// stay within a batch per producer (`late_reply`).
+    pub late_waiting: Semaphore,
 }
 
 impl Producers {
@@ -93,6 +110,7 @@ impl Producers {
         wakeups: Arc<Wakeups>,
     ) -> Self {
         Producers {
+            late_waiting: Semaphore::new(config.producers),
             config,
             run,
             targets,
@@ -241,6 +259,8 @@ mod tests {
                 max: Duration::from_millis(1000),
             },
             claim_budget_max: Duration::from_millis(250),
+            producers: 1,
+            buffer_jobs: 20,
         }
     }
 

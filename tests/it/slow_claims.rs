@@ -54,29 +54,45 @@ async fn slow_shard(
     (shards, set, proxy, through)
 }
 
-/// Jobs of the shard not succeeded yet.
-async fn unfinished(set: &ShardSet) -> i64 {
+/// Jobs of the shard not succeeded yet, and those of them claimed.
+async fn unfinished(set: &ShardSet) -> (i64, i64) {
     let db = set.get(0).client().await.expect("client");
-    db.query_one(
-        "SELECT count(*) FROM workflow_status WHERE status <> 'succeeded'",
-        &[],
-    )
-    .await
-    .expect("count")
-    .get(0)
+    let row = db
+        .query_one(
+            "SELECT count(*) FILTER (WHERE status <> 'succeeded'), \
+                    count(*) FILTER (WHERE status = 'running') \
+             FROM workflow_status",
+            &[],
+        )
+        .await
+        .expect("count");
+    (row.get(0), row.get(1))
 }
 
-/// Polls until every job succeeded: how long that took, or `None` after
-/// `limit`.
-async fn drained_within(set: &ShardSet, limit: Duration) -> Option<Duration> {
+/// What a drain showed.
+struct Drain {
+    /// How long until every job succeeded; `None`: not within the limit.
+    took: Option<Duration>,
+    /// The most jobs seen claimed at once.
+    most_claimed: i64,
+}
+
+/// Polls until every job succeeded, or `limit` passed.
+async fn drain(set: &ShardSet, limit: Duration) -> Drain {
     let started = Instant::now();
-    while unfinished(set).await > 0 {
+    let mut most_claimed = 0;
+    let took = loop {
+        let (left, claimed) = unfinished(set).await;
+        most_claimed = most_claimed.max(claimed);
+        if left == 0 {
+            break Some(started.elapsed());
+        }
         if started.elapsed() > limit {
-            return None;
+            break None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Some(started.elapsed())
+    };
+    Drain { took, most_claimed }
 }
 
 /// One producer, small claims: the test sees many claims.
@@ -110,9 +126,9 @@ async fn a_slow_shard_that_alone_has_work_keeps_being_claimed_from() {
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
 
-    let drained = drained_within(&set, DRAIN_LIMIT).await;
+    let drained = drain(&set, DRAIN_LIMIT).await.took;
     let seen = stats.snapshot();
-    let left = unfinished(&set).await;
+    let (left, _) = unfinished(&set).await;
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(30), running)
         .await
@@ -146,6 +162,9 @@ buffer_jobs = 100
 concurrency = 2
 ";
 
+/// `worker.buffer_jobs` of [`TIGHT_BUFFER`].
+const BUFFER_JOBS: i64 = 100;
+
 /// Jobs in the tight-buffer test: ~7.5 s of the slots' time.
 const TIGHT_JOBS: usize = 300;
 
@@ -168,7 +187,7 @@ async fn the_jobs_of_late_claim_replies_run_and_no_row_is_rewritten() {
     );
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
-    let drained = drained_within(&set, DRAIN_LIMIT).await;
+    let drained = drain(&set, DRAIN_LIMIT).await;
     stop.cancel();
     let report = tokio::time::timeout(Duration::from_secs(30), running)
         .await
@@ -184,12 +203,12 @@ async fn the_jobs_of_late_claim_replies_run_and_no_row_is_rewritten() {
         .expect("count")
         .get(0);
     eprintln!(
-        "drained in {drained:?}; {} claims past their budget; {} jobs given back; {reclaimed} \
-         jobs claimed more than once",
-        seen.claims_detached, seen.released
+        "drained in {:?}; {} claims past their budget; {} jobs given back; {reclaimed} jobs \
+         claimed more than once; at most {} jobs claimed at once",
+        drained.took, seen.claims_detached, seen.released, drained.most_claimed
     );
     assert!(
-        drained.is_some(),
+        drained.took.is_some(),
         "jobs left after {DRAIN_LIMIT:?}; worker {seen:?}"
     );
     assert!(
@@ -201,4 +220,11 @@ async fn the_jobs_of_late_claim_replies_run_and_no_row_is_rewritten() {
         "jobs of late claim replies were given back (their rows rewritten)"
     );
     assert_eq!(reclaimed, 0, "jobs were claimed again after a give-back");
+    // Late replies keep to the buffer: they wait for room rather than the
+    // producer claiming past it.
+    assert!(
+        drained.most_claimed <= BUFFER_JOBS,
+        "{} jobs claimed at once, with a buffer of {BUFFER_JOBS}",
+        drained.most_claimed
+    );
 }

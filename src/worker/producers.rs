@@ -61,8 +61,8 @@ impl ProducerConfig {
     }
 
     /// Whether the buffer has room for a batch beside a late claim of every
-    /// producer (each producer has at most one claim past its budget per
-    /// episode of a shard).
+    /// producer (a producer leaves one claim past its budget to a shard
+    /// that falls sick: the shard is skipped from then on).
     pub fn room_beside_late_claims(&self) -> bool {
         self.buffer_jobs >= (self.producers + 1) * self.batch_size as usize
     }

@@ -41,7 +41,7 @@ pub(crate) use crate::config::CLAIM_BUDGET_MIN as BUDGET_MIN;
 /// long costs the healthy shards little even with a small buffer (200 jobs
 /// on 16 slots of 10 ms jobs last ~125 ms), and it is paid once per
 /// episode, since the shard is then skipped. A shard that answers slower
-/// than the ceiling is skipped while it does.
+/// than the ceiling is skipped while it does, except as a last resort.
 #[cfg(test)]
 pub(crate) const BUDGET_MAX: Duration = Duration::from_millis(250);
 

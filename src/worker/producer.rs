@@ -81,7 +81,8 @@ fn suspect(p: &Arc<Producers>, shard: usize, shutdown: &CancellationToken) {
         tracing::warn!(
             shard = %p.run.shards.get(shard).name,
             budget_ms = p.run.health.budget(shard).as_millis() as u64,
-            "shard did not answer in time; every producer skips it until a probe answers"
+            "shard did not answer in time; every producer skips it until a probe answers \
+             (while it answers late, it is still claimed from when nothing else has work)"
         );
         p.spawn(probe(p.clone(), shard, shutdown.clone()));
     }

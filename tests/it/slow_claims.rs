@@ -2,10 +2,11 @@
 //! long transaction holds its xmin horizon and every claim walks dead
 //! index entries). One shard, reached through a proxy that holds replies:
 //!
-//! - when that shard is the only one with work, skipping it cannot help:
-//!   the worker keeps claiming there and drains it at the slow pace, even
-//!   while its probes are slow too (before, it waited for a probe within
-//!   the budget, which never came, and the backlog sat untouched);
+//! - when that shard is the only one with work (alone, or beside an idle
+//!   healthy shard), skipping it cannot help: the worker keeps claiming
+//!   there and drains it at the slow pace, even while its probes are slow
+//!   too (before, it waited for a probe within the budget, which never
+//!   came, and the backlog sat untouched);
 //! - the jobs of a late reply run: their leases are fresh, and giving them
 //!   back rewrites their rows (running → queued), adding the dead row
 //!   versions that slow the claims in the first place.
@@ -13,7 +14,7 @@
 use crate::common;
 
 use common::TestShards;
-use shardq::shards::ShardSet;
+use shardq::shards::{Shard, ShardSet};
 use shardq::store::sql::JOB_CLAIM;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::lossy_proxy::{server_addr, Fault, LossyProxy};
@@ -54,9 +55,9 @@ async fn slow_shard(
     (shards, set, proxy, through)
 }
 
-/// Jobs of the shard not succeeded yet, and those of them claimed.
-async fn unfinished(set: &ShardSet) -> (i64, i64) {
-    let db = set.get(0).client().await.expect("client");
+/// Jobs of `shard` not succeeded yet, and those of them claimed.
+async fn unfinished(shard: &Shard) -> (i64, i64) {
+    let db = shard.client().await.expect("client");
     let row = db
         .query_one(
             "SELECT count(*) FILTER (WHERE status <> 'succeeded'), \
@@ -77,12 +78,12 @@ struct Drain {
     most_claimed: i64,
 }
 
-/// Polls until every job succeeded, or `limit` passed.
-async fn drain(set: &ShardSet, limit: Duration) -> Drain {
+/// Polls until every job of `shard` succeeded, or `limit` passed.
+async fn drain(shard: &Shard, limit: Duration) -> Drain {
     let started = Instant::now();
     let mut most_claimed = 0;
     let took = loop {
-        let (left, claimed) = unfinished(set).await;
+        let (left, claimed) = unfinished(shard).await;
         most_claimed = most_claimed.max(claimed);
         if left == 0 {
             break Some(started.elapsed());
@@ -126,9 +127,9 @@ async fn a_slow_shard_that_alone_has_work_keeps_being_claimed_from() {
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
 
-    let drained = drain(&set, DRAIN_LIMIT).await.took;
+    let drained = drain(set.get(0), DRAIN_LIMIT).await.took;
     let seen = stats.snapshot();
-    let (left, _) = unfinished(&set).await;
+    let (left, _) = unfinished(set.get(0)).await;
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(30), running)
         .await
@@ -146,6 +147,55 @@ async fn a_slow_shard_that_alone_has_work_keeps_being_claimed_from() {
         JOBS as f64 / drained.as_secs_f64(),
         seen.claims_detached,
         seen.released
+    );
+}
+
+/// Two shards on one server: the first healthy and idle, the second, with
+/// every job (keyed so that they route there), behind a proxy whose every
+/// reply takes [`SLOW`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shard_beside_an_idle_one_keeps_being_claimed_from() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config(ONE_SLOW_SHARD);
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let jobs: Vec<NewJob> = (0..)
+        .map(|i| NewJob::new("slow", "noop", serde_json::json!({})).ordering_key(format!("k{i}")))
+        .filter(|job| client.route(job.clone()).expect("route").shard().index == 1)
+        .take(JOBS)
+        .collect();
+    client.enqueue_many(jobs).await.expect("enqueue");
+    let url = &shards.urls[1];
+    let proxy = LossyProxy::start(server_addr(url));
+    proxy.set_fault(Fault::Delay(SLOW));
+    let mut urls = shards.urls.clone();
+    urls[1] = url.replace(&server_addr(url).to_string(), &proxy.addr().to_string());
+    let through = TestShards {
+        servers: Vec::new(),
+        urls,
+    }
+    .config(ONE_SLOW_SHARD);
+    let worker = Worker::new(
+        through.clone(),
+        ShardSet::connect(&through).expect("pools"),
+        HandlerRegistry::with_builtins(),
+    );
+    let stats = worker.stats();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let drained = drain(set.get(1), DRAIN_LIMIT).await.took;
+    let seen = stats.snapshot();
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the worker stops")
+        .expect("worker");
+    let drained = drained.unwrap_or_else(|| {
+        panic!("the slow shard's jobs not run after {DRAIN_LIMIT:?}; worker {seen:?}")
+    });
+    eprintln!(
+        "drained {JOBS} jobs in {drained:?} beside an idle shard; {} claims past their budget",
+        seen.claims_detached
     );
 }
 
@@ -187,7 +237,7 @@ async fn the_jobs_of_late_claim_replies_run_and_no_row_is_rewritten() {
     );
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
-    let drained = drain(&set, DRAIN_LIMIT).await;
+    let drained = drain(set.get(0), DRAIN_LIMIT).await;
     stop.cancel();
     let report = tokio::time::timeout(Duration::from_secs(30), running)
         .await

@@ -32,8 +32,8 @@ pub(crate) struct LateClaim {
     pub permits: Reservation,
     /// Starts taken from the queue's rate (rate-limited queues).
     pub starts: Option<u32>,
-    /// The claim's buffer credits, when its producer could go on with
-    /// fresh ones; else its jobs wait for room.
+    /// The claim's buffer credits, when it took them along (see the
+    /// producer's `credits_for_late_reply`); else its jobs wait for room.
     pub credits: Option<Credits>,
     pub target: usize,
     /// When the claim was sent.

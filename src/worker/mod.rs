@@ -7,12 +7,14 @@
 //!            gated)        by worker.buffer_jobs)  hash → slot)     shard, fenced)
 //! ```
 
+mod claim_task;
 mod completer;
 mod context;
 mod credits;
 mod executor;
 mod handler;
 mod heartbeat;
+mod late_reply;
 mod leaser;
 mod limit_leaser;
 mod local_gate;
@@ -20,8 +22,12 @@ mod maintenance;
 pub mod metrics;
 mod per_shard;
 mod permits;
+mod probe;
 mod producer;
+mod producers;
+mod rate_starts;
 mod recovery_floor;
+mod refusals;
 mod rotation;
 mod running;
 mod scheduler;
@@ -53,7 +59,7 @@ use executor::{Executor, ExecutorConfig};
 use leaser::LeaserConfig;
 use local_gate::LocalGate;
 use maintenance::MaintenanceConfig;
-use producer::{Dispatch, ProducerConfig, Producers};
+use producers::{Dispatch, ProducerConfig, Producers};
 use rand::Rng;
 use running::{LostClaims, RunningJobs};
 use shard_health::ShardHealth;
@@ -379,7 +385,7 @@ async fn run_pipeline(
         }
     }
     // Claims past their budget hand their jobs on (or back) first.
-    producer::finish_background(&producers, grace).await;
+    producers::finish_background(&producers, grace).await;
     // The last handle on the dispatch: the slots' inputs close.
     drop(producers);
     listeners.shutdown().await;

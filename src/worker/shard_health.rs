@@ -14,6 +14,15 @@
 //! leaves it to a task of its own and moves on. The process's next claim
 //! after that answer goes to the shard first ([`ShardHealth::take_recovered`]).
 //!
+//! A suspect shard that still answers, only late (its late replies come),
+//! is skipped only where skipping helps: a producer that finds no other
+//! target to claim from claims there anyway, one such claim at a time per
+//! process ([`Health::take_last_resort`]). Its claims are slow, not lost,
+//! and it may be the only shard with work: a long transaction holding its
+//! xmin horizon slows every claim there while probes, which touch no
+//! table, answer at once. A shard whose late claims fail or never answer
+//! gets no such claim: only its probe.
+//!
 //! A shard is *sick* while it is suspect or its completion writes fail (the
 //! completer says so): the executor slots then run its buffered jobs only
 //! when they have nothing else to run (see `set_aside`).
@@ -32,7 +41,7 @@ pub(crate) use crate::config::CLAIM_BUDGET_MIN as BUDGET_MIN;
 /// long costs the healthy shards little even with a small buffer (200 jobs
 /// on 16 slots of 10 ms jobs last ~125 ms), and it is paid once per
 /// episode, since the shard is then skipped. A shard that answers slower
-/// than the ceiling is skipped while it does.
+/// than the ceiling is skipped while it does, except as a last resort.
 #[cfg(test)]
 pub(crate) const BUDGET_MAX: Duration = Duration::from_millis(250);
 
@@ -47,6 +56,11 @@ pub(crate) const PROBE_INTERVAL: Backoff = Backoff {
     min: Duration::from_millis(200),
     max: Duration::from_millis(400),
 };
+
+/// How often a producer whose every target is skipped (their shards
+/// suspect) looks again: half the probe interval, so a shard a probe found
+/// well again is used within that.
+pub(crate) const SUSPECT_RECHECK: Duration = Duration::from_millis(100);
 
 /// Longest a probe waits for its answer: a probe sent into a silent or
 /// frozen server must end soon, so that the next one sees the recovery
@@ -77,6 +91,11 @@ pub(crate) struct Health {
     max: Duration,
     /// A probe found it well again and no claim has been sent there since.
     recovered: bool,
+    /// Suspect, and a claim past its budget was answered since (late):
+    /// the shard answers, slowly.
+    answering: bool,
+    /// A last-resort claim was sent there and has not ended yet.
+    last_resort_in_flight: bool,
 }
 
 impl Health {
@@ -87,6 +106,8 @@ impl Health {
             state: State::Healthy,
             max: max.max(BUDGET_MIN),
             recovered: false,
+            answering: false,
+            last_resort_in_flight: false,
         }
     }
 
@@ -130,6 +151,7 @@ impl Health {
             State::Healthy => {
                 self.state = State::Suspect { since: now };
                 self.recovered = false;
+                self.answering = false;
                 true
             }
             State::Suspect { .. } => false,
@@ -150,6 +172,57 @@ impl Health {
             self.recovered = true;
         }
         in_time
+    }
+
+    /// A claim past its budget was answered after `took`: the shard still
+    /// answers, however slowly.
+    pub fn answered_late(&mut self, took: Duration) {
+        self.answered(took);
+        self.answering = true;
+    }
+
+    /// A claim past its budget failed, or got no answer by its deadline:
+    /// as far as this process knows, the shard stopped answering.
+    pub fn late_failed(&mut self) {
+        self.answering = false;
+    }
+
+    /// Whether a producer that found no other target to claim from may
+    /// claim here: the shard is suspect, still answers (late), and no
+    /// other such claim of this process is in flight there.
+    pub fn last_resort(&self) -> bool {
+        !self.usable() && self.answering && !self.last_resort_in_flight
+    }
+
+    /// Takes the one last-resort claim of this process here, if
+    /// [`Health::last_resort`] allows it; [`Health::last_resort_ended`]
+    /// gives it back.
+    pub fn take_last_resort(&mut self) -> bool {
+        let allowed = self.last_resort();
+        self.last_resort_in_flight |= allowed;
+        allowed
+    }
+
+    /// The last-resort claim taken was not sent after all.
+    pub fn untake_last_resort(&mut self) {
+        self.last_resort_in_flight = false;
+    }
+
+    /// The last-resort claim ended: answered after `took` (in time or
+    /// late), or not at all (`None`). An answer within the budget makes the
+    /// shard healthy again, as a probe's would.
+    pub fn last_resort_ended(&mut self, took: Option<Duration>) {
+        self.last_resort_in_flight = false;
+        let Some(took) = took else {
+            self.late_failed();
+            return;
+        };
+        if took <= self.budget() {
+            self.answered(took);
+            self.state = State::Healthy;
+        } else {
+            self.answered_late(took);
+        }
     }
 
     /// Whether a probe found the shard well again and no claim was sent
@@ -201,6 +274,11 @@ impl ShardHealth {
     /// See [`Health::usable`].
     pub fn usable(&self, shard: usize) -> bool {
         self.with(shard, |h| h.usable())
+    }
+
+    /// See [`Health::last_resort`].
+    pub fn last_resort(&self, shard: usize) -> bool {
+        self.with(shard, |h| h.last_resort())
     }
 
     /// A probe of suspect shard `shard` ended (see [`Health::probed`]);
@@ -327,6 +405,46 @@ mod tests {
             h.answered(60 * MS);
         }
         assert!(h.budget() >= 200 * MS, "{:?}", h.budget());
+    }
+
+    #[test]
+    fn a_suspect_shard_is_a_last_resort_only_while_its_late_claims_answer() {
+        let now = Instant::now();
+        let mut h = Health::new(BUDGET_MAX);
+        h.answered(5 * MS);
+        assert!(!h.last_resort(), "a healthy shard is claimed from anyway");
+        h.suspect(now);
+        assert!(!h.last_resort(), "not heard from since: maybe silent");
+        h.answered_late(400 * MS);
+        assert!(h.take_last_resort());
+        assert!(!h.take_last_resort(), "one at a time");
+        // Answered late again: still a last resort, still suspect.
+        h.last_resort_ended(Some(400 * MS));
+        assert!(!h.usable());
+        assert!(h.take_last_resort());
+        // No answer by its deadline: no more until a late answer comes.
+        h.last_resort_ended(None);
+        assert!(!h.last_resort());
+        h.answered_late(400 * MS);
+        assert!(h.last_resort());
+        h.late_failed();
+        assert!(!h.last_resort(), "a late claim that failed ends it too");
+    }
+
+    #[test]
+    fn a_last_resort_claim_answered_in_time_makes_the_shard_healthy() {
+        let now = Instant::now();
+        let mut h = Health::new(BUDGET_MAX);
+        h.answered(5 * MS);
+        h.suspect(now);
+        h.answered_late(300 * MS);
+        assert!(h.take_last_resort());
+        h.last_resort_ended(Some(10 * MS));
+        assert!(h.usable());
+        assert!(!h.last_resort(), "healthy: claimed from as usual");
+        // A new episode starts unheard from.
+        h.suspect(now + MS);
+        assert!(!h.last_resort());
     }
 
     #[test]

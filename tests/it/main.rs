@@ -70,6 +70,7 @@ mod sick_shard;
 mod sick_shard_buffered;
 mod silent_workers;
 mod sizes;
+mod slow_claims;
 mod sql_enqueue;
 mod status_summary;
 mod store;

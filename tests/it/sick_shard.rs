@@ -8,9 +8,12 @@
 //! - no producer waits on one claim longer than a shard's budget allows
 //!   (well under a second: not the connect timeout, not the statement
 //!   deadline);
-//! - once the shard is suspect, producers leave it alone: at most one claim
-//!   per producer is sent to it during the fault (those in flight when it
-//!   fell sick);
+//! - once the shard is suspect, producers leave it alone while the healthy
+//!   shards have work: at most one claim per producer is sent to it
+//!   meanwhile (those in flight when it fell sick). A slow shard, which
+//!   still answers, is claimed from again once they have none (issue 35:
+//!   skipping it then helps nothing); a frozen, silent or refusing one is
+//!   not, during the whole fault;
 //! - every job of the healthy shards completes while the fault is still on;
 //! - after the fault, the sick shard's jobs complete too;
 //! - every job ran exactly once, and its row says succeeded.
@@ -124,6 +127,13 @@ async fn unfinished_on(set: &ShardSet, shard: usize) -> i64 {
     }
 }
 
+/// Jobs of shard `shard` still queued: a claim there would find work.
+async fn queued_on(set: &ShardSet, shard: usize) -> i64 {
+    common::count_on(set.get(shard), "queued")
+        .await
+        .expect("count")
+}
+
 async fn succeeded_on(set: &ShardSet, shard: usize) -> i64 {
     common::count_on(set.get(shard), "succeeded")
         .await
@@ -161,6 +171,11 @@ where
 trait Sickness {
     fn fall_sick(&self);
     fn get_well(&self);
+    /// Claims sent to the sick shard since it fell sick, where they are
+    /// counted (behind a proxy).
+    fn claims_so_far(&self) -> u64 {
+        0
+    }
 }
 
 /// The sick shard's whole server SIGSTOPped: connections stay open, nothing
@@ -208,12 +223,23 @@ impl Sickness for Proxied {
     fn get_well(&self) {
         self.proxy.set_fault(Fault::None);
     }
+    fn claims_so_far(&self) -> u64 {
+        let statements = self.proxy.fault_statements();
+        statements
+            .iter()
+            .filter(|s| *s == shardq::store::sql::JOB_CLAIM)
+            .count() as u64
+    }
 }
 
 /// What one run saw.
 struct Seen {
     producers: u64,
     detached_during_fault: u64,
+    /// Claims to the sick shard that ran out of budget, and claims sent to
+    /// it (where counted), while the healthy shards still had queued jobs.
+    detached_while_healthy_queued: u64,
+    claims_while_healthy_queued: u64,
     fault_lasted: Duration,
 }
 
@@ -271,10 +297,21 @@ async fn drain_with_a_sick_shard(
     // job finished there.
     let fault_on = Instant::now();
     let (mut last_left, mut last_progress, mut stall) = (i64::MAX, fault_on, Duration::ZERO);
+    let (mut detached_while_healthy_queued, mut claims_while_healthy_queued) = (0, 0);
     let drained = loop {
-        let mut left = 0;
+        // Counted before the jobs: what was sent by now was sent while
+        // they were still queued, if they are.
+        let (detached, claims) = (
+            stats.claims_detached_on(SICK) - detached_before,
+            sickness.claims_so_far(),
+        );
+        let (mut left, mut queued) = (0, 0);
         for shard in (0..SHARDS).filter(|&s| s != SICK) {
             left += unfinished_on(&set, shard).await;
+            queued += queued_on(&set, shard).await;
+        }
+        if queued > 0 {
+            (detached_while_healthy_queued, claims_while_healthy_queued) = (detached, claims);
         }
         if left < last_left {
             (last_left, last_progress) = (left, Instant::now());
@@ -347,6 +384,8 @@ async fn drain_with_a_sick_shard(
     Seen {
         producers,
         detached_during_fault,
+        detached_while_healthy_queued,
+        claims_while_healthy_queued,
         fault_lasted,
     }
 }
@@ -417,10 +456,12 @@ async fn a_frozen_shard_at_the_defaults() {
 
 /// Four shards as databases on one server, the worker reaching shard
 /// [`SICK`] through a proxy that injects `fault` while it is sick. Beyond
-/// the promises of [`drain_with_a_sick_shard`]: while the fault was on, the
-/// sick shard got at most one claim per producer (those in flight when it
-/// fell sick, or sent before it was found out) and otherwise only probes,
-/// one at a time, at most one per probe interval (200 ms).
+/// the promises of [`drain_with_a_sick_shard`]: while the healthy shards
+/// had queued jobs, the sick shard got at most one claim per producer
+/// (those in flight when it fell sick, or sent before it was found out);
+/// a shard that does not answer got no more during the whole fault, and
+/// otherwise only probes, one at a time, at most one per probe interval
+/// (200 ms).
 async fn proxied(fault: Fault, settings: &str, jobs: usize) {
     let shards = TestShards::databases(SHARDS).await;
     let sick_url = &shards.urls[SICK];
@@ -442,27 +483,46 @@ async fn proxied(fault: Fault, settings: &str, jobs: usize) {
         .filter(|s| *s == shardq::store::sql::SHARD_PROBE)
         .count() as u64;
     eprintln!(
-        "{fault:?}: during the fault ({:?}) the sick shard got {claims} claims, {probes} probes, \
-         {} statements in all; {} claims ran out of budget",
+        "{fault:?}: during the fault ({:?}) the sick shard got {claims} claims ({} while the \
+         healthy shards had queued jobs), {probes} probes, {} statements in all; {} claims ran \
+         out of budget ({} while the healthy shards had queued jobs)",
         seen.fault_lasted,
+        seen.claims_while_healthy_queued,
         statements.len(),
-        seen.detached_during_fault
+        seen.detached_during_fault,
+        seen.detached_while_healthy_queued,
     );
     assert!(
-        claims <= seen.producers,
-        "{claims} claims reached the sick shard during the fault, with {} producers",
+        seen.claims_while_healthy_queued <= seen.producers,
+        "{} claims reached the sick shard while the healthy shards had queued jobs, with {} \
+         producers",
+        seen.claims_while_healthy_queued,
         seen.producers
     );
+    assert!(
+        seen.detached_while_healthy_queued <= seen.producers,
+        "{} claims ran out of budget while the healthy shards had queued jobs",
+        seen.detached_while_healthy_queued
+    );
+    // A shard that does not answer at all gets nothing but probes, even
+    // once the healthy shards have no more work.
+    if fault != Fault::Delay(SLOW) {
+        assert!(
+            claims <= seen.producers,
+            "{claims} claims reached the {fault:?} shard during the fault, with {} producers",
+            seen.producers
+        );
+        assert!(
+            seen.detached_during_fault <= seen.producers,
+            "{} claims ran out of budget during the fault",
+            seen.detached_during_fault
+        );
+    }
     let probe_limit = seen.fault_lasted.as_millis() as u64 / 200 + 1;
     assert!(
         probes <= probe_limit,
         "{probes} probes in {:?}: more than one per 200 ms",
         seen.fault_lasted
-    );
-    assert!(
-        seen.detached_during_fault <= seen.producers,
-        "{} claims ran out of budget during the fault",
-        seen.detached_during_fault
     );
 }
 

@@ -1,0 +1,199 @@
+//! Replies of claims that ran out of their budget (see [`super::shard_health`]):
+//! handled by a task of their own whenever they come.
+
+use super::claim_task::{answered, joined, unheld};
+use super::credits::Credits;
+use super::local_gate::Entered;
+use super::permits::Reservation;
+use super::producers::Producers;
+use super::rate_starts::give_back_starts;
+use crate::job::{ClaimedJob, Completion, Outcome};
+use crate::shards::ShardError;
+use crate::store::jobs::{self, Claim, CompleteMany};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Latest a late reply's jobs are held, counted from the claim's sending,
+/// as a fraction of their lease: the leaser extends held leases every
+/// third of the lease, so a lease half gone when its job is held is still
+/// extended before it runs out.
+const HELD_WITHIN_LEASE_DIVISOR: u32 = 2;
+
+/// What a claim past its budget leaves to the task that takes its reply.
+pub(crate) struct LateClaim {
+    pub claim: JoinHandle<Result<Claim, ShardError>>,
+    /// The gate permit, taken until the reply.
+    pub entered: Entered,
+    /// The queue's permits reserved for its jobs (limited queues).
+    pub permits: Reservation,
+    /// Starts taken from the queue's rate (rate-limited queues).
+    pub starts: Option<u32>,
+    /// The claim's buffer credits, when it took them along (see the
+    /// producer's `credits_for_late_reply`); else its jobs wait for room.
+    pub credits: Option<Credits>,
+    pub target: usize,
+    /// When the claim was sent.
+    pub started: Instant,
+    /// A last-resort claim on a suspect shard (see `shard_health`).
+    pub last_resort: bool,
+}
+
+/// The reply of a claim that ran out of its budget, whenever it comes
+/// (within the statement deadline): its jobs run (see [`take_late`]); a
+/// claim that got no answer at all is noted as lost, so that the leaser
+/// gives back what it may have left this process owning.
+pub(crate) async fn late_reply(p: Arc<Producers>, late: LateClaim, shutdown: CancellationToken) {
+    let LateClaim {
+        claim,
+        entered,
+        permits,
+        starts,
+        credits,
+        target,
+        started,
+        last_resort,
+    } = late;
+    let (result, _) = unheld(joined(claim.await));
+    let now = Instant::now();
+    let took = now - started;
+    let shard_index = p.targets[target].shard;
+    p.run.stats.record_claim(shard_index, target, &result, took);
+    p.run.health.with(shard_index, |h| {
+        match (last_resort, answered(&result, took)) {
+            (true, answered) => h.last_resort_ended(answered),
+            (false, Some(took)) => h.answered_late(took),
+            (false, None) => h.late_failed(),
+        }
+    });
+    let mut rng = StdRng::from_entropy();
+    if let Some(starts) = starts {
+        let used = match &result {
+            Ok(Claim::Jobs(jobs)) => jobs.len() as u32,
+            _ => 0,
+        };
+        give_back_starts(&p, &p.targets[target].queue, starts.saturating_sub(used));
+    }
+    match result {
+        Ok(Claim::Jobs(jobs)) => {
+            // A late answer says nothing about the usual claim time.
+            entered.claimed(jobs.len(), took.min(p.config.claim_budget_max));
+            drop(entered);
+            take_late(&p, jobs, permits, credits, started, &shutdown).await;
+        }
+        Ok(Claim::Busy) => entered.busy(now, &mut rng),
+        Ok(Claim::Empty) => entered.empty(now, &mut rng),
+        Ok(Claim::HeldBack(_)) => unreachable!("unheld() made it Jobs or Empty"),
+        Err(err) => {
+            if err.kind().may_have_run() {
+                p.run.lost_claims.lost(shard_index);
+            }
+            tracing::debug!(
+                shard = %p.run.shards.get(shard_index).name,
+                error = %crate::error_chain::error_chain(&err),
+                "a claim past its budget failed"
+            );
+        }
+    }
+}
+
+/// Runs the jobs of a late reply: their leases are fresh, and giving them
+/// back rewrites their rows (running → queued), a dead version each, which
+/// slows the very claims that came late. With the claim's own credits when
+/// it kept them, else once room frees (the producers' claims wait behind
+/// it), by [`HELD_WITHIN_LEASE_DIVISOR`] of the lease at the latest, a
+/// reply per producer at a time. Given back only when no room came by then,
+/// when as many replies already wait, or at shutdown.
+async fn take_late(
+    p: &Producers,
+    mut jobs: Vec<ClaimedJob>,
+    mut permits: Reservation,
+    credits: Option<Credits>,
+    started: Instant,
+    shutdown: &CancellationToken,
+) {
+    let n = jobs.len();
+    let credits = match (shutdown.is_cancelled(), credits) {
+        (true, _) => None,
+        (false, Some(credits)) => Some(credits),
+        // Beyond the buffer, a batch per producer at most waits (what the
+        // credits bound, memory and jobs held, stays bounded).
+        (false, None) => match p.late_waiting.try_acquire() {
+            Ok(_waiting) => {
+                let hold_by = started + p.config.lease / HELD_WITHIN_LEASE_DIVISOR;
+                room_for(p, n, hold_by, shutdown).await
+            }
+            Err(_) => None,
+        },
+    };
+    let Some(credits) = credits else {
+        return give_back_late(p, jobs).await;
+    };
+    let claim = p.next_claim();
+    for job in &mut jobs {
+        job.claim = claim;
+        p.run.running.hold(job, permits.take());
+    }
+    drop(permits);
+    let undispatched = p.dispatch.send_all(jobs, shutdown).await;
+    credits.keep(n - undispatched.len());
+    if !undispatched.is_empty() {
+        p.run
+            .running
+            .forget(undispatched.iter().map(|j| (j.id, j.fence)));
+        give_back_late(p, undispatched).await;
+    }
+}
+
+/// Credits for `n` jobs once they are free, waiting until `by` at the
+/// latest; `None` past it or at shutdown.
+async fn room_for(
+    p: &Producers,
+    n: usize,
+    by: Instant,
+    shutdown: &CancellationToken,
+) -> Option<Credits> {
+    let take = p.credits.take(n as u32);
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        taken = tokio::time::timeout_at(by.into(), take) => taken.ok(),
+    }
+}
+
+/// Releases `jobs` (claimed, never started) at once, fenced. When that
+/// fails, the claim is noted as lost: the leaser then gives them back, or
+/// their leases expire.
+async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
+    let Some(first) = jobs.first() else {
+        return;
+    };
+    let shard = p.run.shards.get(first.shard);
+    p.run.stats.record_unbuffered(jobs.len());
+    let done: Vec<Completion> = jobs
+        .iter()
+        .map(|job| Completion::of(job, Outcome::Released))
+        .collect();
+    let release = CompleteMany {
+        owner: &p.run.owner,
+        retry: p.config.retry,
+        done: &done,
+    };
+    match jobs::complete_many(shard, release).await {
+        Ok(written) => {
+            p.run.stats.record_written(shard.index, &written, []);
+            tracing::info!(shard = %shard.name, released = written.released, "gave back the jobs of a late claim reply");
+        }
+        Err(err) => {
+            p.run.lost_claims.lost(shard.index);
+            tracing::warn!(
+                shard = %shard.name,
+                jobs = done.len(),
+                error = %crate::error_chain::error_chain(&err),
+                "cannot give back the jobs of a late claim reply; the leaser will"
+            );
+        }
+    }
+}

@@ -113,3 +113,21 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A session on `url` holding a REPEATABLE READ snapshot that has read
+/// `workflow_status`: the shard's xmin horizon stays where it is, and
+/// vacuum removes no version that snapshot might see, until the session
+/// commits or is dropped (a report or `pg_dump` left running).
+pub async fn hold_snapshot(url: &str) -> tokio_postgres::Client {
+    let (holder, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect the snapshot's session");
+    tokio::spawn(conn);
+    holder
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM workflow_status",
+        )
+        .await
+        .expect("take the snapshot");
+    holder
+}

@@ -37,16 +37,7 @@ async fn a_recovery_pass_from_its_floor_reads_no_expired_entry_behind_it() {
     let set = shards.migrated(&config).await;
     let shard = set.get(0);
     let mut db = shard.client().await.unwrap();
-    let (holder, conn) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    holder
-        .batch_execute(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM workflow_status",
-        )
-        .await
-        .unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
 
     // 2,000 jobs claimed with leases that end at once, then finished: their
     // running versions stay, dead but kept for the snapshot.

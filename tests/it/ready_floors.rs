@@ -84,16 +84,7 @@ async fn entries_read(db: &mut tokio_postgres::Client, sql: &str, queue: &str) -
 async fn under_a_held_snapshot_a_claim_reads_only_what_was_claimed_since_the_floor_moved() {
     let (shards, set) = shard().await;
     let mut db = set.get(0).client().await.unwrap();
-    let (holder, conn) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    holder
-        .batch_execute(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM workflow_status",
-        )
-        .await
-        .unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
 
     enqueue(&***db, "q", 0, 3_000).await;
     for _ in 0..30 {

@@ -113,28 +113,38 @@ const JOBS: usize = 600;
 /// Before, the worker ran the first claim's jobs and no more.
 const DRAIN_LIMIT: Duration = Duration::from_secs(45);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_shard_that_alone_has_work_keeps_being_claimed_from() {
-    // Every reply slow, the probes' too: no probe is ever within budget.
-    let (_shards, set, _proxy, through) =
-        slow_shard(ONE_SLOW_SHARD, JOBS, "noop", serde_json::json!({}), None).await;
+/// Runs a worker on `config` until `shard` has no job left or
+/// `DRAIN_LIMIT` passes; how long it took (`None`: not drained), and the
+/// worker's counters then.
+async fn drained_by_a_worker(
+    config: &shardq::config::Config,
+    shard: &Shard,
+) -> (Option<Duration>, shardq::worker::StatsSnapshot) {
     let worker = Worker::new(
-        through.clone(),
-        ShardSet::connect(&through).expect("pools"),
+        config.clone(),
+        ShardSet::connect(config).expect("pools"),
         HandlerRegistry::with_builtins(),
     );
     let stats = worker.stats();
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
-
-    let drained = drain(set.get(0), DRAIN_LIMIT).await.took;
+    let drained = drain(shard, DRAIN_LIMIT).await.took;
     let seen = stats.snapshot();
-    let (left, _) = unfinished(set.get(0)).await;
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(30), running)
         .await
         .expect("the worker stops")
         .expect("worker");
+    (drained, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shard_that_alone_has_work_keeps_being_claimed_from() {
+    // Every reply slow, the probes' too: no probe is ever within budget.
+    let (_shards, set, _proxy, through) =
+        slow_shard(ONE_SLOW_SHARD, JOBS, "noop", serde_json::json!({}), None).await;
+    let (drained, seen) = drained_by_a_worker(&through, set.get(0)).await;
+    let (left, _) = unfinished(set.get(0)).await;
     let drained = drained.unwrap_or_else(|| {
         panic!(
             "{left} of {JOBS} jobs still not run after {DRAIN_LIMIT:?} on the one shard with \
@@ -175,21 +185,7 @@ async fn a_slow_shard_beside_an_idle_one_keeps_being_claimed_from() {
         urls,
     }
     .config(ONE_SLOW_SHARD);
-    let worker = Worker::new(
-        through.clone(),
-        ShardSet::connect(&through).expect("pools"),
-        HandlerRegistry::with_builtins(),
-    );
-    let stats = worker.stats();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn(worker.run(stop.clone()));
-    let drained = drain(set.get(1), DRAIN_LIMIT).await.took;
-    let seen = stats.snapshot();
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), running)
-        .await
-        .expect("the worker stops")
-        .expect("worker");
+    let (drained, seen) = drained_by_a_worker(&through, set.get(1)).await;
     let drained = drained.unwrap_or_else(|| {
         panic!("the slow shard's jobs not run after {DRAIN_LIMIT:?}; worker {seen:?}")
     });

@@ -350,6 +350,26 @@ pub struct ClaimedJob {
     pub created_at: SystemTime,
 }
 
+#[cfg(test)]
+impl ClaimedJob {
+    /// For unit tests: job `id` of shard `shard`, queue `q`, handler
+    /// `noop`, first attempt of its first claim.
+    pub(crate) fn for_test(id: i64, shard: usize, key: Option<&str>) -> ClaimedJob {
+        ClaimedJob {
+            id: JobId { shard_key: 0, id },
+            shard,
+            queue: "q".into(),
+            handler: "noop".into(),
+            ordering_key: key.map(Into::into),
+            payload: Value::Null,
+            attempt: 1,
+            fence: 1,
+            claim: 0,
+            created_at: SystemTime::now(),
+        }
+    }
+}
+
 /// How a job ended.
 #[derive(Debug, Clone)]
 pub enum Outcome {

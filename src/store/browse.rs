@@ -399,28 +399,13 @@ pub async fn finished_since(
     deadline: Duration,
 ) -> Result<FinishedSince, ShardError> {
     let span_ms = i64::try_from(span.as_millis()).unwrap_or(i64::MAX);
-    let deadline_ms = deadline.as_millis().max(1).to_string();
-    let row = shard
-        .within(async {
-            let mut client = shard.lend().await?;
-            let row = async {
-                let tx = client.transaction().await?;
-                tx.query_typed(sql::DEADLINE_LOCAL, &[(&deadline_ms, Type::TEXT)])
-                    .await?;
-                let row = tx
-                    .query_typed_one(
-                        sql::FINISHED_SINCE,
-                        &[(&since, Type::TIMESTAMPTZ), (&span_ms, Type::INT8)],
-                    )
-                    .await?;
-                tx.commit().await?;
-                Ok(row)
-            }
-            .await;
-            client.settle();
-            row.map_err(|e| shard.query_error(e))
-        })
-        .await?;
+    let row = super::exec::read_one_within(
+        shard,
+        deadline,
+        sql::FINISHED_SINCE,
+        &[(&since, Type::TIMESTAMPTZ), (&span_ms, Type::INT8)],
+    )
+    .await?;
     let queues: Vec<String> = row.get::<_, Option<_>>("queues").unwrap_or_default();
     let done: Vec<i64> = row.get::<_, Option<_>>("done").unwrap_or_default();
     let failed: Vec<i64> = row.get::<_, Option<_>>("failed").unwrap_or_default();

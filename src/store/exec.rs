@@ -49,6 +49,34 @@ pub(crate) async fn query_one(
         .await
 }
 
+/// The one row a read `statement` returns, in a read-only transaction whose
+/// statements the server ends after `server_deadline` (`SET LOCAL`: a
+/// read abandoned at the shard's deadline here does not run on there).
+pub(crate) async fn read_one_within(
+    shard: &Shard,
+    server_deadline: std::time::Duration,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Row, ShardError> {
+    let deadline_ms = server_deadline.as_millis().max(1).to_string();
+    shard
+        .within(async {
+            let mut client = shard.lend().await?;
+            let row = async {
+                let tx = client.build_transaction().read_only(true).start().await?;
+                tx.query_typed(sql::DEADLINE_LOCAL, &[(&deadline_ms, Type::TEXT)])
+                    .await?;
+                let row = tx.query_typed_one(statement, params).await?;
+                tx.commit().await?;
+                Ok(row)
+            }
+            .await;
+            client.settle();
+            row.map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
 /// How many rows `statement` changed.
 pub(crate) async fn execute(
     shard: &Shard,

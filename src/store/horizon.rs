@@ -128,25 +128,13 @@ impl Horizon {
 ///
 /// Cancel safe (a read).
 pub async fn read(shard: &Shard) -> Result<Horizon, ShardError> {
-    let timeout_ms = READ_STATEMENT_TIMEOUT.as_millis().to_string();
-    let row = shard
-        .within(async {
-            let mut client = shard.lend().await?;
-            let row = async {
-                let tx = client.build_transaction().read_only(true).start().await?;
-                tx.query_typed(sql::DEADLINE_LOCAL, &[(&timeout_ms, Type::TEXT)])
-                    .await?;
-                let row = tx
-                    .query_typed_one(sql::HORIZON_READ, &[(&QUEUE_TABLE, Type::TEXT)])
-                    .await?;
-                tx.commit().await?;
-                Ok(row)
-            }
-            .await;
-            client.settle();
-            row.map_err(|e| shard.query_error(e))
-        })
-        .await?;
+    let row = super::exec::read_one_within(
+        shard,
+        READ_STATEMENT_TIMEOUT,
+        sql::HORIZON_READ,
+        &[(&QUEUE_TABLE, Type::TEXT)],
+    )
+    .await?;
     let held = |holder, seconds, xids| HeldBack {
         holder,
         seconds,

@@ -276,21 +276,7 @@ mod tests {
     }
 
     fn job(key: Option<&str>) -> ClaimedJob {
-        ClaimedJob {
-            id: crate::job::JobId {
-                shard_key: 0,
-                id: 1,
-            },
-            shard: 0,
-            queue: "q".into(),
-            handler: "noop".into(),
-            ordering_key: key.map(Into::into),
-            payload: serde_json::Value::Null,
-            attempt: 1,
-            fence: 1,
-            claim: 0,
-            created_at: std::time::SystemTime::now(),
-        }
+        ClaimedJob::for_test(1, 0, key)
     }
 
     #[tokio::test(start_paused = true)]

@@ -141,21 +141,9 @@ impl SetAside {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobId;
 
     fn job(id: i64, shard: usize, key: Option<&str>) -> ClaimedJob {
-        ClaimedJob {
-            id: JobId { shard_key: 0, id },
-            shard,
-            queue: "q".into(),
-            handler: "noop".into(),
-            ordering_key: key.map(Into::into),
-            payload: serde_json::Value::Null,
-            attempt: 1,
-            fence: 1,
-            claim: 0,
-            created_at: std::time::SystemTime::now(),
-        }
+        ClaimedJob::for_test(id, shard, key)
     }
 
     fn id(job: Option<ClaimedJob>) -> Option<i64> {

@@ -66,6 +66,9 @@ struct Shared {
     /// When set, only replies to statements containing this text are
     /// dropped (the others pass whatever the probability).
     drop_only: Mutex<Option<String>>,
+    /// Texts whose next matching reply is lost whatever the probability
+    /// (each once): a fault a test must see happen at least once.
+    drop_next: Mutex<Vec<String>>,
     /// When set, a [`Fault::Delay`] holds only the replies to statements
     /// containing this text.
     delay_only: Mutex<Option<String>>,
@@ -86,6 +89,7 @@ impl Shared {
         Shared {
             drop_probability: AtomicU64::new(0),
             drop_only: Mutex::new(None),
+            drop_next: Mutex::new(Vec::new()),
             delay_only: Mutex::new(None),
             dropped: AtomicU64::new(0),
             dropped_statements: Mutex::new(Vec::new()),
@@ -97,6 +101,16 @@ impl Shared {
 
     /// Whether to lose this reply, to `statement`.
     fn roll(&self, statement: &str) -> bool {
+        {
+            let mut next = self.drop_next.lock().unwrap();
+            if let Some(at) = next
+                .iter()
+                .position(|text| statement.contains(text.as_str()))
+            {
+                next.swap_remove(at);
+                return true;
+            }
+        }
         let p = f64::from_bits(self.drop_probability.load(Ordering::Relaxed));
         let chosen = self
             .drop_only
@@ -184,6 +198,13 @@ impl LossyProxy {
     /// statement a test is about.
     pub fn set_drop_only(&self, only: Option<&str>) {
         *self.shared.drop_only.lock().unwrap() = only.map(str::to_owned);
+    }
+
+    /// Loses the next reply (after a commit) to a statement whose text
+    /// contains `text`, whatever the probability: a test that needs the
+    /// fault at that statement gets it at least once instead of by chance.
+    pub fn drop_next(&self, text: &str) {
+        self.shared.drop_next.lock().unwrap().push(text.to_owned());
     }
 
     /// Makes a [`Fault::Delay`] hold only the replies to statements whose

@@ -1157,6 +1157,7 @@ CREATE OR REPLACE FUNCTION public.shardq_mark_ready()
  RETURNS trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
         BEGIN
             PERFORM pg_catalog.pg_current_xact_id();

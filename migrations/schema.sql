@@ -33,6 +33,7 @@
 --     27 0027_ready_order.sql
 --     28 0028_ready_order_index.sql
 --     29 0029_ready_order_switch.sql
+--     30 0030_claim_result.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -344,69 +345,47 @@ END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_claim(p_lock_class integer, p_slots integer, p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
- RETURNS TABLE(got_slot integer, shard_key integer, id bigint, handler text, ordering_key text, priority integer, payload jsonb, attempts integer, fence bigint, queue text, created_at timestamp with time zone)
+ RETURNS SETOF shardq_claimed
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
-#variable_conflict use_column
 DECLARE
-    tids tid[];
+    keyed_ready boolean;
 BEGIN
     -- A paused queue answers "empty" before any lock is tried: one probe of
     -- a table of a few rows per claim statement.
     IF EXISTS (SELECT 1 FROM shardq_paused_queues p WHERE p.queue = p_queue) THEN
-        RETURN QUERY SELECT 1, NULL::int, NULL::bigint, NULL::text, NULL::text, NULL::int,
-            NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
+        RETURN QUERY SELECT * FROM shardq_take('{}', p_owner, p_lease_ms, 1);
         RETURN;
     END IF;
     IF p_slots > 0 AND NOT EXISTS (
             SELECT 1 FROM generate_series(0, p_slots - 1) AS s
             WHERE pg_try_advisory_xact_lock(p_lock_class, s)) THEN
-        RETURN QUERY SELECT 0, NULL::int, NULL::bigint, NULL::text, NULL::text, NULL::int,
-            NULL::jsonb, NULL::int, NULL::bigint, NULL::text, NULL::timestamptz;
+        RETURN QUERY SELECT * FROM shardq_take('{}', p_owner, p_lease_ms, 0);
         RETURN;
     END IF;
+    keyed_ready := shardq_queue_has_ready(p_queue, p_plain => false, p_grouped => false);
     -- Grouped jobs ready: the groups take turns (shardq_claim_grouped). A
     -- queue that also has keyed jobs ready gives every other claim, at
     -- random, to its keyed jobs.
-    IF EXISTS (SELECT 1 FROM workflow_status w
-               WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL)
-       AND (random() < 0.5 OR NOT EXISTS (SELECT 1 FROM workflow_status w
-               WHERE w.queue = p_queue AND w.status = 'queued'
-                 AND w.ordering_key IS NOT NULL)) THEN
+    IF shardq_queue_has_ready(p_queue, p_plain => false, p_keyed => false)
+       AND (random() < 0.5 OR NOT keyed_ready) THEN
         RETURN QUERY SELECT * FROM shardq_claim_grouped(p_queue, p_limit, p_owner, p_lease_ms);
-        RETURN;
+    ELSIF keyed_ready THEN
+        RETURN QUERY SELECT * FROM shardq_claim_keyed(p_queue, p_limit, p_owner, p_lease_ms);
+    ELSE
+        -- No keyed job ready: unkeyed jobs have no order to keep, so they
+        -- are locked from their ready floors and taken.
+        RETURN QUERY SELECT * FROM shardq_take(shardq_lock_plain_ready(p_queue, p_limit),
+                                               p_owner, p_lease_ms, 1);
     END IF;
-    -- No keyed job ready: unkeyed jobs have no order to keep, so they are
-    -- locked (from their ready floors: shardq_lock_plain_ready) and claimed
-    -- by tuple id, each row probed once.
-    IF NOT EXISTS (SELECT 1 FROM workflow_status w
-                   WHERE w.queue = p_queue AND w.status = 'queued'
-                     AND w.ordering_key IS NOT NULL) THEN
-        tids := shardq_lock_plain_ready(p_queue, p_limit);
-        RETURN QUERY
-        WITH claimed AS (
-            UPDATE workflow_status w SET status = 'running', owner = p_owner,
-                attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
-                lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-            WHERE w.ctid = ANY (tids)
-            RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
-                w.attempts, w.fence, w.queue, w.created_at
-        )
-        SELECT 1, c.shard_key, c.id, c.handler, c.ordering_key, c.priority, c.payload,
-               c.attempts, c.fence, c.queue, c.created_at
-        FROM (SELECT 1) AS one LEFT JOIN claimed c ON true
-        ORDER BY c.id;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT * FROM shardq_claim_keyed(p_queue, p_limit, p_owner, p_lease_ms);
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_claim_grouped(p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
- RETURNS TABLE(got_slot integer, shard_key integer, id bigint, handler text, ordering_key text, priority integer, payload jsonb, attempts integer, fence bigint, queue text, created_at timestamp with time zone)
+ RETURNS SETOF shardq_claimed
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
@@ -427,7 +406,7 @@ DECLARE
     plain_pos float8;
     per_group int;
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
-    t_tid tid[]; t_sk int[]; t_id bigint[]; t_group text[];
+    t_tid tid[]; t_group text[];
     at timestamptz;
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
@@ -521,9 +500,8 @@ BEGIN
         SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,
                row_number() OVER (ORDER BY p.priority, p.id) FROM plain p
     )
-    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.shard_key), '{}'),
-           coalesce(array_agg(m.id), '{}'), coalesce(array_agg(m.job_group), '{}')
-    INTO t_tid, t_sk, t_id, t_group FROM (SELECT * FROM met ORDER BY rn, pos LIMIT p_limit) m;
+    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.job_group), '{}')
+    INTO t_tid, t_group FROM (SELECT * FROM met ORDER BY rn, pos LIMIT p_limit) m;
 
     IF lim.group_rate_count IS NOT NULL THEN
         -- What each group took comes off its bucket (groups that took
@@ -537,37 +515,22 @@ BEGIN
             SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
     END IF;
 
-    -- Found by tuple id: a row this transaction locked cannot move before
-    -- it ends. started_at: the clock now, after the count, not the
-    -- transaction's start: a job of the group finished between the two
-    -- counts as finished before this one started, in the rows as in the
-    -- count.
-    UPDATE workflow_status w SET status = 'running', owner = p_owner,
-        attempts = w.attempts + 1, fence = w.fence + 1, started_at = clock_timestamp(),
-        lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-    WHERE w.ctid = ANY (t_tid);
+    -- Fewer than asked while jobs of the queue stay ready besides those
+    -- taken now (held back by limits, heads a concurrent claim had, or
+    -- keyed jobs this path does not take): got_slot 2, so the worker asks
+    -- again soon instead of taking the queue for caught up and waiting for
+    -- a wake-up. (A new statement: its snapshot sees what other claims
+    -- took while this one ran.)
+    held_back := cardinality(t_tid) < p_limit
+        AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
 
-    -- Fewer than asked while jobs of the queue stay ready (held back by
-    -- limits, heads a concurrent claim had, or keyed jobs this path does
-    -- not take): got_slot 2, so the worker asks again soon instead of
-    -- taking the queue for caught up and waiting for a wake-up.
-    held_back := cardinality(t_tid) < p_limit AND shardq_queue_has_ready(p_queue);
-
-    -- The rows as this transaction left them (one primary-key probe each:
-    -- the update gave them new tuple ids).
-    RETURN QUERY
-    SELECT CASE WHEN held_back THEN 2 ELSE 1 END,
-           w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
-           w.attempts, w.fence, w.queue, w.created_at
-    FROM (SELECT 1) AS one
-    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
-               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
-    ORDER BY w.id;
+    RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
+                                           CASE WHEN held_back THEN 2 ELSE 1 END);
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_claim_keyed(p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
- RETURNS TABLE(got_slot integer, shard_key integer, id bigint, handler text, ordering_key text, priority integer, payload jsonb, attempts integer, fence bigint, queue text, created_at timestamp with time zone)
+ RETURNS SETOF shardq_claimed
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
@@ -575,10 +538,10 @@ CREATE OR REPLACE FUNCTION public.shardq_claim_keyed(p_queue text, p_limit integ
 AS $function$
 #variable_conflict use_column
 DECLARE
-    c_sk int[]; c_id bigint[]; c_key text[];  -- ready jobs met, in dequeue order
+    c_tid tid[]; c_key text[];                -- ready jobs met, in dequeue order
     l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
     f_key text[]; f_pos bigint[];             -- locked keys nothing holds
-    t_sk int[]; t_id bigint[];                -- jobs to claim
+    t_tid tid[] := '{}';                      -- jobs to claim
     blocked text[];                           -- locked keys something else holds
     held text[];                              -- keys held once this claim commits
     parked int;
@@ -589,19 +552,18 @@ BEGIN
         round := round + 1;
         plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
         WITH unkeyed AS MATERIALIZED (
-            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.ctid = ANY (plain_tids)
         ), keyed AS MATERIALIZED (
-            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), met AS (
             SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
         )
-        SELECT coalesce(array_agg(m.shard_key ORDER BY m.priority, m.id), '{}'),
-               coalesce(array_agg(m.id ORDER BY m.priority, m.id), '{}'),
+        SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.id), '{}'),
                coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
-        INTO c_sk, c_id, c_key FROM met m;
+        INTO c_tid, c_key FROM met m;
 
         SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
                coalesce(array_agg(d.pos ORDER BY d.pos), '{}')
@@ -635,7 +597,7 @@ BEGIN
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
-            SELECT w.shard_key, w.id FROM workflow_status w
+            SELECT w.ctid AS tid, w.shard_key, w.id FROM workflow_status w
             WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
               AND w.status IN ('queued', 'waiting')
             FOR UPDATE SKIP LOCKED
@@ -644,24 +606,31 @@ BEGIN
             FROM pending p LEFT JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             GROUP BY p.k
         ), offered AS (
-            SELECT t.shard_key, t.id, NULL::text AS k, t.pos, 0::bigint AS rn
-            FROM unnest(c_sk, c_id, c_key) WITH ORDINALITY AS t(shard_key, id, k, pos)
+            SELECT t.tid, NULL::text AS k, t.pos, 0::bigint AS rn
+            FROM unnest(c_tid, c_key) WITH ORDINALITY AS t(tid, k, pos)
             WHERE t.k IS NULL
             UNION ALL
-            SELECT p.shard_key, p.id, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            SELECT g.tid, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             WHERE p.rn < cut.gap
         ), take AS (
             SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
         )
-        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}'),
+        SELECT coalesce(array_agg(x.tid), '{}'),
                coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
-        INTO t_sk, t_id, held FROM take x;
+        INTO t_tid, held FROM take x;
 
-        UPDATE workflow_status w SET status = 'running', owner = p_owner,
-            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
-            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-        FROM unnest(t_sk, t_id) AS t(shard_key, id)
-        WHERE w.shard_key = t.shard_key AND w.id = t.id;
+        -- Taken before the keys are parked below: a row parked would move
+        -- (a new tuple id) and the take would miss it. Got_slot 2 when
+        -- fewer than asked while grouped jobs of the queue are ready (a
+        -- queue of keys and groups: the next claim may take those).
+        IF cardinality(t_tid) > 0 THEN
+            RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
+                CASE WHEN cardinality(t_tid) < p_limit
+                          AND shardq_queue_has_ready(p_queue, p_plain => false,
+                                                     p_keyed => false)
+                     THEN 2 ELSE 1 END);
+        END IF;
 
         -- Park the queued jobs of the keys held now: those this claim took,
         -- and the locked ones something else holds (bounded per claim).
@@ -680,23 +649,13 @@ BEGIN
         WHERE w.shard_key = p.shard_key AND w.id = p.id;
         GET DIAGNOSTICS parked = ROW_COUNT;
 
-        EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
+        EXIT WHEN cardinality(t_tid) > 0 OR parked = 0 OR round >= 4;
     END LOOP;
-
-    -- The rows as this transaction left them (one primary-key probe each);
-    -- got_slot 2 when fewer than asked while grouped jobs of the queue are
-    -- ready (a queue of keys and groups: the next claim may take those).
-    RETURN QUERY
-    SELECT CASE WHEN cardinality(t_id) < p_limit AND EXISTS (
-               SELECT 1 FROM workflow_status g
-               WHERE g.queue = p_queue AND g.status = 'queued' AND g.job_group IS NOT NULL)
-           THEN 2 ELSE 1 END,
-           w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
-           w.attempts, w.fence, w.queue, w.created_at
-    FROM (SELECT 1) AS one
-    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
-               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
-    ORDER BY w.id;
+    IF cardinality(t_tid) = 0 THEN
+        RETURN QUERY SELECT * FROM shardq_take('{}', p_owner, p_lease_ms,
+            CASE WHEN shardq_queue_has_ready(p_queue, p_plain => false, p_keyed => false)
+                 THEN 2 ELSE 1 END);
+    END IF;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -1223,24 +1182,34 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_queue_has_ready(p_queue text)
+CREATE OR REPLACE FUNCTION public.shardq_queue_has_ready(p_queue text, p_plain boolean DEFAULT true, p_keyed boolean DEFAULT true, p_grouped boolean DEFAULT true, p_taking tid[] DEFAULT '{}'::tid[])
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
-    SELECT EXISTS (SELECT 1 FROM shardq_ready_floors f
-                   WHERE f.queue = p_queue AND EXISTS (
-                       SELECT 1 FROM workflow_status w
-                       WHERE w.queue = p_queue AND w.priority = f.priority
-                         AND w.status = 'queued' AND w.ordering_key IS NULL
-                         AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq))
-        OR EXISTS (SELECT 1 FROM workflow_status w
-                   WHERE w.queue = p_queue AND w.status = 'queued'
-                     AND w.ordering_key IS NOT NULL)
-        OR EXISTS (SELECT 1 FROM workflow_status w
-                   WHERE w.queue = p_queue AND w.status = 'queued'
-                     AND w.job_group IS NOT NULL)
-$function$
+BEGIN
+    IF p_grouped AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+              AND w.ctid <> ALL (p_taking)) THEN
+        RETURN true;
+    END IF;
+    IF p_keyed AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+              AND w.ctid <> ALL (p_taking)) THEN
+        RETURN true;
+    END IF;
+    RETURN p_plain AND EXISTS (
+        SELECT 1 FROM shardq_ready_floors f
+        WHERE f.queue = p_queue AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.priority = f.priority
+              AND w.status = 'queued' AND w.ordering_key IS NULL
+              AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
+              AND w.ctid <> ALL (p_taking)));
+END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_refuse_stale_snapshot()
@@ -1310,6 +1279,28 @@ BEGIN
         h := ((h # get_byte(bytes, i)) * 435) & 65535; -- 435 = 0x01b3
     END LOOP;
     RETURN h;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_take(p_tids tid[], p_owner text, p_lease_ms bigint, p_got_slot integer)
+ RETURNS SETOF shardq_claimed
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+BEGIN
+    RETURN QUERY
+    WITH taken AS (
+        UPDATE workflow_status w SET status = 'running', owner = p_owner,
+            attempts = w.attempts + 1, fence = w.fence + 1, started_at = clock_timestamp(),
+            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+        WHERE w.ctid = ANY (p_tids)
+        RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
+            w.attempts, w.fence, w.queue, w.created_at
+    )
+    SELECT p_got_slot, t.shard_key, t.id, t.handler, t.ordering_key, t.priority, t.payload,
+           t.attempts, t.fence, t.queue, t.created_at
+    FROM (SELECT 1) AS one LEFT JOIN taken t ON true
+    ORDER BY t.id;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

@@ -36,9 +36,7 @@
 -- no more, so its group may then run one job over its concurrency.
 CREATE OR REPLACE FUNCTION shardq_claim_grouped(p_queue text, p_limit int,
                                                 p_owner text, p_lease_ms bigint)
-RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
-               ordering_key text, priority int, payload jsonb, attempts int,
-               fence bigint, queue text, created_at timestamptz)
+RETURNS SETOF shardq_claimed
 LANGUAGE plpgsql
 SET enable_hashjoin = on
 SET enable_mergejoin = on
@@ -59,7 +57,7 @@ DECLARE
     plain_pos float8;
     per_group int;
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
-    t_tid tid[]; t_sk int[]; t_id bigint[]; t_group text[];
+    t_tid tid[]; t_group text[];
     at timestamptz;
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
@@ -153,9 +151,8 @@ BEGIN
         SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,
                row_number() OVER (ORDER BY p.priority, p.id) FROM plain p
     )
-    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.shard_key), '{}'),
-           coalesce(array_agg(m.id), '{}'), coalesce(array_agg(m.job_group), '{}')
-    INTO t_tid, t_sk, t_id, t_group FROM (SELECT * FROM met ORDER BY rn, pos LIMIT p_limit) m;
+    SELECT coalesce(array_agg(m.tid), '{}'), coalesce(array_agg(m.job_group), '{}')
+    INTO t_tid, t_group FROM (SELECT * FROM met ORDER BY rn, pos LIMIT p_limit) m;
 
     IF lim.group_rate_count IS NOT NULL THEN
         -- What each group took comes off its bucket (groups that took
@@ -169,30 +166,15 @@ BEGIN
             SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
     END IF;
 
-    -- Found by tuple id: a row this transaction locked cannot move before
-    -- it ends. started_at: the clock now, after the count, not the
-    -- transaction's start: a job of the group finished between the two
-    -- counts as finished before this one started, in the rows as in the
-    -- count.
-    UPDATE workflow_status w SET status = 'running', owner = p_owner,
-        attempts = w.attempts + 1, fence = w.fence + 1, started_at = clock_timestamp(),
-        lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-    WHERE w.ctid = ANY (t_tid);
+    -- Fewer than asked while jobs of the queue stay ready besides those
+    -- taken now (held back by limits, heads a concurrent claim had, or
+    -- keyed jobs this path does not take): got_slot 2, so the worker asks
+    -- again soon instead of taking the queue for caught up and waiting for
+    -- a wake-up. (A new statement: its snapshot sees what other claims
+    -- took while this one ran.)
+    held_back := cardinality(t_tid) < p_limit
+        AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
 
-    -- Fewer than asked while jobs of the queue stay ready (held back by
-    -- limits, heads a concurrent claim had, or keyed jobs this path does
-    -- not take): got_slot 2, so the worker asks again soon instead of
-    -- taking the queue for caught up and waiting for a wake-up.
-    held_back := cardinality(t_tid) < p_limit AND shardq_queue_has_ready(p_queue);
-
-    -- The rows as this transaction left them (one primary-key probe each:
-    -- the update gave them new tuple ids).
-    RETURN QUERY
-    SELECT CASE WHEN held_back THEN 2 ELSE 1 END,
-           w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
-           w.attempts, w.fence, w.queue, w.created_at
-    FROM (SELECT 1) AS one
-    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
-               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
-    ORDER BY w.id;
+    RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
+                                           CASE WHEN held_back THEN 2 ELSE 1 END);
 END $$;

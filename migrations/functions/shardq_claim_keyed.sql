@@ -19,9 +19,7 @@
 -- the big-table statements.
 CREATE OR REPLACE FUNCTION shardq_claim_keyed(p_queue text, p_limit int,
                                    p_owner text, p_lease_ms bigint)
-RETURNS TABLE (got_slot int, shard_key int, id bigint, handler text,
-               ordering_key text, priority int, payload jsonb, attempts int,
-               fence bigint, queue text, created_at timestamptz)
+RETURNS SETOF shardq_claimed
 LANGUAGE plpgsql
 SET enable_hashjoin = on
 SET enable_mergejoin = on
@@ -29,10 +27,10 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    c_sk int[]; c_id bigint[]; c_key text[];  -- ready jobs met, in dequeue order
+    c_tid tid[]; c_key text[];                -- ready jobs met, in dequeue order
     l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
     f_key text[]; f_pos bigint[];             -- locked keys nothing holds
-    t_sk int[]; t_id bigint[];                -- jobs to claim
+    t_tid tid[] := '{}';                      -- jobs to claim
     blocked text[];                           -- locked keys something else holds
     held text[];                              -- keys held once this claim commits
     parked int;
@@ -43,19 +41,18 @@ BEGIN
         round := round + 1;
         plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
         WITH unkeyed AS MATERIALIZED (
-            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.ctid = ANY (plain_tids)
         ), keyed AS MATERIALIZED (
-            SELECT w.shard_key, w.id, w.priority, w.ordering_key FROM workflow_status w
+            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
             WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
             ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), met AS (
             SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
         )
-        SELECT coalesce(array_agg(m.shard_key ORDER BY m.priority, m.id), '{}'),
-               coalesce(array_agg(m.id ORDER BY m.priority, m.id), '{}'),
+        SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.id), '{}'),
                coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
-        INTO c_sk, c_id, c_key FROM met m;
+        INTO c_tid, c_key FROM met m;
 
         SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
                coalesce(array_agg(d.pos ORDER BY d.pos), '{}')
@@ -89,7 +86,7 @@ BEGIN
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
-            SELECT w.shard_key, w.id FROM workflow_status w
+            SELECT w.ctid AS tid, w.shard_key, w.id FROM workflow_status w
             WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
               AND w.status IN ('queued', 'waiting')
             FOR UPDATE SKIP LOCKED
@@ -98,24 +95,31 @@ BEGIN
             FROM pending p LEFT JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             GROUP BY p.k
         ), offered AS (
-            SELECT t.shard_key, t.id, NULL::text AS k, t.pos, 0::bigint AS rn
-            FROM unnest(c_sk, c_id, c_key) WITH ORDINALITY AS t(shard_key, id, k, pos)
+            SELECT t.tid, NULL::text AS k, t.pos, 0::bigint AS rn
+            FROM unnest(c_tid, c_key) WITH ORDINALITY AS t(tid, k, pos)
             WHERE t.k IS NULL
             UNION ALL
-            SELECT p.shard_key, p.id, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            SELECT g.tid, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
+            JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             WHERE p.rn < cut.gap
         ), take AS (
             SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
         )
-        SELECT coalesce(array_agg(x.shard_key), '{}'), coalesce(array_agg(x.id), '{}'),
+        SELECT coalesce(array_agg(x.tid), '{}'),
                coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
-        INTO t_sk, t_id, held FROM take x;
+        INTO t_tid, held FROM take x;
 
-        UPDATE workflow_status w SET status = 'running', owner = p_owner,
-            attempts = w.attempts + 1, fence = w.fence + 1, started_at = now(),
-            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-        FROM unnest(t_sk, t_id) AS t(shard_key, id)
-        WHERE w.shard_key = t.shard_key AND w.id = t.id;
+        -- Taken before the keys are parked below: a row parked would move
+        -- (a new tuple id) and the take would miss it. Got_slot 2 when
+        -- fewer than asked while grouped jobs of the queue are ready (a
+        -- queue of keys and groups: the next claim may take those).
+        IF cardinality(t_tid) > 0 THEN
+            RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
+                CASE WHEN cardinality(t_tid) < p_limit
+                          AND shardq_queue_has_ready(p_queue, p_plain => false,
+                                                     p_keyed => false)
+                     THEN 2 ELSE 1 END);
+        END IF;
 
         -- Park the queued jobs of the keys held now: those this claim took,
         -- and the locked ones something else holds (bounded per claim).
@@ -134,21 +138,11 @@ BEGIN
         WHERE w.shard_key = p.shard_key AND w.id = p.id;
         GET DIAGNOSTICS parked = ROW_COUNT;
 
-        EXIT WHEN cardinality(t_id) > 0 OR parked = 0 OR round >= 4;
+        EXIT WHEN cardinality(t_tid) > 0 OR parked = 0 OR round >= 4;
     END LOOP;
-
-    -- The rows as this transaction left them (one primary-key probe each);
-    -- got_slot 2 when fewer than asked while grouped jobs of the queue are
-    -- ready (a queue of keys and groups: the next claim may take those).
-    RETURN QUERY
-    SELECT CASE WHEN cardinality(t_id) < p_limit AND EXISTS (
-               SELECT 1 FROM workflow_status g
-               WHERE g.queue = p_queue AND g.status = 'queued' AND g.job_group IS NOT NULL)
-           THEN 2 ELSE 1 END,
-           w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
-           w.attempts, w.fence, w.queue, w.created_at
-    FROM (SELECT 1) AS one
-    LEFT JOIN (unnest(t_sk, t_id) AS t(shard_key, id)
-               JOIN workflow_status w ON w.shard_key = t.shard_key AND w.id = t.id) ON true
-    ORDER BY w.id;
+    IF cardinality(t_tid) = 0 THEN
+        RETURN QUERY SELECT * FROM shardq_take('{}', p_owner, p_lease_ms,
+            CASE WHEN shardq_queue_has_ready(p_queue, p_plain => false, p_keyed => false)
+                 THEN 2 ELSE 1 END);
+    END IF;
 END $$;

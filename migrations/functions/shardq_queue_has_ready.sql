@@ -1,22 +1,41 @@
--- shardq_queue_has_ready: whether p_queue has a ready job of any kind on
--- this shard (plain, keyed or grouped): one probe of each dequeue index,
--- the plain one from each priority's ready floor (shardq_ready_floors), so
--- it does not walk what was claimed before under a held horizon.
--- For a claim that took fewer jobs than asked: ready jobs left means it
--- was held back, not caught up.
-CREATE OR REPLACE FUNCTION shardq_queue_has_ready(p_queue text) RETURNS boolean
-LANGUAGE sql STABLE
+-- shardq_queue_has_ready: the one "is anything ready" probe: whether
+-- p_queue has a ready job on this shard of the kinds asked (p_plain: no
+-- key, no group; p_keyed; p_grouped), leaving out the rows at p_taking
+-- (those a claim has locked and is about to take). One probe of each
+-- dequeue index asked, the plain one from each priority's ready floor
+-- (shardq_ready_floors), so it does not walk what was claimed before under
+-- a held horizon; the rows left out cost one more entry each at most.
+--
+-- Used by the claim to choose its path (keyed or grouped jobs ready?) and
+-- by a claim that took fewer jobs than asked: ready jobs left mean it was
+-- held back, not caught up. plpgsql with one plan per connection: the
+-- claim calls it on every claim.
+CREATE OR REPLACE FUNCTION shardq_queue_has_ready(p_queue text,
+    p_plain boolean DEFAULT true, p_keyed boolean DEFAULT true,
+    p_grouped boolean DEFAULT true, p_taking tid[] DEFAULT '{}')
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan
 AS $$
-    SELECT EXISTS (SELECT 1 FROM shardq_ready_floors f
-                   WHERE f.queue = p_queue AND EXISTS (
-                       SELECT 1 FROM workflow_status w
-                       WHERE w.queue = p_queue AND w.priority = f.priority
-                         AND w.status = 'queued' AND w.ordering_key IS NULL
-                         AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq))
-        OR EXISTS (SELECT 1 FROM workflow_status w
-                   WHERE w.queue = p_queue AND w.status = 'queued'
-                     AND w.ordering_key IS NOT NULL)
-        OR EXISTS (SELECT 1 FROM workflow_status w
-                   WHERE w.queue = p_queue AND w.status = 'queued'
-                     AND w.job_group IS NOT NULL)
-$$;
+BEGIN
+    IF p_grouped AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+              AND w.ctid <> ALL (p_taking)) THEN
+        RETURN true;
+    END IF;
+    IF p_keyed AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+              AND w.ctid <> ALL (p_taking)) THEN
+        RETURN true;
+    END IF;
+    RETURN p_plain AND EXISTS (
+        SELECT 1 FROM shardq_ready_floors f
+        WHERE f.queue = p_queue AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.priority = f.priority
+              AND w.status = 'queued' AND w.ordering_key IS NULL
+              AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
+              AND w.ctid <> ALL (p_taking)));
+END $$;

@@ -57,6 +57,10 @@ pub const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_lock_plain_ready.sql"),
     },
     Function {
+        name: "shardq_take",
+        sql: include_str!("../../migrations/functions/shardq_take.sql"),
+    },
+    Function {
         name: "shardq_claim_keyed",
         sql: include_str!("../../migrations/functions/shardq_claim_keyed.sql"),
     },

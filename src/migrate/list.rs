@@ -173,6 +173,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0029_ready_order_switch.sql",
         sql: include_str!("../../migrations/0029_ready_order_switch.sql"),
     },
+    Migration {
+        version: 30,
+        name: "0030_claim_result.sql",
+        sql: include_str!("../../migrations/0030_claim_result.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -210,6 +210,9 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP SEQUENCE IF EXISTS shardq_ready_seq; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS ready_seq; \
                  DELETE FROM shardq_functions WHERE name = 'shardq_mark_ready'; \
+                 DROP TYPE IF EXISTS shardq_claimed CASCADE; \
+                 DELETE FROM shardq_functions WHERE name IN ('shardq_take', 'shardq_claim', \
+                     'shardq_claim_keyed', 'shardq_claim_grouped'); \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS job_group; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS held_status; \
                  DROP INDEX IF EXISTS workflow_status_failed; \

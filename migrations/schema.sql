@@ -1287,11 +1287,13 @@ CREATE OR REPLACE FUNCTION public.shardq_take(p_tids tid[], p_owner text, p_leas
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
+DECLARE
+    started timestamptz := clock_timestamp();
 BEGIN
     RETURN QUERY
     WITH taken AS (
         UPDATE workflow_status w SET status = 'running', owner = p_owner,
-            attempts = w.attempts + 1, fence = w.fence + 1, started_at = clock_timestamp(),
+            attempts = w.attempts + 1, fence = w.fence + 1, started_at = started,
             lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
         WHERE w.ctid = ANY (p_tids)
         RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,

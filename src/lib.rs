@@ -51,7 +51,8 @@ pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
 pub use worker::{
-    HandlerError, HandlerRegistry, HandlerResult, JobContext, StepError, Worker, WorkerReport,
+    HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, StepError, Worker,
+    WorkerReport,
 };
 
 /// This library's version (`CARGO_PKG_VERSION`), e.g. for a worker's report

@@ -91,6 +91,8 @@ pub(crate) async fn run_slot(
                 .clone()
                 .map(|k| ((job.queue.clone(), k), job.claim));
             let done = execute(&executor, job).await;
+            // Only a retried failure holds the run back: a job dead for good
+            // is not run again, so the next jobs of its key keep their order.
             if let (Some(key), Outcome::Failed(_)) = (key, &done.outcome) {
                 held_back.failed(key);
             }
@@ -169,16 +171,16 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         cancel,
     };
     run.stats.record_handler_running(true);
-    let result = run_with_timeout(executor, job.handler, ctx).await;
+    let outcome = run_with_timeout(executor, job.handler, ctx).await;
     run.stats.record_handler_running(false);
-    done.outcome = match result {
-        Ok(output) => Outcome::Succeeded(output),
-        Err(message) => {
-            tracing::debug!(job = %done.id, error = %message, "job failed");
-            Outcome::Failed(message)
+    match &outcome {
+        Outcome::Failed(message) => tracing::debug!(job = %done.id, error = %message, "job failed"),
+        Outcome::Dead(message) => {
+            tracing::debug!(job = %done.id, error = %message, "job failed for good")
         }
+        Outcome::Succeeded(_) | Outcome::Released => {}
     }
-    .storable();
+    done.outcome = outcome.storable();
     done.finished = std::time::Instant::now();
     done
 }
@@ -187,11 +189,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
 /// abandoned after `worker.handler_timeout`: its attempt fails (and is retried
 /// like any failure) and the slot moves on. A task stuck without awaiting
 /// cannot be stopped, only abandoned; it is counted.
-async fn run_with_timeout(
-    executor: &Executor,
-    handler: String,
-    ctx: JobContext,
-) -> Result<serde_json::Value, String> {
+async fn run_with_timeout(executor: &Executor, handler: String, ctx: JobContext) -> Outcome {
     let registry = executor.registry.clone();
     let shard = ctx.shard.index;
     // The handler's own events carry the job: its id, queue, shard and attempt.
@@ -207,10 +205,12 @@ async fn run_with_timeout(
     let Some(limit) = executor.config.handler_timeout else {
         return task
             .await
-            .unwrap_or_else(|e| Err(format!("handler task failed: {e}")));
+            .unwrap_or_else(|e| Outcome::Failed(format!("handler task failed: {e}")));
     };
     match tokio::time::timeout(limit, &mut task).await {
-        Ok(joined) => joined.unwrap_or_else(|e| Err(format!("handler task failed: {e}"))),
+        Ok(joined) => {
+            joined.unwrap_or_else(|e| Outcome::Failed(format!("handler task failed: {e}")))
+        }
         Err(_) => {
             task.abort();
             executor.run.stats.record_abandoned(shard);
@@ -218,7 +218,7 @@ async fn run_with_timeout(
                 timeout_s = limit.as_secs_f64(),
                 "handler timed out; abandoning it"
             );
-            Err(format!(
+            Outcome::Failed(format!(
                 "handler timed out after {} ms and was abandoned (worker.handler_timeout_ms)",
                 limit.as_millis()
             ))
@@ -333,6 +333,7 @@ mod tests {
             let what = match done.outcome {
                 Outcome::Succeeded(_) => "succeeded",
                 Outcome::Failed(_) => "failed",
+                Outcome::Dead(_) => "dead",
                 Outcome::Released => "released",
             };
             outcomes.push((done.id.id, what));
@@ -391,6 +392,7 @@ mod tests {
             let what = match done.outcome {
                 Outcome::Succeeded(_) => "succeeded",
                 Outcome::Failed(_) => "failed",
+                Outcome::Dead(_) => "dead",
                 Outcome::Released => "released",
             };
             outcomes.push((done.id.id, what));

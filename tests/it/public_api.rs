@@ -26,8 +26,8 @@ mod root {
         session, shard_map, shards, tls, worker, Client, ClientError, Config, ConfigError,
         ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId,
         JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue,
-        RoutedJob, Schedule, ScheduleError, ShardError, ShardSet, Shardq, StepError, Worker,
-        WorkerReport, VERSION,
+        PermanentFailure, RoutedJob, Schedule, ScheduleError, ShardError, ShardSet, Shardq,
+        StepError, Worker, WorkerReport, VERSION,
     };
 }
 
@@ -162,8 +162,9 @@ mod tls {
 mod worker {
     #[allow(unused_imports)]
     use shardq::worker::{
-        metrics, HandlerError, HandlerRegistry, HandlerResult, JobContext, Stats, StatsSnapshot,
-        StepError, Worker, WorkerReport, HEARTBEAT_INTERVAL, HEARTBEAT_TTL, NOOP, SLEEP,
+        metrics, HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, Stats,
+        StatsSnapshot, StepError, Worker, WorkerReport, HEARTBEAT_INTERVAL, HEARTBEAT_TTL, NOOP,
+        SLEEP,
     };
 }
 

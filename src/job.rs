@@ -5,6 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
+pub use crate::job_args::{ArgsError, JobArgs};
 pub use crate::job_status::JobStatus;
 
 /// A job's identity: its shard key (which routes it) and its id on that shard.
@@ -379,7 +380,8 @@ pub enum Outcome {
     /// attempts are left, else `dead`.
     Failed(String),
     /// The handler failed for good with this message (a
-    /// [`crate::PermanentFailure`]): `dead` at once, whatever attempts are
+    /// [`crate::PermanentFailure`], or a payload that does not decode as a
+    /// typed handler's arguments): `dead` at once, whatever attempts are
     /// left.
     Dead(String),
     /// Never started: give it back uncounted (to `waiting` behind its key,

@@ -28,6 +28,7 @@ pub mod worker;
 mod app;
 mod error_chain;
 mod heartbeat;
+mod job_args;
 mod job_status;
 mod lent;
 
@@ -46,7 +47,7 @@ pub use app::Shardq;
 pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
 pub use error_chain::error_chain;
-pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
+pub use job::{ArgsError, InvalidJob, JobArgs, JobId, JobStatus, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};

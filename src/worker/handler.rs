@@ -2,7 +2,7 @@
 
 pub use super::context::HandlerError;
 use super::context::JobContext;
-use crate::job::Outcome;
+use crate::job::{JobArgs, Outcome};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -126,6 +126,31 @@ impl HandlerRegistry {
         let boxed: Arc<HandlerFn> = Arc::new(move |ctx| Box::pin(handler(ctx)));
         self.handlers.insert(name.into(), boxed);
         self
+    }
+
+    /// Registers `handler` for the jobs of kind [`JobArgs::KIND`] (made by
+    /// [`crate::NewJob::from_args`]), replacing any earlier handler of that
+    /// name. The handler receives the payload decoded as `A`, and the job's
+    /// context (for its id, cancellation and durable steps).
+    ///
+    /// A payload that does not decode as `A` ends the job `dead` at once,
+    /// with an [`crate::ArgsError::Decode`] naming the kind and the field as
+    /// its error: no attempt of the same payload could succeed.
+    pub fn register_typed<A, F, Fut>(&mut self, handler: F) -> &mut Self
+    where
+        A: JobArgs,
+        F: Fn(A, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        self.register(A::KIND, move |ctx: JobContext| {
+            let handler = handler.clone();
+            async move {
+                let args =
+                    crate::job_args::decode::<A>(&ctx.payload).map_err(PermanentFailure::new)?;
+                handler(args, ctx).await
+            }
+        })
     }
 
     /// Runs the handler named `name`; a missing handler, an error and a panic

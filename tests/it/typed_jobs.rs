@@ -1,19 +1,48 @@
-//! A handler's `PermanentFailure` ends the job `dead` on its first attempt,
-//! through the same fenced completion as every outcome.
+//! Typed jobs: a `serde` struct enqueued as a value and handed to its
+//! handler decoded; a payload that does not decode, and a handler's
+//! `PermanentFailure`, end the job `dead` on its first attempt, through the
+//! same fenced completion as every outcome.
 
 use crate::common;
 
 use common::TestShards;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use shardq::config::{Backoff, DequeueMode};
 use shardq::job::{Completion, Outcome};
 use shardq::shards::Shard;
 use shardq::store::jobs::{self, Claim, ClaimParams, CompleteMany, NewRow, Written};
-use shardq::{HandlerRegistry, JobId, JobInfo, JobStatus, NewJob, PermanentFailure, Shardq};
+use shardq::{
+    ArgsError, HandlerRegistry, JobArgs, JobId, JobInfo, JobStatus, NewJob, PermanentFailure,
+    Shardq,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const QUEUE: &str = "typed";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SendEmail {
+    to: String,
+    subject: String,
+    cc: Vec<String>,
+    attachment_bytes: Option<u64>,
+}
+
+impl JobArgs for SendEmail {
+    const KIND: &'static str = "send_email";
+}
+
+fn email() -> SendEmail {
+    SendEmail {
+        to: "a@example.com".into(),
+        subject: "Grüße \"quoted\"".into(),
+        cc: vec!["b@example.com".into(), "c@example.com".into()],
+        attachment_bytes: Some(u64::from(u32::MAX) + 1),
+    }
+}
 
 /// A migrated shard whose worker retries a failure after 10-20 ms: a job
 /// that were retried would use up its attempts within the test.
@@ -51,6 +80,106 @@ async fn run_until_finished(
         rows.push(shardq.client().job(id).await.unwrap().expect("the job"));
     }
     rows
+}
+
+#[test]
+fn a_typed_job_is_a_job_of_its_kind_with_its_arguments_as_payload() {
+    let job = NewJob::from_args(QUEUE, &email())
+        .unwrap()
+        .ordering_key("user-1");
+    assert_eq!(job.handler, "send_email");
+    assert_eq!(job.queue, QUEUE);
+    assert_eq!(job.ordering_key.as_deref(), Some("user-1"));
+    assert_eq!(job.payload, serde_json::to_value(email()).unwrap());
+
+    // Arguments JSON cannot hold: the error names the kind.
+    #[derive(Serialize, Deserialize)]
+    struct ByPair(HashMap<(u8, u8), u8>);
+    impl JobArgs for ByPair {
+        const KIND: &'static str = "by_pair";
+    }
+    let err = NewJob::from_args(QUEUE, &ByPair(HashMap::from([((1, 2), 3)]))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ArgsError::Serialize {
+                kind: "by_pair",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        shardq::error_chain(&err),
+        "arguments of job kind `by_pair` do not serialize as JSON: key must be a string"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_job_reaches_its_handler_as_the_struct_and_writes_its_output() {
+    let (_pg, shardq) = shardq().await;
+    let id = shardq
+        .client()
+        .enqueue(NewJob::from_args(QUEUE, &email()).unwrap())
+        .await
+        .unwrap();
+
+    let seen: Arc<Mutex<Vec<(SendEmail, JobId)>>> = Arc::default();
+    let mut handlers = HandlerRegistry::new();
+    let record = seen.clone();
+    handlers.register_typed(move |args: SendEmail, ctx| {
+        let record = record.clone();
+        async move {
+            let output = json!({ "sent_to": args.to, "cc": args.cc.len() });
+            record.lock().unwrap().push((args, ctx.id));
+            Ok(output)
+        }
+    });
+    let rows = run_until_finished(&shardq, handlers, &[id]).await;
+
+    assert_eq!(*seen.lock().unwrap(), vec![(email(), id)], "decoded intact");
+    let row = &rows[0];
+    assert_eq!(row.handler, "send_email");
+    assert_eq!(row.status, JobStatus::Succeeded);
+    assert_eq!(row.attempts, 1);
+    assert_eq!(
+        row.output,
+        Some(json!({ "sent_to": "a@example.com", "cc": 2 }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_does_not_decode_ends_dead_after_one_attempt_naming_the_field() {
+    let (_pg, shardq) = shardq().await;
+    // A JSON enqueue (the CLI's, another language's) without `to`.
+    let payload = json!({ "subject": "hi", "cc": [], "attachment_bytes": null });
+    let id = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, SendEmail::KIND, payload).max_attempts(5))
+        .await
+        .unwrap();
+
+    let calls = Arc::new(Mutex::new(0));
+    let mut handlers = HandlerRegistry::new();
+    let count = calls.clone();
+    handlers.register_typed(move |_: SendEmail, _ctx| {
+        *count.lock().unwrap() += 1;
+        async { Ok(serde_json::Value::Null) }
+    });
+    let rows = run_until_finished(&shardq, handlers, &[id]).await;
+
+    let row = &rows[0];
+    assert_eq!(
+        (row.status, row.attempts, row.max_attempts),
+        (JobStatus::Dead, 1, 5),
+        "dead on its first attempt, not retried: {row:?}"
+    );
+    assert_eq!(
+        row.error.as_deref(),
+        Some("payload of job kind `send_email` does not decode: missing field `to`")
+    );
+    assert!(row.finished_at.is_some());
+    assert_eq!(*calls.lock().unwrap(), 0, "the handler never ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -268,6 +268,10 @@ mod tests {
                 if ctx.payload["fail"] == true {
                     return Err("failed on purpose".into());
                 }
+                if ctx.payload["dead"] == true {
+                    let failure = crate::worker::PermanentFailure::new("dead on purpose");
+                    return Err(failure.into());
+                }
                 Ok(serde_json::Value::Null)
             }
         });
@@ -352,6 +356,54 @@ mod tests {
             "A's later jobs wait behind A1's retry; B's job runs"
         );
         assert_eq!(*calls.lock().unwrap(), vec!["A1", "B2"]);
+    }
+
+    /// A job of a run that fails for good is not run again, so the rest of
+    /// its run keeps its order by running now: only a retried failure holds
+    /// the run back.
+    #[tokio::test]
+    async fn a_run_goes_on_after_a_job_that_failed_for_good() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (own_tx, own_rx) = mpsc::channel(8);
+        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
+        let (done_tx, mut done_rx) = mpsc::channel(8);
+        let mut first = job(1, "A", "k", 1, false);
+        first.payload["dead"] = true.into();
+        for j in [
+            first,
+            job(2, "A", "k", 1, false),
+            job(3, "A", "k", 1, false),
+        ] {
+            own_tx.send(j).await.unwrap();
+        }
+        let stop = CancellationToken::new();
+        let slot = tokio::spawn(run_slot(
+            executor(calls.clone()),
+            inputs(own_rx, unkeyed_rx),
+            done_tx,
+            stop.clone(),
+        ));
+        let mut outcomes = Vec::new();
+        while outcomes.len() < 3 {
+            let done = done_rx.recv().await.expect("a completion");
+            let what = match done.outcome {
+                Outcome::Dead(message) => format!("dead: {message}"),
+                other => format!("{other:?}"),
+            };
+            outcomes.push((done.id.id, what));
+        }
+        stop.cancel();
+        slot.await.unwrap();
+        drop((own_tx, unkeyed_tx));
+        assert_eq!(
+            outcomes,
+            vec![
+                (1, "dead: dead on purpose".to_string()),
+                (2, "Succeeded(Null)".to_string()),
+                (3, "Succeeded(Null)".to_string())
+            ]
+        );
+        assert_eq!(*calls.lock().unwrap(), vec!["A1", "A2", "A3"]);
     }
 
     /// A slot holding jobs of a sick shard runs the healthy shard's job

@@ -4,9 +4,21 @@
 //! Against the local shards: `shardq local up && cargo run --example embed`;
 //! against others: `cargo run --example embed -- path/to/shards.toml`.
 
-use shardq::{Config, HandlerRegistry, NewJob, Shardq};
+use serde::{Deserialize, Serialize};
+use shardq::{Config, HandlerRegistry, JobArgs, NewJob, Shardq};
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
+
+/// A job's arguments: enqueued as a value, handed to the handler decoded.
+#[derive(Serialize, Deserialize)]
+struct SendEmail {
+    to: String,
+}
+
+impl JobArgs for SendEmail {
+    /// The handler name stored in the job's row.
+    const KIND: &'static str = "send_email";
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -20,21 +32,18 @@ async fn main() -> anyhow::Result<()> {
     // Jobs with the same ordering key land on one shard and run in order.
     let jobs = (0..10)
         .map(|i| {
-            NewJob::new(
-                "emails",
-                "send_email",
-                serde_json::json!({ "to": format!("user{i}@example.com") }),
-            )
-            .ordering_key(format!("user{i}"))
+            let email = SendEmail {
+                to: format!("user{i}@example.com"),
+            };
+            Ok(NewJob::from_args("emails", &email)?.ordering_key(format!("user{i}")))
         })
-        .collect();
+        .collect::<Result<_, shardq::ArgsError>>()?;
     let ids = shardq.client().enqueue_many(jobs).await?;
     println!("enqueued {} jobs, first {}", ids.len(), ids[0]);
 
     let mut handlers = HandlerRegistry::new();
-    handlers.register("send_email", |ctx| async move {
-        let to = ctx.payload["to"].as_str().unwrap_or("?").to_string();
-        Ok(serde_json::json!({ "sent_to": to }))
+    handlers.register_typed(|email: SendEmail, _ctx| async move {
+        Ok(serde_json::json!({ "sent_to": email.to }))
     });
 
     // Stops by itself when the queue is empty; in a service, cancel the token on shutdown.

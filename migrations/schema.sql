@@ -682,7 +682,7 @@ BEGIN
                 WHEN w.cancel_requested THEN 'cancelled'
                 WHEN c.status = 'released' THEN
                     CASE WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END
-                WHEN w.attempts >= w.max_attempts THEN 'dead'
+                WHEN c.status = 'dead' OR w.attempts >= w.max_attempts THEN 'dead'
                 ELSE 'scheduled' END,
             attempts = CASE WHEN c.status = 'released' THEN w.attempts - 1 ELSE w.attempts END,
             started_at = CASE WHEN c.status = 'released' THEN NULL ELSE w.started_at END,
@@ -692,7 +692,7 @@ BEGIN
                     * power(2::float8, least(greatest(w.attempts - 1, 0), 62)))
                     * (0.5 + random() * 0.5) * interval '1 millisecond'
                 ELSE w.run_at END,
-            finished_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested
+            finished_at = CASE WHEN c.status IN ('succeeded', 'dead') OR w.cancel_requested
                     OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END,
             output = CASE WHEN c.status = 'released' THEN w.output ELSE c.output END,
             error = CASE WHEN c.status = 'released' AND w.cancel_requested

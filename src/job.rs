@@ -5,6 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
+pub use crate::job_args::{ArgsError, JobArgs};
 pub use crate::job_status::JobStatus;
 
 /// A job's identity: its shard key (which routes it) and its id on that shard.
@@ -375,8 +376,14 @@ impl ClaimedJob {
 pub enum Outcome {
     /// The handler returned this output.
     Succeeded(Value),
-    /// The handler failed with this message.
+    /// The handler failed with this message: retried after a backoff while
+    /// attempts are left, else `dead`.
     Failed(String),
+    /// The handler failed for good with this message (a
+    /// [`crate::PermanentFailure`], or a payload that does not decode as a
+    /// typed handler's arguments): `dead` at once, whatever attempts are
+    /// left.
+    Dead(String),
     /// Never started: give it back uncounted (to `waiting` behind its key,
     /// or `cancelled` when its cancellation was asked).
     Released,
@@ -396,6 +403,9 @@ impl Outcome {
             ),
             Outcome::Failed(message) if message.contains('\0') => {
                 Outcome::Failed(message.replace('\0', "\u{FFFD}"))
+            }
+            Outcome::Dead(message) if message.contains('\0') => {
+                Outcome::Dead(message.replace('\0', "\u{FFFD}"))
             }
             other => other,
         }

@@ -28,6 +28,7 @@ pub mod worker;
 mod app;
 mod error_chain;
 mod heartbeat;
+mod job_args;
 mod job_status;
 mod lent;
 
@@ -46,12 +47,13 @@ pub use app::Shardq;
 pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
 pub use error_chain::error_chain;
-pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
+pub use job::{ArgsError, InvalidJob, JobArgs, JobId, JobStatus, NewJob, OnDuplicate};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
 pub use worker::{
-    HandlerError, HandlerRegistry, HandlerResult, JobContext, StepError, Worker, WorkerReport,
+    HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, StepError, Worker,
+    WorkerReport,
 };
 
 /// This library's version (`CARGO_PKG_VERSION`), e.g. for a worker's report

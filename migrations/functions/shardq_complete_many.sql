@@ -1,16 +1,18 @@
 -- shardq_complete_many: writes many outcomes in one call, fenced: a row
 -- changes only while it is still running under this owner (p_owner) and this
 -- claim's fence (p_fences). Each row's asked status (p_statuses) is
--- `succeeded`, `failed` or `released`.
+-- `succeeded`, `failed`, `dead` or `released`.
 --
 -- A failure with attempts left becomes `scheduled` again after an
 -- exponential, jittered backoff (p_backoff_min_ms doubling per attempt, at
 -- most p_backoff_max_ms; the exponent stops at 62, so no attempt count
 -- overflows float8: 2^62 times any backoff shardq accepts is far above the
 -- longest one, so `least` still yields exactly that): the delay is stored,
--- not slept. A failure on the last attempt is `dead`. A released job
--- (claimed, never started) goes back uncounted: `queued`, or `waiting` when
--- it has a key (its key's lowest waiting job is queued when the key is free).
+-- not slept. A failure on the last attempt is `dead`, and so is a `dead`
+-- ask (a failure the handler says no retry can mend) on any attempt. A
+-- released job (claimed, never started) goes back uncounted: `queued`, or
+-- `waiting` when it has a key (its key's lowest waiting job is queued when
+-- the key is free).
 -- A job whose cancellation was asked and that did not succeed is `cancelled`,
 -- released or not.
 --
@@ -68,7 +70,7 @@ BEGIN
                 WHEN w.cancel_requested THEN 'cancelled'
                 WHEN c.status = 'released' THEN
                     CASE WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END
-                WHEN w.attempts >= w.max_attempts THEN 'dead'
+                WHEN c.status = 'dead' OR w.attempts >= w.max_attempts THEN 'dead'
                 ELSE 'scheduled' END,
             attempts = CASE WHEN c.status = 'released' THEN w.attempts - 1 ELSE w.attempts END,
             started_at = CASE WHEN c.status = 'released' THEN NULL ELSE w.started_at END,
@@ -78,7 +80,7 @@ BEGIN
                     * power(2::float8, least(greatest(w.attempts - 1, 0), 62)))
                     * (0.5 + random() * 0.5) * interval '1 millisecond'
                 ELSE w.run_at END,
-            finished_at = CASE WHEN c.status = 'succeeded' OR w.cancel_requested
+            finished_at = CASE WHEN c.status IN ('succeeded', 'dead') OR w.cancel_requested
                     OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END,
             output = CASE WHEN c.status = 'released' THEN w.output ELSE c.output END,
             error = CASE WHEN c.status = 'released' AND w.cancel_requested

@@ -488,7 +488,13 @@ fn split_or_fail(part: Part, error: &str) -> Result<(Part, Part), Failed> {
         return Err(Failed::GiveUp(one));
     }
     let message = format!("the database refused this job's outcome: {error}");
-    one.outcome = Outcome::Failed(message).storable();
+    // A failure for good stays one: its report must not bring back the
+    // attempts it gave up.
+    one.outcome = match one.outcome {
+        Outcome::Dead(_) => Outcome::Dead(message),
+        _ => Outcome::Failed(message),
+    }
+    .storable();
     Err(Failed::Instead(one))
 }
 

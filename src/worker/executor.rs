@@ -91,6 +91,8 @@ pub(crate) async fn run_slot(
                 .clone()
                 .map(|k| ((job.queue.clone(), k), job.claim));
             let done = execute(&executor, job).await;
+            // Only a retried failure holds the run back: a job dead for good
+            // is not run again, so the next jobs of its key keep their order.
             if let (Some(key), Outcome::Failed(_)) = (key, &done.outcome) {
                 held_back.failed(key);
             }
@@ -169,16 +171,16 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         cancel,
     };
     run.stats.record_handler_running(true);
-    let result = run_with_timeout(executor, job.handler, ctx).await;
+    let outcome = run_with_timeout(executor, job.handler, ctx).await;
     run.stats.record_handler_running(false);
-    done.outcome = match result {
-        Ok(output) => Outcome::Succeeded(output),
-        Err(message) => {
-            tracing::debug!(job = %done.id, error = %message, "job failed");
-            Outcome::Failed(message)
+    match &outcome {
+        Outcome::Failed(message) => tracing::debug!(job = %done.id, error = %message, "job failed"),
+        Outcome::Dead(message) => {
+            tracing::debug!(job = %done.id, error = %message, "job failed for good")
         }
+        Outcome::Succeeded(_) | Outcome::Released => {}
     }
-    .storable();
+    done.outcome = outcome.storable();
     done.finished = std::time::Instant::now();
     done
 }
@@ -187,11 +189,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
 /// abandoned after `worker.handler_timeout`: its attempt fails (and is retried
 /// like any failure) and the slot moves on. A task stuck without awaiting
 /// cannot be stopped, only abandoned; it is counted.
-async fn run_with_timeout(
-    executor: &Executor,
-    handler: String,
-    ctx: JobContext,
-) -> Result<serde_json::Value, String> {
+async fn run_with_timeout(executor: &Executor, handler: String, ctx: JobContext) -> Outcome {
     let registry = executor.registry.clone();
     let shard = ctx.shard.index;
     // The handler's own events carry the job: its id, queue, shard and attempt.
@@ -207,10 +205,12 @@ async fn run_with_timeout(
     let Some(limit) = executor.config.handler_timeout else {
         return task
             .await
-            .unwrap_or_else(|e| Err(format!("handler task failed: {e}")));
+            .unwrap_or_else(|e| Outcome::Failed(format!("handler task failed: {e}")));
     };
     match tokio::time::timeout(limit, &mut task).await {
-        Ok(joined) => joined.unwrap_or_else(|e| Err(format!("handler task failed: {e}"))),
+        Ok(joined) => {
+            joined.unwrap_or_else(|e| Outcome::Failed(format!("handler task failed: {e}")))
+        }
         Err(_) => {
             task.abort();
             executor.run.stats.record_abandoned(shard);
@@ -218,7 +218,7 @@ async fn run_with_timeout(
                 timeout_s = limit.as_secs_f64(),
                 "handler timed out; abandoning it"
             );
-            Err(format!(
+            Outcome::Failed(format!(
                 "handler timed out after {} ms and was abandoned (worker.handler_timeout_ms)",
                 limit.as_millis()
             ))
@@ -267,6 +267,10 @@ mod tests {
                 calls.lock().unwrap().push(name);
                 if ctx.payload["fail"] == true {
                     return Err("failed on purpose".into());
+                }
+                if ctx.payload["dead"] == true {
+                    let failure = crate::worker::PermanentFailure::new("dead on purpose");
+                    return Err(failure.into());
                 }
                 Ok(serde_json::Value::Null)
             }
@@ -333,6 +337,7 @@ mod tests {
             let what = match done.outcome {
                 Outcome::Succeeded(_) => "succeeded",
                 Outcome::Failed(_) => "failed",
+                Outcome::Dead(_) => "dead",
                 Outcome::Released => "released",
             };
             outcomes.push((done.id.id, what));
@@ -351,6 +356,54 @@ mod tests {
             "A's later jobs wait behind A1's retry; B's job runs"
         );
         assert_eq!(*calls.lock().unwrap(), vec!["A1", "B2"]);
+    }
+
+    /// A job of a run that fails for good is not run again, so the rest of
+    /// its run keeps its order by running now: only a retried failure holds
+    /// the run back.
+    #[tokio::test]
+    async fn a_run_goes_on_after_a_job_that_failed_for_good() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (own_tx, own_rx) = mpsc::channel(8);
+        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
+        let (done_tx, mut done_rx) = mpsc::channel(8);
+        let mut first = job(1, "A", "k", 1, false);
+        first.payload["dead"] = true.into();
+        for j in [
+            first,
+            job(2, "A", "k", 1, false),
+            job(3, "A", "k", 1, false),
+        ] {
+            own_tx.send(j).await.unwrap();
+        }
+        let stop = CancellationToken::new();
+        let slot = tokio::spawn(run_slot(
+            executor(calls.clone()),
+            inputs(own_rx, unkeyed_rx),
+            done_tx,
+            stop.clone(),
+        ));
+        let mut outcomes = Vec::new();
+        while outcomes.len() < 3 {
+            let done = done_rx.recv().await.expect("a completion");
+            let what = match done.outcome {
+                Outcome::Dead(message) => format!("dead: {message}"),
+                other => format!("{other:?}"),
+            };
+            outcomes.push((done.id.id, what));
+        }
+        stop.cancel();
+        slot.await.unwrap();
+        drop((own_tx, unkeyed_tx));
+        assert_eq!(
+            outcomes,
+            vec![
+                (1, "dead: dead on purpose".to_string()),
+                (2, "Succeeded(Null)".to_string()),
+                (3, "Succeeded(Null)".to_string())
+            ]
+        );
+        assert_eq!(*calls.lock().unwrap(), vec!["A1", "A2", "A3"]);
     }
 
     /// A slot holding jobs of a sick shard runs the healthy shard's job
@@ -391,6 +444,7 @@ mod tests {
             let what = match done.outcome {
                 Outcome::Succeeded(_) => "succeeded",
                 Outcome::Failed(_) => "failed",
+                Outcome::Dead(_) => "dead",
                 Outcome::Released => "released",
             };
             outcomes.push((done.id.id, what));

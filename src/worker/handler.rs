@@ -2,6 +2,7 @@
 
 pub use super::context::HandlerError;
 use super::context::JobContext;
+use crate::job::{JobArgs, Outcome};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,6 +14,50 @@ pub type HandlerResult = Result<Value, HandlerError>;
 
 type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
 type HandlerFn = dyn Fn(JobContext) -> HandlerFuture + Send + Sync;
+
+/// A handler's error that ends its job `dead` at once, without the attempts
+/// it has left: for a failure that no retry can mend (a request the remote
+/// side refuses as malformed, say). Return it as the handler's error, or as
+/// a cause anywhere in the error's chain (so also from a step's closure);
+/// its message becomes the job's error. Any other error is retried after a
+/// backoff while attempts are left.
+///
+/// ```
+/// # let mut handlers = shardq::HandlerRegistry::new();
+/// handlers.register("charge", |ctx| async move {
+///     let Some(cents) = ctx.payload["cents"].as_u64() else {
+///         return Err(shardq::PermanentFailure::new("`cents` is missing or not a number").into());
+///     };
+///     Ok(serde_json::json!({ "charged": cents }))
+/// });
+/// ```
+#[derive(Debug)]
+pub struct PermanentFailure(HandlerError);
+
+impl PermanentFailure {
+    /// `error`, as a failure not to retry.
+    pub fn new(error: impl Into<HandlerError>) -> Self {
+        PermanentFailure(error.into())
+    }
+}
+
+// Transparent: the job's error reads as the wrapped error's chain.
+impl std::fmt::Display for PermanentFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PermanentFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Whether `err` or one of its causes is a [`PermanentFailure`].
+fn is_permanent(err: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(err), |e| e.source()).any(|e| e.is::<PermanentFailure>())
+}
 
 /// The name of the built-in handler that does nothing and returns `null`
 /// (registered by [`HandlerRegistry::with_builtins`]).
@@ -83,12 +128,38 @@ impl HandlerRegistry {
         self
     }
 
+    /// Registers `handler` for the jobs of kind [`JobArgs::KIND`] (made by
+    /// [`crate::NewJob::from_args`]), replacing any earlier handler of that
+    /// name. The handler receives the payload decoded as `A`, and the job's
+    /// context (for its id, cancellation and durable steps).
+    ///
+    /// A payload that does not decode as `A` ends the job `dead` at once,
+    /// with an [`crate::ArgsError::Decode`] naming the kind and the field as
+    /// its error: no attempt of the same payload could succeed.
+    pub fn register_typed<A, F, Fut>(&mut self, handler: F) -> &mut Self
+    where
+        A: JobArgs,
+        F: Fn(A, JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        self.register(A::KIND, move |ctx: JobContext| {
+            let handler = handler.clone();
+            async move {
+                let args =
+                    crate::job_args::decode::<A>(&ctx.payload).map_err(PermanentFailure::new)?;
+                handler(args, ctx).await
+            }
+        })
+    }
+
     /// Runs the handler named `name`; a missing handler, an error and a panic
-    /// all become an `Err` with a message for the job's `error` column.
-    pub(crate) async fn run(&self, name: &str, ctx: JobContext) -> Result<Value, String> {
+    /// all become a failure with a message for the job's `error` column, and a
+    /// [`PermanentFailure`] a `dead` outcome.
+    pub(crate) async fn run(&self, name: &str, ctx: JobContext) -> Outcome {
         use futures_util::FutureExt;
         let Some(handler) = self.handlers.get(name) else {
-            return Err(format!(
+            return Outcome::Failed(format!(
                 "no handler is registered under the name `{name}`; register it in the worker or fix the job's handler"
             ));
         };
@@ -96,9 +167,12 @@ impl HandlerRegistry {
             .catch_unwind()
             .await
         {
-            Ok(Ok(output)) => Ok(output),
-            Ok(Err(err)) => Err(crate::error_chain::error_chain(err.as_ref())),
-            Err(panic) => Err(format!("handler panicked: {}", panic_message(&panic))),
+            Ok(Ok(output)) => Outcome::Succeeded(output),
+            Ok(Err(err)) if is_permanent(err.as_ref()) => {
+                Outcome::Dead(crate::error_chain::error_chain(err.as_ref()))
+            }
+            Ok(Err(err)) => Outcome::Failed(crate::error_chain::error_chain(err.as_ref())),
+            Err(panic) => Outcome::Failed(format!("handler panicked: {}", panic_message(&panic))),
         }
     }
 }

@@ -45,7 +45,7 @@ mod lease_telemetry_tests;
 pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 pub use crate::telemetry::{Stats, StatsSnapshot};
 pub use context::{JobContext, StepError};
-pub use handler::{HandlerError, HandlerRegistry, HandlerResult, NOOP, SLEEP};
+pub use handler::{HandlerError, HandlerRegistry, HandlerResult, PermanentFailure, NOOP, SLEEP};
 
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};

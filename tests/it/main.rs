@@ -74,5 +74,6 @@ mod slow_claims;
 mod sql_enqueue;
 mod status_summary;
 mod store;
+mod typed_jobs;
 mod upkeep_locks;
 mod wakeups;

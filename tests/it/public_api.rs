@@ -23,11 +23,11 @@ mod root {
     #[allow(unused_imports)]
     use shardq::{
         client, config, error_chain, job, map_load, migrate, prometheus, reshard, router, schedule,
-        session, shard_map, shards, tls, worker, Client, ClientError, Config, ConfigError,
-        ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobContext, JobId,
-        JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue,
-        RoutedJob, Schedule, ScheduleError, ShardError, ShardSet, Shardq, StepError, Worker,
-        WorkerReport, VERSION,
+        session, shard_map, shards, tls, worker, ArgsError, Client, ClientError, Config,
+        ConfigError, ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobArgs,
+        JobContext, JobId, JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob,
+        OnDuplicate, PausedQueue, PermanentFailure, RoutedJob, Schedule, ScheduleError, ShardError,
+        ShardSet, Shardq, StepError, Worker, WorkerReport, VERSION,
     };
 }
 
@@ -60,9 +60,9 @@ mod config {
 mod job {
     #[allow(unused_imports)]
     use shardq::job::{
-        ClaimedJob, Completion, InvalidJob, JobId, JobIdParseError, JobStatus, Limits, NewJob,
-        OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
-        MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
+        ArgsError, ClaimedJob, Completion, InvalidJob, JobArgs, JobId, JobIdParseError, JobStatus,
+        Limits, NewJob, OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES,
+        MAX_HANDLER_BYTES, MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }
 
@@ -162,8 +162,9 @@ mod tls {
 mod worker {
     #[allow(unused_imports)]
     use shardq::worker::{
-        metrics, HandlerError, HandlerRegistry, HandlerResult, JobContext, Stats, StatsSnapshot,
-        StepError, Worker, WorkerReport, HEARTBEAT_INTERVAL, HEARTBEAT_TTL, NOOP, SLEEP,
+        metrics, HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, Stats,
+        StatsSnapshot, StepError, Worker, WorkerReport, HEARTBEAT_INTERVAL, HEARTBEAT_TTL, NOOP,
+        SLEEP,
     };
 }
 

@@ -74,6 +74,7 @@ pub async fn complete_many(shard: &Shard, p: CompleteMany<'_>) -> Result<Written
         let (status, output, error) = match &c.outcome {
             Outcome::Succeeded(v) => ("succeeded", Some(v), None),
             Outcome::Failed(msg) => ("failed", None, Some(msg.as_str())),
+            Outcome::Dead(msg) => ("dead", None, Some(msg.as_str())),
             Outcome::Released => ("released", None, None),
         };
         statuses.push(status);

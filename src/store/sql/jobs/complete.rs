@@ -16,7 +16,7 @@
 
 /// Writes many outcomes in one call, fenced: a row changes only while it is
 /// still running under this owner ($6) and this claim's fence ($3). $1 shard
-/// keys, $2 ids, $4 asked statuses (`succeeded`, `failed` or `released`), $5
+/// keys, $2 ids, $4 asked statuses (`succeeded`, `failed`, `dead` or `released`), $5
 /// outputs, $7 errors, $8 and $9 the shortest and longest retry backoff in
 /// ms. Returns one row: written as succeeded, retrying, dead, cancelled,
 /// released, and how many of those were written already (by an earlier try

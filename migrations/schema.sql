@@ -1035,6 +1035,7 @@ AS $function$ SELECT hashtextextended(p_queue || chr(31) || p_key, 7) $function$
 CREATE OR REPLACE FUNCTION public.shardq_lease_permits(holder text, queues text[], wants integer[], lease_ms integer)
  RETURNS TABLE(queue text, concurrency integer, granted integer, rate_count integer, rate_period_ms integer)
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     i integer;
@@ -1309,6 +1310,7 @@ END $function$
 CREATE OR REPLACE FUNCTION public.shardq_take_starts(q text, want integer)
  RETURNS integer
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     lim shardq_queue_limits%ROWTYPE;

@@ -6,9 +6,14 @@
 -- queue without a concurrency limit returns a NULL concurrency (and its
 -- holder's lease is dropped). Each row says the queue's rate too, if any.
 -- Expired leases of the queue are deleted on the way.
+-- One plan per connection (force_generic_plan): its statements are
+-- primary-key probes, and shardq's connections would plan them anew on
+-- every call.
 CREATE OR REPLACE FUNCTION shardq_lease_permits(holder text, queues text[], wants integer[], lease_ms integer)
 RETURNS TABLE(queue text, concurrency integer, granted integer, rate_count integer, rate_period_ms integer)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     i integer;
     q text;

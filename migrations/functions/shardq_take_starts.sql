@@ -9,9 +9,14 @@
 -- 50). Takes are under the limit row's lock; an ask that gets nothing is
 -- answered from a plain read (no lock, no write: asks come often while a
 -- queue waits for its rate).
+-- One plan per connection (force_generic_plan): it is asked several times
+-- per claim of a rate-limited queue, and shardq's connections would plan
+-- its statements anew on every call (most of its cost, pg_stat_statements).
 CREATE OR REPLACE FUNCTION shardq_take_starts(q text, want integer)
 RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     lim shardq_queue_limits%ROWTYPE;
     locked boolean := false;

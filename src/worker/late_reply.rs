@@ -1,12 +1,11 @@
 //! Replies of claims that ran out of their budget (see [`super::shard_health`]):
 //! handled by a task of their own whenever they come.
 
-use super::claim_task::{answered, joined, unheld};
+use super::claim_task::{joined, settle, Reply};
 use super::credits::Credits;
 use super::local_gate::Entered;
 use super::permits::Reservation;
 use super::producers::Producers;
-use super::rate_starts::give_back_starts;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
 use crate::store::jobs::{self, Claim, CompleteMany};
@@ -57,36 +56,23 @@ pub(crate) async fn late_reply(p: Arc<Producers>, late: LateClaim, shutdown: Can
         started,
         last_resort,
     } = late;
-    let (result, _) = unheld(joined(claim.await));
+    let result = joined(claim.await);
     let now = Instant::now();
     let took = now - started;
     let shard_index = p.targets[target].shard;
-    p.run.stats.record_claim(shard_index, target, &result, took);
-    p.run.health.with(shard_index, |h| {
-        match (last_resort, answered(&result, took)) {
-            (true, answered) => h.last_resort_ended(answered),
-            (false, Some(took)) => h.answered_late(took),
-            (false, None) => h.late_failed(),
-        }
-    });
+    settle(&p, target, &result, took, Reply::Late, last_resort, starts);
     let mut rng = StdRng::from_entropy();
-    if let Some(starts) = starts {
-        let used = match &result {
-            Ok(Claim::Jobs(jobs)) => jobs.len() as u32,
-            _ => 0,
-        };
-        give_back_starts(&p, &p.targets[target].queue, starts.saturating_sub(used));
-    }
     match result {
-        Ok(Claim::Jobs(jobs)) => {
+        Ok(claim) if !claim.jobs().is_empty() => {
+            let jobs = claim.into_jobs();
             // A late answer says nothing about the usual claim time.
             entered.claimed(jobs.len(), took.min(p.config.claim_budget_max));
             drop(entered);
             take_late(&p, jobs, permits, credits, started, &shutdown).await;
         }
         Ok(Claim::Busy) => entered.busy(now, &mut rng),
-        Ok(Claim::Empty) => entered.empty(now, &mut rng),
-        Ok(Claim::HeldBack(_)) => unreachable!("unheld() made it Jobs or Empty"),
+        // Empty, or held back with no job taken.
+        Ok(_) => entered.empty(now, &mut rng),
         Err(err) => {
             if err.kind().may_have_run() {
                 p.run.lost_claims.lost(shard_index);

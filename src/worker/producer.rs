@@ -11,14 +11,14 @@
 //! and the producer takes fresh ones. What the producers share is in
 //! [`super::producers`].
 
-use super::claim_task::{answered, fails_the_shard, joined, spawn_claim, unheld};
+use super::claim_task::{fails_the_shard, joined, settle, spawn_claim, Reply};
 use super::credits::Credits;
 use super::late_reply::{late_reply, LateClaim};
 use super::local_gate::Entered;
 use super::permits::Reservation;
 use super::probe::probe;
 use super::producers::Producers;
-use super::rate_starts::{give_back_starts, take_starts};
+use super::rate_starts::take_starts;
 use super::refusals::{AfterRefusal, Refusals};
 use super::rotation::{Next, Rotation};
 use super::shard_health::{Health, SUSPECT_RECHECK};
@@ -247,8 +247,8 @@ async fn claim_somewhere(
         let started = Instant::now();
         let budget = p.run.health.budget(shard_index);
         let mut claim = spawn_claim(p, target, mode, asked);
-        let (result, held_back) = match tokio::time::timeout(budget, &mut claim).await {
-            Ok(result) => unheld(joined(result)),
+        let result = match tokio::time::timeout(budget, &mut claim).await {
+            Ok(result) => joined(result),
             Err(_) => {
                 // No answer within the budget: the shard is skipped (it
                 // was already, for a last-resort claim), the claim's reply
@@ -275,24 +275,19 @@ async fn claim_somewhere(
         let now = Instant::now();
         let took = now - started;
         stats.record_claim_wait(took);
-        stats.record_claim(shard_index, target, &result, took);
-        if last_resort_claim {
-            let answered = answered(&result, took);
-            p.run
-                .health
-                .with(shard_index, |h| h.last_resort_ended(answered));
-        } else if result.is_ok() {
-            p.run.health.with(shard_index, |h| h.answered(took));
-        }
-        if let Some(starts) = starts {
-            let used = match &result {
-                Ok(Claim::Jobs(jobs)) => jobs.len() as u32,
-                _ => 0,
-            };
-            give_back_starts(p, queue, starts.saturating_sub(used));
-        }
+        settle(
+            p,
+            target,
+            &result,
+            took,
+            Reply::OnTime,
+            last_resort_claim,
+            starts,
+        );
+        let held_back = matches!(&result, Ok(claim) if claim.held_back());
         match result {
-            Ok(Claim::Jobs(jobs)) => {
+            Ok(claim) if !claim.jobs().is_empty() => {
+                let jobs = claim.into_jobs();
                 entered.claimed(jobs.len(), took);
                 // Fewer jobs than asked: the target is caught up. Where the
                 // shard's wake-ups are heard, its next ready job announces
@@ -313,13 +308,14 @@ async fn claim_somewhere(
                 entered.busy(now, &mut rng);
                 publish_slots(p, target, &entered);
             }
-            // Held back by group limits: no wake-up comes when they allow
-            // more, so the short empty skip even while listening.
-            Ok(Claim::Empty) if !held_back && p.wakeups.listening(shard_index) => {
+            // Empty where the shard's wake-ups are heard: its next ready
+            // job announces itself.
+            Ok(Claim::Empty) if p.wakeups.listening(shard_index) => {
                 entered.empty_for(now, &mut rng, p.config.idle_poll)
             }
-            Ok(Claim::Empty) => entered.empty(now, &mut rng),
-            Ok(Claim::HeldBack(_)) => unreachable!("unheld() made it Jobs or Empty"),
+            // Empty unheard, or held back by group limits with no job taken:
+            // no wake-up comes when they allow more, so the short empty skip.
+            Ok(_) => entered.empty(now, &mut rng),
             Err(err) => {
                 if err.kind().may_have_run() {
                     // No answer from the server: the claim may still have run.

@@ -24,14 +24,26 @@ pub enum Claim {
 }
 
 impl Claim {
-    /// This claim as [`Claim::Jobs`] or [`Claim::Empty`] where it was held
-    /// back, and whether it was.
-    pub fn unheld(self) -> (Claim, bool) {
+    /// The jobs this claim took (none when busy or empty).
+    pub fn jobs(&self) -> &[ClaimedJob] {
         match self {
-            Claim::HeldBack(jobs) if jobs.is_empty() => (Claim::Empty, true),
-            Claim::HeldBack(jobs) => (Claim::Jobs(jobs), true),
-            other => (other, false),
+            Claim::Jobs(jobs) | Claim::HeldBack(jobs) => jobs,
+            Claim::Busy | Claim::Empty => &[],
         }
+    }
+
+    /// The jobs this claim took, owned.
+    pub fn into_jobs(self) -> Vec<ClaimedJob> {
+        match self {
+            Claim::Jobs(jobs) | Claim::HeldBack(jobs) => jobs,
+            Claim::Busy | Claim::Empty => Vec::new(),
+        }
+    }
+
+    /// Whether ready jobs stayed behind for their groups' limits (more may
+    /// start soon, with no wake-up to say so).
+    pub fn held_back(&self) -> bool {
+        matches!(self, Claim::HeldBack(_))
     }
 }
 

@@ -2,6 +2,7 @@
 //! shards as fresh databases on them, and a shardq config pointing at those
 //! shards.
 
+pub use crate::shard_list::ShardList;
 use shardq::config::Config;
 use shardq::shards::ShardSet;
 use shardq_local::{create_database, EphemeralServer};
@@ -48,14 +49,7 @@ impl TestShards {
 
     /// The shard list as TOML, followed by `extra` (more sections).
     pub fn toml(&self, extra: &str) -> String {
-        let mut text = String::new();
-        for (i, url) in self.urls.iter().enumerate() {
-            text.push_str(&format!(
-                "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 12\n\n"
-            ));
-        }
-        text.push_str(extra);
-        text
+        ShardList::numbered(&self.urls).pool_size(12).toml(extra)
     }
 
     /// A validated config over these shards with `extra` sections.

@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::{wait_until, TestShards};
+use common::{wait_until, ShardList, TestShards};
 use serde_json::json;
 use shardq::reshard::{reshard, Options, Step};
 use shardq::shards::ShardSet;
@@ -49,16 +49,6 @@ fn micros() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_micros() as i64
-}
-
-fn toml_of(urls: &[String], extra: &str) -> String {
-    let mut text = String::new();
-    for (i, url) in urls.iter().enumerate() {
-        text.push_str(&format!(
-            "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 12\n\n"
-        ));
-    }
-    text + extra
 }
 
 /// `record` (keyed revisions; `fail_once` fails its first attempt) and
@@ -243,10 +233,23 @@ async fn move_under_load(from: usize, to: usize) {
     let servers = TestShards::databases(from.max(to) + 1).await;
     let urls = &servers.urls[..from.max(to)];
     let calls_url = servers.urls[from.max(to)].clone();
-    let old = Config::from_toml(&toml_of(&urls[..from], WORKER_TOML)).unwrap();
-    let new = Config::from_toml(&toml_of(&urls[..to], WORKER_TOML)).unwrap();
+    let old = Config::from_toml(
+        &ShardList::numbered(&urls[..from])
+            .pool_size(12)
+            .toml(WORKER_TOML),
+    )
+    .unwrap();
+    let new = Config::from_toml(
+        &ShardList::numbered(&urls[..to])
+            .pool_size(12)
+            .toml(WORKER_TOML),
+    )
+    .unwrap();
     let longer = if to > from { new.clone() } else { old.clone() };
-    let calls = ShardSet::connect(&Config::from_toml(&toml_of(&[calls_url], "")).unwrap()).unwrap();
+    let calls = ShardSet::connect(
+        &Config::from_toml(&ShardList::numbered(&[calls_url]).pool_size(12).toml("")).unwrap(),
+    )
+    .unwrap();
     calls
         .get(0)
         .client()
@@ -501,8 +504,14 @@ pub(crate) struct GrowingToThree {
 }
 
 pub(crate) async fn growing_to_three(servers: TestShards, extra: &str) -> GrowingToThree {
-    let old = Config::from_toml(&toml_of(&servers.urls[..2], extra)).unwrap();
-    let new = Config::from_toml(&toml_of(&servers.urls, extra)).unwrap();
+    let old = Config::from_toml(
+        &ShardList::numbered(&servers.urls[..2])
+            .pool_size(12)
+            .toml(extra),
+    )
+    .unwrap();
+    let new =
+        Config::from_toml(&ShardList::numbered(&servers.urls).pool_size(12).toml(extra)).unwrap();
     shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
         .await
         .unwrap();
@@ -721,7 +730,8 @@ async fn a_schedule_follows_its_key_to_its_new_shard() {
          [[schedules]]\nname = \"{name}\"\ncron = \"* * * * * *\"\nqueue = \"ticks\"\n\
          handler = \"noop\"\n"
     );
-    let config = Config::from_toml(&toml_of(&servers.urls, &toml)).unwrap();
+    let config =
+        Config::from_toml(&ShardList::numbered(&servers.urls).pool_size(12).toml(&toml)).unwrap();
     let all = ShardSet::connect(&config).unwrap();
     shardq::migrate::migrate_all(&all).await.unwrap();
     let stop = CancellationToken::new();
@@ -856,7 +866,7 @@ async fn the_command_plans_moves_and_refuses_a_reordered_list() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, urls: &[String]| {
         let path = dir.path().join(name);
-        std::fs::write(&path, toml_of(urls, "")).unwrap();
+        std::fs::write(&path, ShardList::numbered(urls).pool_size(12).toml("")).unwrap();
         path
     };
     let old = write("old.toml", &servers.urls[..2]);
@@ -1064,10 +1074,11 @@ async fn lookups_during_a_move_find_the_job_where_it_is() {
     assert!(summary.complete && summary.moved >= 1, "{summary:?}");
     stop.cancel();
     old_worker.await.unwrap();
-    let later = Config::from_toml(&toml_of(
-        &m.servers.urls,
-        "[worker]\nqueues = [\"later\"]\n",
-    ))
+    let later = Config::from_toml(
+        &ShardList::numbered(&m.servers.urls)
+            .pool_size(12)
+            .toml("[worker]\nqueues = [\"later\"]\n"),
+    )
     .unwrap();
     Worker::new(later, m.all.clone(), HandlerRegistry::with_builtins())
         .stop_when_empty(true)
@@ -1092,7 +1103,14 @@ async fn lookups_during_a_move_find_the_job_where_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_recorded_in_part_refuses_another_list_until_it_is_finished() {
     let servers = TestShards::databases(4).await;
-    let config = |n: usize| Config::from_toml(&toml_of(&servers.urls[..n], WORKER_TOML)).unwrap();
+    let config = |n: usize| {
+        Config::from_toml(
+            &ShardList::numbered(&servers.urls[..n])
+                .pool_size(12)
+                .toml(WORKER_TOML),
+        )
+        .unwrap()
+    };
     shardq::migrate::migrate_all(&ShardSet::connect(&config(2)).unwrap())
         .await
         .unwrap();
@@ -1524,7 +1542,7 @@ async fn a_move_resumed_with_another_server_as_its_target_is_refused() {
     let servers = TestShards::databases(4).await;
     let list = |urls: &[&String]| {
         let urls: Vec<String> = urls.iter().map(|u| (*u).clone()).collect();
-        Config::from_toml(&toml_of(&urls, WORKER_TOML)).unwrap()
+        Config::from_toml(&ShardList::numbered(&urls).pool_size(12).toml(WORKER_TOML)).unwrap()
     };
     let u = &servers.urls;
     shardq::migrate::migrate_all(&ShardSet::connect(&list(&[&u[0], &u[1]])).unwrap())

@@ -2,9 +2,11 @@
 //! local PostgreSQL clusters in a temporary folder ([`cluster`]), processes
 //! they start and stop ([`process`]), where the workspace's binaries are
 //! ([`exe`]), the statement that empties the job tables ([`reset`]), the
-//! shard list they configure ([`shard_list`]), and for the integration tests fresh shards per test ([`test_shards`]) and a
-//! real PgBouncer in front of them ([`pgbouncer`]).
+//! shard list they configure ([`shard_list`]), and for the integration
+//! tests fresh shards per test ([`test_shards`]), a real PgBouncer in front
+//! of them ([`pgbouncer`]) and a second worker process ([`child_test`]).
 
+pub mod child_test;
 pub mod cluster;
 pub mod exe;
 pub mod lossy_proxy;

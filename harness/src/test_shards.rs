@@ -7,7 +7,7 @@ use shardq::config::Config;
 use shardq::shards::ShardSet;
 use shardq_local::{create_database, EphemeralServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -92,8 +92,9 @@ pub async fn count_on(
     Ok(row.get(0))
 }
 
-/// Polls `check` every 50 ms until it returns true or `limit` passes.
-pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F)
+/// Polls `check` every 50 ms until it returns true: how long that took.
+/// Panics naming `what` once `limit` has passed.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -106,6 +107,16 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    started.elapsed()
+}
+
+/// Microseconds since the Unix epoch: when a test's handler call started or
+/// finished, comparable across processes.
+pub fn micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_micros() as i64
 }
 
 /// A session on `url` holding a REPEATABLE READ snapshot that has read

@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::{wait_until, ShardList, TestShards};
+use common::{micros, wait_until, ShardList, TestShards};
 use serde_json::json;
 use shardq::reshard::{reshard, Options, Step};
 use shardq::shards::ShardSet;
@@ -19,7 +19,7 @@ use shardq::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const KEYS: usize = 120;
@@ -43,13 +43,6 @@ retry_backoff_max_ms = 1500
 /// Every handler call, on a database of its own (shard 0's server).
 const CALLS_TABLE: &str = "CREATE TABLE IF NOT EXISTS test_calls (job bigint, shard_key int, \
     key text, revision bigint, what text, started_us bigint, finished_us bigint)";
-
-fn micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
-}
 
 /// `record` (keyed revisions; `fail_once` fails its first attempt) and
 /// `workflow` (records step `a`, fails its first attempt, then records

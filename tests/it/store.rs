@@ -1276,7 +1276,7 @@ async fn step_record_repeated_says_recorded_and_keeps_the_first_output() {
     );
 }
 
-// ------------------------------------------------- store::schema, store::server
+// ------------------------------------------ store::schema, create_database
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_reads_versions_and_shard_map_and_create_database_is_idempotent() {
@@ -1307,18 +1307,18 @@ async fn schema_reads_versions_and_shard_map_and_create_database_is_idempotent()
     shardq::migrate::migrate_shard(fresh, 2).await.unwrap();
     assert_eq!(schema::shard_map(fresh).await.unwrap(), Some((2, 1)));
 
-    // store::server::create_database, twice, with a name that needs quoting.
+    // create_database, twice, with a name that needs quoting.
+    let name = "store \"new\" db";
+    for _ in 0..2 {
+        shardq_local::create_database(&shards.servers[0].admin_url(), name)
+            .await
+            .expect("create database (again)");
+    }
     let (admin, connection) =
         tokio_postgres::connect(&shards.servers[0].admin_url(), tokio_postgres::NoTls)
             .await
             .unwrap();
     let connection = tokio::spawn(connection);
-    let name = "store \"new\" db";
-    for _ in 0..2 {
-        shardq::store::server::create_database(&admin, name)
-            .await
-            .expect("create database (again)");
-    }
     let n: i64 = admin
         .query_one(
             "SELECT count(*) FROM pg_database WHERE datname = $1",

@@ -39,8 +39,6 @@ mod lent;
 #[doc(hidden)]
 pub mod store;
 #[cfg(not(feature = "internal"))]
-// Statements only the tests and benchmarks run are dead code without them.
-#[allow(dead_code, unused_imports)]
 mod store;
 
 pub use app::Shardq;

@@ -16,6 +16,7 @@ use shardq::reshard::{self, Options, Progress, Step};
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use shardq_harness::cluster::LocalCluster;
+use shardq_harness::ShardList;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,13 +85,7 @@ struct ShardRates {
 }
 
 fn toml_of(urls: &[String], extra: &str, concurrency: usize) -> String {
-    let mut text = String::new();
-    for (i, url) in urls.iter().enumerate() {
-        text.push_str(&format!(
-            "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 16\n\n"
-        ));
-    }
-    text + extra + &format!("concurrency = {concurrency}\n")
+    ShardList::numbered(urls).pool_size(16).toml(extra) + &format!("concurrency = {concurrency}\n")
 }
 
 fn worker(config: Config, stop: CancellationToken) -> tokio::task::JoinHandle<()> {

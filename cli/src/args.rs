@@ -220,7 +220,7 @@ pub enum LimitAction {
         /// Jobs of the queue started per period across the fleet: `N/s`,
         /// `N/min`, `N/h`, or `N/<D>s`, `N/<D>ms` (e.g. `100/s`, `1000/min`,
         /// `10/500ms`).
-        #[arg(long, value_parser = crate::commands::limit::parse_rate)]
+        #[arg(long, value_parser = crate::rate::parse_rate)]
         rate: Option<shardq::client::StartRate>,
         /// Jobs of each group of the queue (`enqueue --group`) running at
         /// once, each group on its own.
@@ -228,7 +228,7 @@ pub enum LimitAction {
         group_concurrency: Option<u32>,
         /// Jobs of each group of the queue started per period, each group
         /// on its own (`N/PERIOD` as `--rate`).
-        #[arg(long, value_parser = crate::commands::limit::parse_rate)]
+        #[arg(long, value_parser = crate::rate::parse_rate)]
         group_rate: Option<shardq::client::StartRate>,
     },
     /// List the limited queues and the permits the workers hold now.

@@ -3,6 +3,7 @@
 mod args;
 mod commands;
 mod forward;
+mod rate;
 
 use clap::Parser;
 use std::process::ExitCode;

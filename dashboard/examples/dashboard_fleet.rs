@@ -16,6 +16,7 @@ mod support;
 
 use shardq::Client;
 use shardq_dashboard::DashboardOptions;
+use shardq_harness::ShardList;
 use shardq_local::{create_database, EphemeralServer};
 use std::time::Instant;
 use support::{median, ms};
@@ -67,15 +68,13 @@ async fn main() -> anyhow::Result<()> {
     for size in SIZES {
         let started = Instant::now();
         // A fresh list each size: a shard records the list it was migrated in.
-        let mut toml = String::new();
+        let mut urls = Vec::new();
         for i in 0..size {
             let name = format!("fleet{size}_{i}");
             create_database(&server.admin_url(), &name).await?;
-            toml.push_str(&format!(
-                "[[shards]]\nname = \"s{i}\"\nurl = \"{base}/{name}\"\npool_size = 4\n\n"
-            ));
+            urls.push(format!("{base}/{name}"));
         }
-        let config = shardq::Config::from_toml(&toml)?;
+        let config = shardq::Config::from_toml(&ShardList::numbered(urls).pool_size(4).toml(""))?;
         let shards = shardq::shards::ShardSet::connect(&config)?;
         shardq::migrate::migrate_all(&shards).await?;
         for shard in shards.all() {

@@ -1,19 +1,23 @@
 //! What the benchmarks, the chaos run and the integration tests share:
 //! local PostgreSQL clusters in a temporary folder ([`cluster`]), processes
 //! they start and stop ([`process`]), where the workspace's binaries are
-//! ([`exe`]), the statement that empties the job tables ([`reset`]), and
-//! for the integration tests fresh shards per test ([`test_shards`]) and a
-//! real PgBouncer in front of them ([`pgbouncer`]).
+//! ([`exe`]), the statement that empties the job tables ([`reset`]), the
+//! shard list they configure ([`shard_list`]), and for the integration
+//! tests fresh shards per test ([`test_shards`]), a real PgBouncer in front
+//! of them ([`pgbouncer`]) and a second worker process ([`child_test`]).
 
+pub mod child_test;
 pub mod cluster;
 pub mod exe;
 pub mod lossy_proxy;
 pub mod pgbouncer;
 pub mod process;
+pub mod shard_list;
 pub mod test_shards;
 
 pub use cluster::{LocalCluster, TempRoot};
 pub use process::Proc;
+pub use shard_list::ShardList;
 
 use anyhow::{Context, Result};
 use shardq::shards::Shard;
@@ -59,10 +63,7 @@ pub async fn one_shard(name: &str, extra: &str) -> Result<OneShard> {
     let server = shardq_local::EphemeralServer::start()
         .await
         .context("cannot start a PostgreSQL server")?;
-    let toml = format!(
-        "[[shards]]\nname = \"{name}\"\nurl = \"{}\"\n{extra}",
-        server.url()
-    );
+    let toml = ShardList::default().shard(name, server.url()).toml(extra);
     // No SHARDQ_* environment here: the caller's own statements use the
     // defaults; only worker processes take the user's overrides.
     let config = shardq::Config::from_toml(&toml).context("the one shard's config is invalid")?;

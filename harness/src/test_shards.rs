@@ -2,11 +2,12 @@
 //! shards as fresh databases on them, and a shardq config pointing at those
 //! shards.
 
+pub use crate::shard_list::ShardList;
 use shardq::config::Config;
 use shardq::shards::ShardSet;
 use shardq_local::{create_database, EphemeralServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 static DB_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -48,14 +49,7 @@ impl TestShards {
 
     /// The shard list as TOML, followed by `extra` (more sections).
     pub fn toml(&self, extra: &str) -> String {
-        let mut text = String::new();
-        for (i, url) in self.urls.iter().enumerate() {
-            text.push_str(&format!(
-                "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 12\n\n"
-            ));
-        }
-        text.push_str(extra);
-        text
+        ShardList::numbered(&self.urls).pool_size(12).toml(extra)
     }
 
     /// A validated config over these shards with `extra` sections.
@@ -98,8 +92,9 @@ pub async fn count_on(
     Ok(row.get(0))
 }
 
-/// Polls `check` every 50 ms until it returns true or `limit` passes.
-pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F)
+/// Polls `check` every 50 ms until it returns true: how long that took.
+/// Panics naming `what` once `limit` has passed.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -112,6 +107,16 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    started.elapsed()
+}
+
+/// Microseconds since the Unix epoch: when a test's handler call started or
+/// finished, comparable across processes.
+pub fn micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_micros() as i64
 }
 
 /// A session on `url` holding a REPEATABLE READ snapshot that has read

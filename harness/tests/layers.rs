@@ -1,5 +1,7 @@
-//! Layers point one way: no two source files of the library, the dashboard or
-//! the benchmarks import each other, directly or around a loop.
+//! Layers point one way: no two source files of a crate of the workspace
+//! import each other, directly or around a loop. Every member of the
+//! workspace's `Cargo.toml` is checked, from its `src/lib.rs` and its
+//! `src/main.rs`.
 //!
 //! Each `.rs` file is a node. An edge `a -> b` is a path in `a` that names
 //! something in `b`: a `use` declaration (`crate::…`, `super::…`, `self::…`,
@@ -13,13 +15,57 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The crates whose files must form no loop, as source roots under the
-/// workspace, each with its root file.
-const CRATE_ROOTS: &[(&str, &str)] = &[
-    ("src", "lib.rs"),
-    ("dashboard/src", "lib.rs"),
-    ("bench/src", "main.rs"),
-];
+/// The source roots of the workspace's crates, each with its root file
+/// (`lib.rs`, `main.rs` or both), as paths under the workspace.
+fn crate_roots(workspace: &Path) -> Vec<(String, &'static str)> {
+    let manifest = std::fs::read_to_string(workspace.join("Cargo.toml")).unwrap();
+    let members = members(&manifest);
+    assert!(!members.is_empty(), "the workspace lists no members");
+    let mut roots = Vec::new();
+    for member in members {
+        let src = if member == "." {
+            "src".to_string()
+        } else {
+            format!("{member}/src")
+        };
+        let found: Vec<&str> = ["lib.rs", "main.rs"]
+            .into_iter()
+            .filter(|file| workspace.join(&src).join(file).is_file())
+            .collect();
+        assert!(
+            !found.is_empty(),
+            "member {member} has no src/lib.rs or src/main.rs"
+        );
+        roots.extend(found.into_iter().map(|file| (src.clone(), file)));
+    }
+    roots
+}
+
+/// The paths in the `members = [...]` list of a workspace manifest (a
+/// list of plain strings, on one line or several).
+fn members(manifest: &str) -> Vec<String> {
+    let line = manifest
+        .lines()
+        .position(|line| {
+            line.trim_start()
+                .strip_prefix("members")
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .expect("the manifest has a members list");
+    let list: String = manifest
+        .lines()
+        .skip(line)
+        .map(|line| line.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let open = list.find('[').expect("the members list opens") + 1;
+    let close = open + list[open..].find(']').expect("the members list closes");
+    list[open..close]
+        .split(',')
+        .map(|item| item.trim().trim_matches('"').to_string())
+        .filter(|item| !item.is_empty())
+        .collect()
+}
 
 /// Folders whose `mod.rs` still defines what its children use while it
 /// re-exports theirs (a loop between the two), left to their owners this
@@ -33,8 +79,8 @@ const NOT_YET_ONE_WAY: &[(&str, &str)] = &[];
 fn no_two_files_import_each_other() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut loops = BTreeSet::new();
-    for (root, root_file) in CRATE_ROOTS {
-        let graph = ModuleGraph::read(&workspace.join(root), root_file);
+    for (root, root_file) in crate_roots(&workspace) {
+        let graph = ModuleGraph::read(&workspace.join(&root), root_file);
         for graph in graph.levels() {
             for cycle in graph.cycles() {
                 let names: Vec<String> = cycle
@@ -116,6 +162,14 @@ fn the_checker_finds_a_loop_and_only_a_loop() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The members list is found past comments that name it, over several lines.
+#[test]
+fn the_members_are_read_from_the_manifest() {
+    let manifest = "# members of their own [sic]\n[workspace]\nmembers = [\".\", \"cli\",\n  \
+                    \"local\", # the servers\n]\nresolver = \"2\"\n";
+    assert_eq!(members(manifest), [".", "cli", "local"]);
+}
+
 type ModPath = Vec<String>;
 
 struct ModuleGraph {
@@ -133,6 +187,10 @@ impl ModuleGraph {
                 .unwrap()
                 .to_string_lossy()
                 .replace('\\', "/");
+            // A package with both: the other crate's root is no module of this one.
+            if rel != root_file && (rel == "lib.rs" || rel == "main.rs") {
+                continue;
+            }
             let module = module_of(&rel, root_file);
             let text = std::fs::read_to_string(&file).unwrap();
             sources.insert(module, (rel, text));

@@ -3,6 +3,7 @@
 //! refusal fails connections at once, and `Fault::None` restores service.
 
 use shardq_harness::lossy_proxy::{Fault, LossyProxy};
+use shardq_harness::test_shards::wait_until;
 use shardq_local::EphemeralServer;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -52,18 +53,6 @@ async fn connect(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
         let _ = connection.await;
     });
     Ok(client)
-}
-
-/// Waits until `done` holds, failing the test after [`EVENTUALLY`].
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < EVENTUALLY,
-            "not within {EVENTUALLY:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// How long `f` takes, and its output.
@@ -160,7 +149,10 @@ async fn silent_answers_nothing_with_sockets_open_until_it_ends() {
         "a session opened through a silent proxy"
     );
     // The client, the sleeper and the raw socket (the timed-out attempt is gone).
-    eventually("3 connections open", || setup.proxy.connections() == 3).await;
+    wait_until(EVENTUALLY, "3 connections open", || async {
+        setup.proxy.connections() == 3
+    })
+    .await;
     let noted = setup.proxy.fault_statements();
     assert!(
         noted.iter().any(|s| s == "INSERT INTO heard VALUES (1)"),
@@ -170,7 +162,10 @@ async fn silent_answers_nothing_with_sockets_open_until_it_ends() {
     assert!(!sleeper.is_finished(), "the reply in flight came through");
 
     setup.proxy.set_fault(Fault::None);
-    eventually("the silent sessions closed", || client.is_closed()).await;
+    wait_until(EVENTUALLY, "the silent sessions closed", || async {
+        client.is_closed()
+    })
+    .await;
     let (_in_flight, answered) = sleeper.await.expect("sleeper");
     assert!(
         !answered,
@@ -186,7 +181,7 @@ async fn silent_answers_nothing_with_sockets_open_until_it_ends() {
         .execute("INSERT INTO heard VALUES (2)", &[])
         .await
         .expect("insert");
-    eventually("only the new session open", || {
+    wait_until(EVENTUALLY, "only the new session open", || async {
         setup.proxy.connections() == 1
     })
     .await;
@@ -199,7 +194,10 @@ async fn refuse_fails_fast_and_resets_open_sessions() {
     client.simple_query("SELECT 1").await.expect("query");
 
     setup.proxy.set_fault(Fault::Refuse);
-    eventually("the open session was reset", || client.is_closed()).await;
+    wait_until(EVENTUALLY, "the open session was reset", || async {
+        client.is_closed()
+    })
+    .await;
     assert!(client.simple_query("SELECT 1").await.is_err());
     let attempt = tokio::time::timeout(EVENTUALLY, setup.connect()).await;
     assert!(
@@ -214,7 +212,10 @@ async fn refuse_fails_fast_and_resets_open_sessions() {
         matches!(read, Ok(Ok(0)) | Ok(Err(_))),
         "a refused socket stayed open: {read:?}"
     );
-    eventually("no connection open", || setup.proxy.connections() == 0).await;
+    wait_until(EVENTUALLY, "no connection open", || async {
+        setup.proxy.connections() == 0
+    })
+    .await;
     assert!(setup.proxy.fault_statements().is_empty());
 
     setup.proxy.set_fault(Fault::None);
@@ -227,10 +228,19 @@ async fn connections_counts_the_open_clients() {
     let setup = Setup::start().await;
     let first = setup.connect().await.expect("connect");
     let second = setup.connect().await.expect("connect");
-    eventually("2 open", || setup.proxy.connections() == 2).await;
+    wait_until(EVENTUALLY, "2 open", || async {
+        setup.proxy.connections() == 2
+    })
+    .await;
     drop(first);
-    eventually("1 open", || setup.proxy.connections() == 1).await;
+    wait_until(EVENTUALLY, "1 open", || async {
+        setup.proxy.connections() == 1
+    })
+    .await;
     second.simple_query("SELECT 1").await.expect("query");
     drop(second);
-    eventually("none open", || setup.proxy.connections() == 0).await;
+    wait_until(EVENTUALLY, "none open", || async {
+        setup.proxy.connections() == 0
+    })
+    .await;
 }

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
 
-use super::create_database;
+use super::database::create_database;
 use super::datadir::unique_name;
 use super::error::LocalError;
 use super::server::{LocalServer, StopMode};

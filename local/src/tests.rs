@@ -159,5 +159,5 @@ fn start_failure_reports_the_log() {
 
 #[test]
 fn identifiers_are_quoted_with_their_quotes_doubled() {
-    assert_eq!(super::quote_ident(r#"a"b"#), r#""a""b""#);
+    assert_eq!(super::database::quote_ident(r#"a"b"#), r#""a""b""#);
 }

@@ -4,7 +4,8 @@
 //! operation goes through these.
 
 use super::sql::{self, Param};
-use crate::shards::{Shard, ShardError};
+use crate::shards::{PooledClient, Shard, ShardError};
+use std::future::Future;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
@@ -134,4 +135,24 @@ pub(crate) async fn under_key_locks_in(
     let rows = tx.query_typed(statement, params).await?;
     tx.query_typed(sql::KEYS_PROMOTE, &job_ids).await?;
     Ok(rows)
+}
+
+/// Runs `work` on a session of the shard's pool ([`Shard::client`]: cleaned
+/// before the pool lends it again, so `work` may take session locks or
+/// change settings), within the shard's deadline; its statement errors name
+/// the shard. For operations that need a session of their own rather than
+/// one statement: a move's transactions, its locks.
+pub(crate) async fn in_session<T, Fut>(
+    shard: &Shard,
+    work: impl FnOnce(PooledClient) -> Fut,
+) -> Result<T, ShardError>
+where
+    Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+{
+    shard
+        .within(async {
+            let db = shard.client().await?;
+            work(db).await.map_err(|e| shard.query_error(e))
+        })
+        .await
 }

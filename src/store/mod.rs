@@ -31,7 +31,6 @@ pub mod queues;
 pub mod reshard;
 pub mod schedules;
 pub mod schema;
-pub mod server;
 pub mod sql;
 pub mod steps;
 pub mod upkeep;

@@ -4,9 +4,11 @@
 //!
 //! These run on sessions of the shard's pool (a transaction pooler cannot
 //! carry the move lock or a multi-statement transaction; the caller refuses
-//! one first), each within the shard's statement deadline: a frozen shard
-//! is an error after it, which the command tries again, not a hang.
+//! one first), each within the shard's statement deadline
+//! (`exec::in_session`): a frozen shard is an error after it, which the
+//! command tries again, not a hang.
 
+use super::exec::in_session;
 use super::{locks, sql};
 use crate::shard_map::{EpochRecord, KeyRange, MoveRow};
 use crate::shards::{PooledClient, Shard, ShardError};
@@ -17,10 +19,6 @@ fn to_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-async fn session(shard: &Shard) -> Result<PooledClient, ShardError> {
-    shard.client().await
-}
-
 /// Every epoch `shard` records, with ranges and moves, oldest first (none
 /// when its schema has no map tables yet).
 ///
@@ -28,55 +26,49 @@ async fn session(shard: &Shard) -> Result<PooledClient, ShardError> {
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn history(shard: &Shard) -> Result<Vec<EpochRecord>, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let err = |e| shard.query_error(e);
-            let mut out = Vec::new();
-            let present: bool = db
-                .query_one(sql::RESHARD_MAP_TABLES, &[])
-                .await
-                .map_err(err)?
-                .get("present");
-            if !present {
-                return Ok(out);
-            }
-            for row in db.query(sql::RESHARD_EPOCHS, &[]).await.map_err(err)? {
-                let epoch: i32 = row.get("epoch");
-                let ranges = db
-                    .query(sql::MAP_RANGES_OF, &[&epoch])
-                    .await
-                    .map_err(err)?
-                    .iter()
-                    .map(|r| KeyRange {
-                        first_key: r.get("first_key"),
-                        end_key: r.get("end_key"),
-                        shard_index: usize::try_from(r.get::<_, i32>("shard_index")).unwrap_or(0),
-                    })
-                    .collect();
-                let moves = db
-                    .query(sql::RESHARD_MOVES_OF, &[&epoch])
-                    .await
-                    .map_err(err)?
-                    .iter()
-                    .map(|r| MoveRow {
-                        first_key: r.get("first_key"),
-                        end_key: r.get("end_key"),
-                        from_index: usize::try_from(r.get::<_, i32>("from_index")).unwrap_or(0),
-                        to_index: usize::try_from(r.get::<_, i32>("to_index")).unwrap_or(0),
-                        state: r.get("state"),
-                    })
-                    .collect();
-                out.push(EpochRecord {
-                    epoch,
-                    shard_count: row.get("shard_count"),
-                    ranges,
-                    moves,
-                });
-            }
-            Ok(out)
-        })
-        .await
+    in_session(shard, |db| async move {
+        let mut out = Vec::new();
+        let present: bool = db
+            .query_one(sql::RESHARD_MAP_TABLES, &[])
+            .await?
+            .get("present");
+        if !present {
+            return Ok(out);
+        }
+        for row in db.query(sql::RESHARD_EPOCHS, &[]).await? {
+            let epoch: i32 = row.get("epoch");
+            let ranges = db
+                .query(sql::MAP_RANGES_OF, &[&epoch])
+                .await?
+                .iter()
+                .map(|r| KeyRange {
+                    first_key: r.get("first_key"),
+                    end_key: r.get("end_key"),
+                    shard_index: usize::try_from(r.get::<_, i32>("shard_index")).unwrap_or(0),
+                })
+                .collect();
+            let moves = db
+                .query(sql::RESHARD_MOVES_OF, &[&epoch])
+                .await?
+                .iter()
+                .map(|r| MoveRow {
+                    first_key: r.get("first_key"),
+                    end_key: r.get("end_key"),
+                    from_index: usize::try_from(r.get::<_, i32>("from_index")).unwrap_or(0),
+                    to_index: usize::try_from(r.get::<_, i32>("to_index")).unwrap_or(0),
+                    state: r.get("state"),
+                })
+                .collect();
+            out.push(EpochRecord {
+                epoch,
+                shard_count: row.get("shard_count"),
+                ranges,
+                moves,
+            });
+        }
+        Ok(out)
+    })
+    .await
 }
 
 /// Whether `shard` holds any job.
@@ -85,16 +77,11 @@ pub async fn history(shard: &Shard) -> Result<Vec<EpochRecord>, ShardError> {
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn has_jobs(shard: &Shard) -> Result<bool, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let row = db
-                .query_one(sql::RESHARD_HAS_JOBS, &[])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok(row.get("any"))
-        })
-        .await
+    in_session(shard, |db| async move {
+        let row = db.query_one(sql::RESHARD_HAS_JOBS, &[]).await?;
+        Ok(row.get("any"))
+    })
+    .await
 }
 
 /// The last id `shard`'s sequence gave.
@@ -103,16 +90,11 @@ pub async fn has_jobs(shard: &Shard) -> Result<bool, ShardError> {
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn last_id(shard: &Shard) -> Result<i64, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let row = db
-                .query_one(sql::RESHARD_LAST_ID, &[])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok(row.get("last_value"))
-        })
-        .await
+    in_session(shard, |db| async move {
+        let row = db.query_one(sql::RESHARD_LAST_ID, &[]).await?;
+        Ok(row.get("last_value"))
+    })
+    .await
 }
 
 /// What [`record_epoch`] writes on one shard.
@@ -143,62 +125,47 @@ pub struct EpochWrite<'a> {
 ///
 /// [`ShardError`] when the shard fails; nothing is written then.
 pub async fn record_epoch(shard: &Shard, write: &EpochWrite<'_>) -> Result<bool, ShardError> {
-    shard
-        .within(async {
-            let mut db = session(shard).await?;
-            let err = |e| shard.query_error(e);
-            if write.moving_in {
-                // Before the map's lock, in its own transaction (see
-                // RESHARD_TRIGGER_ON); harmless while no range moves in.
-                db.batch_execute(sql::RESHARD_TRIGGER_ON)
-                    .await
-                    .map_err(err)?;
-            }
-            let tx = db.transaction().await.map_err(err)?;
-            tx.execute(
-                sql::RESHARD_MAP_LOCK,
-                &[&locks::maintenance_class(), &locks::MAP_SLOT],
+    in_session(shard, |mut db| async move {
+        if write.moving_in {
+            // Before the map's lock, in its own transaction (see
+            // RESHARD_TRIGGER_ON); harmless while no range moves in.
+            db.batch_execute(sql::RESHARD_TRIGGER_ON).await?;
+        }
+        let tx = db.transaction().await?;
+        tx.execute(
+            sql::RESHARD_MAP_LOCK,
+            &[&locks::maintenance_class(), &locks::MAP_SLOT],
+        )
+        .await?;
+        tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[]).await?;
+        let recorded = tx
+            .query_opt(
+                "SELECT 1 FROM shardq_map_epochs WHERE epoch = $1",
+                &[&write.record.epoch],
             )
-            .await
-            .map_err(err)?;
-            tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[])
-                .await
-                .map_err(err)?;
-            let recorded = tx
-                .query_opt(
-                    "SELECT 1 FROM shardq_map_epochs WHERE epoch = $1",
-                    &[&write.record.epoch],
-                )
-                .await
-                .map_err(err)?;
-            if recorded.is_some() && write.history.is_none() {
-                return Ok(false);
+            .await?;
+        if recorded.is_some() && write.history.is_none() {
+            return Ok(false);
+        }
+        if let Some(history) = write.history {
+            tx.batch_execute(sql::RESHARD_MAP_FORGET).await?;
+            for record in history {
+                insert_epoch(&tx, record, None, 0).await?;
             }
-            if let Some(history) = write.history {
-                tx.batch_execute(sql::RESHARD_MAP_FORGET)
-                    .await
-                    .map_err(err)?;
-                for record in history {
-                    insert_epoch(&tx, record, None, 0).await.map_err(err)?;
-                }
-            }
-            insert_epoch(&tx, write.record, Some("closed"), write.ids_from)
-                .await
-                .map_err(err)?;
-            if write.moving_in {
-                tx.execute(sql::RESHARD_RAISE_IDS, &[&write.ids_from])
-                    .await
-                    .map_err(err)?;
-            }
-            if write.in_list {
-                tx.execute(sql::RESHARD_PLACE_COUNT, &[&write.record.shard_count])
-                    .await
-                    .map_err(err)?;
-            }
-            tx.commit().await.map_err(err)?;
-            Ok(true)
-        })
-        .await
+        }
+        insert_epoch(&tx, write.record, Some("closed"), write.ids_from).await?;
+        if write.moving_in {
+            tx.execute(sql::RESHARD_RAISE_IDS, &[&write.ids_from])
+                .await?;
+        }
+        if write.in_list {
+            tx.execute(sql::RESHARD_PLACE_COUNT, &[&write.record.shard_count])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    })
+    .await
 }
 
 /// Inserts one epoch with its ranges and moves (their recorded state, or
@@ -264,22 +231,16 @@ pub async fn set_move_state(
     first_key: i32,
     state: &str,
 ) -> Result<bool, ShardError> {
-    shard
-        .within(async {
-            let mut db = session(shard).await?;
-            let err = |e| shard.query_error(e);
-            let tx = db.transaction().await.map_err(err)?;
-            tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[])
-                .await
-                .map_err(err)?;
-            let changed = tx
-                .execute(sql::RESHARD_MOVE_STATE, &[&first_key, &epoch, &state])
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            Ok(changed == 1)
-        })
-        .await
+    in_session(shard, |mut db| async move {
+        let tx = db.transaction().await?;
+        tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[]).await?;
+        let changed = tx
+            .execute(sql::RESHARD_MOVE_STATE, &[&first_key, &epoch, &state])
+            .await?;
+        tx.commit().await?;
+        Ok(changed == 1)
+    })
+    .await
 }
 
 /// A session holding the move lock of `shard` (enqueues of a `closed`
@@ -289,18 +250,15 @@ pub async fn set_move_state(
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn hold_move_lock(shard: &Shard) -> Result<PooledClient, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            db.execute(
-                sql::RESHARD_MOVE_LOCK,
-                &[&locks::maintenance_class(), &locks::MOVE_SLOT],
-            )
-            .await
-            .map_err(|e| shard.query_error(e))?;
-            Ok(db)
-        })
-        .await
+    in_session(shard, |db| async move {
+        db.execute(
+            sql::RESHARD_MOVE_LOCK,
+            &[&locks::maintenance_class(), &locks::MOVE_SLOT],
+        )
+        .await?;
+        Ok(db)
+    })
+    .await
 }
 
 /// Gives back the lock [`hold_move_lock`] took.
@@ -334,19 +292,16 @@ pub async fn keys_to_move(
     (first, end): (i32, i32),
     dedup_only: bool,
 ) -> Result<Vec<(i32, i64)>, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let rows = db
-                .query(sql::RESHARD_KEYS_TO_MOVE, &[&first, &end, &dedup_only])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok(rows
-                .iter()
-                .map(|r| (r.get("shard_key"), r.get("n")))
-                .collect())
-        })
-        .await
+    in_session(shard, |db| async move {
+        let rows = db
+            .query(sql::RESHARD_KEYS_TO_MOVE, &[&first, &end, &dedup_only])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("shard_key"), r.get("n")))
+            .collect())
+    })
+    .await
 }
 
 /// Marks the unclaimed jobs of shard keys `first..end` held on the old
@@ -356,14 +311,10 @@ pub async fn keys_to_move(
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn mark_held(shard: &Shard, (first, end): (i32, i32)) -> Result<u64, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            db.execute(sql::RESHARD_MARK, &[&first, &end])
-                .await
-                .map_err(|e| shard.query_error(e))
-        })
-        .await
+    in_session(shard, |db| async move {
+        db.execute(sql::RESHARD_MARK, &[&first, &end]).await
+    })
+    .await
 }
 
 /// The held jobs of shard keys `first..end` with ids above `after`, at most
@@ -378,16 +329,13 @@ pub async fn read_held(
     after: i64,
     limit: i64,
 ) -> Result<(Value, Value), ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let held = db
-                .query_one(sql::RESHARD_HELD_READ, &[&first, &end, &after, &limit])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok((held.get("jobs"), held.get("steps")))
-        })
-        .await
+    in_session(shard, |db| async move {
+        let held = db
+            .query_one(sql::RESHARD_HELD_READ, &[&first, &end, &after, &limit])
+            .await?;
+        Ok((held.get("jobs"), held.get("steps")))
+    })
+    .await
 }
 
 /// Stand-ins (a JSON array) for the deduplicated jobs of `first..end` that
@@ -398,16 +346,13 @@ pub async fn read_held(
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn read_stand_ins(shard: &Shard, (first, end): (i32, i32)) -> Result<Value, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let row = db
-                .query_one(sql::RESHARD_STAND_INS_READ, &[&first, &end])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok(row.get("jobs"))
-        })
-        .await
+    in_session(shard, |db| async move {
+        let row = db
+            .query_one(sql::RESHARD_STAND_INS_READ, &[&first, &end])
+            .await?;
+        Ok(row.get("jobs"))
+    })
+    .await
 }
 
 /// On the new shard, in one transaction: replaces earlier held copies of
@@ -423,45 +368,34 @@ pub async fn write_copies(
     steps: &Value,
     stand_ins: &Value,
 ) -> Result<Vec<(i64, i32)>, ShardError> {
-    shard
-        .within(async {
-            let mut db = session(shard).await?;
-            let err = |e| shard.query_error(e);
-            let tx = db.transaction().await.map_err(err)?;
-            // A cancel recorded on an earlier copy (the run stopped before
-            // removing the old shard's row) is kept in the copy that
-            // replaces it.
-            let cancelled: HashSet<(i64, i32)> = tx
-                .query(sql::RESHARD_COPY_CANCELLED, &[jobs])
-                .await
-                .map_err(err)?
-                .iter()
-                .map(|r| (r.get("id"), r.get("shard_key")))
-                .collect();
-            let jobs = with_cancels(jobs, &cancelled);
-            tx.execute(sql::RESHARD_COPY_REPLACE, &[&jobs])
-                .await
-                .map_err(err)?;
-            let written = tx
-                .query(
-                    &format!("{} RETURNING id, shard_key", sql::RESHARD_COPY_JOBS),
-                    &[&jobs],
-                )
-                .await
-                .map_err(err)?;
-            tx.execute(sql::RESHARD_COPY_STEPS, &[steps])
-                .await
-                .map_err(err)?;
-            tx.execute(sql::RESHARD_COPY_JOBS, &[stand_ins])
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            Ok(written
-                .iter()
-                .map(|r| (r.get("id"), r.get("shard_key")))
-                .collect())
-        })
-        .await
+    in_session(shard, |mut db| async move {
+        let tx = db.transaction().await?;
+        // A cancel recorded on an earlier copy (the run stopped before
+        // removing the old shard's row) is kept in the copy that
+        // replaces it.
+        let cancelled: HashSet<(i64, i32)> = tx
+            .query(sql::RESHARD_COPY_CANCELLED, &[jobs])
+            .await?
+            .iter()
+            .map(|r| (r.get("id"), r.get("shard_key")))
+            .collect();
+        let jobs = with_cancels(jobs, &cancelled);
+        tx.execute(sql::RESHARD_COPY_REPLACE, &[&jobs]).await?;
+        let written = tx
+            .query(
+                &format!("{} RETURNING id, shard_key", sql::RESHARD_COPY_JOBS),
+                &[&jobs],
+            )
+            .await?;
+        tx.execute(sql::RESHARD_COPY_STEPS, &[steps]).await?;
+        tx.execute(sql::RESHARD_COPY_JOBS, &[stand_ins]).await?;
+        tx.commit().await?;
+        Ok(written
+            .iter()
+            .map(|r| (r.get("id"), r.get("shard_key")))
+            .collect())
+    })
+    .await
 }
 
 /// `jobs` (a JSON array) with `cancel_requested` set on those in `cancelled`.
@@ -494,20 +428,17 @@ pub async fn drop_copied(
     (first, end): (i32, i32),
     copied: &[(i64, i32, bool)],
 ) -> Result<u64, ShardError> {
-    shard
-        .within(async {
-            let ids: Vec<i64> = copied.iter().map(|c| c.0).collect();
-            let keys: Vec<i32> = copied.iter().map(|c| c.1).collect();
-            let cancels: Vec<bool> = copied.iter().map(|c| c.2).collect();
-            let db = session(shard).await?;
-            db.execute(
-                sql::RESHARD_DROP_COPIED,
-                &[&first, &end, &ids, &keys, &cancels],
-            )
-            .await
-            .map_err(|e| shard.query_error(e))
-        })
+    let ids: Vec<i64> = copied.iter().map(|c| c.0).collect();
+    let keys: Vec<i32> = copied.iter().map(|c| c.1).collect();
+    let cancels: Vec<bool> = copied.iter().map(|c| c.2).collect();
+    in_session(shard, |db| async move {
+        db.execute(
+            sql::RESHARD_DROP_COPIED,
+            &[&first, &end, &ids, &keys, &cancels],
+        )
         .await
+    })
+    .await
 }
 
 /// On the old shard: finishes as cancelled those of the `refused` jobs of
@@ -521,14 +452,11 @@ pub async fn cancel_refused(
     (first, end): (i32, i32),
     refused: &[i64],
 ) -> Result<u64, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            db.execute(sql::RESHARD_CANCEL_REFUSED, &[&first, &end, &refused])
-                .await
-                .map_err(|e| shard.query_error(e))
-        })
-        .await
+    in_session(shard, |db| async move {
+        db.execute(sql::RESHARD_CANCEL_REFUSED, &[&first, &end, &refused])
+            .await
+    })
+    .await
 }
 
 /// The unfinished jobs of `first..end` left on `shard`.
@@ -537,16 +465,11 @@ pub async fn cancel_refused(
 ///
 /// [`ShardError`] when the shard fails.
 pub async fn left(shard: &Shard, (first, end): (i32, i32)) -> Result<i64, ShardError> {
-    shard
-        .within(async {
-            let db = session(shard).await?;
-            let row = db
-                .query_one(sql::RESHARD_LEFT, &[&first, &end])
-                .await
-                .map_err(|e| shard.query_error(e))?;
-            Ok(row.get("n"))
-        })
-        .await
+    in_session(shard, |db| async move {
+        let row = db.query_one(sql::RESHARD_LEFT, &[&first, &end]).await?;
+        Ok(row.get("n"))
+    })
+    .await
 }
 
 /// On the new shard, in one transaction under the map's lock: releases the
@@ -563,49 +486,40 @@ pub async fn release(
     epoch: i32,
     (first, end): (i32, i32),
 ) -> Result<u64, ShardError> {
-    shard
-        .within(async {
-            let mut db = session(shard).await?;
-            let err = |e| shard.query_error(e);
-            let tx = db.transaction().await.map_err(err)?;
-            tx.execute(
-                sql::RESHARD_MAP_LOCK,
-                &[&locks::maintenance_class(), &locks::MAP_SLOT],
-            )
-            .await
-            .map_err(err)?;
-            tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[])
-                .await
-                .map_err(err)?;
-            let rows = tx
-                .query(sql::RESHARD_RELEASE, &[&first, &end])
-                .await
-                .map_err(err)?;
-            let keys: Vec<i32> = rows.iter().map(|r| r.get("shard_key")).collect();
-            let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
-            tx.query(sql::KEYS_PROMOTE, &[&keys, &ids])
-                .await
-                .map_err(err)?;
-            tx.execute(sql::RESHARD_MOVE_STATE, &[&first, &epoch, &"released"])
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            let released = rows.len() as u64;
-            let moving: bool = db
-                .query_one(sql::RESHARD_STILL_MOVING_IN, &[])
-                .await
-                .map_err(err)?
-                .get("moving");
-            if !moving {
-                // Left on when its lock is not had at once: it writes
-                // nothing held once no range moves in; the next release or
-                // run tries again.
-                if let Err(e) = db.batch_execute(sql::RESHARD_TRIGGER_OFF).await {
-                    let _ = db.batch_execute("RESET lock_timeout").await;
-                    tracing::warn!(shard = %shard.name, error = %err(e), "the hold trigger stays on for now");
-                }
+    in_session(shard, |mut db| async move {
+        let tx = db.transaction().await?;
+        tx.execute(
+            sql::RESHARD_MAP_LOCK,
+            &[&locks::maintenance_class(), &locks::MAP_SLOT],
+        )
+        .await?;
+        tx.query_one(sql::RESHARD_MAP_CHANGE_MARK, &[]).await?;
+        let rows = tx.query(sql::RESHARD_RELEASE, &[&first, &end]).await?;
+        let keys: Vec<i32> = rows.iter().map(|r| r.get("shard_key")).collect();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
+        tx.query(sql::KEYS_PROMOTE, &[&keys, &ids]).await?;
+        tx.execute(sql::RESHARD_MOVE_STATE, &[&first, &epoch, &"released"])
+            .await?;
+        tx.commit().await?;
+        let released = rows.len() as u64;
+        let moving: bool = db
+            .query_one(sql::RESHARD_STILL_MOVING_IN, &[])
+            .await?
+            .get("moving");
+        if !moving {
+            // Left on when its lock is not had at once: it writes
+            // nothing held once no range moves in; the next release or
+            // run tries again.
+            if let Err(e) = db.batch_execute(sql::RESHARD_TRIGGER_OFF).await {
+                let _ = db.batch_execute("RESET lock_timeout").await;
+                tracing::warn!(
+                    shard = %shard.name,
+                    error = %shard.query_error(e),
+                    "the hold trigger stays on for now"
+                );
             }
-    Ok(released)
-        })
-        .await
+        }
+        Ok(released)
+    })
+    .await
 }

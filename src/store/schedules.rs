@@ -11,7 +11,6 @@ use crate::shards::{Shard, ShardError};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use tokio_postgres::types::Type;
-use tokio_postgres::GenericClient;
 
 /// One tick of one schedule.
 #[derive(Debug, Clone, Copy)]
@@ -170,7 +169,8 @@ pub async fn tick(shard: &Shard, tick: Tick<'_>) -> Result<TickOutcome, ShardErr
 /// # Cancel safety
 ///
 /// As the caller's transaction: nothing is kept unless it commits.
-pub async fn tick_in<C: GenericClient>(
+#[cfg(feature = "internal")]
+pub async fn tick_in<C: tokio_postgres::GenericClient>(
     client: &C,
     tick: Tick<'_>,
 ) -> Result<TickOutcome, tokio_postgres::Error> {

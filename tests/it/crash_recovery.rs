@@ -7,16 +7,13 @@
 
 use crate::common;
 
-use common::{wait_until, TestShards};
+use common::{child_test, wait_until, TestShards};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use shardq::shards::ShardSet;
 use shardq::{Client, Config, HandlerRegistry, NewJob, Worker};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-const ROLE_ENV: &str = "SHARDQ_TEST_ROLE";
-const CONFIG_ENV: &str = "SHARDQ_TEST_CONFIG_TOML";
 
 /// A short lease so the dead worker's claim expires quickly.
 const WORKER_TOML: &str = "
@@ -59,10 +56,9 @@ fn three_steps(shards: ShardSet) -> HandlerRegistry {
 /// The worker that gets killed; does nothing in a normal test run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_recovery_doomed_worker_process() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("doomed") {
+    let Some(config) = child_test::config_as("doomed") else {
         return;
-    }
-    let config = Config::from_toml(&std::env::var(CONFIG_ENV).unwrap()).unwrap();
+    };
     let shards = ShardSet::connect(&config).unwrap();
     Worker::new(config, shards.clone(), three_steps(shards))
         .run(CancellationToken::new())
@@ -71,7 +67,7 @@ async fn crash_recovery_doomed_worker_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_workflow_resumes_elsewhere_without_repeating_completed_steps() {
-    if std::env::var(ROLE_ENV).is_ok() {
+    if child_test::is_child() {
         return;
     }
     let shards = TestShards::databases(2).await;
@@ -94,16 +90,11 @@ async fn a_killed_workflow_resumes_elsewhere_without_repeating_completed_steps()
         .unwrap();
     let shard = set.for_key(id.shard_key).clone();
 
-    let mut doomed = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crash_recovery::crash_recovery_doomed_worker_process",
-            "--nocapture",
-        ])
-        .env(ROLE_ENV, "doomed")
-        .env(CONFIG_ENV, &toml)
-        .spawn()
-        .unwrap();
+    let mut doomed = child_test::spawn(
+        "crash_recovery::crash_recovery_doomed_worker_process",
+        "doomed",
+        &toml,
+    );
     let probe = shard.clone();
     wait_until(
         Duration::from_secs(30),

@@ -4,6 +4,7 @@
 
 /// What every test module shares, under the name the modules use.
 mod common {
+    pub use shardq_harness::child_test;
     pub use shardq_harness::pgbouncer;
     pub use shardq_harness::test_shards::*;
 }

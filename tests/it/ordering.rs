@@ -7,17 +7,15 @@
 
 use crate::common;
 
-use common::TestShards;
+use common::{child_test, micros, TestShards};
 use shardq::shards::ShardSet;
 use shardq::{Client, Config, HandlerRegistry, NewJob, Worker};
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const KEYS: usize = 200;
 const REVISIONS: i32 = 5;
-const ROLE_ENV: &str = "SHARDQ_TEST_ROLE";
-const CONFIG_ENV: &str = "SHARDQ_TEST_CONFIG_TOML";
 
 const WORKER_TOML: &str = "
 [dequeue]
@@ -31,13 +29,6 @@ concurrency = 16
 
 const CALLS_TABLE: &str = "CREATE TABLE IF NOT EXISTS test_calls \
     (key text, revision int, started_us bigint, finished_us bigint, pid int)";
-
-fn micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
-}
 
 /// A handler that takes a little while and records when it ran, in the
 /// job's own shard (one call = one row).
@@ -80,16 +71,14 @@ async fn run_worker(config: Config) -> shardq::WorkerReport {
 /// The second worker process; does nothing in a normal test run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordering_second_worker_process() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("worker") {
-        return;
+    if let Some(config) = child_test::config_as("worker") {
+        run_worker(config).await;
     }
-    let config = Config::from_toml(&std::env::var(CONFIG_ENV).unwrap()).unwrap();
-    run_worker(config).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_of_one_key_never_overlap_and_run_in_enqueue_order() {
-    if std::env::var(ROLE_ENV).is_ok() {
+    if child_test::is_child() {
         return;
     }
     let shards = TestShards::databases(2).await;
@@ -119,16 +108,7 @@ async fn jobs_of_one_key_never_overlap_and_run_in_enqueue_order() {
         .await
         .unwrap();
 
-    let other = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "ordering::ordering_second_worker_process",
-            "--nocapture",
-        ])
-        .env(ROLE_ENV, "worker")
-        .env(CONFIG_ENV, &toml)
-        .spawn()
-        .unwrap();
+    let other = child_test::spawn("ordering::ordering_second_worker_process", "worker", &toml);
     let here = run_worker(config).await;
     let status = tokio::time::timeout(Duration::from_secs(120), other.wait_with_output())
         .await
@@ -181,7 +161,7 @@ async fn jobs_of_one_key_never_overlap_and_run_in_enqueue_order() {
 /// slot ran them at once, right after the failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_inside_a_run_holds_back_the_rest_of_its_key() {
-    if std::env::var(ROLE_ENV).is_ok() {
+    if child_test::is_child() {
         return;
     }
     let shards = TestShards::databases(1).await;

@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::TestShards;
+use common::{ShardList, TestShards};
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
 use std::sync::{Arc, Mutex};
@@ -18,14 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 const JOBS: usize = 200;
 const KEYS: usize = 10;
-
-fn toml_of(urls: &[String]) -> String {
-    let mut text = String::new();
-    for (i, url) in urls.iter().enumerate() {
-        text.push_str(&format!("[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\n\n"));
-    }
-    text + "[worker]\nqueues = [\"replaced\"]\n"
-}
 
 /// Runs `statement` on the server's admin database.
 async fn admin(url: &str, statement: &str) {
@@ -68,7 +60,11 @@ async fn a_replacing_server_must_be_a_copy_and_then_runs_the_old_shards_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, urls: &[String]| {
         let path = dir.path().join(name);
-        std::fs::write(&path, toml_of(urls)).unwrap();
+        std::fs::write(
+            &path,
+            ShardList::numbered(urls).toml("[worker]\nqueues = [\"replaced\"]\n"),
+        )
+        .unwrap();
         path
     };
     let old = write("old.toml", &shards.urls);

@@ -24,7 +24,7 @@
 
 use crate::common;
 
-use common::TestShards;
+use common::{wait_until, TestShards};
 use nix::sys::signal::Signal;
 use shardq::job::JobId;
 use shardq::shards::ShardSet;
@@ -138,33 +138,6 @@ async fn succeeded_on(set: &ShardSet, shard: usize) -> i64 {
     common::count_on(set.get(shard), "succeeded")
         .await
         .expect("count")
-}
-
-/// Polls `check` until it holds: how long that took, or `None` after `limit`.
-async fn poll_until<F, Fut>(limit: Duration, mut check: F) -> Option<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        if started.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Some(started.elapsed())
-}
-
-/// [`poll_until`], failing after `limit` with `what`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    poll_until(limit, check)
-        .await
-        .unwrap_or_else(|| panic!("not within {limit:?}: {what}"))
 }
 
 /// How the sick shard falls sick and gets well.
@@ -285,7 +258,7 @@ async fn drain_with_a_sick_shard(
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
 
-    eventually(
+    wait_until(
         Duration::from_secs(60),
         "the sick shard's first jobs succeeded",
         || async { succeeded_on(&set, SICK).await >= WARM_JOBS },
@@ -356,7 +329,7 @@ async fn drain_with_a_sick_shard(
         Duration::from_micros(during.claim_wait_max_us)
     );
 
-    let recovered = eventually(
+    let recovered = wait_until(
         RECOVERY_LIMIT,
         "the sick shard's jobs succeeded",
         || async { unfinished_on(&set, SICK).await == 0 },

@@ -12,7 +12,7 @@
 
 use crate::common;
 
-use common::TestShards;
+use common::{wait_until, TestShards};
 use shardq::job::JobId;
 use shardq::shards::ShardSet;
 use shardq::{Client, HandlerRegistry, NewJob, Worker};
@@ -103,18 +103,6 @@ async fn ids_on(set: &ShardSet, shard: usize) -> HashSet<JobId> {
         .collect()
 }
 
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusing_shards_buffered_jobs_wait_while_the_healthy_shards_have_work() {
     let shards = TestShards::databases(SHARDS).await;
@@ -151,7 +139,7 @@ async fn a_refusing_shards_buffered_jobs_wait_while_the_healthy_shards_have_work
     let stop = CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone()));
 
-    eventually(
+    wait_until(
         Duration::from_secs(60),
         "many of the sick shard's jobs were claimed (buffered)",
         || async {
@@ -177,7 +165,7 @@ async fn a_refusing_shards_buffered_jobs_wait_while_the_healthy_shards_have_work
          the test shows nothing"
     );
 
-    eventually(
+    wait_until(
         Duration::from_secs(120),
         "every job succeeded after the fault",
         || async {

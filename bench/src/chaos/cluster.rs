@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::shards::ShardSet;
 use shardq_harness::lossy_proxy::{Fault as ProxyFault, LossyProxy};
-use shardq_harness::LocalCluster;
+use shardq_harness::{LocalCluster, ShardList};
 use shardq_local::LocalServer;
 use std::fs;
 use std::path::PathBuf;
@@ -162,12 +162,14 @@ impl Cluster {
 
 /// The shards at `urls` followed by [`WORKER_SETTINGS`] for `profile`.
 fn config_text(urls: &[String], profile: Profile) -> String {
-    let mut text = String::new();
-    for (index, url) in urls.iter().enumerate() {
-        text.push_str(&format!(
-            "[[shards]]\nname = \"shard-{index}\"\nurl = \"{url}\"\npool_size = {POOL_SIZE}\n\n"
-        ));
-    }
+    let mut text = urls
+        .iter()
+        .enumerate()
+        .fold(ShardList::default(), |list, (index, url)| {
+            list.shard(format!("shard-{index}"), url)
+        })
+        .pool_size(POOL_SIZE)
+        .toml("");
     let tuning = profile.tuning();
     let (dequeue_extra, worker_extra) = match tuning.small_buffers {
         Some((buffer, batch)) => (

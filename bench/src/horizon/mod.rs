@@ -29,7 +29,7 @@ use shardq::config::Config;
 use shardq::shards::ShardSet;
 use shardq::Client;
 use shardq_harness::process::Proc;
-use shardq_harness::LocalCluster;
+use shardq_harness::{LocalCluster, ShardList};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -60,14 +60,7 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
         args.shards, args.rate
     );
     let cluster = LocalCluster::start("shardq-horizon", args.shards, None).await?;
-    let mut text = String::new();
-    for i in 0..args.shards {
-        text.push_str(&format!(
-            "[[shards]]\nname = \"s{i}\"\nurl = \"{}\"\n\n",
-            cluster.url(i)
-        ));
-    }
-    text.push_str(WORKER_SETTINGS);
+    let text = ShardList::numbered((0..args.shards).map(|i| cluster.url(i))).toml(WORKER_SETTINGS);
     let config = Config::from_toml(&text).context("the horizon config is invalid")?;
     let shards = ShardSet::connect(&config)?;
     shardq::migrate::migrate_all(&shards).await?;

@@ -16,7 +16,7 @@ pub async fn run(mut config: Config, jobs: usize) -> Result<()> {
         opts.root.display()
     );
     shardq_local::up(&opts).await?;
-    migrate(&config).await?;
+    migrate::run(&config).await?;
     let client = Client::new(&config)?;
     let started = Instant::now();
     let template = shardq::NewJob::new(DEMO_QUEUE, shardq::worker::NOOP, serde_json::json!({}));

@@ -5,9 +5,10 @@ mod dashboard;
 mod demo;
 mod enqueue;
 mod job;
-pub mod limit;
+mod limit;
 mod local;
 mod metrics;
+mod migrate;
 mod queue;
 mod reshard;
 mod shards;
@@ -17,7 +18,6 @@ mod worker;
 use crate::args::{Cli, Command};
 use anyhow::{Context, Result};
 use shardq::config::Config;
-use shardq::shards::ShardSet;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let config_path = cli.config.as_deref();
@@ -29,7 +29,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let config = Config::load(config_path).context("cannot load the configuration")?;
     match command {
         Command::Local { action } => local::run(&config, action).await,
-        Command::Migrate => migrate(&config).await,
+        Command::Migrate => migrate::run(&config).await,
         Command::Enqueue(args) => enqueue::run(&config, args).await,
         Command::Worker(args) => worker::run(config, args).await,
         Command::Job { action } => job::run(&config, action).await,
@@ -46,21 +46,4 @@ pub async fn run(cli: Cli) -> Result<()> {
             unreachable!("handed to shardq-bench above")
         }
     }
-}
-
-pub async fn migrate(config: &Config) -> Result<()> {
-    let shards = ShardSet::connect(config)?;
-    let applied = shardq::migrate::migrate_all(&shards).await?;
-    for (shard, versions) in shards.all().iter().zip(applied) {
-        if versions.is_empty() {
-            println!(
-                "{}: up to date (version {})",
-                shard.name,
-                shardq::migrate::latest_version()
-            );
-        } else {
-            println!("{}: applied {:?}", shard.name, versions);
-        }
-    }
-    Ok(())
 }

@@ -6,6 +6,7 @@
 use shardq::shards::ShardSet;
 use shardq::{Client, Config, HandlerRegistry, JobId, NewJob, OnDuplicate, Worker};
 use shardq_dashboard::DashboardOptions;
+use shardq_harness::ShardList;
 use shardq_local::{create_database, EphemeralServer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -111,13 +112,7 @@ impl Shards {
 
 /// The shard list as TOML (shards `s0`, `s1`, …), then `extra`.
 pub fn toml(urls: &[String], extra: &str) -> String {
-    let mut text = String::new();
-    for (i, url) in urls.iter().enumerate() {
-        text.push_str(&format!(
-            "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 8\n\n"
-        ));
-    }
-    text + extra
+    ShardList::numbered(urls).pool_size(8).toml(extra)
 }
 
 /// A dashboard over `client` on a free loopback port; stops with the token.

@@ -25,18 +25,19 @@
 
 mod faults;
 mod relay;
+mod shared;
 mod wire;
 
 pub use faults::Fault;
 
-use faults::{discard, watch_fault, End, FaultState};
+use faults::{discard, watch_fault, End};
 use relay::{relay_replies, relay_requests, Requests};
+use shared::Shared;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 /// The server address in a shard URL (a local server: 127.0.0.1 and the
@@ -56,91 +57,6 @@ pub struct LossyProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
-}
-
-/// What the proxy and its connections share.
-struct Shared {
-    /// The drop probability, as the bits of an `f64`: the test changes it
-    /// while connections use it.
-    drop_probability: AtomicU64,
-    /// When set, only replies to statements containing this text are
-    /// dropped (the others pass whatever the probability).
-    drop_only: Mutex<Option<String>>,
-    /// Texts whose next matching reply is lost whatever the probability
-    /// (each once): a fault a test must see happen at least once.
-    drop_next: Mutex<Vec<String>>,
-    /// When set, a [`Fault::Delay`] holds only the replies to statements
-    /// containing this text.
-    delay_only: Mutex<Option<String>>,
-    /// Replies dropped so far.
-    dropped: AtomicU64,
-    /// The statement of each dropped reply, in order.
-    dropped_statements: Mutex<Vec<String>>,
-    /// The fault now; every connection subscribes.
-    fault: watch::Sender<FaultState>,
-    /// Statements sent or answered while a fault was on, in order.
-    fault_statements: Mutex<Vec<String>>,
-    /// Client connections open now.
-    connections: AtomicUsize,
-}
-
-impl Shared {
-    fn new() -> Shared {
-        Shared {
-            drop_probability: AtomicU64::new(0),
-            drop_only: Mutex::new(None),
-            drop_next: Mutex::new(Vec::new()),
-            delay_only: Mutex::new(None),
-            dropped: AtomicU64::new(0),
-            dropped_statements: Mutex::new(Vec::new()),
-            fault: watch::Sender::new(FaultState::default()),
-            fault_statements: Mutex::new(Vec::new()),
-            connections: AtomicUsize::new(0),
-        }
-    }
-
-    /// Whether to lose this reply, to `statement`.
-    fn roll(&self, statement: &str) -> bool {
-        {
-            let mut next = self.drop_next.lock().unwrap();
-            if let Some(at) = next
-                .iter()
-                .position(|text| statement.contains(text.as_str()))
-            {
-                next.swap_remove(at);
-                return true;
-            }
-        }
-        let p = f64::from_bits(self.drop_probability.load(Ordering::Relaxed));
-        let chosen = self
-            .drop_only
-            .lock()
-            .unwrap()
-            .as_deref()
-            .is_none_or(|only| statement.contains(only));
-        p > 0.0 && chosen && rand::random::<f64>() < p
-    }
-
-    /// Whether a delay holds the reply to `statement`.
-    fn delays(&self, statement: &str) -> bool {
-        self.delay_only
-            .lock()
-            .unwrap()
-            .as_deref()
-            .is_none_or(|only| statement.contains(only))
-    }
-
-    /// The fault now.
-    fn fault(&self) -> Fault {
-        self.fault.borrow().fault
-    }
-
-    fn note_fault_statement(&self, statement: &str) {
-        self.fault_statements
-            .lock()
-            .unwrap()
-            .push(statement.to_owned());
-    }
 }
 
 /// Counts one client connection as open while it lives.

@@ -6,8 +6,8 @@
 //! is held from its own arrival.
 
 use super::faults::Fault;
+use super::shared::Shared;
 use super::wire::{c_string, read_message};
-use super::Shared;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;

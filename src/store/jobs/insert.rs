@@ -32,6 +32,7 @@ pub struct NewRow<'a> {
 /// # Cancel safety
 ///
 /// Not cancel safe: dropping the future may leave some chunks written.
+#[cfg(feature = "internal")]
 pub async fn insert_many(shard: &Shard, rows: &[NewRow<'_>]) -> Result<Vec<JobId>, ShardError> {
     let mut out = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(INSERT_CHUNK) {
@@ -161,6 +162,7 @@ pub async fn insert_in<C: GenericClient>(
 /// # Cancel safety
 ///
 /// Not cancel safe: the job may be written.
+#[cfg(feature = "internal")]
 pub async fn insert_dedup(
     shard: &Shard,
     row: NewRow<'_>,

@@ -4,10 +4,7 @@
 //! shard and the others skip it.
 
 /// Takes upkeep lock ($1, $2) for this transaction; `got` is false when
-/// another process holds it.
-pub const UPKEEP_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got";
-
-/// [`UPKEEP_GATE`], with the database's time of the pass.
+/// another process holds it; `at`: the database's time of the pass.
 pub const UPKEEP_GATE_AT: &str =
     "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got, now() AS at";
 

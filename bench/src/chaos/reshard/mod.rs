@@ -36,7 +36,7 @@ use shardq::config::Config;
 use shardq::reshard::{reshard, Options};
 use shardq::shards::ShardSet;
 use shardq::Client;
-use shardq_harness::LocalCluster;
+use shardq_harness::{LocalCluster, ShardList};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use summary::{Found, Summary, QUEUE};
@@ -68,13 +68,9 @@ shutdown_grace_ms = 2000
 
 /// The shard list of the first `n` servers, at `urls`, as TOML.
 fn list(urls: &[String], n: usize) -> String {
-    let mut text = String::new();
-    for (i, url) in urls.iter().take(n).enumerate() {
-        text.push_str(&format!(
-            "[[shards]]\nname = \"s{i}\"\nurl = \"{url}\"\npool_size = 8\n\n"
-        ));
-    }
-    text + SETTINGS
+    ShardList::numbered(urls.iter().take(n))
+        .pool_size(8)
+        .toml(SETTINGS)
 }
 
 /// What `chaos --reshard` was asked for.

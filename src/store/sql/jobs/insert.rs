@@ -7,6 +7,7 @@
 
 /// Inserts many jobs in one statement; returns their ids in input order. A
 /// job with a positive delay ($7, ms) starts `scheduled`; $9: the groups.
+#[cfg(feature = "internal")]
 pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
      job_group) \

@@ -5,7 +5,6 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-pub use crate::job_args::{ArgsError, JobArgs};
 pub use crate::job_status::JobStatus;
 
 /// A job's identity: its shard key (which routes it) and its id on that shard.

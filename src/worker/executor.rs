@@ -269,7 +269,7 @@ mod tests {
                     return Err("failed on purpose".into());
                 }
                 if ctx.payload["dead"] == true {
-                    let failure = crate::worker::PermanentFailure::new("dead on purpose");
+                    let failure = crate::worker::handler::PermanentFailure::new("dead on purpose");
                     return Err(failure.into());
                 }
                 Ok(serde_json::Value::Null)

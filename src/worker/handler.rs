@@ -2,7 +2,8 @@
 
 pub use super::context::HandlerError;
 use super::context::JobContext;
-use crate::job::{JobArgs, Outcome};
+use crate::job::Outcome;
+use crate::job_args::JobArgs;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;

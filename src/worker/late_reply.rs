@@ -1,11 +1,12 @@
 //! Replies of claims that ran out of their budget (see [`super::shard_health`]):
 //! handled by a task of their own whenever they come.
 
-use super::claim_task::{joined, settle, Reply};
+use super::claim_task::joined;
 use super::credits::Credits;
 use super::local_gate::Entered;
 use super::permits::Reservation;
 use super::producers::Producers;
+use super::settle::{settle, Reply};
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
 use crate::store::jobs::{self, Claim, CompleteMany};

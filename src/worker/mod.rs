@@ -32,6 +32,7 @@ mod rotation;
 mod running;
 mod scheduler;
 mod set_aside;
+mod settle;
 mod shard_health;
 mod slot_control;
 mod slot_input;

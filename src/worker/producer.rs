@@ -11,7 +11,7 @@
 //! and the producer takes fresh ones. What the producers share is in
 //! [`super::producers`].
 
-use super::claim_task::{fails_the_shard, joined, settle, spawn_claim, Reply};
+use super::claim_task::{fails_the_shard, joined, spawn_claim};
 use super::credits::Credits;
 use super::late_reply::{late_reply, LateClaim};
 use super::local_gate::Entered;
@@ -21,6 +21,7 @@ use super::producers::Producers;
 use super::rate_starts::take_starts;
 use super::refusals::{AfterRefusal, Refusals};
 use super::rotation::{Next, Rotation};
+use super::settle::{settle, Reply};
 use super::shard_health::{Health, SUSPECT_RECHECK};
 use super::target::Target;
 use crate::config::DequeueMode;

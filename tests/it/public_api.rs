@@ -60,9 +60,9 @@ mod config {
 mod job {
     #[allow(unused_imports)]
     use shardq::job::{
-        ArgsError, ClaimedJob, Completion, InvalidJob, JobArgs, JobId, JobIdParseError, JobStatus,
-        Limits, NewJob, OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES,
-        MAX_HANDLER_BYTES, MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
+        ClaimedJob, Completion, InvalidJob, JobId, JobIdParseError, JobStatus, Limits, NewJob,
+        OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
+        MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }
 

@@ -71,7 +71,14 @@ pub async fn run(
     jobs: usize,
     serial: bool,
 ) -> Result<FleetRun> {
-    run_filled(server, clock, label, (jobs, 0), serial).await
+    run_filled(
+        server,
+        clock,
+        label,
+        Fill::Backlog { jobs, groups: 0 },
+        serial,
+    )
+    .await
 }
 
 /// [`run`] with the jobs spread over `groups` groups (0: none).
@@ -82,17 +89,44 @@ pub async fn run_in_groups(
     jobs: usize,
     groups: usize,
 ) -> Result<FleetRun> {
-    run_filled(server, clock, label, (jobs, groups), false).await
+    run_filled(server, clock, label, Fill::Backlog { jobs, groups }, false).await
+}
+
+/// One worker process while `jobs` no-op jobs are offered at `rate` per
+/// second (enqueued in batches as the run goes, not before it; their
+/// enqueue's database work counts in the run): what a queue costs at a
+/// steady offer, with or without its limits.
+pub async fn run_offered(
+    server: &BenchServer,
+    clock: Clock,
+    label: &str,
+    jobs: usize,
+    rate: u32,
+) -> Result<FleetRun> {
+    run_filled(server, clock, label, Fill::Offered { jobs, rate }, false).await
+}
+
+/// The jobs of a run: enqueued before it, or offered while it runs.
+enum Fill {
+    Backlog { jobs: usize, groups: usize },
+    Offered { jobs: usize, rate: u32 },
 }
 
 async fn run_filled(
     server: &BenchServer,
     clock: Clock,
     label: &str,
-    (jobs, groups): (usize, usize),
+    fill: Fill,
     serial: bool,
 ) -> Result<FleetRun> {
-    let prefill = server.refill_in_groups(jobs, groups).await?;
+    let (jobs, prefill) = match fill {
+        Fill::Backlog { jobs, groups } => (jobs, server.refill_in_groups(jobs, groups).await?),
+        Fill::Offered { jobs, rate } => {
+            let span = Duration::from_secs_f64(jobs as f64 / f64::from(rate.max(1)));
+            server.reset_for_offer(span).await?;
+            (jobs, Duration::ZERO)
+        }
+    };
     let mut command = if serial {
         let exe = std::env::current_exe().context("cannot find the shardq-bench binary")?;
         let mut command = Command::new(exe);
@@ -126,7 +160,11 @@ async fn run_filled(
     let stop = CancellationToken::new();
     let sampler = tokio::spawn(sample_peak_rss(pid, stop.clone()));
     let mut guard = StopOnDrop(Some(pid));
-    let exit = tokio::task::spawn_blocking(move || wait_with_cpu(child)).await??;
+    let waiting = tokio::task::spawn_blocking(move || wait_with_cpu(child));
+    if let Fill::Offered { jobs, rate } = fill {
+        server.offer(jobs, rate).await?;
+    }
+    let exit = waiting.await??;
     guard.0 = None;
     let wall = exit.at.duration_since(started).as_secs_f64();
     stop.cancel();

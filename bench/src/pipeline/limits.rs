@@ -5,7 +5,9 @@
 //! as it claims), alternating, each `--rounds` times; medians and their
 //! ratio, and the database CPU per job of each; and the same jobs spread
 //! over `--groups` groups (claims taking turns among them). Then one run
-//! with a rate limit: the rate it kept and the database CPU per started job.
+//! with a rate limit: the rate it kept and the database CPU per started job;
+//! and the same jobs offered at that rate (enqueued as the run goes), with
+//! no limit and under the rate: what the rate itself costs at that offer.
 
 use super::fleet::{self, FleetRun};
 use super::server::{BenchServer, QUEUE};
@@ -50,6 +52,8 @@ struct Results {
     ratio: f64,
     rate: u32,
     rated: Option<FleetRun>,
+    /// The rate's jobs offered at the rate, without a limit and with it.
+    offered: Vec<FleetRun>,
     groups: usize,
     grouped: Vec<FleetRun>,
     median_grouped_jobs_per_s: Option<f64>,
@@ -110,6 +114,38 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         print_run(1, &run);
         Some(run)
     };
+    // The same offer with and without the rate: jobs enqueued at the rate
+    // while one worker runs, so both pay for small claims alike and the
+    // difference is what the rate itself costs.
+    let offered = if args.rate_jobs == 0 {
+        Vec::new()
+    } else {
+        let mut runs = Vec::new();
+        for (label, rate) in [("offered", None), ("offered+rate", Some(args.rate))] {
+            let limits = shardq::client::QueueLimits {
+                rate: rate.map(|count| shardq::client::StartRate {
+                    count,
+                    per: std::time::Duration::from_secs(1),
+                }),
+                ..Default::default()
+            };
+            server.client().set_queue_limits(QUEUE, limits).await?;
+            let run = fleet::run_offered(&server, clock, label, args.rate_jobs, args.rate).await?;
+            print_run(1, &run);
+            runs.push(run);
+        }
+        let per_job = |run: &FleetRun| 1e6 * run.postgres_cpu.total_s / run.succeeded.max(1) as f64;
+        println!(
+            "offered {} jobs/s: {:.1} µs database CPU per job without a limit, {:.1} µs under \
+             a rate of {} jobs/s ({:.2}x)",
+            args.rate,
+            per_job(&runs[0]),
+            per_job(&runs[1]),
+            args.rate,
+            per_job(&runs[1]) / per_job(&runs[0])
+        );
+        runs
+    };
     server.close().await;
     let median = |runs: &[FleetRun]| {
         let mut v: Vec<f64> = runs.iter().map(|r| r.jobs_per_s).collect();
@@ -140,6 +176,7 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         ratio: l / u,
         rate: args.rate,
         rated,
+        offered,
         groups: args.groups,
         grouped,
         median_grouped_jobs_per_s: g,

@@ -192,6 +192,43 @@ impl BenchServer {
     }
 }
 
+impl BenchServer {
+    /// Empties the job tables and enqueues one `sleep` job of `keep_alive`:
+    /// it keeps a worker with `--until-empty` running while jobs are
+    /// offered at a rate (a queue empty between two enqueues would end it).
+    pub async fn reset_for_offer(&self, keep_alive: Duration) -> Result<()> {
+        shardq_harness::reset(self.shard()).await?;
+        let sleep = NewJob::new(
+            QUEUE,
+            shardq::worker::SLEEP,
+            serde_json::json!({ "ms": keep_alive.as_millis() as u64 }),
+        );
+        self.client.enqueue(sleep).await?;
+        Ok(())
+    }
+
+    /// Enqueues `jobs` no-op jobs at `rate` per second, a batch every
+    /// [`OFFER_TICK`], as a steady producer would.
+    pub async fn offer(&self, jobs: usize, rate: u32) -> Result<()> {
+        let per_tick = ((f64::from(rate) * OFFER_TICK.as_secs_f64()).round() as usize).max(1);
+        let mut tick = tokio::time::interval(OFFER_TICK);
+        let mut done = 0;
+        while done < jobs {
+            tick.tick().await;
+            let n = per_tick.min(jobs - done);
+            let batch = (0..n)
+                .map(|_| NewJob::new(QUEUE, shardq::worker::NOOP, serde_json::json!({})))
+                .collect();
+            self.client.enqueue_many(batch).await?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// How often an offered load enqueues its next batch.
+pub const OFFER_TICK: Duration = Duration::from_millis(50);
+
 /// A shards.toml in the temp folder, deleted on drop.
 struct ConfigFile {
     path: PathBuf,

@@ -305,46 +305,68 @@ mod tests {
         }
     }
 
+    /// Runs `jobs` through one slot of `executor` (in its own queue, in
+    /// this order) until `n` outcomes come back: each job's id and outcome.
+    async fn slot_outcomes(
+        executor: Arc<Executor>,
+        jobs: Vec<ClaimedJob>,
+        n: usize,
+    ) -> Vec<(i64, Outcome)> {
+        let (own_tx, own_rx) = mpsc::channel(8);
+        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
+        let (done_tx, mut done_rx) = mpsc::channel(8);
+        for j in jobs {
+            own_tx.send(j).await.unwrap();
+        }
+        let stop = CancellationToken::new();
+        let slot = tokio::spawn(run_slot(
+            executor,
+            inputs(own_rx, unkeyed_rx),
+            done_tx,
+            stop.clone(),
+        ));
+        let mut outcomes = Vec::new();
+        while outcomes.len() < n {
+            let done = done_rx.recv().await.expect("a completion");
+            outcomes.push((done.id.id, done.outcome));
+        }
+        stop.cancel();
+        slot.await.unwrap();
+        drop((own_tx, unkeyed_tx));
+        outcomes
+    }
+
+    /// Each outcome's job id and kind of outcome.
+    fn kinds(outcomes: Vec<(i64, Outcome)>) -> Vec<(i64, &'static str)> {
+        outcomes
+            .into_iter()
+            .map(|(id, outcome)| {
+                let what = match outcome {
+                    Outcome::Succeeded(_) => "succeeded",
+                    Outcome::Failed(_) => "failed",
+                    Outcome::Dead(_) => "dead",
+                    Outcome::Released => "released",
+                };
+                (id, what)
+            })
+            .collect()
+    }
+
     /// A slot serving two queues whose jobs share a key string: a job of
     /// queue B between the failed run of queue A and the rest of that run
     /// must not lift A's hold-back (ordering is per queue and key).
     #[tokio::test]
     async fn another_queues_job_of_the_same_key_string_keeps_the_failed_runs_hold() {
         let calls = Arc::new(Mutex::new(Vec::new()));
-        let (own_tx, own_rx) = mpsc::channel(8);
-        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
-        let (done_tx, mut done_rx) = mpsc::channel(8);
         // Claim 1 brought A's run of key k (A1 fails); claim 2, B's job of k,
         // reached the slot between A1 and the rest of A's run.
-        for j in [
+        let jobs = vec![
             job(1, "A", "k", 1, true),
             job(2, "B", "k", 2, false),
             job(3, "A", "k", 1, false),
             job(4, "A", "k", 1, false),
-        ] {
-            own_tx.send(j).await.unwrap();
-        }
-        let stop = CancellationToken::new();
-        let slot = tokio::spawn(run_slot(
-            executor(calls.clone()),
-            inputs(own_rx, unkeyed_rx),
-            done_tx,
-            stop.clone(),
-        ));
-        let mut outcomes = Vec::new();
-        while outcomes.len() < 4 {
-            let done = done_rx.recv().await.expect("a completion");
-            let what = match done.outcome {
-                Outcome::Succeeded(_) => "succeeded",
-                Outcome::Failed(_) => "failed",
-                Outcome::Dead(_) => "dead",
-                Outcome::Released => "released",
-            };
-            outcomes.push((done.id.id, what));
-        }
-        stop.cancel();
-        slot.await.unwrap();
-        drop((own_tx, unkeyed_tx));
+        ];
+        let outcomes = kinds(slot_outcomes(executor(calls.clone()), jobs, 4).await);
         assert_eq!(
             outcomes,
             vec![
@@ -364,37 +386,21 @@ mod tests {
     #[tokio::test]
     async fn a_run_goes_on_after_a_job_that_failed_for_good() {
         let calls = Arc::new(Mutex::new(Vec::new()));
-        let (own_tx, own_rx) = mpsc::channel(8);
-        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
-        let (done_tx, mut done_rx) = mpsc::channel(8);
         let mut first = job(1, "A", "k", 1, false);
         first.payload["dead"] = true.into();
-        for j in [
+        let jobs = vec![
             first,
             job(2, "A", "k", 1, false),
             job(3, "A", "k", 1, false),
-        ] {
-            own_tx.send(j).await.unwrap();
-        }
-        let stop = CancellationToken::new();
-        let slot = tokio::spawn(run_slot(
-            executor(calls.clone()),
-            inputs(own_rx, unkeyed_rx),
-            done_tx,
-            stop.clone(),
-        ));
-        let mut outcomes = Vec::new();
-        while outcomes.len() < 3 {
-            let done = done_rx.recv().await.expect("a completion");
-            let what = match done.outcome {
-                Outcome::Dead(message) => format!("dead: {message}"),
-                other => format!("{other:?}"),
-            };
-            outcomes.push((done.id.id, what));
-        }
-        stop.cancel();
-        slot.await.unwrap();
-        drop((own_tx, unkeyed_tx));
+        ];
+        let outcomes: Vec<(i64, String)> = slot_outcomes(executor(calls.clone()), jobs, 3)
+            .await
+            .into_iter()
+            .map(|(id, outcome)| match outcome {
+                Outcome::Dead(message) => (id, format!("dead: {message}")),
+                other => (id, format!("{other:?}")),
+            })
+            .collect();
         assert_eq!(
             outcomes,
             vec![
@@ -413,45 +419,20 @@ mod tests {
     #[tokio::test]
     async fn a_sick_shards_jobs_run_after_the_healthy_ones_in_key_order_with_the_hold_back() {
         let calls = Arc::new(Mutex::new(Vec::new()));
-        let (own_tx, own_rx) = mpsc::channel(8);
-        let (unkeyed_tx, unkeyed_rx) = async_channel::bounded::<ClaimedJob>(1);
-        let (done_tx, mut done_rx) = mpsc::channel(8);
         let on_shard_1 = |mut j: ClaimedJob| {
             j.shard = 1;
             j
         };
         // Shard 0's key k: A1 fails, A2 is the rest of its run, A3 a later claim.
-        for j in [
+        let jobs = vec![
             job(1, "A", "k", 1, true),
             on_shard_1(job(2, "B", "j", 1, false)),
             job(3, "A", "k", 1, false),
             job(4, "A", "k", 2, false),
-        ] {
-            own_tx.send(j).await.unwrap();
-        }
+        ];
         let executor = executor(calls.clone());
         executor.run.health.write_failed(0);
-        let stop = CancellationToken::new();
-        let slot = tokio::spawn(run_slot(
-            executor,
-            inputs(own_rx, unkeyed_rx),
-            done_tx,
-            stop.clone(),
-        ));
-        let mut outcomes = Vec::new();
-        while outcomes.len() < 4 {
-            let done = done_rx.recv().await.expect("a completion");
-            let what = match done.outcome {
-                Outcome::Succeeded(_) => "succeeded",
-                Outcome::Failed(_) => "failed",
-                Outcome::Dead(_) => "dead",
-                Outcome::Released => "released",
-            };
-            outcomes.push((done.id.id, what));
-        }
-        stop.cancel();
-        slot.await.unwrap();
-        drop((own_tx, unkeyed_tx));
+        let outcomes = kinds(slot_outcomes(executor, jobs, 4).await);
         assert_eq!(
             outcomes,
             vec![

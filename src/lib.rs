@@ -12,13 +12,13 @@
 pub mod client;
 pub mod config;
 pub mod job;
-pub mod map_load;
+mod map_load;
 pub mod migrate;
 pub mod prometheus;
 pub mod reshard;
 pub mod router;
 pub mod schedule;
-pub mod session;
+mod session;
 pub mod shard_map;
 pub mod shards;
 mod telemetry;

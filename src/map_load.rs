@@ -64,7 +64,7 @@ pub enum MapLoadError {
 // The map's side of the shard set: kept here, beside the loading.
 impl ShardSet {
     /// Reads the shard map from every shard and routes by its highest epoch
-    /// from now on ([`load`]).
+    /// from now on.
     ///
     /// # Errors
     ///

@@ -18,7 +18,7 @@ use rand::Rng;
 pub const SHARD_KEY_SPACE: u32 = 1 << 16;
 
 /// 64-bit FNV-1a.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         hash ^= u64::from(b);

@@ -12,19 +12,19 @@ use std::time::Duration;
 /// and a client that waited longer than its deadline has given up on the
 /// transaction anyway; twice leaves room for your own transaction on a
 /// [`crate::shards::Shard::client`] connection (20 s by default).
-pub const IDLE_IN_TRANSACTION_DEADLINES: u32 = 2;
+pub(crate) const IDLE_IN_TRANSACTION_DEADLINES: u32 = 2;
 
 /// A connection silent this long gets its first keepalive probe, from both
 /// ends: long enough to cost nothing, short against the two hours that
 /// Linux waits by default.
-pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 
 /// Between two unanswered keepalive probes.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Unanswered probes after which the connection is closed: a peer that
 /// vanished (no FIN, no RST) is found within 25 s.
-pub const KEEPALIVE_RETRIES: u32 = 3;
+pub(crate) const KEEPALIVE_RETRIES: u32 = 3;
 
 /// Client-side TCP keepalives on `pg`'s connections (through a transaction
 /// pooler too: they are socket options, not session settings).

@@ -112,9 +112,7 @@ impl std::fmt::Debug for Shard {
 impl Shard {
     /// A connection of shardq's own pool. It carries shardq's settings
     /// (index-only plans, `lock_timeout`, `statement_timeout`, and an
-    /// `idle_in_transaction_session_timeout` of
-    /// [`crate::session::IDLE_IN_TRANSACTION_DEADLINES`] statement
-    /// deadlines), tuned for shardq's statements: for your own, take
+    /// `idle_in_transaction_session_timeout` of two statement deadlines), tuned for shardq's statements: for your own, take
     /// [`Shard::user_client`].
     /// Whatever you `SET` on it is cleaned off before the pool lends it again.
     ///

@@ -17,6 +17,7 @@ mod route_again;
 mod schedule_status;
 mod transactional;
 
+pub use crate::map_load::MapLoadError;
 pub use crate::store::backlog::StateCounts;
 pub use crate::store::browse::{
     FinishedSince, JobFilter, JobSummary, ListState, Position, StepInfo,

@@ -26,7 +26,7 @@ impl Migration {
 
 /// All migrations this binary knows, in order. From version 6 on, a
 /// migration must not hold a lock that stops the fleet while it scans or
-/// builds: [`no_transaction::lint`](super::no_transaction::lint) checks it (a test runs it on each).
+/// builds: a test lints each (`no_transaction::lint`).
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,

@@ -4,7 +4,7 @@
 //! migration takes an advisory lock first, so two processes migrating at once
 //! serialise: the second sees the first one's versions and applies nothing.
 //! A migration runs in the same transaction as its record, unless it is a
-//! no-transaction migration ([`no_transaction`]): those build indexes
+//! no-transaction migration (its first line says so): those build indexes
 //! `CONCURRENTLY` and validate constraints added `NOT VALID`, so the fleet
 //! keeps claiming while they run.
 //!
@@ -22,7 +22,7 @@
 mod error;
 pub(crate) mod functions;
 mod list;
-pub mod no_transaction;
+mod no_transaction;
 mod run;
 mod wait;
 

@@ -14,7 +14,8 @@
 
 use super::error::MigrateError;
 use super::list::Migration;
-pub use super::list::MARKER;
+#[cfg(test)]
+use super::list::MARKER;
 use crate::shards::{Shard, ShardError};
 use crate::store::schema::{self, MigrationSession};
 
@@ -133,7 +134,8 @@ fn words(statement: &str) -> Vec<String> {
 /// # Errors
 ///
 /// Each offending statement, with the rule it breaks.
-pub fn lint(m: &Migration) -> Result<(), Vec<String>> {
+#[cfg(test)]
+fn lint(m: &Migration) -> Result<(), Vec<String>> {
     let created: Vec<String> = statements(m.sql)
         .iter()
         .filter_map(|s| table_after(&words(s), &["CREATE", "TABLE"]))
@@ -182,6 +184,7 @@ pub fn lint(m: &Migration) -> Result<(), Vec<String>> {
 
 /// The (lower-cased) table named after `phrase`, skipping `IF [NOT] EXISTS`
 /// and `ONLY`.
+#[cfg(test)]
 fn table_after(words: &[String], phrase: &[&str]) -> Option<String> {
     let at = words.windows(phrase.len()).position(|w| w == phrase)? + phrase.len();
     words[at..]

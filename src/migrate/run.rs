@@ -72,7 +72,7 @@ async fn check_place(shard: &Shard, shard_count: usize) -> Result<(), MigrateErr
 /// lock, unless its file starts with `-- shardq:no-transaction`: then its
 /// statements run one by one outside a transaction (`CREATE INDEX
 /// CONCURRENTLY`, `VALIDATE CONSTRAINT`), so no table stays locked against
-/// the fleet while an index builds ([`no_transaction`]).
+/// the fleet while an index builds (a no-transaction migration).
 ///
 /// # Errors
 ///

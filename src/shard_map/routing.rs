@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The map a process routes by, shared by every clone of its [`ShardSet`](crate::shards::ShardSet):
-/// the formula's epoch 1 until [`crate::map_load::load`] replaces it with the shards' map.
+/// the formula's epoch 1 until the shards' map replaces it ([`crate::ShardSet::load_map`]).
 #[derive(Debug)]
 pub struct RoutingMap {
     current: RwLock<Arc<ShardMap>>,

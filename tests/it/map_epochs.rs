@@ -183,7 +183,7 @@ async fn shards_that_disagree_about_an_epoch_are_refused_and_a_newer_one_wins() 
         .await
         .unwrap_err();
     match &err {
-        shardq::ClientError::Map(shardq::map_load::MapLoadError::Disagree {
+        shardq::ClientError::Map(shardq::client::MapLoadError::Disagree {
             epoch,
             first,
             second,

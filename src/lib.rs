@@ -55,6 +55,14 @@ pub use worker::{
     WorkerReport,
 };
 
+/// The PostgreSQL driver and pool whose types shardq's signatures carry
+/// (`Shard::user_client`; `RoutedJob::insert` in your own transaction): use these paths, and
+/// your types are always the versions shardq was built with.
+#[doc(no_inline)]
+pub use deadpool_postgres;
+#[doc(no_inline)]
+pub use tokio_postgres;
+
 /// This library's version (`CARGO_PKG_VERSION`), e.g. for a worker's report
 /// or a `--version` line.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

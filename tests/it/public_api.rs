@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 mod root {
     #[allow(unused_imports)]
     use shardq::{
-        client, config, error_chain, job, migrate, prometheus, reshard, router, schedule,
-        shard_map, shards, tls, worker, ArgsError, Client, ClientError, Config, ConfigError,
-        ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobArgs, JobContext,
-        JobId, JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate,
-        PausedQueue, PermanentFailure, RoutedJob, Schedule, ScheduleError, ShardError, ShardSet,
-        Shardq, StepError, Worker, WorkerReport, VERSION,
+        client, config, deadpool_postgres, error_chain, job, migrate, prometheus, reshard, router,
+        schedule, shard_map, shards, tls, tokio_postgres, worker, ArgsError, Client, ClientError,
+        Config, ConfigError, ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob,
+        JobArgs, JobContext, JobId, JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob,
+        OnDuplicate, PausedQueue, PermanentFailure, RoutedJob, Schedule, ScheduleError, ShardError,
+        ShardSet, Shardq, StepError, Worker, WorkerReport, VERSION,
     };
 }
 

@@ -205,7 +205,7 @@ impl NewJob {
     /// its size limit ([`NewJob::check_sizes`]), an oversized payload, an
     /// ordering key with a deduplication id or a group, an empty group,
     /// fewer than one attempt.
-    pub fn validate(&self, limits: &Limits) -> Result<(), InvalidJob> {
+    pub fn validate(&self, limits: &EnqueueLimits) -> Result<(), InvalidJob> {
         let empty_group = self.group.as_ref().filter(|g| g.is_empty());
         for (what, value) in [("queue", &self.queue), ("handler", &self.handler)]
             .into_iter()
@@ -444,7 +444,7 @@ impl Completion {
 
 /// Enqueue limits (`[limits]` of the config), checked by [`NewJob::validate`].
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub struct EnqueueLimits {
     /// Largest payload in bytes.
     pub max_payload_bytes: usize,
     /// Attempts of a job that does not say.

@@ -2,7 +2,7 @@
 //! enqueue and read calls its sibling files do not add.
 
 use super::error::ClientError;
-use crate::config::{Config, Limits};
+use crate::config::{Config, EnqueueLimits};
 use crate::job::{JobId, NewJob};
 use crate::router;
 use crate::shard_map::ShardMap;
@@ -13,7 +13,7 @@ use crate::store::jobs::NewRow;
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(super) shards: ShardSet,
-    pub(super) limits: Limits,
+    pub(super) limits: EnqueueLimits,
 }
 
 impl Client {
@@ -30,7 +30,7 @@ impl Client {
     }
 
     /// A client over existing pools.
-    pub fn from_shards(shards: ShardSet, limits: Limits) -> Client {
+    pub fn from_shards(shards: ShardSet, limits: EnqueueLimits) -> Client {
         Client { shards, limits }
     }
 

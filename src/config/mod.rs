@@ -19,8 +19,8 @@ pub use file::{
     ScheduleFile, ShardFile, WorkerFile,
 };
 pub use validate::{
-    Backoff, Config, ConfigError, DatabaseConfig, DequeueConfig, DequeueMode, Limits, LocalConfig,
-    Retention, ShardConfig, SlotBounds, WorkerConfig,
+    Backoff, Config, ConfigError, DatabaseConfig, DequeueConfig, DequeueMode, EnqueueLimits,
+    LocalConfig, Retention, ShardConfig, SlotBounds, WorkerConfig,
 };
 
 use figment::providers::{Env, Format, Toml};

@@ -30,7 +30,7 @@ pub struct Config {
     /// Local server settings.
     pub local: LocalConfig,
     /// Enqueue limits.
-    pub limits: Limits,
+    pub limits: EnqueueLimits,
     /// Retention of finished jobs.
     pub retention: Retention,
     /// Periodic jobs, each checked; a worker runs them all (add more in code
@@ -140,7 +140,7 @@ pub(crate) const CLAIM_BUDGET_MIN: Duration = Duration::from_millis(100);
 
 /// Enqueue limits: defined with the jobs they limit, so that `job` and
 /// `schedule` need nothing of the config.
-pub use crate::job::Limits;
+pub use crate::job::EnqueueLimits;
 
 /// Retention of finished jobs.
 #[derive(Debug, Clone)]
@@ -265,7 +265,7 @@ pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
         handler_timeout: (w.handler_timeout_ms > 0)
             .then(|| Duration::from_millis(w.handler_timeout_ms)),
     };
-    let limits = Limits {
+    let limits = EnqueueLimits {
         max_payload_bytes: positive("limits.max_payload_bytes", raw.limits.max_payload_bytes)?,
         default_max_attempts: at_most(
             "limits.default_max_attempts",

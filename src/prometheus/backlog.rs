@@ -119,7 +119,7 @@ fn encode_all(
 ) -> String {
     let mut registry = Registry::default();
     if !limits.is_empty() {
-        registry.register_collector(Box::new(super::limits::Limits::new(limits)));
+        registry.register_collector(Box::new(super::limits::LimitsCollector::new(limits)));
     }
     if !horizons.is_empty() {
         registry.register_collector(Box::new(super::horizon::Horizons::new(horizons)));

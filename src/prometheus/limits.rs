@@ -16,18 +16,18 @@ fn per_second(rate: StartRate) -> f64 {
 
 /// A collector over one read of the limits ([`crate::Client::queue_limits`]).
 #[derive(Debug)]
-pub struct Limits {
+pub struct LimitsCollector {
     limits: Vec<QueueLimit>,
 }
 
-impl Limits {
+impl LimitsCollector {
     /// The gauges of `limits`.
-    pub fn new(limits: Vec<QueueLimit>) -> Limits {
-        Limits { limits }
+    pub fn new(limits: Vec<QueueLimit>) -> LimitsCollector {
+        LimitsCollector { limits }
     }
 }
 
-impl Collector for Limits {
+impl Collector for LimitsCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let e = &mut e;
         family(

@@ -14,7 +14,7 @@
 
 pub mod due;
 
-use crate::job::{InvalidJob, Limits, NewJob};
+use crate::job::{EnqueueLimits, InvalidJob, NewJob};
 use crate::router;
 use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
@@ -198,7 +198,7 @@ impl Schedule {
     /// # Errors
     ///
     /// [`ScheduleError::Job`] saying what is wrong.
-    pub fn validate(&self, limits: &Limits) -> Result<(), ScheduleError> {
+    pub fn validate(&self, limits: &EnqueueLimits) -> Result<(), ScheduleError> {
         self.job_for(Utc::now())
             .validate(limits)
             .map_err(ScheduleError::Job)
@@ -277,7 +277,7 @@ impl Schedule {
 /// Checks what [`NewJob::validate`] checks but the limits (known only to
 /// the worker or config that takes the schedule).
 fn validate_names(job: &NewJob) -> Result<(), ScheduleError> {
-    let unlimited = Limits {
+    let unlimited = EnqueueLimits {
         max_payload_bytes: usize::MAX,
         default_max_attempts: 1,
     };

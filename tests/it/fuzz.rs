@@ -3,7 +3,7 @@
 //! by fuzzing are kept below as plain tests.
 
 use proptest::prelude::*;
-use shardq::config::{Config, Limits};
+use shardq::config::{Config, EnqueueLimits};
 use shardq::NewJob;
 
 /// A password the generators put in URLs; no error may repeat it.
@@ -82,8 +82,8 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
     })
 }
 
-fn limits(max: usize) -> Limits {
-    Limits {
+fn limits(max: usize) -> EnqueueLimits {
+    EnqueueLimits {
         max_payload_bytes: max,
         default_max_attempts: 20,
     }

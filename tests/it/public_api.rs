@@ -51,7 +51,7 @@ mod config {
     use shardq::config::{
         redact_text, redact_url, Backoff, Config, ConfigBuilder, ConfigError, ConfigFile,
         DatabaseConfig, DatabaseFile, DequeueConfig, DequeueFile, DequeueMode, DequeueModeFile,
-        Limits, LimitsFile, LocalConfig, LocalFile, Retention, RetentionFile, ScheduleFile,
+        EnqueueLimits, LimitsFile, LocalConfig, LocalFile, Retention, RetentionFile, ScheduleFile,
         ShardConfig, ShardFile, SlotBounds, WorkerConfig, WorkerFile, DEFAULT_CONFIG_PATH,
         SINGLE_SHARD_NAME,
     };
@@ -60,9 +60,9 @@ mod config {
 mod job {
     #[allow(unused_imports)]
     use shardq::job::{
-        ClaimedJob, Completion, InvalidJob, JobId, JobIdParseError, JobStatus, Limits, NewJob,
-        OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
-        MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
+        ClaimedJob, Completion, EnqueueLimits, InvalidJob, JobId, JobIdParseError, JobStatus,
+        NewJob, OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES,
+        MAX_HANDLER_BYTES, MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }
 
@@ -101,7 +101,7 @@ mod prometheus_invariants {
 
 mod prometheus_limits {
     #[allow(unused_imports)]
-    use shardq::prometheus::limits::Limits;
+    use shardq::prometheus::limits::LimitsCollector;
 }
 
 mod reshard {

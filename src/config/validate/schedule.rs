@@ -2,13 +2,13 @@
 
 use super::super::error::ConfigError;
 use super::super::file::ScheduleFile;
-use crate::job::Limits;
+use crate::job::EnqueueLimits;
 use crate::schedule::{Missed, Schedule, ScheduleError};
 use std::collections::HashSet;
 
 pub(super) fn validate_schedules(
     files: Vec<ScheduleFile>,
-    limits: &Limits,
+    limits: &EnqueueLimits,
 ) -> Result<Vec<Schedule>, ConfigError> {
     let mut names = HashSet::new();
     let mut schedules = Vec::with_capacity(files.len());
@@ -28,7 +28,7 @@ pub(super) fn validate_schedules(
     Ok(schedules)
 }
 
-fn validate_schedule(f: ScheduleFile, limits: &Limits) -> Result<Schedule, ScheduleError> {
+fn validate_schedule(f: ScheduleFile, limits: &EnqueueLimits) -> Result<Schedule, ScheduleError> {
     let missed: Missed = f.missed.parse()?;
     let schedule = Schedule::new(f.name, &f.cron, f.queue, f.handler)?
         .in_timezone(&f.timezone)?

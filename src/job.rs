@@ -323,7 +323,9 @@ fn has_nul(value: &Value) -> bool {
     }
 }
 
-/// A job claimed by this process.
+/// A job claimed by this process (the worker's and the store's; a handler
+/// sees its job through `JobContext`).
+#[doc(hidden)]
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
     /// Identity.
@@ -370,7 +372,8 @@ impl ClaimedJob {
     }
 }
 
-/// How a job ended.
+/// How a job ended (the worker's and the store's).
+#[doc(hidden)]
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// The handler returned this output.
@@ -411,7 +414,8 @@ impl Outcome {
     }
 }
 
-/// A finished job waiting to be written back.
+/// A finished job waiting to be written back (the worker's and the store's).
+#[doc(hidden)]
 #[derive(Debug, Clone)]
 pub struct Completion {
     /// Identity.

@@ -14,6 +14,9 @@ pub use builder::ConfigBuilder;
 pub use redact::{redact_text, redact_url};
 pub(crate) use validate::CLAIM_BUDGET_MIN;
 
+// The file's serde shape, for shardq's own tools (the benchmarks write
+// shard lists with it): an embedder builds a `Config` (`Config::builder`).
+#[doc(hidden)]
 pub use file::{
     ConfigFile, DatabaseFile, DequeueFile, DequeueModeFile, LimitsFile, LocalFile, RetentionFile,
     ScheduleFile, ShardFile, WorkerFile,

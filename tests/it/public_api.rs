@@ -49,20 +49,18 @@ mod client {
 mod config {
     #[allow(unused_imports)]
     use shardq::config::{
-        redact_text, redact_url, Backoff, Config, ConfigBuilder, ConfigError, ConfigFile,
-        DatabaseConfig, DatabaseFile, DequeueConfig, DequeueFile, DequeueMode, DequeueModeFile,
-        EnqueueLimits, LimitsFile, LocalConfig, LocalFile, Retention, RetentionFile, ScheduleFile,
-        ShardConfig, ShardFile, SlotBounds, WorkerConfig, WorkerFile, DEFAULT_CONFIG_PATH,
-        SINGLE_SHARD_NAME,
+        redact_text, redact_url, Backoff, Config, ConfigBuilder, ConfigError, DatabaseConfig,
+        DequeueConfig, DequeueMode, EnqueueLimits, LocalConfig, Retention, ShardConfig, SlotBounds,
+        WorkerConfig, DEFAULT_CONFIG_PATH, SINGLE_SHARD_NAME,
     };
 }
 
 mod job {
     #[allow(unused_imports)]
     use shardq::job::{
-        ClaimedJob, Completion, EnqueueLimits, InvalidJob, JobId, JobIdParseError, JobStatus,
-        NewJob, OnDuplicate, Outcome, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES,
-        MAX_HANDLER_BYTES, MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
+        EnqueueLimits, InvalidJob, JobId, JobIdParseError, JobStatus, NewJob, OnDuplicate,
+        MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
+        MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }
 

@@ -419,6 +419,33 @@ async fn jobs_whose_columns_disagree_with_their_status_are_reported() {
     }
 }
 
+/// A ready job that no claim reaches, numbered below its queue and
+/// priority's ready floor or not numbered at all (claims start at the
+/// floor), is a job-state violation; the jobs beside it are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_job_below_its_ready_floor_is_reported() {
+    let s = setup("").await;
+    let ids = s.enqueue((0..3).map(|_| job("q")).collect()).await;
+    // Neither write is a status change, so the numbering trigger stays out.
+    for set in ["ready_seq = ready_seq - 1000000000", "ready_seq = NULL"] {
+        let id = if set.contains("NULL") { ids[1] } else { ids[0] };
+        s.break_job(
+            id,
+            &format!("UPDATE workflow_status SET {set} WHERE shard_key = $1 AND id = $2"),
+        )
+        .await;
+    }
+    let report = s.check().await;
+    let examples = only(&report, Invariant::JobState, 2);
+    for id in &ids[..2] {
+        let (_, detail) = examples
+            .iter()
+            .find(|(job, _)| *job == Some(*id))
+            .unwrap_or_else(|| panic!("{id} not reported: {examples:?}"));
+        assert!(detail.contains("below its ready floor"), "{id}: {detail}");
+    }
+}
+
 /// A shard map that disagrees with the list, reported with what to do;
 /// the job invariants are still judged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

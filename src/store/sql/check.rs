@@ -168,7 +168,9 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 ///   `finished_at`, no cancellation asked (a cancel finishes them at once;
 ///   only a running job waits on one), attempts in 0..max_attempts (one
 ///   more would have made it dead); `waiting` only with an ordering key
-///   (nothing queues an unkeyed waiting job);
+///   (nothing queues an unkeyed waiting job); a `queued` job without a key
+///   or group numbered at or past its queue and priority's ready floor
+///   (claims start there: one below it, or unnumbered, is never claimed);
 /// - finished (`succeeded`, `failed`, `dead`, `cancelled`): no owner, no
 ///   lease, a `finished_at` (retention deletes by it);
 /// - `held` (a range move's copy, or a job marked for copying on its old
@@ -192,48 +194,48 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
         (SELECT 'running' AS scan, shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status = 'running') \
         UNION ALL \
         (SELECT 'queued', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NULL \
              AND job_group IS NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_keyed', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NOT NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status = 'queued' AND job_group IS NOT NULL \
          ORDER BY queue, hashtext(job_group), priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
          ORDER BY queue, ordering_key, status, id LIMIT $1) \
         UNION ALL \
         (SELECT 'scheduled', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status = 'scheduled' ORDER BY run_at LIMIT $1) \
         UNION ALL \
         (SELECT 'finished', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
          ORDER BY finished_at DESC LIMIT $1) \
         UNION ALL \
         (SELECT 'newest', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status \
+            cancel_requested, held_status, priority, job_group, ready_seq \
          FROM workflow_status ORDER BY id DESC LIMIT $1) \
     ), judged AS ( \
         SELECT v.shard_key, v.id, v.queue, v.ordering_key, CASE \
@@ -257,6 +259,12 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
                         || ' attempts used (it should be dead)' \
                 WHEN v.status = 'waiting' AND v.ordering_key IS NULL \
                     THEN 'waiting without an ordering key (nothing ever queues it)' \
+                WHEN v.status = 'queued' AND v.ordering_key IS NULL AND v.job_group IS NULL \
+                  AND NOT EXISTS (SELECT 1 FROM shardq_ready_floors f \
+                      WHERE f.queue = v.queue AND f.priority = v.priority \
+                        AND f.floor_seq <= v.ready_seq) \
+                    THEN 'queued below its ready floor, or without a number or a floor \
+                        (no claim reaches it)' \
                 END \
             WHEN v.status = 'held' THEN CASE \
                 WHEN v.held_status IS NULL \

@@ -430,6 +430,10 @@ pub struct Completion {
     pub outcome: Outcome,
     /// When the handler ended (for the completion-lag histogram).
     pub finished: std::time::Instant,
+    /// Whether the job holds buffer credits, given back as its outcome
+    /// reaches the completer and is written: every job that entered the
+    /// buffer does; a late claim's job given back for want of room does not.
+    pub credited: bool,
 }
 
 impl Completion {
@@ -442,6 +446,7 @@ impl Completion {
             keyed: job.ordering_key.is_some(),
             outcome: outcome.storable(),
             finished: std::time::Instant::now(),
+            credited: true,
         }
     }
 }

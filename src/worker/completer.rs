@@ -234,7 +234,7 @@ async fn drive<W, F>(
         tokio::select! {
             received = input.recv() => match received {
                 Some(done) => {
-                    credits.reached_completer(1);
+                    credits.reached_completer(usize::from(done.credited));
                     stats.record_outcomes_arrived(1);
                     if let Some(w) = batcher.push(done) {
                         writes.start(w, &mut write);
@@ -278,18 +278,26 @@ async fn drive<W, F>(
     }
 }
 
-/// A write of `n` outcomes ended (each written, fenced or given up): their
-/// jobs stop counting against the buffer.
-fn settled(credits: &BufferCredits, stats: &Stats, n: usize) {
-    credits.settled(n);
-    stats.record_outcomes_settled(n as u64);
+/// A write's outcomes ended (each written, fenced or given up): their jobs
+/// stop counting against the buffer (those that held credits).
+fn settled(credits: &BufferCredits, stats: &Stats, n: Settled) {
+    credits.settled(n.credited);
+    stats.record_outcomes_settled(n.outcomes as u64);
+}
+
+/// What a finished write settles: its outcomes, and how many of them held
+/// buffer credits.
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    outcomes: usize,
+    credited: usize,
 }
 
 /// Writes in flight, each known by its shard and size (even one that panicked).
 #[derive(Default)]
 struct Writes {
     tasks: JoinSet<()>,
-    shards: HashMap<tokio::task::Id, (usize, usize)>,
+    shards: HashMap<tokio::task::Id, (usize, Settled)>,
 }
 
 impl Writes {
@@ -298,7 +306,11 @@ impl Writes {
         W: FnMut(Write) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
-        let (shard, n) = (w.shard, w.part.len());
+        let n = Settled {
+            outcomes: w.part.len(),
+            credited: w.part.iter().filter(|c| c.credited).count(),
+        };
+        let shard = w.shard;
         let handle = self.tasks.spawn(write(w));
         self.shards.insert(handle.id(), (shard, n));
     }
@@ -309,7 +321,7 @@ impl Writes {
 
     /// The shard and size of the next write to finish (all its outcomes
     /// written, fenced or given up); `None` when none is in flight.
-    async fn next(&mut self) -> Option<(usize, usize)> {
+    async fn next(&mut self) -> Option<(usize, Settled)> {
         let id = match self.tasks.join_next_with_id().await? {
             Ok((id, ())) => id,
             Err(err) => err.id(),
@@ -530,6 +542,7 @@ mod tests {
             keyed: false,
             outcome: Outcome::Succeeded(serde_json::Value::Null),
             finished: std::time::Instant::now(),
+            credited: true,
         }
     }
 
@@ -653,6 +666,29 @@ mod tests {
         // One credit of each kind back per outcome received and written.
         assert_eq!(credits.free(), 1024 + 6);
         assert_eq!(credits.free_held(), 2048 + 6);
+    }
+
+    /// A late claim's jobs given back for want of room hold no credits: their
+    /// outcomes are written like the others and give none back (giving back
+    /// credits never taken would let claims overfill the buffer).
+    #[tokio::test(start_paused = true)]
+    async fn outcomes_without_credits_are_written_and_give_none_back() {
+        let (tx, credits, log, driving) = start(config(100, 3_600_000), 1, Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        for id in 0..5 {
+            let mut d = done(0, id);
+            d.credited = id < 3;
+            tx.send(d).await.unwrap();
+        }
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(1), driving)
+            .await
+            .expect("the completer ends soon after its input")
+            .unwrap();
+        let seen: Vec<_> = writes(&log).iter().map(|w| (w.1, w.2)).collect();
+        assert_eq!(seen, vec![(0, 5)], "every outcome is written");
+        assert_eq!(credits.free(), 1024 + 3);
+        assert_eq!(credits.free_held(), 2048 + 3);
     }
 
     #[tokio::test(start_paused = true)]

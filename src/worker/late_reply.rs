@@ -9,7 +9,7 @@ use super::producers::Producers;
 use super::settle::{settle, Reply};
 use crate::job::{ClaimedJob, Completion, Outcome};
 use crate::shards::ShardError;
-use crate::store::jobs::{self, Claim, CompleteMany};
+use crate::store::jobs::Claim;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::sync::Arc;
@@ -150,37 +150,25 @@ async fn room_for(
     }
 }
 
-/// Releases `jobs` (claimed, never started) at once, fenced. When that
-/// fails, the claim is noted as lost: the leaser then gives them back, or
-/// their leases expire.
+/// Releases `jobs` (claimed, never started) through the completer, like
+/// every outcome: written there, fenced, with its retries. They hold no
+/// buffer credits (they found no room), so their outcomes give none back.
 async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
-    let Some(first) = jobs.first() else {
+    if jobs.is_empty() {
         return;
-    };
-    let shard = p.run.shards.get(first.shard);
+    }
     p.run.stats.record_unbuffered(jobs.len());
-    let done: Vec<Completion> = jobs
-        .iter()
-        .map(|job| Completion::of(job, Outcome::Released))
-        .collect();
-    let release = CompleteMany {
-        owner: &p.run.owner,
-        retry: p.config.retry,
-        done: &done,
-    };
-    match jobs::complete_many(shard, release).await {
-        Ok(written) => {
-            p.run.stats.record_written(shard.index, &written, []);
-            tracing::info!(shard = %shard.name, released = written.released, "gave back the jobs of a late claim reply");
-        }
-        Err(err) => {
-            p.run.lost_claims.lost(shard.index);
-            tracing::warn!(
-                shard = %shard.name,
-                jobs = done.len(),
-                error = %crate::error_chain::error_chain(&err),
-                "cannot give back the jobs of a late claim reply; the leaser will"
-            );
+    tracing::info!(
+        jobs = jobs.len(),
+        "giving back the jobs of a late claim reply (no room for them)"
+    );
+    for job in &jobs {
+        let mut done = Completion::of(job, Outcome::Released);
+        done.credited = false;
+        if p.dispatch.given_back.send(done).await.is_err() {
+            // The completer is gone (only after every producer): the jobs
+            // return when their leases expire.
+            return;
         }
     }
 }

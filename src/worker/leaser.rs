@@ -176,6 +176,7 @@ async fn release_orphans(config: &LeaserConfig, run: &WorkerRun, shard: &Shard) 
             keyed: o.keyed,
             outcome: Outcome::Released,
             finished: Instant::now(),
+            credited: false,
         })
         .collect();
     if orphans.is_empty() {

@@ -371,6 +371,7 @@ async fn run_pipeline(
         Dispatch {
             keyed,
             unkeyed: unkeyed_tx,
+            given_back: completions_tx.clone(),
         },
         wakeups,
     ));

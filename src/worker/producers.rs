@@ -10,7 +10,7 @@ use super::target::Target;
 use super::wakeup::Wakeups;
 use super::worker_run::WorkerRun;
 use crate::config::{Backoff, Config};
-use crate::job::ClaimedJob;
+use crate::job::{ClaimedJob, Completion};
 use rand::Rng;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,8 +35,6 @@ pub(crate) struct ProducerConfig {
     /// Skip time of an empty target on a shard whose wake-ups are heard
     /// (`dequeue.idle_poll_ms`).
     pub idle_poll: Backoff,
-    /// Retry delays written with a release (`worker.retry_backoff`).
-    pub retry: Backoff,
     /// Ceiling of a shard's claim budget (`dequeue.claim_budget_max_ms`).
     pub claim_budget_max: Duration,
     /// Producers of the process (`worker.producers`).
@@ -53,7 +51,6 @@ impl ProducerConfig {
             full_wait: config.dequeue.busy_backoff.max,
             unhealthy: config.dequeue.unhealthy_backoff,
             idle_poll: config.dequeue.idle_poll,
-            retry: config.worker.retry_backoff,
             claim_budget_max: config.dequeue.claim_budget_max,
             producers: config.worker.producers,
             buffer_jobs: config.worker.buffer_jobs,
@@ -177,6 +174,9 @@ pub(crate) async fn finish_background(producers: &Producers, grace: Duration) {
 pub(crate) struct Dispatch {
     pub keyed: Vec<mpsc::Sender<ClaimedJob>>,
     pub unkeyed: async_channel::Sender<ClaimedJob>,
+    /// The completer's input, for jobs given back unrun (a late claim's
+    /// that found no room): released there, like every outcome.
+    pub given_back: mpsc::Sender<Completion>,
 }
 
 impl Dispatch {
@@ -254,10 +254,6 @@ mod tests {
                 min: Duration::from_millis(1500),
                 max: Duration::from_millis(3000),
             },
-            retry: Backoff {
-                min: Duration::from_millis(100),
-                max: Duration::from_millis(1000),
-            },
             claim_budget_max: Duration::from_millis(250),
             producers: 1,
             buffer_jobs: 20,
@@ -286,6 +282,7 @@ mod tests {
         let dispatch = Dispatch {
             keyed: vec![keyed],
             unkeyed,
+            given_back: mpsc::channel(1).0,
         };
         let shutdown = CancellationToken::new();
         let jobs = vec![job(Some("k")), job(Some("k")), job(None), job(Some("k"))];

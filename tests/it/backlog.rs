@@ -226,6 +226,7 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
                     Outcome::Failed("no".into())
                 },
                 finished: now,
+                credited: true,
             })
             .collect();
         let during = client.depth("d").await.unwrap();

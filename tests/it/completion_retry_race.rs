@@ -85,6 +85,7 @@ async fn a_retried_completion_that_waited_for_its_first_try_counts_it_as_written
                     keyed: false,
                     outcome,
                     finished: Instant::now(),
+                    credited: true,
                 }];
                 jobs::complete_many(
                     set.get(0),

@@ -202,6 +202,7 @@ async fn a_silent_workers_late_completions_are_fenced() {
             keyed: false,
             outcome: Outcome::Succeeded(json!("late")),
             finished: std::time::Instant::now(),
+            credited: true,
         })
         .collect();
     let write = CompleteMany {

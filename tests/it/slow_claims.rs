@@ -211,6 +211,10 @@ concurrency = 2
 /// `worker.buffer_jobs` of [`TIGHT_BUFFER`].
 const BUFFER_JOBS: i64 = 100;
 
+/// Rows of finished jobs that may still read `running` while their outcome
+/// is being written (two slots of 50 ms jobs finish a few per write).
+const OUTCOMES_IN_WRITING: i64 = 10;
+
 /// Jobs in the tight-buffer test: ~7.5 s of the slots' time.
 const TIGHT_JOBS: usize = 300;
 
@@ -267,9 +271,11 @@ async fn the_jobs_of_late_claim_replies_run_and_no_row_is_rewritten() {
     );
     assert_eq!(reclaimed, 0, "jobs were claimed again after a give-back");
     // Late replies keep to the buffer: they wait for room rather than the
-    // producer claiming past it.
+    // producer claiming past it (which would take a whole batch of 50 more).
+    // A job's room comes back as its outcome reaches the completer, a moment
+    // before its row is written: those few rows still read `running`.
     assert!(
-        drained.most_claimed <= BUFFER_JOBS,
+        drained.most_claimed <= BUFFER_JOBS + OUTCOMES_IN_WRITING,
         "{} jobs claimed at once, with a buffer of {BUFFER_JOBS}",
         drained.most_claimed
     );

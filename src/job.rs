@@ -424,8 +424,11 @@ pub struct Completion {
     pub shard: usize,
     /// The claim's fencing token.
     pub fence: i64,
-    /// Whether the job has an ordering key (its write then takes the key lock).
-    pub keyed: bool,
+    /// The job's ordering key, hashed with its queue ([`key_order`]); `None`
+    /// without a key. A keyed write takes the key lock, and waits for an
+    /// earlier write of the same key still in flight, so that a key's
+    /// `finished_at` times follow its order.
+    pub key: Option<u64>,
     /// Result.
     pub outcome: Outcome,
     /// When the handler ended (for the completion-lag histogram).
@@ -443,12 +446,29 @@ impl Completion {
             id: job.id,
             shard: job.shard,
             fence: job.fence,
-            keyed: job.ordering_key.is_some(),
+            key: job
+                .ordering_key
+                .as_deref()
+                .map(|key| key_order(&job.queue, key)),
             outcome: outcome.storable(),
             finished: std::time::Instant::now(),
             credited: true,
         }
     }
+
+    /// Whether the job has an ordering key.
+    pub fn keyed(&self) -> bool {
+        self.key.is_some()
+    }
+}
+
+/// A queue's ordering key as one number: what a completion's write waits on
+/// (two keys sharing a number only wait for each other's writes).
+pub fn key_order(queue: &str, key: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (queue, key).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Enqueue limits (`[limits]` of the config), checked by [`NewJob::validate`].

@@ -92,6 +92,12 @@ pub(crate) struct Write {
 /// otherwise it waits until one finishes ([`Batcher::written`]). A write
 /// takes the oldest pending outcomes, at most `batch` of them and at most
 /// `keys_per_write` keyed ones; the rest wait for the next.
+///
+/// A keyed outcome waits while an earlier write of its key is in flight,
+/// whatever else goes: two writes in flight may commit in either order, and
+/// each stamps `finished_at` with its transaction's start, so a key's later
+/// job could show the earlier finish. Started after the earlier write ends,
+/// the later write's transaction starts after that commit.
 #[derive(Debug)]
 pub(crate) struct Batcher {
     batch: usize,
@@ -101,6 +107,9 @@ pub(crate) struct Batcher {
     /// Keyed outcomes among each shard's pending ones.
     keyed: Vec<usize>,
     in_flight: Vec<usize>,
+    /// Each shard's keys in writes in flight, with how many outcomes of
+    /// each those writes carry.
+    keys_in_flight: Vec<HashMap<u64, usize>>,
 }
 
 impl Batcher {
@@ -117,13 +126,14 @@ impl Batcher {
             pending: vec![VecDeque::new(); shards],
             keyed: vec![0; shards],
             in_flight: vec![0; shards],
+            keys_in_flight: vec![HashMap::new(); shards],
         }
     }
 
     /// An outcome arrived: a write to start if its shard's batch is full now.
     pub fn push(&mut self, done: Completion) -> Option<Write> {
         let shard = done.shard;
-        self.keyed[shard] += usize::from(done.keyed);
+        self.keyed[shard] += usize::from(done.keyed());
         self.pending[shard].push_back(done);
         if self.is_full(shard) {
             self.take(shard)
@@ -140,10 +150,20 @@ impl Batcher {
             .collect()
     }
 
-    /// A write on `shard` finished (written, given up or abandoned): the
-    /// next write there, at once, when a full batch waits for it.
-    pub fn written(&mut self, shard: usize) -> Option<Write> {
+    /// A write on `shard` carrying outcomes of `keys` finished (written,
+    /// given up or abandoned): the next write there, at once, when a full
+    /// batch waits for it.
+    pub fn written(&mut self, shard: usize, keys: &[u64]) -> Option<Write> {
         self.in_flight[shard] = self.in_flight[shard].saturating_sub(1);
+        let busy = &mut self.keys_in_flight[shard];
+        for key in keys {
+            if let Some(n) = busy.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    busy.remove(key);
+                }
+            }
+        }
         if self.is_full(shard) {
             self.take(shard)
         } else {
@@ -165,19 +185,37 @@ impl Batcher {
         if pending.is_empty() || self.in_flight[shard] >= self.writes_per_shard {
             return None;
         }
+        let busy = &self.keys_in_flight[shard];
         let mut part = Vec::with_capacity(pending.len().min(self.batch));
+        let mut passed_over = Vec::new();
         let mut keyed = 0;
         while part.len() < self.batch {
-            match pending.front() {
-                Some(next) if next.keyed && keyed >= self.keys_per_write => break,
-                Some(_) => {}
-                None => break,
+            let Some(next) = pending.pop_front() else {
+                break;
+            };
+            match next.key {
+                Some(key) if busy.contains_key(&key) => passed_over.push(next),
+                Some(_) if keyed >= self.keys_per_write => {
+                    pending.push_front(next);
+                    break;
+                }
+                key => {
+                    keyed += usize::from(key.is_some());
+                    part.push(next);
+                }
             }
-            let next = pending.pop_front().expect("a front was seen");
-            keyed += usize::from(next.keyed);
-            part.push(next);
+        }
+        // What waits for its key's write goes back in front, in its order.
+        for waiting in passed_over.into_iter().rev() {
+            pending.push_front(waiting);
+        }
+        if part.is_empty() {
+            return None;
         }
         self.keyed[shard] -= keyed;
+        for key in part.iter().filter_map(|c| c.key) {
+            *self.keys_in_flight[shard].entry(key).or_default() += 1;
+        }
         self.in_flight[shard] += 1;
         Some(Write { shard, part })
     }
@@ -247,9 +285,9 @@ async fn drive<W, F>(
                     writes.start(w, &mut write);
                 }
             }
-            Some((shard, n)) = writes.next(), if !writes.is_empty() => {
-                settled(credits, stats, n);
-                if let Some(w) = batcher.written(shard) {
+            Some(ended) = writes.next(), if !writes.is_empty() => {
+                settled(credits, stats, ended.settled);
+                if let Some(w) = batcher.written(ended.shard, &ended.keys) {
                     writes.start(w, &mut write);
                 }
             }
@@ -264,17 +302,17 @@ async fn drive<W, F>(
             break;
         }
         match writes.next().await {
-            Some((shard, n)) => {
-                settled(credits, stats, n);
-                if let Some(w) = batcher.written(shard) {
+            Some(ended) => {
+                settled(credits, stats, ended.settled);
+                if let Some(w) = batcher.written(ended.shard, &ended.keys) {
                     writes.start(w, &mut write);
                 }
             }
             None => tokio::time::sleep(config.flush).await,
         }
     }
-    while let Some((_, n)) = writes.next().await {
-        settled(credits, stats, n);
+    while let Some(ended) = writes.next().await {
+        settled(credits, stats, ended.settled);
     }
 }
 
@@ -293,11 +331,19 @@ struct Settled {
     credited: usize,
 }
 
-/// Writes in flight, each known by its shard and size (even one that panicked).
+/// A write that ended: its shard, what it settles and the keys it carried.
+struct Ended {
+    shard: usize,
+    settled: Settled,
+    keys: Vec<u64>,
+}
+
+/// Writes in flight, each known by its shard, size and keys (even one that
+/// panicked).
 #[derive(Default)]
 struct Writes {
     tasks: JoinSet<()>,
-    shards: HashMap<tokio::task::Id, (usize, Settled)>,
+    started: HashMap<tokio::task::Id, Ended>,
 }
 
 impl Writes {
@@ -306,27 +352,30 @@ impl Writes {
         W: FnMut(Write) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
-        let n = Settled {
-            outcomes: w.part.len(),
-            credited: w.part.iter().filter(|c| c.credited).count(),
+        let ended = Ended {
+            shard: w.shard,
+            settled: Settled {
+                outcomes: w.part.len(),
+                credited: w.part.iter().filter(|c| c.credited).count(),
+            },
+            keys: w.part.iter().filter_map(|c| c.key).collect(),
         };
-        let shard = w.shard;
         let handle = self.tasks.spawn(write(w));
-        self.shards.insert(handle.id(), (shard, n));
+        self.started.insert(handle.id(), ended);
     }
 
     fn is_empty(&self) -> bool {
         self.tasks.is_empty()
     }
 
-    /// The shard and size of the next write to finish (all its outcomes
-    /// written, fenced or given up); `None` when none is in flight.
-    async fn next(&mut self) -> Option<(usize, Settled)> {
+    /// The next write to finish (all its outcomes written, fenced or given
+    /// up); `None` when none is in flight.
+    async fn next(&mut self) -> Option<Ended> {
         let id = match self.tasks.join_next_with_id().await? {
             Ok((id, ())) => id,
             Err(err) => err.id(),
         };
-        self.shards.remove(&id)
+        self.started.remove(&id)
     }
 }
 
@@ -539,7 +588,7 @@ mod tests {
             id: JobId { shard_key: 0, id },
             shard,
             fence: 1,
-            keyed: false,
+            key: None,
             outcome: Outcome::Succeeded(serde_json::Value::Null),
             finished: std::time::Instant::now(),
             credited: true,
@@ -564,6 +613,8 @@ mod tests {
     #[derive(Default)]
     struct Log {
         writes: Vec<(Duration, usize, usize)>,
+        /// Each write's jobs, with when it started and when it ended.
+        spans: Vec<(Vec<i64>, Duration, Duration)>,
         in_flight: Vec<usize>,
         most_in_flight: Vec<usize>,
     }
@@ -599,8 +650,12 @@ mod tests {
                         log.most_in_flight[w.shard] =
                             log.most_in_flight[w.shard].max(log.in_flight[w.shard]);
                     }
+                    let start = began.elapsed();
                     tokio::time::sleep(takes).await;
-                    log.lock().unwrap().in_flight[w.shard] -= 1;
+                    let mut log = log.lock().unwrap();
+                    log.in_flight[w.shard] -= 1;
+                    let ids = w.part.iter().map(|c| c.id.id).collect();
+                    log.spans.push((ids, start, began.elapsed()));
                 }
             }
         };
@@ -724,14 +779,21 @@ mod tests {
         assert!(b.push(done(0, 3)).is_none());
         assert!(b.push(done(0, 4)).is_none());
         assert!(b.flush().is_empty());
-        let w = b.written(0).expect("a full batch goes as the slot frees");
+        let w = b
+            .written(0, &[])
+            .expect("a full batch goes as the slot frees");
         assert_eq!(w.part.len(), 2);
         assert!(b.is_empty());
     }
 
+    /// An outcome of a job with a key of its own.
     fn keyed(shard: usize, id: i64) -> Completion {
+        of_key(shard, id, id as u64)
+    }
+
+    fn of_key(shard: usize, id: i64, key: u64) -> Completion {
         Completion {
-            keyed: true,
+            key: Some(key),
             ..done(shard, id)
         }
     }
@@ -750,9 +812,9 @@ mod tests {
         }
         // The backlog goes out oldest first, a batch at a time, each as
         // soon as the write before it ends.
-        assert_eq!(b.written(0).map(|w| ids(&w)), Some(vec![2, 3]));
-        assert_eq!(b.written(0).map(|w| ids(&w)), Some(vec![4, 5]));
-        assert!(b.written(0).is_none(), "one left waits for the timer");
+        assert_eq!(b.written(0, &[]).map(|w| ids(&w)), Some(vec![2, 3]));
+        assert_eq!(b.written(0, &[]).map(|w| ids(&w)), Some(vec![4, 5]));
+        assert!(b.written(0, &[]).is_none(), "one left waits for the timer");
         assert_eq!(b.flush().iter().map(ids).collect::<Vec<_>>(), vec![vec![6]]);
     }
 
@@ -775,13 +837,66 @@ mod tests {
         }
         // The next write stops before a fourth keyed outcome; unkeyed ones
         // ride along.
-        assert_eq!(b.written(0).map(|w| ids(&w)), Some(vec![4, 5, 6, 7]));
-        assert!(b.written(0).is_none(), "one keyed outcome is no full batch");
+        assert_eq!(
+            b.written(0, &[1, 2, 3]).map(|w| ids(&w)),
+            Some(vec![4, 5, 6, 7])
+        );
+        assert!(
+            b.written(0, &[4, 6, 7]).is_none(),
+            "one keyed outcome is no full batch"
+        );
         assert_eq!(
             b.flush().iter().map(ids).collect::<Vec<_>>(),
             vec![vec![8, 9]]
         );
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn batcher_holds_a_keys_outcome_while_an_earlier_write_of_the_key_is_in_flight() {
+        let mut b = Batcher::new(1, 2, 1_000, 2);
+        assert!(b.push(of_key(0, 1, 7)).is_none());
+        assert_eq!(b.push(done(0, 2)).map(|w| ids(&w)), Some(vec![1, 2]));
+        assert!(b.push(of_key(0, 3, 7)).is_none());
+        // A full batch, but job 3's key is in the write in flight: only the
+        // outcome behind it goes, though a second write slot is free.
+        assert_eq!(b.push(of_key(0, 4, 8)).map(|w| ids(&w)), Some(vec![4]));
+        assert!(b.flush().is_empty(), "job 3 waits for its key's write");
+        assert!(b.written(0, &[8]).is_none());
+        assert!(b.flush().is_empty(), "another key's write ended");
+        assert!(b.written(0, &[7]).is_none(), "no full batch");
+        assert_eq!(b.flush().iter().map(ids).collect::<Vec<_>>(), vec![vec![3]]);
+        assert!(b.is_empty());
+    }
+
+    /// Two writes in flight may commit in either order; a key's later
+    /// outcome must not be written before its earlier one is (its
+    /// transaction, and so its `finished_at`, would come first).
+    #[tokio::test(start_paused = true)]
+    async fn a_keys_outcomes_are_written_one_write_after_another() {
+        let (tx, _credits, log, driving) = start(config(1, 5), 1, Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        tx.send(of_key(0, 1, 7)).await.unwrap();
+        tx.send(of_key(0, 2, 7)).await.unwrap();
+        tx.send(done(0, 3)).await.unwrap();
+        drop(tx);
+        driving.await.unwrap();
+        let spans = log.lock().unwrap().spans.clone();
+        let span = |id: i64| {
+            spans
+                .iter()
+                .find(|(ids, ..)| ids.contains(&id))
+                .map(|(_, start, end)| (*start, *end))
+                .unwrap()
+        };
+        assert!(
+            span(2).0 >= span(1).1,
+            "job 2's write began before job 1's ended: {spans:?}"
+        );
+        assert!(
+            span(3).0 < span(1).1,
+            "another key's outcome does not wait: {spans:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -173,7 +173,7 @@ async fn release_orphans(config: &LeaserConfig, run: &WorkerRun, shard: &Shard) 
             id: o.id,
             shard: shard.index,
             fence: o.fence,
-            keyed: o.keyed,
+            key: o.key,
             outcome: Outcome::Released,
             finished: Instant::now(),
             credited: false,

@@ -219,7 +219,7 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
                 id: j.id,
                 shard: j.shard,
                 fence: j.fence,
-                keyed: false,
+                key: None,
                 outcome: if i % 2 == 0 {
                     Outcome::Succeeded(serde_json::json!({}))
                 } else {

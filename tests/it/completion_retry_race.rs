@@ -82,7 +82,7 @@ async fn a_retried_completion_that_waited_for_its_first_try_counts_it_as_written
                     id,
                     shard: 0,
                     fence: FENCE,
-                    keyed: false,
+                    key: None,
                     outcome,
                     finished: Instant::now(),
                     credited: true,

@@ -199,7 +199,7 @@ async fn a_silent_workers_late_completions_are_fenced() {
             id: h.id,
             shard: 0,
             fence: h.fence,
-            keyed: false,
+            key: None,
             outcome: Outcome::Succeeded(json!("late")),
             finished: std::time::Instant::now(),
             credited: true,

@@ -153,6 +153,28 @@ async fn jobs_of_one_key_never_overlap_and_run_in_enqueue_order() {
             assert!(pair[1].0 >= pair[0].1, "key {key}: calls overlap: {pair:?}");
         }
     }
+    // The recorded finish times follow each key's order too (users check
+    // order by them): a key's outcomes are written one write after another.
+    for shard in set.all() {
+        let backwards: i64 = shard
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT count(*) FROM (SELECT finished_at < lag(finished_at) \
+                     OVER (PARTITION BY ordering_key ORDER BY id) AS backwards \
+                 FROM workflow_status WHERE queue = 'ordered') runs WHERE backwards",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            backwards, 0,
+            "{}: a key's later job finished first",
+            shard.name
+        );
+    }
 }
 
 /// A keyed job fails with attempts left in the middle of a claimed run. The

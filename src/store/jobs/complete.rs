@@ -96,7 +96,7 @@ pub async fn complete_many(shard: &Shard, p: CompleteMany<'_>) -> Result<Written
         (&min_ms, Type::FLOAT8),
         (&max_ms, Type::FLOAT8),
     ];
-    let row = if done.iter().any(|c| c.keyed) {
+    let row = if done.iter().any(Completion::keyed) {
         under_key_locks(shard, &keys, &ids, sql::JOB_COMPLETE_MANY, &params)
             .await?
             .pop()

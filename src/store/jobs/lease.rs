@@ -77,8 +77,8 @@ pub struct OwnedRunning {
     pub id: JobId,
     /// Its claim's fence.
     pub fence: i64,
-    /// Whether it has an ordering key.
-    pub keyed: bool,
+    /// Its ordering key as [`crate::job::key_order`] numbers it.
+    pub key: Option<u64>,
 }
 
 /// Running jobs of `owner` on `shard` claimed more than `age` ago
@@ -109,7 +109,9 @@ pub async fn owned_running(
         .map(|r| OwnedRunning {
             id: job_id(r),
             fence: r.get("fence"),
-            keyed: r.get("keyed"),
+            key: r
+                .get::<_, Option<&str>>("ordering_key")
+                .map(|key| crate::job::key_order(r.get("queue"), key)),
         })
         .collect())
 }

@@ -189,7 +189,7 @@ async fn complete_many_of_a_keyed_job_queues_the_next_job_of_its_key() {
     assert_eq!(status(shard, ids[1]).await, JobStatus::Waiting);
     assert!(claim(shard, "q", 10, OWNER).await.is_empty());
     let done = Completion::of(&first[0], Outcome::Succeeded(json!(null)));
-    assert!(done.keyed);
+    assert!(done.keyed());
     let w = complete(shard, OWNER, &[done]).await;
     assert_eq!(w.succeeded, 1);
     assert_eq!(status(shard, ids[1]).await, JobStatus::Queued);

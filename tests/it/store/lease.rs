@@ -77,12 +77,12 @@ async fn owned_running_finds_an_owners_running_jobs_older_than_age() {
             jobs::OwnedRunning {
                 id: ids[0],
                 fence: 1,
-                keyed: false
+                key: None
             },
             jobs::OwnedRunning {
                 id: ids[1],
                 fence: 1,
-                keyed: true
+                key: Some(shardq::job::key_order("q", "k"))
             },
         ]
     );

@@ -34,8 +34,7 @@ pub const JOB_CANCEL_REQUESTED: &str = "SELECT w.shard_key, w.id \
 /// key. A process compares them with the jobs it holds to find the ones a
 /// lost claim reply left it owning. Walks the shard's running rows: run only
 /// after a claim's reply may have been lost.
-pub const JOB_OWNED_RUNNING: &str =
-    "SELECT shard_key, id, fence, ordering_key IS NOT NULL AS keyed \
+pub const JOB_OWNED_RUNNING: &str = "SELECT shard_key, id, fence, queue, ordering_key \
     FROM workflow_status \
     WHERE status = 'running' AND owner = $1 \
         AND started_at < now() - $2::bigint * interval '1 millisecond'";

@@ -12,6 +12,13 @@ pub enum ConfigError {
         "config file {0} does not exist; pass an existing file with --config or SHARDQ_CONFIG"
     )]
     MissingFile(PathBuf),
+    /// [`Config::load`](super::Config::load) was given no file and found no
+    /// `shards.toml` in the working directory.
+    #[error(
+        "no shards.toml in {0} and no file given: pass one (--config or SHARDQ_CONFIG), \
+         or ask for the local shards `shardq local up` starts with Config::local()"
+    )]
+    NoConfigFile(PathBuf),
     /// TOML syntax, an unknown key, or a value of the wrong type. Holds the
     /// parser's message with secrets redacted (the parser quotes the offending
     /// line, which may hold a password), not the parser error itself.

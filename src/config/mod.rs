@@ -30,7 +30,7 @@ use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use std::path::Path;
 
-/// The file read when no `--config` is given; absent means "use local shards".
+/// The file [`Config::load`] reads when given none.
 pub const DEFAULT_CONFIG_PATH: &str = "shards.toml";
 
 /// The name [`Config::single`] gives its shard (in logs and `shardq status`).
@@ -46,25 +46,40 @@ fn shardq_env() -> Env {
 }
 
 impl Config {
-    /// Loads `path` (or `shards.toml` when it exists), merges `SHARDQ_*`
-    /// variables over it, and validates the result.
+    /// Loads `path` (or, given none, `shards.toml` in the working
+    /// directory), merges `SHARDQ_*` variables over it, and validates the
+    /// result.
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] names the key at fault and says what to fix.
+    /// [`ConfigError`] names the key at fault and says what to fix; with no
+    /// `path` and no `shards.toml`, [`ConfigError::NoConfigFile`]: a
+    /// process must not quietly turn to localhost. [`Config::local`] asks
+    /// for the local shards.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        let mut figment = Figment::new();
-        match path {
+        let path = match path {
             Some(path) if !path.exists() => {
                 return Err(ConfigError::MissingFile(path.to_path_buf()))
             }
-            Some(path) => figment = figment.merge(Toml::file(path)),
-            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
-                figment = figment.merge(Toml::file(DEFAULT_CONFIG_PATH))
+            Some(path) => path,
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => Path::new(DEFAULT_CONFIG_PATH),
+            None => {
+                let here = std::env::current_dir().unwrap_or_default();
+                return Err(ConfigError::NoConfigFile(here));
             }
-            None => {}
-        }
-        Self::from_figment(figment.merge(shardq_env()))
+        };
+        Self::from_figment(Figment::new().merge(Toml::file(path)).merge(shardq_env()))
+    }
+
+    /// The local shards that `shardq local up` starts (`[local]`: 4 servers
+    /// on ports 54330–54333 by default), with `SHARDQ_*` variables merged
+    /// over them: for a demo or a test on this machine.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::load`], for a bad `SHARDQ_*` variable.
+    pub fn local() -> Result<Config, ConfigError> {
+        Self::from_figment(Figment::new().merge(shardq_env()))
     }
 
     /// Parses a TOML document, merges `SHARDQ_*` variables over it (as

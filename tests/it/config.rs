@@ -154,6 +154,39 @@ fn a_missing_config_file_is_named() {
     assert!(e.to_string().contains("/nonexistent/shards.toml"));
 }
 
+/// An embedder's process started where no shards.toml is, with no file
+/// given, must not quietly connect to localhost: `Config::load(None)` says
+/// what to pass. The CLI falls back to the local shards, and says so.
+#[test]
+fn no_config_file_is_an_error_for_the_library_and_a_loud_fallback_for_the_cli() {
+    let empty = tempfile::tempdir().unwrap();
+    let embed = crate::examples::example("embed");
+    let out = std::process::Command::new(embed)
+        .current_dir(empty.path())
+        .env_remove("SHARDQ_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the example ran without shards: {stderr}"
+    );
+    assert!(stderr.contains("no shards.toml in"), "{stderr}");
+    assert!(stderr.contains("Config::local()"), "{stderr}");
+
+    let out = std::process::Command::new(shardq_harness::exe::shardq())
+        .args(["local", "status"])
+        .current_dir(empty.path())
+        .env_remove("SHARDQ_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no --config and no ./shards.toml: using the 4 local shards"),
+        "{stderr}"
+    );
+}
+
 /// Everything the subscriber writes, kept for the test to read.
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The built example `name` (`cargo test` builds the examples).
-fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let profile = exe
         .parent()

@@ -26,7 +26,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Chaos { args } => return crate::forward::exec(config_path, Some("chaos"), args),
         command => command,
     };
-    let config = Config::load(config_path).context("cannot load the configuration")?;
+    let config = load(config_path).context("cannot load the configuration")?;
     match command {
         Command::Local { action } => local::run(&config, action).await,
         Command::Migrate => migrate::run(&config).await,
@@ -46,4 +46,21 @@ pub async fn run(cli: Cli) -> Result<()> {
             unreachable!("handed to shardq-bench above")
         }
     }
+}
+
+/// The file given, else `./shards.toml`, else (said on stderr, so nobody
+/// mistakes it for their fleet) the local shards `shardq local up` starts.
+fn load(path: Option<&std::path::Path>) -> Result<Config, shardq::ConfigError> {
+    if path.is_some() || std::path::Path::new(shardq::config::DEFAULT_CONFIG_PATH).exists() {
+        return Config::load(path);
+    }
+    let config = Config::local()?;
+    eprintln!(
+        "shardq: no --config and no ./shards.toml: using the {} local shards under {} \
+         (ports from {}; `shardq local up` starts them)",
+        config.local.shards,
+        config.local.dir.display(),
+        config.local.base_port
+    );
+    Ok(config)
 }

@@ -456,6 +456,15 @@ impl Completion {
         }
     }
 
+    /// `job` given back unstarted by a process that had no buffer room for
+    /// it: released, and holding no buffer credits to give back.
+    pub fn given_back_without_room(job: &ClaimedJob) -> Completion {
+        Completion {
+            credited: false,
+            ..Completion::of(job, Outcome::Released)
+        }
+    }
+
     /// Whether the job has an ordering key.
     pub fn keyed(&self) -> bool {
         self.key.is_some()

@@ -7,7 +7,7 @@ use super::local_gate::Entered;
 use super::permits::Reservation;
 use super::producers::Producers;
 use super::settle::{settle, Reply};
-use crate::job::{ClaimedJob, Completion, Outcome};
+use crate::job::{ClaimedJob, Completion};
 use crate::shards::ShardError;
 use crate::store::jobs::Claim;
 use rand::rngs::StdRng;
@@ -163,8 +163,7 @@ async fn give_back_late(p: &Producers, jobs: Vec<ClaimedJob>) {
         "giving back the jobs of a late claim reply (no room for them)"
     );
     for job in &jobs {
-        let mut done = Completion::of(job, Outcome::Released);
-        done.credited = false;
+        let done = Completion::given_back_without_room(job);
         if p.dispatch.given_back.send(done).await.is_err() {
             // The completer is gone (only after every producer): the jobs
             // return when their leases expire.

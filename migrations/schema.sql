@@ -682,10 +682,13 @@ BEGIN
                 WHEN w.cancel_requested THEN 'cancelled'
                 WHEN c.status = 'released' THEN
                     CASE WHEN w.ordering_key IS NULL THEN 'queued' ELSE 'waiting' END
+                WHEN c.status = 'parked' THEN 'scheduled'
                 WHEN c.status = 'dead' OR w.attempts >= w.max_attempts THEN 'dead'
                 ELSE 'scheduled' END,
-            attempts = CASE WHEN c.status = 'released' THEN w.attempts - 1 ELSE w.attempts END,
-            started_at = CASE WHEN c.status = 'released' THEN NULL ELSE w.started_at END,
+            attempts = CASE WHEN c.status IN ('released', 'parked') THEN w.attempts - 1
+                ELSE w.attempts END,
+            started_at = CASE WHEN c.status IN ('released', 'parked') THEN NULL
+                ELSE w.started_at END,
             run_at = CASE WHEN c.status = 'failed' AND NOT w.cancel_requested
                     AND w.attempts < w.max_attempts
                 THEN now() + least(p_backoff_max_ms, p_backoff_min_ms
@@ -694,10 +697,12 @@ BEGIN
                 ELSE w.run_at END,
             finished_at = CASE WHEN c.status IN ('succeeded', 'dead') OR w.cancel_requested
                     OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END,
-            output = CASE WHEN c.status = 'released' THEN w.output ELSE c.output END,
+            output = CASE WHEN c.status IN ('released', 'parked') THEN w.output ELSE c.output END,
             error = CASE WHEN c.status = 'released' AND w.cancel_requested
                     THEN 'cancelled before it started'
-                WHEN c.status = 'released' THEN w.error ELSE c.error END,
+                WHEN c.status = 'released' THEN w.error
+                WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it slept'
+                WHEN c.status = 'parked' THEN w.error ELSE c.error END,
             owner = NULL, lease_expires_at = NULL
         FROM batch c
         WHERE w.shard_key = c.shard_key AND w.id = c.id

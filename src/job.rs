@@ -389,6 +389,9 @@ pub enum Outcome {
     /// Never started: give it back uncounted (to `waiting` behind its key,
     /// or `cancelled` when its cancellation was asked).
     Released,
+    /// A durable sleep is not over: park the workflow until its wake time
+    /// (the job's `run_at`, set by the sleep), uncounted.
+    Parked,
 }
 
 impl Outcome {

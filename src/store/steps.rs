@@ -77,3 +77,71 @@ pub async fn record(shard: &Shard, p: RecordStep<'_>) -> Result<bool, ShardError
     .await?;
     Ok(row.is_some())
 }
+
+/// A durable sleep of a workflow, as [`sleep`] records or finds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Sleep<'a> {
+    /// The workflow (job).
+    pub id: JobId,
+    /// The sleep's step name.
+    pub name: &'a str,
+    /// How long from the shard's clock now, when it is not recorded yet ...
+    pub duration: std::time::Duration,
+    /// ... or until when (then `duration` is not used).
+    pub until: Option<std::time::SystemTime>,
+    /// The worker holding the workflow.
+    pub owner: &'a str,
+    /// The fence of its claim.
+    pub fence: i64,
+}
+
+/// Where a durable sleep stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slept {
+    /// The shard's clock has passed the wake time.
+    Due,
+    /// Not yet: the workflow is to park until then (its `run_at` is set).
+    Until(std::time::SystemTime),
+    /// The workflow's cancellation was asked.
+    Cancelled,
+    /// This claim no longer holds the workflow (its lease was lost).
+    NotHeld,
+}
+
+/// Records the sleep's wake time by the shard's clock the first time, reads
+/// it back after ([`sql::STEP_SLEEP`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a repeat finds the sleep recorded, its wake time
+/// unchanged.
+pub async fn sleep(shard: &Shard, p: Sleep<'_>) -> Result<Slept, ShardError> {
+    let micros = i64::try_from(p.duration.as_micros()).unwrap_or(i64::MAX);
+    let row = exec::query_one(
+        shard,
+        sql::STEP_SLEEP,
+        &[
+            (&p.id.shard_key, Type::INT4),
+            (&p.id.id, Type::INT8),
+            (&p.name, Type::TEXT),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+            (&micros, Type::INT8),
+            (&p.until, Type::TIMESTAMPTZ),
+        ],
+    )
+    .await?;
+    Ok(if row.get::<_, bool>("cancelled") {
+        Slept::Cancelled
+    } else if !row.get::<_, bool>("owned") {
+        Slept::NotHeld
+    } else if row.get::<_, bool>("due") {
+        Slept::Due
+    } else {
+        Slept::Until(row.get("wake_at"))
+    })
+}

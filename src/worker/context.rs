@@ -2,13 +2,14 @@
 
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
-use crate::store::steps::{self, RecordStep};
+use crate::store::steps::{self, RecordStep, Sleep, Slept};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 /// Any error a handler returns; its `Display` chain becomes the job's error.
@@ -42,6 +43,12 @@ pub enum StepError {
     /// This attempt lost its lease (another worker owns the workflow now): stop.
     #[error("workflow {0} is no longer owned by this attempt; step `{1}` was not recorded")]
     Fenced(JobId, String),
+    /// A durable sleep ([`JobContext::sleep`]) is not over: return this
+    /// error (`?`) so the workflow parks until then, holding no slot, lease
+    /// or permit; it runs again from the start at that time, its recorded
+    /// steps and sleeps returning at once.
+    #[error("workflow {0} sleeps until {}; return this error so it parks until then", utc(.1))]
+    Sleeping(JobId, SystemTime),
     /// Reading or recording the step failed.
     #[error("step `{step}`: database error")]
     Database {
@@ -51,6 +58,16 @@ pub enum StepError {
         #[source]
         source: ShardError,
     },
+}
+
+/// `at` as an RFC 3339 UTC time, for messages.
+fn utc(at: &SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(*at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The step name of a workflow's `n`th durable sleep (from 1) in its code.
+fn sleep_step(n: u32) -> String {
+    format!("shardq:sleep:{n}")
 }
 
 /// A running job: its data, its cancellation signal, and durable steps.
@@ -74,6 +91,11 @@ pub struct JobContext {
     pub(crate) shard: Shard,
     pub(crate) owner: Arc<str>,
     pub(crate) cancel: CancellationToken,
+    /// Durable sleeps called so far in this run (they are numbered in call
+    /// order, the same on every run of deterministic code).
+    pub(crate) sleeps: Arc<AtomicU32>,
+    /// Set when a sleep asked the workflow to park: until when.
+    pub(crate) parked: Arc<Mutex<Option<SystemTime>>>,
 }
 
 impl JobContext {
@@ -152,6 +174,71 @@ impl JobContext {
             true => Ok(output),
             false if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),
             false => Err(StepError::Fenced(self.id, name.to_string())),
+        }
+    }
+
+    /// Sleeps durably for `duration`, counted by the shard's clock from the
+    /// first time the workflow reached this call. The first call records
+    /// the wake time (a step named `shardq:sleep:N`, N counting this run's
+    /// sleeps from 1) and returns [`StepError::Sleeping`]: return it (`?`)
+    /// and the workflow *parks*: its slot, lease and any limit permit go,
+    /// nothing runs, and it is claimed again at the wake time (retries and
+    /// attempts are untouched). Run again, the workflow replays: its
+    /// recorded steps return their outputs, and this call returns `Ok(())`
+    /// once the wake time has passed. After a crash or a retry the sleep
+    /// keeps its first wake time. Sleeps are told apart by their order, so
+    /// the workflow's code must reach them in the same order on every run.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Sleeping`] (park), `Cancelled`, `Fenced`, `Database`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in effect: the wake time is recorded once.
+    pub async fn sleep(&self, duration: Duration) -> Result<(), StepError> {
+        self.sleep_step(duration, None).await
+    }
+
+    /// Sleeps durably until `at` ([`JobContext::sleep`], with an absolute
+    /// wake time: one in the past returns at once).
+    ///
+    /// # Errors
+    ///
+    /// As [`JobContext::sleep`].
+    pub async fn sleep_until(&self, at: SystemTime) -> Result<(), StepError> {
+        self.sleep_step(Duration::ZERO, Some(at)).await
+    }
+
+    async fn sleep_step(
+        &self,
+        duration: Duration,
+        until: Option<SystemTime>,
+    ) -> Result<(), StepError> {
+        let name = sleep_step(self.sleeps.fetch_add(1, Ordering::SeqCst) + 1);
+        let sleep = Sleep {
+            id: self.id,
+            name: &name,
+            duration,
+            until,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        let slept =
+            steps::sleep(&self.shard, sleep)
+                .await
+                .map_err(|source| StepError::Database {
+                    step: name.clone(),
+                    source,
+                })?;
+        match slept {
+            Slept::Due => Ok(()),
+            Slept::Until(at) => {
+                *self.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+                Err(StepError::Sleeping(self.id, at))
+            }
+            Slept::Cancelled => Err(StepError::Cancelled(self.id, name)),
+            Slept::NotHeld => Err(StepError::Fenced(self.id, name)),
         }
     }
 }

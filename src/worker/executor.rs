@@ -169,15 +169,27 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         shard: run.shards.get(job.shard).clone(),
         owner: run.owner.clone(),
         cancel,
+        sleeps: Default::default(),
+        parked: Default::default(),
     };
+    let parked = ctx.parked.clone();
     run.stats.record_handler_running(true);
     let outcome = run_with_timeout(executor, job.handler, ctx).await;
     run.stats.record_handler_running(false);
+    // A handler that returned the error of a sleep not over parks (it may
+    // have wrapped it: asking to park is what counts); one that succeeded
+    // anyway has succeeded.
+    let parked = parked.lock().map(|p| p.is_some()).unwrap_or(true);
+    let outcome = match outcome {
+        Outcome::Failed(_) if parked => Outcome::Parked,
+        other => other,
+    };
     match &outcome {
         Outcome::Failed(message) => tracing::debug!(job = %done.id, error = %message, "job failed"),
         Outcome::Dead(message) => {
             tracing::debug!(job = %done.id, error = %message, "job failed for good")
         }
+        Outcome::Parked => tracing::debug!(job = %done.id, "workflow parked until its sleep ends"),
         Outcome::Succeeded(_) | Outcome::Released => {}
     }
     done.outcome = outcome.storable();
@@ -346,6 +358,7 @@ mod tests {
                     Outcome::Failed(_) => "failed",
                     Outcome::Dead(_) => "dead",
                     Outcome::Released => "released",
+                    Outcome::Parked => "parked",
                 };
                 (id, what)
             })

@@ -21,6 +21,7 @@ mod connections;
 mod crash_recovery;
 mod dead_worker;
 mod drain;
+mod durable_sleep;
 mod embedding;
 mod enqueue_retry;
 mod examples;

@@ -76,6 +76,7 @@ pub async fn complete_many(shard: &Shard, p: CompleteMany<'_>) -> Result<Written
             Outcome::Failed(msg) => ("failed", None, Some(msg.as_str())),
             Outcome::Dead(msg) => ("dead", None, Some(msg.as_str())),
             Outcome::Released => ("released", None, None),
+            Outcome::Parked => ("parked", None, None),
         };
         statuses.push(status);
         outputs.push(output);

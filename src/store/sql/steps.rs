@@ -28,3 +28,43 @@ pub const STEP_RECORD: &str = "WITH owned AS MATERIALIZED ( \
     SELECT 1 FROM workflow_steps \
     WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
         AND EXISTS (SELECT 1 FROM owned) AND NOT EXISTS (SELECT 1 FROM inserted)";
+
+/// A durable sleep ($3 the step's name): its wake time, recorded by the
+/// first call as the shard's `now()` plus $6 µs, or $7 when given, and read
+/// back by every later one; whether the shard's clock has passed it; and
+/// whether this claim ($4 owner, $5 fence) still holds the workflow. While
+/// it is not due, the workflow's `run_at` is set to it, so a `parked`
+/// outcome makes the job ready then (`shardq_complete_many`).
+///
+/// The workflow's row is locked first (the recorded step is read in the
+/// same snapshot): a recovery or a cancellation cannot commit between the
+/// fence check and the writes; one that committed before is seen (not
+/// owned: nothing is written).
+pub const STEP_SLEEP: &str = "WITH owned AS MATERIALIZED ( \
+        SELECT 1 FROM workflow_status \
+        WHERE shard_key = $1 AND id = $2 \
+            AND owner = $4 AND fence = $5 AND NOT cancel_requested \
+        FOR UPDATE \
+    ), recorded AS MATERIALIZED ( \
+        SELECT (output->>'wake_at')::timestamptz AS wake_at FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
+    ), inserted AS MATERIALIZED ( \
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+        SELECT $1, $2, $3, jsonb_build_object('wake_at', \
+            coalesce($7::timestamptz, now() + $6::bigint * interval '1 microsecond')) \
+        WHERE EXISTS (SELECT 1 FROM owned) AND NOT EXISTS (SELECT 1 FROM recorded) \
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
+        RETURNING (output->>'wake_at')::timestamptz AS wake_at \
+    ), wake AS MATERIALIZED ( \
+        SELECT wake_at FROM recorded UNION ALL SELECT wake_at FROM inserted \
+    ), parked AS ( \
+        UPDATE workflow_status w SET run_at = wake.wake_at FROM wake \
+        WHERE w.shard_key = $1 AND w.id = $2 AND EXISTS (SELECT 1 FROM owned) \
+            AND wake.wake_at > clock_timestamp() \
+        RETURNING 1 \
+    ) \
+    SELECT wake.wake_at, coalesce(wake.wake_at <= clock_timestamp(), false) AS due, \
+        EXISTS (SELECT 1 FROM owned) AS owned, (SELECT count(*) FROM parked) AS parked, \
+        EXISTS (SELECT 1 FROM workflow_status \
+                WHERE shard_key = $1 AND id = $2 AND cancel_requested) AS cancelled \
+    FROM (SELECT 1) AS one LEFT JOIN wake ON true";

@@ -1,0 +1,289 @@
+//! Durable sleep: a workflow that sleeps parks (no slot, no lease, no
+//! permit), wakes at a time the shard's clock set, keeps that time through
+//! a retry, and a cancellation ends it whether it arrives while it sleeps or
+//! between its sleep and its parking.
+
+use crate::common;
+
+use common::TestShards;
+use shardq::client::QueueLimits;
+use shardq::{HandlerRegistry, JobId, JobOutcome, JobStatus, NewJob, Shardq, StepError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const QUEUE: &str = "sleepy";
+
+/// A migrated shard whose worker runs one job at a time and retries a
+/// failure after 10-20 ms.
+async fn shardq() -> (TestShards, Shardq) {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\n\
+         retry_backoff_min_ms = 10\nretry_backoff_max_ms = 20\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    (shards, shardq)
+}
+
+async fn status(shardq: &Shardq, id: JobId) -> JobStatus {
+    shardq
+        .client()
+        .job(id)
+        .await
+        .unwrap()
+        .expect("the job")
+        .status
+}
+
+async fn query_one(shardq: &Shardq, sql: &str, id: JobId) -> tokio_postgres::Row {
+    let shard = shardq.shards().get(0);
+    shard
+        .client()
+        .await
+        .unwrap()
+        .query_one(sql, &[&id.shard_key, &id.id])
+        .await
+        .unwrap()
+}
+
+/// While a workflow sleeps, the one executor slot of the only worker and
+/// the queue's one permit run other jobs; the wake time is the shard's
+/// clock plus the duration, and the workflow runs again no sooner, without
+/// having used an attempt, its step before the sleep not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_workflow_holds_no_slot_or_permit_and_wakes_by_the_shards_clock() {
+    let (_shards, shardq) = shardq().await;
+    let client = shardq.client();
+    client
+        .set_queue_limits(
+            QUEUE,
+            QueueLimits {
+                concurrency: Some(1),
+                ..QueueLimits::default()
+            },
+        )
+        .await
+        .unwrap();
+    let before_runs = Arc::new(Mutex::new(0));
+    let mut handlers = HandlerRegistry::new();
+    let runs = before_runs.clone();
+    handlers.register("nap", move |ctx| {
+        let runs = runs.clone();
+        async move {
+            ctx.step("before", || async {
+                *runs.lock().unwrap() += 1;
+                Ok(())
+            })
+            .await?;
+            ctx.sleep(Duration::from_secs(3)).await?;
+            ctx.step("after", || async { Ok(()) }).await?;
+            Ok(serde_json::json!(ctx.attempt))
+        }
+    });
+    handlers.register("quick", |_ctx| async { Ok(serde_json::Value::Null) });
+    let nap = client
+        .enqueue(NewJob::new(QUEUE, "nap", serde_json::json!({})))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    common::wait_until(Duration::from_secs(30), "the workflow parks", || async {
+        status(&shardq, nap).await == JobStatus::Scheduled
+    })
+    .await;
+    let quick: Vec<JobId> = client
+        .enqueue_many(
+            (0..5)
+                .map(|_| NewJob::new(QUEUE, "quick", serde_json::json!({})))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    for &id in &quick {
+        client.result(id, Duration::from_secs(30)).await.unwrap();
+    }
+    let after_recorded = "SELECT count(*) FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = 'after'";
+    assert_eq!(
+        query_one(&shardq, after_recorded, nap)
+            .await
+            .get::<_, i64>(0),
+        0,
+        "the quick jobs waited for the sleep: it held the slot or the permit"
+    );
+    assert_eq!(status(&shardq, nap).await, JobStatus::Scheduled);
+
+    let outcome = client.result(nap, Duration::from_secs(30)).await.unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(
+        outcome,
+        JobOutcome::Succeeded(serde_json::json!(1)),
+        "woken on its first attempt"
+    );
+    assert_eq!(
+        *before_runs.lock().unwrap(),
+        1,
+        "the step before the sleep ran once"
+    );
+    let wake = query_one(
+        &shardq,
+        "SELECT (s.output->>'wake_at')::timestamptz - s.created_at = interval '3 s', \
+                w.started_at >= (s.output->>'wake_at')::timestamptz, w.attempts \
+         FROM workflow_steps s JOIN workflow_status w \
+             ON w.shard_key = s.shard_key AND w.id = s.workflow_id \
+         WHERE s.shard_key = $1 AND s.workflow_id = $2 AND s.step_name = 'shardq:sleep:1'",
+        nap,
+    )
+    .await;
+    assert!(
+        wake.get::<_, bool>(0),
+        "the wake time is the shard's now() + 3 s"
+    );
+    assert!(wake.get::<_, bool>(1), "it ran again before its wake time");
+    assert_eq!(wake.get::<_, i32>(2), 1, "parking used no attempt");
+}
+
+/// A workflow that fails after its sleep ended is retried; the retry
+/// replays the sleep, which keeps its first wake time (passed): it does
+/// not park again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_workflow_keeps_its_first_wake_time() {
+    let (_shards, shardq) = shardq().await;
+    let calls: Arc<Mutex<Vec<(i32, bool)>>> = Arc::default();
+    let mut handlers = HandlerRegistry::new();
+    let seen = calls.clone();
+    handlers.register("flaky", move |ctx| {
+        let seen = seen.clone();
+        async move {
+            let slept = ctx.sleep(Duration::from_secs(2)).await;
+            seen.lock()
+                .unwrap()
+                .push((ctx.attempt, matches!(slept, Err(StepError::Sleeping(..)))));
+            slept?;
+            if ctx.attempt == 1 {
+                return Err("flaky after waking".into());
+            }
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let id = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, "flaky", serde_json::json!({})))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let outcome = shardq
+        .client()
+        .result(id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(serde_json::Value::Null));
+    assert_eq!(
+        *calls.lock().unwrap(),
+        vec![(1, true), (1, false), (2, false)],
+        "parked once, woke on attempt 1, and the retry did not sleep again"
+    );
+    let sleeps = query_one(
+        &shardq,
+        "SELECT count(*) FROM workflow_steps \
+         WHERE shard_key = $1 AND workflow_id = $2 AND step_name LIKE 'shardq:sleep:%'",
+        id,
+    )
+    .await;
+    assert_eq!(sleeps.get::<_, i64>(0), 1);
+}
+
+/// Cancelled while it sleeps, a workflow ends cancelled at once and never
+/// runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_workflow_cancelled_ends_cancelled_and_never_runs_again() {
+    let (_shards, shardq) = shardq().await;
+    let runs = Arc::new(Mutex::new(0));
+    let mut handlers = HandlerRegistry::new();
+    let counted = runs.clone();
+    handlers.register("long_nap", move |ctx| {
+        let counted = counted.clone();
+        async move {
+            *counted.lock().unwrap() += 1;
+            ctx.sleep(Duration::from_secs(2)).await?;
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let id = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, "long_nap", serde_json::json!({})))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    common::wait_until(Duration::from_secs(30), "the workflow parks", || async {
+        status(&shardq, id).await == JobStatus::Scheduled
+    })
+    .await;
+    assert_eq!(
+        shardq.client().cancel(id).await.unwrap(),
+        Some(JobStatus::Cancelled)
+    );
+    // Past the wake time: a cancelled workflow is not woken.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(status(&shardq, id).await, JobStatus::Cancelled);
+    assert_eq!(*runs.lock().unwrap(), 1);
+}
+
+/// The cancellation arrives between the sleep (which recorded its wake
+/// time while the workflow still ran) and the outcome that parks it: the
+/// parking writes it cancelled, never scheduled to run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_between_the_sleep_and_its_parking_ends_the_workflow() {
+    let (_shards, shardq) = shardq().await;
+    let slept = Arc::new(Notify::new());
+    let go_on = Arc::new(Notify::new());
+    let mut handlers = HandlerRegistry::new();
+    let (signal, wait) = (slept.clone(), go_on.clone());
+    handlers.register("nap", move |ctx| {
+        let (signal, wait) = (signal.clone(), wait.clone());
+        async move {
+            let result = ctx.sleep(Duration::from_secs(60)).await;
+            signal.notify_one();
+            wait.notified().await;
+            result?;
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let id = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, "nap", serde_json::json!({})))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    tokio::time::timeout(Duration::from_secs(30), slept.notified())
+        .await
+        .expect("the handler reaches its sleep");
+    assert_eq!(status(&shardq, id).await, JobStatus::Running);
+    assert_eq!(
+        shardq.client().cancel(id).await.unwrap(),
+        Some(JobStatus::Running),
+        "a running workflow's cancellation is asked"
+    );
+    go_on.notify_one();
+    let outcome = shardq
+        .client()
+        .result(id, Duration::from_secs(30))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Cancelled);
+    let info = shardq.client().job(id).await.unwrap().expect("the job");
+    assert_eq!(info.error.as_deref(), Some("cancelled while it slept"));
+}

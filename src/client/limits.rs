@@ -76,7 +76,6 @@ impl Client {
     ///
     /// Cancel safe in effect: each shard's change is one statement, and
     /// running it again is harmless.
-    #[doc(hidden)]
     pub async fn set_queue_limits(&self, queue: &str, set: QueueLimits) -> Result<(), ClientError> {
         check_name(queue)?;
         let row = LimitRow {
@@ -151,7 +150,6 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
-    #[doc(hidden)]
     pub async fn queue_limits(&self) -> Result<Vec<QueueLimit>, ClientError> {
         self.queue_limits_within(None).await
     }
@@ -168,7 +166,6 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
-    #[doc(hidden)]
     pub async fn queue_limits_within(
         &self,
         deadline: Option<Duration>,

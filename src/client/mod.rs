@@ -24,12 +24,13 @@ pub use crate::store::ErrorKind;
 pub use error::ClientError;
 pub use handle::Client;
 pub use inspect::JobOutcome;
+pub use limits::{QueueLimit, QueueLimits, StartRate};
 pub use pause::PausedQueue;
 pub use pending::PendingEnqueue;
 pub use transactional::RoutedJob;
 
-// The read models of the operator tools (`shardq status`, `check`, `map`,
-// `limit`, `failures`, the dashboard's pages) and what they take: they follow
+// The read models of the operator tools (`shardq status`, `check`, `shards
+// show`, the dashboard's pages) and what they take: they follow
 // those tools, not semver, so they sit behind the `internal` feature (see
 // `lib.rs`), and the `Client` methods that return them are hidden.
 #[cfg(feature = "internal")]
@@ -53,7 +54,6 @@ pub use {
     depth::QueueDepth,
     failures::{FailureOptions, Failures},
     inspect::ShardStatus,
-    limits::{QueueLimit, QueueLimits, StartRate},
     map_report::{MapReport, RangeReport, ShardProblem},
     queue_summary::{summarize, QueueSummary, ALL_FINISHED},
     schedule_status::ScheduleStatus,

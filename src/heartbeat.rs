@@ -10,6 +10,7 @@ use std::time::Duration;
 /// How often a worker writes its row on each shard: often enough that the
 /// dashboard's counters are fresh, rare enough to cost nothing (one small
 /// upsert per process and shard).
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A worker silent this long (before another worker's previous beat on the
@@ -18,6 +19,7 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// one slow beat is not taken for a dead worker, and a killed worker's jobs
 /// run again within about 20 s instead of their lease (60 s by default). A
 /// worker that was alive after all finds its late completions fenced.
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(15);
 
 /// A copy of one shard's counters.

@@ -7,6 +7,12 @@ use std::time::{Duration, SystemTime};
 
 pub use crate::job_status::JobStatus;
 
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use claimed::{key_order, ClaimedJob, Completion, Outcome};
+#[cfg(not(feature = "internal"))]
+pub(crate) use claimed::{key_order, ClaimedJob, Completion, Outcome};
+
 /// A job's identity: its shard key (which routes it) and its id on that shard.
 /// Written as `shard_key-id`, e.g. `4821-1337`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -323,166 +329,6 @@ fn has_nul(value: &Value) -> bool {
     }
 }
 
-/// A job claimed by this process (the worker's and the store's; a handler
-/// sees its job through `JobContext`).
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub struct ClaimedJob {
-    /// Identity.
-    pub id: JobId,
-    /// Index of the shard it came from.
-    pub shard: usize,
-    /// Queue.
-    pub queue: String,
-    /// Handler name.
-    pub handler: String,
-    /// Ordering key.
-    pub ordering_key: Option<String>,
-    /// Payload.
-    pub payload: Value,
-    /// This attempt's number (1 for the first).
-    pub attempt: i32,
-    /// This claim's fencing token: raised by every claim of the row, never
-    /// lowered; completions and step records are written only under it.
-    pub fence: i64,
-    /// Which claim of this process brought it (jobs of one key that came in
-    /// one claim form a run).
-    pub claim: u64,
-    /// When it was enqueued (the shard's clock).
-    pub created_at: SystemTime,
-}
-
-#[cfg(test)]
-impl ClaimedJob {
-    /// For unit tests: job `id` of shard `shard`, queue `q`, handler
-    /// `noop`, first attempt of its first claim.
-    pub(crate) fn for_test(id: i64, shard: usize, key: Option<&str>) -> ClaimedJob {
-        ClaimedJob {
-            id: JobId { shard_key: 0, id },
-            shard,
-            queue: "q".into(),
-            handler: "noop".into(),
-            ordering_key: key.map(Into::into),
-            payload: Value::Null,
-            attempt: 1,
-            fence: 1,
-            claim: 0,
-            created_at: SystemTime::now(),
-        }
-    }
-}
-
-/// How a job ended (the worker's and the store's).
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub enum Outcome {
-    /// The handler returned this output.
-    Succeeded(Value),
-    /// The handler failed with this message: retried after a backoff while
-    /// attempts are left, else `dead`.
-    Failed(String),
-    /// The handler failed for good with this message (a
-    /// [`crate::PermanentFailure`], or a payload that does not decode as a
-    /// typed handler's arguments): `dead` at once, whatever attempts are
-    /// left.
-    Dead(String),
-    /// Never started: give it back uncounted (to `waiting` behind its key,
-    /// or `cancelled` when its cancellation was asked).
-    Released,
-    /// A durable sleep is not over: park the workflow until its wake time
-    /// (the job's `run_at`, set by the sleep), uncounted.
-    Parked,
-}
-
-impl Outcome {
-    /// The outcome as PostgreSQL can store it: NUL characters in an error
-    /// text are replaced, and an output holding one (jsonb cannot store
-    /// `\u0000`) turns the outcome into a failure that says so. Without this,
-    /// one such outcome fails the whole batch's write.
-    pub fn storable(self) -> Outcome {
-        match self {
-            Outcome::Succeeded(output) if has_nul(&output) => Outcome::Failed(
-                "the handler's output contains a NUL character (\\u0000), which PostgreSQL \
-                 jsonb cannot store; the output was discarded"
-                    .into(),
-            ),
-            Outcome::Failed(message) if message.contains('\0') => {
-                Outcome::Failed(message.replace('\0', "\u{FFFD}"))
-            }
-            Outcome::Dead(message) if message.contains('\0') => {
-                Outcome::Dead(message.replace('\0', "\u{FFFD}"))
-            }
-            other => other,
-        }
-    }
-}
-
-/// A finished job waiting to be written back (the worker's and the store's).
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub struct Completion {
-    /// Identity.
-    pub id: JobId,
-    /// Shard index.
-    pub shard: usize,
-    /// The claim's fencing token.
-    pub fence: i64,
-    /// The job's ordering key, hashed with its queue ([`key_order`]); `None`
-    /// without a key. A keyed write takes the key lock, and waits for an
-    /// earlier write of the same key still in flight, so that a key's
-    /// `finished_at` times follow its order.
-    pub key: Option<u64>,
-    /// Result.
-    pub outcome: Outcome,
-    /// When the handler ended (for the completion-lag histogram).
-    pub finished: std::time::Instant,
-    /// Whether the job holds buffer credits, given back as its outcome
-    /// reaches the completer and is written: every job that entered the
-    /// buffer does; a late claim's job given back for want of room does not.
-    pub credited: bool,
-}
-
-impl Completion {
-    /// `job`'s completion with `outcome`, made storable.
-    pub fn of(job: &ClaimedJob, outcome: Outcome) -> Completion {
-        Completion {
-            id: job.id,
-            shard: job.shard,
-            fence: job.fence,
-            key: job
-                .ordering_key
-                .as_deref()
-                .map(|key| key_order(&job.queue, key)),
-            outcome: outcome.storable(),
-            finished: std::time::Instant::now(),
-            credited: true,
-        }
-    }
-
-    /// `job` given back unstarted by a process that had no buffer room for
-    /// it: released, and holding no buffer credits to give back.
-    pub fn given_back_without_room(job: &ClaimedJob) -> Completion {
-        Completion {
-            credited: false,
-            ..Completion::of(job, Outcome::Released)
-        }
-    }
-
-    /// Whether the job has an ordering key.
-    pub fn keyed(&self) -> bool {
-        self.key.is_some()
-    }
-}
-
-/// A queue's ordering key as one number: what a completion's write waits on
-/// (two keys sharing a number only wait for each other's writes).
-pub fn key_order(queue: &str, key: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (queue, key).hash(&mut hasher);
-    hasher.finish()
-}
-
 /// Enqueue limits (`[limits]` of the config), checked by [`NewJob::validate`].
 #[derive(Debug, Clone)]
 pub struct EnqueueLimits {
@@ -504,6 +350,175 @@ fn check_max_attempts(attempts: Option<i32>) -> Result<(), InvalidJob> {
     match attempts {
         Some(n) if !(1..=MAX_ATTEMPTS).contains(&n) => Err(InvalidJob::MaxAttempts(n)),
         _ => Ok(()),
+    }
+}
+
+// What a claim brings and a handler's run leaves: the worker's and the
+// store's own values, not an embedder's (a handler sees its job through
+// `JobContext`), opened to this workspace by the `internal` feature (see
+// `lib.rs`).
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
+mod claimed {
+    use super::{has_nul, JobId};
+    use serde_json::Value;
+    use std::time::SystemTime;
+
+    /// A job claimed by this process (the worker's and the store's; a handler
+    /// sees its job through `JobContext`).
+    #[derive(Debug, Clone)]
+    pub struct ClaimedJob {
+        /// Identity.
+        pub id: JobId,
+        /// Index of the shard it came from.
+        pub shard: usize,
+        /// Queue.
+        pub queue: String,
+        /// Handler name.
+        pub handler: String,
+        /// Ordering key.
+        pub ordering_key: Option<String>,
+        /// Payload.
+        pub payload: Value,
+        /// This attempt's number (1 for the first).
+        pub attempt: i32,
+        /// This claim's fencing token: raised by every claim of the row, never
+        /// lowered; completions and step records are written only under it.
+        pub fence: i64,
+        /// Which claim of this process brought it (jobs of one key that came in
+        /// one claim form a run).
+        pub claim: u64,
+        /// When it was enqueued (the shard's clock).
+        pub created_at: SystemTime,
+    }
+
+    #[cfg(test)]
+    impl ClaimedJob {
+        /// For unit tests: job `id` of shard `shard`, queue `q`, handler
+        /// `noop`, first attempt of its first claim.
+        pub(crate) fn for_test(id: i64, shard: usize, key: Option<&str>) -> ClaimedJob {
+            ClaimedJob {
+                id: JobId { shard_key: 0, id },
+                shard,
+                queue: "q".into(),
+                handler: "noop".into(),
+                ordering_key: key.map(Into::into),
+                payload: Value::Null,
+                attempt: 1,
+                fence: 1,
+                claim: 0,
+                created_at: SystemTime::now(),
+            }
+        }
+    }
+
+    /// How a job ended (the worker's and the store's).
+    #[derive(Debug, Clone)]
+    pub enum Outcome {
+        /// The handler returned this output.
+        Succeeded(Value),
+        /// The handler failed with this message: retried after a backoff while
+        /// attempts are left, else `dead`.
+        Failed(String),
+        /// The handler failed for good with this message (a
+        /// [`crate::PermanentFailure`], or a payload that does not decode as a
+        /// typed handler's arguments): `dead` at once, whatever attempts are
+        /// left.
+        Dead(String),
+        /// Never started: give it back uncounted (to `waiting` behind its key,
+        /// or `cancelled` when its cancellation was asked).
+        Released,
+        /// A durable sleep is not over: park the workflow until its wake time
+        /// (the job's `run_at`, set by the sleep), uncounted.
+        Parked,
+    }
+
+    impl Outcome {
+        /// The outcome as PostgreSQL can store it: NUL characters in an error
+        /// text are replaced, and an output holding one (jsonb cannot store
+        /// `\u0000`) turns the outcome into a failure that says so. Without this,
+        /// one such outcome fails the whole batch's write.
+        pub fn storable(self) -> Outcome {
+            match self {
+                Outcome::Succeeded(output) if has_nul(&output) => Outcome::Failed(
+                    "the handler's output contains a NUL character (\\u0000), which PostgreSQL \
+                     jsonb cannot store; the output was discarded"
+                        .into(),
+                ),
+                Outcome::Failed(message) if message.contains('\0') => {
+                    Outcome::Failed(message.replace('\0', "\u{FFFD}"))
+                }
+                Outcome::Dead(message) if message.contains('\0') => {
+                    Outcome::Dead(message.replace('\0', "\u{FFFD}"))
+                }
+                other => other,
+            }
+        }
+    }
+
+    /// A finished job waiting to be written back (the worker's and the store's).
+    #[derive(Debug, Clone)]
+    pub struct Completion {
+        /// Identity.
+        pub id: JobId,
+        /// Shard index.
+        pub shard: usize,
+        /// The claim's fencing token.
+        pub fence: i64,
+        /// The job's ordering key, hashed with its queue ([`key_order`]);
+        /// `None` without a key. A keyed write takes the key lock, and waits
+        /// for an earlier write of the same key still in flight, so that a
+        /// key's `finished_at` times follow its order.
+        pub key: Option<u64>,
+        /// Result.
+        pub outcome: Outcome,
+        /// When the handler ended (for the completion-lag histogram).
+        pub finished: std::time::Instant,
+        /// Whether the job holds buffer credits, given back as its outcome
+        /// reaches the completer and is written: every job that entered the
+        /// buffer does; a late claim's job given back for want of room does not.
+        pub credited: bool,
+    }
+
+    impl Completion {
+        /// `job`'s completion with `outcome`, made storable.
+        pub fn of(job: &ClaimedJob, outcome: Outcome) -> Completion {
+            Completion {
+                id: job.id,
+                shard: job.shard,
+                fence: job.fence,
+                key: job
+                    .ordering_key
+                    .as_deref()
+                    .map(|key| key_order(&job.queue, key)),
+                outcome: outcome.storable(),
+                finished: std::time::Instant::now(),
+                credited: true,
+            }
+        }
+
+        /// `job` given back unstarted by a process that had no buffer room
+        /// for it: released, and holding no buffer credits to give back.
+        pub fn given_back_without_room(job: &ClaimedJob) -> Completion {
+            Completion {
+                credited: false,
+                ..Completion::of(job, Outcome::Released)
+            }
+        }
+
+        /// Whether the job has an ordering key.
+        pub fn keyed(&self) -> bool {
+            self.key.is_some()
+        }
+    }
+
+    /// A queue's ordering key as one number: what a completion's write
+    /// waits on (two keys sharing a number only wait for each other's
+    /// writes).
+    pub fn key_order(queue: &str, key: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (queue, key).hash(&mut hasher);
+        hasher.finish()
     }
 }
 

@@ -8,6 +8,7 @@
 //! repository's `docs/` folder.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod client;
 pub mod config;
@@ -15,11 +16,9 @@ pub mod job;
 mod map_load;
 pub mod migrate;
 pub mod prometheus;
-pub mod reshard;
 pub mod router;
 pub mod schedule;
 mod session;
-pub mod shard_map;
 pub mod shards;
 mod telemetry;
 pub mod tls;
@@ -32,13 +31,31 @@ mod job_args;
 mod job_status;
 mod lent;
 
-// The driver layer follows the schema, not semver: crate-private for users,
-// opened (undocumented) to this workspace's tests, benchmarks and tools by the
-// `internal` feature, so their paths stay `shardq::store::…`.
+// Operator tooling follows the schema and the CLI, not semver: crate-private
+// for users, opened (undocumented) to this workspace's CLI, dashboard,
+// benchmarks and tests by the `internal` feature, at their usual paths
+// (`shardq::store::…`, `shardq::reshard::…`). The same pattern gates the
+// operator items of the public modules in place (`client::CheckReport`,
+// `migrate::migrate_shard`, `prometheus::backlog`, ...). Without the feature
+// what only those tools call is unused, hence the `allow`s.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod reshard;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub, unused_imports)]
+mod reshard;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod shard_map;
+#[cfg(not(feature = "internal"))]
+#[allow(unreachable_pub)]
+mod shard_map;
+// The driver layer.
 #[cfg(feature = "internal")]
 #[doc(hidden)]
 pub mod store;
 #[cfg(not(feature = "internal"))]
+#[allow(unreachable_pub)]
 mod store;
 
 pub use app::Shardq;

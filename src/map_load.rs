@@ -74,6 +74,7 @@ impl ShardSet {
     /// # Cancel safety
     ///
     /// Cancel safe (reads).
+    #[doc(hidden)]
     pub async fn load_map(&self) -> Result<Arc<ShardMap>, MapLoadError> {
         load(self).await
     }
@@ -87,6 +88,7 @@ impl ShardSet {
     /// # Cancel safety
     ///
     /// Cancel safe (reads).
+    #[doc(hidden)]
     pub async fn loaded_map(&self) -> Result<Arc<ShardMap>, MapLoadError> {
         if self.routing().loaded() {
             return Ok(self.routing().get());
@@ -110,7 +112,7 @@ impl ShardSet {
 /// # Cancel safety
 ///
 /// Cancel safe (reads; the map is replaced only at the end).
-pub async fn load(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
+pub(crate) async fn load(shards: &ShardSet) -> Result<Arc<ShardMap>, MapLoadError> {
     // A read whose reply was lost (a connection cut, a deadline) says
     // nothing about the map: try again, a few times, before the caller's
     // enqueue fails for it. Data errors and missing or disagreeing maps

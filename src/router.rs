@@ -7,7 +7,7 @@
 //! change under a dependency upgrade; the test pins known values.
 //!
 //! `shard_key` maps onto the configured shard list by the versioned shard
-//! map's ranges ([`crate::shard_map`]); [`shard_index`] is the formula of
+//! map's ranges (`shard_map`); `shard_index` is the formula of
 //! its epoch 1, shard `shard_key * N / SHARD_KEY_SPACE` of `N`, kept as the
 //! definition of that epoch (and of the golden vectors). Ranges keep
 //! neighbouring keys together, so a resharding can move whole ranges.
@@ -37,12 +37,26 @@ pub fn random_shard_key<R: Rng>(rng: &mut R) -> i32 {
     rng.gen_range(0..SHARD_KEY_SPACE) as i32
 }
 
-/// The index of the shard holding `shard_key`, among `shard_count` shards,
-/// by the formula of map epoch 1 ([`crate::shard_map::ShardMap::from_formula`]);
-/// route by the loaded map ([`crate::shards::ShardSet::for_key`]) instead.
-pub fn shard_index(shard_key: i32, shard_count: usize) -> usize {
-    debug_assert!((0..SHARD_KEY_SPACE as i32).contains(&shard_key));
-    (shard_key as u64 * shard_count as u64 / u64::from(SHARD_KEY_SPACE)) as usize
+// Operator tooling (the map's epoch 1, the golden vectors), behind the
+// `internal` feature (see `lib.rs`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use index::shard_index;
+#[cfg(not(feature = "internal"))]
+#[allow(unused_imports)]
+pub(crate) use index::shard_index;
+
+#[cfg_attr(not(feature = "internal"), allow(dead_code, unreachable_pub))]
+mod index {
+    use super::SHARD_KEY_SPACE;
+
+    /// The index of the shard holding `shard_key`, among `shard_count` shards,
+    /// by the formula of map epoch 1 (`ShardMap::from_formula`); route by the
+    /// loaded map ([`crate::shards::ShardSet::for_key`]) instead.
+    pub fn shard_index(shard_key: i32, shard_count: usize) -> usize {
+        debug_assert!((0..SHARD_KEY_SPACE as i32).contains(&shard_key));
+        (shard_key as u64 * shard_count as u64 / u64::from(SHARD_KEY_SPACE)) as usize
+    }
 }
 
 #[cfg(test)]

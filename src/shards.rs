@@ -323,6 +323,7 @@ impl ShardSet {
     }
 
     /// The shard map routed by now, shared by every clone of this set.
+    #[doc(hidden)]
     pub fn routing(&self) -> &crate::shard_map::RoutingMap {
         &self.routing
     }

@@ -123,32 +123,45 @@ pub enum TlsError {
     Client(#[source] rustls::Error),
 }
 
-/// The connector for a shard in `mode`.
-///
-/// # Errors
-///
-/// [`TlsError::Client`] when rustls refuses the settings (it does not with
-/// its own provider; kept so that a future change cannot panic here).
-pub fn connector(mode: &TlsMode) -> Result<MakeRustlsConnect, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(TlsError::Client)?;
-    let config = match mode {
-        // Never used (tokio-postgres skips TLS), but should that change it
-        // fails closed: no certificate verifies against an empty store.
-        TlsMode::Disable => builder
-            .with_root_certificates(RootCertStore::empty())
-            .with_no_client_auth(),
-        TlsMode::Require => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServerCert { provider }))
-            .with_no_client_auth(),
-        TlsMode::VerifyFull(roots) => builder
-            .with_root_certificates(roots.store.clone())
-            .with_no_client_auth(),
-    };
-    Ok(MakeRustlsConnect::new(config))
+// The connector is shardq's own (a shard's pools); opened to this workspace's
+// tools by the `internal` feature (see `lib.rs`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use connect::connector;
+#[cfg(not(feature = "internal"))]
+pub(crate) use connect::connector;
+
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
+mod connect {
+    use super::*;
+
+    /// The connector for a shard in `mode`.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError::Client`] when rustls refuses the settings (it does not with
+    /// its own provider; kept so that a future change cannot panic here).
+    pub fn connector(mode: &TlsMode) -> Result<MakeRustlsConnect, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::Client)?;
+        let config = match mode {
+            // Never used (tokio-postgres skips TLS), but should that change it
+            // fails closed: no certificate verifies against an empty store.
+            TlsMode::Disable => builder
+                .with_root_certificates(RootCertStore::empty())
+                .with_no_client_auth(),
+            TlsMode::Require => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyServerCert { provider }))
+                .with_no_client_auth(),
+            TlsMode::VerifyFull(roots) => builder
+                .with_root_certificates(roots.store.clone())
+                .with_no_client_auth(),
+        };
+        Ok(MakeRustlsConnect::new(config))
+    }
 }
 
 /// libpq's `sslmode=require`: any certificate is accepted (without a root

@@ -194,6 +194,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn overview(&self, options: &OverviewOptions) -> Vec<ShardOverview> {
         let asks = self.shards().all().iter().map(|shard| async move {
             let read = within(shard, options.deadline, shard_overview(shard, options)).await;
@@ -229,6 +230,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn finished_since(
         &self,
         since: &[Option<chrono::DateTime<chrono::Utc>>],
@@ -264,6 +266,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn list_jobs(&self, query: &JobQuery) -> JobList {
         let shards = self.shards().all();
         let limit = query.limit.max(1);
@@ -340,6 +343,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn job_detail(&self, id: JobId) -> Result<Option<JobDetail>, ClientError> {
         let Some((shard, info)) = self.find(id, |shard| jobs::get(shard, id)).await? else {
             return Ok(None);

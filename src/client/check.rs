@@ -173,6 +173,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn check(&self, options: &CheckOptions) -> CheckReport {
         let count = self.shards.len();
         let asks = self
@@ -221,7 +222,7 @@ async fn judge(
     count: usize,
     options: &CheckOptions,
 ) -> Result<Vec<Finding>, String> {
-    let (map, schema_current) = match migrate::check_shard(shard, count).await {
+    let (map, schema_current) = match migrate::run::check_shard(shard, count).await {
         Ok(()) => (shard_map_finding(None), true),
         Err(MigrateError::Shard(e)) => return Err(crate::error_chain::error_chain(&e)),
         Err(

@@ -41,6 +41,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn depth(&self, queue: &str) -> Result<QueueDepth, ClientError> {
         let asks = self
             .shards

@@ -53,6 +53,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn failures_by_error(&self, queue: &str, options: &FailureOptions) -> Failures {
         let asks = self.shards().all().iter().map(|shard| async move {
             let read = failures::by_error(shard, queue, options.within, options.per_shard);

@@ -2,7 +2,8 @@
 //! enqueue and read calls its sibling files do not add.
 
 use super::error::ClientError;
-use crate::config::{Config, EnqueueLimits};
+use crate::config::Config;
+use crate::job::EnqueueLimits;
 use crate::job::{JobId, NewJob};
 use crate::router;
 use crate::shard_map::ShardMap;

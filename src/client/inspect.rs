@@ -79,6 +79,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn status(&self) -> Vec<ShardStatus> {
         self.status_with(&[]).await
     }
@@ -93,6 +94,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn status_with(&self, schedules: &[Schedule]) -> Vec<ShardStatus> {
         let now = chrono::Utc::now();
         let asks = self.shards.all().iter().map(|shard| async move {
@@ -147,6 +149,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn connections(&self, deadline: Duration) -> Vec<Option<Connections>> {
         let asks = self.shards.all().iter().map(|shard| async move {
             tokio::time::timeout(deadline, queues::connections(shard))
@@ -169,6 +172,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn live_workers(&self, deadline: Duration) -> Vec<Option<Vec<WorkerRow>>> {
         let asks = self.shards.all().iter().map(|shard| async move {
             tokio::time::timeout(

@@ -57,6 +57,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Cancel safe (reads only).
+    #[doc(hidden)]
     pub async fn map_report(&self) -> Result<MapReport, ClientError> {
         let map = self.shards.load_map().await?;
         let mut ranges: Vec<RangeReport> = map

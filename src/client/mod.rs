@@ -1,50 +1,60 @@
 //! The client: enqueue jobs, read and change them.
 
 mod browse;
-mod check;
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
+pub(crate) mod check;
 mod depth;
 mod enqueue_once;
 mod error;
 mod failures;
 mod handle;
 mod inspect;
-mod limits;
+pub(crate) mod limits;
 mod map_report;
 mod pause;
 mod pending;
+#[cfg_attr(not(feature = "internal"), allow(dead_code, unreachable_pub))]
 mod queue_summary;
 mod route_again;
 mod schedule_status;
 mod transactional;
 
-pub use crate::map_load::MapLoadError;
-pub use crate::store::backlog::StateCounts;
-pub use crate::store::browse::{
-    FinishedSince, JobFilter, JobSummary, ListState, Position, StepInfo,
-};
-pub use crate::store::check::{Example, Finding, Invariant};
-pub use crate::store::failures::ErrorGroup;
-pub use crate::store::horizon::{HeldBack, Holder, Horizon, TableVacuum};
 pub use crate::store::jobs::JobInfo;
-pub use crate::store::queues::{Connections, QueueCount};
-pub use crate::store::workers::WorkerRow;
 pub use crate::store::ErrorKind;
-pub use browse::{
-    JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
-};
-pub use check::{
-    CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE, DEFAULT_EXAMPLES,
-    DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
-};
-pub use depth::QueueDepth;
 pub use error::ClientError;
-pub use failures::{FailureOptions, Failures};
 pub use handle::Client;
-pub use inspect::{JobOutcome, ShardStatus};
+pub use inspect::JobOutcome;
 pub use limits::{QueueLimit, QueueLimits, StartRate};
-pub use map_report::{MapReport, RangeReport, ShardProblem};
 pub use pause::PausedQueue;
 pub use pending::PendingEnqueue;
-pub use queue_summary::{summarize, QueueSummary, ALL_FINISHED};
-pub use schedule_status::ScheduleStatus;
 pub use transactional::RoutedJob;
+
+// The read models of the operator tools (`shardq status`, `check`, `shards
+// show`, the dashboard's pages) and what they take: they follow
+// those tools, not semver, so they sit behind the `internal` feature (see
+// `lib.rs`), and the `Client` methods that return them are hidden.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use {
+    crate::map_load::MapLoadError,
+    crate::store::backlog::StateCounts,
+    crate::store::browse::{FinishedSince, JobFilter, JobSummary, ListState, Position, StepInfo},
+    crate::store::check::{Example, Finding, Invariant},
+    crate::store::failures::ErrorGroup,
+    crate::store::horizon::{HeldBack, Holder, Horizon, TableVacuum},
+    crate::store::queues::{Connections, QueueCount},
+    crate::store::workers::WorkerRow,
+    browse::{
+        JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
+    },
+    check::{
+        CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE,
+        DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
+    },
+    depth::QueueDepth,
+    failures::{FailureOptions, Failures},
+    inspect::ShardStatus,
+    map_report::{MapReport, RangeReport, ShardProblem},
+    queue_summary::{summarize, QueueSummary, ALL_FINISHED},
+    schedule_status::ScheduleStatus,
+};

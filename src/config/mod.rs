@@ -7,10 +7,15 @@
 mod builder;
 mod error;
 mod file;
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 mod redact;
 mod validate;
 
 pub use builder::ConfigBuilder;
+// For shardq's own tools (the benchmarks' reports), behind the `internal`
+// feature (see `lib.rs`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub use redact::{redact_text, redact_url};
 pub(crate) use validate::CLAIM_BUDGET_MIN;
 
@@ -22,8 +27,8 @@ pub use file::{
     ScheduleFile, ShardFile, WorkerFile,
 };
 pub use validate::{
-    Backoff, Config, ConfigError, DatabaseConfig, DequeueConfig, DequeueMode, EnqueueLimits,
-    LocalConfig, Retention, ShardConfig, SlotBounds, WorkerConfig,
+    Backoff, Config, ConfigError, DatabaseConfig, DequeueConfig, DequeueMode, LocalConfig,
+    Retention, ShardConfig, SlotBounds, WorkerConfig,
 };
 
 use figment::providers::{Env, Format, Toml};
@@ -110,7 +115,7 @@ impl Config {
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
         let raw: ConfigFile = figment
             .extract()
-            .map_err(|e| ConfigError::Parse(redact_text(&e.to_string())))?;
+            .map_err(|e| ConfigError::Parse(redact::redact_text(&e.to_string())))?;
         validate::validate(raw)
     }
 }

@@ -140,7 +140,7 @@ pub(crate) const CLAIM_BUDGET_MIN: Duration = Duration::from_millis(100);
 
 /// Enqueue limits: defined with the jobs they limit, so that `job` and
 /// `schedule` need nothing of the config.
-pub use crate::job::EnqueueLimits;
+use crate::job::EnqueueLimits;
 
 /// Retention of finished jobs.
 #[derive(Debug, Clone)]
@@ -156,7 +156,7 @@ pub struct Retention {
 /// Connections a worker process uses on each shard besides its producers':
 /// two completion writes in flight, the leaser, the maintenance loop, and
 /// one for a client call (the empty check, a transactional enqueue).
-pub const UPKEEP_CONNECTIONS: usize = 5;
+pub(crate) const UPKEEP_CONNECTIONS: usize = 5;
 
 pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
     let local = LocalConfig {

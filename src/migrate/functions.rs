@@ -22,7 +22,7 @@ use crate::store::schema;
 
 /// One server-side function's file.
 #[derive(Debug, Clone, Copy)]
-pub struct Function {
+pub(crate) struct Function {
     /// The function's name (its file is `migrations/functions/{name}.sql`).
     pub name: &'static str,
     /// The file's text, run as it is.
@@ -31,7 +31,7 @@ pub struct Function {
 
 /// Every server-side function, in the order they are applied: a function
 /// before those that call it (`LANGUAGE sql` bodies are checked when created).
-pub const FUNCTIONS: &[Function] = &[
+pub(crate) const FUNCTIONS: &[Function] = &[
     Function {
         name: "shardq_key_lock",
         sql: include_str!("../../migrations/functions/shardq_key_lock.sql"),

@@ -3,7 +3,7 @@
 
 /// The first line that marks a migration to run statement by statement,
 /// outside a transaction ([`no_transaction`](super::no_transaction)).
-pub const MARKER: &str = "-- shardq:no-transaction";
+pub(crate) const MARKER: &str = "-- shardq:no-transaction";
 
 /// One migration file.
 #[derive(Debug, Clone, Copy)]

@@ -21,15 +21,26 @@
 
 mod error;
 pub(crate) mod functions;
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 mod list;
 mod no_transaction;
-mod run;
+#[cfg_attr(not(feature = "internal"), allow(dead_code, unreachable_pub))]
+pub(crate) mod run;
 mod wait;
 
 pub use error::MigrateError;
-pub use list::{latest_version, Migration, MIGRATIONS};
-pub use run::{check_all, check_shard, migrate_all, migrate_joining, migrate_shard};
+pub use list::latest_version;
+pub use run::{check_all, migrate_all};
 pub use wait::migrate_all_within;
+
+// Per shard and the migration list: operator tooling (`shardq reshard`, the
+// tests), behind the `internal` feature (see `lib.rs`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use list::{Migration, MIGRATIONS};
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use run::{check_shard, migrate_joining, migrate_shard};
 
 #[cfg(test)]
 mod snapshot;

@@ -86,7 +86,7 @@ async fn run_statement(
 /// The statements of a migration file: each ends with `;` at the end of a
 /// line outside a `$$` body (a `DO $$ … $$;` block is one statement, so
 /// the steps that must happen together run in one transaction).
-pub fn statements(sql: &str) -> Vec<String> {
+pub(crate) fn statements(sql: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
     let mut in_body = false;

@@ -237,8 +237,7 @@ async fn apply_functions(tx: &MigrationTx<'_>, shard: &Shard) -> Result<(), Migr
 /// this binary's server-side functions, and records the place in the shard
 /// map that `shards` gives it.
 ///
-/// `shards` is the whole configured shard list; to check one shard of it,
-/// use [`check_shard`].
+/// `shards` is the whole configured shard list.
 ///
 /// # Errors
 ///

@@ -5,7 +5,8 @@
 //! the queue limits and what holds each shard's xmin horizon too.
 
 use super::family;
-use crate::client::{CheckOptions, CheckReport, Client};
+use crate::client::check::{CheckOptions, CheckReport};
+use crate::client::Client;
 use crate::shards::{Shard, ShardSet};
 pub use crate::store::backlog::QueueBacklog;
 use crate::store::backlog::{self, StateCounts};
@@ -114,7 +115,7 @@ fn encode_all(
     answers: &[ShardBacklog],
     queues: &[String],
     check: Option<CheckReport>,
-    limits: Vec<crate::client::QueueLimit>,
+    limits: Vec<crate::client::limits::QueueLimit>,
     horizons: Vec<super::horizon::ShardHorizon>,
 ) -> String {
     let mut registry = Registry::default();

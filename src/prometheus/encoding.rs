@@ -1,8 +1,8 @@
 //! What every exposition here shares: its content type and how a metric
 //! family is written.
 
-/// The `Content-Type` of what [`WorkerMetrics::encode`](super::WorkerMetrics::encode) and
-/// [`backlog::scrape`](super::backlog::scrape) return: the Prometheus text format, version 0.0.4.
+/// The `Content-Type` of what [`WorkerMetrics::encode`](super::WorkerMetrics::encode) (and
+/// the exporter of `shardq metrics`) return: the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Writes one metric family: its descriptor, then a sample per label set.

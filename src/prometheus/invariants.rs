@@ -5,7 +5,8 @@
 //! shard that did not answer has no violation series that scrape.
 
 use super::encoding::family;
-use crate::client::{CheckReport, Invariant};
+use crate::client::check::CheckReport;
+use crate::store::check::Invariant;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::gauge::ConstGauge;

@@ -4,7 +4,7 @@
 //! ready ones (`shardq_queue_jobs{state="queued"}`).
 
 use super::encoding::family;
-use crate::client::{QueueLimit, StartRate};
+use crate::client::limits::{QueueLimit, StartRate};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::gauge::ConstGauge;

@@ -1,8 +1,8 @@
 //! Prometheus metrics: a worker's own ([`WorkerMetrics`]: claims, outcomes,
-//! latencies, buffer) and the shards' backlog ([`backlog`]: queue depth and
-//! oldest-ready age, read from the database by one exporter per fleet, with
-//! the invariants of `shardq check`, the queue limits and what holds each
-//! shard's xmin horizon beside it: [`invariants`], [`limits`], [`horizon`]).
+//! latencies, buffer) and the shards' backlog (queue depth and oldest-ready
+//! age, read from the database by one exporter per fleet, `shardq metrics`,
+//! with the invariants of `shardq check`, the queue limits and what holds
+//! each shard's xmin horizon beside it).
 //!
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
@@ -12,15 +12,38 @@
 //! the `shardq worker --metrics-addr` and `shardq metrics` endpoints are
 //! that function. Without the feature the library has no HTTP server.
 
-pub mod backlog;
 mod encoding;
 mod histogram;
-pub mod horizon;
 #[cfg(feature = "metrics-http")]
 mod http;
-pub mod invariants;
-pub mod limits;
 mod worker;
+
+// The exporter's collectors (`shardq metrics`): operator tooling, behind the
+// `internal` feature (see `lib.rs`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod backlog;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+mod backlog;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod horizon;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+mod horizon;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod invariants;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+mod invariants;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod limits;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+mod limits;
 
 #[cfg(feature = "metrics-http")]
 pub use http::serve;

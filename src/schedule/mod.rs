@@ -9,10 +9,16 @@
 //! it repeats runs once, at its first occurrence; an interval (`*/30 * * *
 //! *`) runs in both passes of a repeated hour and skips the times a gap
 //! removes (pinned in `tests.rs`). Which tick is due when, and what a worker
-//! does with ticks it missed, is in [`due`]; the worker role that enqueues
-//! them is `worker::scheduler`.
+//! does with ticks it missed, is in `due` (operator tooling, behind the
+//! `internal` feature); the worker role that enqueues them is
+//! `worker::scheduler`.
 
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub mod due;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+pub(crate) mod due;
 
 use crate::job::{EnqueueLimits, InvalidJob, NewJob};
 use crate::router;
@@ -23,7 +29,7 @@ use serde_json::Value;
 use std::str::FromStr;
 
 /// What a worker does with ticks that passed while no worker ran (older than
-/// [`due::LATE_TICK_GRACE`] when it first sees them).
+/// a minute, `LATE_TICK_GRACE`, when it first sees them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Missed {

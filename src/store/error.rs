@@ -6,13 +6,13 @@ use tokio_postgres::error::SqlState;
 
 /// SQLSTATE of a write routed by a shard map older than the shard's
 /// (`shardq_check_route`, migrations/functions/).
-pub const STALE_MAP: &str = "SQ004";
+pub(crate) const STALE_MAP: &str = "SQ004";
 
 /// SQLSTATE of a write into a range moving to its shard that the move has
 /// not opened yet (`shardq_hold_moving`): a running `shardq reshard` opens
 /// it within seconds of recording the new map; a stopped one when run
 /// again.
-pub const MOVE_NOT_OPEN: &str = "SQ005";
+pub(crate) const MOVE_NOT_OPEN: &str = "SQ005";
 
 /// The kinds of failure callers act on differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

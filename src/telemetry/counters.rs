@@ -54,7 +54,7 @@ impl OutcomeCounters {
     /// given back unstarted (a late claim, shutdown) and are still to run,
     /// so a reader that waits for `completed` to reach the jobs enqueued
     /// (the scale bench) would stop with jobs left.
-    pub fn finished(&self) -> u64 {
+    pub(crate) fn finished(&self) -> u64 {
         [&self.succeeded, &self.retrying, &self.dead, &self.cancelled]
             .iter()
             .map(|c| c.load(Relaxed))
@@ -80,7 +80,7 @@ pub(crate) struct TargetCounters {
 
 impl ShardCounters {
     /// Reads every counter.
-    pub fn snapshot(&self) -> ShardCountersSnapshot {
+    pub(crate) fn snapshot(&self) -> ShardCountersSnapshot {
         ShardCountersSnapshot {
             claims: self.claims.load(Relaxed),
             claimed: self.claimed.load(Relaxed),

@@ -40,7 +40,7 @@ pub(crate) struct LatencyHistogram {
 
 impl LatencyHistogram {
     /// Counts one duration.
-    pub fn record(&self, took: Duration) {
+    pub(crate) fn record(&self, took: Duration) {
         let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let bucket = BOUNDS_US.partition_point(|&bound| bound < us);
         self.buckets[bucket].fetch_add(1, Relaxed);
@@ -50,7 +50,7 @@ impl LatencyHistogram {
 
     /// The buckets as (upper bound in seconds, count in that bucket alone),
     /// the last bound `+Inf`, and the sum of the durations in seconds.
-    pub fn read(&self) -> (Vec<(f64, u64)>, f64) {
+    pub(crate) fn read(&self) -> (Vec<(f64, u64)>, f64) {
         let buckets = self
             .buckets
             .iter()
@@ -67,7 +67,7 @@ impl LatencyHistogram {
 
     /// Durations counted so far.
     #[cfg(test)]
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count.load(Relaxed)
     }
 }

@@ -15,8 +15,10 @@ mod latencies;
 mod snapshot;
 mod stats;
 
+#[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 pub use crate::heartbeat::ShardCountersSnapshot;
 pub(crate) use counters::{OutcomeCounters, ShardCounters, TargetCounters};
+#[cfg_attr(not(feature = "internal"), allow(unused_imports, unreachable_pub))]
 pub use latencies::Latencies;
 pub use snapshot::StatsSnapshot;
 pub use stats::Stats;

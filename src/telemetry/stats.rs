@@ -61,11 +61,13 @@ impl Stats {
     }
 
     /// Per-shard counters.
+    #[doc(hidden)]
     pub fn shards(&self) -> Vec<ShardCountersSnapshot> {
         self.shards.iter().map(ShardCounters::snapshot).collect()
     }
 
     /// The latency histograms so far.
+    #[doc(hidden)]
     pub fn latencies(&self) -> Latencies {
         self.latencies.lock().expect("latency lock").clone()
     }

@@ -66,7 +66,7 @@ pub(crate) struct CompleterConfig {
 }
 
 impl CompleterConfig {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         CompleterConfig {
             batch: config.worker.completion_batch,
             flush: config.worker.completion_flush.max(Duration::from_millis(1)),
@@ -113,7 +113,7 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    pub fn new(
+    pub(crate) fn new(
         shards: usize,
         batch: usize,
         keys_per_write: usize,
@@ -131,7 +131,7 @@ impl Batcher {
     }
 
     /// An outcome arrived: a write to start if its shard's batch is full now.
-    pub fn push(&mut self, done: Completion) -> Option<Write> {
+    pub(crate) fn push(&mut self, done: Completion) -> Option<Write> {
         let shard = done.shard;
         self.keyed[shard] += usize::from(done.keyed());
         self.pending[shard].push_back(done);
@@ -144,7 +144,7 @@ impl Batcher {
 
     /// The flush timer fired (or the input ended): a write for every shard
     /// with pending outcomes and a write slot free.
-    pub fn flush(&mut self) -> Vec<Write> {
+    pub(crate) fn flush(&mut self) -> Vec<Write> {
         (0..self.pending.len())
             .filter_map(|shard| self.take(shard))
             .collect()
@@ -153,7 +153,7 @@ impl Batcher {
     /// A write on `shard` carrying outcomes of `keys` finished (written,
     /// given up or abandoned): the next write there, at once, when a full
     /// batch waits for it.
-    pub fn written(&mut self, shard: usize, keys: &[u64]) -> Option<Write> {
+    pub(crate) fn written(&mut self, shard: usize, keys: &[u64]) -> Option<Write> {
         self.in_flight[shard] = self.in_flight[shard].saturating_sub(1);
         let busy = &mut self.keys_in_flight[shard];
         for key in keys {
@@ -172,7 +172,7 @@ impl Batcher {
     }
 
     /// Whether no outcome waits to be written.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pending.iter().all(VecDeque::is_empty)
     }
 

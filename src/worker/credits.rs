@@ -46,7 +46,7 @@ pub(crate) struct BufferCredits {
 impl BufferCredits {
     /// `total` buffer credits and `HELD_PER_BUFFERED × total` held ones,
     /// all free.
-    pub fn new(total: usize) -> Self {
+    pub(crate) fn new(total: usize) -> Self {
         BufferCredits {
             room: Arc::new(Semaphore::new(total)),
             held: Arc::new(Semaphore::new(total * HELD_PER_BUFFERED)),
@@ -57,7 +57,7 @@ impl BufferCredits {
     /// first, then buffer: both are given back by the completer, which waits
     /// on neither, so the order cannot deadlock). Cancel safe: a take that
     /// is dropped while waiting takes nothing.
-    pub async fn take(&self, n: u32) -> Credits {
+    pub(crate) async fn take(&self, n: u32) -> Credits {
         let held = self.held.clone().acquire_many_owned(n);
         let held = held
             .await
@@ -75,7 +75,7 @@ impl BufferCredits {
     }
 
     /// Gives back `n` buffer credits: outcomes of `n` jobs reached the completer.
-    pub fn reached_completer(&self, n: usize) {
+    pub(crate) fn reached_completer(&self, n: usize) {
         if n > 0 {
             self.room.add_permits(n);
         }
@@ -83,7 +83,7 @@ impl BufferCredits {
 
     /// Gives back `n` held credits: outcomes of `n` jobs were written,
     /// fenced or given up.
-    pub fn settled(&self, n: usize) {
+    pub(crate) fn settled(&self, n: usize) {
         if n > 0 {
             self.held.add_permits(n);
         }
@@ -91,13 +91,13 @@ impl BufferCredits {
 
     /// Buffer credits free now.
     #[cfg(test)]
-    pub fn free(&self) -> usize {
+    pub(crate) fn free(&self) -> usize {
         self.room.available_permits()
     }
 
     /// Held credits free now.
     #[cfg(test)]
-    pub fn free_held(&self) -> usize {
+    pub(crate) fn free_held(&self) -> usize {
         self.held.available_permits()
     }
 }
@@ -115,7 +115,7 @@ impl Credits {
     /// Keeps `claimed` credits of each kind, one per job the claim returned
     /// (they go back by [`BufferCredits::reached_completer`] and
     /// [`BufferCredits::settled`]), and gives the rest back now.
-    pub fn keep(mut self, claimed: usize) {
+    pub(crate) fn keep(mut self, claimed: usize) {
         self.left -= claimed.min(self.left);
     }
 }

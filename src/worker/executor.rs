@@ -24,7 +24,7 @@ pub(crate) struct ExecutorConfig {
 }
 
 impl ExecutorConfig {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         ExecutorConfig {
             handler_timeout: config.worker.handler_timeout,
         }

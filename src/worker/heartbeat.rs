@@ -40,7 +40,7 @@ pub(crate) struct HeartbeatConfig {
 }
 
 impl HeartbeatConfig {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         HeartbeatConfig {
             queues: config.worker.queues.clone(),
             host: host_name(),

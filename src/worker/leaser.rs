@@ -44,7 +44,7 @@ pub(crate) struct LeaserConfig {
 }
 
 impl LeaserConfig {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         LeaserConfig {
             lease: config.worker.lease,
             statement_timeout: config.database.statement_timeout,

@@ -108,7 +108,12 @@ impl LocalGate {
     /// State for `targets` targets: permits each as `slots` says (`None`:
     /// ungated, no permits), busy pauses within `busy`, empty skips within
     /// `empty`.
-    pub fn new(targets: usize, slots: Option<SlotControl>, busy: Backoff, empty: Backoff) -> Self {
+    pub(crate) fn new(
+        targets: usize,
+        slots: Option<SlotControl>,
+        busy: Backoff,
+        empty: Backoff,
+    ) -> Self {
         let targets = (0..targets)
             .map(|_| {
                 Arc::new(Target {
@@ -141,13 +146,13 @@ impl LocalGate {
     /// in no sooner than `cooldown` later: each notification wakes a
     /// producer in every process, and all but one find nothing, so under a
     /// steady offer answering every one kept the servers' CPU busy.
-    pub fn with_wake_cooldown(mut self, cooldown: Duration) -> Self {
+    pub(crate) fn with_wake_cooldown(mut self, cooldown: Duration) -> Self {
         self.wake_cooldown = cooldown;
         self
     }
 
     /// Enters target `i` for one claim attempt, unless the gate refuses it.
-    pub fn try_enter(&self, i: usize, now: Instant) -> Result<Entered, Refused> {
+    pub(crate) fn try_enter(&self, i: usize, now: Instant) -> Result<Entered, Refused> {
         let target = &self.targets[i];
         if let Some(until) = target.skip.lock().expect("gate state").until {
             if now < until {
@@ -177,7 +182,7 @@ impl LocalGate {
 
     /// Ends the empty skip of target `i` (jobs were announced there); a busy
     /// pause stays.
-    pub fn wake(&self, i: usize) {
+    pub(crate) fn wake(&self, i: usize) {
         let mut state = self.targets[i].skip.lock().expect("gate state");
         if state.empty {
             let now = Instant::now();
@@ -191,19 +196,19 @@ impl LocalGate {
 
     /// Waits until a permit is returned or `until`, whichever is first (a
     /// return between the refusal and this wait is missed; `until` caps that).
-    pub async fn wait(&self, until: Instant) {
+    pub(crate) async fn wait(&self, until: Instant) {
         let _ = tokio::time::timeout_at(until.into(), self.freed.notified()).await;
     }
 }
 
 impl Entered {
     /// The dequeue slots this attempt's claim tries (gated mode).
-    pub fn slots(&self) -> Option<u32> {
+    pub(crate) fn slots(&self) -> Option<u32> {
         self.slots
     }
 
     /// K of this target now (gated mode), after what this attempt taught.
-    pub fn slots_now(&self) -> Option<u32> {
+    pub(crate) fn slots_now(&self) -> Option<u32> {
         let slots = self.target.slots.as_ref()?;
         Some(slots.lock().expect("gate slots").control.slots())
     }
@@ -216,7 +221,7 @@ impl Entered {
 
     /// The target answered busy: the process leaves it alone for a pause
     /// that doubles while this repeats.
-    pub fn busy<R: Rng>(&self, now: Instant, rng: &mut R) {
+    pub(crate) fn busy<R: Rng>(&self, now: Instant, rng: &mut R) {
         self.record(Attempt::Busy);
         let mut state = self.target.skip.lock().expect("gate state");
         let base = state.next_busy_pause(self.busy);
@@ -228,13 +233,13 @@ impl Entered {
 
     /// The target had a free slot but no ready job: the process leaves it
     /// alone for a jittered empty skip.
-    pub fn empty<R: Rng>(&self, now: Instant, rng: &mut R) {
+    pub(crate) fn empty<R: Rng>(&self, now: Instant, rng: &mut R) {
         self.empty_for(now, rng, self.empty);
     }
 
     /// [`Entered::empty`] with a skip within `skip` (longer while wake-ups
     /// are heard from the shard).
-    pub fn empty_for<R: Rng>(&self, now: Instant, rng: &mut R, skip: Backoff) {
+    pub(crate) fn empty_for<R: Rng>(&self, now: Instant, rng: &mut R, skip: Backoff) {
         let mut state = self.target.skip.lock().expect("gate state");
         state.until = Some(now + jitter(rng, skip.min, skip.max));
         state.empty = true;
@@ -244,7 +249,7 @@ impl Entered {
 
     /// The target gave `rows` jobs in one statement of `took`: open to
     /// every producer, no pause.
-    pub fn claimed(&self, rows: usize, took: Duration) {
+    pub(crate) fn claimed(&self, rows: usize, took: Duration) {
         self.record(Attempt::Claimed {
             rows: rows.min(u32::MAX as usize) as u32,
             micros: took.as_micros().min(u128::from(u64::MAX)) as u64,

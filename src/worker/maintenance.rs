@@ -35,7 +35,7 @@ pub(crate) struct MaintenanceConfig {
 }
 
 impl MaintenanceConfig {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         MaintenanceConfig {
             interval: config.worker.maintenance_interval,
             retention: config.retention.clone(),

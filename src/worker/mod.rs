@@ -19,6 +19,8 @@ mod leaser;
 mod limit_leaser;
 mod local_gate;
 mod maintenance;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub mod metrics;
 mod per_shard;
 mod permits;
@@ -43,6 +45,9 @@ mod worker_run;
 #[cfg(test)]
 mod lease_telemetry_tests;
 
+// Operator tooling, behind the `internal` feature (see `lib.rs`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 pub use crate::telemetry::{Stats, StatsSnapshot};
 pub use context::{JobContext, StepError};

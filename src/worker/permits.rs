@@ -97,7 +97,7 @@ pub(crate) struct Permit {
 impl Permits {
     /// Nothing known of `queues` yet, for a process that holds at most
     /// `most` jobs.
-    pub fn new(queues: &[String], most: u32) -> Self {
+    pub(crate) fn new(queues: &[String], most: u32) -> Self {
         let state = || {
             Mutex::new(QueueState {
                 known: Known::Unknown,
@@ -126,7 +126,12 @@ impl Permits {
     /// Reserves up to `batch` permits of `queue` for a claim: `batch` when
     /// the queue is not limited, the free ones when it is (`None` when
     /// none is free, the limit is unknown or the lease lapsed).
-    pub fn reserve(self: &Arc<Self>, queue: &str, batch: u32, now: Instant) -> Option<Reservation> {
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        queue: &str,
+        batch: u32,
+        now: Instant,
+    ) -> Option<Reservation> {
         let (left, counted, per_start) = self.with(queue, |s| match s.known {
             Known::Unknown => None,
             Known::Unlimited => Some((batch, false, s.rated)),
@@ -160,7 +165,7 @@ impl Permits {
     }
 
     /// The queues served.
-    pub fn queues(&self) -> Vec<String> {
+    pub(crate) fn queues(&self) -> Vec<String> {
         self.queues.keys().cloned().collect()
     }
 
@@ -186,7 +191,7 @@ impl Permits {
     /// grants at most that, and may have done so before its answer comes
     /// (or though it never comes), so reserving beyond it could exceed the
     /// limit.
-    pub fn wants(&self, batch: u32) -> Vec<(String, i32)> {
+    pub(crate) fn wants(&self, batch: u32) -> Vec<(String, i32)> {
         let unsure = self.unsure.load(std::sync::atomic::Ordering::Relaxed);
         let mut wants: Vec<(String, i32)> = self
             .queues
@@ -216,7 +221,7 @@ impl Permits {
     /// The home shard granted `granted` permits of `queue` under limit
     /// `concurrency` (`None`: not limited), asked at `asked`; the queue
     /// has a rate of one start per `rated` or none.
-    pub fn leased(
+    pub(crate) fn leased(
         &self,
         queue: &str,
         concurrency: Option<i32>,
@@ -243,14 +248,14 @@ impl Permits {
 
     /// An ask of the home shard was not answered in time: what it granted,
     /// if it committed, is unknown until an answer comes.
-    pub fn unanswered(&self) {
+    pub(crate) fn unanswered(&self) {
         self.unsure
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The home shard answered an ask: its grants are what this process
     /// holds there.
-    pub fn answered(&self) {
+    pub(crate) fn answered(&self) {
         self.unsure
             .store(false, std::sync::atomic::Ordering::Relaxed);
     }
@@ -258,7 +263,7 @@ impl Permits {
     /// Another shard says `queue` has no limit and no rate (the home shard
     /// did not answer): it is claimed uncounted. A limited queue stays as
     /// it is (its lease lapses on its own).
-    pub fn unlimited_elsewhere(&self, queue: &str) {
+    pub(crate) fn unlimited_elsewhere(&self, queue: &str) {
         self.with(queue, |s| {
             if s.known == Known::Unknown {
                 s.known = Known::Unlimited;
@@ -268,26 +273,26 @@ impl Permits {
 
     /// What this process knows of `queue`'s limit, its permits leased and in use.
     #[cfg(test)]
-    pub fn state(&self, queue: &str) -> Option<(Known, u32, u32)> {
+    pub(crate) fn state(&self, queue: &str) -> Option<(Known, u32, u32)> {
         self.with(queue, |s| (s.known, s.leased, s.used))
     }
 }
 
 impl Reservation {
     /// How many jobs the claim may take.
-    pub fn count(&self) -> u32 {
+    pub(crate) fn count(&self) -> u32 {
         self.left
     }
 
     /// One start per how long, when the queue has a rate (the claim takes
     /// its starts first).
-    pub fn per_start(&self) -> Option<Duration> {
+    pub(crate) fn per_start(&self) -> Option<Duration> {
         self.per_start
     }
 
     /// One permit, for one claimed job (`None` when the queue is not
     /// limited, or none is left).
-    pub fn take(&mut self) -> Option<Permit> {
+    pub(crate) fn take(&mut self) -> Option<Permit> {
         let permits = self.permits.as_ref()?;
         if self.left == 0 {
             return None;

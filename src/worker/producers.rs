@@ -44,7 +44,7 @@ pub(crate) struct ProducerConfig {
 }
 
 impl ProducerConfig {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         ProducerConfig {
             batch_size: config.dequeue.batch_size,
             lease: config.worker.lease,
@@ -60,12 +60,12 @@ impl ProducerConfig {
     /// Whether the buffer has room for a batch beside a late claim of every
     /// producer (a producer leaves one claim past its budget to a shard
     /// that falls sick: the shard is skipped from then on).
-    pub fn room_beside_late_claims(&self) -> bool {
+    pub(crate) fn room_beside_late_claims(&self) -> bool {
         self.buffer_jobs >= (self.producers + 1) * self.batch_size as usize
     }
 
     /// When a target the gate refused `now` for `why` may be tried again.
-    pub fn reopens(&self, why: Refused, now: Instant) -> Instant {
+    pub(crate) fn reopens(&self, why: Refused, now: Instant) -> Instant {
         match why {
             Refused::Full => now + self.full_wait,
             Refused::SkipUntil(until) => until,
@@ -97,7 +97,7 @@ pub(crate) struct Producers {
 }
 
 impl Producers {
-    pub fn new(
+    pub(crate) fn new(
         config: ProducerConfig,
         run: Arc<WorkerRun>,
         targets: Vec<Target>,
@@ -121,18 +121,18 @@ impl Producers {
     }
 
     /// A new claim's number.
-    pub fn next_claim(&self) -> u64 {
+    pub(crate) fn next_claim(&self) -> u64 {
         self.claims.fetch_add(1, Ordering::Relaxed)
     }
 
     /// A rotation from a random target, so producers spread out.
-    pub fn rotation(&self) -> Rotation {
+    pub(crate) fn rotation(&self) -> Rotation {
         let start = rand::thread_rng().gen_range(0..self.targets.len().max(1));
         Rotation::new(self.targets.len(), start, self.config.unhealthy)
     }
 
     /// Runs `task` on its own, awaited at shutdown.
-    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    pub(crate) fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         let mut background = self.background.lock().expect("background tasks");
         while background.try_join_next().is_some() {}
         background.spawn(task);
@@ -182,7 +182,7 @@ pub(crate) struct Dispatch {
 impl Dispatch {
     /// Dispatches `jobs` in order; the ones not dispatched when `shutdown`
     /// came (or the executors were gone) come back, to be released.
-    pub async fn send_all(
+    pub(crate) async fn send_all(
         &self,
         jobs: Vec<ClaimedJob>,
         shutdown: &CancellationToken,

@@ -33,7 +33,7 @@ impl Refusals {
     /// `last_resort`: it was that target, refused only for its shard being
     /// suspect while that shard still answers. Starts over once all were
     /// refused in a row.
-    pub fn refused(
+    pub(crate) fn refused(
         &mut self,
         until: Instant,
         targets: usize,
@@ -52,7 +52,7 @@ impl Refusals {
     }
 
     /// A target let the producer in.
-    pub fn entered(&mut self) {
+    pub(crate) fn entered(&mut self) {
         *self = Refusals::default();
     }
 }

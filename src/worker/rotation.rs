@@ -35,7 +35,7 @@ pub(crate) struct Rotation {
 impl Rotation {
     /// A rotation over `count` targets starting at `start`; a failing target
     /// is skipped within `unhealthy` (`dequeue.unhealthy_backoff`).
-    pub fn new(count: usize, start: usize, unhealthy: Backoff) -> Self {
+    pub(crate) fn new(count: usize, start: usize, unhealthy: Backoff) -> Self {
         Rotation {
             targets: vec![TargetState::default(); count],
             cursor: start % count.max(1),
@@ -44,7 +44,7 @@ impl Rotation {
     }
 
     /// The next target to visit, or when one becomes available.
-    pub fn next(&mut self, now: Instant) -> Next {
+    pub(crate) fn next(&mut self, now: Instant) -> Next {
         let n = self.targets.len();
         for step in 0..n {
             let i = (self.cursor + step) % n;
@@ -67,12 +67,12 @@ impl Rotation {
     }
 
     /// Target `i` gave jobs.
-    pub fn claimed(&mut self, i: usize) {
+    pub(crate) fn claimed(&mut self, i: usize) {
         self.targets[i] = TargetState::default();
     }
 
     /// Target `i` failed; returns how long it is skipped.
-    pub fn failed<R: Rng>(&mut self, i: usize, now: Instant, rng: &mut R) -> Duration {
+    pub(crate) fn failed<R: Rng>(&mut self, i: usize, now: Instant, rng: &mut R) -> Duration {
         let t = &mut self.targets[i];
         t.failures = t.failures.saturating_add(1);
         let exp = self

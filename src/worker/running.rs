@@ -36,7 +36,7 @@ struct Held {
 impl RunningJobs {
     /// Starts holding `job`, with its queue's `permit` if limited: from its
     /// claim until its outcome is written.
-    pub fn hold(&self, job: &ClaimedJob, permit: Option<Permit>) {
+    pub(crate) fn hold(&self, job: &ClaimedJob, permit: Option<Permit>) {
         let held = Held {
             shard: job.shard,
             fence: job.fence,
@@ -47,7 +47,7 @@ impl RunningJobs {
     }
 
     /// The cancellation token of held job `id` (a fresh one if it is not held).
-    pub fn cancel_token(&self, id: JobId) -> CancellationToken {
+    pub(crate) fn cancel_token(&self, id: JobId) -> CancellationToken {
         self.lock()
             .get(&id)
             .map_or_else(CancellationToken::new, |h| h.cancel.clone())
@@ -55,7 +55,7 @@ impl RunningJobs {
 
     /// Stops holding these claims of jobs (their outcomes are written or
     /// given up); an entry of a later claim of the same job stays.
-    pub fn forget(&self, claims: impl IntoIterator<Item = (JobId, i64)>) {
+    pub(crate) fn forget(&self, claims: impl IntoIterator<Item = (JobId, i64)>) {
         let mut held = self.lock();
         for (id, fence) in claims {
             if held.get(&id).is_some_and(|h| h.fence == fence) {
@@ -65,7 +65,7 @@ impl RunningJobs {
     }
 
     /// The ids of the held jobs on shard `shard`.
-    pub fn ids_on(&self, shard: usize) -> HashSet<JobId> {
+    pub(crate) fn ids_on(&self, shard: usize) -> HashSet<JobId> {
         self.lock()
             .iter()
             .filter(|(_, h)| h.shard == shard)
@@ -74,7 +74,7 @@ impl RunningJobs {
     }
 
     /// The held jobs on shard `shard`, with their fences.
-    pub fn on(&self, shard: usize) -> Vec<(JobId, i64)> {
+    pub(crate) fn on(&self, shard: usize) -> Vec<(JobId, i64)> {
         self.lock()
             .iter()
             .filter(|(_, h)| h.shard == shard)
@@ -84,7 +84,7 @@ impl RunningJobs {
 
     /// Tells held job `id` that its cancellation was asked: a running handler
     /// sees it; an unstarted job is released instead of started.
-    pub fn cancel(&self, id: JobId) {
+    pub(crate) fn cancel(&self, id: JobId) {
         if let Some(held) = self.lock().get(&id) {
             held.cancel.cancel();
         }
@@ -106,19 +106,19 @@ pub(crate) struct LostClaims {
 
 impl LostClaims {
     /// For `shards` shards, none lost.
-    pub fn new(shards: usize) -> Self {
+    pub(crate) fn new(shards: usize) -> Self {
         LostClaims {
             last: (0..shards).map(|_| Mutex::new(None)).collect(),
         }
     }
 
     /// Notes that a claim on shard `shard` may have run without its reply.
-    pub fn lost(&self, shard: usize) {
+    pub(crate) fn lost(&self, shard: usize) {
         *self.last[shard].lock().expect("lost claims") = Some(Instant::now());
     }
 
     /// When a claim on shard `shard` last may have lost its reply.
-    pub fn last(&self, shard: usize) -> Option<Instant> {
+    pub(crate) fn last(&self, shard: usize) -> Option<Instant> {
         *self.last[shard].lock().expect("lost claims")
     }
 }

@@ -47,7 +47,7 @@ enum Line {
 
 impl SetAside {
     /// Nothing set aside, for `slots` slots and `shards` shards.
-    pub fn new(slots: usize, shards: usize) -> Self {
+    pub(crate) fn new(slots: usize, shards: usize) -> Self {
         SetAside {
             unkeyed: (0..shards).map(|_| VecDeque::new()).collect(),
             keyed: (0..slots)
@@ -59,7 +59,7 @@ impl SetAside {
 
     /// Slot `slot` received `job`: returns it to run now, or `None` when it
     /// was set aside (its shard is sick, or jobs of its line wait already).
-    pub fn offer(
+    pub(crate) fn offer(
         &mut self,
         slot: usize,
         job: ClaimedJob,
@@ -80,18 +80,22 @@ impl SetAside {
     }
 
     /// The oldest job slot `slot` may run whose shard is well now.
-    pub fn take_ready(&mut self, slot: usize, sick: impl Fn(usize) -> bool) -> Option<ClaimedJob> {
+    pub(crate) fn take_ready(
+        &mut self,
+        slot: usize,
+        sick: impl Fn(usize) -> bool,
+    ) -> Option<ClaimedJob> {
         self.take_oldest_where(slot, |shard| !sick(shard))
     }
 
     /// The oldest job slot `slot` may run, sick shard or not: for a slot
     /// that has nothing else to run (it never idles while jobs wait).
-    pub fn take_oldest(&mut self, slot: usize) -> Option<ClaimedJob> {
+    pub(crate) fn take_oldest(&mut self, slot: usize) -> Option<ClaimedJob> {
         self.take_oldest_where(slot, |_| true)
     }
 
     /// Every job set aside (at shutdown, to be released).
-    pub fn drain(&mut self) -> Vec<ClaimedJob> {
+    pub(crate) fn drain(&mut self) -> Vec<ClaimedJob> {
         let lines = self
             .unkeyed
             .iter_mut()
@@ -103,7 +107,7 @@ impl SetAside {
 
     /// Jobs set aside.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let lines = self.unkeyed.iter().chain(self.keyed.iter().flatten());
         lines.map(VecDeque::len).sum()
     }

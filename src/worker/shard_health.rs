@@ -100,7 +100,7 @@ pub(crate) struct Health {
 
 impl Health {
     /// Healthy and not yet heard from, with budgets up to `max`.
-    pub fn new(max: Duration) -> Self {
+    pub(crate) fn new(max: Duration) -> Self {
         Health {
             typical: None,
             state: State::Healthy,
@@ -112,21 +112,21 @@ impl Health {
     }
 
     /// The budget's ceiling.
-    pub fn max(&self) -> Duration {
+    pub(crate) fn max(&self) -> Duration {
         self.max
     }
 
     /// How long a claim here may keep a producer: [`BUDGET_FACTOR`] times
     /// the typical answer, within [`BUDGET_MIN`] and the ceiling; the
     /// ceiling before the first answer (its connection is still to be made).
-    pub fn budget(&self) -> Duration {
+    pub(crate) fn budget(&self) -> Duration {
         self.typical.map_or(self.max, |t| {
             (t * BUDGET_FACTOR).clamp(BUDGET_MIN, self.max)
         })
     }
 
     /// Whether producers claim here.
-    pub fn usable(&self) -> bool {
+    pub(crate) fn usable(&self) -> bool {
         self.state == State::Healthy
     }
 
@@ -134,7 +134,7 @@ impl Health {
     /// probe): weighs it into the typical time. Times past the ceiling
     /// count as that: beyond it the budget is capped anyway, and a reply
     /// after a freeze says nothing about how fast the shard answers.
-    pub fn answered(&mut self, took: Duration) {
+    pub(crate) fn answered(&mut self, took: Duration) {
         let took = took.min(self.max);
         self.typical = Some(match self.typical {
             None => took,
@@ -146,7 +146,7 @@ impl Health {
     /// A claim ran out of its budget, or failed for a reason that is the
     /// shard's. Returns whether the shard just became suspect (then one
     /// probe must be started; it was healthy until now).
-    pub fn suspect(&mut self, now: Instant) -> bool {
+    pub(crate) fn suspect(&mut self, now: Instant) -> bool {
         match self.state {
             State::Healthy => {
                 self.state = State::Suspect { since: now };
@@ -161,7 +161,7 @@ impl Health {
     /// A probe ended: answered after `took`, or not at all (`None`: an
     /// error, or nothing within [`PROBE_DEADLINE`]). Returns whether the
     /// shard is healthy again: it answered within the budget it had.
-    pub fn probed(&mut self, took: Option<Duration>) -> bool {
+    pub(crate) fn probed(&mut self, took: Option<Duration>) -> bool {
         let Some(took) = took else {
             return false;
         };
@@ -176,42 +176,42 @@ impl Health {
 
     /// A claim past its budget was answered after `took`: the shard still
     /// answers, however slowly.
-    pub fn answered_late(&mut self, took: Duration) {
+    pub(crate) fn answered_late(&mut self, took: Duration) {
         self.answered(took);
         self.answering = true;
     }
 
     /// A claim past its budget failed, or got no answer by its deadline:
     /// as far as this process knows, the shard stopped answering.
-    pub fn late_failed(&mut self) {
+    pub(crate) fn late_failed(&mut self) {
         self.answering = false;
     }
 
     /// Whether a producer that found no other target to claim from may
     /// claim here: the shard is suspect, still answers (late), and no
     /// other such claim of this process is in flight there.
-    pub fn last_resort(&self) -> bool {
+    pub(crate) fn last_resort(&self) -> bool {
         !self.usable() && self.answering && !self.last_resort_in_flight
     }
 
     /// Takes the one last-resort claim of this process here, if
     /// [`Health::last_resort`] allows it; [`Health::last_resort_ended`]
     /// gives it back.
-    pub fn take_last_resort(&mut self) -> bool {
+    pub(crate) fn take_last_resort(&mut self) -> bool {
         let allowed = self.last_resort();
         self.last_resort_in_flight |= allowed;
         allowed
     }
 
     /// The last-resort claim taken was not sent after all.
-    pub fn untake_last_resort(&mut self) {
+    pub(crate) fn untake_last_resort(&mut self) {
         self.last_resort_in_flight = false;
     }
 
     /// The last-resort claim ended: answered after `took` (in time or
     /// late), or not at all (`None`). An answer within the budget makes the
     /// shard healthy again, as a probe's would.
-    pub fn last_resort_ended(&mut self, took: Option<Duration>) {
+    pub(crate) fn last_resort_ended(&mut self, took: Option<Duration>) {
         self.last_resort_in_flight = false;
         let Some(took) = took else {
             self.late_failed();
@@ -244,7 +244,7 @@ pub(crate) struct ShardHealth {
 impl ShardHealth {
     /// For `shards` shards, each healthy and not yet heard from, with
     /// budgets up to `max`.
-    pub fn new(shards: usize, max: Duration) -> Self {
+    pub(crate) fn new(shards: usize, max: Duration) -> Self {
         ShardHealth {
             shards: (0..shards).map(|_| Mutex::new(Health::new(max))).collect(),
             writes_failing: (0..shards).map(|_| AtomicBool::new(false)).collect(),
@@ -253,7 +253,7 @@ impl ShardHealth {
 
     /// How long a probe waits for its answer: [`PROBE_DEADLINE`], or twice
     /// the ceiling where that is longer (a far shard's answer must fit).
-    pub fn probe_deadline(&self) -> Duration {
+    pub(crate) fn probe_deadline(&self) -> Duration {
         let max = self
             .shards
             .first()
@@ -262,22 +262,22 @@ impl ShardHealth {
     }
 
     /// Runs `f` on shard `shard`'s health.
-    pub fn with<T>(&self, shard: usize, f: impl FnOnce(&mut Health) -> T) -> T {
+    pub(crate) fn with<T>(&self, shard: usize, f: impl FnOnce(&mut Health) -> T) -> T {
         f(&mut self.shards[shard].lock().expect("shard health"))
     }
 
     /// See [`Health::budget`].
-    pub fn budget(&self, shard: usize) -> Duration {
+    pub(crate) fn budget(&self, shard: usize) -> Duration {
         self.with(shard, |h| h.budget())
     }
 
     /// See [`Health::usable`].
-    pub fn usable(&self, shard: usize) -> bool {
+    pub(crate) fn usable(&self, shard: usize) -> bool {
         self.with(shard, |h| h.usable())
     }
 
     /// See [`Health::last_resort`].
-    pub fn last_resort(&self, shard: usize) -> bool {
+    pub(crate) fn last_resort(&self, shard: usize) -> bool {
         self.with(shard, |h| h.last_resort())
     }
 
@@ -286,7 +286,7 @@ impl ShardHealth {
     /// its failing writes: the completer's next try is on its way, and the
     /// slots need not set the shard's jobs aside until that retry's pause
     /// (up to 2 s) is over.
-    pub fn probed(&self, shard: usize, took: Option<Duration>) -> bool {
+    pub(crate) fn probed(&self, shard: usize, took: Option<Duration>) -> bool {
         let well = self.with(shard, |h| h.probed(took));
         if well {
             self.writes_succeeded(shard);
@@ -296,23 +296,23 @@ impl ShardHealth {
 
     /// A shard a probe found well again that no claim has been sent to
     /// since, if any; the priority is for one claim (the caller's).
-    pub fn take_recovered(&self) -> Option<usize> {
+    pub(crate) fn take_recovered(&self) -> Option<usize> {
         (0..self.shards.len()).find(|&shard| self.with(shard, Health::take_recovered))
     }
 
     /// A completion write on shard `shard` failed (it is retried).
-    pub fn write_failed(&self, shard: usize) {
+    pub(crate) fn write_failed(&self, shard: usize) {
         self.writes_failing[shard].store(true, Ordering::Relaxed);
     }
 
     /// A completion write on shard `shard` was answered.
-    pub fn writes_succeeded(&self, shard: usize) {
+    pub(crate) fn writes_succeeded(&self, shard: usize) {
         self.writes_failing[shard].store(false, Ordering::Relaxed);
     }
 
     /// Whether shard `shard` is sick: suspect, or its completion writes
     /// fail. The executor slots set its jobs aside meanwhile.
-    pub fn sick(&self, shard: usize) -> bool {
+    pub(crate) fn sick(&self, shard: usize) -> bool {
         self.writes_failing[shard].load(Ordering::Relaxed) || !self.usable(shard)
     }
 }

@@ -80,7 +80,7 @@ struct Window {
 impl SlotControl {
     /// Starts at `initial` slots; fixed when `bounds` is `None`, else moving
     /// within them. `batch` is the claim's batch size.
-    pub fn new(initial: u32, bounds: Option<SlotBounds>, batch: u32) -> Self {
+    pub(crate) fn new(initial: u32, bounds: Option<SlotBounds>, batch: u32) -> Self {
         let k = match bounds {
             Some(b) => initial.clamp(b.min.max(1), b.max.max(1)),
             None => initial.max(1),
@@ -96,13 +96,13 @@ impl SlotControl {
     }
 
     /// The slots a claim tries now.
-    pub fn slots(&self) -> u32 {
+    pub(crate) fn slots(&self) -> u32 {
         self.k
     }
 
     /// Records one attempt; at the end of a window, moves K. An empty claim
     /// says nothing about contention and is not recorded.
-    pub fn record(&mut self, attempt: Attempt) {
+    pub(crate) fn record(&mut self, attempt: Attempt) {
         let Some(bounds) = self.bounds else { return };
         match attempt {
             Attempt::Claimed { rows, micros } => {

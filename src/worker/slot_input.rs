@@ -18,7 +18,7 @@ pub(crate) struct SetAsideJobs {
 
 impl SetAsideJobs {
     /// Nothing set aside, for `slots` slots and `shards` shards.
-    pub fn new(slots: usize, shards: usize) -> Self {
+    pub(crate) fn new(slots: usize, shards: usize) -> Self {
         SetAsideJobs {
             jobs: Mutex::new(SetAside::new(slots, shards)),
             added: Notify::new(),
@@ -27,7 +27,7 @@ impl SetAsideJobs {
 
     /// Every job set aside, to be released (at shutdown, once the slots
     /// stopped).
-    pub fn drain(&self) -> Vec<ClaimedJob> {
+    pub(crate) fn drain(&self) -> Vec<ClaimedJob> {
         self.lock().drain()
     }
 
@@ -64,7 +64,7 @@ impl SlotInputs {
     /// Cancel safe: it waits only on the two receives (both cancel safe)
     /// and on the set-aside signal; a received job is set aside or returned
     /// before the next wait.
-    pub async fn next(&mut self, sick: impl Fn(usize) -> bool) -> Option<ClaimedJob> {
+    pub(crate) async fn next(&mut self, sick: impl Fn(usize) -> bool) -> Option<ClaimedJob> {
         let mut received = None;
         let set_aside = self.set_aside.clone();
         loop {
@@ -135,7 +135,7 @@ impl SlotInputs {
     }
 
     /// The jobs left in this slot's own queue (at shutdown, to be released).
-    pub fn unstarted(mut self) -> Vec<ClaimedJob> {
+    pub(crate) fn unstarted(mut self) -> Vec<ClaimedJob> {
         let mut left = Vec::new();
         while let Ok(job) = self.own.try_recv() {
             left.push(job);

@@ -30,7 +30,7 @@ pub(crate) struct Wakeups {
 
 impl Wakeups {
     /// Marks for `targets`, over `shards` shards, none set.
-    pub fn new(targets: &[Target], shards: usize) -> Wakeups {
+    pub(crate) fn new(targets: &[Target], shards: usize) -> Wakeups {
         Wakeups {
             targets: targets.to_vec(),
             ready: targets.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -41,18 +41,18 @@ impl Wakeups {
 
     /// Whether target `index` was announced ready since the last call (and
     /// clears the mark).
-    pub fn take(&self, index: usize) -> bool {
+    pub(crate) fn take(&self, index: usize) -> bool {
         self.ready[index].swap(false, Ordering::AcqRel)
     }
 
     /// Whether shard `shard` has a listener now (so its idle polls can be rare).
-    pub fn listening(&self, shard: usize) -> bool {
+    pub(crate) fn listening(&self, shard: usize) -> bool {
         self.listening[shard].load(Ordering::Acquire)
     }
 
     /// Sleeps until `until`, or until a notification arrives (one sleeping
     /// producer wakes per notification: more would race for the same slots).
-    pub async fn sleep_until(&self, until: Instant) {
+    pub(crate) async fn sleep_until(&self, until: Instant) {
         let notified = self.notify.notified();
         tokio::select! {
             _ = tokio::time::sleep_until(until.into()) => {}

@@ -3,7 +3,8 @@
 //! by fuzzing are kept below as plain tests.
 
 use proptest::prelude::*;
-use shardq::config::{Config, EnqueueLimits};
+use shardq::config::Config;
+use shardq::job::EnqueueLimits;
 use shardq::NewJob;
 
 /// A password the generators put in URLs; no error may repeat it.

@@ -114,7 +114,14 @@ async fn a_sleeping_workflow_holds_no_slot_or_permit_and_wakes_by_the_shards_clo
         0,
         "the quick jobs waited for the sleep: it held the slot or the permit"
     );
-    assert_eq!(status(&shardq, nap).await, JobStatus::Scheduled);
+    let parked = client.job(nap).await.unwrap().expect("the job");
+    assert_eq!(parked.status, JobStatus::Scheduled);
+    let run_at = parked.run_at.expect("a wake time");
+    assert_eq!(
+        parked.waiting_for,
+        Some(format!("a durable sleep, until {run_at}")),
+        "what `shardq job show` says it waits for"
+    );
 
     let outcome = client.result(nap, Duration::from_secs(30)).await.unwrap();
     stop.cancel();

@@ -71,6 +71,7 @@ pub(crate) async fn page(
             (row("Worker", html! { (text(&j.owner)) }))
             (row("Created", html! { (text(&j.created_at)) }))
             (row("Due", html! { (text(&j.run_at)) }))
+            @if let Some(waiting) = &j.waiting_for { (row("Waiting for", html! { span id="waiting-for" { (waiting) } })) }
             (row("Last started", html! { (text(&j.started_at)) }))
             (row("Finished", html! { (text(&j.finished_at)) }))
         }

@@ -49,6 +49,9 @@ pub struct JobInfo {
     pub started_at: Option<String>,
     /// When it finished.
     pub finished_at: Option<String>,
+    /// What a parked workflow waits for, and until when (a durable sleep's
+    /// wake time).
+    pub waiting_for: Option<String>,
 }
 
 /// A job's state and result columns.
@@ -97,6 +100,7 @@ pub async fn get(shard: &Shard, id: JobId) -> Result<Option<JobInfo>, ShardError
         run_at: r.get("run_at"),
         started_at: r.get("started_at"),
         finished_at: r.get("finished_at"),
+        waiting_for: r.get("waiting_for"),
     }))
 }
 

@@ -7,8 +7,13 @@
 pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status, payload, \
     output, error, attempts, max_attempts, owner, dedup_id, job_group, cancel_requested, \
     created_at::text AS created_at, run_at::text AS run_at, \
-    started_at::text AS started_at, finished_at::text AS finished_at \
-    FROM workflow_status WHERE shard_key = $1 AND id = $2 \
+    started_at::text AS started_at, finished_at::text AS finished_at, \
+    CASE WHEN status = 'scheduled' AND EXISTS (SELECT 1 FROM workflow_steps s \
+            WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
+                AND s.step_name LIKE 'shardq:sleep:%' \
+                AND (s.output->>'wake_at')::timestamptz = w.run_at) \
+        THEN 'a durable sleep, until ' || run_at::text END AS waiting_for \
+    FROM workflow_status w WHERE shard_key = $1 AND id = $2 \
         AND NOT (status = 'held' AND held_status = 'running')";
 
 /// The status, output and error of one job.

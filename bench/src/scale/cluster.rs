@@ -15,6 +15,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Connections of the bench's own pool per shard (enqueuer, checks, disturbance).
+/// Forgets a migrated shard's place and map (its jobs are emptied next):
+/// the next `migrate` records them for the list it is given. A shard not
+/// migrated yet has nothing to forget.
+const FORGET_MAP_SQL: &str = "DO $$ BEGIN \
+    IF to_regclass('shardq_map_epochs') IS NOT NULL THEN \
+        DELETE FROM shardq_map_moves; DELETE FROM shardq_map_ranges; \
+        DELETE FROM shardq_map_epochs; \
+    END IF; \
+    IF to_regclass('shardq_shard_map') IS NOT NULL THEN DELETE FROM shardq_shard_map; END IF; \
+    END $$";
+
 const ADMIN_POOL: usize = 6;
 
 /// Names the temporary folder.
@@ -181,11 +192,36 @@ impl Cluster {
         Ok(())
     }
 
-    /// Migrates every shard and empties its job tables.
-    pub async fn reset(&self) -> Result<()> {
+    /// Makes the first `n` shards the shard list of a run: each forgets
+    /// its recorded place and map, is migrated as one of `n` (so its map
+    /// records `n` shards: a run on fewer shards than the bench started
+    /// would otherwise find its keys mapped to shards it does not use, and
+    /// every insert refused), and has its job tables emptied.
+    /// Every shard is migrated (as one of all) first, so that every table
+    /// the bench reads exists on each.
+    pub async fn reset(&self, n: usize) -> Result<()> {
+        self.forget_map(self.admin.len()).await?;
         shardq::migrate::migrate_all(&self.admin).await?;
-        for shard in self.admin.all() {
+        self.forget_map(n).await?;
+        let text = toml_text::config(&self.entries[..n], ADMIN_POOL, &[], "lock_timeout_ms = 0\n");
+        let first = ShardSet::connect(&Config::from_toml(&text)?)?;
+        shardq::migrate::migrate_all(&first).await?;
+        for shard in first.all() {
             shardq_harness::reset(shard).await?;
+        }
+        first.close();
+        Ok(())
+    }
+
+    async fn forget_map(&self, n: usize) -> Result<()> {
+        for shard in self.admin.all().iter().take(n) {
+            shard
+                .client()
+                .await?
+                .batch_execute(FORGET_MAP_SQL)
+                .await
+                .map_err(|e| shard.query_error(e))
+                .context("cannot forget the shard map")?;
         }
         Ok(())
     }

@@ -86,7 +86,7 @@ async fn execute(
         *slot = now.duration_since(mark).as_secs_f64();
         mark = now;
     };
-    cluster.reset().await?;
+    cluster.reset(n).await?;
     for i in 0..n {
         cluster.execute(i, SETTLE_SQL).await?;
     }

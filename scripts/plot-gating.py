@@ -6,7 +6,7 @@ the worst shard of a run) and completed jobs/s, gated vs ungated, medians of
 the repeats. Standard library only.
 
 Usage: scripts/plot-gating.py [SCALE_JSON] [OUT_SVG]
-  (defaults: bench/results/adaptive-fixed/scale.json, docs/gating.svg)
+  (defaults: bench/results/round15/scale/scale.json, docs/gating.svg)
 """
 import json
 import math
@@ -14,7 +14,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-src = sys.argv[1] if len(sys.argv) > 1 else "bench/results/adaptive-fixed/scale.json"
+src = sys.argv[1] if len(sys.argv) > 1 else "bench/results/round15/scale/scale.json"
 out = sys.argv[2] if len(sys.argv) > 2 else "docs/gating.svg"
 data = json.load(open(src))
 

@@ -28,6 +28,28 @@ async fn shardq() -> (TestShards, Shardq) {
     (shards, shardq)
 }
 
+/// One job of `handler` on the queue, its payload empty.
+async fn enqueue(shardq: &Shardq, handler: &str) -> JobId {
+    shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, handler, serde_json::json!({})))
+        .await
+        .unwrap()
+}
+
+/// A worker with `handlers`, until the token is cancelled.
+fn start_worker(
+    shardq: &Shardq,
+    handlers: HandlerRegistry,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<shardq::WorkerReport>,
+) {
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    (stop, worker)
+}
+
 async fn status(shardq: &Shardq, id: JobId) -> JobStatus {
     shardq
         .client()
@@ -84,12 +106,8 @@ async fn a_sleeping_workflow_holds_no_slot_or_permit_and_wakes_by_the_shards_clo
         }
     });
     handlers.register("quick", |_ctx| async { Ok(serde_json::Value::Null) });
-    let nap = client
-        .enqueue(NewJob::new(QUEUE, "nap", serde_json::json!({})))
-        .await
-        .unwrap();
-    let stop = CancellationToken::new();
-    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let nap = enqueue(&shardq, "nap").await;
+    let (stop, worker) = start_worker(&shardq, handlers);
     common::wait_until(Duration::from_secs(30), "the workflow parks", || async {
         status(&shardq, nap).await == JobStatus::Scheduled
     })
@@ -177,13 +195,8 @@ async fn a_retried_workflow_keeps_its_first_wake_time() {
             Ok(serde_json::Value::Null)
         }
     });
-    let id = shardq
-        .client()
-        .enqueue(NewJob::new(QUEUE, "flaky", serde_json::json!({})))
-        .await
-        .unwrap();
-    let stop = CancellationToken::new();
-    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let id = enqueue(&shardq, "flaky").await;
+    let (stop, worker) = start_worker(&shardq, handlers);
     let outcome = shardq
         .client()
         .result(id, Duration::from_secs(30))
@@ -223,13 +236,8 @@ async fn a_sleeping_workflow_cancelled_ends_cancelled_and_never_runs_again() {
             Ok(serde_json::Value::Null)
         }
     });
-    let id = shardq
-        .client()
-        .enqueue(NewJob::new(QUEUE, "long_nap", serde_json::json!({})))
-        .await
-        .unwrap();
-    let stop = CancellationToken::new();
-    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let id = enqueue(&shardq, "long_nap").await;
+    let (stop, worker) = start_worker(&shardq, handlers);
     common::wait_until(Duration::from_secs(30), "the workflow parks", || async {
         status(&shardq, id).await == JobStatus::Scheduled
     })
@@ -266,13 +274,8 @@ async fn a_cancellation_between_the_sleep_and_its_parking_ends_the_workflow() {
             Ok(serde_json::Value::Null)
         }
     });
-    let id = shardq
-        .client()
-        .enqueue(NewJob::new(QUEUE, "nap", serde_json::json!({})))
-        .await
-        .unwrap();
-    let stop = CancellationToken::new();
-    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let id = enqueue(&shardq, "nap").await;
+    let (stop, worker) = start_worker(&shardq, handlers);
     tokio::time::timeout(Duration::from_secs(30), slept.notified())
         .await
         .expect("the handler reaches its sleep");

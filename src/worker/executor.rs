@@ -91,9 +91,10 @@ pub(crate) async fn run_slot(
                 .clone()
                 .map(|k| ((job.queue.clone(), k), job.claim));
             let done = execute(&executor, job).await;
-            // Only a retried failure holds the run back: a job dead for good
-            // is not run again, so the next jobs of its key keep their order.
-            if let (Some(key), Outcome::Failed(_)) = (key, &done.outcome) {
+            // Only a retried failure or a parked workflow (it runs again
+            // when it wakes) holds the run back: a job dead for good is not
+            // run again, so the next jobs of its key keep their order.
+            if let (Some(key), Outcome::Failed(_) | Outcome::Parked) = (key, &done.outcome) {
                 held_back.failed(key);
             }
             done

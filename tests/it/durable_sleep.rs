@@ -297,3 +297,52 @@ async fn a_cancellation_between_the_sleep_and_its_parking_ends_the_workflow() {
     let info = shardq.client().job(id).await.unwrap().expect("the job");
     assert_eq!(info.error.as_deref(), Some("cancelled while it slept"));
 }
+
+/// A keyed workflow that sleeps keeps its key: the key's later job (claimed
+/// in the same run) runs only after the workflow woke and finished, so
+/// per-key order holds across the park.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_keyed_workflow_holds_back_its_keys_later_jobs() {
+    let (_shards, shardq) = shardq().await;
+    let events: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let mut handlers = HandlerRegistry::new();
+    let seen = events.clone();
+    handlers.register("nap", move |ctx| {
+        let seen = seen.clone();
+        async move {
+            let slept = ctx.sleep(Duration::from_secs(2)).await;
+            seen.lock().unwrap().push(match slept {
+                Ok(()) => "nap woke",
+                Err(_) => "nap parked",
+            });
+            slept?;
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let seen = events.clone();
+    handlers.register("quick", move |_ctx| {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push("later job ran");
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let client = shardq.client();
+    let ids = client
+        .enqueue_many(vec![
+            NewJob::new(QUEUE, "nap", serde_json::json!({})).ordering_key("k"),
+            NewJob::new(QUEUE, "quick", serde_json::json!({})).ordering_key("k"),
+        ])
+        .await
+        .unwrap();
+    let (stop, worker) = start_worker(&shardq, handlers);
+    for &id in &ids {
+        client.result(id, Duration::from_secs(30)).await.unwrap();
+    }
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(
+        *events.lock().unwrap(),
+        vec!["nap parked", "nap woke", "later job ran"]
+    );
+}

@@ -346,3 +346,109 @@ async fn a_sleeping_keyed_workflow_holds_back_its_keys_later_jobs() {
         vec!["nap parked", "nap woke", "later job ran"]
     );
 }
+
+/// The crash test's worker process: its workflow records its sleep, then
+/// hangs before the park is written, until the test kills the process.
+/// Does nothing in a normal test run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_sleep_crashing_worker_process() {
+    let Some(config) = common::child_test::config_as("sleeper") else {
+        return;
+    };
+    let shards = shardq::ShardSet::connect(&config).unwrap();
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("nap", |ctx| async move {
+        if ctx.sleep(Duration::from_secs(4)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        Ok(serde_json::Value::Null)
+    });
+    shardq::Worker::new(config, shards, handlers)
+        .run(CancellationToken::new())
+        .await;
+}
+
+/// A worker process SIGKILLed after the sleep recorded its wake time and
+/// before the park was written: the workflow comes back by lease expiry,
+/// runs again, parks until the wake time first recorded (not a new one),
+/// and wakes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_its_sleep_and_the_park_wakes_the_workflow_once_on_time() {
+    if common::child_test::is_child() {
+        return;
+    }
+    let shards = TestShards::databases(1).await;
+    let toml = shards.toml(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nlease_ms = 2000\n"
+    ));
+    let shardq = Shardq::connect(shardq::Config::from_toml(&toml).unwrap()).unwrap();
+    shardq.migrate().await.unwrap();
+    let id = enqueue(&shardq, "nap").await;
+    let recorded = "SELECT (output->>'wake_at')::timestamptz::text FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = 'shardq:sleep:1'";
+    let shard = shardq.shards().get(0);
+    let wake_at = || async {
+        shard
+            .client()
+            .await
+            .unwrap()
+            .query_opt(recorded, &[&id.shard_key, &id.id])
+            .await
+            .unwrap()
+            .map(|r| r.get::<_, String>(0))
+    };
+    let mut child = common::child_test::spawn(
+        "durable_sleep::durable_sleep_crashing_worker_process",
+        "sleeper",
+        &toml,
+    );
+    common::wait_until(Duration::from_secs(30), "the sleep is recorded", || async {
+        wake_at().await.is_some()
+    })
+    .await;
+    let first_wake = wake_at().await.unwrap();
+    child.kill().await.unwrap();
+    assert_eq!(status(&shardq, id).await, JobStatus::Running, "not parked");
+
+    let woke = Arc::new(Mutex::new(0));
+    let mut handlers = HandlerRegistry::new();
+    let counted = woke.clone();
+    handlers.register("nap", move |ctx| {
+        let counted = counted.clone();
+        async move {
+            ctx.sleep(Duration::from_secs(4)).await?;
+            *counted.lock().unwrap() += 1;
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let (stop, worker) = start_worker(&shardq, handlers);
+    let outcome = shardq
+        .client()
+        .result(id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(serde_json::Value::Null));
+    assert_eq!(*woke.lock().unwrap(), 1, "woke once");
+    assert_eq!(
+        wake_at().await,
+        Some(first_wake.clone()),
+        "the wake time is the first one"
+    );
+    let row = shard
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT started_at >= $3::text::timestamptz FROM workflow_status \
+             WHERE shard_key = $1 AND id = $2",
+            &[&id.shard_key, &id.id, &first_wake],
+        )
+        .await
+        .unwrap();
+    assert!(
+        row.get::<_, bool>(0),
+        "the run that woke started before {first_wake}"
+    );
+}

@@ -223,6 +223,23 @@ pub async fn promote_due(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
     .await
 }
 
+/// How long until the earliest scheduled job on `shard` is due by its
+/// clock (zero: due already); `None` when none is scheduled.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn next_due(shard: &Shard) -> Result<Option<Duration>, ShardError> {
+    let row = exec::query_one(shard, sql::JOB_NEXT_DUE, &[]).await?;
+    Ok(row
+        .get::<_, Option<i64>>("ms")
+        .map(|ms| Duration::from_millis(ms.max(0) as u64)))
+}
+
 /// Deletes up to `limit` jobs on `shard` finished more than `age` ago, with
 /// their steps, unless another process is doing it. Returns how many.
 ///

@@ -1,6 +1,6 @@
-//! The maintenance loop: on every shard, recover jobs whose lease expired,
-//! make due delayed and retrying jobs ready, and (less often) delete old
-//! finished jobs. Each step is gated per shard, so across the fleet one
+//! The maintenance loop: on every shard, recover jobs whose lease expired
+//! and (less often) delete old finished jobs (due jobs are made ready by
+//! the promoter, when they fall due). Each step is gated per shard, so across the fleet one
 //! process at a time does it; the others' attempts cost one statement.
 
 use super::per_shard::each_shard;
@@ -87,7 +87,7 @@ async fn shard_loop(
             last_sweep = Instant::now();
             shard.release_idle(IDLE_CONNECTION);
         }
-        // Four duties, each on its own: one that fails (a deadline on a
+        // Three duties, each on its own: one that fails (a deadline on a
         // stuck shard, say) is logged and the others still run.
         let since = recovery.since(Instant::now());
         match upkeep::recover_expired_since(shard, MAINTENANCE_BATCH, since).await {
@@ -102,9 +102,6 @@ async fn shard_loop(
                 recovered(shard, index, &stats, pass.recovered);
             }
             Err(err) => failed(shard, "lease recovery", &err),
-        }
-        if let Err(err) = upkeep::promote_due(shard, MAINTENANCE_BATCH).await {
-            failed(shard, "promotion of due jobs", &err);
         }
         if sweep {
             if let Err(err) = sweep_finished(shard, retention).await {
@@ -145,7 +142,7 @@ fn recovered(shard: &Shard, index: usize, stats: &Stats, recovered: upkeep::Reco
 }
 
 /// A duty that failed on `shard` this pass: the next pass tries again.
-fn failed(shard: &Shard, duty: &str, err: &ShardError) {
+pub(super) fn failed(shard: &Shard, duty: &str, err: &ShardError) {
     tracing::warn!(
         shard = %shard.name,
         duty,

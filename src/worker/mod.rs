@@ -27,6 +27,7 @@ mod permits;
 mod probe;
 mod producer;
 mod producers;
+mod promoter;
 mod rate_starts;
 mod recovery_floor;
 mod refusals;
@@ -236,6 +237,11 @@ impl Worker {
             MaintenanceConfig::new(&config),
             run.shards.clone(),
             run.stats.clone(),
+            claiming.clone(),
+        ));
+        background.spawn(promoter::run(
+            MaintenanceConfig::new(&config),
+            run.shards.clone(),
             claiming.clone(),
         ));
         if !self.schedules.is_empty() {

@@ -169,3 +169,48 @@ async fn a_caught_up_target_waits_for_its_next_wake_up() {
         "{empty} empty claims for {claims} that found jobs: a caught-up target was claimed again at once"
     );
 }
+
+/// A delayed job starts when it falls due, not at the next maintenance
+/// pass: with passes 20 s apart, a job due in 1 s and one due in 3 s both
+/// finish within a few seconds of their due times. Before, they waited for
+/// a pass (10-20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_starts_when_due_not_at_the_next_maintenance_pass() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config(
+        "[dequeue]\nidle_poll_ms = 60000\n\n[worker]\nqueues = [\"q\"]\nmaintenance_interval_ms = 20000\n",
+    );
+    let set = shards.migrated(&config).await;
+    let client = Client::from_shards(set.clone(), config.limits.clone());
+    let worker = shardq::Worker::new(
+        config.clone(),
+        set.clone(),
+        shardq::HandlerRegistry::with_builtins(),
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let started = std::time::Instant::now();
+    let first = client
+        .enqueue(NewJob::new("q", "noop", serde_json::json!({})).delay(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = client
+        .enqueue(NewJob::new("q", "noop", serde_json::json!({})).delay(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    for id in [first, second] {
+        let outcome = client.result(id, Duration::from_secs(30)).await;
+        assert!(
+            matches!(outcome, Ok(shardq::JobOutcome::Succeeded(_))),
+            "{id}: {outcome:?}"
+        );
+    }
+    let took = started.elapsed();
+    shutdown.cancel();
+    running.await.unwrap();
+    assert!(
+        took < Duration::from_secs(8),
+        "the delayed jobs waited {took:?}: for a maintenance pass, not their due times"
+    );
+}

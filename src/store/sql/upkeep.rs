@@ -82,6 +82,13 @@ pub const JOB_PROMOTE_DUE: &str = concat!(
     RETURNING pg_notify('shardq_ready', w.queue)"
 );
 
+/// How long until the earliest scheduled job is due, in ms by the shard's
+/// clock (negative: due already); NULL when none is scheduled. One probe of
+/// the scheduled index's first entry.
+pub const JOB_NEXT_DUE: &str = "SELECT (extract(epoch FROM min(run_at) - clock_timestamp()) \
+        * 1000)::bigint AS ms \
+    FROM workflow_status WHERE status = 'scheduled'";
+
 /// Deletes up to $4 finished jobs (and, by cascade, their steps) that finished
 /// more than $3 ms ago, oldest first, when it gets upkeep lock ($1, $2).
 pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \

@@ -1,0 +1,69 @@
+//! The promoter: on every shard, makes due scheduled jobs (delayed jobs,
+//! retries, woken sleeps) ready when they fall due, not at the next
+//! maintenance pass. After each pass it asks the shard how long until its
+//! earliest scheduled job is due and sleeps that long: at least
+//! [`PROMOTION_FLOOR`] (a due job another process is promoting, or whose
+//! key is held, is asked about again no more often), at most
+//! [`PROMOTION_CEILING`] or the maintenance interval if shorter (a job
+//! scheduled after a pass, due sooner than the earliest one it saw, is
+//! promoted at most that late). Promotion is gated per shard like
+//! every upkeep duty (one process at a time does it; the others' attempts
+//! cost one statement), and the promotion's notification wakes the
+//! claimers.
+
+use super::maintenance::MaintenanceConfig;
+use super::per_shard::each_shard;
+use crate::shards::ShardSet;
+use crate::store::upkeep;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The shortest pause between two promotion passes on a shard.
+pub(crate) const PROMOTION_FLOOR: Duration = Duration::from_millis(50);
+
+/// The longest pause between two promotion passes on a shard.
+const PROMOTION_CEILING: Duration = Duration::from_secs(1);
+
+/// Jobs promoted per statement; a pass repeats while statements come back
+/// full.
+const PROMOTION_BATCH: i64 = 5_000;
+
+/// Runs until shutdown: one loop per shard.
+pub(crate) async fn run(config: MaintenanceConfig, shards: ShardSet, shutdown: CancellationToken) {
+    let every = config.interval.clamp(PROMOTION_FLOOR, PROMOTION_CEILING);
+    let shards = Arc::new(shards);
+    each_shard(shards.len(), |index| {
+        promote_loop(shards.clone(), index, every, shutdown.clone())
+    })
+    .await;
+}
+
+async fn promote_loop(
+    shards: Arc<ShardSet>,
+    index: usize,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    let shard = shards.get(index);
+    loop {
+        let mut promoted = PROMOTION_BATCH as u64;
+        while promoted >= PROMOTION_BATCH as u64 {
+            promoted = match upkeep::promote_due(shard, PROMOTION_BATCH).await {
+                Ok(n) => n,
+                Err(err) => {
+                    super::maintenance::failed(shard, "promotion of due jobs", &err);
+                    0
+                }
+            };
+        }
+        let pause = match upkeep::next_due(shard).await {
+            Ok(Some(due)) => due.clamp(PROMOTION_FLOOR, every),
+            Ok(None) | Err(_) => every,
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}

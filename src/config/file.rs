@@ -94,7 +94,7 @@ pub struct ShardFile {
     /// required by `verify-full`. Also read from a `?sslrootcert=` in `url`.
     pub sslrootcert: Option<PathBuf>,
     /// Connections this process may open to the shard; by default what a
-    /// worker process needs (`worker.producers` + 5, see docs/operations.md,
+    /// worker process needs (`worker.producers` + 6, see docs/operations.md,
     /// "Sizing connections").
     pub pool_size: Option<usize>,
     /// The URL reaches the shard through a transaction-pooling proxy

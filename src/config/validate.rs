@@ -154,9 +154,10 @@ pub struct Retention {
 }
 
 /// Connections a worker process uses on each shard besides its producers':
-/// two completion writes in flight, the leaser, the maintenance loop, and
-/// one for a client call (the empty check, a transactional enqueue).
-pub(crate) const UPKEEP_CONNECTIONS: usize = 5;
+/// two completion writes in flight, the leaser, the maintenance loop, the
+/// promoter, and one for a client call (the empty check, a transactional
+/// enqueue).
+pub(crate) const UPKEEP_CONNECTIONS: usize = 6;
 
 pub(super) fn validate(raw: ConfigFile) -> Result<Config, ConfigError> {
     let local = LocalConfig {

@@ -1,5 +1,5 @@
 //! Connections per shard: a process's pool is sized from what a worker uses
-//! (producers + 5) unless `pool_size` says otherwise, idle connections are
+//! (producers + 6) unless `pool_size` says otherwise, idle connections are
 //! closed, and `shardq status` reports what each shard's server holds.
 
 use crate::common;
@@ -16,7 +16,7 @@ async fn pools_are_sized_from_the_worker_and_idle_connections_go() {
         shards.urls[0]
     );
     let config = shardq::Config::from_toml(&toml).unwrap();
-    assert_eq!(config.shards[0].pool_size, 3 + 5);
+    assert_eq!(config.shards[0].pool_size, 3 + 6);
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     let shard = set.get(0);

@@ -12,6 +12,7 @@ mod procfs;
 mod reshard;
 mod scale;
 mod scrape_cost;
+mod sleepers;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -59,6 +60,9 @@ enum Command {
     /// beside the same run without it; per interval the rates, pickup,
     /// claim time and dead row versions.
     Horizon(horizon::HorizonArgs),
+    /// Workflows that sleep durably, offered at a steady rate to one
+    /// worker: how late they wake, and the database's CPU per workflow.
+    Sleepers(sleepers::SleepersArgs),
     /// A worker process started by `chaos` (internal).
     #[command(hide = true)]
     ChaosWorker,
@@ -104,6 +108,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Chaos(args) => chaos::run(args).await,
         Command::Reshard(args) => until_interrupted(reshard::run(args)).await,
         Command::Horizon(args) => until_interrupted(horizon::run(args)).await,
+        Command::Sleepers(args) => until_interrupted(sleepers::run(args)).await,
         Command::Limits(args) => until_interrupted(pipeline::limits::run(args)).await,
         Command::ScrapeCost(args) => until_interrupted(scrape_cost::run(args)).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,

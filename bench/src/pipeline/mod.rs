@@ -14,7 +14,7 @@ mod drained;
 mod fleet;
 pub mod limits;
 mod minimal;
-mod pgcpu;
+pub(crate) mod pgcpu;
 mod report;
 pub mod serial;
 mod server;

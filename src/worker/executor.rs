@@ -170,13 +170,17 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         owner: run.owner.clone(),
         cancel,
         sleeps: Default::default(),
+        sends: Default::default(),
+        recvs: Default::default(),
+        shards: run.shards.clone(),
         parked: Default::default(),
     };
     let parked = ctx.parked.clone();
     run.stats.record_handler_running(true);
     let outcome = run_with_timeout(executor, job.handler, ctx).await;
     run.stats.record_handler_running(false);
-    // A handler that returned the error of a sleep not over parks (it may
+    // A handler that returned the error of a sleep not over (or of a recv
+    // that waits for a message) parks (it may
     // have wrapped it: asking to park is what counts); one that succeeded
     // anyway has succeeded.
     let parked = parked.lock().map(|p| p.is_some()).unwrap_or(true);
@@ -189,7 +193,9 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         Outcome::Dead(message) => {
             tracing::debug!(job = %done.id, error = %message, "job failed for good")
         }
-        Outcome::Parked => tracing::debug!(job = %done.id, "workflow parked until its sleep ends"),
+        Outcome::Parked => {
+            tracing::debug!(job = %done.id, "workflow parked until its sleep ends or its message comes")
+        }
         Outcome::Succeeded(_) | Outcome::Released => {}
     }
     done.outcome = outcome.storable();

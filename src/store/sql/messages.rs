@@ -1,0 +1,125 @@
+//! Messages to a workflow: its mailbox (`workflow_messages`), the sends
+//! that fill it and the recv steps that take from it.
+//!
+//! A send and a recv of one workflow are decided under its row's lock: a
+//! send holds `FOR NO KEY UPDATE` (which also orders two sends), a recv
+//! `FOR UPDATE`; each decides in a statement after the one that took the
+//! lock, whose snapshot sees every commit made before the lock was granted.
+//! So a message that committed before a recv got the lock is seen by it,
+//! and a recv that decided first (a timeout) committed before the send
+//! looked for a waiting recv. No writer can change what either decides
+//! between its two statements: every writer of messages takes the lock, and
+//! the recv's wait record is written under it.
+
+/// A send's first statement: locks the recipient's row (`FOR NO KEY
+/// UPDATE`: conflicts with a recv's `FOR UPDATE` and another send's lock,
+/// not with the foreign key checks of the workflow's steps) and returns
+/// its status. A held stand-in (`held_status = 'running'`, the copy of a
+/// job running on the shard its range moves from) is not the workflow: no
+/// row. Its params: $1 shard key, $2 id.
+pub const MESSAGE_SEND_LOCK: &str = "SELECT status FROM workflow_status \
+    WHERE shard_key = $1 AND id = $2 AND NOT (status = 'held' AND held_status = 'running') \
+    FOR NO KEY UPDATE";
+
+/// A send's second statement, under [`MESSAGE_SEND_LOCK`] (a new snapshot:
+/// it sees a recv that decided before the lock was granted): when the
+/// workflow has not finished nor is moving, writes the message ($3 topic,
+/// $4 message, $5 idempotency key or NULL; a key used before for this
+/// workflow writes nothing) and wakes the workflow when one of its recv
+/// steps waits on the topic: `run_at` is now, and a parked (`scheduled`)
+/// workflow without an ordering key is queued at once (what the promotion
+/// of due jobs would do; its waiting readers are notified). A keyed one is
+/// left to that promotion, which takes its key's lock (`JOB_PROMOTE_DUE`),
+/// within the maintenance interval; a running one (its recv has not parked
+/// it yet) is parked due and promoted the same way. Returns whether the
+/// message was written and whether the workflow was woken.
+pub const MESSAGE_SEND_WRITE: &str = "WITH open AS MATERIALIZED ( \
+        SELECT w.status, w.queue, w.ordering_key, w.cancel_requested FROM workflow_status w \
+        WHERE w.shard_key = $1 AND w.id = $2 \
+            AND w.status IN ('waiting', 'scheduled', 'queued', 'running') \
+    ), inserted AS MATERIALIZED ( \
+        INSERT INTO workflow_messages (shard_key, workflow_id, topic, message, idempotency_key) \
+        SELECT $1, $2, $3, $4, $5 FROM open \
+        ON CONFLICT (shard_key, workflow_id, idempotency_key) \
+            WHERE idempotency_key IS NOT NULL DO NOTHING \
+        RETURNING seq \
+    ), waiting AS MATERIALIZED ( \
+        SELECT 1 FROM workflow_steps s \
+        WHERE s.shard_key = $1 AND s.workflow_id = $2 AND s.step_name LIKE 'shardq:recv:%' \
+            AND s.output->>'topic' = $3 \
+            AND NOT s.output ? 'message' AND NOT s.output ? 'timed_out' \
+            AND EXISTS (SELECT 1 FROM inserted) \
+        LIMIT 1 \
+    ), woken AS MATERIALIZED ( \
+        UPDATE workflow_status w SET run_at = now(), \
+            status = CASE WHEN w.status = 'scheduled' AND w.ordering_key IS NULL \
+                THEN 'queued' ELSE w.status END \
+        WHERE w.shard_key = $1 AND w.id = $2 AND EXISTS (SELECT 1 FROM waiting) \
+            AND w.status IN ('scheduled', 'running') AND NOT w.cancel_requested \
+        RETURNING w.status, w.queue \
+    ), notified AS MATERIALIZED ( \
+        SELECT pg_notify('shardq_ready', queue) FROM woken WHERE status = 'queued' \
+    ) \
+    SELECT EXISTS (SELECT 1 FROM inserted) AS written, \
+        EXISTS (SELECT 1 FROM woken) AS woken, (SELECT count(*) FROM notified) AS notified";
+
+/// A recv's first statement: locks the workflow's row (`FOR UPDATE`:
+/// conflicts with a send's lock, a completion, a recovery, a
+/// cancellation) and says whether this claim ($3 owner, $4 fence) still
+/// holds it and whether its cancellation was asked. Its params: $1 shard
+/// key, $2 id.
+pub const MESSAGE_RECV_LOCK: &str = "SELECT owner IS NOT DISTINCT FROM $3 AND fence = $4 \
+        AND status = 'running' AS owned, cancel_requested \
+    FROM workflow_status WHERE shard_key = $1 AND id = $2 FOR UPDATE";
+
+/// A recv's second statement, under [`MESSAGE_RECV_LOCK`] (a new snapshot:
+/// it sees every message committed before the lock was granted), run only
+/// when the claim holds the workflow: recv step $3 of topic $4 decides,
+/// once. A step that decided before (`message` or `timed_out` in its
+/// output) is returned as it is. Otherwise the oldest unreceived message
+/// of the topic (by `seq`, the shard's order) is taken (marked received by
+/// the step) and recorded as the step's output; with none, the wait's
+/// deadline (recorded by the first call as the shard's clock plus $5 µs,
+/// kept by every later one) has passed: the step is recorded timed out;
+/// or not: the wait is recorded (topic, deadline) and the workflow's
+/// `run_at` set to the deadline, so the `parked` outcome makes it ready
+/// then (or a send wakes it sooner). Returns the step's output.
+pub const MESSAGE_RECV_TAKE: &str = "WITH recorded AS MATERIALIZED ( \
+        SELECT output FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
+    ), pending AS MATERIALIZED ( \
+        SELECT coalesce((SELECT output FROM recorded), jsonb_build_object('topic', $4::text, \
+            'deadline', statement_timestamp() + $5::bigint * interval '1 microsecond')) AS output \
+        WHERE NOT EXISTS (SELECT 1 FROM recorded r \
+            WHERE r.output ? 'message' OR r.output ? 'timed_out') \
+    ), oldest AS MATERIALIZED ( \
+        SELECT m.seq FROM workflow_messages m \
+        WHERE m.shard_key = $1 AND m.workflow_id = $2 AND m.topic = $4 \
+            AND m.received_by_step IS NULL AND EXISTS (SELECT 1 FROM pending) \
+        ORDER BY m.seq LIMIT 1 \
+    ), taken AS MATERIALIZED ( \
+        UPDATE workflow_messages m SET received_by_step = $3 FROM oldest \
+        WHERE m.shard_key = $1 AND m.workflow_id = $2 AND m.seq = oldest.seq \
+        RETURNING m.seq, m.message \
+    ), decided AS MATERIALIZED ( \
+        SELECT CASE \
+            WHEN t.seq IS NOT NULL THEN \
+                p.output || jsonb_build_object('message', t.message, 'seq', t.seq) \
+            WHEN (p.output->>'deadline')::timestamptz <= clock_timestamp() THEN \
+                p.output || jsonb_build_object('timed_out', true) \
+            ELSE p.output END AS output \
+        FROM pending p LEFT JOIN taken t ON true \
+    ), written AS MATERIALIZED ( \
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+        SELECT $1, $2, $3, output FROM decided \
+        ON CONFLICT (shard_key, workflow_id, step_name) DO UPDATE SET output = EXCLUDED.output \
+        RETURNING output \
+    ), parked AS MATERIALIZED ( \
+        UPDATE workflow_status w SET run_at = (d.output->>'deadline')::timestamptz \
+        FROM decided d \
+        WHERE w.shard_key = $1 AND w.id = $2 \
+            AND NOT d.output ? 'message' AND NOT d.output ? 'timed_out' \
+        RETURNING 1 \
+    ) \
+    SELECT coalesce((SELECT output FROM written), (SELECT output FROM recorded)) AS output, \
+        (SELECT count(*) FROM parked) AS parked";

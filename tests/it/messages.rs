@@ -239,6 +239,10 @@ async fn idempotent_sends_deliver_once() {
         .enqueue(NewJob::new(IDLE, "never_runs", json!({})))
         .await
         .unwrap();
+    let unrecorded = client
+        .enqueue(NewJob::new(IDLE, "never_runs", json!({})))
+        .await
+        .unwrap();
     let mut handlers = HandlerRegistry::new();
     handlers.register("sender", move |ctx| async move {
         ctx.send(replayed, "from_sender", json!(ctx.attempt))
@@ -248,23 +252,54 @@ async fn idempotent_sends_deliver_once() {
         }
         Ok(Value::Null)
     });
-    let sender = client
-        .enqueue(NewJob::new(QUEUE, "sender", json!({})))
+    // The crash window: the message is stored but its step is not recorded
+    // (removed here, as if the worker died between the two): the retry
+    // sends again, under the same derived key.
+    let shard = shardq.shards().get(0).clone();
+    handlers.register("forgetful", move |ctx| {
+        let shard = shard.clone();
+        async move {
+            ctx.send(unrecorded, "from_sender", json!(ctx.attempt))
+                .await?;
+            if ctx.attempt == 1 {
+                shard
+                    .client()
+                    .await?
+                    .execute(
+                        "DELETE FROM workflow_steps WHERE shard_key = $1 \
+                         AND workflow_id = $2 AND step_name = 'shardq:send:1'",
+                        &[&ctx.id.shard_key, &ctx.id.id],
+                    )
+                    .await?;
+                return Err("failed after sending, its step lost".into());
+            }
+            Ok(Value::Null)
+        }
+    });
+    let senders = client
+        .enqueue_many(vec![
+            NewJob::new(QUEUE, "sender", json!({})),
+            NewJob::new(QUEUE, "forgetful", json!({})),
+        ])
         .await
         .unwrap();
     let stop = CancellationToken::new();
     let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
-    let outcome = client
-        .result(sender, Duration::from_secs(30))
-        .await
-        .unwrap();
+    for &sender in &senders {
+        let outcome = client.result(sender, Duration::from_secs(30)).await;
+        assert_eq!(outcome.unwrap(), JobOutcome::Succeeded(Value::Null));
+    }
     stop.cancel();
     worker.await.unwrap();
-    assert_eq!(outcome, JobOutcome::Succeeded(Value::Null));
     assert_eq!(
         mailbox(&shardq, replayed).await,
         vec![("from_sender".to_string(), json!(1), None)],
         "the retry's replay sent nothing"
+    );
+    assert_eq!(
+        mailbox(&shardq, unrecorded).await,
+        vec![("from_sender".to_string(), json!(1), None)],
+        "the retry sent again under the same key: stored once"
     );
 }
 

@@ -547,4 +547,56 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
             Some("shardq:recv:4".to_string())
         )
     );
+
+    // The recv locks first and records a wait (its deadline a minute
+    // away): the send, waiting for the lock, then sees the wait (its look
+    // is a statement after its lock) and wakes the workflow.
+    let tx = db.transaction().await.unwrap();
+    tx.query_typed_one(
+        sql::MESSAGE_RECV_LOCK,
+        &[
+            (&key.0, Type::INT4),
+            (&key.1, Type::INT8),
+            (&owner, Type::TEXT),
+            (&fence, Type::INT8),
+        ],
+    )
+    .await
+    .unwrap();
+    let client = shardq.client();
+    let send = tokio::spawn(async move { client.send(id, "v", json!("wakes"), None).await });
+    until_blocked(&shardq, "the send waits for the recv's lock").await;
+    let (name, topic, minute) = ("shardq:recv:5", "v", 60_000_000_i64);
+    let decided = tx
+        .query_typed_one(
+            sql::MESSAGE_RECV_TAKE,
+            &[
+                (&key.0, Type::INT4),
+                (&key.1, Type::INT8),
+                (&name, Type::TEXT),
+                (&topic, Type::TEXT),
+                (&minute, Type::INT8),
+            ],
+        )
+        .await
+        .unwrap();
+    let output: Value = decided.get("output");
+    assert!(output.get("message").is_none() && output.get("timed_out").is_none());
+    tx.commit().await.unwrap();
+    send.await.unwrap().expect("the send, after the recv");
+    let woken: bool = db
+        .query_one(
+            "SELECT run_at <= now() FROM workflow_status WHERE shard_key = $1 AND id = $2",
+            &[&id.shard_key, &id.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(woken, "the send saw the wait and woke the workflow");
+    let mut wait = recv(id, "shardq:recv:5", "v");
+    wait.timeout = Duration::from_secs(60);
+    assert_eq!(
+        messages::recv(&shard, wait).await.unwrap(),
+        Received::Message(json!("wakes"))
+    );
 }

@@ -310,8 +310,9 @@ impl JobContext {
     /// [`JobContext::send`]): its mailbox keeps a message sent before the
     /// workflow asks, gives a topic's messages in the order the shard
     /// stored them, and each once. The call is a step named
-    /// `shardq:recv:N` (N counting this run's recvs from 1): a replay
-    /// returns what it returned first.
+    /// `shardq:recv:N` (N counting this run's recvs from 1; its wait is
+    /// recorded as `shardq:recv:N:wait`): a replay returns what it returned
+    /// first.
     ///
     /// With a message there, it is taken and returned. With none, the
     /// first call records a deadline (the shard's clock plus `timeout`)

@@ -45,10 +45,11 @@ pub const MESSAGE_SEND_WRITE: &str = "WITH open AS MATERIALIZED ( \
         RETURNING seq \
     ), waiting AS MATERIALIZED ( \
         SELECT 1 FROM workflow_steps s \
-        WHERE s.shard_key = $1 AND s.workflow_id = $2 AND s.step_name LIKE 'shardq:recv:%' \
-            AND s.output->>'topic' = $3 \
-            AND NOT s.output ? 'message' AND NOT s.output ? 'timed_out' \
-            AND EXISTS (SELECT 1 FROM inserted) \
+        WHERE s.shard_key = $1 AND s.workflow_id = $2 AND s.step_name LIKE 'shardq:recv:%:wait' \
+            AND s.output->>'topic' = $3 AND EXISTS (SELECT 1 FROM inserted) \
+            AND NOT EXISTS (SELECT 1 FROM workflow_steps d \
+                WHERE d.shard_key = $1 AND d.workflow_id = $2 \
+                    AND d.step_name = left(s.step_name, -length(':wait'))) \
         LIMIT 1 \
     ), woken AS MATERIALIZED ( \
         UPDATE workflow_status w SET run_at = now(), \
@@ -75,23 +76,27 @@ pub const MESSAGE_RECV_LOCK: &str = "SELECT owner IS NOT DISTINCT FROM $3 AND fe
 /// A recv's second statement, under [`MESSAGE_RECV_LOCK`] (a new snapshot:
 /// it sees every message committed before the lock was granted), run only
 /// when the claim holds the workflow: recv step $3 of topic $4 decides,
-/// once. A step that decided before (`message` or `timed_out` in its
-/// output) is returned as it is. Otherwise the oldest unreceived message
-/// of the topic (by `seq`, the shard's order) is taken (marked received by
-/// the step) and recorded as the step's output; with none, the wait's
-/// deadline (recorded by the first call as the shard's clock plus $5 µs,
-/// kept by every later one) has passed: the step is recorded timed out;
-/// or not: the wait is recorded (topic, deadline) and the workflow's
-/// `run_at` set to the deadline, so the `parked` outcome makes it ready
-/// then (or a send wakes it sooner). Returns the step's output.
+/// once, and only by inserting (a recorded step output is never changed).
+/// A step that decided before (recorded under its name $3) is returned as
+/// it is. Otherwise the oldest unreceived message of the topic (by `seq`,
+/// the shard's order) is taken (marked received by the step) and recorded
+/// as the step's output (`message`, `seq`, `topic`); with none, when the
+/// wait's deadline has passed, the step is recorded `timed_out`; or not:
+/// the wait is recorded as step `$3:wait` (`topic`, `deadline`: the
+/// shard's clock plus $5 µs, written by the first call, kept by every
+/// later one) and the workflow's `run_at` set to the deadline, so the
+/// `parked` outcome makes it ready then (or a send wakes it sooner).
+/// Returns the step's output, or the wait's while it waits.
 pub const MESSAGE_RECV_TAKE: &str = "WITH recorded AS MATERIALIZED ( \
         SELECT output FROM workflow_steps \
         WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
+    ), waited AS MATERIALIZED ( \
+        SELECT output FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 || ':wait' \
     ), pending AS MATERIALIZED ( \
-        SELECT coalesce((SELECT output FROM recorded), jsonb_build_object('topic', $4::text, \
-            'deadline', statement_timestamp() + $5::bigint * interval '1 microsecond')) AS output \
-        WHERE NOT EXISTS (SELECT 1 FROM recorded r \
-            WHERE r.output ? 'message' OR r.output ? 'timed_out') \
+        SELECT coalesce((SELECT output FROM waited), jsonb_build_object('topic', $4::text, \
+            'deadline', statement_timestamp() + $5::bigint * interval '1 microsecond')) AS wait \
+        WHERE NOT EXISTS (SELECT 1 FROM recorded) \
     ), oldest AS MATERIALIZED ( \
         SELECT m.seq FROM workflow_messages m \
         WHERE m.shard_key = $1 AND m.workflow_id = $2 AND m.topic = $4 \
@@ -104,22 +109,28 @@ pub const MESSAGE_RECV_TAKE: &str = "WITH recorded AS MATERIALIZED ( \
     ), decided AS MATERIALIZED ( \
         SELECT CASE \
             WHEN t.seq IS NOT NULL THEN \
-                p.output || jsonb_build_object('message', t.message, 'seq', t.seq) \
-            WHEN (p.output->>'deadline')::timestamptz <= clock_timestamp() THEN \
-                p.output || jsonb_build_object('timed_out', true) \
-            ELSE p.output END AS output \
+                jsonb_build_object('topic', $4::text, 'message', t.message, 'seq', t.seq) \
+            WHEN (p.wait->>'deadline')::timestamptz <= clock_timestamp() THEN \
+                jsonb_build_object('topic', $4::text, 'timed_out', true) \
+            END AS output, p.wait \
         FROM pending p LEFT JOIN taken t ON true \
     ), written AS MATERIALIZED ( \
         INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
-        SELECT $1, $2, $3, output FROM decided \
-        ON CONFLICT (shard_key, workflow_id, step_name) DO UPDATE SET output = EXCLUDED.output \
+        SELECT $1, $2, $3, output FROM decided WHERE output IS NOT NULL \
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
+        RETURNING output \
+    ), waiting AS MATERIALIZED ( \
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+        SELECT $1, $2, $3 || ':wait', wait FROM decided \
+        WHERE output IS NULL AND NOT EXISTS (SELECT 1 FROM waited) \
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
         RETURNING output \
     ), parked AS MATERIALIZED ( \
-        UPDATE workflow_status w SET run_at = (d.output->>'deadline')::timestamptz \
+        UPDATE workflow_status w SET run_at = (d.wait->>'deadline')::timestamptz \
         FROM decided d \
-        WHERE w.shard_key = $1 AND w.id = $2 \
-            AND NOT d.output ? 'message' AND NOT d.output ? 'timed_out' \
+        WHERE w.shard_key = $1 AND w.id = $2 AND d.output IS NULL \
         RETURNING 1 \
     ) \
-    SELECT coalesce((SELECT output FROM written), (SELECT output FROM recorded)) AS output, \
-        (SELECT count(*) FROM parked) AS parked";
+    SELECT coalesce((SELECT output FROM recorded), (SELECT output FROM written), \
+            (SELECT wait FROM decided)) AS output, \
+        (SELECT count(*) FROM waiting) AS wait_recorded, (SELECT count(*) FROM parked) AS parked";

@@ -179,13 +179,16 @@ async fn a_waiting_workflow_is_woken_by_a_send_and_receives_it() {
     worker.await.unwrap();
 }
 
+/// What a recv returned: a value, or its error's name.
+type Seen = Result<Option<Value>, String>;
+
 /// With no message, a recv of 1 s parks the workflow (`scheduled`), and
 /// run again after the deadline it returns `None`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recv_with_no_message_returns_none_after_its_deadline() {
     let (_shards, shardq) = shardq().await;
     let client = shardq.client();
-    let calls: Arc<Mutex<Vec<Result<Option<Value>, String>>>> = Arc::default();
+    let calls: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let mut handlers = HandlerRegistry::new();
     let seen = calls.clone();
     handlers.register("lonely", move |ctx| {

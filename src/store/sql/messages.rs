@@ -27,12 +27,15 @@ pub const MESSAGE_SEND_LOCK: &str = "SELECT status FROM workflow_status \
 /// $4 message, $5 idempotency key or NULL; a key used before for this
 /// workflow writes nothing) and wakes the workflow when one of its recv
 /// steps waits on the topic: `run_at` is now, and a parked (`scheduled`)
-/// workflow without an ordering key is queued at once (what the promotion
-/// of due jobs would do; its waiting readers are notified). A keyed one is
-/// left to that promotion, which takes its key's lock (`JOB_PROMOTE_DUE`),
-/// within the maintenance interval; a running one (its recv has not parked
-/// it yet) is parked due and promoted the same way. Returns whether the
-/// message was written and whether the workflow was woken.
+/// workflow is queued at once, as the promotion of due jobs would
+/// (`JOB_PROMOTE_DUE`, which says why): one without an ordering key
+/// freely, a keyed one when the try of its key's lock succeeds (it never
+/// waits, so it cannot deadlock with the row lock held); one whose key a
+/// claim holds now is left due, for that promotion, within the maintenance
+/// interval. A running one (its recv has not parked it yet) is parked due
+/// and promoted the same way. Idle workers are notified of a job queued.
+/// Returns whether the message was written and whether the workflow was
+/// woken.
 pub const MESSAGE_SEND_WRITE: &str = "WITH open AS MATERIALIZED ( \
         SELECT w.status, w.queue, w.ordering_key, w.cancel_requested FROM workflow_status w \
         WHERE w.shard_key = $1 AND w.id = $2 \
@@ -53,7 +56,8 @@ pub const MESSAGE_SEND_WRITE: &str = "WITH open AS MATERIALIZED ( \
         LIMIT 1 \
     ), woken AS MATERIALIZED ( \
         UPDATE workflow_status w SET run_at = now(), \
-            status = CASE WHEN w.status = 'scheduled' AND w.ordering_key IS NULL \
+            status = CASE WHEN w.status = 'scheduled' AND (w.ordering_key IS NULL \
+                    OR pg_try_advisory_xact_lock(shardq_key_lock(w.queue, w.ordering_key))) \
                 THEN 'queued' ELSE w.status END \
         WHERE w.shard_key = $1 AND w.id = $2 AND EXISTS (SELECT 1 FROM waiting) \
             AND w.status IN ('scheduled', 'running') AND NOT w.cancel_requested \

@@ -16,7 +16,11 @@
 /// not with the foreign key checks of the workflow's steps) and returns
 /// its status. A held stand-in (`held_status = 'running'`, the copy of a
 /// job running on the shard its range moves from) is not the workflow: no
-/// row. Its params: $1 shard key, $2 id.
+/// row. Its params: $1 shard key, $2 id. Between it and
+/// [`MESSAGE_SEND_WRITE`], no writer changes what that decides: a recv
+/// (its take, its wait), another send, a completion, a cancellation, a
+/// move's mark and the job's deletion all need a lock that conflicts with
+/// this one; only other workflows' rows change meanwhile.
 pub const MESSAGE_SEND_LOCK: &str = "SELECT status FROM workflow_status \
     WHERE shard_key = $1 AND id = $2 AND NOT (status = 'held' AND held_status = 'running') \
     FOR NO KEY UPDATE";
@@ -72,7 +76,9 @@ pub const MESSAGE_SEND_WRITE: &str = "WITH open AS MATERIALIZED ( \
 /// conflicts with a send's lock, a completion, a recovery, a
 /// cancellation) and says whether this claim ($3 owner, $4 fence) still
 /// holds it and whether its cancellation was asked. Its params: $1 shard
-/// key, $2 id.
+/// key, $2 id. Between it and [`MESSAGE_RECV_TAKE`], no writer changes
+/// what that decides: a send, a step record, a recovery, a cancellation and
+/// the job's deletion all need a lock that conflicts with this one.
 pub const MESSAGE_RECV_LOCK: &str = "SELECT owner IS NOT DISTINCT FROM $3 AND fence = $4 \
         AND status = 'running' AS owned, cancel_requested \
     FROM workflow_status WHERE shard_key = $1 AND id = $2 FOR UPDATE";

@@ -62,6 +62,15 @@ pub enum ClientError {
         /// Its status, when it exists.
         status: Option<JobStatus>,
     },
+    /// A message that cannot be sent as it is (an empty or oversized topic
+    /// or key, an oversized payload, a NUL): nothing was stored.
+    #[error("message to workflow {to} rejected: {reason}")]
+    InvalidMessage {
+        /// The workflow.
+        to: JobId,
+        /// What is wrong and what to do.
+        reason: crate::job::InvalidJob,
+    },
     /// `result` waited longer than asked.
     #[error("job {0} did not finish within {1:?}")]
     Timeout(JobId, std::time::Duration),

@@ -3,7 +3,7 @@
 
 use super::error::ClientError;
 use super::handle::Client;
-use crate::job::JobId;
+use crate::job::{validate_message, JobId};
 use crate::shards::ShardSet;
 use crate::store::messages::{self, SendMessage, Sent};
 use serde_json::Value;
@@ -37,21 +37,27 @@ impl Client {
         message: Value,
         idempotency_key: Option<&str>,
     ) -> Result<(), ClientError> {
-        send_routed(&self.shards, to, topic, &message, idempotency_key).await
+        let max = self.limits.max_payload_bytes;
+        send_routed(&self.shards, to, topic, &message, idempotency_key, max).await
     }
 }
 
 /// Sends to `to` on the shard its key routes to and, when that one has no
 /// such workflow, on the others in turn, then on the routed one again (a
 /// move may have copied it there meanwhile): a workflow written under an
-/// older shard map stays where it was written.
+/// older shard map stays where it was written. A message that
+/// `validate_message` refuses (its payload over `max_payload_bytes`, say)
+/// is sent nowhere.
 pub(crate) async fn send_routed(
     shards: &ShardSet,
     to: JobId,
     topic: &str,
     message: &Value,
     idempotency_key: Option<&str>,
+    max_payload_bytes: usize,
 ) -> Result<(), ClientError> {
+    validate_message(topic, message, idempotency_key, max_payload_bytes)
+        .map_err(|reason| ClientError::InvalidMessage { to, reason })?;
     let p = SendMessage {
         to,
         topic,

@@ -120,6 +120,8 @@ pub struct JobContext {
     pub(crate) recvs: Arc<AtomicU32>,
     /// Every shard, for routing a message ([`JobContext::send`]).
     pub(crate) shards: ShardSet,
+    /// Largest message `send` takes (`limits.max_payload_bytes`).
+    pub(crate) max_message_bytes: usize,
     /// Set when a sleep or a recv asked the workflow to park: until when.
     pub(crate) parked: Arc<Mutex<Option<SystemTime>>>,
 }
@@ -297,9 +299,17 @@ impl JobContext {
         // recorded after, on this workflow's shard: two transactions even
         // when the shards are one, which the key makes exactly once.
         self.step(&name, || async {
-            crate::client::messages::send_routed(&self.shards, to, topic, &message, Some(&key))
-                .await
-                .map_err(HandlerError::from)?;
+            let max = self.max_message_bytes;
+            crate::client::messages::send_routed(
+                &self.shards,
+                to,
+                topic,
+                &message,
+                Some(&key),
+                max,
+            )
+            .await
+            .map_err(HandlerError::from)?;
             Ok(serde_json::json!({ "to": to.to_string(), "topic": topic }))
         })
         .await

@@ -21,12 +21,15 @@ use tracing::Instrument;
 pub(crate) struct ExecutorConfig {
     /// Longest a handler may run (`worker.handler_timeout`).
     pub handler_timeout: Option<Duration>,
+    /// Largest message a handler's `send` takes (`limits.max_payload_bytes`).
+    pub max_message_bytes: usize,
 }
 
 impl ExecutorConfig {
     pub(crate) fn new(config: &Config) -> Self {
         ExecutorConfig {
             handler_timeout: config.worker.handler_timeout,
+            max_message_bytes: config.limits.max_payload_bytes,
         }
     }
 }
@@ -173,6 +176,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         sends: Default::default(),
         recvs: Default::default(),
         shards: run.shards.clone(),
+        max_message_bytes: executor.config.max_message_bytes,
         parked: Default::default(),
     };
     let parked = ctx.parked.clone();

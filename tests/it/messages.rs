@@ -379,6 +379,41 @@ async fn a_send_to_a_missing_or_finished_workflow_is_refused() {
     assert_eq!(all_messages(&shardq).await, 0, "nothing stored");
 }
 
+/// A message that cannot be stored as it is is refused before any shard is
+/// asked, saying what is wrong: an empty, NUL-holding or oversized topic, an
+/// oversized idempotency key, a payload over `limits.max_payload_bytes`;
+/// nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_message_is_refused_before_anything_is_stored() {
+    let (_shards, shardq) = shardq().await;
+    let client = shardq.client();
+    let to = client
+        .enqueue(NewJob::new(IDLE, "never_runs", json!({})))
+        .await
+        .unwrap();
+    let long = "x".repeat(2_000);
+    let big = json!("y".repeat(2_000_000));
+    let cases: [(&str, Value, Option<&str>, &str); 5] = [
+        ("", json!(1), None, "topic name is empty"),
+        ("a\0b", json!(1), None, "topic contains a NUL"),
+        (&long, json!(1), None, "topic is 2000 bytes"),
+        ("t", json!(1), Some(&long), "idempotency key is 2000 bytes"),
+        ("t", big, None, "over limits.max_payload_bytes"),
+    ];
+    for (topic, message, key, says) in cases {
+        let err = client
+            .send(to, topic, message, key)
+            .await
+            .expect_err("an invalid message");
+        assert!(
+            matches!(err, ClientError::InvalidMessage { to: t, .. } if t == to),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    assert_eq!(all_messages(&shardq).await, 0, "nothing stored");
+}
+
 /// A running workflow, claimed (by hand) by owner `racer` with fence 7.
 async fn running_workflow(shardq: &Shardq) -> JobId {
     let id = shardq

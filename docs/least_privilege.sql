@@ -80,6 +80,13 @@ GRANT SELECT, INSERT ON TABLE workflow_steps TO shardq_worker;
 REVOKE UPDATE, DELETE ON TABLE workflow_steps FROM shardq_worker;  -- granted by older versions of this file
 GRANT SELECT ON TABLE workflow_steps TO shardq_producer;
 
+-- Workflow mailboxes (schema version 31). A worker: SELECT and UPDATE (a
+-- recv takes a message, marking it received), INSERT (JobContext::send). A
+-- producer: SELECT, INSERT (Client::send; it wakes the workflow through its
+-- UPDATE on workflow_status). Deleted only with their job (cascade).
+GRANT SELECT, INSERT, UPDATE ON TABLE workflow_messages TO shardq_worker;
+GRANT SELECT, INSERT ON TABLE workflow_messages TO shardq_producer;
+
 -- The schema version: a worker refuses to run against a schema it does not
 -- know, so it reads this table. Read only: recording a migration is the owner's.
 GRANT SELECT ON TABLE shardq_migrations TO shardq_worker, shardq_producer;
@@ -98,8 +105,8 @@ GRANT SELECT ON TABLE shardq_schedules TO shardq_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_workers TO shardq_worker;
 
 -- The dashboard. Read-only: every table it shows, nothing else.
-GRANT SELECT ON TABLE workflow_status, workflow_steps, shardq_workers, shardq_paused_queues,
-    shardq_migrations TO shardq_dashboard_ro;
+GRANT SELECT ON TABLE workflow_status, workflow_steps, workflow_messages, shardq_workers,
+    shardq_paused_queues, shardq_migrations TO shardq_dashboard_ro;
 -- With actions (it is a member of shardq_dashboard_ro): UPDATE for retry and
 -- cancel (and the key bookkeeping they do), INSERT and DELETE of pause rows.
 -- No INSERT or DELETE of jobs, no step outputs.

@@ -34,6 +34,7 @@
 --     28 0028_ready_order_index.sql
 --     29 0029_ready_order_switch.sql
 --     30 0030_claim_result.sql
+--     31 0031_workflow_messages.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -190,6 +191,21 @@ TABLE shardq_workers
     CONSTRAINT shardq_workers_pkey PRIMARY KEY (worker_id)
     INDEX CREATE UNIQUE INDEX shardq_workers_pkey ON public.shardq_workers USING btree (worker_id)
 
+TABLE workflow_messages WITH (vacuum_truncate=false)
+    shard_key integer NOT NULL
+    workflow_id bigint NOT NULL
+    seq bigint NOT NULL GENERATED ALWAYS AS IDENTITY
+    topic text NOT NULL
+    message jsonb NOT NULL
+    idempotency_key text
+    received_by_step text
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT workflow_messages_pkey PRIMARY KEY (shard_key, workflow_id, seq)
+    CONSTRAINT workflow_messages_shard_key_workflow_id_fkey FOREIGN KEY (shard_key, workflow_id) REFERENCES workflow_status(shard_key, id) ON DELETE CASCADE
+    INDEX CREATE INDEX workflow_messages_unreceived ON public.workflow_messages USING btree (shard_key, workflow_id, topic, seq) WHERE (received_by_step IS NULL)
+    INDEX CREATE UNIQUE INDEX workflow_messages_idempotency ON public.workflow_messages USING btree (shard_key, workflow_id, idempotency_key) WHERE (idempotency_key IS NOT NULL)
+    INDEX CREATE UNIQUE INDEX workflow_messages_pkey ON public.workflow_messages USING btree (shard_key, workflow_id, seq)
+
 TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_insert_scale_factor=0.05, fillfactor=40)
     shard_key integer NOT NULL
     id bigint NOT NULL GENERATED ALWAYS AS IDENTITY
@@ -251,6 +267,7 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
 
 SEQUENCE shardq_map_change_xid
 SEQUENCE shardq_ready_seq
+SEQUENCE workflow_messages_seq_seq
 SEQUENCE workflow_status_id_seq
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -701,7 +718,7 @@ BEGIN
             error = CASE WHEN c.status = 'released' AND w.cancel_requested
                     THEN 'cancelled before it started'
                 WHEN c.status = 'released' THEN w.error
-                WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it slept'
+                WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it waited'
                 WHEN c.status = 'parked' THEN w.error ELSE c.error END,
             owner = NULL, lease_expires_at = NULL
         FROM batch c

@@ -48,6 +48,48 @@ pub const MAX_DEDUP_ID_BYTES: usize = 1024;
 /// Longest group name, in bytes: indexed with its queue (see [`MAX_QUEUE_BYTES`]).
 pub const MAX_GROUP_BYTES: usize = 1024;
 
+/// Checks a message to a workflow before anything is written: its topic
+/// (not empty, no NUL, at most [`MAX_QUEUE_BYTES`]), its idempotency key
+/// (no NUL, at most [`MAX_DEDUP_ID_BYTES`]) and its payload (at most
+/// `max_payload_bytes` as JSON text, no NUL), as an enqueue checks a job's.
+pub(crate) fn validate_message(
+    topic: &str,
+    message: &Value,
+    idempotency_key: Option<&str>,
+    max_payload_bytes: usize,
+) -> Result<(), InvalidJob> {
+    if topic.is_empty() {
+        return Err(InvalidJob::EmptyName("topic"));
+    }
+    for (field, value, max) in [
+        ("topic", Some(topic), MAX_QUEUE_BYTES),
+        ("idempotency key", idempotency_key, MAX_DEDUP_ID_BYTES),
+    ] {
+        let Some(value) = value else { continue };
+        if value.contains('\0') {
+            return Err(InvalidJob::NulInName(field));
+        }
+        if value.len() > max {
+            return Err(InvalidJob::TooLong {
+                field,
+                size: value.len(),
+                max,
+            });
+        }
+    }
+    let size = message.to_string().len();
+    if size > max_payload_bytes {
+        return Err(InvalidJob::PayloadTooLarge {
+            size,
+            max: max_payload_bytes,
+        });
+    }
+    if has_nul(message) {
+        return Err(InvalidJob::NulInPayload);
+    }
+    Ok(())
+}
+
 /// What is wrong with a job, found before anything is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidJob {

@@ -91,7 +91,7 @@ BEGIN
             error = CASE WHEN c.status = 'released' AND w.cancel_requested
                     THEN 'cancelled before it started'
                 WHEN c.status = 'released' THEN w.error
-                WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it slept'
+                WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it waited'
                 WHEN c.status = 'parked' THEN w.error ELSE c.error END,
             owner = NULL, lease_expires_at = NULL
         FROM batch c

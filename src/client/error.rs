@@ -4,7 +4,7 @@ use super::pending::PendingEnqueue;
 use crate::job::{InvalidJob, JobId};
 use crate::map_load::MapLoadError;
 use crate::shards::ShardError;
-use crate::store::ErrorKind;
+use crate::store::{ErrorKind, JobStatus};
 
 /// Errors from enqueueing or reading jobs.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,25 @@ pub enum ClientError {
     /// No job has this id.
     #[error("no job {0}")]
     NotFound(JobId),
+    /// A message ([`Client::send`](super::Client::send)) to a workflow that
+    /// cannot take it: none has this id (`status` is `None`), it has
+    /// finished, or it is moving between shards. Nothing was stored.
+    #[error("cannot send a message to workflow {to}: {}", refusal(*.status))]
+    SendRefused {
+        /// The workflow.
+        to: JobId,
+        /// Its status, when it exists.
+        status: Option<JobStatus>,
+    },
+    /// A message that cannot be sent as it is (an empty or oversized topic
+    /// or key, an oversized payload, a NUL): nothing was stored.
+    #[error("message to workflow {to} rejected: {reason}")]
+    InvalidMessage {
+        /// The workflow.
+        to: JobId,
+        /// What is wrong and what to do.
+        reason: crate::job::InvalidJob,
+    },
     /// `result` waited longer than asked.
     #[error("job {0} did not finish within {1:?}")]
     Timeout(JobId, std::time::Duration),
@@ -110,6 +129,21 @@ pub enum ClientError {
         /// The id.
         dedup_id: String,
     },
+}
+
+/// Why a workflow in `status` takes no message, and what to do.
+fn refusal(status: Option<JobStatus>) -> String {
+    match status {
+        None => "no such workflow exists (send to the id its enqueue returned)".to_string(),
+        Some(JobStatus::Held) => {
+            "it is moving between shards (`shardq reshard`): send again once the move is done"
+                .to_string()
+        }
+        Some(status) => format!(
+            "it has finished ({status}); messages go only to a workflow that has not \
+             finished (waiting, scheduled, queued or running)"
+        ),
+    }
 }
 
 impl ClientError {

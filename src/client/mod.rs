@@ -11,6 +11,7 @@ mod handle;
 mod inspect;
 pub(crate) mod limits;
 mod map_report;
+pub(crate) mod messages;
 mod pause;
 mod pending;
 #[cfg_attr(not(feature = "internal"), allow(dead_code, unreachable_pub))]

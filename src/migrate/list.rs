@@ -178,6 +178,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0030_claim_result.sql",
         sql: include_str!("../../migrations/0030_claim_result.sql"),
     },
+    Migration {
+        version: 31,
+        name: "0031_workflow_messages.sql",
+        sql: include_str!("../../migrations/0031_workflow_messages.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

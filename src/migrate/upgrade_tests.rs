@@ -163,7 +163,9 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         .expect("migrate the version-16 shard");
     assert_eq!(
         applied,
-        vec![vec![17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]],
+        vec![vec![
+            17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
+        ]],
         "the map tables and the reshard's were due"
     );
     check_all(&shards).await.expect("check after migrate");

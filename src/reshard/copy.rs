@@ -3,7 +3,7 @@
 //! Per chunk of whole shard keys (a key's jobs move together, so no claim
 //! on the old shard takes a later job of a key whose earlier one left):
 //! mark them `held` on the old shard (no worker claims them there any
-//! more), write them on the new shard with their steps and ids, then remove
+//! more), write them on the new shard with their steps, messages and ids, then remove
 //! them from the old shard. Stopped between any two of these, the next run
 //! finds them held on the old shard and copies them again (the new shard's
 //! earlier copy is replaced), so nothing is lost or written twice.
@@ -15,7 +15,10 @@
 //! request changed since it was read, for the next pass); recovery of an
 //! expired lease (running → queued: copied by a later pass; a
 //! deduplicated one keeps its id taken on the new shard by the stand-in
-//! read after the marks, which sees it in some unfinished state). Enqueues
+//! read after the marks, which sees it in some unfinished state). A send
+//! to a held job is refused (`Client::send` says to send again after the
+//! move), so the messages read with a job are all it has when it is
+//! removed. Enqueues
 //! of the range are refused on the old shard from the new epoch on.
 
 use crate::shards::{Shard, ShardError};
@@ -62,7 +65,7 @@ pub(super) async fn copy_range(
     let stand_ins = store::read_stand_ins(from, range).await?;
     if stand_ins.as_array().is_some_and(|a| !a.is_empty()) {
         let empty = Value::Array(Vec::new());
-        store::write_copies(to, &empty, &empty, &stand_ins).await?;
+        store::write_copies(to, &empty, &empty, &empty, &stand_ins).await?;
     }
     Ok(copied)
 }
@@ -91,7 +94,7 @@ async fn copy_chunk(from: &Shard, to: &Shard, chunk: (i32, i32)) -> Result<Copie
     let mut copied = Copied::default();
     let mut after = 0;
     loop {
-        let (jobs, steps) = store::read_held(from, chunk, after, CHUNK_ROWS).await?;
+        let (jobs, steps, messages) = store::read_held(from, chunk, after, CHUNK_ROWS).await?;
         let Some(piece) = jobs.as_array().filter(|a| !a.is_empty()) else {
             return Ok(copied);
         };
@@ -100,7 +103,7 @@ async fn copy_chunk(from: &Shard, to: &Shard, chunk: (i32, i32)) -> Result<Copie
             .filter_map(|j| j["id"].as_i64())
             .max()
             .unwrap_or(after);
-        let done = copy_piece(from, to, chunk, &jobs, &steps).await?;
+        let done = copy_piece(from, to, chunk, (&jobs, &steps, &messages)).await?;
         copied.moved += done.moved;
         copied.refused += done.refused;
     }
@@ -112,11 +115,11 @@ async fn copy_piece(
     from: &Shard,
     to: &Shard,
     chunk: (i32, i32),
-    jobs: &Value,
-    steps: &Value,
+    (jobs, steps, messages): (&Value, &Value, &Value),
 ) -> Result<Copied, ShardError> {
     let read = jobs.as_array().map_or(0, Vec::len);
-    let written = store::write_copies(to, jobs, steps, &Value::Array(Vec::new())).await?;
+    let empty = Value::Array(Vec::new());
+    let written = store::write_copies(to, jobs, steps, messages, &empty).await?;
     let cancel_of: HashMap<(i64, i64), bool> = jobs
         .as_array()
         .into_iter()

@@ -94,6 +94,37 @@ pub(crate) async fn execute(
         .await
 }
 
+/// Runs `lock` (a statement that locks rows and reads them), then, when
+/// `go_on` says so of its rows, `decide`, in one transaction: `decide` is
+/// a statement of its own, so its snapshot sees every commit made before
+/// `lock`'s locks were granted. Returns the rows of each (`None` when
+/// `decide` did not run).
+pub(crate) async fn lock_then(
+    shard: &Shard,
+    lock: (&str, &[Param<'_>]),
+    decide: (&str, &[Param<'_>]),
+    go_on: impl FnOnce(&[Row]) -> bool,
+) -> Result<(Vec<Row>, Option<Vec<Row>>), ShardError> {
+    shard
+        .within(async {
+            let mut client = shard.lend().await?;
+            let rows = async {
+                let tx = client.transaction().await?;
+                let locked = tx.query_typed(lock.0, lock.1).await?;
+                let decided = match go_on(&locked) {
+                    true => Some(tx.query_typed(decide.0, decide.1).await?),
+                    false => None,
+                };
+                tx.commit().await?;
+                Ok((locked, decided))
+            }
+            .await;
+            client.settle();
+            rows.map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
 /// Runs `statement` in one transaction, between taking the key locks of
 /// the jobs (`keys`, `ids`) and releasing the keys it left free (their
 /// lowest waiting job is queued). Every change to keyed jobs but the claim

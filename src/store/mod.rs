@@ -27,6 +27,7 @@ pub mod jobs;
 pub mod limits;
 pub mod locks;
 pub mod map;
+pub mod messages;
 pub mod queues;
 pub mod reshard;
 pub mod schedules;

@@ -318,7 +318,8 @@ pub async fn mark_held(shard: &Shard, (first, end): (i32, i32)) -> Result<u64, S
 }
 
 /// The held jobs of shard keys `first..end` with ids above `after`, at most
-/// `limit` of them by id (a JSON array), and their steps (another).
+/// `limit` of them by id (a JSON array), their steps (another) and their
+/// messages (a third).
 ///
 /// # Errors
 ///
@@ -328,12 +329,12 @@ pub async fn read_held(
     (first, end): (i32, i32),
     after: i64,
     limit: i64,
-) -> Result<(Value, Value), ShardError> {
+) -> Result<(Value, Value, Value), ShardError> {
     in_session(shard, |db| async move {
         let held = db
             .query_one(sql::RESHARD_HELD_READ, &[&first, &end, &after, &limit])
             .await?;
-        Ok((held.get("jobs"), held.get("steps")))
+        Ok((held.get("jobs"), held.get("steps"), held.get("messages")))
     })
     .await
 }
@@ -356,7 +357,7 @@ pub async fn read_stand_ins(shard: &Shard, (first, end): (i32, i32)) -> Result<V
 }
 
 /// On the new shard, in one transaction: replaces earlier held copies of
-/// `jobs` and writes `jobs`, their `steps` and the `stand_ins` (kept when
+/// `jobs` and writes `jobs`, their `steps` and `messages`, and the `stand_ins` (kept when
 /// a copy exists). Returns the (id, shard key) of the jobs written.
 ///
 /// # Errors
@@ -366,6 +367,7 @@ pub async fn write_copies(
     shard: &Shard,
     jobs: &Value,
     steps: &Value,
+    messages: &Value,
     stand_ins: &Value,
 ) -> Result<Vec<(i64, i32)>, ShardError> {
     in_session(shard, |mut db| async move {
@@ -388,6 +390,7 @@ pub async fn write_copies(
             )
             .await?;
         tx.execute(sql::RESHARD_COPY_STEPS, &[steps]).await?;
+        tx.execute(sql::RESHARD_COPY_MESSAGES, &[messages]).await?;
         tx.execute(sql::RESHARD_COPY_JOBS, &[stand_ins]).await?;
         tx.commit().await?;
         Ok(written

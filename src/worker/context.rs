@@ -1,7 +1,8 @@
 //! What a handler is given: its job, cancellation, and durable steps.
 
 use crate::job::JobId;
-use crate::shards::{Shard, ShardError};
+use crate::shards::{Shard, ShardError, ShardSet};
+use crate::store::messages::{self, Received, Recv};
 use crate::store::steps::{self, RecordStep, Sleep, Slept};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -49,6 +50,13 @@ pub enum StepError {
     /// steps and sleeps returning at once.
     #[error("workflow {0} sleeps until {}; return this error so it parks until then", utc(.1))]
     Sleeping(JobId, SystemTime),
+    /// A [`JobContext::recv`] found no message of its topic and its
+    /// timeout is not over: return this error (`?`) so the workflow parks
+    /// (as for [`StepError::Sleeping`]) until a message of the topic is
+    /// sent to it or the timeout ends, whichever is first; then it runs
+    /// again from the start, and the recv returns the message or `None`.
+    #[error("workflow {0} waits for a message on topic `{1}` until {}; return this error so it parks until then", utc(.2))]
+    Waiting(JobId, String, SystemTime),
     /// Reading or recording the step failed.
     #[error("step `{step}`: database error")]
     Database {
@@ -68,6 +76,16 @@ fn utc(at: &SystemTime) -> String {
 /// The step name of a workflow's `n`th durable sleep (from 1) in its code.
 fn sleep_step(n: u32) -> String {
     format!("shardq:sleep:{n}")
+}
+
+/// The step name of a workflow's `n`th message sent (from 1).
+fn send_step(n: u32) -> String {
+    format!("shardq:send:{n}")
+}
+
+/// The step name of a workflow's `n`th recv (from 1).
+fn recv_step(n: u32) -> String {
+    format!("shardq:recv:{n}")
 }
 
 /// A running job: its data, its cancellation signal, and durable steps.
@@ -94,7 +112,17 @@ pub struct JobContext {
     /// Durable sleeps called so far in this run (they are numbered in call
     /// order, the same on every run of deterministic code).
     pub(crate) sleeps: Arc<AtomicU32>,
-    /// Set when a sleep asked the workflow to park: until when.
+    /// Messages sent so far in this run ([`JobContext::send`]), numbered
+    /// like the sleeps.
+    pub(crate) sends: Arc<AtomicU32>,
+    /// Recvs called so far in this run ([`JobContext::recv`]), numbered
+    /// like the sleeps.
+    pub(crate) recvs: Arc<AtomicU32>,
+    /// Every shard, for routing a message ([`JobContext::send`]).
+    pub(crate) shards: ShardSet,
+    /// Largest message `send` takes (`limits.max_payload_bytes`).
+    pub(crate) max_message_bytes: usize,
+    /// Set when a sleep or a recv asked the workflow to park: until when.
     pub(crate) parked: Arc<Mutex<Option<SystemTime>>>,
 }
 
@@ -239,6 +267,110 @@ impl JobContext {
             }
             Slept::Cancelled => Err(StepError::Cancelled(self.id, name)),
             Slept::NotHeld => Err(StepError::Fenced(self.id, name)),
+        }
+    }
+
+    /// Sends `message` on `topic` to workflow `to` ([`Client::send`]),
+    /// exactly once per workflow: the send is a step named `shardq:send:N`
+    /// (N counting this run's sends from 1, so the code must reach its
+    /// sends in the same order on every run), and its idempotency key is
+    /// `{this workflow's id}:shardq:send:N`, so a replay, or a retry after
+    /// the send was stored but before its step was recorded, stores
+    /// nothing again.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Failed`] with the [`ClientError`] (a refusal: `to` does
+    /// not exist or has finished; or its shard failed: nothing recorded,
+    /// the next attempt sends again under the same key); `Cancelled`,
+    /// `Fenced`, `Database` as for [`JobContext::step`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in effect: the key makes a repeat store nothing.
+    ///
+    /// [`Client::send`]: crate::Client::send
+    /// [`ClientError`]: crate::ClientError
+    pub async fn send(&self, to: JobId, topic: &str, message: Value) -> Result<(), StepError> {
+        let name = send_step(self.sends.fetch_add(1, Ordering::SeqCst) + 1);
+        let key = format!("{}:{name}", self.id);
+        // Through the client's routing, on the recipient's shard (this
+        // workflow's own or another), with the derived key; the step is
+        // recorded after, on this workflow's shard: two transactions even
+        // when the shards are one, which the key makes exactly once.
+        self.step(&name, || async {
+            let max = self.max_message_bytes;
+            crate::client::messages::send_routed(
+                &self.shards,
+                to,
+                topic,
+                &message,
+                Some(&key),
+                max,
+            )
+            .await
+            .map_err(HandlerError::from)?;
+            Ok(serde_json::json!({ "to": to.to_string(), "topic": topic }))
+        })
+        .await
+        .map(|_: Value| ())
+    }
+
+    /// Receives a message on `topic` sent to this workflow ([`Client::send`],
+    /// [`JobContext::send`]): its mailbox keeps a message sent before the
+    /// workflow asks, gives a topic's messages in the order the shard
+    /// stored them, and each once. The call is a step named
+    /// `shardq:recv:N` (N counting this run's recvs from 1; its wait is
+    /// recorded as `shardq:recv:N:wait`): a replay returns what it returned
+    /// first.
+    ///
+    /// With a message there, it is taken and returned. With none, the
+    /// first call records a deadline (the shard's clock plus `timeout`)
+    /// and returns [`StepError::Waiting`]: return it (`?`) and the workflow
+    /// parks (no slot, lease or permit held) until a message of the topic
+    /// is sent to it (the send wakes it) or the deadline, then runs again
+    /// from the start. Past the deadline with no message, it returns
+    /// `Ok(None)` (recorded: a message sent later stays in the mailbox for
+    /// a later recv of the topic). A message and the deadline that race
+    /// are decided under the workflow's row lock: the message wins when
+    /// its send committed first.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Waiting`] (park), `Cancelled`, `Fenced`, `Database`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in effect: a message taken is recorded in the same
+    /// transaction, and the next call returns it.
+    ///
+    /// [`Client::send`]: crate::Client::send
+    pub async fn recv(&self, topic: &str, timeout: Duration) -> Result<Option<Value>, StepError> {
+        let name = recv_step(self.recvs.fetch_add(1, Ordering::SeqCst) + 1);
+        let recv = Recv {
+            id: self.id,
+            name: &name,
+            topic,
+            timeout,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        let received =
+            messages::recv(&self.shard, recv)
+                .await
+                .map_err(|source| StepError::Database {
+                    step: name.clone(),
+                    source,
+                })?;
+        match received {
+            Received::Message(message) => Ok(Some(message)),
+            Received::TimedOut => Ok(None),
+            Received::Waiting(at) => {
+                *self.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+                Err(StepError::Waiting(self.id, topic.to_string(), at))
+            }
+            Received::Cancelled => Err(StepError::Cancelled(self.id, name)),
+            Received::NotHeld => Err(StepError::Fenced(self.id, name)),
         }
     }
 }

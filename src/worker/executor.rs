@@ -21,12 +21,15 @@ use tracing::Instrument;
 pub(crate) struct ExecutorConfig {
     /// Longest a handler may run (`worker.handler_timeout`).
     pub handler_timeout: Option<Duration>,
+    /// Largest message a handler's `send` takes (`limits.max_payload_bytes`).
+    pub max_message_bytes: usize,
 }
 
 impl ExecutorConfig {
     pub(crate) fn new(config: &Config) -> Self {
         ExecutorConfig {
             handler_timeout: config.worker.handler_timeout,
+            max_message_bytes: config.limits.max_payload_bytes,
         }
     }
 }
@@ -171,13 +174,18 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         owner: run.owner.clone(),
         cancel,
         sleeps: Default::default(),
+        sends: Default::default(),
+        recvs: Default::default(),
+        shards: run.shards.clone(),
+        max_message_bytes: executor.config.max_message_bytes,
         parked: Default::default(),
     };
     let parked = ctx.parked.clone();
     run.stats.record_handler_running(true);
     let outcome = run_with_timeout(executor, job.handler, ctx).await;
     run.stats.record_handler_running(false);
-    // A handler that returned the error of a sleep not over parks (it may
+    // A handler that returned the error of a sleep not over (or of a recv
+    // that waits for a message) parks (it may
     // have wrapped it: asking to park is what counts); one that succeeded
     // anyway has succeeded.
     let parked = parked.lock().map(|p| p.is_some()).unwrap_or(true);
@@ -190,7 +198,9 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         Outcome::Dead(message) => {
             tracing::debug!(job = %done.id, error = %message, "job failed for good")
         }
-        Outcome::Parked => tracing::debug!(job = %done.id, "workflow parked until its sleep ends"),
+        Outcome::Parked => {
+            tracing::debug!(job = %done.id, "workflow parked until its sleep ends or its message comes")
+        }
         Outcome::Succeeded(_) | Outcome::Released => {}
     }
     done.outcome = outcome.storable();

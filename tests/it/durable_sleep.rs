@@ -295,7 +295,7 @@ async fn a_cancellation_between_the_sleep_and_its_parking_ends_the_workflow() {
     worker.await.unwrap();
     assert_eq!(outcome, JobOutcome::Cancelled);
     let info = shardq.client().job(id).await.unwrap().expect("the job");
-    assert_eq!(info.error.as_deref(), Some("cancelled while it slept"));
+    assert_eq!(info.error.as_deref(), Some("cancelled while it waited"));
 }
 
 /// A keyed workflow that sleeps keeps its key: the key's later job (claimed

@@ -40,6 +40,7 @@ mod lifecycle;
 mod limits_home_down;
 mod lost_replies;
 mod map_epochs;
+mod messages;
 mod metrics;
 mod migrate;
 mod ordering;

@@ -576,8 +576,33 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .unwrap();
     assert_eq!(deleted, 200);
 
-    // A claim of grouped jobs under group limits (the buckets' table).
+    // Messages: a workflow sends to itself and receives it, under the role.
     let owner_client = shardq::Client::from_shards(owner_shards.clone(), owner.limits.clone());
+    let mail = owner_client
+        .enqueue(NewJob::new("default", "mail", serde_json::json!({})))
+        .await
+        .unwrap();
+    let mut registry = HandlerRegistry::new();
+    registry.register("mail", |ctx| async move {
+        ctx.send(ctx.id, "self", serde_json::json!("echo")).await?;
+        Ok(serde_json::json!(ctx.recv("self", Duration::ZERO).await?))
+    });
+    let worker = Worker::new(config.clone(), shards.clone(), registry).stop_when_empty(true);
+    tokio::time::timeout(DRAIN_LIMIT, worker.run(CancellationToken::new()))
+        .await
+        .expect("the worker runs the mail job");
+    assert_eq!(
+        owner_client
+            .job(mail)
+            .await
+            .unwrap()
+            .expect("the job")
+            .output,
+        Some(serde_json::json!("echo")),
+        "the worker role sends and receives"
+    );
+
+    // A claim of grouped jobs under group limits (the buckets' table).
     owner_client
         .set_queue_limits(
             "grouped",
@@ -653,6 +678,10 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .await
         .expect("a producer enqueues");
     assert!(producer.status().await[0].counts.is_some(), "status works");
+    producer
+        .send(id, "t", serde_json::json!(1), Some("k"))
+        .await
+        .expect("a producer sends a message");
     assert_eq!(
         producer.cancel(id).await.unwrap().map(|s| s.as_str()),
         Some("cancelled")

@@ -50,7 +50,7 @@ pub struct JobInfo {
     /// When it finished.
     pub finished_at: Option<String>,
     /// What a parked workflow waits for, and until when (a durable sleep's
-    /// wake time).
+    /// wake time, or a recv's topic and deadline).
     pub waiting_for: Option<String>,
 }
 

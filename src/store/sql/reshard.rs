@@ -109,15 +109,20 @@ pub const RESHARD_MARK: &str = "UPDATE workflow_status w \
             AND r.status = 'running'))";
 
 /// The held jobs of shard keys $1..$2 with ids above $3, at most $4 of them
-/// by id, as one JSON array, with their steps (another): a key with more
-/// jobs than a chunk is copied in pieces, each statement bounded.
+/// by id, as one JSON array, with their steps (another) and their messages
+/// (a third, in `seq` order): a key with more jobs than a chunk is copied in
+/// pieces, each statement bounded. No message is written to a held job (a
+/// send refuses it) or received by one (it does not run), so the messages
+/// read are all it has until it is removed.
 pub const RESHARD_HELD_READ: &str = "WITH j AS MATERIALIZED ( \
         SELECT w.* FROM workflow_status w \
         WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'held' AND w.id > $3 \
         ORDER BY w.id LIMIT $4) \
     SELECT coalesce((SELECT jsonb_agg(to_jsonb(j) ORDER BY j.id) FROM j), '[]') AS jobs, \
     coalesce((SELECT jsonb_agg(to_jsonb(s)) FROM workflow_steps s JOIN j \
-        ON j.shard_key = s.shard_key AND j.id = s.workflow_id), '[]') AS steps";
+        ON j.shard_key = s.shard_key AND j.id = s.workflow_id), '[]') AS steps, \
+    coalesce((SELECT jsonb_agg(to_jsonb(m) ORDER BY m.seq) FROM workflow_messages m JOIN j \
+        ON j.shard_key = m.shard_key AND j.id = m.workflow_id), '[]') AS messages";
 
 /// Stand-ins for the deduplicated jobs of shard keys $1..$2 that hold their
 /// deduplication id on the old shard and were not copied: running ones, and
@@ -163,8 +168,25 @@ pub const RESHARD_COPY_STEPS: &str = "INSERT INTO workflow_steps \
         WHERE w.shard_key = s.shard_key AND w.id = s.workflow_id AND w.status = 'held') \
     ON CONFLICT DO NOTHING";
 
+/// On the new shard: writes the messages ($1, JSON, in the old shard's
+/// `seq` order) of the jobs copied, as [`RESHARD_COPY_STEPS`] does their
+/// steps. Each gets a `seq` of this shard, taken in the old order: a
+/// workflow's messages keep their order, and those sent after the move
+/// come after them. A copy written again replaces the earlier one's
+/// messages with it (the replaced job's are deleted by cascade).
+pub const RESHARD_COPY_MESSAGES: &str = "INSERT INTO workflow_messages \
+        (shard_key, workflow_id, topic, message, idempotency_key, received_by_step, created_at) \
+    SELECT m.shard_key, m.workflow_id, m.topic, m.message, m.idempotency_key, \
+        m.received_by_step, m.created_at \
+    FROM jsonb_populate_recordset(NULL::workflow_messages, $1::jsonb) m \
+    WHERE EXISTS (SELECT 1 FROM workflow_status w \
+        WHERE w.shard_key = m.shard_key AND w.id = m.workflow_id AND w.status = 'held') \
+    ORDER BY m.seq \
+    ON CONFLICT DO NOTHING";
+
 /// On the old shard: removes the jobs copied (ids $3, shard keys $4, each
-/// with the cancel request it was copied with, $5), steps too (cascade). A
+/// with the cancel request it was copied with, $5), steps and messages too
+/// (cascade). A
 /// job cancelled since it was read stays, to be copied again.
 pub const RESHARD_DROP_COPIED: &str = "DELETE FROM workflow_status w \
     USING unnest($3::bigint[], $4::int[], $5::bool[]) AS c(id, shard_key, cancel_requested) \

@@ -7,6 +7,7 @@ mod command;
 mod enqueue;
 mod frozen;
 mod lookups;
+mod messages;
 mod resume;
 mod schedules;
 mod under_load;

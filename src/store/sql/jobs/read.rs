@@ -12,7 +12,17 @@ pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status
             WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
                 AND s.step_name LIKE 'shardq:sleep:%' \
                 AND (s.output->>'wake_at')::timestamptz = w.run_at) \
-        THEN 'a durable sleep, until ' || run_at::text END AS waiting_for \
+        THEN 'a durable sleep, until ' || run_at::text \
+        WHEN status = 'scheduled' THEN (SELECT 'a message on topic `' || (s.output->>'topic') \
+                || '`, until ' || (s.output->>'deadline')::timestamptz::text \
+            FROM workflow_steps s \
+            WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
+                AND s.step_name LIKE 'shardq:recv:%:wait' \
+                AND NOT EXISTS (SELECT 1 FROM workflow_steps d \
+                    WHERE d.shard_key = w.shard_key AND d.workflow_id = w.id \
+                        AND d.step_name = left(s.step_name, -length(':wait'))) \
+            LIMIT 1) \
+        END AS waiting_for \
     FROM workflow_status w WHERE shard_key = $1 AND id = $2 \
         AND NOT (status = 'held' AND held_status = 'running')";
 

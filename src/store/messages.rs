@@ -1,0 +1,194 @@
+//! Messages to a workflow: sending to its mailbox, and the recv steps that
+//! take from it ([`sql::MESSAGE_SEND_LOCK`] says how the two are ordered).
+
+use super::exec;
+use super::sql;
+use crate::job::JobId;
+use crate::shards::{Shard, ShardError};
+use crate::store::JobStatus;
+use serde_json::Value;
+use std::time::{Duration, SystemTime};
+use tokio_postgres::types::Type;
+
+/// A message to send.
+#[derive(Debug, Clone, Copy)]
+pub struct SendMessage<'a> {
+    /// The workflow (job) it goes to.
+    pub to: JobId,
+    /// Its topic.
+    pub topic: &'a str,
+    /// The message.
+    pub message: &'a Value,
+    /// A key that makes the send exactly once: a send with a key used
+    /// before for this workflow writes nothing.
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// What a send did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Written; `woken` when a recv of the workflow waited on its topic.
+    Written {
+        /// Whether the send woke the workflow.
+        woken: bool,
+    },
+    /// Its idempotency key was used before: nothing written.
+    Duplicate,
+    /// The workflow cannot take messages: it has finished, or is moving
+    /// between shards (`held`). Nothing written.
+    Refused(JobStatus),
+    /// This shard has no such workflow. Nothing written.
+    Missing,
+}
+
+/// Sends a message to a workflow on `shard`: under its row's lock
+/// ([`sql::MESSAGE_SEND_LOCK`]), then written and the workflow woken in a
+/// later statement ([`sql::MESSAGE_SEND_WRITE`]), one transaction.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails; nothing is written then, unless
+/// the commit's reply was lost (a send again with the same idempotency key
+/// writes nothing twice).
+///
+/// # Cancel safety
+///
+/// As the errors: with an idempotency key, sending again is harmless.
+pub async fn send(shard: &Shard, p: SendMessage<'_>) -> Result<Sent, ShardError> {
+    let key = [
+        (&p.to.shard_key as _, Type::INT4),
+        (&p.to.id as _, Type::INT8),
+    ];
+    let write = [
+        (&p.to.shard_key as _, Type::INT4),
+        (&p.to.id as _, Type::INT8),
+        (&p.topic as _, Type::TEXT),
+        (p.message as _, Type::JSONB),
+        (&p.idempotency_key as _, Type::TEXT),
+    ];
+    let mut status = None;
+    let (_, written) = exec::lock_then(
+        shard,
+        (sql::MESSAGE_SEND_LOCK, &key),
+        (sql::MESSAGE_SEND_WRITE, &write),
+        |rows| {
+            status = rows
+                .first()
+                .map(|r| JobStatus::from_column(r.get("status")));
+            matches!(
+                status,
+                Some(JobStatus::Waiting | JobStatus::Scheduled | JobStatus::Queued)
+                    | Some(JobStatus::Running)
+            )
+        },
+    )
+    .await?;
+    Ok(match (status, written.as_deref().and_then(<[_]>::first)) {
+        (None, _) => Sent::Missing,
+        (Some(_), Some(row)) if row.get::<_, bool>("written") => Sent::Written {
+            woken: row.get("woken"),
+        },
+        (Some(_), Some(_)) => Sent::Duplicate,
+        (Some(status), None) => Sent::Refused(status),
+    })
+}
+
+/// A recv step of a workflow.
+#[derive(Debug, Clone, Copy)]
+pub struct Recv<'a> {
+    /// The workflow (job).
+    pub id: JobId,
+    /// The step's name.
+    pub name: &'a str,
+    /// The topic it receives.
+    pub topic: &'a str,
+    /// How long it waits for a message, from the first call, by the
+    /// shard's clock.
+    pub timeout: Duration,
+    /// The worker holding the workflow.
+    pub owner: &'a str,
+    /// The fence of its claim.
+    pub fence: i64,
+}
+
+/// Where a recv step stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Received {
+    /// It took this message (now or on an earlier run).
+    Message(Value),
+    /// No message came before its deadline.
+    TimedOut,
+    /// No message yet: the workflow is to park until this deadline (its
+    /// `run_at` is set; a send of the topic wakes it sooner).
+    Waiting(SystemTime),
+    /// The workflow's cancellation was asked.
+    Cancelled,
+    /// This claim no longer holds the workflow (its lease was lost).
+    NotHeld,
+}
+
+/// Decides recv step `name` once: under the workflow's row lock
+/// ([`sql::MESSAGE_RECV_LOCK`]), then in a later statement
+/// ([`sql::MESSAGE_RECV_TAKE`]) that sees every message committed before
+/// the lock was granted; a step decided before returns what it decided.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a message taken is recorded in the same
+/// transaction, and the next call returns it.
+pub async fn recv(shard: &Shard, p: Recv<'_>) -> Result<Received, ShardError> {
+    let micros = i64::try_from(p.timeout.as_micros()).unwrap_or(i64::MAX);
+    let lock = [
+        (&p.id.shard_key as _, Type::INT4),
+        (&p.id.id as _, Type::INT8),
+        (&p.owner as _, Type::TEXT),
+        (&p.fence as _, Type::INT8),
+    ];
+    let take = [
+        (&p.id.shard_key as _, Type::INT4),
+        (&p.id.id as _, Type::INT8),
+        (&p.name as _, Type::TEXT),
+        (&p.topic as _, Type::TEXT),
+        (&micros as _, Type::INT8),
+    ];
+    let mut state = Received::NotHeld;
+    let (_, decided) = exec::lock_then(
+        shard,
+        (sql::MESSAGE_RECV_LOCK, &lock),
+        (sql::MESSAGE_RECV_TAKE, &take),
+        |rows| match rows.first() {
+            Some(r) if r.get::<_, bool>("cancel_requested") => {
+                state = Received::Cancelled;
+                false
+            }
+            Some(r) => r.get::<_, bool>("owned"),
+            None => false,
+        },
+    )
+    .await?;
+    let Some(row) = decided.as_deref().and_then(<[_]>::first) else {
+        return Ok(state);
+    };
+    let output: Value = row.get("output");
+    Ok(decision(&output))
+}
+
+/// What a recv step's recorded output says.
+fn decision(output: &Value) -> Received {
+    if let Some(message) = output.get("message") {
+        return Received::Message(message.clone());
+    }
+    if output.get("timed_out").is_some() {
+        return Received::TimedOut;
+    }
+    let deadline = output
+        .get("deadline")
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map_or(SystemTime::UNIX_EPOCH, SystemTime::from);
+    Received::Waiting(deadline)
+}

@@ -50,6 +50,19 @@ fn start_worker(
     (stop, worker)
 }
 
+/// Runs a worker with `handlers` until job `id` has finished; its outcome.
+async fn run_until_finished(shardq: &Shardq, handlers: HandlerRegistry, id: JobId) -> JobOutcome {
+    let (stop, worker) = start_worker(shardq, handlers);
+    let outcome = shardq
+        .client()
+        .result(id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    outcome
+}
+
 async fn status(shardq: &Shardq, id: JobId) -> JobStatus {
     shardq
         .client()
@@ -196,14 +209,7 @@ async fn a_retried_workflow_keeps_its_first_wake_time() {
         }
     });
     let id = enqueue(&shardq, "flaky").await;
-    let (stop, worker) = start_worker(&shardq, handlers);
-    let outcome = shardq
-        .client()
-        .result(id, Duration::from_secs(30))
-        .await
-        .unwrap();
-    stop.cancel();
-    worker.await.unwrap();
+    let outcome = run_until_finished(&shardq, handlers, id).await;
     assert_eq!(outcome, JobOutcome::Succeeded(serde_json::Value::Null));
     assert_eq!(
         *calls.lock().unwrap(),
@@ -421,14 +427,7 @@ async fn a_worker_killed_between_its_sleep_and_the_park_wakes_the_workflow_once_
             Ok(serde_json::Value::Null)
         }
     });
-    let (stop, worker) = start_worker(&shardq, handlers);
-    let outcome = shardq
-        .client()
-        .result(id, Duration::from_secs(60))
-        .await
-        .unwrap();
-    stop.cancel();
-    worker.await.unwrap();
+    let outcome = run_until_finished(&shardq, handlers, id).await;
     assert_eq!(outcome, JobOutcome::Succeeded(serde_json::Value::Null));
     assert_eq!(*woke.lock().unwrap(), 1, "woke once");
     assert_eq!(

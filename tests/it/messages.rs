@@ -473,6 +473,48 @@ fn recv<'a>(id: JobId, name: &'a str, topic: &'a str) -> Recv<'a> {
     }
 }
 
+/// A recv's first statement in `tx`: locks the workflow's row as claim
+/// (`racer`, 7); returns whether that claim holds it.
+async fn recv_lock(tx: &tokio_postgres::Transaction<'_>, key: (i32, i64)) -> bool {
+    let (owner, fence) = ("racer", 7_i64);
+    tx.query_typed_one(
+        sql::MESSAGE_RECV_LOCK,
+        &[
+            (&key.0, Type::INT4),
+            (&key.1, Type::INT8),
+            (&owner, Type::TEXT),
+            (&fence, Type::INT8),
+        ],
+    )
+    .await
+    .unwrap()
+    .get("owned")
+}
+
+/// A recv's second statement in `tx`: step `name` of `topic`, waiting
+/// `micros` at most; returns the step's output (or the wait's).
+async fn recv_take(
+    tx: &tokio_postgres::Transaction<'_>,
+    key: (i32, i64),
+    name: &str,
+    topic: &str,
+    micros: i64,
+) -> Value {
+    tx.query_typed_one(
+        sql::MESSAGE_RECV_TAKE,
+        &[
+            (&key.0, Type::INT4),
+            (&key.1, Type::INT8),
+            (&name, Type::TEXT),
+            (&topic, Type::TEXT),
+            (&micros, Type::INT8),
+        ],
+    )
+    .await
+    .unwrap()
+    .get("output")
+}
+
 /// A recv whose deadline has passed and a send that race, driven statement
 /// by statement. The recv locks first: the send waits for it, the recv
 /// (seeing no message) records its timeout, and the message, committed
@@ -490,39 +532,12 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
     // The recv decides first.
     let mut db = shard.client().await.unwrap();
     let tx = db.transaction().await.unwrap();
-    let (owner, fence) = ("racer", 7_i64);
-    let locked = tx
-        .query_typed_one(
-            sql::MESSAGE_RECV_LOCK,
-            &[
-                (&key.0, Type::INT4),
-                (&key.1, Type::INT8),
-                (&owner, Type::TEXT),
-                (&fence, Type::INT8),
-            ],
-        )
-        .await
-        .unwrap();
-    assert!(locked.get::<_, bool>("owned"));
+    assert!(recv_lock(&tx, key).await);
     let client = shardq.client();
     let send = tokio::spawn(async move { client.send(id, "t", json!("late"), None).await });
     until_blocked(&shardq, "the send waits for the recv's lock").await;
     assert!(!send.is_finished(), "the send waits for the recv's lock");
-    let (name, topic, zero) = ("shardq:recv:1", "t", 0_i64);
-    let decided = tx
-        .query_typed_one(
-            sql::MESSAGE_RECV_TAKE,
-            &[
-                (&key.0, Type::INT4),
-                (&key.1, Type::INT8),
-                (&name, Type::TEXT),
-                (&topic, Type::TEXT),
-                (&zero, Type::INT8),
-            ],
-        )
-        .await
-        .unwrap();
-    let output: Value = decided.get("output");
+    let output = recv_take(&tx, key, "shardq:recv:1", "t", 0).await;
     assert_eq!(output["timed_out"], json!(true), "{output}");
     tx.commit().await.unwrap();
     send.await.unwrap().expect("the send, after the recv");
@@ -605,35 +620,11 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
     // away): the send, waiting for the lock, then sees the wait (its look
     // is a statement after its lock) and wakes the workflow.
     let tx = db.transaction().await.unwrap();
-    tx.query_typed_one(
-        sql::MESSAGE_RECV_LOCK,
-        &[
-            (&key.0, Type::INT4),
-            (&key.1, Type::INT8),
-            (&owner, Type::TEXT),
-            (&fence, Type::INT8),
-        ],
-    )
-    .await
-    .unwrap();
+    assert!(recv_lock(&tx, key).await);
     let client = shardq.client();
     let send = tokio::spawn(async move { client.send(id, "v", json!("wakes"), None).await });
     until_blocked(&shardq, "the send waits for the recv's lock").await;
-    let (name, topic, minute) = ("shardq:recv:5", "v", 60_000_000_i64);
-    let decided = tx
-        .query_typed_one(
-            sql::MESSAGE_RECV_TAKE,
-            &[
-                (&key.0, Type::INT4),
-                (&key.1, Type::INT8),
-                (&name, Type::TEXT),
-                (&topic, Type::TEXT),
-                (&minute, Type::INT8),
-            ],
-        )
-        .await
-        .unwrap();
-    let output: Value = decided.get("output");
+    let output = recv_take(&tx, key, "shardq:recv:5", "v", 60_000_000).await;
     assert!(output.get("message").is_none() && output.get("timed_out").is_none());
     tx.commit().await.unwrap();
     send.await.unwrap().expect("the send, after the recv");

@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
@@ -122,8 +122,9 @@ pub struct JobContext {
     pub(crate) shards: ShardSet,
     /// Largest message `send` takes (`limits.max_payload_bytes`).
     pub(crate) max_message_bytes: usize,
-    /// Set when a sleep or a recv asked the workflow to park: until when.
-    pub(crate) parked: Arc<Mutex<Option<SystemTime>>>,
+    /// Set when a sleep or a recv asked the workflow to park (its wake
+    /// time is in its row's `run_at`).
+    pub(crate) parked: Arc<AtomicBool>,
 }
 
 impl JobContext {
@@ -262,7 +263,7 @@ impl JobContext {
         match slept {
             Slept::Due => Ok(()),
             Slept::Until(at) => {
-                *self.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+                self.parked.store(true, Ordering::SeqCst);
                 Err(StepError::Sleeping(self.id, at))
             }
             Slept::Cancelled => Err(StepError::Cancelled(self.id, name)),
@@ -366,7 +367,7 @@ impl JobContext {
             Received::Message(message) => Ok(Some(message)),
             Received::TimedOut => Ok(None),
             Received::Waiting(at) => {
-                *self.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+                self.parked.store(true, Ordering::SeqCst);
                 Err(StepError::Waiting(self.id, topic.to_string(), at))
             }
             Received::Cancelled => Err(StepError::Cancelled(self.id, name)),

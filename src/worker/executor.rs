@@ -185,10 +185,9 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
     let outcome = run_with_timeout(executor, job.handler, ctx).await;
     run.stats.record_handler_running(false);
     // A handler that returned the error of a sleep not over (or of a recv
-    // that waits for a message) parks (it may
-    // have wrapped it: asking to park is what counts); one that succeeded
-    // anyway has succeeded.
-    let parked = parked.lock().map(|p| p.is_some()).unwrap_or(true);
+    // that waits for a message) parks (it may have wrapped it: asking to
+    // park is what counts); one that succeeded anyway has succeeded.
+    let parked = parked.load(std::sync::atomic::Ordering::SeqCst);
     let outcome = match outcome {
         Outcome::Failed(_) if parked => Outcome::Parked,
         other => other,

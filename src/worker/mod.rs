@@ -240,7 +240,7 @@ impl Worker {
             claiming.clone(),
         ));
         background.spawn(promoter::run(
-            MaintenanceConfig::new(&config),
+            config.worker.maintenance_interval,
             run.shards.clone(),
             claiming.clone(),
         ));

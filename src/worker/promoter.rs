@@ -11,11 +11,9 @@
 //! cost one statement), and the promotion's notification wakes the
 //! claimers.
 
-use super::maintenance::MaintenanceConfig;
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
 use crate::store::upkeep;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -29,10 +27,10 @@ const PROMOTION_CEILING: Duration = Duration::from_secs(1);
 /// full.
 const PROMOTION_BATCH: i64 = 5_000;
 
-/// Runs until shutdown: one loop per shard.
-pub(crate) async fn run(config: MaintenanceConfig, shards: ShardSet, shutdown: CancellationToken) {
-    let every = config.interval.clamp(PROMOTION_FLOOR, PROMOTION_CEILING);
-    let shards = Arc::new(shards);
+/// Runs until shutdown: one loop per shard, passes at most `interval`
+/// (`worker.maintenance_interval`) or [`PROMOTION_CEILING`] apart.
+pub(crate) async fn run(interval: Duration, shards: ShardSet, shutdown: CancellationToken) {
+    let every = interval.clamp(PROMOTION_FLOOR, PROMOTION_CEILING);
     each_shard(shards.len(), |index| {
         promote_loop(shards.clone(), index, every, shutdown.clone())
     })
@@ -40,7 +38,7 @@ pub(crate) async fn run(config: MaintenanceConfig, shards: ShardSet, shutdown: C
 }
 
 async fn promote_loop(
-    shards: Arc<ShardSet>,
+    shards: ShardSet,
     index: usize,
     every: Duration,
     shutdown: CancellationToken,

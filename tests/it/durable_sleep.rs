@@ -226,6 +226,62 @@ async fn a_retried_workflow_keeps_its_first_wake_time() {
     assert_eq!(sleeps.get::<_, i64>(0), 1);
 }
 
+/// A due sleep replayed is a read: it neither locks nor writes the
+/// workflow's row (the row's `xmax` is the same before and after it, where
+/// a `FOR UPDATE` would leave the locker's transaction id), yet a replay
+/// by an attempt that no longer holds the workflow is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_sleep_replays_without_locking_the_workflow() {
+    let (_shards, shardq) = shardq().await;
+    let xmax_around_replay: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let mut handlers = HandlerRegistry::new();
+    let (seen, pool) = (xmax_around_replay.clone(), shardq.shards().get(0).clone());
+    handlers.register("nap", move |ctx| {
+        let (seen, pool) = (seen.clone(), pool.clone());
+        async move {
+            let client = pool.client().await?;
+            let xmax = || async {
+                let row = client
+                    .query_one(
+                        "SELECT xmax::text FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                        &[&ctx.id.shard_key, &ctx.id.id],
+                    )
+                    .await?;
+                Ok::<String, shardq::tokio_postgres::Error>(row.get(0))
+            };
+            let before = xmax().await?;
+            ctx.sleep(Duration::from_millis(200)).await?;
+            let after = xmax().await?;
+            seen.lock().unwrap().push((before, after));
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let id = enqueue(&shardq, "nap").await;
+    let outcome = run_until_finished(&shardq, handlers, id).await;
+    assert_eq!(outcome, JobOutcome::Succeeded(serde_json::Value::Null));
+    let seen = xmax_around_replay.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one run found the sleep due");
+    assert_eq!(seen[0].0, seen[0].1, "the due replay locked the row");
+
+    // The same replay by a claim that does not hold the workflow (a wrong
+    // fence): refused, though the sleep is due.
+    let shard = shardq.shards().get(0);
+    let slept = shardq::store::steps::sleep(
+        shard,
+        shardq::store::steps::Sleep {
+            id,
+            name: "shardq:sleep:1",
+            duration: Duration::ZERO,
+            until: None,
+            owner: "nobody",
+            fence: 0,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(slept, shardq::store::steps::Slept::NotHeld);
+}
+
 /// Cancelled while it sleeps, a workflow ends cancelled at once and never
 /// runs again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

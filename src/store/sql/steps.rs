@@ -36,18 +36,30 @@ pub const STEP_RECORD: &str = "WITH owned AS MATERIALIZED ( \
 /// it is not due, the workflow's `run_at` is set to it, so a `parked`
 /// outcome makes the job ready then (`shardq_complete_many`).
 ///
-/// The workflow's row is locked first (the recorded step is read in the
-/// same snapshot): a recovery or a cancellation cannot commit between the
-/// fence check and the writes; one that committed before is seen (not
-/// owned: nothing is written).
-pub const STEP_SLEEP: &str = "WITH owned AS MATERIALIZED ( \
+/// A due sleep read back (the replay after the wake, the common call) is
+/// a read: no row lock, no write, no transaction id. Its ownership and
+/// cancellation are read from the statement's snapshot; a recovery or a
+/// cancellation that commits after it is caught by the workflow's next
+/// fenced write, as for a step returned from the log ([`STEP_GET`]).
+///
+/// Otherwise the workflow's row is locked first (the recorded step is read
+/// in the statement's one snapshot): a recovery or a cancellation cannot
+/// commit between the fence check and the writes; one that committed before
+/// is seen (not owned: nothing is written).
+pub const STEP_SLEEP: &str = "WITH recorded AS MATERIALIZED ( \
+        SELECT (output->>'wake_at')::timestamptz AS wake_at FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
+    ), replay AS MATERIALIZED ( \
+        SELECT 1 FROM recorded WHERE wake_at <= clock_timestamp() \
+    ), seen AS MATERIALIZED ( \
+        SELECT owner IS NOT DISTINCT FROM $4 AND fence = $5 AND status = 'running' AS held, \
+            cancel_requested FROM workflow_status WHERE shard_key = $1 AND id = $2 \
+    ), owned AS MATERIALIZED ( \
         SELECT 1 FROM workflow_status \
         WHERE shard_key = $1 AND id = $2 \
             AND owner = $4 AND fence = $5 AND NOT cancel_requested \
+            AND NOT EXISTS (SELECT 1 FROM replay) \
         FOR UPDATE \
-    ), recorded AS MATERIALIZED ( \
-        SELECT (output->>'wake_at')::timestamptz AS wake_at FROM workflow_steps \
-        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
     ), inserted AS MATERIALIZED ( \
         INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
         SELECT $1, $2, $3, jsonb_build_object('wake_at', \
@@ -64,7 +76,8 @@ pub const STEP_SLEEP: &str = "WITH owned AS MATERIALIZED ( \
         RETURNING 1 \
     ) \
     SELECT wake.wake_at, coalesce(wake.wake_at <= clock_timestamp(), false) AS due, \
-        EXISTS (SELECT 1 FROM owned) AS owned, (SELECT count(*) FROM parked) AS parked, \
-        EXISTS (SELECT 1 FROM workflow_status \
-                WHERE shard_key = $1 AND id = $2 AND cancel_requested) AS cancelled \
+        EXISTS (SELECT 1 FROM owned) \
+            OR (EXISTS (SELECT 1 FROM replay) AND coalesce((SELECT held AND NOT cancel_requested FROM seen), false)) AS owned, \
+        (SELECT count(*) FROM parked) AS parked, \
+        coalesce((SELECT cancel_requested FROM seen), false) AS cancelled \
     FROM (SELECT 1) AS one LEFT JOIN wake ON true";

@@ -35,6 +35,7 @@
 --     29 0029_ready_order_switch.sql
 --     30 0030_claim_result.sql
 --     31 0031_workflow_messages.sql
+--     35 0035_parked_workflows.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -231,6 +232,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     held_status text
     job_group text
     ready_seq bigint
+    parked boolean NOT NULL DEFAULT false
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
@@ -248,7 +250,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_ready_plain ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
-    INDEX CREATE INDEX workflow_status_scheduled_queue ON public.workflow_status USING btree (queue, attempts) WHERE (status = 'scheduled'::text)
+    INDEX CREATE INDEX workflow_status_scheduled_by_kind ON public.workflow_status USING btree (queue, attempts, parked) WHERE (status = 'scheduled'::text)
     INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
     TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()
@@ -720,6 +722,7 @@ BEGIN
                 WHEN c.status = 'released' THEN w.error
                 WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it waited'
                 WHEN c.status = 'parked' THEN w.error ELSE c.error END,
+            parked = c.status = 'parked' AND NOT w.cancel_requested,
             owner = NULL, lease_expires_at = NULL
         FROM batch c
         WHERE w.shard_key = c.shard_key AND w.id = c.id

@@ -14,7 +14,8 @@
 -- `waiting` when it has a key (its key's lowest waiting job is queued when
 -- the key is free).
 -- A parked workflow (a durable sleep not over, which set its run_at to the
--- wake time) is `scheduled` until then, uncounted like a release.
+-- wake time) is `scheduled` until then, uncounted like a release, and
+-- marked `parked` (every other outcome clears the mark).
 -- A job whose cancellation was asked and that did not succeed is `cancelled`,
 -- released or not.
 --
@@ -93,6 +94,7 @@ BEGIN
                 WHEN c.status = 'released' THEN w.error
                 WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it waited'
                 WHEN c.status = 'parked' THEN w.error ELSE c.error END,
+            parked = c.status = 'parked' AND NOT w.cancel_requested,
             owner = NULL, lease_expires_at = NULL
         FROM batch c
         WHERE w.shard_key = c.shard_key AND w.id = c.id

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// The unfinished states exposed for every queue, zero when none: a series
 /// that vanished when its queue drained would read as stale, not as 0.
-pub const STATES: [&str; 5] = StateCounts::STATES;
+pub const STATES: [&str; 6] = StateCounts::STATES;
 
 /// What one shard answered in one scrape.
 #[derive(Debug, Clone)]

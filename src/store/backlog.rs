@@ -20,6 +20,9 @@ pub struct StateCounts {
     pub retrying: i64,
     /// Scheduled for later, never attempted.
     pub delayed: i64,
+    /// Workflows parked until a durable sleep ends or what they wait for
+    /// (a message, a child) arrives: they hold no slot, lease or permit.
+    pub parked: i64,
     /// Claimed by a worker, under a lease.
     pub running: i64,
 }
@@ -27,15 +30,18 @@ pub struct StateCounts {
 impl StateCounts {
     /// The state names, in the order of [`StateCounts::counts`]: the labels
     /// of the metrics and the rows of `shardq status`.
-    pub const STATES: [&'static str; 5] = ["queued", "waiting", "retrying", "delayed", "running"];
+    pub const STATES: [&'static str; 6] = [
+        "queued", "waiting", "retrying", "delayed", "parked", "running",
+    ];
 
     /// The counts, in the order of [`StateCounts::STATES`].
-    pub fn counts(&self) -> [i64; 5] {
+    pub fn counts(&self) -> [i64; 6] {
         [
             self.queued,
             self.waiting,
             self.retrying,
             self.delayed,
+            self.parked,
             self.running,
         ]
     }
@@ -51,6 +57,7 @@ impl StateCounts {
         self.waiting += other.waiting;
         self.retrying += other.retrying;
         self.delayed += other.delayed;
+        self.parked += other.parked;
         self.running += other.running;
     }
 
@@ -61,6 +68,7 @@ impl StateCounts {
             "waiting" => &mut self.waiting,
             "retrying" => &mut self.retrying,
             "delayed" => &mut self.delayed,
+            "parked" => &mut self.parked,
             "running" => &mut self.running,
             other => panic!("unknown backlog state `{other}` from QUEUE_BACKLOG"),
         }

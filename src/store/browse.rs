@@ -13,8 +13,9 @@ use std::time::Duration;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
-/// The states a job list can show; `Retrying` and `Scheduled` split the
-/// `scheduled` status into jobs that failed before and delayed ones.
+/// The states a job list can show; `Retrying`, `Scheduled` and `Parked`
+/// split the `scheduled` status into jobs that failed before, delayed ones
+/// and parked workflows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ListState {
@@ -26,6 +27,8 @@ pub enum ListState {
     Scheduled,
     /// `scheduled` after a failed attempt.
     Retrying,
+    /// `scheduled`: a workflow parked on a durable sleep or a wait.
+    Parked,
     /// `running`.
     Running,
     /// `succeeded`.
@@ -40,11 +43,12 @@ pub enum ListState {
 
 impl ListState {
     /// Every list, in lifecycle order.
-    pub const ALL: [ListState; 9] = [
+    pub const ALL: [ListState; 10] = [
         ListState::Ready,
         ListState::Waiting,
         ListState::Scheduled,
         ListState::Retrying,
+        ListState::Parked,
         ListState::Running,
         ListState::Succeeded,
         ListState::Dead,
@@ -59,6 +63,7 @@ impl ListState {
             ListState::Waiting => "waiting",
             ListState::Scheduled => "scheduled",
             ListState::Retrying => "retrying",
+            ListState::Parked => "parked",
             ListState::Running => "running",
             ListState::Succeeded => "succeeded",
             ListState::Dead => "dead",
@@ -85,7 +90,7 @@ impl ListState {
         match self {
             ListState::Ready => sql::JOBS_READY,
             ListState::Waiting => sql::JOBS_WAITING,
-            ListState::Scheduled | ListState::Retrying => sql::JOBS_SCHEDULED,
+            ListState::Scheduled | ListState::Retrying | ListState::Parked => sql::JOBS_SCHEDULED,
             ListState::Running => sql::JOBS_RUNNING,
             _ => sql::JOBS_FINISHED,
         }
@@ -96,6 +101,7 @@ impl ListState {
         match self {
             ListState::Retrying => "retrying",
             ListState::Scheduled => "scheduled",
+            ListState::Parked => "parked",
             ListState::Succeeded => JobStatus::Succeeded.as_str(),
             ListState::Dead => JobStatus::Dead.as_str(),
             ListState::Failed => JobStatus::Failed.as_str(),
@@ -356,6 +362,7 @@ pub async fn unfinished_counts(shard: &Shard) -> Result<Vec<(String, String, i64
             (ListState::Waiting, d.waiting),
             (ListState::Scheduled, d.delayed),
             (ListState::Retrying, d.retrying),
+            (ListState::Parked, d.parked),
             (ListState::Running, d.running),
         ];
         for (state, n) in states.into_iter().filter(|(_, n)| *n > 0) {

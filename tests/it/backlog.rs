@@ -121,7 +121,7 @@ async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>)
         "workflow_status_dequeue_grouped",
         "workflow_status_pkey",
         "workflow_status_key",
-        "workflow_status_scheduled_queue",
+        "workflow_status_scheduled_by_kind",
         "workflow_status_lease",
     ];
     let mut rows_read = 0.0;
@@ -256,6 +256,7 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
             waiting: 0,
             retrying: failed,
             delayed: DELAYED,
+            parked: 0,
             running: 0,
         }
     );

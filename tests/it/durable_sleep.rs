@@ -153,6 +153,12 @@ async fn a_sleeping_workflow_holds_no_slot_or_permit_and_wakes_by_the_shards_clo
         Some(format!("a durable sleep, until {run_at}")),
         "what `shardq job show` says it waits for"
     );
+    let depth = client.depth(QUEUE).await.unwrap().counts;
+    assert_eq!(
+        (depth.parked, depth.delayed, depth.retrying),
+        (1, 0, 0),
+        "status and the metrics count it parked, not delayed"
+    );
 
     let outcome = client.result(nap, Duration::from_secs(30)).await.unwrap();
     stop.cancel();

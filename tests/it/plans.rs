@@ -186,7 +186,7 @@ async fn the_pending_check_reads_only_partial_indexes() {
             "workflow_status_dequeue_grouped",
             "workflow_status_key",
             "workflow_status_lease",
-            "workflow_status_scheduled_queue",
+            "workflow_status_scheduled_by_kind",
         ],
         "the pending check",
     );
@@ -241,7 +241,7 @@ async fn status_reads_partial_indexes_and_estimates_history() {
             "workflow_status_key",
             "workflow_status_scheduled",
             "workflow_status_lease",
-            "workflow_status_scheduled_queue",
+            "workflow_status_scheduled_by_kind",
         ],
         "status",
     );

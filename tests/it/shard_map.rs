@@ -197,7 +197,9 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
             .await
             .unwrap()
             .batch_execute(
-                "DROP TABLE shardq_shard_map; DROP INDEX workflow_status_scheduled_queue; \
+                "DROP TABLE shardq_shard_map; DROP INDEX IF EXISTS workflow_status_scheduled_queue; \
+                 DROP INDEX workflow_status_scheduled_by_kind; \
+                 ALTER TABLE workflow_status DROP COLUMN parked; \
                  DROP TABLE IF EXISTS shardq_paused_queues; DROP TABLE IF EXISTS shardq_schedules; \
                  DROP TABLE IF EXISTS shardq_workers; \
                  DROP TABLE IF EXISTS shardq_map_moves, shardq_map_ranges, shardq_map_epochs; \

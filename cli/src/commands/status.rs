@@ -16,12 +16,13 @@ use shardq::Client;
 const HORIZON_HELD_WARN_S: f64 = 60.0;
 
 /// The columns of the queue table: (state, heading).
-const COLUMNS: [(&str, &str); 7] = [
+const COLUMNS: [(&str, &str); 8] = [
     ("queued", "ready"),
     ("delayed", "scheduled"),
     ("retrying", "retrying"),
     ("running", "running"),
     ("waiting", "waiting"),
+    ("parked", "parked"),
     ("dead", "dead"),
     ("succeeded", "succeeded"),
 ];

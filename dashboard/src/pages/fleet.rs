@@ -10,12 +10,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The count columns, in lifecycle order.
-pub(crate) const COLUMNS: [ListState; 7] = [
+pub(crate) const COLUMNS: [ListState; 8] = [
     ListState::Ready,
     ListState::Scheduled,
     ListState::Running,
     ListState::Retrying,
     ListState::Waiting,
+    ListState::Parked,
     ListState::Dead,
     ListState::Cancelled,
 ];

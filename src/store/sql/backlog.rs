@@ -6,7 +6,7 @@
 
 /// Per queue (only queue $1; every queue when $1 is NULL): the count of jobs
 /// in each unfinished state (`queued`,
-/// `waiting`, `retrying`, `delayed`, `running`), and for `queued` the age in
+/// `waiting`, `retrying`, `delayed`, `parked`, `running`), and for `queued` the age in
 /// seconds of its lowest-id ready job: the one enqueued first, measured from
 /// when it became ready (`run_at`).
 ///
@@ -17,7 +17,8 @@
 /// primary key, whose first column is the id), since those indexes hold no
 /// time. The other states are read from their own partial indexes
 /// (waiting jobs always have a key: `workflow_status_key`; scheduled ones by
-/// queue: `workflow_status_scheduled_queue`; running ones: the lease index).
+/// queue, attempts and the parked mark: `workflow_status_scheduled_by_kind`;
+/// running ones: the lease index).
 /// `$1 IS NULL` is folded away when the statement is planned for its value
 /// (the unnamed statement always is), so a named queue is an index range.
 pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
@@ -55,7 +56,8 @@ pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
     SELECT queue, state, count(*), NULL FROM ( \
         SELECT queue, 'waiting' AS state FROM workflow_status \
             WHERE status = 'waiting' AND ordering_key IS NOT NULL \
-        UNION ALL SELECT queue, CASE WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
+        UNION ALL SELECT queue, CASE WHEN parked THEN 'parked' \
+                WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
             FROM workflow_status WHERE status = 'scheduled' \
         UNION ALL SELECT queue, 'running' FROM workflow_status WHERE status = 'running' \
     ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2";

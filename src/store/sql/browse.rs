@@ -86,15 +86,16 @@ macro_rules! micros {
 }
 
 /// Jobs not due yet, next due first (`workflow_status_scheduled` on
-/// run_at): $9 `retrying` for those that failed before, `scheduled` for
-/// delayed ones that never ran.
+/// run_at): $9 `parked` for parked workflows, `retrying` for the others
+/// that failed before, `scheduled` for delayed ones that never ran.
 pub const JOBS_SCHEDULED: &str = concat!(
     "SELECT ",
     summary!(),
     ", ",
     micros!("run_at"),
     " FROM workflow_status WHERE status = 'scheduled' \
-     AND (attempts > 0) = ($9::text = 'retrying') AND ",
+     AND CASE WHEN parked THEN 'parked' WHEN attempts > 0 THEN 'retrying' \
+        ELSE 'scheduled' END = $9::text AND ",
     filters!(),
     " AND ($4::text IS NULL OR (run_at, id) > \
         (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \

@@ -5,7 +5,7 @@
 /// Whether queue $1 has any queued, waiting, running or retrying (scheduled
 /// after a failure) job on this shard. Each test names what its partial
 /// index needs (waiting jobs always have a key; scheduled ones are in
-/// `workflow_status_scheduled_queue` by queue), so each is one probe but the
+/// `workflow_status_scheduled_by_kind` by queue and attempts), so each is one probe but the
 /// running one, which walks the running rows (the lease index) until it
 /// finds one of this queue: at most what the fleet holds. (The planner
 /// takes a queue's share of the whole table for its share of the scheduled

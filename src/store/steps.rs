@@ -35,6 +35,32 @@ pub async fn get(
     Ok(row.map(|r| r.get("output")))
 }
 
+/// Every recorded step of workflow `id`: name → output (`None` when
+/// recorded as SQL NULL), in one statement ([`sql::STEP_LOG`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn log(
+    shard: &Shard,
+    id: JobId,
+) -> Result<std::collections::HashMap<String, Option<Value>>, ShardError> {
+    let rows = exec::query(
+        shard,
+        sql::STEP_LOG,
+        &[(&id.shard_key, Type::INT4), (&id.id, Type::INT8)],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("step_name"), r.get("output")))
+        .collect())
+}
+
 /// A step output to record.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordStep<'a> {

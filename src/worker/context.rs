@@ -1,5 +1,6 @@
 //! What a handler is given: its job, cancellation, and durable steps.
 
+use super::step_log::StepLog;
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::messages::{self, Received, Recv};
@@ -109,6 +110,8 @@ pub struct JobContext {
     pub(crate) shard: Shard,
     pub(crate) owner: Arc<str>,
     pub(crate) cancel: CancellationToken,
+    /// The workflow's recorded steps, read at this run's first step.
+    pub(crate) steps: Arc<StepLog>,
     /// Durable sleeps called so far in this run (they are numbered in call
     /// order, the same on every run of deterministic code).
     pub(crate) sleeps: Arc<AtomicU32>,
@@ -171,7 +174,7 @@ impl JobContext {
             source,
         };
         let shard = &self.shard;
-        let recorded = steps::get(shard, self.id, name).await.map_err(db)?;
+        let recorded = self.steps.get(shard, self.id, name).await.map_err(db)?;
         if let Some(output) = recorded {
             return serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|source| {
                 StepError::Decode {
@@ -200,7 +203,10 @@ impl JobContext {
         };
         let written = steps::record(shard, step).await.map_err(db)?;
         match written {
-            true => Ok(output),
+            true => {
+                self.steps.recorded(name, value);
+                Ok(output)
+            }
             false if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),
             false => Err(StepError::Fenced(self.id, name.to_string())),
         }

@@ -173,6 +173,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         shard: run.shards.get(job.shard).clone(),
         owner: run.owner.clone(),
         cancel,
+        steps: Default::default(),
         sleeps: Default::default(),
         sends: Default::default(),
         recvs: Default::default(),

@@ -39,6 +39,7 @@ mod settle;
 mod shard_health;
 mod slot_control;
 mod slot_input;
+mod step_log;
 mod target;
 mod wakeup;
 mod worker_run;

@@ -140,6 +140,29 @@ async fn completed_steps_are_not_repeated_when_a_workflow_runs_again() {
     assert_eq!(row.get::<_, i32>(0), 2);
 }
 
+/// A run reads its step log once and keeps what it records: a step name
+/// called a second time in the same run returns the first call's output
+/// without running, as on a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_name_called_twice_in_a_run_returns_its_first_output() {
+    let s = setup(1, FAST).await;
+    let mut registry = HandlerRegistry::with_builtins();
+    registry.register("twice", move |ctx| async move {
+        let first: i64 = ctx.step("n", || async { Ok(1) }).await?;
+        let second: i64 = ctx.step("n", || async { Ok(2) }).await?;
+        Ok(serde_json::json!([first, second]))
+    });
+    let id = s
+        .client
+        .enqueue(NewJob::new("q", "twice", serde_json::json!({})))
+        .await
+        .unwrap();
+    let outcome = run_worker_until(&s, registry, s.client.result(id, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(serde_json::json!([1, 1])));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_step_that_no_longer_deserialises_fails_clearly() {
     let s = setup(1, FAST).await;

@@ -4,6 +4,11 @@
 pub const STEP_GET: &str = "SELECT output FROM workflow_steps \
     WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3";
 
+/// Every recorded step of a workflow: its name and output. Read once per
+/// run, at its first step ([`crate::store::steps::log`]).
+pub const STEP_LOG: &str = "SELECT step_name, output FROM workflow_steps \
+    WHERE shard_key = $1 AND workflow_id = $2";
+
 /// Records a step's output, fenced: only while the workflow is still running
 /// under this owner ($5) and claim fence ($6) and not being cancelled. The
 /// fence is read with a row lock, so it is the row's latest version (not the

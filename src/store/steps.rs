@@ -35,8 +35,20 @@ pub async fn get(
     Ok(row.map(|r| r.get("output")))
 }
 
-/// Every recorded step of workflow `id`: name → output (`None` when
-/// recorded as SQL NULL), in one statement ([`sql::STEP_LOG`]).
+/// A workflow's step log as one claim sees it ([`log`]).
+#[derive(Debug, Clone, Default)]
+pub struct StepLog {
+    /// Recorded outputs by step name (`None`: recorded as SQL NULL).
+    pub steps: std::collections::HashMap<String, Option<Value>>,
+    /// Whether the claim holds the workflow.
+    pub held: bool,
+    /// How much longer its lease runs by the shard's clock (zero when not
+    /// held): until then no other claim records a step of it.
+    pub lease_left: std::time::Duration,
+}
+
+/// Every recorded step of workflow `id`, and whether the claim (`owner`,
+/// `fence`) holds it and for how long ([`sql::STEP_LOG`]), in one statement.
 ///
 /// # Errors
 ///
@@ -45,20 +57,30 @@ pub async fn get(
 /// # Cancel safety
 ///
 /// Cancel safe (a read).
-pub async fn log(
-    shard: &Shard,
-    id: JobId,
-) -> Result<std::collections::HashMap<String, Option<Value>>, ShardError> {
+pub async fn log(shard: &Shard, id: JobId, owner: &str, fence: i64) -> Result<StepLog, ShardError> {
     let rows = exec::query(
         shard,
         sql::STEP_LOG,
-        &[(&id.shard_key, Type::INT4), (&id.id, Type::INT8)],
+        &[
+            (&id.shard_key, Type::INT4),
+            (&id.id, Type::INT8),
+            (&owner, Type::TEXT),
+            (&fence, Type::INT8),
+        ],
     )
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get("step_name"), r.get("output")))
-        .collect())
+    let mut log = StepLog::default();
+    for r in &rows {
+        log.held = r.get::<_, Option<bool>>("held").unwrap_or(false);
+        if log.held {
+            let left: i64 = r.get("lease_left_us");
+            log.lease_left = std::time::Duration::from_micros(left.max(0) as u64);
+        }
+        if let Some(name) = r.get::<_, Option<String>>("step_name") {
+            log.steps.insert(name, r.get("output"));
+        }
+    }
+    Ok(log)
 }
 
 /// A step output to record.

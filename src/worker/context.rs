@@ -1,6 +1,6 @@
 //! What a handler is given: its job, cancellation, and durable steps.
 
-use super::step_log::StepLog;
+use super::step_log::{Claim, Logged, StepLog};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::messages::{self, Received, Recv};
@@ -174,14 +174,26 @@ impl JobContext {
             source,
         };
         let shard = &self.shard;
-        let recorded = self.steps.get(shard, self.id, name).await.map_err(db)?;
-        if let Some(output) = recorded {
-            return serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|source| {
-                StepError::Decode {
-                    step: name.to_string(),
-                    source,
-                }
-            });
+        let claim = Claim {
+            shard,
+            id: self.id,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        match self.steps.get(claim, name).await.map_err(db)? {
+            Logged::Recorded(output) => {
+                return serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|source| {
+                    StepError::Decode {
+                        step: name.to_string(),
+                        source,
+                    }
+                })
+            }
+            Logged::NotHeld if self.is_cancelled() => {
+                return Err(StepError::Cancelled(self.id, name.to_string()))
+            }
+            Logged::NotHeld => return Err(StepError::Fenced(self.id, name.to_string())),
+            Logged::NotRecorded => {}
         }
         if self.is_cancelled() {
             return Err(StepError::Cancelled(self.id, name.to_string()));

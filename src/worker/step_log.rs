@@ -1,12 +1,18 @@
-//! A run's view of its workflow's step log: read from the shard once, at
-//! the run's first step, then kept in memory, so a step that has not run
-//! costs one round trip (its record), not two (a read, then the record).
+//! A run's view of its workflow's step log: read from the shard at the
+//! run's first step, then kept in memory, so a step that has not run costs
+//! one round trip (its record), not two (a read, then the record).
 //!
-//! Reading the log once is as safe as reading each step before running it:
-//! a step missing from the log is recorded only under this claim's fence
-//! (`STEP_RECORD`), and no other claim can record a step while this one
-//! holds the fence. A step recorded by this run is added, so a second call
-//! of the same name returns the first call's output, as the shard would.
+//! A step found in the log is final (a recorded output never changes). A
+//! step missing from it is known to be unrecorded only while this claim's
+//! lease runs: no other claim can take the workflow, nor record its steps,
+//! before the lease ends, so until then (as the shard's clock counted it
+//! at the read, started from before the read was sent) a miss is answered
+//! from memory. Past that, a miss reads the log again (the leaser extends
+//! the lease meanwhile): so a run that lost its lease finds the steps the
+//! new owner recorded, as it did when every step was read first, or is
+//! told at once that it no longer holds the workflow, before running the
+//! step. A step this run records is added, so a second call of the same
+//! name returns the first call's output, as the shard would.
 
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
@@ -14,38 +20,78 @@ use crate::store::steps;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
-/// Recorded outputs by step name (`None`: recorded as SQL NULL).
+/// What the log says of one step.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Logged {
+    /// Recorded, with this output (`None`: SQL NULL).
+    Recorded(Option<Value>),
+    /// Not recorded, and this claim holds the workflow.
+    NotRecorded,
+    /// Not recorded, and this claim no longer holds the workflow.
+    NotHeld,
+}
+
+#[derive(Debug, Default)]
+struct Read {
+    steps: HashMap<String, Option<Value>>,
+    /// A miss is final until then; `None`: not read yet.
+    trusted_until: Option<Instant>,
+    held: bool,
+}
+
+/// A run's step log (see the module's comment).
 #[derive(Debug, Default)]
 pub(crate) struct StepLog {
-    steps: OnceCell<Mutex<HashMap<String, Option<Value>>>>,
+    read: Mutex<Read>,
+}
+
+/// Whom a read of the log is for: the workflow and the claim running it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    pub(crate) shard: &'a Shard,
+    pub(crate) id: JobId,
+    pub(crate) owner: &'a str,
+    pub(crate) fence: i64,
 }
 
 impl StepLog {
-    /// The recorded output of step `name`, reading the log first if this
-    /// run has not read it yet.
-    pub(crate) async fn get(
-        &self,
-        shard: &Shard,
-        id: JobId,
-        name: &str,
-    ) -> Result<Option<Option<Value>>, ShardError> {
-        let steps = self
-            .steps
-            .get_or_try_init(|| async { steps::log(shard, id).await.map(Mutex::new) })
-            .await?;
-        Ok(steps.lock().expect("step log").get(name).cloned())
+    /// What the log says of step `name`, reading it from the shard when
+    /// memory cannot answer.
+    pub(crate) async fn get(&self, claim: Claim<'_>, name: &str) -> Result<Logged, ShardError> {
+        if let Some(known) = self.known_in_memory(name) {
+            return Ok(known);
+        }
+        let sent = Instant::now();
+        let log = steps::log(claim.shard, claim.id, claim.owner, claim.fence).await?;
+        let mut read = self.read.lock().expect("step log");
+        read.steps.extend(log.steps);
+        read.held = log.held;
+        read.trusted_until = Some(sent + log.lease_left);
+        Ok(match read.steps.get(name) {
+            Some(output) => Logged::Recorded(output.clone()),
+            None if read.held => Logged::NotRecorded,
+            None => Logged::NotHeld,
+        })
+    }
+
+    fn known_in_memory(&self, name: &str) -> Option<Logged> {
+        let read = self.read.lock().expect("step log");
+        if let Some(output) = read.steps.get(name) {
+            return Some(Logged::Recorded(output.clone()));
+        }
+        let trusted = read.trusted_until.is_some_and(|t| Instant::now() < t);
+        (trusted && read.held).then_some(Logged::NotRecorded)
     }
 
     /// Notes that step `name` is recorded with `output`.
     pub(crate) fn recorded(&self, name: &str, output: Value) {
-        if let Some(steps) = self.steps.get() {
-            steps
-                .lock()
-                .expect("step log")
-                .entry(name.to_string())
-                .or_insert(Some(output));
-        }
+        self.read
+            .lock()
+            .expect("step log")
+            .steps
+            .entry(name.to_string())
+            .or_insert(Some(output));
     }
 }

@@ -38,6 +38,7 @@ mod job_span;
 mod lease_outage;
 mod lifecycle;
 mod limits_home_down;
+mod lost_lease_steps;
 mod lost_replies;
 mod map_epochs;
 mod messages;

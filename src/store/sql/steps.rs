@@ -4,10 +4,18 @@
 pub const STEP_GET: &str = "SELECT output FROM workflow_steps \
     WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3";
 
-/// Every recorded step of a workflow: its name and output. Read once per
-/// run, at its first step ([`crate::store::steps::log`]).
-pub const STEP_LOG: &str = "SELECT step_name, output FROM workflow_steps \
-    WHERE shard_key = $1 AND workflow_id = $2";
+/// Every recorded step of a workflow ($1 shard key, $2 id), with whether
+/// the claim ($3 owner, $4 fence) holds it and for how many more µs its
+/// lease runs by the shard's clock (no other claim can take the workflow,
+/// nor record a step of it, before then). One row per step; one row with
+/// NULL step columns when none is recorded; no row when the workflow is
+/// gone. Read by a run at its first step ([`crate::store::steps::log`]).
+pub const STEP_LOG: &str = "SELECT s.step_name, s.output, w.held, w.lease_left_us \
+    FROM (SELECT owner IS NOT DISTINCT FROM $3 AND fence = $4 AND status = 'running' AS held, \
+            greatest(0, extract(epoch FROM lease_expires_at - clock_timestamp()) \
+                * 1000000)::bigint AS lease_left_us \
+        FROM workflow_status WHERE shard_key = $1 AND id = $2) w \
+    LEFT JOIN workflow_steps s ON s.shard_key = $1 AND s.workflow_id = $2";
 
 /// Records a step's output, fenced: only while the workflow is still running
 /// under this owner ($5) and claim fence ($6) and not being cancelled. The

@@ -183,6 +183,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0031_workflow_messages.sql",
         sql: include_str!("../../migrations/0031_workflow_messages.sql"),
     },
+    Migration {
+        version: 32,
+        name: "0032_workflow_events.sql",
+        sql: include_str!("../../migrations/0032_workflow_events.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

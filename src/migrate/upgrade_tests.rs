@@ -202,6 +202,9 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_mark_ready",
     "shardq_take",
     "shardq_complete_many",
+    "shardq_send_row",
+    "shardq_send",
+    "shardq_get_event",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

@@ -10,6 +10,12 @@
 -- another shard's (the message names it: ask there). A held stand-in (a
 -- deduplicated job running on the shard its range moves from) is not the
 -- workflow.
+--
+-- Two reads, each its own snapshot under READ COMMITTED: a retention that
+-- removes the workflow between them makes the answer NULL (its events
+-- went with it), and a set_event that commits between them is seen;
+-- neither makes a wrong answer. Nothing is locked or written (the route
+-- check, only for a workflow not here, takes the map's lock shared).
 CREATE OR REPLACE FUNCTION shardq_get_event(p_shard_key int, p_workflow_id bigint, p_key text)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE

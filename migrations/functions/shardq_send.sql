@@ -25,7 +25,9 @@
 -- `status=...`. A workflow found here takes the message whatever the map
 -- says: during a move a running workflow stays on the shard it runs on
 -- until it parks or ends, and its row there is the workflow (the Rust
--- client sends there too).
+-- client sends there too). Between shardq_send_row (which found no
+-- workflow, so holds no lock and wrote nothing) and the route check, a
+-- new epoch may be recorded: that changes only which refusal is raised.
 CREATE OR REPLACE FUNCTION shardq_send(p_shard_key int, p_workflow_id bigint, p_topic text,
     p_message jsonb, p_idempotency_key text DEFAULT NULL)
 RETURNS TABLE (written boolean, woken boolean)

@@ -26,10 +26,16 @@ const IDLE: &str = "idle";
 /// retries a failure after 10-20 ms, and promotes due jobs once a minute
 /// (so only a send wakes a parked recv within a test).
 async fn shardq(n: usize) -> (TestShards, Shardq) {
+    shardq_with(n, "").await
+}
+
+/// [`shardq`] with more `[worker]` settings.
+async fn shardq_with(n: usize, worker: &str) -> (TestShards, Shardq) {
     let shards = TestShards::databases(n).await;
     let config = shards.config(&format!(
         "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\n\
-         retry_backoff_min_ms = 10\nretry_backoff_max_ms = 20\nmaintenance_interval_ms = 60000\n"
+         retry_backoff_min_ms = 10\nretry_backoff_max_ms = 20\nmaintenance_interval_ms = 60000\n\
+         {worker}"
     ));
     let shardq = Shardq::connect(config).unwrap();
     shardq.migrate().await.unwrap();
@@ -272,6 +278,53 @@ async fn a_replay_sets_nothing_again_and_a_replayed_get_returns_what_it_got() {
     assert_eq!(
         client.get_event(source, "k", Duration::ZERO).await.unwrap(),
         Some(json!("changed"))
+    );
+}
+
+/// A workflow waiting in `ctx.get_event` (in process, a minute's timeout)
+/// is cancelled: the wait ends at once, nothing is recorded, and the job
+/// ends cancelled (the worker learns of the cancel with its lease
+/// extensions, every second here), well before the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_ends_a_get_event_wait() {
+    let (_shards, shardq) = shardq_with(1, "lease_ms = 3000\n").await;
+    let client = shardq.client();
+    let source = enqueue(&shardq, IDLE, "never_runs").await;
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("reader", |ctx| async move {
+        let from: JobId = ctx.payload["from"].as_str().unwrap().parse().unwrap();
+        let got = ctx
+            .get_event(from, "never", Duration::from_secs(60))
+            .await?;
+        Ok(json!(got))
+    });
+    let reader = client
+        .enqueue(NewJob::new(
+            QUEUE,
+            "reader",
+            json!({ "from": source.to_string() }),
+        ))
+        .await
+        .unwrap();
+    let (stop, worker) = start_worker(&shardq, handlers);
+    common::wait_until(Duration::from_secs(30), "the reader runs", || async {
+        status(&shardq, reader).await == JobStatus::Running
+    })
+    .await;
+    let asked = Instant::now();
+    client.cancel(reader).await.unwrap();
+    let outcome = client.result(reader, Duration::from_secs(30)).await;
+    let took = asked.elapsed();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome.unwrap(), JobOutcome::Cancelled);
+    assert!(
+        took < Duration::from_secs(20),
+        "not at the timeout: {took:?}"
+    );
+    assert!(
+        steps_of(&shardq, reader).await.is_empty(),
+        "nothing recorded"
     );
 }
 

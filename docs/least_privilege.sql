@@ -87,6 +87,20 @@ GRANT SELECT ON TABLE workflow_steps TO shardq_producer;
 GRANT SELECT, INSERT, UPDATE ON TABLE workflow_messages TO shardq_worker;
 GRANT SELECT, INSERT ON TABLE workflow_messages TO shardq_producer;
 
+-- Workflow events (schema version 32). A worker: SELECT, INSERT, UPDATE
+-- (JobContext::set_event upserts its workflow's event; get_event reads
+-- another's). A producer: SELECT (Client::get_event, shardq_get_event).
+-- Deleted only with their job (cascade).
+GRANT SELECT, INSERT, UPDATE ON TABLE workflow_events TO shardq_worker;
+GRANT SELECT ON TABLE workflow_events TO shardq_producer;
+
+-- Functions run with the caller's rights and PUBLIC may execute them (the
+-- PostgreSQL default), so the table grants above decide: shardq_send and
+-- shardq_send_row need INSERT on workflow_messages, UPDATE on
+-- workflow_status and SELECT on workflow_steps (a producer and a worker
+-- have them; the dashboard roles cannot send); shardq_get_event needs
+-- SELECT on workflow_status and workflow_events.
+
 -- The schema version: a worker refuses to run against a schema it does not
 -- know, so it reads this table. Read only: recording a migration is the owner's.
 GRANT SELECT ON TABLE shardq_migrations TO shardq_worker, shardq_producer;
@@ -105,8 +119,8 @@ GRANT SELECT ON TABLE shardq_schedules TO shardq_producer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_workers TO shardq_worker;
 
 -- The dashboard. Read-only: every table it shows, nothing else.
-GRANT SELECT ON TABLE workflow_status, workflow_steps, workflow_messages, shardq_workers,
-    shardq_paused_queues, shardq_migrations TO shardq_dashboard_ro;
+GRANT SELECT ON TABLE workflow_status, workflow_steps, workflow_messages, workflow_events,
+    shardq_workers, shardq_paused_queues, shardq_migrations TO shardq_dashboard_ro;
 -- With actions (it is a member of shardq_dashboard_ro): UPDATE for retry and
 -- cancel (and the key bookkeeping they do), INSERT and DELETE of pause rows.
 -- No INSERT or DELETE of jobs, no step outputs.

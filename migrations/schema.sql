@@ -35,6 +35,7 @@
 --     29 0029_ready_order_switch.sql
 --     30 0030_claim_result.sql
 --     31 0031_workflow_messages.sql
+--     32 0032_workflow_events.sql
 --     35 0035_parked_workflows.sql
 
 TABLE shardq_functions
@@ -191,6 +192,16 @@ TABLE shardq_workers
     claim_us bigint NOT NULL DEFAULT 0
     CONSTRAINT shardq_workers_pkey PRIMARY KEY (worker_id)
     INDEX CREATE UNIQUE INDEX shardq_workers_pkey ON public.shardq_workers USING btree (worker_id)
+
+TABLE workflow_events WITH (vacuum_truncate=false)
+    shard_key integer NOT NULL
+    workflow_id bigint NOT NULL
+    key text NOT NULL
+    value jsonb NOT NULL
+    updated_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT workflow_events_pkey PRIMARY KEY (shard_key, workflow_id, key)
+    CONSTRAINT workflow_events_shard_key_workflow_id_fkey FOREIGN KEY (shard_key, workflow_id) REFERENCES workflow_status(shard_key, id) ON DELETE CASCADE
+    INDEX CREATE UNIQUE INDEX workflow_events_pkey ON public.workflow_events USING btree (shard_key, workflow_id, key)
 
 TABLE workflow_messages WITH (vacuum_truncate=false)
     shard_key integer NOT NULL
@@ -968,6 +979,28 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_get_event(p_shard_key integer, p_workflow_id bigint, p_key text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    event_value jsonb;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM workflow_status w
+            WHERE w.shard_key = p_shard_key AND w.id = p_workflow_id
+              AND NOT (w.status = 'held' AND w.held_status = 'running')) THEN
+        PERFORM shardq_check_route(NULL, p_shard_key);
+        RAISE EXCEPTION 'no workflow %-% on this shard', p_shard_key, p_workflow_id
+            USING ERRCODE = 'SQ006',
+                  HINT = 'check the id (`shardq job show`); while `shardq reshard` moves its '
+                         'range, a running workflow stays on the shard that held it before';
+    END IF;
+    SELECT e.value INTO event_value FROM workflow_events e
+        WHERE e.shard_key = p_shard_key AND e.workflow_id = p_workflow_id AND e.key = p_key;
+    RETURN event_value;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_group_heads(p_queue text, p_from integer, p_below bigint, p_max integer, OUT names text[], OUT heads tid[])
  RETURNS record
  LANGUAGE sql
@@ -1289,6 +1322,130 @@ BEGIN
               ELSE shardq_shard_key(p_routing_key) END;
     RETURN QUERY SELECT k, r.shard_index, n, current_epoch FROM shardq_map_ranges r
         WHERE r.epoch = current_epoch AND r.first_key <= k AND k < r.end_key;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_send(p_shard_key integer, p_workflow_id bigint, p_topic text, p_message jsonb, p_idempotency_key text DEFAULT NULL::text)
+ RETURNS TABLE(written boolean, woken boolean)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    -- The Rust client's limits (src/job.rs: MAX_QUEUE_BYTES, MAX_DEDUP_ID_BYTES).
+    max_topic_bytes constant int := 255;
+    max_key_bytes constant int := 1024;
+    -- limits.max_payload_bytes by default.
+    default_payload_bytes constant int := 1048576;
+    max_payload int := COALESCE(NULLIF(current_setting('shardq.max_payload_bytes', true), '')::int,
+                                default_payload_bytes);
+    size int;
+    sent record;
+BEGIN
+    IF p_topic IS NULL OR p_topic = '' THEN
+        RAISE EXCEPTION 'topic name is empty' USING ERRCODE = '22023',
+            HINT = 'give the topic the workflow''s recv waits on';
+    END IF;
+    IF octet_length(p_topic) > max_topic_bytes THEN
+        RAISE EXCEPTION 'topic is % bytes, over the limit of % bytes; shorten it',
+            octet_length(p_topic), max_topic_bytes USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(p_idempotency_key) > max_key_bytes THEN
+        RAISE EXCEPTION 'idempotency key is % bytes, over the limit of % bytes; shorten it (a long key can be hashed)',
+            octet_length(p_idempotency_key), max_key_bytes USING ERRCODE = '22023';
+    END IF;
+    IF p_message IS NULL THEN
+        RAISE EXCEPTION 'message is NULL' USING ERRCODE = '22023',
+            HINT = 'send a JSON value (the JSON null is ''null''::jsonb)';
+    END IF;
+    size := octet_length(p_message::text);
+    IF size > max_payload THEN
+        RAISE EXCEPTION 'message is % bytes, over limits.max_payload_bytes = %', size, max_payload
+            USING ERRCODE = '22023',
+                  HINT = 'send a smaller message (or a reference to the data), or raise the '
+                         'limit with ALTER DATABASE ... SET shardq.max_payload_bytes';
+    END IF;
+    SELECT * INTO sent FROM shardq_send_row(p_shard_key, p_workflow_id, p_topic, p_message,
+                                            p_idempotency_key);
+    IF sent.status IS NULL THEN
+        -- SQ001 naming the key's shard when it is not this one.
+        PERFORM shardq_check_route(NULL, p_shard_key);
+        RAISE EXCEPTION 'no workflow %-% on this shard; nothing was written', p_shard_key, p_workflow_id
+            USING ERRCODE = 'SQ006',
+                  HINT = 'check the id (`shardq job show`); while `shardq reshard` moves its '
+                         'range, a running workflow stays on the shard that held it before';
+    END IF;
+    IF sent.status NOT IN ('waiting', 'scheduled', 'queued', 'running') THEN
+        RAISE EXCEPTION 'workflow %-% is %, it takes no messages; nothing was written',
+            p_shard_key, p_workflow_id, sent.status
+            USING ERRCODE = 'SQ007',
+                  DETAIL = format('status=%s', sent.status),
+                  HINT = CASE WHEN sent.status = 'held'
+                              THEN 'it is moving between shards: send again after the move'
+                              ELSE 'a finished workflow receives nothing' END;
+    END IF;
+    RETURN QUERY SELECT sent.written, sent.woken;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_send_row(p_shard_key integer, p_workflow_id bigint, p_topic text, p_message jsonb, p_idempotency_key text)
+ RETURNS TABLE(status text, written boolean, woken boolean)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    found_status text;
+    was_written boolean;
+    woken_status text;
+    woken_queue text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'shardq_send needs READ COMMITTED, this transaction is %; nothing was written',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = '25000',
+                  HINT = 'call it on its own or in a READ COMMITTED transaction: under a '
+                         'transaction snapshot it could miss a recv waiting for the message '
+                         'and leave the workflow asleep until its timeout';
+    END IF;
+    SELECT w.status INTO found_status FROM workflow_status w
+        WHERE w.shard_key = p_shard_key AND w.id = p_workflow_id
+          AND NOT (w.status = 'held' AND w.held_status = 'running')
+        FOR NO KEY UPDATE;
+    IF found_status IS NULL OR found_status NOT IN ('waiting', 'scheduled', 'queued', 'running') THEN
+        RETURN QUERY SELECT found_status, false, false;
+        RETURN;
+    END IF;
+    -- The status read under the lock cannot change before commit: the
+    -- message goes in without looking again.
+    WITH inserted AS MATERIALIZED (
+        INSERT INTO workflow_messages (shard_key, workflow_id, topic, message, idempotency_key)
+        VALUES (p_shard_key, p_workflow_id, p_topic, p_message, p_idempotency_key)
+        ON CONFLICT (shard_key, workflow_id, idempotency_key)
+            WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING seq
+    ), waiting AS MATERIALIZED (
+        SELECT 1 FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_workflow_id
+            AND s.step_name LIKE 'shardq:recv:%:wait'
+            AND s.output->>'topic' = p_topic AND EXISTS (SELECT 1 FROM inserted)
+            AND NOT EXISTS (SELECT 1 FROM workflow_steps d
+                WHERE d.shard_key = p_shard_key AND d.workflow_id = p_workflow_id
+                    AND d.step_name = left(s.step_name, -length(':wait')))
+        LIMIT 1
+    ), woken AS MATERIALIZED (
+        UPDATE workflow_status w SET run_at = now(),
+            status = CASE WHEN w.status = 'scheduled' AND (w.ordering_key IS NULL
+                    OR pg_try_advisory_xact_lock(shardq_key_lock(w.queue, w.ordering_key)))
+                THEN 'queued' ELSE w.status END
+        WHERE w.shard_key = p_shard_key AND w.id = p_workflow_id AND EXISTS (SELECT 1 FROM waiting)
+            AND w.status IN ('scheduled', 'running') AND NOT w.cancel_requested
+        RETURNING w.status, w.queue
+    )
+    SELECT EXISTS (SELECT 1 FROM inserted), k.status, k.queue
+        INTO was_written, woken_status, woken_queue
+        FROM (SELECT 1) AS one LEFT JOIN woken k ON true;
+    IF woken_status = 'queued' THEN
+        PERFORM pg_notify('shardq_ready', woken_queue);
+    END IF;
+    RETURN QUERY SELECT found_status, was_written, woken_status IS NOT NULL;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

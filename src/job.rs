@@ -90,6 +90,42 @@ pub(crate) fn validate_message(
     Ok(())
 }
 
+/// Checks a workflow event before anything is written or read: its key
+/// (not empty, no NUL, at most [`MAX_QUEUE_BYTES`], as a message's topic)
+/// and, when setting, its value (at most `max_payload_bytes` as JSON text,
+/// no NUL).
+pub(crate) fn validate_event(
+    key: &str,
+    value: Option<&Value>,
+    max_payload_bytes: usize,
+) -> Result<(), InvalidJob> {
+    if key.is_empty() {
+        return Err(InvalidJob::EmptyName("event key"));
+    }
+    if key.contains('\0') {
+        return Err(InvalidJob::NulInName("event key"));
+    }
+    if key.len() > MAX_QUEUE_BYTES {
+        return Err(InvalidJob::TooLong {
+            field: "event key",
+            size: key.len(),
+            max: MAX_QUEUE_BYTES,
+        });
+    }
+    let Some(value) = value else { return Ok(()) };
+    let size = value.to_string().len();
+    if size > max_payload_bytes {
+        return Err(InvalidJob::PayloadTooLarge {
+            size,
+            max: max_payload_bytes,
+        });
+    }
+    if has_nul(value) {
+        return Err(InvalidJob::NulInPayload);
+    }
+    Ok(())
+}
+
 /// What is wrong with a job, found before anything is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidJob {

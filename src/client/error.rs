@@ -71,6 +71,16 @@ pub enum ClientError {
         /// What is wrong and what to do.
         reason: crate::job::InvalidJob,
     },
+    /// An event key or value that cannot be used as it is (an empty,
+    /// oversized or NUL-holding key, an oversized value): nothing was
+    /// written or read.
+    #[error("event of workflow {workflow} rejected: {reason}")]
+    InvalidEvent {
+        /// The workflow.
+        workflow: JobId,
+        /// What is wrong and what to do.
+        reason: crate::job::InvalidJob,
+    },
     /// `result` waited longer than asked.
     #[error("job {0} did not finish within {1:?}")]
     Timeout(JobId, std::time::Duration),

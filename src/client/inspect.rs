@@ -4,7 +4,7 @@ use super::error::ClientError;
 use super::handle::Client;
 use crate::job::JobId;
 use crate::schedule::Schedule;
-use crate::shards::{Shard, ShardError};
+use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::horizon::{self, Horizon};
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues::{self, Connections, QueueCount};
@@ -334,24 +334,38 @@ impl Client {
         F: Fn(&'s Shard) -> Fut,
         Fut: Future<Output = Result<Option<T>, ShardError>>,
     {
-        let routed = self.shards.for_key(id.shard_key);
-        if let Some(found) = read(routed).await? {
-            return Ok(Some((routed, found)));
-        }
-        let mut failed = None;
-        for shard in self.shards.all().iter().filter(|s| s.index != routed.index) {
-            match read(shard).await {
-                Ok(Some(found)) => return Ok(Some((shard, found))),
-                Ok(None) => {}
-                Err(e) => failed = failed.or(Some(e)),
-            }
-        }
-        // A move (`shardq reshard`) may have copied the job to the routed
-        // shard after it was asked and removed it from the old one before
-        // that one was: the copy is written first, so asking again finds it.
-        if let Some(found) = read(routed).await? {
-            return Ok(Some((routed, found)));
-        }
-        failed.map_or(Ok(None), |e| Err(e.into()))
+        find_in(&self.shards, id, read).await
     }
+}
+
+/// [`Client::find`] over `shards`: `read` on the shard `id` routes to,
+/// then on the others, then on the routed one again.
+pub(crate) async fn find_in<'s, T, F, Fut>(
+    shards: &'s ShardSet,
+    id: JobId,
+    read: F,
+) -> Result<Option<(&'s Shard, T)>, ClientError>
+where
+    F: Fn(&'s Shard) -> Fut,
+    Fut: Future<Output = Result<Option<T>, ShardError>>,
+{
+    let routed = shards.for_key(id.shard_key);
+    if let Some(found) = read(routed).await? {
+        return Ok(Some((routed, found)));
+    }
+    let mut failed = None;
+    for shard in shards.all().iter().filter(|s| s.index != routed.index) {
+        match read(shard).await {
+            Ok(Some(found)) => return Ok(Some((shard, found))),
+            Ok(None) => {}
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    // A move (`shardq reshard`) may have copied the job to the routed
+    // shard after it was asked and removed it from the old one before
+    // that one was: the copy is written first, so asking again finds it.
+    if let Some(found) = read(routed).await? {
+        return Ok(Some((routed, found)));
+    }
+    failed.map_or(Ok(None), |e| Err(e.into()))
 }

@@ -6,6 +6,7 @@ pub(crate) mod check;
 mod depth;
 mod enqueue_once;
 mod error;
+pub(crate) mod events;
 mod failures;
 mod handle;
 mod inspect;

@@ -125,6 +125,20 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         name: "shardq_enqueue_many",
         sql: include_str!("../../migrations/functions/shardq_enqueue_many.sql"),
     },
+    // Messages and events from SQL (docs/enqueue-from-sql.md); the Rust
+    // client sends through shardq_send_row too.
+    Function {
+        name: "shardq_send_row",
+        sql: include_str!("../../migrations/functions/shardq_send_row.sql"),
+    },
+    Function {
+        name: "shardq_send",
+        sql: include_str!("../../migrations/functions/shardq_send.sql"),
+    },
+    Function {
+        name: "shardq_get_event",
+        sql: include_str!("../../migrations/functions/shardq_get_event.sql"),
+    },
     Function {
         name: "shardq_lease_permits",
         sql: include_str!("../../migrations/functions/shardq_lease_permits.sql"),

@@ -184,6 +184,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0031_workflow_messages.sql"),
     },
     Migration {
+        version: 32,
+        name: "0032_workflow_events.sql",
+        sql: include_str!("../../migrations/0032_workflow_events.sql"),
+    },
+    Migration {
         version: 35,
         name: "0035_parked_workflows.sql",
         sql: include_str!("../../migrations/0035_parked_workflows.sql"),

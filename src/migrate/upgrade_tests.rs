@@ -170,7 +170,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
     assert_eq!(
         applied,
         vec![vec![
-            17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 35
+            17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 35
         ]],
         "the map tables and the reshard's were due"
     );
@@ -208,6 +208,9 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_mark_ready",
     "shardq_take",
     "shardq_complete_many",
+    "shardq_send_row",
+    "shardq_send",
+    "shardq_get_event",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

@@ -3,7 +3,7 @@
 //! Per chunk of whole shard keys (a key's jobs move together, so no claim
 //! on the old shard takes a later job of a key whose earlier one left):
 //! mark them `held` on the old shard (no worker claims them there any
-//! more), write them on the new shard with their steps, messages and ids, then remove
+//! more), write them on the new shard with their steps, messages, events and ids, then remove
 //! them from the old shard. Stopped between any two of these, the next run
 //! finds them held on the old shard and copies them again (the new shard's
 //! earlier copy is replaced), so nothing is lost or written twice.
@@ -64,8 +64,7 @@ pub(super) async fn copy_range(
     // its id before the job is copied over the stand-in.
     let stand_ins = store::read_stand_ins(from, range).await?;
     if stand_ins.as_array().is_some_and(|a| !a.is_empty()) {
-        let empty = Value::Array(Vec::new());
-        store::write_copies(to, &empty, &empty, &empty, &stand_ins).await?;
+        store::write_copies(to, &store::HeldJobs::empty(), &stand_ins).await?;
     }
     Ok(copied)
 }
@@ -94,8 +93,8 @@ async fn copy_chunk(from: &Shard, to: &Shard, chunk: (i32, i32)) -> Result<Copie
     let mut copied = Copied::default();
     let mut after = 0;
     loop {
-        let (jobs, steps, messages) = store::read_held(from, chunk, after, CHUNK_ROWS).await?;
-        let Some(piece) = jobs.as_array().filter(|a| !a.is_empty()) else {
+        let held = store::read_held(from, chunk, after, CHUNK_ROWS).await?;
+        let Some(piece) = held.jobs.as_array().filter(|a| !a.is_empty()) else {
             return Ok(copied);
         };
         after = piece
@@ -103,7 +102,7 @@ async fn copy_chunk(from: &Shard, to: &Shard, chunk: (i32, i32)) -> Result<Copie
             .filter_map(|j| j["id"].as_i64())
             .max()
             .unwrap_or(after);
-        let done = copy_piece(from, to, chunk, (&jobs, &steps, &messages)).await?;
+        let done = copy_piece(from, to, chunk, &held).await?;
         copied.moved += done.moved;
         copied.refused += done.refused;
     }
@@ -115,11 +114,12 @@ async fn copy_piece(
     from: &Shard,
     to: &Shard,
     chunk: (i32, i32),
-    (jobs, steps, messages): (&Value, &Value, &Value),
+    held: &store::HeldJobs,
 ) -> Result<Copied, ShardError> {
+    let jobs = &held.jobs;
     let read = jobs.as_array().map_or(0, Vec::len);
     let empty = Value::Array(Vec::new());
-    let written = store::write_copies(to, jobs, steps, messages, &empty).await?;
+    let written = store::write_copies(to, held, &empty).await?;
     let cancel_of: HashMap<(i64, i64), bool> = jobs
         .as_array()
         .into_iter()

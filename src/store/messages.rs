@@ -1,5 +1,6 @@
 //! Messages to a workflow: sending to its mailbox, and the recv steps that
-//! take from it ([`sql::MESSAGE_SEND_LOCK`] says how the two are ordered).
+//! take from it (`shardq_send_row` and [`sql::MESSAGE_RECV_LOCK`] say how
+//! the two are ordered).
 
 use super::exec;
 use super::sql;
@@ -41,9 +42,10 @@ pub enum Sent {
     Missing,
 }
 
-/// Sends a message to a workflow on `shard`: under its row's lock
-/// ([`sql::MESSAGE_SEND_LOCK`]), then written and the workflow woken in a
-/// later statement ([`sql::MESSAGE_SEND_WRITE`]), one transaction.
+/// Sends a message to a workflow on `shard`, in one statement
+/// ([`sql::MESSAGE_SEND`]): under its row's lock, then written and the
+/// workflow woken in a later statement of `shardq_send_row`, one
+/// transaction.
 ///
 /// # Errors
 ///
@@ -55,41 +57,32 @@ pub enum Sent {
 ///
 /// As the errors: with an idempotency key, sending again is harmless.
 pub async fn send(shard: &Shard, p: SendMessage<'_>) -> Result<Sent, ShardError> {
-    let key = [
-        (&p.to.shard_key as _, Type::INT4),
-        (&p.to.id as _, Type::INT8),
-    ];
-    let write = [
-        (&p.to.shard_key as _, Type::INT4),
-        (&p.to.id as _, Type::INT8),
-        (&p.topic as _, Type::TEXT),
-        (p.message as _, Type::JSONB),
-        (&p.idempotency_key as _, Type::TEXT),
-    ];
-    let mut status = None;
-    let (_, written) = exec::lock_then(
+    let row = exec::query_one(
         shard,
-        (sql::MESSAGE_SEND_LOCK, &key),
-        (sql::MESSAGE_SEND_WRITE, &write),
-        |rows| {
-            status = rows
-                .first()
-                .map(|r| JobStatus::from_column(r.get("status")));
-            matches!(
-                status,
-                Some(JobStatus::Waiting | JobStatus::Scheduled | JobStatus::Queued)
-                    | Some(JobStatus::Running)
-            )
-        },
+        sql::MESSAGE_SEND,
+        &[
+            (&p.to.shard_key, Type::INT4),
+            (&p.to.id, Type::INT8),
+            (&p.topic, Type::TEXT),
+            (p.message, Type::JSONB),
+            (&p.idempotency_key, Type::TEXT),
+        ],
     )
     .await?;
-    Ok(match (status, written.as_deref().and_then(<[_]>::first)) {
-        (None, _) => Sent::Missing,
-        (Some(_), Some(row)) if row.get::<_, bool>("written") => Sent::Written {
-            woken: row.get("woken"),
+    let status = row
+        .get::<_, Option<&str>>("status")
+        .map(JobStatus::from_column);
+    Ok(match status {
+        None => Sent::Missing,
+        Some(
+            JobStatus::Waiting | JobStatus::Scheduled | JobStatus::Queued | JobStatus::Running,
+        ) => match row.get::<_, bool>("written") {
+            true => Sent::Written {
+                woken: row.get("woken"),
+            },
+            false => Sent::Duplicate,
         },
-        (Some(_), Some(_)) => Sent::Duplicate,
-        (Some(status), None) => Sent::Refused(status),
+        Some(status) => Sent::Refused(status),
     })
 }
 

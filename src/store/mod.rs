@@ -20,6 +20,7 @@ pub mod backlog;
 pub mod browse;
 pub mod check;
 mod error;
+pub mod events;
 mod exec;
 pub mod failures;
 pub mod horizon;

@@ -318,8 +318,7 @@ pub async fn mark_held(shard: &Shard, (first, end): (i32, i32)) -> Result<u64, S
 }
 
 /// The held jobs of shard keys `first..end` with ids above `after`, at most
-/// `limit` of them by id (a JSON array), their steps (another) and their
-/// messages (a third).
+/// `limit` of them by id (a JSON array), and what goes with them.
 ///
 /// # Errors
 ///
@@ -329,14 +328,46 @@ pub async fn read_held(
     (first, end): (i32, i32),
     after: i64,
     limit: i64,
-) -> Result<(Value, Value, Value), ShardError> {
+) -> Result<HeldJobs, ShardError> {
     in_session(shard, |db| async move {
         let held = db
             .query_one(sql::RESHARD_HELD_READ, &[&first, &end, &after, &limit])
             .await?;
-        Ok((held.get("jobs"), held.get("steps"), held.get("messages")))
+        Ok(HeldJobs {
+            jobs: held.get("jobs"),
+            steps: held.get("steps"),
+            messages: held.get("messages"),
+            events: held.get("events"),
+        })
     })
     .await
+}
+
+/// Jobs to copy and the rows of theirs that go with them, each a JSON
+/// array of rows ([`read_held`], [`write_copies`]).
+#[derive(Debug, Clone)]
+pub struct HeldJobs {
+    /// The jobs (`workflow_status` rows).
+    pub jobs: Value,
+    /// Their recorded steps.
+    pub steps: Value,
+    /// Their messages, in `seq` order.
+    pub messages: Value,
+    /// Their events.
+    pub events: Value,
+}
+
+impl HeldJobs {
+    /// Nothing to copy.
+    pub fn empty() -> HeldJobs {
+        let empty = Value::Array(Vec::new());
+        HeldJobs {
+            jobs: empty.clone(),
+            steps: empty.clone(),
+            messages: empty.clone(),
+            events: empty,
+        }
+    }
 }
 
 /// Stand-ins (a JSON array) for the deduplicated jobs of `first..end` that
@@ -357,19 +388,19 @@ pub async fn read_stand_ins(shard: &Shard, (first, end): (i32, i32)) -> Result<V
 }
 
 /// On the new shard, in one transaction: replaces earlier held copies of
-/// `jobs` and writes `jobs`, their `steps` and `messages`, and the `stand_ins` (kept when
-/// a copy exists). Returns the (id, shard key) of the jobs written.
+/// `held.jobs` and writes them with their steps, messages and events, and
+/// the `stand_ins` (kept when a copy exists). Returns the (id, shard key)
+/// of the jobs written.
 ///
 /// # Errors
 ///
 /// [`ShardError`] when the shard fails; nothing is written then.
 pub async fn write_copies(
     shard: &Shard,
-    jobs: &Value,
-    steps: &Value,
-    messages: &Value,
+    held: &HeldJobs,
     stand_ins: &Value,
 ) -> Result<Vec<(i64, i32)>, ShardError> {
+    let jobs = &held.jobs;
     in_session(shard, |mut db| async move {
         let tx = db.transaction().await?;
         // A cancel recorded on an earlier copy (the run stopped before
@@ -389,8 +420,11 @@ pub async fn write_copies(
                 &[&jobs],
             )
             .await?;
-        tx.execute(sql::RESHARD_COPY_STEPS, &[steps]).await?;
-        tx.execute(sql::RESHARD_COPY_MESSAGES, &[messages]).await?;
+        tx.execute(sql::RESHARD_COPY_STEPS, &[&held.steps]).await?;
+        tx.execute(sql::RESHARD_COPY_MESSAGES, &[&held.messages])
+            .await?;
+        tx.execute(sql::RESHARD_COPY_EVENTS, &[&held.events])
+            .await?;
         tx.execute(sql::RESHARD_COPY_JOBS, &[stand_ins]).await?;
         tx.commit().await?;
         Ok(written

@@ -58,6 +58,17 @@ pub enum StepError {
     /// again from the start, and the recv returns the message or `None`.
     #[error("workflow {0} waits for a message on topic `{1}` until {}; return this error so it parks until then", utc(.2))]
     Waiting(JobId, String, SystemTime),
+    /// An event ([`JobContext::set_event`], [`JobContext::get_event`])
+    /// whose key or value cannot be used as it is (an empty, oversized or
+    /// NUL-holding key, an oversized value): nothing was written or read,
+    /// and the same call fails the same way on every run: fix the code.
+    #[error("step `{step}`: event rejected: {reason}")]
+    InvalidEvent {
+        /// Step name.
+        step: String,
+        /// What is wrong and what to do.
+        reason: crate::job::InvalidJob,
+    },
     /// Reading or recording the step failed.
     #[error("step `{step}`: database error")]
     Database {
@@ -121,9 +132,17 @@ pub struct JobContext {
     /// Recvs called so far in this run ([`JobContext::recv`]), numbered
     /// like the sleeps.
     pub(crate) recvs: Arc<AtomicU32>,
-    /// Every shard, for routing a message ([`JobContext::send`]).
+    /// Events set so far in this run ([`JobContext::set_event`]),
+    /// numbered like the sleeps.
+    pub(crate) set_events: Arc<AtomicU32>,
+    /// Events read so far in this run ([`JobContext::get_event`]),
+    /// numbered like the sleeps.
+    pub(crate) get_events: Arc<AtomicU32>,
+    /// Every shard, for routing a message ([`JobContext::send`]) or
+    /// finding another workflow's event ([`JobContext::get_event`]).
     pub(crate) shards: ShardSet,
-    /// Largest message `send` takes (`limits.max_payload_bytes`).
+    /// Largest message `send` and event `set_event` take
+    /// (`limits.max_payload_bytes`).
     pub(crate) max_message_bytes: usize,
     /// Set when a sleep or a recv asked the workflow to park (its wake
     /// time is in its row's `run_at`).

@@ -177,6 +177,8 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         sleeps: Default::default(),
         sends: Default::default(),
         recvs: Default::default(),
+        set_events: Default::default(),
+        get_events: Default::default(),
         shards: run.shards.clone(),
         max_message_bytes: executor.config.max_message_bytes,
         parked: Default::default(),

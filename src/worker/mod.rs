@@ -10,6 +10,7 @@
 mod claim_task;
 mod completer;
 mod context;
+mod context_events;
 mod credits;
 mod executor;
 mod handler;

@@ -24,6 +24,7 @@ mod drain;
 mod durable_sleep;
 mod embedding;
 mod enqueue_retry;
+mod events;
 mod examples;
 mod executor_queues;
 mod fencing;

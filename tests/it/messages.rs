@@ -568,20 +568,13 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
         "taken once"
     );
 
-    // The send writes first.
+    // The send writes first: its statement (lock, then write, in
+    // shardq_send_row) done, its transaction not committed.
     let tx = db.transaction().await.unwrap();
     let (topic, message, no_key) = ("u", json!("early"), None::<&str>);
-    let status = tx
-        .query_typed_one(
-            sql::MESSAGE_SEND_LOCK,
-            &[(&key.0, Type::INT4), (&key.1, Type::INT8)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(status.get::<_, &str>("status"), "running");
     let written = tx
         .query_typed_one(
-            sql::MESSAGE_SEND_WRITE,
+            sql::MESSAGE_SEND,
             &[
                 (&key.0, Type::INT4),
                 (&key.1, Type::INT8),
@@ -592,6 +585,7 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
         )
         .await
         .unwrap();
+    assert_eq!(written.get::<_, &str>("status"), "running");
     assert!(written.get::<_, bool>("written"));
     let racing = shard.clone();
     let received =

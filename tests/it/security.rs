@@ -585,7 +585,10 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
     let mut registry = HandlerRegistry::new();
     registry.register("mail", |ctx| async move {
         ctx.send(ctx.id, "self", serde_json::json!("echo")).await?;
-        Ok(serde_json::json!(ctx.recv("self", Duration::ZERO).await?))
+        let got = ctx.recv("self", Duration::ZERO).await?;
+        ctx.set_event("got", serde_json::json!(got)).await?;
+        let read = ctx.get_event(ctx.id, "got", Duration::ZERO).await?;
+        Ok(serde_json::json!(read))
     });
     let worker = Worker::new(config.clone(), shards.clone(), registry).stop_when_empty(true);
     tokio::time::timeout(DRAIN_LIMIT, worker.run(CancellationToken::new()))
@@ -599,7 +602,7 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
             .expect("the job")
             .output,
         Some(serde_json::json!("echo")),
-        "the worker role sends and receives"
+        "the worker role sends and receives, sets and reads an event"
     );
 
     // A claim of grouped jobs under group limits (the buckets' table).
@@ -682,6 +685,26 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .send(id, "t", serde_json::json!(1), Some("k"))
         .await
         .expect("a producer sends a message");
+    let sent = producer
+        .shards()
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT written FROM shardq_send($1, $2, 't', '2', 'k2')",
+            &[&id.shard_key, &id.id],
+        )
+        .await
+        .expect("a producer sends from SQL");
+    assert!(sent.get::<_, bool>(0));
+    assert_eq!(
+        producer
+            .get_event(mail, "got", Duration::ZERO)
+            .await
+            .expect("a producer reads an event"),
+        Some(serde_json::json!("echo"))
+    );
     assert_eq!(
         producer.cancel(id).await.unwrap().map(|s| s.as_str()),
         Some("cancelled")
@@ -692,6 +715,8 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         "INSERT INTO workflow_steps (shard_key, workflow_id, step_name) VALUES (0, 1, 'x')",
         "UPDATE workflow_steps SET output = 'null'",
         "DELETE FROM workflow_steps",
+        "INSERT INTO workflow_events (shard_key, workflow_id, key, value) VALUES (0, 1, 'x', '1')",
+        "UPDATE workflow_events SET value = 'null'",
     ] {
         let err = db.batch_execute(sql).await.unwrap_err();
         assert_eq!(

@@ -206,7 +206,7 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP SEQUENCE IF EXISTS shardq_map_change_xid; \
                  DROP TABLE IF EXISTS shardq_queue_limits, shardq_limit_leases; \
                  DROP TABLE IF EXISTS shardq_group_tokens; \
-                 DROP TABLE IF EXISTS workflow_messages; \
+                 DROP TABLE IF EXISTS workflow_messages, workflow_events; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_insert ON workflow_status; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_update ON workflow_status; \
                  DROP TABLE IF EXISTS shardq_ready_floors, shardq_ready_barrier, shardq_ready_levels; \

@@ -109,11 +109,13 @@ pub const RESHARD_MARK: &str = "UPDATE workflow_status w \
             AND r.status = 'running'))";
 
 /// The held jobs of shard keys $1..$2 with ids above $3, at most $4 of them
-/// by id, as one JSON array, with their steps (another) and their messages
-/// (a third, in `seq` order): a key with more jobs than a chunk is copied in
-/// pieces, each statement bounded. No message is written to a held job (a
-/// send refuses it) or received by one (it does not run), so the messages
-/// read are all it has until it is removed.
+/// by id, as one JSON array, with their steps (another), their messages
+/// (a third, in `seq` order) and their events (a fourth): a key with more
+/// jobs than a chunk is copied in pieces, each statement bounded. No
+/// message is written to a held job (a send refuses it) or received by one
+/// (it does not run), and none sets an event (a set_event needs the
+/// running claim's fence), so the messages and events read are all it has
+/// until it is removed.
 pub const RESHARD_HELD_READ: &str = "WITH j AS MATERIALIZED ( \
         SELECT w.* FROM workflow_status w \
         WHERE w.shard_key >= $1 AND w.shard_key < $2 AND w.status = 'held' AND w.id > $3 \
@@ -122,7 +124,9 @@ pub const RESHARD_HELD_READ: &str = "WITH j AS MATERIALIZED ( \
     coalesce((SELECT jsonb_agg(to_jsonb(s)) FROM workflow_steps s JOIN j \
         ON j.shard_key = s.shard_key AND j.id = s.workflow_id), '[]') AS steps, \
     coalesce((SELECT jsonb_agg(to_jsonb(m) ORDER BY m.seq) FROM workflow_messages m JOIN j \
-        ON j.shard_key = m.shard_key AND j.id = m.workflow_id), '[]') AS messages";
+        ON j.shard_key = m.shard_key AND j.id = m.workflow_id), '[]') AS messages, \
+    coalesce((SELECT jsonb_agg(to_jsonb(e)) FROM workflow_events e JOIN j \
+        ON j.shard_key = e.shard_key AND j.id = e.workflow_id), '[]') AS events";
 
 /// Stand-ins for the deduplicated jobs of shard keys $1..$2 that hold their
 /// deduplication id on the old shard and were not copied: running ones, and
@@ -184,9 +188,18 @@ pub const RESHARD_COPY_MESSAGES: &str = "INSERT INTO workflow_messages \
     ORDER BY m.seq \
     ON CONFLICT DO NOTHING";
 
+/// On the new shard: writes the events ($1, JSON) of the jobs copied, as
+/// [`RESHARD_COPY_STEPS`] does their steps (a copy written again replaces
+/// the earlier one's events with it: deleted by cascade).
+pub const RESHARD_COPY_EVENTS: &str = "INSERT INTO workflow_events \
+    SELECT e.* FROM jsonb_populate_recordset(NULL::workflow_events, $1::jsonb) e \
+    WHERE EXISTS (SELECT 1 FROM workflow_status w \
+        WHERE w.shard_key = e.shard_key AND w.id = e.workflow_id AND w.status = 'held') \
+    ON CONFLICT DO NOTHING";
+
 /// On the old shard: removes the jobs copied (ids $3, shard keys $4, each
-/// with the cancel request it was copied with, $5), steps and messages too
-/// (cascade). A
+/// with the cancel request it was copied with, $5), steps, messages and
+/// events too (cascade). A
 /// job cancelled since it was read stays, to be copied again.
 pub const RESHARD_DROP_COPIED: &str = "DELETE FROM workflow_status w \
     USING unnest($3::bigint[], $4::int[], $5::bool[]) AS c(id, shard_key, cancel_requested) \

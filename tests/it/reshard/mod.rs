@@ -5,6 +5,7 @@
 
 mod command;
 mod enqueue;
+mod events;
 mod frozen;
 mod lookups;
 mod messages;

@@ -186,10 +186,8 @@ async fn a_cancel_of_a_copy_survives_the_copy_being_made_again() {
     let chunk = (victim.shard_key, victim.shard_key + 1);
     use shardq::store::reshard as store;
     store::mark_held(from, chunk).await.unwrap();
-    let (jobs, steps, messages) = store::read_held(from, chunk, 0, 10_000).await.unwrap();
-    store::write_copies(to, &jobs, &steps, &messages, &json!([]))
-        .await
-        .unwrap();
+    let held = store::read_held(from, chunk, 0, 10_000).await.unwrap();
+    store::write_copies(to, &held, &json!([])).await.unwrap();
     // The cancel as a client with the new map makes it: on the copy, on
     // the shard the key routes to now; the old row is not asked.
     assert_eq!(
@@ -304,10 +302,10 @@ async fn a_move_killed_between_mark_copy_and_removal_copies_each_job_once() {
         .unwrap();
     let from = from_of(unremoved[0]);
     store::mark_held(from, one_key(unremoved[0])).await.unwrap();
-    let (jobs, steps, messages) = store::read_held(from, one_key(unremoved[0]), 0, 10_000)
+    let held = store::read_held(from, one_key(unremoved[0]), 0, 10_000)
         .await
         .unwrap();
-    store::write_copies(m.all.get(2), &jobs, &steps, &messages, &json!([]))
+    store::write_copies(m.all.get(2), &held, &json!([]))
         .await
         .unwrap();
 

@@ -68,7 +68,7 @@ pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
 pub use worker::{
-    HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, StepError, Worker,
+    ChildError, ChildHandle, ChildResult, HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, StepError, Worker,
     WorkerReport,
 };
 

@@ -183,6 +183,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0031_workflow_messages.sql",
         sql: include_str!("../../migrations/0031_workflow_messages.sql"),
     },
+    Migration {
+        version: 33,
+        name: "0033_child_workflows.sql",
+        sql: include_str!("../../migrations/0033_child_workflows.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

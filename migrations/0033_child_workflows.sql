@@ -1,8 +1,9 @@
 -- shardq:no-transaction
 -- Child workflows (JobContext::start_child, ChildHandle::result), on their
 -- parent's shard. Two nullable columns without default (a catalog change,
--- no rewrite), two partial indexes built without blocking writes, and a
--- row trigger whose WHEN clause is false for every job without a parent.
+-- no rewrite), two partial indexes built without blocking writes, and (with
+-- its function) a row trigger whose WHEN clause is false for every job
+-- without a parent.
 --
 -- `parent_shard_key`, `parent_id`: the workflow (on this shard) that
 -- started this job as a child; NULL for every other job. A child with an
@@ -24,18 +25,6 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_children
 CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_parent_wakes
     ON workflow_status (shard_key, id) WHERE parent_wake;
 
--- The trigger's function; its body is migrations/functions/
--- shardq_child_finished.sql, written at the end of this run.
-CREATE OR REPLACE FUNCTION shardq_child_finished() RETURNS trigger
-LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
-
--- A child's final status (succeeded, failed, dead, cancelled) wakes its
--- parent, whoever writes it: a completion, a cancel, a recovery. A job
--- without a parent fails the WHEN test at its first term: no call.
-CREATE OR REPLACE TRIGGER workflow_status_child_finished
-    BEFORE UPDATE OF status ON workflow_status
-    FOR EACH ROW
-    WHEN (NEW.parent_id IS NOT NULL
-          AND NEW.status IN ('succeeded', 'failed', 'dead', 'cancelled')
-          AND OLD.status NOT IN ('succeeded', 'failed', 'dead', 'cancelled'))
-    EXECUTE FUNCTION shardq_child_finished();
+-- The trigger that wakes a finished child's parent is created with its
+-- function (migrations/functions/shardq_child_finished.sql), which this
+-- run writes after its table migrations.

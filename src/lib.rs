@@ -68,8 +68,8 @@ pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
 pub use worker::{
-    ChildError, ChildHandle, ChildResult, HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, StepError, Worker,
-    WorkerReport,
+    ChildError, ChildHandle, ChildResult, HandlerError, HandlerRegistry, HandlerResult, JobContext,
+    PermanentFailure, StepError, Worker, WorkerReport,
 };
 
 /// The PostgreSQL driver and pool whose types shardq's signatures carry

@@ -137,7 +137,10 @@ async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
     let last = MIGRATIONS.last().expect("a migration");
     let (join, at) = match last.runs_in_transaction() {
         true => ("m.applied_at = f.applied_at", "the last migration's"),
-        false => ("f.applied_at >= m.applied_at", "one after the last migration"),
+        false => (
+            "f.applied_at >= m.applied_at",
+            "one after the last migration",
+        ),
     };
     let db = connect(&server, "shardq").await;
     let together: i64 = db
@@ -151,9 +154,16 @@ async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
         .await
         .expect("count")
         .get(0);
-    assert_eq!(together, functions::FUNCTIONS.len() as i64, "{at} transaction");
+    assert_eq!(
+        together,
+        functions::FUNCTIONS.len() as i64,
+        "{at} transaction"
+    );
     let times: i64 = db
-        .query_one("SELECT count(DISTINCT applied_at) FROM shardq_functions", &[])
+        .query_one(
+            "SELECT count(DISTINCT applied_at) FROM shardq_functions",
+            &[],
+        )
         .await
         .expect("times")
         .get(0);

@@ -17,6 +17,10 @@ ALTER TABLE workflow_status ADD COLUMN IF NOT EXISTS parent_id bigint;
 
 ALTER TABLE workflow_status ADD COLUMN IF NOT EXISTS parent_wake boolean;
 
+-- true: a cancel of the parent leaves this child running
+-- (ChildPolicy::Abandon); NULL: it is cancelled with its parent.
+ALTER TABLE workflow_status ADD COLUMN IF NOT EXISTS abandon_on_parent_cancel boolean;
+
 -- A parent's children (the cancel cascade, `shardq job show`).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_children
     ON workflow_status (parent_shard_key, parent_id) WHERE parent_id IS NOT NULL;

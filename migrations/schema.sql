@@ -235,6 +235,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     parent_shard_key integer
     parent_id bigint
     parent_wake boolean
+    abandon_on_parent_cancel boolean
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
@@ -1324,7 +1325,7 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_start_child(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_group text, p_priority integer, p_delay_ms bigint, p_max_attempts integer)
+CREATE OR REPLACE FUNCTION public.shardq_start_child(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_group text, p_priority integer, p_delay_ms bigint, p_max_attempts integer, p_abandon boolean)
  RETURNS TABLE(state text, child_shard_key integer, child_id bigint, child_index integer)
  LANGUAGE plpgsql
 AS $function$
@@ -1370,9 +1371,9 @@ BEGIN
     END IF;
     INSERT INTO workflow_status AS w
         (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
-         max_attempts, job_group, parent_shard_key, parent_id)
+         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel)
     VALUES (k, p_queue, p_handler, p_ordering_key, p_priority, p_payload, new_status, run_at,
-            p_max_attempts, p_group, p_shard_key, p_id)
+            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false))
     RETURNING w.id INTO new_id;
     INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
     VALUES (p_shard_key, p_id, p_step,

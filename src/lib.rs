@@ -62,7 +62,7 @@ pub use app::Shardq;
 pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
 pub use error_chain::error_chain;
-pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
+pub use job::{ChildPolicy, InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
 pub use job_args::{ArgsError, JobArgs};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};

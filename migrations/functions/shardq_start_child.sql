@@ -13,7 +13,7 @@
 -- refused ('other_shard', child_shard_key its shard key, child_index the
 -- shard its range is on): cross-shard children are not supported yet.
 -- The child's other fields are the Rust client's, checked by it
--- (NewJob::validate); a delay makes it 'scheduled', else it is 'queued'
+-- (NewJob::validate); p_abandon: a cancel of the parent leaves it running; a delay makes it 'scheduled', else it is 'queued'
 -- and idle workers are notified.
 --
 -- The parent's row is locked FOR SHARE first: a recovery or a cancel
@@ -25,7 +25,7 @@
 CREATE OR REPLACE FUNCTION shardq_start_child(p_shard_key int, p_id bigint, p_owner text,
     p_fence bigint, p_step text, p_queue text, p_handler text, p_payload jsonb,
     p_ordering_key text, p_group text, p_priority int, p_delay_ms bigint,
-    p_max_attempts int)
+    p_max_attempts int, p_abandon boolean)
 RETURNS TABLE (state text, child_shard_key int, child_id bigint, child_index int)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -71,9 +71,9 @@ BEGIN
     END IF;
     INSERT INTO workflow_status AS w
         (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
-         max_attempts, job_group, parent_shard_key, parent_id)
+         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel)
     VALUES (k, p_queue, p_handler, p_ordering_key, p_priority, p_payload, new_status, run_at,
-            p_max_attempts, p_group, p_shard_key, p_id)
+            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false))
     RETURNING w.id INTO new_id;
     INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
     VALUES (p_shard_key, p_id, p_step,

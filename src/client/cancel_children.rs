@@ -8,7 +8,8 @@ use crate::store::{children, jobs};
 
 impl Client {
     /// Cancels the unfinished descendants of `parent` (on its shard, where
-    /// children live), level by level: each child as [`Client::cancel`]
+    /// children live), level by level, but those started with
+    /// `ChildPolicy::Abandon` and theirs: each child as [`Client::cancel`]
     /// cancels one job (waiting, scheduled and queued ones end
     /// `cancelled`; a running one gets the request, and its parent's wake
     /// comes with its final status). Returns how many it changed.

@@ -40,6 +40,8 @@ pub struct StartChild<'a> {
     pub delay: Duration,
     /// Its attempt limit.
     pub max_attempts: i32,
+    /// Whether a cancel of the parent leaves it running.
+    pub abandon_on_parent_cancel: bool,
 }
 
 /// What a start did.
@@ -86,6 +88,7 @@ pub async fn start(shard: &Shard, p: StartChild<'_>) -> Result<Started, ShardErr
             (&p.priority, Type::INT4),
             (&delay_ms, Type::INT8),
             (&p.max_attempts, Type::INT4),
+            (&p.abandon_on_parent_cancel, Type::BOOL),
         ],
     )
     .await?;
@@ -193,7 +196,8 @@ pub async fn result(shard: &Shard, p: AwaitChild<'_>) -> Result<Awaited, ShardEr
     })
 }
 
-/// The unfinished children of `parents` on `shard` ([`sql::CHILDREN_UNFINISHED`]).
+/// The unfinished children of `parents` on `shard` that a cancel of their
+/// parent cancels ([`sql::CHILDREN_UNFINISHED`]).
 ///
 /// # Errors
 ///

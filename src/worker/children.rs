@@ -2,7 +2,7 @@
 //! and [`ChildHandle::result`].
 
 use super::context::{HandlerError, JobContext, StepError};
-use crate::job::{EnqueueLimits, InvalidJob, JobId, NewJob};
+use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -160,7 +160,8 @@ impl JobContext {
     /// key, or, with an ordering key or a group, its key's, which must be
     /// on this shard (cross-shard children are the next step). A
     /// cancel of the parent cancels its unfinished children
-    /// ([`Client::cancel`]).
+    /// ([`Client::cancel`]), but those started with
+    /// [`ChildPolicy::Abandon`] ([`NewJob::on_parent_cancel`]).
     ///
     /// # Errors
     ///
@@ -203,6 +204,7 @@ impl JobContext {
                 priority: job.priority,
                 delay: job.delay,
                 max_attempts: job.max_attempts.unwrap_or(self.default_max_attempts),
+                abandon_on_parent_cancel: job.on_parent_cancel == ChildPolicy::Abandon,
             },
         )
         .await

@@ -389,6 +389,11 @@ async fn claim_by_hand(shardq: &Shardq, id: JobId, owner: &str, fence: i64) {
 
 /// Starts child step `n` of `parent` (claimed by hand) on the idle queue.
 async fn start(shardq: &Shardq, parent: JobId, n: u32) -> JobId {
+    start_child(shardq, parent, n, false).await
+}
+
+/// [`start`], the child abandoned by a cancel of its parent or not.
+async fn start_child(shardq: &Shardq, parent: JobId, n: u32, abandon: bool) -> JobId {
     let name = format!("shardq:child:{n}");
     let payload = json!({});
     let started = children::start(
@@ -406,6 +411,7 @@ async fn start(shardq: &Shardq, parent: JobId, n: u32) -> JobId {
             priority: 0,
             delay: Duration::ZERO,
             max_attempts: 3,
+            abandon_on_parent_cancel: abandon,
         },
     )
     .await
@@ -637,7 +643,8 @@ async fn a_childs_retried_failure_does_not_wake_the_parent() {
 
 /// A cancel of a parent cancels its unfinished children and theirs: the
 /// waiting ones end cancelled, a running one gets the request; a finished
-/// child is left as it is.
+/// child is left as it is, and so is one started with
+/// `ChildPolicy::Abandon`, with its own child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_cascades_to_children_and_grandchildren() {
     let (_shards, shardq) = shardq().await;
@@ -654,6 +661,10 @@ async fn a_cancel_cascades_to_children_and_grandchildren() {
     // The running child starts a grandchild of its own.
     claim_by_hand(&shardq, running, OWNER, FENCE).await;
     let grandchild = start(&shardq, running, 1).await;
+    // An abandoned child (ChildPolicy::Abandon) and its own child run on.
+    let abandoned = start_child(&shardq, parent, 4, true).await;
+    claim_by_hand(&shardq, abandoned, OWNER, FENCE).await;
+    let its_child = start(&shardq, abandoned, 1).await;
 
     let cancelled = shardq.client().cancel(parent).await.unwrap();
     assert_eq!(cancelled, Some(JobStatus::Running), "the parent is asked");
@@ -678,8 +689,10 @@ async fn a_cancel_cascades_to_children_and_grandchildren() {
     assert_eq!(state(running).await, ("running".into(), true));
     assert_eq!(state(grandchild).await, ("cancelled".into(), false));
     assert_eq!(state(finished).await, ("succeeded".into(), false));
+    assert_eq!(state(abandoned).await, ("running".into(), false));
+    assert_eq!(state(its_child).await, ("queued".into(), false));
     // The cancelled parent starts nothing more.
-    let name = "shardq:child:4";
+    let name = "shardq:child:5";
     let payload = json!({});
     let refused = children::start(
         &shard,
@@ -696,6 +709,7 @@ async fn a_cancel_cascades_to_children_and_grandchildren() {
             priority: 0,
             delay: Duration::ZERO,
             max_attempts: 3,
+            abandon_on_parent_cancel: false,
         },
     )
     .await

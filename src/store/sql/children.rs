@@ -16,9 +16,10 @@
 /// Starts child step $5 of workflow ($1, $2), fenced by ($3 owner, $4
 /// fence): `shardq_start_child` (migrations/functions/), one call, one
 /// transaction. Its other params: $6 queue, $7 handler, $8 payload, $9
-/// ordering key, $10 group, $11 priority, $12 delay in ms, $13 attempts.
+/// ordering key, $10 group, $11 priority, $12 delay in ms, $13 attempts,
+/// $14 whether a cancel of the parent leaves it running.
 pub const CHILD_START: &str = "SELECT state, child_shard_key, child_id, child_index \
-    FROM shardq_start_child($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+    FROM shardq_start_child($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// A result step's first statement: the parent's row lock and whether this
 /// claim holds it, as a recv's ([`super::MESSAGE_RECV_LOCK`], which lists
@@ -76,14 +77,16 @@ pub const CHILD_RESULT_DECIDE: &str = "WITH recorded AS MATERIALIZED ( \
         EXISTS (SELECT 1 FROM recorded) OR EXISTS (SELECT 1 FROM child) AS found, \
         (SELECT run_at FROM parked) AS until, (SELECT count(*) FROM waiting) AS wait_recorded";
 
-/// The unfinished children of the workflows ($1 shard keys, $2 ids), for
-/// the cancel cascade: their keys and ids (one probe of the children
-/// index per parent).
+/// The unfinished children of the workflows ($1 shard keys, $2 ids) that
+/// a cancel of their parent cancels (not `ChildPolicy::Abandon`), for the
+/// cancel cascade: their keys and ids (one probe of the children index
+/// per parent).
 pub const CHILDREN_UNFINISHED: &str = "SELECT c.shard_key, c.id \
     FROM unnest($1::int[], $2::bigint[]) AS p(shard_key, id) \
     JOIN workflow_status c ON c.parent_shard_key = p.shard_key AND c.parent_id = p.id \
     WHERE c.parent_id IS NOT NULL \
         AND c.status IN ('waiting', 'scheduled', 'queued', 'running', 'held') \
+        AND c.abandon_on_parent_cancel IS NOT TRUE \
     ORDER BY c.id";
 
 /// Settles up to $1 wakes of parents that a child's completion left to the

@@ -22,11 +22,11 @@ pub const CHILD_START: &str = "SELECT state, child_shard_key, child_id, child_in
     FROM shardq_start_child($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// A result step's first statement: the parent's row lock and whether this
-/// claim holds it, as a recv's ([`super::MESSAGE_RECV_LOCK`], which lists
+/// claim holds it, as a recv's ([`super::messages::MESSAGE_RECV_LOCK`], which lists
 /// the writers it excludes). The wake of a finished child
 /// (`shardq_wake_parent`) tries the same lock: it cannot run between this
 /// statement and [`CHILD_RESULT_DECIDE`].
-pub const CHILD_RESULT_LOCK: &str = super::MESSAGE_RECV_LOCK;
+pub const CHILD_RESULT_LOCK: &str = super::messages::MESSAGE_RECV_LOCK;
 
 /// A result step's second statement, under [`CHILD_RESULT_LOCK`] (a new
 /// snapshot: it sees a child whose final status committed before the lock

@@ -100,6 +100,13 @@ GRANT SELECT ON TABLE workflow_events TO shardq_producer;
 -- workflow_status and SELECT on workflow_steps (a producer and a worker
 -- have them; the dashboard roles cannot send); shardq_get_event needs
 -- SELECT on workflow_status and workflow_events.
+-- Child workflows (schema version 33) need no grant of their own: a child
+-- is a workflow_status row started by its parent's worker (INSERT) with a
+-- step (INSERT on workflow_steps), and the trigger that wakes a parent when
+-- its child finishes runs with the rights of whoever writes that final
+-- status (a worker's completion or recovery, a producer's or the
+-- dashboard's cancel): it reads workflow_steps and updates workflow_status,
+-- which each of them may.
 
 -- The schema version: a worker refuses to run against a schema it does not
 -- know, so it reads this table. Read only: recording a migration is the owner's.

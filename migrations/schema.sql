@@ -36,6 +36,7 @@
 --     30 0030_claim_result.sql
 --     31 0031_workflow_messages.sql
 --     32 0032_workflow_events.sql
+--     33 0033_child_workflows.sql
 --     35 0035_parked_workflows.sql
 
 TABLE shardq_functions
@@ -243,12 +244,17 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     held_status text
     job_group text
     ready_seq bigint
+    parent_shard_key integer
+    parent_id bigint
+    parent_wake boolean
+    abandon_on_parent_cancel boolean
     parked boolean NOT NULL DEFAULT false
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
     CONSTRAINT workflow_status_shard_key_check CHECK (((shard_key >= 0) AND (shard_key <= 65535)))
     CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'held'::text]))) NOT VALID
+    INDEX CREATE INDEX workflow_status_children ON public.workflow_status USING btree (parent_shard_key, parent_id) WHERE (parent_id IS NOT NULL)
     INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
@@ -258,6 +264,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
+    INDEX CREATE INDEX workflow_status_parent_wakes ON public.workflow_status USING btree (shard_key, id) WHERE parent_wake
     INDEX CREATE INDEX workflow_status_ready_plain ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
@@ -266,6 +273,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
     TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()
     TRIGGER CREATE TRIGGER shardq_ready_on_update BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.ordering_key IS NOT NULL) OR (old.job_group IS NOT NULL)))) EXECUTE FUNCTION shardq_mark_ready()
+    TRIGGER CREATE TRIGGER workflow_status_child_finished BEFORE UPDATE OF status ON public.workflow_status FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND (new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])))) EXECUTE FUNCTION shardq_child_finished()
 
 TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     shard_key integer NOT NULL
@@ -371,6 +379,18 @@ BEGIN
                   HINT = format('enqueue it on shard %s', stray_index);
     END IF;
     RETURN true;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_child_finished()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF NOT shardq_wake_parent(NEW.parent_shard_key, NEW.parent_id, NEW.shard_key, NEW.id) THEN
+        NEW.parent_wake := true;
+    END IF;
+    RETURN NEW;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -1465,6 +1485,66 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_start_child(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_group text, p_priority integer, p_delay_ms bigint, p_max_attempts integer, p_abandon boolean)
+ RETURNS TABLE(state text, child_shard_key integer, child_id bigint, child_index integer)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    owned boolean;
+    cancelled boolean;
+    recorded jsonb;
+    routing text := COALESCE(p_ordering_key, p_group);
+    k int := p_shard_key;
+    k_index int;
+    run_at timestamptz := now() + p_delay_ms * interval '1 millisecond';
+    new_status text := CASE WHEN p_delay_ms > 0 THEN 'scheduled' ELSE 'queued' END;
+    new_id bigint;
+BEGIN
+    SELECT w.owner IS NOT DISTINCT FROM p_owner AND w.fence = p_fence AND w.status = 'running',
+            w.cancel_requested
+        INTO owned, cancelled
+        FROM workflow_status w WHERE w.shard_key = p_shard_key AND w.id = p_id FOR SHARE;
+    SELECT s.output INTO recorded FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step;
+    IF recorded IS NOT NULL THEN
+        RETURN QUERY SELECT 'recorded'::text, (recorded->>'child_shard_key')::int,
+            (recorded->>'child_id')::bigint, NULL::int;
+        RETURN;
+    END IF;
+    IF cancelled THEN
+        RETURN QUERY SELECT 'cancelled'::text, NULL::int, NULL::bigint, NULL::int;
+        RETURN;
+    END IF;
+    IF owned IS NOT TRUE THEN
+        RETURN QUERY SELECT 'not_held'::text, NULL::int, NULL::bigint, NULL::int;
+        RETURN;
+    END IF;
+    IF routing IS NOT NULL THEN
+        k := shardq_shard_key(routing);
+        IF NOT shardq_owns_key(k) THEN
+            SELECT r.shard_index INTO k_index FROM shardq_map_ranges r
+                WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
+                    AND r.first_key <= k AND k < r.end_key;
+            RETURN QUERY SELECT 'other_shard'::text, k, NULL::bigint, k_index;
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO workflow_status AS w
+        (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
+         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel)
+    VALUES (k, p_queue, p_handler, p_ordering_key, p_priority, p_payload, new_status, run_at,
+            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false))
+    RETURNING w.id INTO new_id;
+    INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+    VALUES (p_shard_key, p_id, p_step,
+            jsonb_build_object('child_shard_key', k, 'child_id', new_id));
+    IF new_status = 'queued' THEN
+        PERFORM pg_notify('shardq_ready', p_queue);
+    END IF;
+    RETURN QUERY SELECT 'started'::text, k, new_id, NULL::int;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_take(p_tids tid[], p_owner text, p_lease_ms bigint, p_got_slot integer)
  RETURNS SETOF shardq_claimed
  LANGUAGE plpgsql
@@ -1541,3 +1621,66 @@ BEGIN
     RETURN give;
 END
 $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_wake_parent(p_shard_key integer, p_parent_id bigint, p_child_shard_key integer, p_child_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    got boolean;
+    notifies bigint;
+BEGIN
+    SELECT true INTO got FROM workflow_status
+        WHERE shard_key = p_shard_key AND id = p_parent_id
+        FOR NO KEY UPDATE SKIP LOCKED;
+    IF got IS NULL THEN
+        RETURN NOT EXISTS (SELECT 1 FROM workflow_status
+            WHERE shard_key = p_shard_key AND id = p_parent_id);
+    END IF;
+    WITH waiting AS MATERIALIZED (
+        SELECT 1 FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_parent_id
+            AND s.step_name LIKE 'shardq:child:%:wait'
+            AND (s.output->>'child_id')::bigint = p_child_id
+            AND (s.output->>'child_shard_key')::int = p_child_shard_key
+            AND NOT EXISTS (SELECT 1 FROM workflow_steps d
+                WHERE d.shard_key = p_shard_key AND d.workflow_id = p_parent_id
+                    AND d.step_name = left(s.step_name, -length(':wait')))
+        LIMIT 1
+    ), woken AS MATERIALIZED (
+        UPDATE workflow_status w SET run_at = now(),
+            status = CASE WHEN w.status = 'scheduled' AND (w.ordering_key IS NULL
+                    OR pg_try_advisory_xact_lock(shardq_key_lock(w.queue, w.ordering_key)))
+                THEN 'queued' ELSE w.status END
+        WHERE w.shard_key = p_shard_key AND w.id = p_parent_id
+            AND EXISTS (SELECT 1 FROM waiting)
+            AND w.status IN ('scheduled', 'running') AND NOT w.cancel_requested
+        RETURNING w.status, w.queue
+    ), notified AS MATERIALIZED (
+        SELECT pg_notify('shardq_ready', queue) FROM woken WHERE status = 'queued'
+    )
+    SELECT count(*) INTO notifies FROM notified;
+    RETURN true;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_wake_parents(p_limit integer)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    c record;
+    settled bigint := 0;
+BEGIN
+    FOR c IN SELECT w.shard_key, w.id, w.parent_shard_key, w.parent_id FROM workflow_status w
+            WHERE w.parent_wake ORDER BY w.shard_key, w.id LIMIT p_limit
+            FOR UPDATE SKIP LOCKED LOOP
+        IF shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id) THEN
+            UPDATE workflow_status SET parent_wake = NULL
+                WHERE shard_key = c.shard_key AND id = c.id;
+            settled := settled + 1;
+        END IF;
+    END LOOP;
+    RETURN settled;
+END $function$

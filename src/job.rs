@@ -226,6 +226,21 @@ pub struct NewJob {
     pub group: Option<String>,
     /// What enqueueing a duplicate does.
     pub on_duplicate: OnDuplicate,
+    /// Started as a child workflow (`JobContext::start_child`): whether a
+    /// cancel of its parent cancels it too. Not used by a plain enqueue.
+    pub on_parent_cancel: ChildPolicy,
+}
+
+/// What a cancel of a child workflow's parent does to it
+/// ([`NewJob::on_parent_cancel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChildPolicy {
+    /// Cancel it (and its own unfinished children), as the parent.
+    #[default]
+    Cancel,
+    /// Leave it to run to its end (a cleanup the parent started, say): the
+    /// cancel cascade passes it and its descendants by.
+    Abandon,
 }
 
 /// What enqueueing a job whose deduplication id is taken does.
@@ -252,6 +267,7 @@ impl NewJob {
             dedup_id: None,
             group: None,
             on_duplicate: OnDuplicate::ReturnExisting,
+            on_parent_cancel: ChildPolicy::Cancel,
         }
     }
 
@@ -264,6 +280,14 @@ impl NewJob {
     /// Makes the job claimable only from `at` (now when it is past).
     pub fn run_at(mut self, at: SystemTime) -> Self {
         self.delay = at.duration_since(SystemTime::now()).unwrap_or_default();
+        self
+    }
+
+    /// Sets what a cancel of its parent does to it when it is started as
+    /// a child workflow (`JobContext::start_child`): cancel it (the
+    /// default) or abandon it (it runs on).
+    pub fn on_parent_cancel(mut self, policy: ChildPolicy) -> Self {
+        self.on_parent_cancel = policy;
         self
     }
 

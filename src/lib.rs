@@ -62,14 +62,14 @@ pub use app::Shardq;
 pub use client::{Client, ClientError, ErrorKind, JobInfo, JobOutcome, PausedQueue, RoutedJob};
 pub use config::{Config, ConfigError};
 pub use error_chain::error_chain;
-pub use job::{InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
+pub use job::{ChildPolicy, InvalidJob, JobId, JobStatus, NewJob, OnDuplicate};
 pub use job_args::{ArgsError, JobArgs};
 pub use migrate::MigrateError;
 pub use schedule::{Missed, Schedule, ScheduleError};
 pub use shards::{ShardError, ShardSet};
 pub use worker::{
-    HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, StepError, Worker,
-    WorkerReport,
+    ChildError, ChildHandle, ChildResult, HandlerError, HandlerRegistry, HandlerResult, JobContext,
+    PermanentFailure, StepError, Worker, WorkerReport,
 };
 
 /// The PostgreSQL driver and pool whose types shardq's signatures carry

@@ -249,20 +249,25 @@ impl Client {
     }
 
     /// Cancels job `id`: a waiting job at once (it never runs); a running one by
-    /// telling its handler, which stops recording steps. Returns the status
-    /// after the change (`cancelled` or `running`), or `None` when the job is
-    /// unknown or already finished.
+    /// telling its handler, which stops recording steps. Then its unfinished
+    /// child workflows (`JobContext::start_child`), and theirs, the same way
+    /// (even when `id` itself had finished). Returns the status of `id`
+    /// after the change (`cancelled` or `running`), or `None` when the job
+    /// is unknown or already finished.
     ///
     /// # Errors
     ///
-    /// When its shard fails.
+    /// When its shard fails (children cancelled before that stay
+    /// cancelled; calling again cancels the rest).
     ///
     /// # Cancel safety
     ///
     /// Not cancel safe: dropped after the statement was sent, the job may be
     /// cancelled; calling again is harmless (it answers `None` or `running`).
     pub async fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, ClientError> {
-        self.change(id, |shard| jobs::cancel(shard, id)).await
+        let status = self.change(id, |shard| jobs::cancel(shard, id)).await?;
+        self.cancel_children(id).await?;
+        Ok(status)
     }
 
     /// Puts a dead, failed or cancelled job back in the queue with fresh

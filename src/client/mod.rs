@@ -1,6 +1,7 @@
 //! The client: enqueue jobs, read and change them.
 
 mod browse;
+mod cancel_children;
 #[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 pub(crate) mod check;
 mod depth;

@@ -147,6 +147,23 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         name: "shardq_take_starts",
         sql: include_str!("../../migrations/functions/shardq_take_starts.sql"),
     },
+    // Child workflows (JobContext::start_child, ChildHandle::result).
+    Function {
+        name: "shardq_start_child",
+        sql: include_str!("../../migrations/functions/shardq_start_child.sql"),
+    },
+    Function {
+        name: "shardq_wake_parent",
+        sql: include_str!("../../migrations/functions/shardq_wake_parent.sql"),
+    },
+    Function {
+        name: "shardq_child_finished",
+        sql: include_str!("../../migrations/functions/shardq_child_finished.sql"),
+    },
+    Function {
+        name: "shardq_wake_parents",
+        sql: include_str!("../../migrations/functions/shardq_wake_parents.sql"),
+    },
 ];
 
 /// The functions as (name, text) pairs, as the store takes them.

@@ -189,6 +189,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0032_workflow_events.sql"),
     },
     Migration {
+        version: 33,
+        name: "0033_child_workflows.sql",
+        sql: include_str!("../../migrations/0033_child_workflows.sql"),
+    },
+    Migration {
         version: 35,
         name: "0035_parked_workflows.sql",
         sql: include_str!("../../migrations/0035_parked_workflows.sql"),

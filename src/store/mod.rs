@@ -19,6 +19,7 @@
 pub mod backlog;
 pub mod browse;
 pub mod check;
+pub mod children;
 mod error;
 pub mod events;
 mod exec;

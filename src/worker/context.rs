@@ -69,6 +69,15 @@ pub enum StepError {
         /// What is wrong and what to do.
         reason: crate::job::InvalidJob,
     },
+    /// A [`ChildHandle::result`] found its child unfinished: return this
+    /// error (`?`) so the workflow (`.0`) parks (as for
+    /// [`StepError::Sleeping`]) until the child (`.1`) finishes, whose
+    /// completion wakes it; then it runs again from the start, and the
+    /// result step returns the child's outcome.
+    ///
+    /// [`ChildHandle::result`]: crate::ChildHandle::result
+    #[error("workflow {0} waits for its child workflow {1}; return this error so it parks until the child finishes")]
+    WaitingForChild(JobId, JobId),
     /// Reading or recording the step failed.
     #[error("step `{step}`: database error")]
     Database {
@@ -144,6 +153,11 @@ pub struct JobContext {
     /// Largest message `send` and event `set_event` take
     /// (`limits.max_payload_bytes`).
     pub(crate) max_message_bytes: usize,
+    /// Children started so far in this run ([`JobContext::start_child`]),
+    /// numbered like the sleeps.
+    pub(crate) children: Arc<AtomicU32>,
+    /// Attempts of a child that does not say (`limits.default_max_attempts`).
+    pub(crate) default_max_attempts: i32,
     /// Set when a sleep or a recv asked the workflow to park (its wake
     /// time is in its row's `run_at`).
     pub(crate) parked: Arc<AtomicBool>,

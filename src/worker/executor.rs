@@ -23,6 +23,9 @@ pub(crate) struct ExecutorConfig {
     pub handler_timeout: Option<Duration>,
     /// Largest message a handler's `send` takes (`limits.max_payload_bytes`).
     pub max_message_bytes: usize,
+    /// Attempts of a child workflow that does not say
+    /// (`limits.default_max_attempts`).
+    pub default_max_attempts: i32,
 }
 
 impl ExecutorConfig {
@@ -30,6 +33,7 @@ impl ExecutorConfig {
         ExecutorConfig {
             handler_timeout: config.worker.handler_timeout,
             max_message_bytes: config.limits.max_payload_bytes,
+            default_max_attempts: config.limits.default_max_attempts,
         }
     }
 }
@@ -181,6 +185,8 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         get_events: Default::default(),
         shards: run.shards.clone(),
         max_message_bytes: executor.config.max_message_bytes,
+        children: Default::default(),
+        default_max_attempts: executor.config.default_max_attempts,
         parked: Default::default(),
     };
     let parked = ctx.parked.clone();

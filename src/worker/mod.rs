@@ -7,6 +7,7 @@
 //!            gated)        by worker.buffer_jobs)  hash → slot)     shard, fenced)
 //! ```
 
+mod children;
 mod claim_task;
 mod completer;
 mod context;
@@ -53,6 +54,7 @@ mod lease_telemetry_tests;
 #[doc(hidden)]
 pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 pub use crate::telemetry::{Stats, StatsSnapshot};
+pub use children::{ChildError, ChildHandle, ChildResult};
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, PermanentFailure, NOOP, SLEEP};
 

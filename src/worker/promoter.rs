@@ -9,11 +9,13 @@
 //! promoted at most that late). Promotion is gated per shard like
 //! every upkeep duty (one process at a time does it; the others' attempts
 //! cost one statement), and the promotion's notification wakes the
-//! claimers.
+//! claimers. Each pass first settles the parents' wakes that children's
+//! completions left to it (the parent's row was locked then:
+//! `shardq_wake_parents`); the shard counts a pending one as due now.
 
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
-use crate::store::upkeep;
+use crate::store::{children, upkeep};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +28,11 @@ const PROMOTION_CEILING: Duration = Duration::from_secs(1);
 /// Jobs promoted per statement; a pass repeats while statements come back
 /// full.
 const PROMOTION_BATCH: i64 = 5_000;
+
+/// Parents' wakes settled per statement: almost always none are pending
+/// (a wake is left here only when the parent's row was locked at the
+/// child's completion); a pass repeats while statements come back full.
+const PARENT_WAKE_BATCH: i32 = 1_000;
 
 /// Runs until shutdown: one loop per shard, passes at most `interval`
 /// (`worker.maintenance_interval`) or [`PROMOTION_CEILING`] apart.
@@ -45,6 +52,16 @@ async fn promote_loop(
 ) {
     let shard = shards.get(index);
     loop {
+        let mut woken = i64::from(PARENT_WAKE_BATCH);
+        while woken >= i64::from(PARENT_WAKE_BATCH) {
+            woken = match children::wake_pending(shard, PARENT_WAKE_BATCH).await {
+                Ok(n) => n,
+                Err(err) => {
+                    super::maintenance::failed(shard, "wakes of parent workflows", &err);
+                    0
+                }
+            };
+        }
         let mut promoted = PROMOTION_BATCH as u64;
         while promoted >= PROMOTION_BATCH as u64 {
             promoted = match upkeep::promote_due(shard, PROMOTION_BATCH).await {

@@ -1,6 +1,6 @@
 //! The library's public surface, checked in: every public module and every
 //! name it declares or re-exports at its top level is listed below, once
-//! per module (what an embedder sees: 118 names, 45 of them at the root).
+//! per module (what an embedder sees: 126 names, 49 of them at the root).
 //! Two checks keep the list and the code equal:
 //!
 //! - it compiles: each listed name exists at that path and is public (a
@@ -28,11 +28,12 @@ mod root {
     #[allow(unused_imports)]
     use shardq::{
         client, config, deadpool_postgres, error_chain, job, migrate, prometheus, router, schedule,
-        shards, tls, tokio_postgres, worker, ArgsError, Client, ClientError, Config, ConfigError,
-        ErrorKind, HandlerError, HandlerRegistry, HandlerResult, InvalidJob, JobArgs, JobContext,
-        JobId, JobInfo, JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate,
-        PausedQueue, PermanentFailure, RoutedJob, Schedule, ScheduleError, ShardError, ShardSet,
-        Shardq, StepError, Worker, WorkerReport, VERSION,
+        shards, tls, tokio_postgres, worker, ArgsError, ChildError, ChildHandle, ChildPolicy,
+        ChildResult, Client, ClientError, Config, ConfigError, ErrorKind, HandlerError,
+        HandlerRegistry, HandlerResult, InvalidJob, JobArgs, JobContext, JobId, JobInfo,
+        JobOutcome, JobStatus, MigrateError, Missed, NewJob, OnDuplicate, PausedQueue,
+        PermanentFailure, RoutedJob, Schedule, ScheduleError, ShardError, ShardSet, Shardq,
+        StepError, Worker, WorkerReport, VERSION,
     };
 }
 
@@ -56,8 +57,8 @@ mod config {
 mod job {
     #[allow(unused_imports)]
     use shardq::job::{
-        EnqueueLimits, InvalidJob, JobId, JobIdParseError, JobStatus, NewJob, OnDuplicate,
-        MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
+        ChildPolicy, EnqueueLimits, InvalidJob, JobId, JobIdParseError, JobStatus, NewJob,
+        OnDuplicate, MAX_ATTEMPTS, MAX_DEDUP_ID_BYTES, MAX_GROUP_BYTES, MAX_HANDLER_BYTES,
         MAX_ORDERING_KEY_BYTES, MAX_QUEUE_BYTES,
     };
 }
@@ -97,8 +98,9 @@ mod tls {
 mod worker {
     #[allow(unused_imports)]
     use shardq::worker::{
-        HandlerError, HandlerRegistry, HandlerResult, JobContext, PermanentFailure, Stats,
-        StatsSnapshot, StepError, Worker, WorkerReport, NOOP, SLEEP,
+        ChildError, ChildHandle, ChildResult, HandlerError, HandlerRegistry, HandlerResult,
+        JobContext, PermanentFailure, Stats, StatsSnapshot, StepError, Worker, WorkerReport, NOOP,
+        SLEEP,
     };
 }
 

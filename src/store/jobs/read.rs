@@ -50,7 +50,7 @@ pub struct JobInfo {
     /// When it finished.
     pub finished_at: Option<String>,
     /// What a parked workflow waits for, and until when (a durable sleep's
-    /// wake time, or a recv's topic and deadline).
+    /// wake time, a recv's topic and deadline, or `child workflow <id>`).
     pub waiting_for: Option<String>,
 }
 

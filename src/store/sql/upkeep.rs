@@ -84,9 +84,12 @@ pub const JOB_PROMOTE_DUE: &str = concat!(
 
 /// How long until the earliest scheduled job is due, in ms by the shard's
 /// clock (negative: due already); NULL when none is scheduled. One probe of
-/// the scheduled index's first entry.
-pub const JOB_NEXT_DUE: &str = "SELECT (extract(epoch FROM min(run_at) - clock_timestamp()) \
-        * 1000)::bigint AS ms \
+/// the scheduled index's first entry. A parent's wake left to the
+/// promotion (a child flagged `parent_wake`: one probe of an index that is
+/// almost always empty) is due now.
+pub const JOB_NEXT_DUE: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM workflow_status \
+            WHERE parent_wake) THEN 0::bigint \
+        ELSE (extract(epoch FROM min(run_at) - clock_timestamp()) * 1000)::bigint END AS ms \
     FROM workflow_status WHERE status = 'scheduled'";
 
 /// Deletes up to $4 finished jobs (and, by cascade, their steps) that finished

@@ -3,6 +3,7 @@
 //! while a range moves, lookups, and the `shardq reshard` command. What they
 //! share is here: the worker's settings and a move of two shards to three.
 
+mod children;
 mod command;
 mod enqueue;
 mod events;

@@ -13,6 +13,21 @@ pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status
                 AND s.step_name LIKE 'shardq:sleep:%' \
                 AND (s.output->>'wake_at')::timestamptz = w.run_at) \
         THEN 'a durable sleep, until ' || run_at::text \
+        WHEN status = 'scheduled' AND EXISTS (SELECT 1 FROM workflow_steps s \
+            WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
+                AND s.step_name LIKE 'shardq:child:%:wait' \
+                AND NOT EXISTS (SELECT 1 FROM workflow_steps d \
+                    WHERE d.shard_key = w.shard_key AND d.workflow_id = w.id \
+                        AND d.step_name = left(s.step_name, -length(':wait')))) \
+        THEN (SELECT 'child workflow ' || (s.output->>'child_shard_key') || '-' \
+                || (s.output->>'child_id') \
+            FROM workflow_steps s \
+            WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
+                AND s.step_name LIKE 'shardq:child:%:wait' \
+                AND NOT EXISTS (SELECT 1 FROM workflow_steps d \
+                    WHERE d.shard_key = w.shard_key AND d.workflow_id = w.id \
+                        AND d.step_name = left(s.step_name, -length(':wait'))) \
+            LIMIT 1) \
         WHEN status = 'scheduled' THEN (SELECT 'a message on topic `' || (s.output->>'topic') \
                 || '`, until ' || (s.output->>'deadline')::timestamptz::text \
             FROM workflow_steps s \

@@ -1,0 +1,51 @@
+//! The cancel cascade: a cancelled workflow's unfinished children, and
+//! theirs, are cancelled too ([`Client::cancel`]).
+
+use super::error::ClientError;
+use super::handle::Client;
+use crate::job::JobId;
+use crate::store::{children, jobs};
+
+impl Client {
+    /// Cancels the unfinished descendants of `parent` (on its shard, where
+    /// children live), level by level, but those started with
+    /// `ChildPolicy::Abandon` and theirs: each child as [`Client::cancel`]
+    /// cancels one job (waiting, scheduled and queued ones end
+    /// `cancelled`; a running one gets the request, and its parent's wake
+    /// comes with its final status). Returns how many it changed.
+    ///
+    /// Each child is its own transaction, which locks that child's row
+    /// only: never a parent's row while it waits for a child's, so it
+    /// cannot deadlock with a child's completion (which holds the child
+    /// and only tries its parent's lock). The parent is cancelled first,
+    /// so it starts no new child meanwhile (`start_child` is fenced by
+    /// its cancel request); a child started before that is found by the
+    /// read of the next level or by cancelling again.
+    ///
+    /// # Errors
+    ///
+    /// When the shard fails: the children cancelled so far stay cancelled,
+    /// and cancelling the parent again goes on with the rest.
+    pub(super) async fn cancel_children(&self, parent: JobId) -> Result<u64, ClientError> {
+        let holder = self
+            .find(parent, |shard| async move {
+                Ok(jobs::exists(shard, parent).await?.then_some(()))
+            })
+            .await?;
+        let Some((shard, ())) = holder else {
+            return Ok(0);
+        };
+        let mut changed = 0;
+        let mut level = vec![parent];
+        while !level.is_empty() {
+            let next = children::unfinished(shard, &level).await?;
+            for child in &next {
+                if jobs::cancel(shard, *child).await?.is_some() {
+                    changed += 1;
+                }
+            }
+            level = next;
+        }
+        Ok(changed)
+    }
+}

@@ -1,0 +1,94 @@
+//! Child workflows: starting one from a workflow's step, the step that
+//! waits for its result, the wake its completion gives the parent, and the
+//! cancel cascade's reads.
+//!
+//! A parent's park and its child's completion are ordered by the parent's
+//! row lock, never by a wait while holding the child's: the park locks the
+//! parent ([`CHILD_RESULT_LOCK`]) and then reads the child in a statement
+//! of its own ([`CHILD_RESULT_DECIDE`]); the child's final status is
+//! written under the child's row lock by whoever writes it (a completion,
+//! a cancel, a recovery), and the trigger that fires with it only *tries*
+//! the parent's lock (`shardq_wake_parent`, which says why both orders
+//! wake the parent). A completion batch holds its rows and tries
+//! parents; it never waits for one, so two batches (or a batch and a
+//! park) cannot wait on each other in a cycle.
+
+/// Starts child step $5 of workflow ($1, $2), fenced by ($3 owner, $4
+/// fence): `shardq_start_child` (migrations/functions/), one call, one
+/// transaction. Its other params: $6 queue, $7 handler, $8 payload, $9
+/// ordering key, $10 group, $11 priority, $12 delay in ms, $13 attempts,
+/// $14 whether a cancel of the parent leaves it running.
+pub const CHILD_START: &str = "SELECT state, child_shard_key, child_id, child_index \
+    FROM shardq_start_child($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+
+/// A result step's first statement: the parent's row lock and whether this
+/// claim holds it, as a recv's ([`super::messages::MESSAGE_RECV_LOCK`], which lists
+/// the writers it excludes). The wake of a finished child
+/// (`shardq_wake_parent`) tries the same lock: it cannot run between this
+/// statement and [`CHILD_RESULT_DECIDE`].
+pub const CHILD_RESULT_LOCK: &str = super::messages::MESSAGE_RECV_LOCK;
+
+/// A result step's second statement, under [`CHILD_RESULT_LOCK`] (a new
+/// snapshot: it sees a child whose final status committed before the lock
+/// was granted): result step $3 of the parent ($1, $2) on child ($4, $5)
+/// decides once, only by inserting. A step recorded before is returned as
+/// it is. A child that finished (succeeded, failed, dead, cancelled) is
+/// recorded as the step's output (`status`, `output`, `error`). Otherwise
+/// the wait is recorded as step `$3:wait` (`child_id`: what the child's
+/// wake looks for) and the parent's `run_at` set $6 ms ahead, so its
+/// `parked` outcome parks it until the child's completion wakes it (or
+/// then, a re-check that costs one replay). Returns the step's output
+/// (NULL while it waits), whether the child exists, and the re-check time.
+///
+/// Between the two statements no writer changes what this decides but
+/// the child's final write, which, committed before this statement, is
+/// seen here, and committed after, finds the wait recorded when its try
+/// of the parent's lock succeeds, or flags the child for the promotion
+/// when it does not (the lock is held until this transaction commits).
+pub const CHILD_RESULT_DECIDE: &str = "WITH recorded AS MATERIALIZED ( \
+        SELECT output FROM workflow_steps \
+        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
+    ), child AS MATERIALIZED ( \
+        SELECT c.status, c.output, c.error FROM workflow_status c \
+        WHERE c.shard_key = $4 AND c.id = $5 AND NOT EXISTS (SELECT 1 FROM recorded) \
+            AND NOT (c.status = 'held' AND c.held_status = 'running') \
+    ), finished AS MATERIALIZED ( \
+        SELECT jsonb_build_object('status', status, 'output', output, 'error', error) AS output \
+        FROM child WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
+    ), written AS MATERIALIZED ( \
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+        SELECT $1, $2, $3, output FROM finished \
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
+        RETURNING output \
+    ), waiting AS MATERIALIZED ( \
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+        SELECT $1, $2, $3 || ':wait', jsonb_build_object('child_shard_key', $4::int, \
+            'child_id', $5::bigint) \
+        WHERE EXISTS (SELECT 1 FROM child) AND NOT EXISTS (SELECT 1 FROM finished) \
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
+        RETURNING 1 \
+    ), parked AS MATERIALIZED ( \
+        UPDATE workflow_status w SET run_at = now() + $6::bigint * interval '1 millisecond' \
+        WHERE w.shard_key = $1 AND w.id = $2 \
+            AND EXISTS (SELECT 1 FROM child) AND NOT EXISTS (SELECT 1 FROM finished) \
+        RETURNING w.run_at \
+    ) \
+    SELECT coalesce((SELECT output FROM recorded), (SELECT output FROM written)) AS output, \
+        EXISTS (SELECT 1 FROM recorded) OR EXISTS (SELECT 1 FROM child) AS found, \
+        (SELECT run_at FROM parked) AS until, (SELECT count(*) FROM waiting) AS wait_recorded";
+
+/// The unfinished children of the workflows ($1 shard keys, $2 ids) that
+/// a cancel of their parent cancels (not `ChildPolicy::Abandon`), for the
+/// cancel cascade: their keys and ids (one probe of the children index
+/// per parent).
+pub const CHILDREN_UNFINISHED: &str = "SELECT c.shard_key, c.id \
+    FROM unnest($1::int[], $2::bigint[]) AS p(shard_key, id) \
+    JOIN workflow_status c ON c.parent_shard_key = p.shard_key AND c.parent_id = p.id \
+    WHERE c.parent_id IS NOT NULL \
+        AND c.status IN ('waiting', 'scheduled', 'queued', 'running', 'held') \
+        AND c.abandon_on_parent_cancel IS NOT TRUE \
+    ORDER BY c.id";
+
+/// Settles up to $1 wakes of parents that a child's completion left to the
+/// promotion (`shardq_wake_parents`: tries, never waits). Returns how many.
+pub const CHILD_WAKE_PENDING: &str = "SELECT shardq_wake_parents($1::int) AS settled";

@@ -1,0 +1,144 @@
+//! A parent parked on its child moves with it: the child (which takes its
+//! parent's shard key) and its link (`parent_shard_key`, `parent_id`) and
+//! the parent's wait are copied with the key range, and on the new shard
+//! the child's completion wakes the parent.
+
+use super::{growing_to_three, moving_key, GrowingToThree, WORKER_TOML};
+use crate::common::TestShards;
+use serde_json::json;
+use shardq::reshard::{reshard, Options};
+use shardq::shards::Shard;
+use shardq::store::children::{self, AwaitChild, Awaited, StartChild, Started};
+use shardq::{ChildResult, Client, HandlerRegistry, JobId, JobOutcome, NewJob, Worker};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const OWNER: &str = "racer";
+const FENCE: i64 = 7;
+
+/// The children of `parent` on `shard`.
+async fn children_on(shard: &Shard, parent: JobId) -> Vec<i64> {
+    shard
+        .client()
+        .await
+        .unwrap()
+        .query(
+            "SELECT id FROM workflow_status WHERE parent_shard_key = $1 AND parent_id = $2",
+            &[&parent.shard_key, &parent.id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_parent_and_its_child_move_together_and_the_child_wakes_it() {
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&new).unwrap();
+    let key = moving_key(&plan, "family");
+    let parent = client
+        .enqueue(NewJob::new("moving", "parent", json!({})).ordering_key(key))
+        .await
+        .unwrap();
+    let m = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= parent.shard_key && parent.shard_key < m.end_key)
+        .unwrap();
+    let (from, to) = (all.get(m.from_index), all.get(2));
+
+    // The parent's first run, by hand on the old shard: it starts its
+    // child, waits for it, and parks.
+    let db = from.client().await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'running', owner = $3, fence = $4, attempts = 1, \
+            started_at = now(), lease_expires_at = now() + interval '1 hour' \
+         WHERE shard_key = $1 AND id = $2",
+        &[&parent.shard_key, &parent.id, &OWNER, &FENCE],
+    )
+    .await
+    .unwrap();
+    let payload = json!({ "n": 7 });
+    let started = children::start(
+        from,
+        StartChild {
+            parent,
+            name: "shardq:child:1",
+            owner: OWNER,
+            fence: FENCE,
+            queue: "moving",
+            handler: "child",
+            payload: &payload,
+            ordering_key: None,
+            group: None,
+            priority: 0,
+            delay: Duration::ZERO,
+            max_attempts: 3,
+            abandon_on_parent_cancel: false,
+        },
+    )
+    .await
+    .unwrap();
+    let Started::Child(child) = started else {
+        panic!("{started:?}")
+    };
+    assert_eq!(child.shard_key, parent.shard_key, "the parent's shard key");
+    let wait = AwaitChild {
+        parent,
+        name: "shardq:child:1:result",
+        child,
+        owner: OWNER,
+        fence: FENCE,
+        recheck: Duration::from_secs(3600),
+    };
+    let waiting = children::result(from, wait).await.unwrap();
+    assert!(matches!(waiting, Awaited::Waiting(_)), "{waiting:?}");
+    db.execute(
+        "SELECT * FROM shardq_complete_many(ARRAY[$1::int], ARRAY[$2::bigint], \
+            ARRAY[$3::bigint], ARRAY['parked'], ARRAY[NULL::jsonb], $4, ARRAY[NULL::text], 10, 20)",
+        &[&parent.shard_key, &parent.id, &FENCE, &OWNER],
+    )
+    .await
+    .unwrap();
+
+    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    assert_eq!(children_on(to, parent).await, vec![child.id], "moved");
+    assert!(children_on(from, parent).await.is_empty(), "removed");
+
+    // On the new shard the child runs; its completion wakes the parent,
+    // parked an hour ahead, whose replay finds its child finished.
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("child", |ctx| async move {
+        Ok(json!(ctx.payload["n"].as_i64().unwrap_or(0) * 10))
+    });
+    handlers.register("parent", |ctx| async move {
+        let child = ctx
+            .start_child(NewJob::new("moving", "child", json!({ "n": 7 })))
+            .await?;
+        match child.result().await? {
+            ChildResult::Succeeded(v) => Ok(json!({ "child": v })),
+            other => Ok(json!(format!("{other:?}"))),
+        }
+    });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(Worker::new(new.clone(), all.clone(), handlers).run(stop.clone()));
+    let outcome = client
+        .result(parent, Duration::from_secs(30))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!({ "child": 70 })));
+    assert_eq!(children_on(to, parent).await, vec![child.id], "one child");
+}

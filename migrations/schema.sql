@@ -35,6 +35,7 @@
 --     29 0029_ready_order_switch.sql
 --     30 0030_claim_result.sql
 --     31 0031_workflow_messages.sql
+--     34 0034_debounce.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -231,6 +232,8 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     held_status text
     job_group text
     ready_seq bigint
+    debounce_key text
+    debounce_until timestamp with time zone
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
@@ -249,6 +252,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
     INDEX CREATE INDEX workflow_status_scheduled_queue ON public.workflow_status USING btree (queue, attempts) WHERE (status = 'scheduled'::text)
+    INDEX CREATE UNIQUE INDEX workflow_status_debounce ON public.workflow_status USING btree (queue, debounce_key) WHERE ((debounce_until IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'held'::text])) AND (NOT cancel_requested))
     INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
     TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()

@@ -28,6 +28,7 @@ mod app;
 mod error_chain;
 mod heartbeat;
 mod job_args;
+mod job_debounce;
 mod job_status;
 mod lent;
 

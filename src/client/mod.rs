@@ -4,6 +4,7 @@ mod browse;
 #[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 pub(crate) mod check;
 mod depth;
+mod enqueue_debounced;
 mod enqueue_once;
 mod error;
 mod failures;

@@ -183,6 +183,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0031_workflow_messages.sql",
         sql: include_str!("../../migrations/0031_workflow_messages.sql"),
     },
+    Migration {
+        version: 34,
+        name: "0034_debounce.sql",
+        sql: include_str!("../../migrations/0034_debounce.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

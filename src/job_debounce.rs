@@ -43,7 +43,12 @@ impl NewJob {
     /// the id of the pending run it joined. `period` at least 1 ms,
     /// `max_wait` at least `period` and at most [`MAX_DEBOUNCE_WAIT`]:
     /// [`NewJob::validate`] says what is wrong.
-    pub fn debounce(mut self, key: impl Into<String>, period: Duration, max_wait: Duration) -> Self {
+    pub fn debounce(
+        mut self,
+        key: impl Into<String>,
+        period: Duration,
+        max_wait: Duration,
+    ) -> Self {
         self.debounce = Some(Debounce {
             key: key.into(),
             period,
@@ -108,7 +113,10 @@ mod tests {
     #[test]
     fn refuses_bad_keys_times_and_combinations() {
         let cases = [
-            (job().debounce("", S, S), InvalidJob::EmptyName("debounce key")),
+            (
+                job().debounce("", S, S),
+                InvalidJob::EmptyName("debounce key"),
+            ),
             (
                 job().debounce("a\0b", S, S),
                 InvalidJob::NulInName("debounce key"),
@@ -165,7 +173,10 @@ mod tests {
             assert_eq!(job.check_debounce(), Err(expected.clone()), "{expected}");
         }
         assert_eq!(job().debounce("k", S, S).check_debounce(), Ok(()));
-        assert_eq!(job().priority(3).debounce("k", S, 9 * S).check_debounce(), Ok(()));
+        assert_eq!(
+            job().priority(3).debounce("k", S, 9 * S).check_debounce(),
+            Ok(())
+        );
     }
 
     #[test]

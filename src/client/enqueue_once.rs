@@ -70,7 +70,11 @@ const DEDUP_RACE_RETRIES: usize = 3;
 /// `again` is set) may have written something, and must then be safe to
 /// repeat. Each retry borrows a fresh connection (a broken one is not
 /// returned to the pool).
-pub(super) async fn with_retries<T, F, Fut>(what: &str, again: bool, mut op: F) -> Result<T, ShardError>
+pub(super) async fn with_retries<T, F, Fut>(
+    what: &str,
+    again: bool,
+    mut op: F,
+) -> Result<T, ShardError>
 where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<T, ShardError>>,

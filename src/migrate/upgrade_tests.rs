@@ -126,22 +126,36 @@ async fn a_fresh_shard_matches_the_checked_in_schema() {
     );
 }
 
+/// The functions commit in one transaction after every table is current:
+/// the last migration's own, or (when that one runs statement by
+/// statement, outside a transaction, as an index built concurrently must)
+/// the run's closing one, right after it.
 #[tokio::test]
 async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
     let server = EphemeralServer::start().await.expect("server");
     migrated(&server, "shardq").await;
+    let last = list::MIGRATIONS.last().expect("migrations");
     // now() is the transaction's start: equal times, one transaction.
-    let together: i64 = connect(&server, "shardq")
+    let row = connect(&server, "shardq")
         .await
         .query_one(
-            "SELECT count(*) FROM shardq_functions f JOIN shardq_migrations m \
-             ON m.version = $1 AND m.applied_at = f.applied_at",
+            "SELECT count(DISTINCT f.applied_at) AS transactions, \
+                 count(*) FILTER (WHERE f.applied_at = m.applied_at) AS with_it, \
+                 count(*) FILTER (WHERE f.applied_at >= m.applied_at) AS after_it, \
+                 count(*) AS functions \
+             FROM shardq_functions f JOIN shardq_migrations m ON m.version = $1",
             &[&latest_version()],
         )
         .await
-        .expect("count")
-        .get(0);
-    assert_eq!(together, functions::FUNCTIONS.len() as i64);
+        .expect("count");
+    let count = |c: &str| row.get::<_, i64>(c);
+    assert_eq!(count("functions"), functions::FUNCTIONS.len() as i64);
+    assert_eq!(count("transactions"), 1, "one transaction");
+    if last.runs_in_transaction() {
+        assert_eq!(count("with_it"), count("functions"));
+    } else {
+        assert_eq!(count("after_it"), count("functions"));
+    }
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-pub use crate::job_debounce::{Debounce, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
+pub use crate::debounce::{Debounce, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
 pub use crate::job_status::JobStatus;
 
 #[cfg(feature = "internal")]

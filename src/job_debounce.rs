@@ -1,32 +1,10 @@
 //! Debounce: a burst of enqueues with one key becomes one run
-//! ([`NewJob::debounce`]). The settings and their checks; the write is in
-//! `store::jobs::insert_debounced`, the rules in docs/workflows/debounce.md.
+//! ([`NewJob::debounce`]). The builder and its checks (the settings are in
+//! `debounce.rs`); the write is `store::jobs::insert_debounced`, the rules
+//! docs/workflows/debounce.md.
 
-use crate::job::{InvalidJob, NewJob};
+use crate::job::{Debounce, InvalidJob, NewJob, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
 use std::time::Duration;
-
-/// Longest debounce key, in bytes: indexed with its queue, as an ordering
-/// key is (see [`crate::job::MAX_QUEUE_BYTES`]).
-pub const MAX_DEBOUNCE_KEY_BYTES: usize = 1024;
-
-/// The longest `max_wait` of a debounce: a year. The run's time is the
-/// shard's clock plus it, which PostgreSQL's timestamps hold for any
-/// sensible value; a longer wait is a mistake (a unit off), not a plan.
-pub const MAX_DEBOUNCE_WAIT: Duration = Duration::from_secs(366 * 24 * 3600);
-
-/// A job's debounce ([`NewJob::debounce`]): enqueues of its queue with the
-/// same key, while a run of it is pending, update that run instead of
-/// adding one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Debounce {
-    /// The debounce key (per queue). It routes the job: a key's enqueues
-    /// all go to one shard.
-    pub key: String,
-    /// The run starts this long after the last enqueue of a burst…
-    pub period: Duration,
-    /// …but no later than this long after its first.
-    pub max_wait: Duration,
-}
 
 impl NewJob {
     /// Debounces the job by `key` (per queue): while a run of the key is

@@ -25,6 +25,7 @@ pub mod tls;
 pub mod worker;
 
 mod app;
+mod debounce;
 mod error_chain;
 mod heartbeat;
 mod job_args;

@@ -735,3 +735,84 @@ async fn a_failed_run_retries_beside_its_keys_next_pending_run() {
         "the next run still pending, untouched"
     );
 }
+
+/// A cancelled pending run is not joined: the next enqueue of the key is a
+/// new run. Retried by hand, the cancelled one comes back as an ordinary
+/// job (not the key's pending run), beside the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_pending_run_is_not_joined_and_comes_back_as_an_ordinary_job() {
+    let (_shards, shardq) = shardq().await;
+    let client = shardq.client();
+    let (p, w) = (Duration::from_secs(60), Duration::from_secs(600));
+    let cancelled = client
+        .enqueue(debounced("k", json!("cancelled"), p, w))
+        .await
+        .unwrap();
+    client.cancel(cancelled).await.unwrap();
+    let next = client
+        .enqueue(debounced("k", json!("next"), p, w))
+        .await
+        .unwrap();
+    assert_ne!(next, cancelled);
+    assert!(client.retry(cancelled).await.unwrap(), "retried");
+    let again = client
+        .enqueue(debounced("k", json!("joins next"), p, w))
+        .await
+        .unwrap();
+    assert_eq!(again, next, "the pending run is still the new one");
+    let db = shardq.shards().get(0).client().await.unwrap();
+    let pending: Vec<(i64, String, Value, bool)> = db
+        .query(
+            "SELECT id, status, payload, debounce_until IS NOT NULL FROM workflow_status \
+             WHERE queue = $1 ORDER BY id",
+            &[&QUEUE],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        pending,
+        vec![
+            (cancelled.id, "queued".into(), json!("cancelled"), false),
+            (next.id, "scheduled".into(), json!("joins next"), true),
+        ]
+    );
+}
+
+/// A retry of a debounced write whose reply was lost: the row it created
+/// under its reserved id is found and left alone (no second run, its
+/// payload kept even when a later enqueue changed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_write_leaves_the_run_it_created() {
+    use shardq::store::jobs::{insert_debounced, reserve_ids, NewRow};
+    let (_shards, shardq) = shardq().await;
+    let shard = shardq.shards().get(0);
+    let (p, w) = (Duration::from_secs(60), Duration::from_secs(600));
+    let first = debounced("k", json!("first"), p, w);
+    let row = |job| NewRow {
+        shard_key: shardq::router::shard_key_for("k"),
+        job,
+        max_attempts: 3,
+    };
+    let ids = reserve_ids(shard, 1).await.unwrap();
+    let written = insert_debounced(shard, &[row(&first)], &ids, None)
+        .await
+        .unwrap();
+    assert_eq!(written[0].id, ids[0], "a new run under the reserved id");
+    let later = debounced("k", json!("later"), p, w);
+    let later_ids = reserve_ids(shard, 1).await.unwrap();
+    insert_debounced(shard, &[row(&later)], &later_ids, None)
+        .await
+        .unwrap();
+    let again = insert_debounced(shard, &[row(&first)], &ids, None)
+        .await
+        .unwrap();
+    assert_eq!(again, written, "the retry finds its own run");
+    assert_eq!(
+        rows(&shardq).await,
+        vec![(ids[0], "scheduled".into(), json!("later"), Some("k".into()))],
+        "not written again, the later payload kept"
+    );
+}

@@ -68,7 +68,8 @@ GRANT USAGE ON SCHEMA public TO shardq_worker, shardq_producer, shardq_dashboard
 -- cancellation. DELETE: retention of finished jobs.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE workflow_status TO shardq_worker;
 -- A producer: SELECT (status, inspection), INSERT (enqueue), UPDATE (cancel,
--- retry). No DELETE.
+-- retry, and a debounced enqueue joining its key's pending run: INSERT ...
+-- ON CONFLICT DO UPDATE). No DELETE.
 GRANT SELECT, INSERT, UPDATE ON TABLE workflow_status TO shardq_producer;
 
 -- Durable step outputs. SELECT: a replayed job reads its finished steps.

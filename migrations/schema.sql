@@ -37,6 +37,7 @@
 --     31 0031_workflow_messages.sql
 --     32 0032_workflow_events.sql
 --     33 0033_child_workflows.sql
+--     34 0034_debounce.sql
 --     35 0035_parked_workflows.sql
 
 TABLE shardq_functions
@@ -248,6 +249,8 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     parent_id bigint
     parent_wake boolean
     abandon_on_parent_cancel boolean
+    debounce_key text
+    debounce_until timestamp with time zone
     parked boolean NOT NULL DEFAULT false
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
@@ -269,6 +272,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
     INDEX CREATE INDEX workflow_status_scheduled_by_kind ON public.workflow_status USING btree (queue, attempts, parked) WHERE (status = 'scheduled'::text)
+    INDEX CREATE UNIQUE INDEX workflow_status_debounce ON public.workflow_status USING btree (queue, debounce_key) WHERE ((debounce_until IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'held'::text])) AND (NOT cancel_requested))
     INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
     TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()

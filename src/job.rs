@@ -5,6 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
+pub use crate::debounce::{Debounce, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
 pub use crate::job_status::JobStatus;
 
 #[cfg(feature = "internal")]
@@ -179,6 +180,33 @@ pub enum InvalidJob {
          shardq's own statement); enqueue it with Client::enqueue"
     )]
     DedupInTransaction,
+    /// A debounce whose period or max_wait is out of bounds.
+    #[error(
+        "debounce period is {period:?} and max_wait {max_wait:?}: the period must be at \
+         least 1 ms, and max_wait at least the period and at most a year \
+         (MAX_DEBOUNCE_WAIT)"
+    )]
+    DebounceTimes {
+        /// The period given.
+        period: Duration,
+        /// The max_wait given.
+        max_wait: Duration,
+    },
+    /// A debounced job with something a debounce decides itself, or that
+    /// would route it elsewhere: an ordering key, a group, a deduplication
+    /// id, a delay.
+    #[error(
+        "a debounced job cannot also have {0}: the debounce key chooses the job's shard \
+         (so every enqueue of the key meets the pending run) and its start time; \
+         drop one of them (put what tells the runs apart into the debounce key)"
+    )]
+    DebounceWith(&'static str),
+    /// A debounce on a transactional enqueue.
+    #[error(
+        "transactional enqueue does not take a debounce (joining the pending run needs \
+         shardq's own statement); enqueue it with Client::enqueue"
+    )]
+    DebounceInTransaction,
 }
 
 /// A job id that does not parse.
@@ -229,6 +257,8 @@ pub struct NewJob {
     /// Started as a child workflow (`JobContext::start_child`): whether a
     /// cancel of its parent cancels it too. Not used by a plain enqueue.
     pub on_parent_cancel: ChildPolicy,
+    /// Debounced by a key: see [`NewJob::debounce`].
+    pub debounce: Option<Debounce>,
 }
 
 /// What a cancel of a child workflow's parent does to it
@@ -268,6 +298,7 @@ impl NewJob {
             group: None,
             on_duplicate: OnDuplicate::ReturnExisting,
             on_parent_cancel: ChildPolicy::Cancel,
+            debounce: None,
         }
     }
 
@@ -312,7 +343,7 @@ impl NewJob {
     /// [`InvalidJob`]: empty names, NUL characters, a name, key or id over
     /// its size limit ([`NewJob::check_sizes`]), an oversized payload, an
     /// ordering key with a deduplication id or a group, an empty group,
-    /// fewer than one attempt.
+    /// fewer than one attempt, a bad debounce ([`NewJob::debounce`]).
     pub fn validate(&self, limits: &EnqueueLimits) -> Result<(), InvalidJob> {
         let empty_group = self.group.as_ref().filter(|g| g.is_empty());
         for (what, value) in [("queue", &self.queue), ("handler", &self.handler)]
@@ -353,7 +384,7 @@ impl NewJob {
             return Err(InvalidJob::KeyAndGroup);
         }
         check_max_attempts(self.max_attempts)?;
-        Ok(())
+        self.check_debounce()
     }
 
     /// Checks every name, key and id against its size limit, so a batch is
@@ -390,12 +421,14 @@ impl NewJob {
 
     /// The key that routes this job: its ordering key, else its group (a
     /// group's jobs share a shard, where its limits and turns are counted),
-    /// else its deduplication id.
+    /// else its deduplication id, else its debounce key (a debounced job
+    /// has none of the others).
     pub fn routing_key(&self) -> Option<&str> {
         self.ordering_key
             .as_deref()
             .or(self.group.as_deref())
             .or(self.dedup_id.as_deref())
+            .or(self.debounce.as_ref().map(|d| d.key.as_str()))
     }
 
     /// Sets the group (a tenant, an account, an API key): the queue's

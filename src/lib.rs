@@ -25,9 +25,11 @@ pub mod tls;
 pub mod worker;
 
 mod app;
+mod debounce;
 mod error_chain;
 mod heartbeat;
 mod job_args;
+mod job_debounce;
 mod job_status;
 mod lent;
 

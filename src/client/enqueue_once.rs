@@ -70,7 +70,11 @@ const DEDUP_RACE_RETRIES: usize = 3;
 /// `again` is set) may have written something, and must then be safe to
 /// repeat. Each retry borrows a fresh connection (a broken one is not
 /// returned to the pool).
-async fn with_retries<T, F, Fut>(what: &str, again: bool, mut op: F) -> Result<T, ShardError>
+pub(super) async fn with_retries<T, F, Fut>(
+    what: &str,
+    again: bool,
+    mut op: F,
+) -> Result<T, ShardError>
 where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<T, ShardError>>,
@@ -264,9 +268,10 @@ impl Client {
         unreachable!("the loop returns")
     }
 
-    /// Writes one shard's jobs: those without deduplication id in one
-    /// statement per 5,000, then each deduplicated one. Returns (input
-    /// position, id) of each.
+    /// Writes one shard's jobs: those without deduplication id or debounce
+    /// in one statement per 5,000, then the debounced ones (one statement
+    /// per 5,000 too), then each deduplicated one. Returns (input position,
+    /// id) of each.
     async fn write_part(
         &self,
         shard: &Shard,
@@ -274,8 +279,10 @@ impl Client {
         epoch: i32,
         again: bool,
     ) -> Result<Vec<(usize, JobId)>, ClientError> {
+        let (debounced, part): (Vec<&Reserved>, Vec<&Reserved>) =
+            part.iter().partition(|r| r.job.debounce.is_some());
         let (plain, deduplicated): (Vec<&Reserved>, Vec<&Reserved>) =
-            part.iter().partition(|r| r.job.dedup_id.is_none());
+            part.into_iter().partition(|r| r.job.dedup_id.is_none());
         let rows: Vec<NewRow> = plain
             .iter()
             .map(|r| self.row(r.shard_key, &r.job))
@@ -288,6 +295,12 @@ impl Client {
             .await?;
         }
         let mut out: Vec<(usize, JobId)> = plain.iter().map(|r| (r.index, r.job_id())).collect();
+        if !debounced.is_empty() {
+            out.extend(
+                self.write_debounced(shard, &debounced, epoch, again)
+                    .await?,
+            );
+        }
         for r in deduplicated {
             out.push((
                 r.index,

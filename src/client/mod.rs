@@ -5,6 +5,7 @@ mod cancel_children;
 #[cfg_attr(not(feature = "internal"), allow(unreachable_pub))]
 pub(crate) mod check;
 mod depth;
+mod enqueue_debounced;
 mod enqueue_once;
 mod error;
 pub(crate) mod events;

@@ -26,20 +26,27 @@ pub struct RoutedJob {
 
 impl Client {
     /// Checks `job` and fixes its shard, for [`RoutedJob::insert`] inside your
-    /// own transaction. Deduplication ids are not supported here (use
-    /// [`Client::enqueue`]). Routes by the map the client holds: load it
+    /// own transaction. Deduplication ids and debounces are not supported
+    /// here (use [`Client::enqueue`]). Routes by the map the client holds: load it
     /// first ([`ShardSet::load_map`](crate::shards::ShardSet::load_map)) for
     /// the insert to be fenced by its epoch.
     ///
     /// # Errors
     ///
-    /// [`ClientError::Invalid`] for a bad name or payload, or a dedup id.
+    /// [`ClientError::Invalid`] for a bad name or payload, a dedup id or a
+    /// debounce.
     pub fn route(&self, job: NewJob) -> Result<RoutedJob, ClientError> {
         self.validate_job(0, &job)?;
         if job.dedup_id.is_some() {
             return Err(ClientError::Invalid {
                 index: 0,
                 reason: InvalidJob::DedupInTransaction,
+            });
+        }
+        if job.debounce.is_some() {
+            return Err(ClientError::Invalid {
+                index: 0,
+                reason: InvalidJob::DebounceInTransaction,
             });
         }
         let shard_key = match job.routing_key() {

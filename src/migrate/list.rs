@@ -194,6 +194,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0033_child_workflows.sql"),
     },
     Migration {
+        version: 34,
+        name: "0034_debounce.sql",
+        sql: include_str!("../../migrations/0034_debounce.sql"),
+    },
+    Migration {
         version: 35,
         name: "0035_parked_workflows.sql",
         sql: include_str!("../../migrations/0035_parked_workflows.sql"),

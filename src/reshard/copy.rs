@@ -42,7 +42,8 @@ pub(super) struct Copied {
 }
 
 /// Copies the unclaimed jobs of `range` from `from` to `to`: all of them,
-/// or (`dedup_only`) those of shard keys with a deduplicated job, plus
+/// or (`dedup_only`) those of shard keys with a deduplicated job or a
+/// debounced job's pending run, plus
 /// stand-ins of the range's deduplicated jobs left on the old shard.
 pub(super) async fn copy_range(
     from: &Shard,

@@ -407,7 +407,8 @@ async fn record_everywhere(
 
 /// Opens every `closed` range: under the new shard's move lock (its
 /// enqueues of the range wait), copies the jobs of keys with a
-/// deduplication id (and stand-ins of such running jobs) and the state of
+/// deduplication id or a debounced job's pending run (and stand-ins of
+/// running deduplicated jobs) and the state of
 /// the schedules whose key is in the range, then lets enqueues of the range
 /// be written held (and its schedules tick there).
 /// Returns the jobs copied.

@@ -282,7 +282,8 @@ pub async fn release_move_lock(shard: &Shard, db: PooledClient) -> Result<(), Sh
 }
 
 /// The shard keys of `range` on `shard` with jobs to move, and how many
-/// each; only keys with a deduplicated job when `dedup_only`.
+/// each; only keys with a deduplicated job or a debounced job's pending
+/// run when `dedup_only` (the copy before a range opens).
 ///
 /// # Errors
 ///

@@ -6,6 +6,7 @@
 mod change;
 mod claim;
 mod complete;
+mod debounce;
 mod ids;
 mod insert;
 mod lease;
@@ -14,6 +15,7 @@ mod read;
 pub use change::{cancel, retry};
 pub use claim::{claim, probe, Claim, ClaimParams};
 pub use complete::{complete_many, CompleteMany, Written};
+pub use debounce::insert_debounced;
 pub use insert::{find_dedup, insert_dedup_as, insert_in, insert_many_as, reserve_ids, NewRow};
 pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases};
 pub use read::{exists, get, outcome, present, JobInfo};

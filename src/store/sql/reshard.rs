@@ -80,14 +80,20 @@ pub const RESHARD_MOVE_STATE: &str =
     "UPDATE shardq_map_moves SET state = $3 WHERE epoch = $2 AND first_key = $1";
 
 /// The shard keys of the range that hold a job to move: all of them, or
-/// ($3) only those with a deduplicated job (a key's jobs move together).
+/// ($3) only those with a deduplicated job or a debounced job's pending run
+/// (a key's jobs move together). Those are copied before the range lets
+/// enqueues in, so an enqueue on the new shard meets the id or the pending
+/// run there (an enqueue of a debounced key joins the held copy instead of
+/// adding a second run).
 pub const RESHARD_KEYS_TO_MOVE: &str = "SELECT shard_key, count(*) AS n FROM workflow_status \
     WHERE shard_key >= $1 AND shard_key < $2 \
       AND status IN ('waiting', 'scheduled', 'queued', 'held') \
       AND (NOT $3::bool OR shard_key IN ( \
           SELECT d.shard_key FROM workflow_status d \
-          WHERE d.shard_key >= $1 AND d.shard_key < $2 AND d.dedup_id IS NOT NULL \
-            AND d.status IN ('waiting', 'scheduled', 'queued', 'running', 'held'))) \
+          WHERE d.shard_key >= $1 AND d.shard_key < $2 \
+            AND ((d.dedup_id IS NOT NULL \
+                  AND d.status IN ('waiting', 'scheduled', 'queued', 'running', 'held')) \
+              OR (d.debounce_until IS NOT NULL AND d.status IN ('scheduled', 'held'))))) \
     GROUP BY shard_key ORDER BY shard_key";
 
 /// Marks the unclaimed jobs of shard keys $1..$2 `held` on the old shard

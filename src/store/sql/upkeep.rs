@@ -68,6 +68,12 @@ pub const JOB_RECOVER_EXPIRED: &str = return_lost!(
 /// unkeyed jobs, which have no key to strand. A job locked by this
 /// statement (`FOR UPDATE`) while it tries the key lock cannot deadlock:
 /// the try never waits.
+///
+/// A debounced job's pending run leaves its key's index here
+/// (`debounce_until` cleared): an enqueue of the key waits for this
+/// statement on the row, then writes the key's next run
+/// (`JOB_INSERT_DEBOUNCED`). A non-debounced job's `debounce_until` is
+/// NULL already: nothing changes for it.
 pub const JOB_PROMOTE_DUE: &str = concat!(
     "WITH gate AS MATERIALIZED ( \
         SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got \
@@ -77,7 +83,7 @@ pub const JOB_PROMOTE_DUE: &str = concat!(
         ORDER BY run_at LIMIT $3 FOR UPDATE SKIP LOCKED \
     ), ",
     try_key_locks!("due", "$4"),
-    " UPDATE workflow_status w SET status = 'queued' \
+    " UPDATE workflow_status w SET status = 'queued', debounce_until = NULL \
     FROM free WHERE w.shard_key = free.shard_key AND w.id = free.id \
     RETURNING pg_notify('shardq_ready', w.queue)"
 );

@@ -1,10 +1,11 @@
 //! Online resharding (`shardq::reshard`), one file per part of a move: under
 //! load, stopped and run again, with a shard frozen, enqueues and schedules
-//! while a range moves, lookups, and the `shardq reshard` command. What they
+//! while a range moves, debounced runs, lookups, and the `shardq reshard` command. What they
 //! share is here: the worker's settings and a move of two shards to three.
 
 mod children;
 mod command;
+mod debounce;
 mod enqueue;
 mod events;
 mod frozen;

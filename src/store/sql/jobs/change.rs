@@ -20,7 +20,9 @@ pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
     RETURNING status";
 
 /// Puts a dead, failed or cancelled job back with fresh attempts: `queued`,
-/// or `waiting` behind its key. Returns a row when it did. Run between
+/// or `waiting` behind its key. A debounced job comes back as an ordinary one
+/// (`debounce_until` cleared: a cancelled pending run may still hold it),
+/// so it never counts as its key's pending run. Returns a row when it did. Run between
 /// [`super::KEYS_LOCK`] and [`super::KEYS_PROMOTE`], which queues it when its
 /// key is free.
 ///
@@ -31,7 +33,8 @@ pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
 /// shard): retry it once the move is done.
 pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
         status = CASE WHEN ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
-        attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false \
+        attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false, \
+        debounce_until = NULL \
     WHERE shard_key = $1 AND id = $2 AND status IN ('dead', 'failed', 'cancelled') \
         AND EXISTS (SELECT 1 FROM shardq_map_ranges r \
             WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \

@@ -4,6 +4,7 @@
 mod change;
 mod claim;
 mod complete;
+mod debounce;
 mod insert;
 mod lease;
 mod read;
@@ -11,6 +12,7 @@ mod read;
 pub use change::*;
 pub use claim::*;
 pub use complete::*;
+pub use debounce::*;
 pub use insert::*;
 pub use lease::*;
 pub use read::*;

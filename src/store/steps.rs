@@ -17,6 +17,7 @@ use tokio_postgres::types::Type;
 /// # Cancel safety
 ///
 /// Cancel safe (a read).
+#[cfg(feature = "internal")]
 pub async fn get(
     shard: &Shard,
     id: JobId,

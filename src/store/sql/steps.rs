@@ -1,6 +1,8 @@
 //! Durable workflow steps.
 
-/// The recorded output of one step.
+/// The recorded output of one step (for tools and tests: a run reads its
+/// whole log once, [`STEP_LOG`]).
+#[cfg(feature = "internal")]
 pub const STEP_GET: &str = "SELECT output FROM workflow_steps \
     WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3";
 

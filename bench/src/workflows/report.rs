@@ -139,7 +139,7 @@ impl Report {
                  costs per workflow of the drain"
             );
             println!(
-                "  {:>6} {:>5} {:>9} {:>8} {:>12} {:>11} {:>9} {:>11}",
+                "  {:>6} {:>5} {:>9} {:>8} {:>12} {:>11} {:>9} {:>15}",
                 "shards",
                 "steps",
                 "workflows",
@@ -147,11 +147,11 @@ impl Report {
                 "workflows/s",
                 "db CPU µs",
                 "worker µs",
-                "commits"
+                "commits / stmts"
             );
             for r in &self.throughput {
                 println!(
-                    "  {:>6} {:>5} {:>9} {:>8.2} {:>12.0} {:>11.1} {:>9.1} {:>11}",
+                    "  {:>6} {:>5} {:>9} {:>8.2} {:>12.0} {:>11.1} {:>9.1} {:>15}",
                     r.shards,
                     r.steps,
                     r.workflows,
@@ -162,7 +162,7 @@ impl Report {
                     counts(&r.per_workflow),
                 );
             }
-            println!("  (commits: transactions committed per workflow / top-level statements per workflow)");
+            println!("  (per workflow: the servers' CPU, this process's CPU, transactions committed / top-level statements)");
         }
         if let Some(m) = &self.messages {
             println!();
@@ -176,7 +176,7 @@ impl Report {
                 m.latency_ms.p50, m.latency_ms.p99, m.latency_ms.max, m.send_ms.p50, m.send_ms.p99
             );
             println!(
-                "  per message: database CPU {:.1} µs, worker CPU {:.1} µs, commits {}",
+                "  per message: database CPU {:.1} µs, worker CPU {:.1} µs, commits / statements {}",
                 m.per_message.database_cpu_us,
                 m.per_message.worker_cpu_us,
                 counts(&m.per_message)
@@ -207,7 +207,7 @@ impl Report {
                 c.median_shard_ms, c.median_wall_ms
             );
             println!(
-                "  per gather: database CPU {:.1} ms, worker CPU {:.1} ms, commits {}",
+                "  per gather: database CPU {:.1} ms, worker CPU {:.1} ms, commits / statements {}",
                 c.per_gather.database_cpu_us / 1000.0,
                 c.per_gather.worker_cpu_us / 1000.0,
                 counts(&c.per_gather)

@@ -3,6 +3,9 @@
 //! `rate` per second. A message's latency runs from the start of its
 //! `client.send` call to the moment its workflow's `recv` returned it,
 //! both read from this process's monotonic clock (the worker runs here).
+//! The workflows park under one worker, and the messages go to a second
+//! one, started after the first has gone, so that the costs per message
+//! leave the parking out.
 
 use super::meter::Meter;
 use super::report::{MessagesRun, Percentiles};
@@ -23,18 +26,15 @@ const RECV_TIMEOUT: Duration = Duration::from_secs(3600);
 /// How long the workflows may take to park, and the last messages to arrive.
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// How long the second worker gets to connect and settle before the
+/// sends start (and its start's counts with them).
+const WORKER_SETTLES: Duration = Duration::from_secs(2);
+
 /// When each workflow's recv returned its message, by its index.
 type Arrivals = Arc<Vec<OnceLock<Instant>>>;
 
-/// The run, on `shards` (one shard), which it empties first.
-pub async fn run(shards: &BenchShards, messages: usize, rate: u32) -> Result<MessagesRun> {
-    shards.reset().await?;
-    let jobs = (0..messages)
-        .map(|i| NewJob::new(QUEUE, HANDLER, json!({ "i": i })))
-        .collect();
-    let ids = shards.fill(jobs).await?;
-    let arrivals: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
-
+/// The handler: receive one message, note when.
+fn handlers(arrivals: &Arrivals) -> HandlerRegistry {
     let mut handlers = HandlerRegistry::new();
     let arrived = arrivals.clone();
     handlers.register(HANDLER, move |ctx| {
@@ -52,16 +52,37 @@ pub async fn run(shards: &BenchShards, messages: usize, rate: u32) -> Result<Mes
             Ok(Value::Null)
         }
     });
-    let shardq = shards.shardq()?;
-    let client = shardq.client();
+    handlers
+}
+
+/// The run, on `shards` (one shard), which it empties first.
+pub async fn run(shards: &BenchShards, messages: usize, rate: u32) -> Result<MessagesRun> {
+    shards.reset().await?;
+    let jobs = (0..messages)
+        .map(|i| NewJob::new(QUEUE, HANDLER, json!({ "i": i })))
+        .collect();
+    let ids = shards.fill(jobs).await?;
+    let arrivals: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
+
+    // The first worker parks them all, then goes: its sessions exit and
+    // send their counts, so none of the parking is counted below.
+    let parking = shards.shardq()?;
     let stop = CancellationToken::new();
-    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let worker = tokio::spawn(parking.worker(handlers(&arrivals)).run(stop.clone()));
     shards
         .wait_until("every workflow to park in its recv", LIMIT, |c| {
             c.parked as usize >= messages
         })
         .await?;
+    stop.cancel();
+    worker.await.context("the worker panicked")?;
+    drop(parking);
 
+    let shardq = shards.shardq()?;
+    let client = shardq.client();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers(&arrivals)).run(stop.clone()));
+    tokio::time::sleep(WORKER_SETTLES).await;
     let meter = Meter::start(shards).await?;
     let mut sent = Vec::with_capacity(messages);
     let mut send_ms = Vec::with_capacity(messages);

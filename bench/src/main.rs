@@ -13,6 +13,7 @@ mod reshard;
 mod scale;
 mod scrape_cost;
 mod sleepers;
+mod workflows;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -63,6 +64,11 @@ enum Command {
     /// Workflows that sleep durably, offered at a steady rate to one
     /// worker: how late they wake, and the database's CPU per workflow.
     Sleepers(sleepers::SleepersArgs),
+    /// What workflows cost, with one worker in this process: no-op
+    /// workflows of 0, 1 and 3 steps on 1 and 2 shards (workflows/s, and
+    /// the database's CPU, commits and statements per workflow), send →
+    /// recv latency to parked workflows, a parent gathering 100 children.
+    Workflows(workflows::WorkflowsArgs),
     /// A worker process started by `chaos` (internal).
     #[command(hide = true)]
     ChaosWorker,
@@ -109,6 +115,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Reshard(args) => until_interrupted(reshard::run(args)).await,
         Command::Horizon(args) => until_interrupted(horizon::run(args)).await,
         Command::Sleepers(args) => until_interrupted(sleepers::run(args)).await,
+        Command::Workflows(args) => until_interrupted(workflows::run(args)).await,
         Command::Limits(args) => until_interrupted(pipeline::limits::run(args)).await,
         Command::ScrapeCost(args) => until_interrupted(scrape_cost::run(args)).await,
         Command::ChaosWorker => chaos::worker::run(load(config)?).await,

@@ -14,6 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 const QUEUE: &str = "sleepers";
 
+/// How long the wait for the last wake-ups may grow per workflow offered.
+const BACKLOG_MS_PER_WORKFLOW: u64 = 3;
+
 /// Enqueues per second are sent in this many batches.
 const BATCHES_PER_SECOND: u64 = 20;
 
@@ -77,7 +80,10 @@ pub async fn run(args: SleepersArgs) -> Result<()> {
     }
     let workflows = per_batch * batches;
     let db = one.shards.get(0).client().await?;
-    let deadline = Instant::now() + sleep + Duration::from_secs(120);
+    // A backlog left when the offer ends drains at the host's pace: allow
+    // for it (100,000 workflows get over five minutes more).
+    let backlog = Duration::from_millis(BACKLOG_MS_PER_WORKFLOW * workflows);
+    let deadline = Instant::now() + sleep + Duration::from_secs(120) + backlog;
     loop {
         let done: i64 = db
             .query_one(

@@ -1,0 +1,235 @@
+//! What `shardq-bench workflows` measured: one record per run, printed as
+//! tables and written as JSON.
+
+use super::meter::PerUnit;
+use anyhow::Result;
+use serde::Serialize;
+use std::path::Path;
+
+/// One throughput run: `workflows` no-op workflows of `steps` steps,
+/// enqueued first, then drained by one worker.
+#[derive(Debug, Serialize)]
+pub struct ThroughputRun {
+    /// Shards (each its own server).
+    pub shards: usize,
+    /// Steps per workflow.
+    pub steps: usize,
+    /// Workflows drained.
+    pub workflows: usize,
+    /// From the worker's start to the last workflow's success, s.
+    pub took_s: f64,
+    /// Workflows per second over that time.
+    pub workflows_per_s: f64,
+    /// Costs per workflow of the drain (the enqueue not included).
+    pub per_workflow: PerUnit,
+}
+
+/// Messages sent to workflows parked in a `recv`, one each.
+#[derive(Debug, Serialize)]
+pub struct MessagesRun {
+    /// Messages (and workflows).
+    pub messages: usize,
+    /// Sends per second.
+    pub rate: u32,
+    /// From the `client.send` call's start to the handler's `recv`
+    /// returning the message, ms.
+    pub latency_ms: Percentiles,
+    /// The `client.send` call alone, ms.
+    pub send_ms: Percentiles,
+    /// Costs per message, from the first send to the last workflow's
+    /// success: the send, the wake, the claim, the replayed run, the recv,
+    /// the completion.
+    pub per_message: PerUnit,
+}
+
+/// A parent that starts its children and gathers their results.
+#[derive(Debug, Serialize)]
+pub struct ChildrenRun {
+    /// Children per parent.
+    pub children: usize,
+    /// How long each child's handler waited before it succeeded, ms.
+    pub child_work_ms: u64,
+    /// Each parent, in order.
+    pub gathers: Vec<Gather>,
+    /// The median of `gathers[].shard_ms`.
+    pub median_shard_ms: f64,
+    /// The median of `gathers[].wall_ms`.
+    pub median_wall_ms: f64,
+    /// Costs per gather (a parent with all its children).
+    pub per_gather: PerUnit,
+}
+
+/// One parent's gather.
+#[derive(Debug, Serialize)]
+pub struct Gather {
+    /// From the parent's row insert (`created_at`) to its success
+    /// (`finished_at`), by the shard's clock, ms.
+    pub shard_ms: f64,
+    /// From before the bench's `enqueue` call to its poll (every 20 ms)
+    /// seeing the success, ms.
+    pub wall_ms: f64,
+    /// Times the parent's handler ran (it parks on each unfinished child).
+    pub parent_runs: u64,
+}
+
+/// p50, p99 and max of a sample.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Of `values` (any order; an empty sample gives zeros).
+    pub fn of(mut values: Vec<f64>) -> Percentiles {
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let i = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len().max(1));
+            values.get(i - 1).copied().unwrap_or(0.0)
+        };
+        Percentiles {
+            p50: rank(0.5),
+            p99: rank(0.99),
+            max: values.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Everything one invocation measured.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// Cores of the machine (the servers, the worker and the bench share them).
+    pub cpus: usize,
+    /// `/proc/loadavg` at the start.
+    pub loadavg_at_start: String,
+    /// The servers' PostgreSQL version.
+    pub postgres: String,
+    /// Throughput runs.
+    pub throughput: Vec<ThroughputRun>,
+    /// The messages run, when asked.
+    pub messages: Option<MessagesRun>,
+    /// The children run, when asked.
+    pub children: Option<ChildrenRun>,
+}
+
+impl Report {
+    /// Writes the JSON to `out`, creating its folder.
+    pub fn write(&self, out: &Path) -> Result<()> {
+        if let Some(dir) = out.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(out, serde_json::to_string_pretty(self)?)?;
+        Ok(())
+    }
+
+    /// Prints the tables.
+    pub fn print(&self) {
+        println!(
+            "shardq bench workflows: {} cores shared by the servers, the worker and the bench; PostgreSQL {}; load at start {}",
+            self.cpus, self.postgres, self.loadavg_at_start
+        );
+        if !self.throughput.is_empty() {
+            println!();
+            println!(
+                "throughput: no-op workflows enqueued first, then drained by one worker (in this process, default settings); \
+                 costs per workflow of the drain"
+            );
+            println!(
+                "  {:>6} {:>5} {:>9} {:>8} {:>12} {:>11} {:>9} {:>15}",
+                "shards",
+                "steps",
+                "workflows",
+                "took s",
+                "workflows/s",
+                "db CPU µs",
+                "worker µs",
+                "commits / stmts"
+            );
+            for r in &self.throughput {
+                println!(
+                    "  {:>6} {:>5} {:>9} {:>8.2} {:>12.0} {:>11.1} {:>9.1} {:>15}",
+                    r.shards,
+                    r.steps,
+                    r.workflows,
+                    r.took_s,
+                    r.workflows_per_s,
+                    r.per_workflow.database_cpu_us,
+                    r.per_workflow.worker_cpu_us,
+                    counts(&r.per_workflow),
+                );
+            }
+            println!("  (per workflow: the servers' CPU, this process's CPU, transactions committed / top-level statements)");
+        }
+        if let Some(m) = &self.messages {
+            println!();
+            println!(
+                "send → recv: {} workflows parked in ctx.recv on one shard, one client.send each at {}/s; \
+                 latency from the send call's start to the handler's recv returning the message",
+                m.messages, m.rate
+            );
+            println!(
+                "  latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the send call alone p50 {:.1} ms, p99 {:.1} ms",
+                m.latency_ms.p50, m.latency_ms.p99, m.latency_ms.max, m.send_ms.p50, m.send_ms.p99
+            );
+            println!(
+                "  per message: database CPU {:.1} µs, worker CPU {:.1} µs, commits / statements {}",
+                m.per_message.database_cpu_us,
+                m.per_message.worker_cpu_us,
+                counts(&m.per_message)
+            );
+        }
+        if let Some(c) = &self.children {
+            println!();
+            println!(
+                "children: a parent starts {} children (ctx.start_child; each waits {} ms, then succeeds), \
+                 then awaits each result(); parents one after the other",
+                c.children, c.child_work_ms
+            );
+            println!(
+                "  {:>6} {:>12} {:>10} {:>11}",
+                "parent", "shard ms", "wall ms", "parent runs"
+            );
+            for (i, g) in c.gathers.iter().enumerate() {
+                println!(
+                    "  {:>6} {:>12.1} {:>10.1} {:>11}",
+                    i + 1,
+                    g.shard_ms,
+                    g.wall_ms,
+                    g.parent_runs
+                );
+            }
+            println!(
+                "  median {:.1} ms by the shard's clock (enqueue to success), {:.1} ms by the bench's",
+                c.median_shard_ms, c.median_wall_ms
+            );
+            println!(
+                "  per gather: database CPU {:.1} ms, worker CPU {:.1} ms, commits / statements {}",
+                c.per_gather.database_cpu_us / 1000.0,
+                c.per_gather.worker_cpu_us / 1000.0,
+                counts(&c.per_gather)
+            );
+        }
+    }
+}
+
+/// Commits / statements, as the tables show them.
+fn counts(cost: &PerUnit) -> String {
+    match cost.statements {
+        Some(s) => format!("{:.2} / {s:.2}", cost.commits),
+        None => format!("{:.2} / -", cost.commits),
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}

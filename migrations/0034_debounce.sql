@@ -1,5 +1,5 @@
 -- shardq:no-transaction
--- Debounce (NewJob::debounce, docs/workflows/debounce.md): a debounced
+-- Debounce (NewJob::debounce, docs/workflows.md#debounce): a debounced
 -- job's pending run is a `scheduled` row with its key; each enqueue of the
 -- key while it is pending updates that row (INSERT ... ON CONFLICT on the
 -- index below) instead of adding one.

@@ -1,7 +1,7 @@
 //! Debounce: a burst of enqueues with one key becomes one run
 //! ([`NewJob::debounce`]). The builder and its checks (the settings are in
 //! `debounce.rs`); the write is `store::jobs::insert_debounced`, the rules
-//! docs/workflows/debounce.md.
+//! docs/workflows.md#debounce.
 
 use crate::job::{Debounce, InvalidJob, NewJob, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
 use std::time::Duration;

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 pub use crate::debounce::{Debounce, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
 pub use crate::job_status::JobStatus;
+pub use crate::job_timeout::MAX_TIMEOUT;
 
 #[cfg(feature = "internal")]
 #[doc(hidden)]
@@ -207,6 +208,11 @@ pub enum InvalidJob {
          shardq's own statement); enqueue it with Client::enqueue"
     )]
     DebounceInTransaction,
+    /// A timeout of zero or over [`MAX_TIMEOUT`].
+    #[error(
+        "timeout is {0:?}; it must be at least 1 ms and at most a year (MAX_TIMEOUT)"
+    )]
+    Timeout(Duration),
 }
 
 /// A job id that does not parse.
@@ -259,6 +265,9 @@ pub struct NewJob {
     pub on_parent_cancel: ChildPolicy,
     /// Debounced by a key: see [`NewJob::debounce`].
     pub debounce: Option<Debounce>,
+    /// A deadline for the whole workflow, this long after the enqueue by
+    /// the shard's clock: see [`NewJob::timeout`].
+    pub timeout: Option<Duration>,
 }
 
 /// What a cancel of a child workflow's parent does to it
@@ -299,6 +308,7 @@ impl NewJob {
             on_duplicate: OnDuplicate::ReturnExisting,
             on_parent_cancel: ChildPolicy::Cancel,
             debounce: None,
+            timeout: None,
         }
     }
 
@@ -384,6 +394,7 @@ impl NewJob {
             return Err(InvalidJob::KeyAndGroup);
         }
         check_max_attempts(self.max_attempts)?;
+        self.check_timeout()?;
         self.check_debounce()
     }
 

@@ -30,6 +30,7 @@ mod error_chain;
 mod heartbeat;
 mod job_args;
 mod job_debounce;
+mod job_timeout;
 mod job_status;
 mod lent;
 

@@ -209,9 +209,7 @@ pub enum InvalidJob {
     )]
     DebounceInTransaction,
     /// A timeout of zero or over [`MAX_TIMEOUT`].
-    #[error(
-        "timeout is {0:?}; it must be at least 1 ms and at most a year (MAX_TIMEOUT)"
-    )]
+    #[error("timeout is {0:?}; it must be at least 1 ms and at most a year (MAX_TIMEOUT)")]
     Timeout(Duration),
 }
 

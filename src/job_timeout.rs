@@ -62,7 +62,10 @@ mod tests {
             default_max_attempts: 3,
         };
         assert!(job().validate(&limits).is_ok());
-        assert!(job().timeout(Duration::from_secs(5)).validate(&limits).is_ok());
+        assert!(job()
+            .timeout(Duration::from_secs(5))
+            .validate(&limits)
+            .is_ok());
         assert!(job().timeout(MAX_TIMEOUT).validate(&limits).is_ok());
         for bad in [Duration::ZERO, Duration::from_micros(999), MAX_TIMEOUT * 2] {
             let err = job().timeout(bad).validate(&limits).unwrap_err();

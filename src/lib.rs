@@ -30,8 +30,8 @@ mod error_chain;
 mod heartbeat;
 mod job_args;
 mod job_debounce;
-mod job_timeout;
 mod job_status;
+mod job_timeout;
 mod lent;
 
 // Operator tooling follows the schema and the CLI, not semver: crate-private

@@ -76,20 +76,20 @@ pub enum Started {
 pub async fn start(shard: &Shard, p: StartChild<'_>) -> Result<Started, ShardError> {
     let delay_ms = i64::try_from(p.delay.as_millis()).unwrap_or(i64::MAX);
     let start: [Param; 14] = [
-            (&p.parent.shard_key, Type::INT4),
-            (&p.parent.id, Type::INT8),
-            (&p.owner, Type::TEXT),
-            (&p.fence, Type::INT8),
-            (&p.name, Type::TEXT),
-            (&p.queue, Type::TEXT),
-            (&p.handler, Type::TEXT),
-            (p.payload, Type::JSONB),
-            (&p.ordering_key, Type::TEXT),
-            (&p.group, Type::TEXT),
-            (&p.priority, Type::INT4),
-            (&delay_ms, Type::INT8),
-            (&p.max_attempts, Type::INT4),
-            (&p.abandon_on_parent_cancel, Type::BOOL),
+        (&p.parent.shard_key, Type::INT4),
+        (&p.parent.id, Type::INT8),
+        (&p.owner, Type::TEXT),
+        (&p.fence, Type::INT8),
+        (&p.name, Type::TEXT),
+        (&p.queue, Type::TEXT),
+        (&p.handler, Type::TEXT),
+        (p.payload, Type::JSONB),
+        (&p.ordering_key, Type::TEXT),
+        (&p.group, Type::TEXT),
+        (&p.priority, Type::INT4),
+        (&delay_ms, Type::INT8),
+        (&p.max_attempts, Type::INT4),
+        (&p.abandon_on_parent_cancel, Type::BOOL),
     ];
     let row = match p.timeout_ms {
         // No timeout of its own: one statement, as before deadlines.

@@ -214,7 +214,7 @@ async fn a_running_handler_gets_cancelled_at_its_next_step_after_the_deadline() 
         "it ran steps before the deadline"
     );
     let (late, error) = ended_after_deadline(&shardq, id).await;
-    assert!(late >= 0.0 && late < LATE + 1.0, "ended {late:.3} s late");
+    assert!((0.0..LATE + 1.0).contains(&late), "ended {late:.3} s late");
     assert!(error.starts_with("deadline passed at "), "error: {error}");
     stop.cancel();
 }

@@ -375,6 +375,42 @@ async fn a_keyed_job_ended_by_its_deadline_frees_its_key() {
     stop.cancel();
 }
 
+/// Every enqueue path writes the deadline: plain, many, deduplicated,
+/// debounced, and transactional.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_enqueue_path_writes_the_deadline() {
+    let (_shards, shardq) = shardq().await;
+    let client = shardq.client();
+    let t = Duration::from_secs(90);
+    let job = |n: i64| NewJob::new(IDLE, "h", json!(n)).timeout(t);
+    let mut ids = vec![client.enqueue(job(1)).await.unwrap()];
+    ids.extend(client.enqueue_many(vec![job(2), job(3)]).await.unwrap());
+    ids.push(
+        client
+            .enqueue(job(4).dedup("once", shardq::OnDuplicate::ReturnExisting))
+            .await
+            .unwrap(),
+    );
+    ids.push(
+        client
+            .enqueue(job(5).debounce("d", Duration::from_secs(60), Duration::from_secs(600)))
+            .await
+            .unwrap(),
+    );
+    let routed = client.route(job(6)).unwrap();
+    let mut db = routed.shard().client().await.unwrap();
+    let tx = db.transaction().await.unwrap();
+    ids.push(routed.insert(&*tx).await.unwrap());
+    tx.commit().await.unwrap();
+    for id in ids {
+        assert_eq!(
+            deadline_after_creation(&shardq, id).await,
+            Some(90.0),
+            "{id}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_timeout_is_refused_with_what_to_fix() {
     let (_shards, shardq) = shardq().await;

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 
 pub use crate::debounce::{Debounce, MAX_DEBOUNCE_KEY_BYTES, MAX_DEBOUNCE_WAIT};
 pub use crate::job_status::JobStatus;
-pub use crate::job_timeout::MAX_TIMEOUT;
 
 #[cfg(feature = "internal")]
 #[doc(hidden)]
@@ -212,6 +211,11 @@ pub enum InvalidJob {
     #[error("timeout is {0:?}; it must be at least 1 ms and at most a year (MAX_TIMEOUT)")]
     Timeout(Duration),
 }
+
+/// The longest timeout a job takes ([`NewJob::timeout`]: a year): longer
+/// is almost surely a mistake of units, and it keeps the shard's
+/// `now() + timeout` far from the end of `timestamptz`.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// A job id that does not parse.
 #[derive(Debug, thiserror::Error)]

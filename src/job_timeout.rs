@@ -2,13 +2,8 @@
 //! `cancelled` ([`NewJob::timeout`]). The builder and its check; the
 //! deadline pass is `store::deadlines`, the rules docs/workflows/deadlines.md.
 
-use crate::job::{InvalidJob, NewJob};
+use crate::job::{InvalidJob, NewJob, MAX_TIMEOUT};
 use std::time::Duration;
-
-/// The longest timeout a job takes (a year): longer is almost surely a
-/// mistake of units, and it keeps the shard's `now() + timeout` far from
-/// the end of `timestamptz`.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(366 * 24 * 3600);
 
 impl NewJob {
     /// Gives the whole workflow a deadline: `timeout` after the enqueue, by

@@ -39,6 +39,7 @@
 --     33 0033_child_workflows.sql
 --     34 0034_debounce.sql
 --     35 0035_parked_workflows.sql
+--     36 0036_deadlines.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -252,12 +253,14 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     debounce_key text
     debounce_until timestamp with time zone
     parked boolean NOT NULL DEFAULT false
+    deadline_at timestamp with time zone
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
     CONSTRAINT workflow_status_shard_key_check CHECK (((shard_key >= 0) AND (shard_key <= 65535)))
     CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'held'::text]))) NOT VALID
     INDEX CREATE INDEX workflow_status_children ON public.workflow_status USING btree (parent_shard_key, parent_id) WHERE (parent_id IS NOT NULL)
+    INDEX CREATE INDEX workflow_status_deadline ON public.workflow_status USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND (NOT cancel_requested) AND (status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text])))
     INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
@@ -752,7 +755,10 @@ BEGIN
             finished_at = CASE WHEN c.status IN ('succeeded', 'dead') OR w.cancel_requested
                     OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END,
             output = CASE WHEN c.status IN ('released', 'parked') THEN w.output ELSE c.output END,
-            error = CASE WHEN c.status = 'released' AND w.cancel_requested
+            error = CASE WHEN w.cancel_requested AND c.status <> 'succeeded'
+                    AND w.deadline_at <= now() AND w.error LIKE 'deadline passed at %'
+                    THEN w.error
+                WHEN c.status = 'released' AND w.cancel_requested
                     THEN 'cancelled before it started'
                 WHEN c.status = 'released' THEN w.error
                 WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it waited'
@@ -1496,6 +1502,7 @@ AS $function$
 DECLARE
     owned boolean;
     cancelled boolean;
+    parent_deadline timestamptz;
     recorded jsonb;
     routing text := COALESCE(p_ordering_key, p_group);
     k int := p_shard_key;
@@ -1505,8 +1512,8 @@ DECLARE
     new_id bigint;
 BEGIN
     SELECT w.owner IS NOT DISTINCT FROM p_owner AND w.fence = p_fence AND w.status = 'running',
-            w.cancel_requested
-        INTO owned, cancelled
+            w.cancel_requested, w.deadline_at
+        INTO owned, cancelled, parent_deadline
         FROM workflow_status w WHERE w.shard_key = p_shard_key AND w.id = p_id FOR SHARE;
     SELECT s.output INTO recorded FROM workflow_steps s
         WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step;
@@ -1535,9 +1542,11 @@ BEGIN
     END IF;
     INSERT INTO workflow_status AS w
         (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
-         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel)
+         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel,
+         deadline_at)
     VALUES (k, p_queue, p_handler, p_ordering_key, p_priority, p_payload, new_status, run_at,
-            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false))
+            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false),
+            CASE WHEN p_abandon THEN NULL ELSE parent_deadline END)
     RETURNING w.id INTO new_id;
     INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
     VALUES (p_shard_key, p_id, p_step,

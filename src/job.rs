@@ -207,7 +207,15 @@ pub enum InvalidJob {
          shardq's own statement); enqueue it with Client::enqueue"
     )]
     DebounceInTransaction,
+    /// A timeout of zero or over [`MAX_TIMEOUT`].
+    #[error("timeout is {0:?}; it must be at least 1 ms and at most a year (MAX_TIMEOUT)")]
+    Timeout(Duration),
 }
+
+/// The longest timeout a job takes ([`NewJob::timeout`]: a year): longer
+/// is almost surely a mistake of units, and it keeps the shard's
+/// `now() + timeout` far from the end of `timestamptz`.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// A job id that does not parse.
 #[derive(Debug, thiserror::Error)]
@@ -259,6 +267,9 @@ pub struct NewJob {
     pub on_parent_cancel: ChildPolicy,
     /// Debounced by a key: see [`NewJob::debounce`].
     pub debounce: Option<Debounce>,
+    /// A deadline for the whole workflow, this long after the enqueue by
+    /// the shard's clock: see [`NewJob::timeout`].
+    pub timeout: Option<Duration>,
 }
 
 /// What a cancel of a child workflow's parent does to it
@@ -299,6 +310,7 @@ impl NewJob {
             on_duplicate: OnDuplicate::ReturnExisting,
             on_parent_cancel: ChildPolicy::Cancel,
             debounce: None,
+            timeout: None,
         }
     }
 
@@ -384,6 +396,7 @@ impl NewJob {
             return Err(InvalidJob::KeyAndGroup);
         }
         check_max_attempts(self.max_attempts)?;
+        self.check_timeout()?;
         self.check_debounce()
     }
 

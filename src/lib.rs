@@ -31,6 +31,7 @@ mod heartbeat;
 mod job_args;
 mod job_debounce;
 mod job_status;
+mod job_timeout;
 mod lent;
 
 // Operator tooling follows the schema and the CLI, not semver: crate-private

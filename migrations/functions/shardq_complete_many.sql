@@ -17,7 +17,9 @@
 -- wake time) is `scheduled` until then, uncounted like a release, and
 -- marked `parked` (every other outcome clears the mark).
 -- A job whose cancellation was asked and that did not succeed is `cancelled`,
--- released or not.
+-- released or not; when the deadline pass asked it (NewJob::timeout,
+-- store::deadlines), it keeps the error that pass wrote. A job without a
+-- deadline pays one test of `cancel_requested` (false) for it.
 --
 -- Returns one row: written as succeeded, retrying, dead, cancelled, released
 -- (each counting the rows written now and those written already), and how
@@ -89,7 +91,10 @@ BEGIN
             finished_at = CASE WHEN c.status IN ('succeeded', 'dead') OR w.cancel_requested
                     OR (c.status = 'failed' AND w.attempts >= w.max_attempts) THEN now() END,
             output = CASE WHEN c.status IN ('released', 'parked') THEN w.output ELSE c.output END,
-            error = CASE WHEN c.status = 'released' AND w.cancel_requested
+            error = CASE WHEN w.cancel_requested AND c.status <> 'succeeded'
+                    AND w.deadline_at <= now() AND w.error LIKE 'deadline passed at %'
+                    THEN w.error
+                WHEN c.status = 'released' AND w.cancel_requested
                     THEN 'cancelled before it started'
                 WHEN c.status = 'released' THEN w.error
                 WHEN c.status = 'parked' AND w.cancel_requested THEN 'cancelled while it waited'

@@ -15,6 +15,10 @@
 -- The child's other fields are the Rust client's, checked by it
 -- (NewJob::validate); p_abandon: a cancel of the parent leaves it running; a delay makes it 'scheduled', else it is 'queued'
 -- and idle workers are notified.
+-- The child inherits its parent's deadline (NewJob::timeout), unless it is
+-- abandoned on its parent's cancel (it is meant to outlive the parent); a
+-- child with a timeout of its own takes the earlier of the two
+-- (store::children::start lowers it in this call's transaction).
 --
 -- The parent's row is locked FOR SHARE first: a recovery or a cancel
 -- cannot commit between the fence check and the writes, and one that
@@ -32,6 +36,7 @@ AS $$
 DECLARE
     owned boolean;
     cancelled boolean;
+    parent_deadline timestamptz;
     recorded jsonb;
     routing text := COALESCE(p_ordering_key, p_group);
     k int := p_shard_key;
@@ -41,8 +46,8 @@ DECLARE
     new_id bigint;
 BEGIN
     SELECT w.owner IS NOT DISTINCT FROM p_owner AND w.fence = p_fence AND w.status = 'running',
-            w.cancel_requested
-        INTO owned, cancelled
+            w.cancel_requested, w.deadline_at
+        INTO owned, cancelled, parent_deadline
         FROM workflow_status w WHERE w.shard_key = p_shard_key AND w.id = p_id FOR SHARE;
     SELECT s.output INTO recorded FROM workflow_steps s
         WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step;
@@ -71,9 +76,11 @@ BEGIN
     END IF;
     INSERT INTO workflow_status AS w
         (shard_key, queue, handler, ordering_key, priority, payload, status, run_at,
-         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel)
+         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel,
+         deadline_at)
     VALUES (k, p_queue, p_handler, p_ordering_key, p_priority, p_payload, new_status, run_at,
-            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false))
+            p_max_attempts, p_group, p_shard_key, p_id, NULLIF(p_abandon, false),
+            CASE WHEN p_abandon THEN NULL ELSE parent_deadline END)
     RETURNING w.id INTO new_id;
     INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
     VALUES (p_shard_key, p_id, p_step,

@@ -35,17 +35,6 @@ impl Client {
         let Some((shard, ())) = holder else {
             return Ok(0);
         };
-        let mut changed = 0;
-        let mut level = vec![parent];
-        while !level.is_empty() {
-            let next = children::unfinished(shard, &level).await?;
-            for child in &next {
-                if jobs::cancel(shard, *child).await?.is_some() {
-                    changed += 1;
-                }
-            }
-            level = next;
-        }
-        Ok(changed)
+        Ok(children::cancel_descendants(shard, &[parent]).await?)
     }
 }

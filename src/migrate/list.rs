@@ -203,6 +203,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0035_parked_workflows.sql",
         sql: include_str!("../../migrations/0035_parked_workflows.sql"),
     },
+    Migration {
+        version: 36,
+        name: "0036_deadlines.sql",
+        sql: include_str!("../../migrations/0036_deadlines.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

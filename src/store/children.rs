@@ -6,12 +6,13 @@
 //! completion are ordered.
 
 use super::exec;
-use super::sql;
+use super::sql::{self, Param};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
 use serde_json::Value;
 use std::time::{Duration, SystemTime};
 use tokio_postgres::types::Type;
+use tokio_postgres::Row;
 
 /// A child to start, as step `name` of workflow `parent`.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +43,9 @@ pub struct StartChild<'a> {
     pub max_attempts: i32,
     /// Whether a cancel of the parent leaves it running.
     pub abandon_on_parent_cancel: bool,
+    /// Its own timeout in ms (`NewJob::timeout`): its deadline is the
+    /// earlier of this one and the one it inherits from its parent.
+    pub timeout_ms: Option<i64>,
 }
 
 /// What a start did.
@@ -71,27 +75,46 @@ pub enum Started {
 /// Cancel safe in effect: a repeat finds the step recorded.
 pub async fn start(shard: &Shard, p: StartChild<'_>) -> Result<Started, ShardError> {
     let delay_ms = i64::try_from(p.delay.as_millis()).unwrap_or(i64::MAX);
-    let row = exec::query_one(
-        shard,
-        sql::CHILD_START,
-        &[
-            (&p.parent.shard_key, Type::INT4),
-            (&p.parent.id, Type::INT8),
-            (&p.owner, Type::TEXT),
-            (&p.fence, Type::INT8),
-            (&p.name, Type::TEXT),
-            (&p.queue, Type::TEXT),
-            (&p.handler, Type::TEXT),
-            (p.payload, Type::JSONB),
-            (&p.ordering_key, Type::TEXT),
-            (&p.group, Type::TEXT),
-            (&p.priority, Type::INT4),
-            (&delay_ms, Type::INT8),
-            (&p.max_attempts, Type::INT4),
-            (&p.abandon_on_parent_cancel, Type::BOOL),
-        ],
-    )
-    .await?;
+    let start: [Param; 14] = [
+        (&p.parent.shard_key, Type::INT4),
+        (&p.parent.id, Type::INT8),
+        (&p.owner, Type::TEXT),
+        (&p.fence, Type::INT8),
+        (&p.name, Type::TEXT),
+        (&p.queue, Type::TEXT),
+        (&p.handler, Type::TEXT),
+        (p.payload, Type::JSONB),
+        (&p.ordering_key, Type::TEXT),
+        (&p.group, Type::TEXT),
+        (&p.priority, Type::INT4),
+        (&delay_ms, Type::INT8),
+        (&p.max_attempts, Type::INT4),
+        (&p.abandon_on_parent_cancel, Type::BOOL),
+    ];
+    let row = match p.timeout_ms {
+        // No timeout of its own: one statement, as before deadlines.
+        None => exec::query_one(shard, sql::CHILD_START, &start).await?,
+        Some(ms) => {
+            let own: [Param; 4] = [
+                (&p.parent.shard_key, Type::INT4),
+                (&p.parent.id, Type::INT8),
+                (&p.name, Type::TEXT),
+                (&ms, Type::INT8),
+            ];
+            let started = |rows: &[Row]| {
+                rows.first()
+                    .is_some_and(|r| r.get::<_, &str>("state") == "started")
+            };
+            let (mut rows, _) = exec::lock_then(
+                shard,
+                (sql::CHILD_START, &start),
+                (sql::CHILD_OWN_DEADLINE, &own),
+                started,
+            )
+            .await?;
+            rows.pop().expect("shardq_start_child returns one row")
+        }
+    };
     let key = || row.get::<_, Option<i32>>("child_shard_key").unwrap_or(-1);
     Ok(match row.get::<_, &str>("state") {
         "started" | "recorded" => Started::Child(JobId {
@@ -237,4 +260,37 @@ pub async fn unfinished(shard: &Shard, parents: &[JobId]) -> Result<Vec<JobId>, 
 pub async fn wake_pending(shard: &Shard, limit: i32) -> Result<i64, ShardError> {
     let row = exec::query_one(shard, sql::CHILD_WAKE_PENDING, &[(&limit, Type::INT4)]).await?;
     Ok(row.get("settled"))
+}
+
+/// Cancels the unfinished descendants of `parents` on `shard` (where
+/// children live), level by level, but those started with
+/// `ChildPolicy::Abandon` and theirs: each child as
+/// [`super::jobs::cancel`] cancels one job, in a transaction of its own
+/// that locks that child's row only (never a parent's while it waits for
+/// a child's, so it cannot deadlock with a child's completion, which
+/// holds the child and only tries its parent's lock). The cascade of
+/// `Client::cancel` and of the deadline pass. Returns how many it changed.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails: the children cancelled so far stay
+/// cancelled; calling again goes on with the rest.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: some children may be cancelled; calling again is
+/// harmless.
+pub async fn cancel_descendants(shard: &Shard, parents: &[JobId]) -> Result<u64, ShardError> {
+    let mut changed = 0;
+    let mut level = parents.to_vec();
+    while !level.is_empty() {
+        let next = unfinished(shard, &level).await?;
+        for child in &next {
+            if super::jobs::cancel(shard, *child).await?.is_some() {
+                changed += 1;
+            }
+        }
+        level = next;
+    }
+    Ok(changed)
 }

@@ -41,6 +41,9 @@ pub const MAP_SLOT: i32 = 3;
 /// wait on it (`shardq_hold_moving`).
 pub const MOVE_SLOT: i32 = 4;
 
+/// Upkeep slot: ending workflows past their deadline (`NewJob::timeout`).
+pub const DEADLINE_SLOT: i32 = 5;
+
 /// Serialises migration runs on one shard.
 pub const MIGRATION: i64 = 0x7368_6172_6471_0001;
 

@@ -20,6 +20,7 @@ pub mod backlog;
 pub mod browse;
 pub mod check;
 pub mod children;
+pub mod deadlines;
 mod error;
 pub mod events;
 mod exec;

@@ -205,6 +205,7 @@ impl JobContext {
                 delay: job.delay,
                 max_attempts: job.max_attempts.unwrap_or(self.default_max_attempts),
                 abandon_on_parent_cancel: job.on_parent_cancel == ChildPolicy::Abandon,
+                timeout_ms: job.timeout_ms(),
             },
         )
         .await

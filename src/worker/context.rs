@@ -252,9 +252,23 @@ impl JobContext {
                 self.steps.recorded(name, value);
                 Ok(output)
             }
-            false if self.is_cancelled() => Err(StepError::Cancelled(self.id, name.to_string())),
+            false if self.is_cancelled() || self.cancel_asked().await => {
+                Err(StepError::Cancelled(self.id, name.to_string()))
+            }
             false => Err(StepError::Fenced(self.id, name.to_string())),
         }
+    }
+
+    /// Whether the workflow's cancellation was asked (by `Client::cancel`
+    /// or its deadline, `NewJob::timeout`) though the leaser has not told
+    /// this context yet: read only when a step's record was refused, so a
+    /// handler learns the cancel at that step (`StepError::Cancelled`), not
+    /// as a lost lease. A failed read says no (the step is then `Fenced`:
+    /// the handler stops either way).
+    async fn cancel_asked(&self) -> bool {
+        crate::store::jobs::cancel_requested(&self.shard, &[self.id])
+            .await
+            .is_ok_and(|asked| asked.contains(&self.id))
     }
 
     /// Sleeps durably for `duration`, counted by the shard's clock from the

@@ -12,10 +12,14 @@
 //! claimers. Each pass first settles the parents' wakes that children's
 //! completions left to it (the parent's row was locked then:
 //! `shardq_wake_parents`); the shard counts a pending one as due now.
+//! Then it ends the workflows past their deadline (`NewJob::timeout`,
+//! `store::deadlines`), gated by a lock of its own, and cancels their
+//! children as `Client::cancel` does; the sleep also wakes for the
+//! earliest deadline.
 
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
-use crate::store::{children, upkeep};
+use crate::store::{children, deadlines, upkeep};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +37,11 @@ const PROMOTION_BATCH: i64 = 5_000;
 /// (a wake is left here only when the parent's row was locked at the
 /// child's completion); a pass repeats while statements come back full.
 const PARENT_WAKE_BATCH: i32 = 1_000;
+
+/// Workflows ended per deadline statement: bounds its row and key locks
+/// (each a lock-table entry until commit); a pass repeats while
+/// statements come back full.
+const DEADLINE_BATCH: i64 = 1_000;
 
 /// Runs until shutdown: one loop per shard, passes at most `interval`
 /// (`worker.maintenance_interval`) or [`PROMOTION_CEILING`] apart.
@@ -72,6 +81,7 @@ async fn promote_loop(
                 }
             };
         }
+        end_past_deadlines(shard).await;
         let pause = match upkeep::next_due(shard).await {
             Ok(Some(due)) => due.clamp(PROMOTION_FLOOR, every),
             Ok(None) | Err(_) => every,
@@ -79,6 +89,28 @@ async fn promote_loop(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Ends the workflows on `shard` past their deadline, batch by batch, and
+/// cancels the children of each (but abandoned ones) as `Client::cancel`
+/// does. A failure is logged and left to the next pass.
+async fn end_past_deadlines(shard: &crate::shards::Shard) {
+    // Repeats while a statement ended a full batch: rows it found and left
+    // (key held) are found again by the next pass, not in a loop here.
+    let mut ended = DEADLINE_BATCH as usize;
+    while ended >= DEADLINE_BATCH as usize {
+        let pass = match deadlines::end_past_deadline(shard, DEADLINE_BATCH).await {
+            Ok(pass) => pass,
+            Err(err) => {
+                super::maintenance::failed(shard, "ending workflows past their deadline", &err);
+                return;
+            }
+        };
+        ended = pass.ended.len();
+        if let Err(err) = children::cancel_descendants(shard, &pass.ended).await {
+            super::maintenance::failed(shard, "cancelling children of ended workflows", &err);
         }
     }
 }

@@ -412,6 +412,7 @@ async fn start_child(shardq: &Shardq, parent: JobId, n: u32, abandon: bool) -> J
             delay: Duration::ZERO,
             max_attempts: 3,
             abandon_on_parent_cancel: abandon,
+            timeout_ms: None,
         },
     )
     .await
@@ -710,6 +711,7 @@ async fn a_cancel_cascades_to_children_and_grandchildren() {
             delay: Duration::ZERO,
             max_attempts: 3,
             abandon_on_parent_cancel: false,
+            timeout_ms: None,
         },
     )
     .await

@@ -205,6 +205,10 @@ async fn insert_debounced(tx: &shardq::tokio_postgres::Transaction<'_>, job: &Ne
             (&epoch, Type::INT4),
             (&vec![3_i32], Type::INT4_ARRAY),
             (&vec![d.key.as_str()], Type::TEXT_ARRAY),
+            (
+                &vec![job.timeout.map(|t| t.as_millis() as i64)],
+                Type::INT8_ARRAY,
+            ),
         ],
     )
     .await

@@ -21,6 +21,7 @@ mod config;
 mod connections;
 mod crash_recovery;
 mod dead_worker;
+mod deadlines;
 mod debounce;
 mod drain;
 mod durable_sleep;

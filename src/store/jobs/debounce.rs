@@ -54,6 +54,7 @@ pub async fn insert_debounced(
     let waits: Vec<i64> = rows.iter().map(|r| millis(debounce(r).max_wait)).collect();
     let attempts: Vec<i32> = rows.iter().map(|r| r.max_attempts).collect();
     let debounce_keys: Vec<String> = rows.iter().map(|r| debounce(r).key).collect();
+    let timeouts: Vec<Option<i64>> = rows.iter().map(|r| r.job.timeout_ms()).collect();
     let ids_param = ids.to_vec();
     let written = exec::query(
         shard,
@@ -70,6 +71,7 @@ pub async fn insert_debounced(
             (&epoch, Type::INT4),
             (&attempts, Type::INT4_ARRAY),
             (&debounce_keys, Type::TEXT_ARRAY),
+            (&timeouts, Type::INT8_ARRAY),
         ],
     )
     .await?;

@@ -39,6 +39,7 @@ pub async fn insert_many(shard: &Shard, rows: &[NewRow<'_>]) -> Result<Vec<JobId
         let columns = Columns::of(chunk);
         let mut params = columns.params().to_vec();
         params.push((&columns.groups, Type::TEXT_ARRAY));
+        params.push((&columns.timeouts, Type::INT8_ARRAY));
         let ids = exec::query(shard, sql::JOB_INSERT_MANY, &params).await?;
         out.extend(chunk.iter().zip(ids).map(|(row, id)| JobId {
             shard_key: row.shard_key,
@@ -113,6 +114,7 @@ pub async fn insert_many_as(
         let mut params = columns.params_with_ids(&ids).to_vec();
         params.push((&epoch, Type::INT4));
         params.push((&columns.groups, Type::TEXT_ARRAY));
+        params.push((&columns.timeouts, Type::INT8_ARRAY));
         written += exec::execute(shard, statement, &params).await?;
     }
     Ok(written)
@@ -139,6 +141,7 @@ pub async fn insert_in<C: GenericClient>(
     let mut params = columns.params().to_vec();
     params.push((&epoch, Type::INT4));
     params.push((&columns.groups, Type::TEXT_ARRAY));
+    params.push((&columns.timeouts, Type::INT8_ARRAY));
     let written = tx.query_typed(sql::JOB_INSERT_MANY_FENCED, &params).await?;
     let id = written
         .first()
@@ -202,6 +205,8 @@ pub async fn insert_dedup_as(
     params.push((&id, Type::INT8));
     params.push((&epoch, Type::INT4));
     params.push((&row.job.group, Type::TEXT));
+    let timeout_ms = row.job.timeout_ms();
+    params.push((&timeout_ms, Type::INT8));
     let inserted = exec::query_opt(shard, sql::JOB_INSERT_DEDUP_AS, &params).await?;
     Ok(inserted.is_some())
 }
@@ -258,6 +263,8 @@ struct Columns<'a> {
     delays: Vec<i64>,
     attempts: Vec<i32>,
     groups: Vec<Option<&'a str>>,
+    /// NULL for a job without a timeout: all a non-user pays.
+    timeouts: Vec<Option<i64>>,
 }
 
 impl<'a> Columns<'a> {
@@ -275,6 +282,7 @@ impl<'a> Columns<'a> {
                 .collect(),
             attempts: rows.iter().map(|r| r.max_attempts).collect(),
             groups: rows.iter().map(|r| r.job.group.as_deref()).collect(),
+            timeouts: rows.iter().map(|r| r.job.timeout_ms()).collect(),
         }
     }
 

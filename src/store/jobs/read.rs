@@ -52,6 +52,9 @@ pub struct JobInfo {
     /// What a parked workflow waits for, and until when (a durable sleep's
     /// wake time, a recv's topic and deadline, or `child workflow <id>`).
     pub waiting_for: Option<String>,
+    /// Its deadline ([`crate::NewJob::timeout`]), as the database prints
+    /// it: past it the workflow ends `cancelled`.
+    pub deadline_at: Option<String>,
 }
 
 /// A job's state and result columns.
@@ -101,6 +104,7 @@ pub async fn get(shard: &Shard, id: JobId) -> Result<Option<JobInfo>, ShardError
         started_at: r.get("started_at"),
         finished_at: r.get("finished_at"),
         waiting_for: r.get("waiting_for"),
+        deadline_at: r.get("deadline_at"),
     }))
 }
 

@@ -21,6 +21,20 @@
 pub const CHILD_START: &str = "SELECT state, child_shard_key, child_id, child_index \
     FROM shardq_start_child($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
+/// Lowers the deadline of the child step $3 of workflow ($1, $2) just
+/// started to $4 ms from now when that is earlier than the one it inherited
+/// (NewJob::timeout on a child: the earlier of its own and its parent's).
+/// Run only after [`CHILD_START`] answered `started`, in its transaction:
+/// the child's row is this transaction's own insert, which no other
+/// transaction sees yet, so no writer can run between the two statements
+/// on it.
+pub const CHILD_OWN_DEADLINE: &str = "UPDATE workflow_status w \
+    SET deadline_at = least(w.deadline_at, now() + $4::bigint * interval '1 millisecond') \
+    FROM workflow_steps s \
+    WHERE s.shard_key = $1 AND s.workflow_id = $2 AND s.step_name = $3 \
+        AND w.shard_key = (s.output->>'child_shard_key')::int \
+        AND w.id = (s.output->>'child_id')::bigint";
+
 /// A result step's first statement: the parent's row lock and whether this
 /// claim holds it, as a recv's ([`super::messages::MESSAGE_RECV_LOCK`], which lists
 /// the writers it excludes). The wake of a finished child

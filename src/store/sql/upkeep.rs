@@ -88,15 +88,20 @@ pub const JOB_PROMOTE_DUE: &str = concat!(
     RETURNING pg_notify('shardq_ready', w.queue)"
 );
 
-/// How long until the earliest scheduled job is due, in ms by the shard's
-/// clock (negative: due already); NULL when none is scheduled. One probe of
-/// the scheduled index's first entry. A parent's wake left to the
-/// promotion (a child flagged `parent_wake`: one probe of an index that is
-/// almost always empty) is due now.
+/// How long until the earliest scheduled job is due, or the earliest
+/// deadline passes (`JOB_FIND_PAST_DEADLINE`'s rows), in ms by the shard's
+/// clock (negative: due already); NULL when neither is there. One probe of
+/// the scheduled index's first entry and one of the deadline index's. A
+/// parent's wake left to the promotion (a child flagged `parent_wake`: one
+/// probe of an index that is almost always empty) is due now.
 pub const JOB_NEXT_DUE: &str = "SELECT CASE WHEN EXISTS (SELECT 1 FROM workflow_status \
             WHERE parent_wake) THEN 0::bigint \
-        ELSE (extract(epoch FROM min(run_at) - clock_timestamp()) * 1000)::bigint END AS ms \
-    FROM workflow_status WHERE status = 'scheduled'";
+        ELSE (extract(epoch FROM least( \
+            (SELECT min(run_at) FROM workflow_status WHERE status = 'scheduled'), \
+            (SELECT min(deadline_at) FROM workflow_status \
+                WHERE deadline_at IS NOT NULL AND NOT cancel_requested \
+                    AND status IN ('waiting', 'scheduled', 'queued', 'running'))) \
+            - clock_timestamp()) * 1000)::bigint END AS ms";
 
 /// Deletes up to $4 finished jobs (and, by cascade, their steps) that finished
 /// more than $3 ms ago, oldest first, when it gets upkeep lock ($1, $2).

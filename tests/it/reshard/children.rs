@@ -83,6 +83,7 @@ async fn a_parked_parent_and_its_child_move_together_and_the_child_wakes_it() {
             delay: Duration::ZERO,
             max_attempts: 3,
             abandon_on_parent_cancel: false,
+            timeout_ms: None,
         },
     )
     .await

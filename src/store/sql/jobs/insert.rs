@@ -6,18 +6,22 @@
 //! once instead of at their next poll.
 
 /// Inserts many jobs in one statement; returns their ids in input order. A
-/// job with a positive delay ($7, ms) starts `scheduled`; $9: the groups.
+/// job with a positive delay ($7, ms) starts `scheduled`; $9: the groups;
+/// $10: the timeouts in ms (NULL: no deadline), the deadline being the
+/// shard's `now()` plus the timeout (`NewJob::timeout`). Every insert below
+/// writes the deadline alike, its timeouts the last parameter.
 #[cfg(feature = "internal")]
 pub const JOB_INSERT_MANY: &str = "INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
-     job_group) \
+     job_group, deadline_at) \
     SELECT shard_key, queue, handler, ordering_key, priority, payload, \
         CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + delay_ms * interval '1 millisecond', max_attempts, job_group \
+        now() + delay_ms * interval '1 millisecond', max_attempts, job_group, \
+        now() + timeout_ms * interval '1 millisecond' \
     FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
-                $7::bigint[], $8::int[], $9::text[]) \
+                $7::bigint[], $8::int[], $9::text[], $10::bigint[]) \
         WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
-                             delay_ms, max_attempts, job_group, ord) \
+                             delay_ms, max_attempts, job_group, timeout_ms, ord) \
     ORDER BY ord \
     RETURNING id, \
         CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
@@ -29,14 +33,15 @@ pub const JOB_INSERT_MANY_FENCED: &str = "WITH fence AS MATERIALIZED ( \
         SELECT shardq_check_route($9::int, VARIADIC $1::int[]) AS ok) \
     INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
-     job_group) \
+     job_group, deadline_at) \
     SELECT shard_key, queue, handler, ordering_key, priority, payload, \
         CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + delay_ms * interval '1 millisecond', max_attempts, job_group \
+        now() + delay_ms * interval '1 millisecond', max_attempts, job_group, \
+        now() + timeout_ms * interval '1 millisecond' \
     FROM fence, unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::int[], $6::jsonb[], \
-                $7::bigint[], $8::int[], $10::text[]) \
+                $7::bigint[], $8::int[], $10::text[], $11::bigint[]) \
         WITH ORDINALITY AS t(shard_key, queue, handler, ordering_key, priority, payload, \
-                             delay_ms, max_attempts, job_group, ord) \
+                             delay_ms, max_attempts, job_group, timeout_ms, ord) \
     WHERE fence.ok \
     ORDER BY ord \
     RETURNING id, \
@@ -59,15 +64,17 @@ macro_rules! insert_many_as {
                 SELECT shardq_check_route($10::int, VARIADIC $2::int[]) AS ok) \
             INSERT INTO workflow_status \
             (id, shard_key, queue, handler, ordering_key, priority, payload, status, run_at, \
-             max_attempts, job_group) \
+             max_attempts, job_group, deadline_at) \
             OVERRIDING SYSTEM VALUE \
             SELECT id, shard_key, queue, handler, ordering_key, priority, payload, \
                 CASE WHEN delay_ms > 0 THEN 'scheduled' ELSE 'queued' END, \
-                now() + delay_ms * interval '1 millisecond', max_attempts, job_group \
+                now() + delay_ms * interval '1 millisecond', max_attempts, job_group, \
+                now() + timeout_ms * interval '1 millisecond' \
             FROM fence, unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], \
-                        $6::int[], $7::jsonb[], $8::bigint[], $9::int[], $11::text[]) \
+                        $6::int[], $7::jsonb[], $8::bigint[], $9::int[], $11::text[], \
+                        $12::bigint[]) \
                 WITH ORDINALITY AS t(id, shard_key, queue, handler, ordering_key, priority, \
-                                     payload, delay_ms, max_attempts, job_group, ord) \
+                                     payload, delay_ms, max_attempts, job_group, timeout_ms, ord) \
             WHERE fence.ok \
             ORDER BY ord ",
             $on_conflict,
@@ -101,10 +108,11 @@ pub const JOB_INSERT_DEDUP_AS: &str = "WITH fence AS MATERIALIZED ( \
         SELECT shardq_check_route($11::int, $1::int) AS ok) \
     INSERT INTO workflow_status \
     (shard_key, queue, handler, ordering_key, priority, payload, status, run_at, max_attempts, \
-     dedup_id, id, job_group) \
+     dedup_id, id, job_group, deadline_at) \
     OVERRIDING SYSTEM VALUE \
     SELECT $1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
-        now() + $7::bigint * interval '1 millisecond', $8, $9, $10, $12 \
+        now() + $7::bigint * interval '1 millisecond', $8, $9, $10, $12, \
+        now() + $13::bigint * interval '1 millisecond' \
     FROM fence WHERE fence.ok \
     ON CONFLICT DO NOTHING \
     RETURNING id, \

@@ -8,6 +8,7 @@ pub const JOB_GET: &str = "SELECT queue, handler, ordering_key, priority, status
     output, error, attempts, max_attempts, owner, dedup_id, job_group, cancel_requested, \
     created_at::text AS created_at, run_at::text AS run_at, \
     started_at::text AS started_at, finished_at::text AS finished_at, \
+    deadline_at::text AS deadline_at, \
     CASE WHEN status = 'scheduled' AND EXISTS (SELECT 1 FROM workflow_steps s \
             WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
                 AND s.step_name LIKE 'shardq:sleep:%' \

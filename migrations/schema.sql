@@ -394,9 +394,7 @@ CREATE OR REPLACE FUNCTION public.shardq_child_finished()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    IF NOT shardq_wake_parent(NEW.parent_shard_key, NEW.parent_id, NEW.shard_key, NEW.id) THEN
-        NEW.parent_wake := true;
-    END IF;
+    NEW.parent_wake := true;
     RETURN NEW;
 END $function$
 
@@ -724,7 +722,7 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     d_succeeded bigint; d_retrying bigint; d_dead bigint; d_cancelled bigint;
-    d_released bigint; d_all bigint;
+    d_released bigint; d_all bigint; d_wakes bigint;
     a_succeeded bigint := 0; a_retrying bigint := 0; a_dead bigint := 0;
     a_cancelled bigint := 0; a_released bigint := 0; a_all bigint := 0;
 BEGIN
@@ -768,16 +766,26 @@ BEGIN
         FROM batch c
         WHERE w.shard_key = c.shard_key AND w.id = c.id
             AND w.owner = c.owner AND w.fence = c.fence
-        RETURNING w.status
+        RETURNING w.status, w.parent_wake
     )
     SELECT count(*) FILTER (WHERE d.status = 'succeeded'),
         count(*) FILTER (WHERE d.status = 'scheduled'),
         count(*) FILTER (WHERE d.status = 'dead'),
         count(*) FILTER (WHERE d.status = 'cancelled'),
         count(*) FILTER (WHERE d.status IN ('queued', 'waiting')),
-        count(*)
-    INTO d_succeeded, d_retrying, d_dead, d_cancelled, d_released, d_all
+        count(*), count(*) FILTER (WHERE d.parent_wake)
+    INTO d_succeeded, d_retrying, d_dead, d_cancelled, d_released, d_all, d_wakes
     FROM done d;
+    IF d_wakes > 0 THEN
+        -- Children of this batch that ended: wake their parents now, in a
+        -- statement of its own (the trigger only flagged them; a parent may
+        -- be a row the update above wrote). A parent whose row another
+        -- transaction holds keeps the flag, for the promotion's pass.
+        UPDATE workflow_status c SET parent_wake = NULL
+        FROM unnest(p_shard_keys, p_ids) AS b(shard_key, id)
+        WHERE c.shard_key = b.shard_key AND c.id = b.id AND c.parent_wake
+            AND shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id);
+    END IF;
     IF d_all < cardinality(p_ids) THEN
         -- A statement of its own, so a snapshot of its own: it sees an
         -- earlier try that committed while the UPDATE waited for its row

@@ -1,19 +1,21 @@
 -- shardq_child_finished: the trigger workflow_status_child_finished
 -- (created below, once), BEFORE a child's status becomes final (succeeded,
 -- failed, dead, cancelled), whoever writes it (a completion, a cancel, a
--- recovery): wakes its parent (shardq_wake_parent), or, when the parent's
--- row is locked by another transaction now, flags the child
--- (`parent_wake`) for the promotion of due jobs (shardq_wake_parents),
--- in the same row version that makes it final: the wake is never lost,
--- only later. Its WHEN clause is false for every job without a parent.
+-- recovery, a deadline): flags the child (`parent_wake`) in the same row
+-- version that makes it final, so the wake is never lost. It wakes no row
+-- itself: a completion writes many rows in one statement, and a parent
+-- woken from inside it (a row the same statement writes later, its park)
+-- would make that statement fail on every retry ("tuple already modified
+-- by an operation triggered by the current command"). The writer settles
+-- the flag after its statement (shardq_complete_many does, in its next
+-- statement), or the promotion of due jobs does (shardq_wake_parents).
+-- Its WHEN clause is false for every job without a parent.
 CREATE OR REPLACE FUNCTION shardq_child_finished()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF NOT shardq_wake_parent(NEW.parent_shard_key, NEW.parent_id, NEW.shard_key, NEW.id) THEN
-        NEW.parent_wake := true;
-    END IF;
+    NEW.parent_wake := true;
     RETURN NEW;
 END $$;
 

@@ -22,6 +22,21 @@ pub struct DeadlinePass {
     pub ended: Vec<JobId>,
 }
 
+/// Whether any unfinished job on `shard` is past its deadline
+/// ([`sql::JOB_ANY_PAST_DEADLINE`]): the pass's cheap first question.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn any_past_deadline(shard: &Shard) -> Result<bool, ShardError> {
+    let row = super::exec::query_one(shard, sql::JOB_ANY_PAST_DEADLINE, &[]).await?;
+    Ok(row.get("any"))
+}
+
 /// Ends up to `limit` jobs on `shard` past their deadline, unless another
 /// process is doing it: waiting, scheduled (parked too) and queued ones
 /// end `cancelled`, running ones get their cancellation asked. A job whose

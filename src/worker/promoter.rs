@@ -99,6 +99,14 @@ async fn promote_loop(
 async fn end_past_deadlines(shard: &crate::shards::Shard) {
     // Repeats while a statement ended a full batch: rows it found and left
     // (key held) are found again by the next pass, not in a loop here.
+    match deadlines::any_past_deadline(shard).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(err) => {
+            super::maintenance::failed(shard, "ending workflows past their deadline", &err);
+            return;
+        }
+    }
     let mut ended = DEADLINE_BATCH as usize;
     while ended >= DEADLINE_BATCH as usize {
         let pass = match deadlines::end_past_deadline(shard, DEADLINE_BATCH).await {

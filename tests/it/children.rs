@@ -143,12 +143,26 @@ async fn a_parked_parent_is_woken_by_its_childs_completion() {
         .unwrap();
     let stop = CancellationToken::new();
     let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
-    common::wait_until(Duration::from_secs(30), "the child runs", || async {
-        children_of(&shardq, parent)
-            .await
-            .first()
-            .is_some_and(|(_, s)| s == "running")
-    })
+    // The parent's park is written by the completer, in a batch after its
+    // slot was given back: the child may be running a moment before it.
+    common::wait_until(
+        Duration::from_secs(30),
+        "the child runs and the parent is parked",
+        || async {
+            let running = children_of(&shardq, parent)
+                .await
+                .first()
+                .is_some_and(|(_, s)| s == "running");
+            let parked = client
+                .job(parent)
+                .await
+                .unwrap()
+                .expect("the parent")
+                .status
+                == JobStatus::Scheduled;
+            running && parked
+        },
+    )
     .await;
     let child = children_of(&shardq, parent).await[0].0;
     let info = client.job(parent).await.unwrap().expect("the parent");
@@ -804,4 +818,67 @@ async fn a_child_keyed_to_another_shard_is_refused() {
         .unwrap()
         .get(0);
     assert_eq!(any, 0, "nothing written");
+}
+
+/// One worker's completion batch holding both a child's final outcome and
+/// its parent's park (the parent waited on the child, which then finished
+/// at once), in either order: the batch is written, and wakes the parent.
+/// (A wake from inside the batch's update, where the trigger ran, failed
+/// the whole statement when it woke a row the same statement wrote later,
+/// on every retry: the worker held both jobs forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_a_childs_completion_and_its_parents_park_wakes_the_parent() {
+    let (_shards, shardq) = shardq().await;
+    for child_first in [true, false] {
+        let parent = running_workflow(&shardq).await;
+        let child = start(&shardq, parent, 1).await;
+        claim_by_hand(&shardq, child, OWNER, FENCE).await;
+        let mut conn = db(&shardq).await;
+        let tx = conn.transaction().await.unwrap();
+        assert!(park_lock(&tx, parent).await);
+        assert_eq!(
+            park_decide(&tx, parent, "shardq:child:1:result", child).await,
+            None
+        );
+        tx.commit().await.unwrap();
+        let (first, second, statuses) = match child_first {
+            true => (child, parent, ["succeeded", "parked"]),
+            false => (parent, child, ["parked", "succeeded"]),
+        };
+        let written: i64 = conn
+            .query_one(
+                "SELECT succeeded FROM shardq_complete_many(ARRAY[$1::int, $2::int], \
+                    ARRAY[$3::bigint, $4::bigint], ARRAY[$5::bigint, $5::bigint], \
+                    ARRAY[$6::text, $7::text], ARRAY['{}'::jsonb, NULL::jsonb], $8, \
+                    ARRAY[NULL::text, NULL::text], 10, 20)",
+                &[
+                    &first.shard_key,
+                    &second.shard_key,
+                    &first.id,
+                    &second.id,
+                    &FENCE,
+                    &statuses[0],
+                    &statuses[1],
+                    &OWNER,
+                ],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(written, 1, "the child's success is written");
+        let woken: (String, bool) = conn
+            .query_one(
+                "SELECT status, run_at <= now() FROM workflow_status \
+                 WHERE shard_key = $1 AND id = $2",
+                &[&parent.shard_key, &parent.id],
+            )
+            .await
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        assert_eq!(
+            woken,
+            ("queued".to_string(), true),
+            "child first: {child_first}"
+        );
+    }
 }

@@ -16,6 +16,13 @@
 //! so one stuck key never stops the pass. Enqueues add rows, which this
 //! pass does not look at.
 
+/// Whether any unfinished job on this shard is past its deadline: one
+/// probe of `workflow_status_deadline`, a read (no transaction id, no
+/// lock), so a pass with nothing to end costs one round trip.
+pub const JOB_ANY_PAST_DEADLINE: &str = "SELECT EXISTS (SELECT 1 FROM workflow_status \
+    WHERE deadline_at <= now() AND deadline_at IS NOT NULL AND NOT cancel_requested \
+        AND status IN ('waiting', 'scheduled', 'queued', 'running')) AS any";
+
 /// Up to $1 unfinished jobs whose deadline passed by the shard's clock and
 /// whose cancellation is not asked yet, earliest deadline first, locked:
 /// the first entries of the partial index `workflow_status_deadline`. A

@@ -12,7 +12,8 @@ use std::time::Duration;
 /// itself. The child's completion wakes it (under the parent's row lock,
 /// or by the promotion within a second when that lock was busy); this is
 /// only a backstop, one replay an hour, should that ever not happen.
-const CHILD_RECHECK: Duration = Duration::from_secs(3600);
+/// `shardq check` reads parked parents within it (`CheckOptions`).
+pub(crate) const CHILD_RECHECK: Duration = Duration::from_secs(3600);
 
 /// The step name of a workflow's `n`th child (from 1).
 fn child_step(n: u32) -> String {

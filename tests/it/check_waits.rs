@@ -447,7 +447,7 @@ async fn the_wait_checks_walk_indexes_their_limits_stop() {
     .unwrap();
     use shardq::store::sql;
     use tokio_postgres::types::Type;
-    let (n, ms, shown) = (2000_i64, 60_000_i64, 5_i64);
+    let (n, ms, recheck, shown) = (2000_i64, 60_000_i64, 3_600_000_i64, 5_i64);
     let asks: [(&str, Vec<shardq::store::sql::Param>); 4] = [
         (
             sql::CHECK_LOST_MESSAGE_WAKE,
@@ -457,7 +457,7 @@ async fn the_wait_checks_walk_indexes_their_limits_stop() {
             sql::CHECK_LOST_CHILD_WAKE,
             vec![
                 (&n, Type::INT8),
-                (&ms, Type::INT8),
+                (&recheck, Type::INT8),
                 (&ms, Type::INT8),
                 (&shown, Type::INT8),
             ],

@@ -4,8 +4,12 @@
 //! and shaped as every check statement is (`broken`, `capped`, `scanned`,
 //! the parallel `ex_*` arrays; see [`super::CHECK_STRANDED_KEYS`]'s
 //! module). Each reads a bounded window of one index, never the whole
-//! history: its cost is stated beside it (measured on PostgreSQL 15 on the
-//! 2-core test machine, with the rows named there).
+//! history: its cost is stated beside it, measured on PostgreSQL 15 on the
+//! shared 2-core test machine (other builds running) with 20,000 parked
+//! workflows, 30,000 finished rows, 5,000 queued children and 10,000
+//! unreceived messages (`EXPLAIN ANALYZE` of each at its bound of
+//! 10,000; tests/it/check_waits.rs builds that shard); not yet at the
+//! millions of rows the job checks were measured with.
 
 /// Lost wake-up of a message: a parked workflow (`scheduled`, `parked`)
 /// whose undecided recv (a step `shardq:recv:N:wait`, no step
@@ -24,7 +28,7 @@
 /// topic as it goes; per group one primary-key probe of the workflow, and
 /// for a parked one whose oldest message is older than its `run_at` a
 /// walk of its steps (the workflow's prefix of the steps' primary key).
-/// Cost: linear in unreceived messages up to $1 (about 1.5 µs each: 15 ms
+/// Cost: linear in unreceived messages up to $1 (4-7 µs each: 40-70 ms
 /// for 10,000 in 10,000 mailboxes of parked workflows), never in received
 /// ones. Unreceived messages of finished workflows (kept until retention
 /// deletes them) count against the bound. Examples ($2): each workflow's
@@ -85,8 +89,9 @@ pub const CHECK_LOST_MESSAGE_WAKE: &str = "WITH seen AS MATERIALIZED ( \
 /// (one heap fetch each); per parked one a walk of its steps (its prefix
 /// of the steps' primary key) and one primary-key probe per child it
 /// waits on. Due rows are [`super::CHECK_DUE_NOT_PROMOTED`]'s. Cost:
-/// linear in scheduled rows due within the re-check, up to $1 (about 4 µs
-/// each: 40 ms for 10,000 parked parents). Examples ($4): each parent's
+/// linear in scheduled rows due within the re-check, up to $1 (about
+/// 1.3 µs each: 13 ms for 10,000 parked rows with no steps; a parent's
+/// steps add their walk). Examples ($4): each parent's
 /// child that finished first.
 pub const CHECK_LOST_CHILD_WAKE: &str = "WITH seen AS MATERIALIZED ( \
         SELECT w.shard_key, w.id, w.queue, w.ordering_key, w.parked FROM workflow_status w \
@@ -178,8 +183,9 @@ macro_rules! unfinished_windows {
 /// Children moving now (`held`) are not read. Reads the windows of
 /// [`super::CHECK_JOB_STATE`] (every running row, the first $1 of each
 /// other unfinished state by its own index); per child in them one
-/// primary-key probe of its parent and a read of the few move rows. Cost:
-/// about 2-3 µs per row read (30 ms with $1 = 2,000 and 5,000 running).
+/// primary-key probe of its parent and a read of the few move rows (the
+/// whole small table). Cost: about 1.5 µs per row read (20-25 ms for
+/// 15,000 rows, 5,000 of them children, with $1 = 10,000).
 /// `capped` says an unfinished state had more rows than $1. Examples
 /// ($3): the lowest ids.
 pub const CHECK_PARENT_MISSING: &str = concat!(
@@ -227,9 +233,8 @@ pub const CHECK_PARENT_MISSING: &str = concat!(
 /// backward by `finished_at`) that finished before now − $2, one heap
 /// fetch each; per cancelled one a probe of `workflow_status_children`
 /// (its children, finished ones too). Cancellations older than the window
-/// are not judged (`capped` says the window was full). Cost: about 3 µs
-/// per row read plus 1 µs per child of a cancelled workflow (8 ms with $1
-/// = 2,000). Examples ($3): the cancelled workflows of lowest ids, each
+/// are not judged (`capped` says the window was full). Cost: about 2 µs
+/// per row read, children probes included (17-23 ms with $1 = 10,000). Examples ($3): the cancelled workflows of lowest ids, each
 /// with its first child left.
 pub const CHECK_CANCELLED_CHILDREN_LEFT: &str = "WITH seen AS MATERIALIZED ( \
         SELECT w.shard_key, w.id, w.queue, w.ordering_key, w.status, w.finished_at \

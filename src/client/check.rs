@@ -98,7 +98,7 @@ impl CheckOptions {
             count_up_to: self.count_up_to,
             examples: self.examples,
             wait_entries: self.wait_entries,
-            child_recheck: crate::worker::CHILD_RECHECK,
+            child_recheck: crate::store::children::CHILD_RECHECK,
             child_grace: self.child_grace,
             retention: self.retention,
             deadline: self.deadline,

@@ -54,7 +54,6 @@ mod lease_telemetry_tests;
 #[doc(hidden)]
 pub use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 pub use crate::telemetry::{Stats, StatsSnapshot};
-pub(crate) use children::CHILD_RECHECK;
 pub use children::{ChildError, ChildHandle, ChildResult};
 pub use context::{JobContext, StepError};
 pub use handler::{HandlerError, HandlerRegistry, HandlerResult, PermanentFailure, NOOP, SLEEP};

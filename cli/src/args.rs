@@ -350,4 +350,12 @@ pub struct CheckArgs {
     /// Example jobs shown per invariant and shard.
     #[arg(long, value_name = "N", default_value_t = shardq::client::DEFAULT_EXAMPLES)]
     pub examples: u32,
+    /// Unreceived messages, and scheduled rows due within a parked
+    /// parent's re-check, read when looking for lost wake-ups.
+    #[arg(long, value_name = "N", default_value_t = shardq::client::DEFAULT_WAIT_ENTRIES)]
+    pub wait_entries: u32,
+    /// A child finished, or a workflow cancelled, longer ago than this
+    /// without its parent woken or its children cancelled is a violation.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub child_grace_ms: u64,
 }

@@ -30,6 +30,17 @@ pub const DEFAULT_COUNT_UP_TO: u32 = 100_000;
 /// Examples kept per invariant and shard.
 pub const DEFAULT_EXAMPLES: u32 = 5;
 
+/// Unreceived messages, and scheduled rows due within a child's re-check,
+/// read by default for lost wake-ups: each a bounded index walk of a few
+/// ms per thousand.
+pub const DEFAULT_WAIT_ENTRIES: u32 = 10_000;
+
+/// How long after a child finishes, or a workflow is cancelled, its parent
+/// must be woken or its children cancelled by default: a wake left to the
+/// promotion settles within a maintenance interval, and a client's cancel
+/// cascade within seconds.
+pub const DEFAULT_CHILD_GRACE: Duration = Duration::from_secs(60);
+
 /// Longest wait for one shard by default.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -53,6 +64,19 @@ pub struct CheckOptions {
     pub count_up_to: u32,
     /// Examples kept per invariant and shard.
     pub examples: u32,
+    /// Unreceived messages read for [`Invariant::LostMessageWake`], and
+    /// scheduled rows read for [`Invariant::LostChildWake`].
+    pub wait_entries: u32,
+    /// A child finished, or a workflow cancelled, longer ago than this
+    /// without its parent woken ([`Invariant::LostChildWake`]) or its
+    /// children cancelled ([`Invariant::CancelledChildrenLeft`]) is a
+    /// violation.
+    pub child_grace: Duration,
+    /// The fleet's retention of finished jobs: a child created longer ago
+    /// may have lost its finished parent to retention, so
+    /// [`Invariant::ParentMissing`] does not judge it. Default: the
+    /// config's `retention.finished_after_ms`.
+    pub retention: Duration,
 }
 
 impl CheckOptions {
@@ -61,6 +85,7 @@ impl CheckOptions {
     pub fn from_config(config: &Config) -> CheckOptions {
         CheckOptions {
             stale_after: config.worker.maintenance_interval * 2 + STALE_MARGIN,
+            retention: config.retention.finished_after,
             ..CheckOptions::default()
         }
     }
@@ -72,13 +97,18 @@ impl CheckOptions {
             state_rows: self.state_rows,
             count_up_to: self.count_up_to,
             examples: self.examples,
+            wait_entries: self.wait_entries,
+            child_recheck: crate::store::children::CHILD_RECHECK,
+            child_grace: self.child_grace,
+            retention: self.retention,
             deadline: self.deadline,
         }
     }
 }
 
 impl Default for CheckOptions {
-    /// The threshold for the default maintenance interval (1 s): 12 s.
+    /// The threshold for the default maintenance interval (1 s): 12 s; the
+    /// default retention (24 h).
     fn default() -> CheckOptions {
         CheckOptions {
             stale_after: Duration::from_secs(1) * 2 + STALE_MARGIN,
@@ -87,9 +117,16 @@ impl Default for CheckOptions {
             state_rows: DEFAULT_STATE_ROWS,
             count_up_to: DEFAULT_COUNT_UP_TO,
             examples: DEFAULT_EXAMPLES,
+            wait_entries: DEFAULT_WAIT_ENTRIES,
+            child_grace: DEFAULT_CHILD_GRACE,
+            retention: DEFAULT_RETENTION,
         }
     }
 }
+
+/// The retention of finished jobs a check assumes without a config (the
+/// config's default, `retention.finished_after_ms`).
+const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// What one shard answered.
 #[derive(Debug, Clone, serde::Serialize)]

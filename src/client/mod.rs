@@ -52,8 +52,9 @@ pub use {
         JobDetail, JobList, JobQuery, OverviewOptions, PageCursor, QueueOverview, ShardOverview,
     },
     check::{
-        CheckOptions, CheckReport, ShardCheck, DEFAULT_COUNT_UP_TO, DEFAULT_DEADLINE,
-        DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS, STALE_MARGIN,
+        CheckOptions, CheckReport, ShardCheck, DEFAULT_CHILD_GRACE, DEFAULT_COUNT_UP_TO,
+        DEFAULT_DEADLINE, DEFAULT_EXAMPLES, DEFAULT_KEY_ENTRIES, DEFAULT_STATE_ROWS,
+        DEFAULT_WAIT_ENTRIES, STALE_MARGIN,
     },
     depth::QueueDepth,
     failures::{FailureOptions, Failures},

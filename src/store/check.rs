@@ -1,6 +1,7 @@
 //! The invariants `shardq check` verifies on one shard, read from one
-//! snapshot ([`sql::CHECK_STRANDED_KEYS`] and the statements beside it say
-//! what each reads and what it costs).
+//! snapshot ([`sql::CHECK_STRANDED_KEYS`] and the statements beside it,
+//! and [`sql::CHECK_LOST_MESSAGE_WAKE`] and those beside it for workflows
+//! that wait, say what each reads and what it costs).
 
 use super::sql::{self, Param};
 use crate::job::JobId;
@@ -29,6 +30,19 @@ pub enum Invariant {
     /// Each job's owner, lease, fence, attempts and times agree with its
     /// status (the check's statement lists the legal combinations).
     JobState,
+    /// No parked workflow waits in a recv on a topic that holds a message
+    /// sent before its wake time (else the send did not wake it).
+    LostMessageWake,
+    /// No parked parent waits on a child that finished longer ago than
+    /// the grace (else the child's completion did not wake it).
+    LostChildWake,
+    /// Every unfinished child whose parent must be on its shard has its
+    /// parent there (a move or retention may take it elsewhere: those
+    /// children are not judged).
+    ParentMissing,
+    /// No workflow cancelled longer ago than the grace has unfinished
+    /// children left uncancelled (but those started to be abandoned).
+    CancelledChildrenLeft,
     /// The shard is at this binary's schema version and records the place
     /// in the shard map that the configured list gives it.
     ShardMap,
@@ -36,12 +50,16 @@ pub enum Invariant {
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 6] = [
+    pub const ALL: [Invariant; 10] = [
         Invariant::StrandedKey,
         Invariant::KeyRunningTwice,
         Invariant::LeaseNotRecovered,
         Invariant::DueNotPromoted,
         Invariant::JobState,
+        Invariant::LostMessageWake,
+        Invariant::LostChildWake,
+        Invariant::ParentMissing,
+        Invariant::CancelledChildrenLeft,
         Invariant::ShardMap,
     ];
 
@@ -54,6 +72,10 @@ impl Invariant {
             Invariant::LeaseNotRecovered => "lease_not_recovered",
             Invariant::DueNotPromoted => "due_not_promoted",
             Invariant::JobState => "job_state",
+            Invariant::LostMessageWake => "lost_message_wake",
+            Invariant::LostChildWake => "lost_child_wake",
+            Invariant::ParentMissing => "parent_missing",
+            Invariant::CancelledChildrenLeft => "cancelled_children_left",
             Invariant::ShardMap => "shard_map",
         }
     }
@@ -68,6 +90,14 @@ impl Invariant {
             Invariant::LeaseNotRecovered => "expired leases are recovered in time",
             Invariant::DueNotPromoted => "due scheduled jobs are made ready in time",
             Invariant::JobState => "owner, lease, fence, attempts and times agree with status",
+            Invariant::LostMessageWake => {
+                "a message to a workflow parked in a recv of its topic wakes it"
+            }
+            Invariant::LostChildWake => "a child's final status wakes its parked parent in time",
+            Invariant::ParentMissing => "an unfinished child's parent is on its shard",
+            Invariant::CancelledChildrenLeft => {
+                "a cancel reaches the children of the cancelled workflow in time"
+            }
             Invariant::ShardMap => "schema version and shard map match this binary and the list",
         }
     }
@@ -132,6 +162,19 @@ pub struct CheckParams {
     pub count_up_to: u32,
     /// Examples kept per invariant.
     pub examples: u32,
+    /// Unreceived messages read for lost message wake-ups, and scheduled
+    /// rows read for lost child wake-ups.
+    pub wait_entries: u32,
+    /// A parent parked on a child's result looks again by itself this long
+    /// after it parked (its `run_at` is at most this far ahead).
+    pub child_recheck: Duration,
+    /// A child finished, or a workflow cancelled, longer ago than this
+    /// without its parent woken, or its children cancelled, is a
+    /// violation.
+    pub child_grace: Duration,
+    /// Finished jobs are deleted this long after they finish: a child
+    /// created longer ago may have lost its parent to retention.
+    pub retention: Duration,
     /// The server's statement deadline for the check's transaction.
     pub deadline: Duration,
 }
@@ -172,6 +215,10 @@ async fn read_on(
     let stale_ms = i64::try_from(p.stale_after.as_millis()).unwrap_or(i64::MAX);
     let (keys, rows) = (i64::from(p.key_entries), i64::from(p.state_rows));
     let (up_to, shown) = (i64::from(p.count_up_to), i64::from(p.examples));
+    let wait_entries = i64::from(p.wait_entries);
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let (recheck_ms, grace_ms) = (ms(p.child_recheck), ms(p.child_grace));
+    let retention_ms = ms(p.retention);
     let tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
@@ -180,7 +227,7 @@ async fn read_on(
         .await?;
     tx.query_typed(sql::CHECK_SETTINGS, &[(&deadline_ms, Type::TEXT)])
         .await?;
-    let asks: [(Invariant, &str, Vec<Param>); 5] = [
+    let asks: [(Invariant, &str, Vec<Param>); 9] = [
         (
             Invariant::StrandedKey,
             sql::CHECK_STRANDED_KEYS,
@@ -213,6 +260,39 @@ async fn read_on(
             Invariant::JobState,
             sql::CHECK_JOB_STATE,
             vec![(&rows, Type::INT8), (&shown, Type::INT8)],
+        ),
+        (
+            Invariant::LostMessageWake,
+            sql::CHECK_LOST_MESSAGE_WAKE,
+            vec![(&wait_entries, Type::INT8), (&shown, Type::INT8)],
+        ),
+        (
+            Invariant::LostChildWake,
+            sql::CHECK_LOST_CHILD_WAKE,
+            vec![
+                (&wait_entries, Type::INT8),
+                (&recheck_ms, Type::INT8),
+                (&grace_ms, Type::INT8),
+                (&shown, Type::INT8),
+            ],
+        ),
+        (
+            Invariant::ParentMissing,
+            sql::CHECK_PARENT_MISSING,
+            vec![
+                (&rows, Type::INT8),
+                (&retention_ms, Type::INT8),
+                (&shown, Type::INT8),
+            ],
+        ),
+        (
+            Invariant::CancelledChildrenLeft,
+            sql::CHECK_CANCELLED_CHILDREN_LEFT,
+            vec![
+                (&rows, Type::INT8),
+                (&grace_ms, Type::INT8),
+                (&shown, Type::INT8),
+            ],
         ),
     ];
     let mut findings = Vec::with_capacity(asks.len());

@@ -14,6 +14,13 @@ use std::time::{Duration, SystemTime};
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
+/// How long a parent parked on its child waits before it looks again by
+/// itself. The child's completion wakes it (under the parent's row lock,
+/// or by the promotion within a second when that lock was busy); this is
+/// only a backstop, one replay an hour, should that ever not happen.
+/// `shardq check` reads parked parents within it (`CheckOptions`).
+pub(crate) const CHILD_RECHECK: Duration = Duration::from_secs(3600);
+
 /// A child to start, as step `name` of workflow `parent`.
 #[derive(Debug, Clone, Copy)]
 pub struct StartChild<'a> {

@@ -3,16 +3,9 @@
 
 use super::context::{HandlerError, JobContext, StepError};
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
-use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started};
+use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-/// How long a parent parked on its child waits before it looks again by
-/// itself. The child's completion wakes it (under the parent's row lock,
-/// or by the promotion within a second when that lock was busy); this is
-/// only a backstop, one replay an hour, should that ever not happen.
-const CHILD_RECHECK: Duration = Duration::from_secs(3600);
 
 /// The step name of a workflow's `n`th child (from 1).
 fn child_step(n: u32) -> String {

@@ -14,6 +14,7 @@ mod bad_input;
 mod browse_plans;
 mod cancel;
 mod check;
+mod check_waits;
 mod children;
 mod completion_retry_race;
 mod completion_stall;

@@ -42,6 +42,8 @@ pub async fn run(config: &Config, args: CheckArgs) -> Result<()> {
         state_rows: args.state_rows,
         key_entries: args.key_entries,
         examples: args.examples,
+        wait_entries: args.wait_entries,
+        child_grace: Duration::from_millis(args.child_grace_ms),
         ..CheckOptions::from_config(config)
     };
     if let Some(ms) = args.stale_after_ms {
@@ -135,7 +137,7 @@ fn print_finding(f: &Finding) {
         ""
     };
     println!(
-        "    {:<20} {:>8}  {}{bounded}",
+        "    {:<23} {:>8}  {}{bounded}",
         f.invariant.as_str(),
         count,
         f.invariant.describe()

@@ -143,3 +143,122 @@ async fn a_parked_parent_and_its_child_move_together_and_the_child_wakes_it() {
     assert_eq!(outcome, JobOutcome::Succeeded(json!({ "child": 70 })));
     assert_eq!(children_on(to, parent).await, vec![child.id], "one child");
 }
+
+/// A move copies only unclaimed jobs: a running parent's queued child
+/// moves to the new shard while the parent finishes on the old one. On the
+/// new shard the child's parent is then absent, and rightly so: `shardq
+/// check` does not take it for a child whose parent is missing (the child's
+/// id is below the move's `ids_from`: it was created before the move).
+/// Deleting a parent created after the move, beside its child, is found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_moved_without_its_finished_parent_is_not_reported_missing() {
+    use shardq::client::{CheckOptions, Invariant};
+    use shardq::reshard::Step;
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&new).unwrap();
+    let key = moving_key(&plan, "family");
+    let parent = client
+        .enqueue(NewJob::new("moving", "parent", json!({})).ordering_key(key.clone()))
+        .await
+        .unwrap();
+    let m = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= parent.shard_key && parent.shard_key < m.end_key)
+        .unwrap();
+    let (from, to) = (all.get(m.from_index), all.get(2));
+    let run = "UPDATE workflow_status SET status = 'running', owner = $3, fence = $4, \
+        attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
+        WHERE shard_key = $1 AND id = $2";
+    let db = from.client().await.unwrap();
+    db.execute(run, &[&parent.shard_key, &parent.id, &OWNER, &FENCE])
+        .await
+        .unwrap();
+    let child = start_idle_child(from, parent).await;
+
+    // The child is copied; the parent, running, stays; it then finishes
+    // there and the move is released.
+    let copy = Options {
+        stop_after: Some(Step::Copied),
+        ..Options::default()
+    };
+    reshard(&all, 2, 3, &copy, |_| {}).await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'succeeded', owner = NULL, \
+            lease_expires_at = NULL, finished_at = now() WHERE shard_key = $1 AND id = $2",
+        &[&parent.shard_key, &parent.id],
+    )
+    .await
+    .unwrap();
+    let finish = Options {
+        patience: Some(Duration::from_secs(30)),
+        ..Options::default()
+    };
+    assert!(reshard(&all, 2, 3, &finish, |_| {}).await.unwrap().complete);
+    assert_eq!(children_on(to, parent).await, vec![child.id], "moved");
+    assert!(children_on(from, parent).await.is_empty(), "removed");
+
+    let check = CheckOptions::from_config(&new);
+    let report = client.check(&check).await;
+    assert_eq!(report.violations(), 0, "{report:#?}");
+    let judged = report.shards[2].finding(Invariant::ParentMissing).unwrap();
+    assert!(judged.scanned >= 1, "the moved child was read: {judged:?}");
+
+    // A parent created on the new shard after the move, its child beside
+    // it: its deletion is judged.
+    let later = client
+        .enqueue(NewJob::new("moving", "parent", json!({})).ordering_key(key))
+        .await
+        .unwrap();
+    let db = to.client().await.unwrap();
+    db.execute(run, &[&later.shard_key, &later.id, &OWNER, &FENCE])
+        .await
+        .unwrap();
+    let orphan = start_idle_child(to, later).await;
+    db.execute(
+        "DELETE FROM workflow_status WHERE shard_key = $1 AND id = $2",
+        &[&later.shard_key, &later.id],
+    )
+    .await
+    .unwrap();
+    let report = client.check(&check).await;
+    assert_eq!(report.broken(Invariant::ParentMissing), 1, "{report:#?}");
+    let found = report.shards[2].finding(Invariant::ParentMissing).unwrap();
+    assert_eq!(found.examples[0].job, Some(orphan));
+}
+
+/// Starts child step 1 of `parent` (held by the test's claim) in a queue
+/// no worker serves.
+async fn start_idle_child(on: &Shard, parent: JobId) -> JobId {
+    let payload = json!({});
+    let started = children::start(
+        on,
+        StartChild {
+            parent,
+            name: "shardq:child:1",
+            owner: OWNER,
+            fence: FENCE,
+            queue: "idle",
+            handler: "child",
+            payload: &payload,
+            ordering_key: None,
+            group: None,
+            priority: 0,
+            delay: Duration::ZERO,
+            max_attempts: 3,
+            abandon_on_parent_cancel: false,
+        },
+    )
+    .await
+    .unwrap();
+    let Started::Child(child) = started else {
+        panic!("{started:?}")
+    };
+    child
+}

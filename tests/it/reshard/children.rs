@@ -253,6 +253,7 @@ async fn start_idle_child(on: &Shard, parent: JobId) -> JobId {
             delay: Duration::ZERO,
             max_attempts: 3,
             abandon_on_parent_cancel: false,
+            timeout_ms: None,
         },
     )
     .await

@@ -1,6 +1,6 @@
 //! Deadlines: a workflow that has not ended by its deadline ends
 //! `cancelled` ([`NewJob::timeout`]). The builder and its check; the
-//! deadline pass is `store::deadlines`, the rules docs/workflows/deadlines.md.
+//! deadline pass is `store::deadlines`, the rules docs/workflows.md, "Deadlines".
 
 use crate::job::{InvalidJob, NewJob, MAX_TIMEOUT};
 use std::time::Duration;

@@ -110,6 +110,32 @@ where
     started.elapsed()
 }
 
+/// Waits (10 s at most) until a session of `shard`'s database waits for a
+/// lock: the point where a race test's second transaction is blocked by
+/// the first.
+pub async fn until_lock_wait(shard: &shardq::shards::Shard, what: &str) {
+    let shard = shard.clone();
+    wait_until(Duration::from_secs(10), what, || {
+        let shard = shard.clone();
+        async move {
+            let n: i64 = shard
+                .client()
+                .await
+                .unwrap()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n > 0
+        }
+    })
+    .await;
+}
+
 /// Microseconds since the Unix epoch: when a test's handler call started or
 /// finished, comparable across processes.
 pub fn micros() -> i64 {

@@ -504,30 +504,6 @@ async fn complete(tx: &tokio_postgres::Transaction<'_>, child: JobId, fence: i64
     .unwrap();
 }
 
-/// Waits until a session of the shard waits for a lock.
-async fn until_blocked(shardq: &Shardq, what: &str) {
-    let shard = shardq.shards().get(0).clone();
-    common::wait_until(Duration::from_secs(10), what, || {
-        let shard = shard.clone();
-        async move {
-            let n: i64 = shard
-                .client()
-                .await
-                .unwrap()
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            n > 0
-        }
-    })
-    .await;
-}
-
 /// A parent's park and its child's completion, driven statement by
 /// statement in each order. (1) The park holds the parent's lock when the
 /// child completes: the completion does not wait (it only tries that
@@ -618,7 +594,11 @@ async fn a_park_and_a_childs_completion_never_lose_the_wake() {
     let parked = tokio::spawn(async move {
         children::result(&racing, await_child(parent, "shardq:child:4:result", child)).await
     });
-    until_blocked(&shardq, "the park waits for the completion's lock").await;
+    common::until_lock_wait(
+        shardq.shards().get(0),
+        "the park waits for the completion's lock",
+    )
+    .await;
     assert!(!parked.is_finished());
     done.commit().await.unwrap();
     assert_eq!(
@@ -748,7 +728,11 @@ async fn a_cancel_racing_a_childs_completion_ends_it_once() {
     complete(&done, child, 1, "succeeded").await;
     let client = shardq.client();
     let cancel = tokio::spawn(async move { client.cancel(child).await });
-    until_blocked(&shardq, "the cancel waits for the completion").await;
+    common::until_lock_wait(
+        shardq.shards().get(0),
+        "the cancel waits for the completion",
+    )
+    .await;
     done.commit().await.unwrap();
     assert_eq!(cancel.await.unwrap().unwrap(), None, "already finished");
     assert_eq!(row(&shardq, child).await.0, "succeeded");

@@ -387,30 +387,6 @@ async fn due_pending_run(shardq: &Shardq) -> JobId {
     id
 }
 
-/// Waits until a session of the shard waits for a lock.
-async fn until_blocked(shardq: &Shardq, what: &str) {
-    let shard = shardq.shards().get(0).clone();
-    common::wait_until(Duration::from_secs(10), what, || {
-        let shard = shard.clone();
-        async move {
-            let n: i64 = shard
-                .client()
-                .await
-                .unwrap()
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            n > 0
-        }
-    })
-    .await;
-}
-
 /// The promotion queues the pending run and has not committed when an
 /// enqueue of the key arrives: the enqueue waits on the row, then (the
 /// promotion committed, the row out of the key's index) writes the key's
@@ -433,7 +409,11 @@ async fn an_enqueue_racing_an_uncommitted_promotion_waits_then_starts_the_next_r
             .enqueue(debounced("k", json!("second"), period, max_wait))
             .await
     });
-    until_blocked(&shardq, "the enqueue waits for the promotion").await;
+    common::until_lock_wait(
+        shardq.shards().get(0),
+        "the enqueue waits for the promotion",
+    )
+    .await;
     assert!(!enqueue.is_finished());
     tx.commit().await.unwrap();
     let next = enqueue.await.unwrap().unwrap();
@@ -472,7 +452,11 @@ async fn an_enqueue_racing_an_uncommitted_promotion_waits_then_starts_the_next_r
             .enqueue(debounced("k", json!("third"), period, max_wait))
             .await
     });
-    until_blocked(&shardq, "the enqueue waits for the promotion").await;
+    common::until_lock_wait(
+        shardq.shards().get(0),
+        "the enqueue waits for the promotion",
+    )
+    .await;
     tx.rollback().await.unwrap();
     assert_eq!(
         enqueue.await.unwrap().unwrap(),

@@ -354,34 +354,6 @@ fn set_event<'a>(id: JobId, name: &'a str, value: &'a Value, fence: i64) -> SetE
     }
 }
 
-/// Waits until a session of the shard waits for a lock.
-async fn until_blocked(shardq: &Shardq) {
-    let shard = shardq.shards().get(0).clone();
-    common::wait_until(
-        Duration::from_secs(10),
-        "a session waits for a lock",
-        || {
-            let shard = shard.clone();
-            async move {
-                let n: i64 = shard
-                    .client()
-                    .await
-                    .unwrap()
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                        &[],
-                    )
-                    .await
-                    .unwrap()
-                    .get(0);
-                n > 0
-            }
-        },
-    )
-    .await;
-}
-
 /// The steps recorded for workflow `id`.
 async fn steps_of(shardq: &Shardq, id: JobId) -> Vec<String> {
     shard_of(shardq, id)
@@ -426,7 +398,7 @@ async fn a_fenced_out_or_cancelled_attempt_sets_nothing() {
         let value = json!("stale");
         events::set(&racing, set_event(id, "shardq:set_event:1", &value, 7)).await
     });
-    until_blocked(&shardq).await;
+    common::until_lock_wait(shardq.shards().get(0), "a session waits for a lock").await;
     assert!(!set.is_finished(), "the set_event waits for the re-claim");
     tx.commit().await.unwrap();
     assert_eq!(set.await.unwrap().unwrap(), EventSet::NotHeld);

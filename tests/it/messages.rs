@@ -438,30 +438,6 @@ async fn running_workflow(shardq: &Shardq) -> JobId {
     id
 }
 
-/// Waits until a session of the shard waits for a lock.
-async fn until_blocked(shardq: &Shardq, what: &str) {
-    let shard = shardq.shards().get(0).clone();
-    common::wait_until(Duration::from_secs(10), what, || {
-        let shard = shard.clone();
-        async move {
-            let n: i64 = shard
-                .client()
-                .await
-                .unwrap()
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND datname = current_database()",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            n > 0
-        }
-    })
-    .await;
-}
-
 fn recv<'a>(id: JobId, name: &'a str, topic: &'a str) -> Recv<'a> {
     Recv {
         id,
@@ -535,7 +511,7 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
     assert!(recv_lock(&tx, key).await);
     let client = shardq.client();
     let send = tokio::spawn(async move { client.send(id, "t", json!("late"), None).await });
-    until_blocked(&shardq, "the send waits for the recv's lock").await;
+    common::until_lock_wait(shardq.shards().get(0), "the send waits for the recv's lock").await;
     assert!(!send.is_finished(), "the send waits for the recv's lock");
     let output = recv_take(&tx, key, "shardq:recv:1", "t", 0).await;
     assert_eq!(output["timed_out"], json!(true), "{output}");
@@ -590,7 +566,7 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
     let racing = shard.clone();
     let received =
         tokio::spawn(async move { messages::recv(&racing, recv(id, "shardq:recv:4", "u")).await });
-    until_blocked(&shardq, "the recv waits for the send's lock").await;
+    common::until_lock_wait(shardq.shards().get(0), "the recv waits for the send's lock").await;
     assert!(
         !received.is_finished(),
         "the recv waits for the send's lock"
@@ -617,7 +593,7 @@ async fn a_timeout_racing_a_message_is_decided_under_the_row_lock() {
     assert!(recv_lock(&tx, key).await);
     let client = shardq.client();
     let send = tokio::spawn(async move { client.send(id, "v", json!("wakes"), None).await });
-    until_blocked(&shardq, "the send waits for the recv's lock").await;
+    common::until_lock_wait(shardq.shards().get(0), "the send waits for the recv's lock").await;
     let output = recv_take(&tx, key, "shardq:recv:5", "v", 60_000_000).await;
     assert!(output.get("message").is_none() && output.get("timed_out").is_none());
     tx.commit().await.unwrap();

@@ -8,6 +8,7 @@
 use super::profile::Profile;
 use super::schedule::WireFault;
 use super::sql;
+use super::torture::waits;
 use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::shards::ShardSet;
@@ -94,7 +95,7 @@ impl Cluster {
         shardq::migrate::migrate_all(&shards).await?;
         for shard in shards.all() {
             let db = shard.client().await?;
-            for table in [sql::EFFECTS_CREATE, sql::RUNS_CREATE] {
+            for table in [sql::EFFECTS_CREATE, sql::RUNS_CREATE, waits::EFFECTS_CREATE] {
                 db.batch_execute(table)
                     .await
                     .map_err(|e| shard.query_error(e))?;
@@ -178,7 +179,7 @@ fn config_text(urls: &[String], profile: Profile) -> String {
         ),
         None => (String::new(), String::new()),
     };
-    let queues = serde_json::to_string(profile.queues()).expect("queue names");
+    let queues = serde_json::to_string(profile.served_queues()).expect("queue names");
     text.push_str(
         &WORKER_SETTINGS
             .replace("{dequeue_extra}", &dequeue_extra)

@@ -7,7 +7,7 @@
 
 pub use super::names::is_workflow;
 use super::names::{QUEUE, WORKFLOW_HANDLER};
-use shardq::{Client, NewJob};
+use shardq::{Client, JobId, NewJob};
 use std::time::{Duration, Instant};
 
 /// Every other noop has one of this many ordering keys, so that keys are
@@ -49,13 +49,15 @@ pub struct Load {
 }
 
 /// Enqueues `jobs` jobs (job `n` is `make(n)`), spread evenly over `spread`,
-/// retrying failed chunks with fresh numbers; gives up at `deadline`.
+/// retrying failed chunks with fresh numbers; gives up at `deadline`. Each
+/// acknowledged job's number and id go to `acked`.
 pub async fn run(
     client: Client,
     jobs: usize,
     spread: Duration,
     deadline: Instant,
     make: impl Fn(u64) -> NewJob,
+    acked: impl Fn(u64, JobId),
 ) -> Load {
     let chunk = (jobs / TARGET_CHUNKS).clamp(CHUNK_RANGE.0, CHUNK_RANGE.1);
     let chunks = jobs.div_ceil(chunk).max(1);
@@ -72,7 +74,10 @@ pub async fn run(
         load.acknowledged.resize((first + size) as usize, false);
         let outcome = tokio::time::timeout(CHUNK_TIMEOUT, client.enqueue_many(batch)).await;
         let error = match outcome {
-            Ok(Ok(_ids)) => {
+            Ok(Ok(ids)) => {
+                for (n, id) in (first..first + size).zip(ids) {
+                    acked(n, id);
+                }
                 load.acknowledged[first as usize..].fill(true);
                 load.enqueued += size;
                 load.workflows += (first..first + size).filter(|&n| is_workflow(n)).count() as u64;

@@ -269,6 +269,17 @@ async fn run_on(
     };
     let reaping = CancellationToken::new();
     let keys = args.keys;
+    // The torture run's mail driver learns each waiting workflow's id from
+    // the enqueuer; the channel closes when the enqueuer is done.
+    let (acked, announced) = tokio::sync::mpsc::unbounded_channel();
+    let mail = match profile {
+        Profile::Torture => Some(tokio::spawn(torture::mail::run(
+            client.clone(),
+            announced,
+            deadline,
+        ))),
+        Profile::Chaos => None,
+    };
     let load = tokio::spawn(load::run(
         client.clone(),
         args.jobs,
@@ -277,6 +288,12 @@ async fn run_on(
         move |n| match profile {
             Profile::Chaos => load::new_job(n),
             Profile::Torture => torture::keyed::new_job(n, keys),
+        },
+        move |n, id| {
+            if torture::mail::wanted(n) {
+                // Closed only in the chaos profile, where nobody listens.
+                let _ = acked.send((n, id));
+            }
         },
     ));
     let phases = async {
@@ -309,8 +326,13 @@ async fn run_on(
         inject::inject(&client, &load).await?;
     }
     let checks = verify::check(&client, queues, &load).await?;
+    let sent = match mail {
+        Some(mail) => mail.await?,
+        None => Vec::new(),
+    };
     let torture = match (monitored, ticks_from.zip(ticks_until)) {
         (Some((mut samples, progress)), Some((from, until))) => Some(TortureReport {
+            waits: torture::waits_check::check(&client, &sent).await?,
             order: torture::order::check(&client, &load, &fleet.lost_leases).await?,
             ticks: torture::ticks::check(&client, from, until).await?,
             samples: {

@@ -5,6 +5,7 @@
 
 use super::names::{QUEUE, TORTURE_QUEUE};
 use super::schedule::{self, Fault, When};
+use super::torture::waits::CHILD_QUEUE;
 use serde::Serialize;
 
 /// Which run.
@@ -66,11 +67,21 @@ impl Profile {
         }
     }
 
-    /// The queues the workers serve and the checks read.
+    /// The queues the checks read (and the workers serve).
     pub fn queues(self) -> &'static [&'static str] {
         match self {
             Profile::Chaos => &[QUEUE],
             Profile::Torture => &[QUEUE, TORTURE_QUEUE],
+        }
+    }
+
+    /// The queues the workers serve: [`Profile::queues`], and the torture
+    /// run's children, whose rows the job checks do not read (they have no
+    /// job number of their own; [`super::torture::waits_check`] reads them).
+    pub fn served_queues(self) -> &'static [&'static str] {
+        match self {
+            Profile::Chaos => &[QUEUE],
+            Profile::Torture => &[QUEUE, TORTURE_QUEUE, CHILD_QUEUE],
         }
     }
 

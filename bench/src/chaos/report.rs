@@ -7,6 +7,7 @@ use super::torture::order::OrderChecks;
 use super::torture::progress::{Stall, HEALTHY_LAG_LIMIT, HEALTHY_STALL_LIMIT};
 use super::torture::sampler::Samples;
 use super::torture::ticks::TickChecks;
+use super::torture::waits_check::WaitChecks;
 use super::verify::Checks;
 use serde::Serialize;
 
@@ -53,6 +54,27 @@ pub const HEALTHY_LAGS: &str = "healthy shards' upkeep behind (> 10 s)";
 pub const TICKS_EXPECTED: &str = "scheduled ticks due (clock ahead)";
 /// Of them (and of those enqueued): dropped, run twice, early, late start.
 pub const TICKS_WRONG: &str = "ticks dropped/doubled (clock ahead)";
+/// Waiting workflows that did not succeed.
+pub const WAITS_UNFINISHED: &str = "waiting workflows not succeeded";
+/// Sleeps passed before their wake time (the shard's clock).
+pub const WAITS_EARLY: &str = "sleeps passed before their wake time";
+/// Waiting workflows' effect steps recorded without one effect of their
+/// run, or missing from a succeeded workflow.
+pub const WAITS_EFFECTS: &str = "wait effects not once per record";
+/// Children not run once, or their result not gathered once as given.
+pub const WAITS_CHILDREN: &str = "children or gathered results wrong";
+/// Messages lost, received twice, out of order, or unreceived without a timeout.
+pub const WAITS_MAIL: &str = "messages lost/doubled/out of order";
+/// Sleeps passed and checked.
+pub const WAITS_SLEEPS: &str = "sleeps checked";
+/// Recvs woken by a send after they parked.
+pub const WAITS_WOKEN: &str = "recvs woken by a later send";
+/// Recvs that found their message waiting.
+pub const WAITS_FOUND: &str = "recvs that found their message";
+/// Recvs that timed out.
+pub const WAITS_TIMED_OUT: &str = "recvs timed out";
+/// Children checked.
+pub const WAITS_CHILDREN_RUN: &str = "children checked";
 
 /// What the run was asked to do.
 #[derive(Debug, Clone, Serialize)]
@@ -151,6 +173,8 @@ pub struct TortureReport {
     pub stalls: Vec<Stall>,
     /// The ticks of the scheduler whose clock ran ahead.
     pub ticks: TickChecks,
+    /// The workflows that sleep, receive messages and gather children.
+    pub waits: WaitChecks,
 }
 
 impl Summary {
@@ -210,6 +234,23 @@ impl Summary {
                 must_be(HEALTHY_LAGS, lagging as u64, 0),
                 at_least(TICKS_EXPECTED, t.ticks.expected, 1),
                 must_be(TICKS_WRONG, t.ticks.wrong(), 0),
+            ]);
+            let w = &t.waits;
+            self.invariants.extend([
+                must_be(WAITS_UNFINISHED, count(w.not_succeeded), 0),
+                must_be(WAITS_EARLY, count(w.early_wakes), 0),
+                must_be(
+                    WAITS_EFFECTS,
+                    count(w.effects_wrong + w.missing_effect_steps),
+                    0,
+                ),
+                must_be(WAITS_CHILDREN, w.children_wrong, 0),
+                must_be(WAITS_MAIL, w.mail_wrong, 0),
+                at_least(WAITS_SLEEPS, count(w.sleeps), 1),
+                at_least(WAITS_WOKEN, w.received_after_park, 1),
+                at_least(WAITS_FOUND, w.received_waiting, 1),
+                at_least(WAITS_TIMED_OUT, w.timed_out, 1),
+                at_least(WAITS_CHILDREN_RUN, w.children, 1),
             ]);
         }
         self
@@ -305,6 +346,7 @@ impl Summary {
                 .chain(&t.samples.first)
                 .chain(&t.samples.first_unanswered)
                 .chain(&t.ticks.examples)
+                .chain(&t.waits.examples)
         });
         for what in self
             .unexpected_exits
@@ -363,6 +405,20 @@ impl TortureReport {
         line(
             "  dropped / doubled / early",
             format!("{} / {} / {}", t.dropped, t.doubled, t.early),
+        );
+        let w = &self.waits;
+        line("waiting workflows", w.workflows.to_string());
+        line(
+            "  messages stored / received",
+            format!("{} / {}", w.stored, w.received),
+        );
+        line(
+            "  unreceived / refused after a timeout",
+            format!("{} / {}", w.unreceived, w.refused),
+        );
+        line(
+            "  effect re-runs before a record",
+            w.effect_reruns.to_string(),
         );
         for (name, n) in &self.samples.by_invariant {
             println!("  violated in samples: {name}: {n}");

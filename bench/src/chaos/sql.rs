@@ -169,16 +169,18 @@ pub const JOB_ROWS: &str = "SELECT shard_key, id, (payload->>'n')::bigint, handl
     attempts, (output->>'attempt')::int, error \
     FROM workflow_status WHERE queue = $1";
 
-/// The common head of the step checks: `recorded` holds queue $1's recorded
-/// steps with the attempt that recorded them (a step's output is its
-/// attempt), `effects` the side effects per (job, step, attempt).
+/// The common head of the step checks: `recorded` holds the recorded steps
+/// of queue $1's workflows of handler $2 (the torture run's waiting
+/// workflows share the queue and record other steps) with the attempt that
+/// recorded them (a step's output is its attempt), `effects` the side
+/// effects per (job, step, attempt).
 macro_rules! recorded_and_effects {
     () => {
         "WITH recorded AS ( \
             SELECT s.shard_key, s.workflow_id, s.step_name, (s.output #>> '{}')::int AS attempt \
             FROM workflow_steps s \
             JOIN workflow_status w ON w.shard_key = s.shard_key AND w.id = s.workflow_id \
-            WHERE w.queue = $1 \
+            WHERE w.queue = $1 AND w.handler = $2 \
         ), effects AS ( \
             SELECT shard_key, job_id, step, attempt, count(*) AS n \
             FROM chaos_effects GROUP BY 1, 2, 3, 4 \
@@ -219,16 +221,16 @@ pub const STEP_CHECKS: &str = concat!(
                  WHERE r.shard_key = w.shard_key AND r.workflow_id = w.id) <> $3)"
 );
 
-/// Up to $2 side effects that break a step invariant (a later attempt than the
-/// record, or several in one attempt): key, job, step, attempt, how many,
-/// recording attempt.
+/// Up to $3 side effects of queue $1's workflows of handler $2 that break a
+/// step invariant (a later attempt than the record, or several in one
+/// attempt): key, job, step, attempt, how many, recording attempt.
 pub const STEP_VIOLATIONS: &str = concat!(
     recorded_and_effects!(),
     "SELECT e.shard_key, e.job_id, e.step, e.attempt, e.n, r.attempt \
     FROM effects e LEFT JOIN recorded r \
         ON r.shard_key = e.shard_key AND r.workflow_id = e.job_id AND r.step_name = e.step \
     WHERE e.attempt > r.attempt OR e.n > 1 \
-    ORDER BY 1, 2, 3, 4 LIMIT $2"
+    ORDER BY 1, 2, 3, 4 LIMIT $3"
 );
 
 /// Self-check: a copy of the row of job n = $2 of queue $1 (two rows, one number).

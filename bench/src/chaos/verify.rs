@@ -205,7 +205,10 @@ pub async fn check(client: &Client, queues: &[&str], load: &Load) -> Result<Chec
         checks.succeeded_missing_steps += steps.get::<_, i64>(7);
         if steps.get::<_, i64>(2) > 0 || steps.get::<_, i64>(6) > 0 {
             for example in db
-                .query(sql::STEP_VIOLATIONS, &[&QUEUE, &(EXAMPLES as i64)])
+                .query(
+                    sql::STEP_VIOLATIONS,
+                    &[&QUEUE, &WORKFLOW_HANDLER, &(EXAMPLES as i64)],
+                )
                 .await
                 .map_err(|e| shard.query_error(e))?
             {

@@ -1,10 +1,11 @@
 //! `shardq-bench chaos-worker`: one worker process of the chaos fleet. It serves the
 //! chaos queues with the built-in noop, a three-step durable workflow whose
 //! steps log their side effects and the torture run's keyed handler, which
-//! logs when each attempt starts and finishes; it stops gracefully on SIGTERM.
+//! logs when each attempt starts and finishes, and the torture run's
+//! waiting workflows and their children; it stops gracefully on SIGTERM.
 
 use super::sql;
-use super::torture::{keyed, ticks};
+use super::torture::{keyed, ticks, waits};
 use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::shards::ShardSet;
@@ -59,13 +60,22 @@ fn skewed_scheduler() -> Result<Option<chrono::TimeDelta>> {
     Ok(Some(chrono::TimeDelta::seconds(seconds)))
 }
 
-/// The noop handler plus [`WORKFLOW_HANDLER`] and [`keyed::HANDLER`].
+/// The noop handler plus [`WORKFLOW_HANDLER`], [`keyed::HANDLER`],
+/// [`waits::HANDLER`] and [`waits::CHILD_HANDLER`].
 pub fn registry(shards: ShardSet) -> HandlerRegistry {
     let mut registry = HandlerRegistry::with_builtins();
     let for_keyed = shards.clone();
+    let for_waits = shards.clone();
+    let for_children = shards.clone();
     registry.register(WORKFLOW_HANDLER, move |ctx| workflow(shards.clone(), ctx));
     registry.register(keyed::HANDLER, move |ctx| {
         keyed::run(for_keyed.clone(), ctx)
+    });
+    registry.register(waits::HANDLER, move |ctx| {
+        waits::run(for_waits.clone(), ctx)
+    });
+    registry.register(waits::CHILD_HANDLER, move |ctx| {
+        waits::child(for_children.clone(), ctx)
     });
     registry.register(super::reshard::HANDLER, fail_once);
     registry

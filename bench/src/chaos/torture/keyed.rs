@@ -1,13 +1,15 @@
 //! The torture workload. Job `n`'s kind follows from `n % 10`: slots 0 and 5
 //! are the chaos workflows (so [`super::super::names::is_workflow`] still
 //! holds), slots 1 and 2 use one of [`HOT_KEYS`] keys in the first and the
-//! second queue (the same key strings in both), the other six slots use cold
-//! keys, each one in turn, so that a run has as many distinct keys as it has
+//! second queue (the same key strings in both), slot 9 is a workflow that
+//! waits ([`super::waits`]), the other five slots use cold keys, each one in
+//! turn, so that a run has as many distinct keys as it has
 //! cold jobs (up to `keys`). Some keyed jobs are delayed a few hundred ms
 //! (promoted by maintenance), and the first attempt of one job in ten fails.
 
 use super::super::names::{is_workflow, QUEUE, TORTURE_QUEUE, WORKFLOW_HANDLER};
 use super::super::sql;
+use super::waits;
 use shardq::shards::ShardSet;
 use shardq::worker::HandlerResult;
 use shardq::{JobContext, NewJob};
@@ -20,8 +22,9 @@ pub const HANDLER: &str = "torture.keyed";
 /// retried and released many times during the run.
 pub const HOT_KEYS: u64 = 64;
 
-/// Slots of `n % 10` with a cold key.
-const COLD_SLOTS: [u64; 6] = [3, 4, 6, 7, 8, 9];
+/// Slots of `n % 10` with a cold key (slot 9 is a waiting workflow:
+/// [`super::waits`]).
+const COLD_SLOTS: [u64; 5] = [3, 4, 6, 7, 8];
 
 /// One job in this many (by `n / 7`) is delayed.
 const DELAYED_EVERY: u64 = 8;
@@ -48,6 +51,14 @@ pub fn new_job(n: u64, keys: u64) -> NewJob {
     }
     let slot = n % 10;
     let decade = n / 10;
+    if waits::is_waiting(n) {
+        let queue = if decade % 2 == 0 {
+            QUEUE
+        } else {
+            TORTURE_QUEUE
+        };
+        return waits::new_job(n, queue);
+    }
     let (queue, key) = match COLD_SLOTS.iter().position(|&s| s == slot) {
         None => {
             let queue = if slot == 1 { QUEUE } else { TORTURE_QUEUE };
@@ -116,9 +127,11 @@ mod tests {
     fn the_mix_has_both_queues_shared_keys_failures_and_delays() {
         let jobs: Vec<NewJob> = (0..10_000).map(|n| new_job(n, 1_000_000)).collect();
         let keyed: Vec<&NewJob> = jobs.iter().filter(|j| j.handler == HANDLER).collect();
-        assert_eq!(keyed.len(), 8_000, "8 of every 10 jobs are keyed");
+        assert_eq!(keyed.len(), 7_000, "7 of every 10 jobs are keyed");
+        let waiting = jobs.iter().filter(|j| j.handler == waits::HANDLER).count();
+        assert_eq!(waiting, 1_000, "1 of every 10 jobs waits");
         let in_b = keyed.iter().filter(|j| j.queue == TORTURE_QUEUE).count();
-        assert!(in_b > 3_000 && in_b < 5_000, "{in_b} keyed jobs in queue b");
+        assert!(in_b > 2_500 && in_b < 4_500, "{in_b} keyed jobs in queue b");
         let hot_in = |queue: &str| {
             keyed
                 .iter()
@@ -139,13 +152,13 @@ mod tests {
             .collect();
         assert_eq!(
             distinct.len(),
-            6_000 + HOT_KEYS as usize,
+            5_000 + HOT_KEYS as usize,
             "every cold job its own key"
         );
         let failing = (0..10_000u64)
-            .filter(|&n| !is_workflow(n) && fails_first_attempt(n))
+            .filter(|&n| !is_workflow(n) && !waits::is_waiting(n) && fails_first_attempt(n))
             .count();
-        assert!((700..=900).contains(&failing), "{failing} failing jobs");
+        assert!((600..=800).contains(&failing), "{failing} failing jobs");
         let delayed = keyed.iter().filter(|j| !j.delay.is_zero()).count();
         assert!(delayed > 500 && delayed < 2_000, "{delayed} delayed jobs");
         let few_keys: std::collections::HashSet<_> = (0..10_000)

@@ -1,0 +1,200 @@
+//! The torture run's workflows that wait: one job in ten (slot 9 of
+//! `n % 10`) sleeps durably, receives messages the driver sends
+//! ([`super::mail`]) on a few topics, starts children and gathers their
+//! results, and records side effects around them. What each records is
+//! what [`super::waits_check`] checks after the drain.
+
+use super::waits_sql as sql;
+pub use super::waits_sql::EFFECTS_CREATE;
+use shardq::shards::{Shard, ShardSet};
+use shardq::worker::{HandlerError, HandlerResult};
+use shardq::{ChildResult, JobContext, JobId, NewJob};
+use std::time::Duration;
+
+/// The waiting workflow's handler.
+pub const HANDLER: &str = "torture.waits";
+
+/// The children's handler.
+pub const CHILD_HANDLER: &str = "torture.child";
+
+/// The children's queue: served by the workers, not read by the job checks
+/// (a child's payload has no job number of its own).
+pub const CHILD_QUEUE: &str = "chaos-kids";
+
+/// The slot of `n % 10` that is a waiting workflow.
+const SLOT: u64 = 9;
+
+/// Shortest durable sleep: several promotion passes (50 ms) away.
+const SLEEP_MIN_MS: u64 = 200;
+/// Spread of the sleeps above the shortest.
+const SLEEP_SPREAD_MS: u64 = 300;
+
+/// Children each workflow starts and gathers.
+pub const CHILDREN: u64 = 3;
+
+/// A topic of the mailbox: its name, how many messages the driver sends on
+/// it (and the workflow receives), when the driver sends them (after the
+/// enqueue was acknowledged), and the recv's timeout.
+#[derive(Debug, Clone, Copy)]
+pub struct Topic {
+    /// Its name.
+    pub name: &'static str,
+    /// Messages sent on it, and recvs of it.
+    pub messages: usize,
+    /// The driver's delay for job `n`, after the acknowledgement.
+    pub delay: fn(u64) -> Duration,
+    /// Each recv's timeout.
+    pub timeout: Duration,
+}
+
+/// The topics, in the order the workflow receives them. `early` is sent
+/// at once (usually before the workflow parks on it: it sleeps first),
+/// `late` after the workflow has usually parked on it, `racy` either well
+/// before its short timeout or well after it, so that the timeout fires
+/// for about half the workflows and their message stays in the mailbox
+/// (or is refused: the workflow may have finished). The long timeouts
+/// also end the waits of workflows whose enqueue was not acknowledged
+/// (the driver never learnt their ids).
+pub const TOPICS: [Topic; 3] = [
+    Topic {
+        name: "early",
+        messages: 2,
+        delay: |_| Duration::ZERO,
+        timeout: Duration::from_secs(5),
+    },
+    Topic {
+        name: "late",
+        messages: 1,
+        delay: |_| Duration::from_millis(1_500),
+        timeout: Duration::from_secs(5),
+    },
+    Topic {
+        name: "racy",
+        messages: 1,
+        delay: |n| Duration::from_millis(if (n / 10) % 2 == 0 { 100 } else { 4_000 }),
+        timeout: Duration::from_secs(1),
+    },
+];
+
+/// Whether job `n` is a waiting workflow.
+pub fn is_waiting(n: u64) -> bool {
+    n % 10 == SLOT
+}
+
+/// Job `n`, a waiting workflow, in one of the two queues.
+pub fn new_job(n: u64, queue: &'static str) -> NewJob {
+    NewJob::new(queue, HANDLER, serde_json::json!({ "n": n }))
+}
+
+/// What child `i` of workflow `n` returns (and its parent must gather).
+pub fn child_value(n: u64, i: u64) -> u64 {
+    n * 10 + i
+}
+
+/// The waiting workflow: a side effect, a durable sleep and a step that
+/// records the run that passed it, the recvs of [`TOPICS`], children
+/// started and gathered, and a side effect that records their results.
+/// Every wait parks (`?`), and the next run replays up to it.
+pub async fn run(shards: ShardSet, ctx: JobContext) -> HandlerResult {
+    let n = ctx.payload["n"]
+        .as_u64()
+        .ok_or("the payload has no number n")?;
+    let shard = shards.for_key(ctx.id.shard_key).clone();
+    // One handler invocation: a step's closure that ran twice shows as
+    // effects of two runs.
+    let run: i64 = rand::random::<i64>().abs();
+    effect_step(&ctx, &shard, "effect:before", run, serde_json::json!(n)).await?;
+    ctx.sleep(Duration::from_millis(SLEEP_MIN_MS + n % SLEEP_SPREAD_MS))
+        .await?;
+    let passed = shard.clone();
+    let id = ctx.id;
+    let _woke: serde_json::Value = ctx
+        .step("woke", || async move { woke(&passed, id).await })
+        .await?;
+    for topic in TOPICS {
+        for _ in 0..topic.messages {
+            ctx.recv(topic.name, topic.timeout).await?;
+        }
+    }
+    let mut handles = Vec::new();
+    for i in 0..CHILDREN {
+        let child = NewJob::new(
+            CHILD_QUEUE,
+            CHILD_HANDLER,
+            serde_json::json!({ "parent": n, "i": i }),
+        );
+        handles.push(ctx.start_child(child).await?);
+    }
+    let mut gathered = Vec::new();
+    for handle in &handles {
+        match handle.result().await? {
+            ChildResult::Succeeded(output) => gathered.push(output["v"].clone()),
+            other => return Err(format!("child {} ended {other:?}", handle.id()).into()),
+        }
+    }
+    effect_step(&ctx, &shard, "gathered", run, serde_json::json!(gathered)).await?;
+    Ok(serde_json::json!({ "n": n }))
+}
+
+/// A step whose closure inserts a side effect `(job, step, run, value)`
+/// and returns `{run, value}`, which its record keeps.
+async fn effect_step(
+    ctx: &JobContext,
+    shard: &Shard,
+    step: &'static str,
+    run: i64,
+    value: serde_json::Value,
+) -> Result<(), HandlerError> {
+    let (id, attempt) = (ctx.id, ctx.attempt);
+    let _recorded: serde_json::Value = ctx
+        .step(step, || async move {
+            let db = shard.client().await?;
+            db.execute(
+                sql::EFFECT_INSERT,
+                &[&id.shard_key, &id.id, &step, &attempt, &run, &value],
+            )
+            .await
+            .map_err(|e| shard.query_error(e))?;
+            Ok::<_, HandlerError>(serde_json::json!({ "run": run, "value": value }))
+        })
+        .await?;
+    Ok(())
+}
+
+/// The run that passed the sleep, as the shard sees it: when its claim was
+/// made, the time now, and whether the job had failed before (a retry's
+/// claim may come before the wake time; its replay then parks again).
+async fn woke(shard: &Shard, id: JobId) -> Result<serde_json::Value, HandlerError> {
+    let db = shard.client().await?;
+    let row = db
+        .query_one(sql::RUN_CLAIM, &[&id.shard_key, &id.id])
+        .await
+        .map_err(|e| shard.query_error(e))?;
+    Ok(row.get(0))
+}
+
+/// A child: records its run as a side effect and returns its value and
+/// attempt.
+pub async fn child(shards: ShardSet, ctx: JobContext) -> HandlerResult {
+    let (Some(parent), Some(i)) = (ctx.payload["parent"].as_u64(), ctx.payload["i"].as_u64())
+    else {
+        return Err("a child's payload names its parent's number and its index".into());
+    };
+    let shard = shards.for_key(ctx.id.shard_key);
+    let db = shard.client().await?;
+    let v = child_value(parent, i);
+    db.execute(
+        sql::EFFECT_INSERT,
+        &[
+            &ctx.id.shard_key,
+            &ctx.id.id,
+            &"child",
+            &ctx.attempt,
+            &0i64,
+            &serde_json::json!(v),
+        ],
+    )
+    .await
+    .map_err(|e| shard.query_error(e))?;
+    Ok(serde_json::json!({ "v": v, "attempt": ctx.attempt }))
+}

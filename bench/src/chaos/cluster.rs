@@ -8,7 +8,6 @@
 use super::profile::Profile;
 use super::schedule::WireFault;
 use super::sql;
-use super::torture::waits;
 use anyhow::{Context, Result};
 use shardq::config::Config;
 use shardq::shards::ShardSet;
@@ -95,7 +94,11 @@ impl Cluster {
         shardq::migrate::migrate_all(&shards).await?;
         for shard in shards.all() {
             let db = shard.client().await?;
-            for table in [sql::EFFECTS_CREATE, sql::RUNS_CREATE, waits::EFFECTS_CREATE] {
+            for table in [
+                sql::EFFECTS_CREATE,
+                sql::RUNS_CREATE,
+                sql::WAIT_EFFECTS_CREATE,
+            ] {
                 db.batch_execute(table)
                     .await
                     .map_err(|e| shard.query_error(e))?;

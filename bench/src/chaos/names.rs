@@ -21,3 +21,8 @@ pub fn is_workflow(n: u64) -> bool {
 /// The environment variable that makes a chaos worker the torture run's
 /// skewed scheduler: how many seconds its scheduler clock runs ahead.
 pub const AHEAD_ENV: &str = "CHAOS_SCHEDULER_CLOCK_AHEAD_S";
+
+/// The torture run's children's queue (`torture::waits`): served by the
+/// workers, not read by the job checks (a child's payload has no job
+/// number of its own).
+pub const CHILD_QUEUE: &str = "chaos-kids";

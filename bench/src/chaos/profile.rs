@@ -3,9 +3,8 @@
 //! delayed jobs promoted every 50 ms, small worker buffers, more faults, and
 //! monitors (invariant samples, healthy-shard progress) during the run.
 
-use super::names::{QUEUE, TORTURE_QUEUE};
+use super::names::{CHILD_QUEUE, QUEUE, TORTURE_QUEUE};
 use super::schedule::{self, Fault, When};
-use super::torture::waits::CHILD_QUEUE;
 use serde::Serialize;
 
 /// Which run.

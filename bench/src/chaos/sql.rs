@@ -309,3 +309,16 @@ pub const INJECT_MISSING_STEP: &str = concat!(
 /// was written.
 pub const TICK_JOBS: &str = "SELECT dedup_id, count(*), min(created_at) \
     FROM workflow_status WHERE queue = $1 GROUP BY dedup_id";
+
+/// The side-effect log of the torture run's waiting workflows and their children (`torture::waits`): one row
+/// per time a closure ran. No key on purpose: a repeated effect must show as
+/// a second row. `run` tells a workflow's handler invocations apart (0 for
+/// a child, whose attempt does).
+pub const WAIT_EFFECTS_CREATE: &str = "CREATE TABLE IF NOT EXISTS torture_wait_effects ( \
+    shard_key integer NOT NULL, \
+    job_id bigint NOT NULL, \
+    step text NOT NULL, \
+    attempt integer NOT NULL, \
+    run bigint NOT NULL, \
+    value jsonb NOT NULL, \
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp())";

@@ -5,7 +5,6 @@
 //! what [`super::waits_check`] checks after the drain.
 
 use super::waits_sql as sql;
-pub use super::waits_sql::EFFECTS_CREATE;
 use shardq::shards::{Shard, ShardSet};
 use shardq::worker::{HandlerError, HandlerResult};
 use shardq::{ChildResult, JobContext, JobId, NewJob};
@@ -17,9 +16,7 @@ pub const HANDLER: &str = "torture.waits";
 /// The children's handler.
 pub const CHILD_HANDLER: &str = "torture.child";
 
-/// The children's queue: served by the workers, not read by the job checks
-/// (a child's payload has no job number of its own).
-pub const CHILD_QUEUE: &str = "chaos-kids";
+pub use super::super::names::CHILD_QUEUE;
 
 /// The slot of `n % 10` that is a waiting workflow.
 const SLOT: u64 = 9;

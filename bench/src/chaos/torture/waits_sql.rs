@@ -1,19 +1,6 @@
 //! Every statement of the waiting workflows ([`super::waits`]) and their
 //! checks ([`super::waits_check`]).
 
-/// The side-effect log of the waiting workflows and their children: one row
-/// per time a closure ran. No key on purpose: a repeated effect must show as
-/// a second row. `run` tells a workflow's handler invocations apart (0 for
-/// a child, whose attempt does).
-pub const EFFECTS_CREATE: &str = "CREATE TABLE IF NOT EXISTS torture_wait_effects ( \
-    shard_key integer NOT NULL, \
-    job_id bigint NOT NULL, \
-    step text NOT NULL, \
-    attempt integer NOT NULL, \
-    run bigint NOT NULL, \
-    value jsonb NOT NULL, \
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp())";
-
 /// Records that step $3 of job ($1, $2) ran in attempt $4, run $5, with $6.
 pub const EFFECT_INSERT: &str = "INSERT INTO torture_wait_effects \
     (shard_key, job_id, step, attempt, run, value) VALUES ($1, $2, $3, $4, $5, $6)";
@@ -36,7 +23,9 @@ macro_rules! waiting {
 /// Per shard, one row of counts over the waiting workflows (`waiting!`).
 /// Columns: workflows; succeeded; sleeps checked; sleeps passed before
 /// their wake time by the shard's clock at the step after; sleeps passed
-/// by a run claimed before the wake time (not a retry); recorded effect
+/// by a run claimed before the wake time (not a retry) that did not record
+/// the sleep itself (a run whose sleep statement outlasted the sleep finds
+/// it due at once and goes on, rightly); recorded effect
 /// steps; recorded effect steps without exactly one effect of their run;
 /// effects of runs whose record never landed; succeeded workflows without
 /// both effect steps.
@@ -45,7 +34,8 @@ pub const SLEEP_AND_EFFECT_CHECKS: &str = concat!(
     ", slept AS ( \
         SELECT s.shard_key, s.workflow_id, (s.output->>'wake_at')::timestamptz AS wake_at, \
             (k.output->>'claimed_at')::timestamptz AS claimed_at, \
-            (k.output->>'at')::timestamptz AS passed_at, (k.output->>'retry')::boolean AS retry \
+            (k.output->>'at')::timestamptz AS passed_at, (k.output->>'retry')::boolean AS retry, \
+            s.created_at AS slept_at \
         FROM waiting w \
         JOIN workflow_steps s ON s.shard_key = w.shard_key AND s.workflow_id = w.id \
             AND s.step_name = 'shardq:sleep:1' \
@@ -60,7 +50,8 @@ pub const SLEEP_AND_EFFECT_CHECKS: &str = concat!(
         (SELECT count(*) FROM waiting WHERE status = 'succeeded'), \
         (SELECT count(*) FROM slept), \
         (SELECT count(*) FROM slept WHERE passed_at < wake_at), \
-        (SELECT count(*) FROM slept WHERE claimed_at < wake_at AND NOT retry), \
+        (SELECT count(*) FROM slept \
+            WHERE claimed_at < wake_at AND NOT retry AND slept_at < claimed_at), \
         (SELECT count(*) FROM recorded), \
         (SELECT count(*) FROM recorded r WHERE (SELECT count(*) FROM torture_wait_effects e \
             WHERE e.shard_key = r.shard_key AND e.job_id = r.workflow_id \
@@ -85,7 +76,7 @@ pub const SLEEP_AND_EFFECT_VIOLATIONS: &str = concat!(
         AND k.step_name = 'woke' \
     WHERE (k.output->>'at')::timestamptz < (s.output->>'wake_at')::timestamptz \
         OR ((k.output->>'claimed_at')::timestamptz < (s.output->>'wake_at')::timestamptz \
-            AND NOT (k.output->>'retry')::boolean) \
+            AND NOT (k.output->>'retry')::boolean AND s.created_at < (k.output->>'claimed_at')::timestamptz) \
     UNION ALL \
     SELECT w.shard_key, w.id, w.n, 'step ' || s.step_name || ' recorded ' || s.output::text \
         || ' with effects ' || coalesce((SELECT string_agg(e.run::text, ',') \

@@ -1566,6 +1566,100 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_step_log(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint)
+ RETURNS TABLE(step_name text, output jsonb, held boolean, lease_left_us bigint)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT s.step_name, s.output, w.held, w.lease_left_us
+    FROM (SELECT owner IS NOT DISTINCT FROM p_owner AND fence = p_fence AND status = 'running' AS held,
+                 greatest(0, extract(epoch FROM lease_expires_at - clock_timestamp())
+                     * 1000000)::bigint AS lease_left_us
+          FROM workflow_status WHERE shard_key = p_shard_key AND id = p_id) w
+    LEFT JOIN workflow_steps s ON s.shard_key = p_shard_key AND s.workflow_id = p_id;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_step_record(p_shard_key integer, p_id bigint, p_name text, p_output jsonb, p_owner text, p_fence bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    recorded boolean;
+BEGIN
+    WITH owned AS MATERIALIZED (
+        SELECT 1 FROM workflow_status
+        WHERE shard_key = p_shard_key AND id = p_id
+            AND owner = p_owner AND fence = p_fence AND NOT cancel_requested
+        FOR SHARE
+    ), inserted AS (
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        SELECT p_shard_key, p_id, p_name, p_output WHERE EXISTS (SELECT 1 FROM owned)
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM inserted)
+        OR EXISTS (SELECT 1 FROM workflow_steps
+                   WHERE shard_key = p_shard_key AND workflow_id = p_id AND step_name = p_name
+                     AND EXISTS (SELECT 1 FROM owned))
+    INTO recorded;
+    RETURN recorded;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_step_sleep(p_shard_key integer, p_id bigint, p_name text, p_owner text, p_fence bigint, p_micros bigint, p_until timestamp with time zone)
+ RETURNS TABLE(wake_at timestamp with time zone, due boolean, owned boolean, parked bigint, cancelled boolean)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH recorded AS MATERIALIZED (
+        SELECT (s.output->>'wake_at')::timestamptz AS wake_at FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_name
+    ), replay AS MATERIALIZED (
+        SELECT 1 FROM recorded r WHERE r.wake_at <= clock_timestamp()
+    ), seen AS MATERIALIZED (
+        SELECT w.owner IS NOT DISTINCT FROM p_owner AND w.fence = p_fence
+                AND w.status = 'running' AS held,
+            w.cancel_requested FROM workflow_status w
+        WHERE w.shard_key = p_shard_key AND w.id = p_id
+    ), lock AS MATERIALIZED (
+        SELECT 1 FROM workflow_status w
+        WHERE w.shard_key = p_shard_key AND w.id = p_id
+            AND w.owner = p_owner AND w.fence = p_fence AND NOT w.cancel_requested
+            AND NOT EXISTS (SELECT 1 FROM replay)
+        FOR UPDATE
+    ), inserted AS MATERIALIZED (
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        SELECT p_shard_key, p_id, p_name, jsonb_build_object('wake_at',
+            coalesce(p_until, now() + p_micros * interval '1 microsecond'))
+        WHERE EXISTS (SELECT 1 FROM lock) AND NOT EXISTS (SELECT 1 FROM recorded)
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING
+        RETURNING (workflow_steps.output->>'wake_at')::timestamptz AS wake_at
+    ), wake AS MATERIALIZED (
+        SELECT r.wake_at FROM recorded r UNION ALL SELECT i.wake_at FROM inserted i
+    ), park AS (
+        UPDATE workflow_status w SET run_at = wake.wake_at FROM wake
+        WHERE w.shard_key = p_shard_key AND w.id = p_id AND EXISTS (SELECT 1 FROM lock)
+            AND wake.wake_at > clock_timestamp()
+        RETURNING 1
+    )
+    SELECT wake.wake_at, coalesce(wake.wake_at <= clock_timestamp(), false),
+        EXISTS (SELECT 1 FROM lock)
+            OR (EXISTS (SELECT 1 FROM replay)
+                AND coalesce((SELECT s.held AND NOT s.cancel_requested FROM seen s), false)),
+        (SELECT count(*) FROM park),
+        coalesce((SELECT s.cancel_requested FROM seen s), false)
+    FROM (SELECT 1) AS one LEFT JOIN wake ON true;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_take(p_tids tid[], p_owner text, p_lease_ms bigint, p_got_slot integer)
  RETURNS SETOF shardq_claimed
  LANGUAGE plpgsql

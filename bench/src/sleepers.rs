@@ -5,6 +5,7 @@
 //! database's CPU per workflow (two runs, a park and a promotion each).
 
 use crate::pipeline::pgcpu::Sampler;
+use crate::pipeline::statements;
 use crate::procfs::{self, Clock};
 use anyhow::{bail, Context, Result};
 use shardq::{HandlerRegistry, NewJob, Shardq};
@@ -31,6 +32,10 @@ pub struct SleepersArgs {
     /// Seconds the offer lasts.
     #[arg(long, default_value_t = 20)]
     duration_s: u64,
+    /// Also profile the run statement by statement (pg_stat_statements,
+    /// nested statements too: costs a few percent).
+    #[arg(long)]
+    statements: bool,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/sleepers.json")]
     out: PathBuf,
@@ -65,6 +70,9 @@ pub async fn run(args: SleepersArgs) -> Result<()> {
     });
     let stop = CancellationToken::new();
     let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    if args.statements {
+        statements::start(one.shards.get(0)).await?;
+    }
     let pg = Sampler::start(postmaster)?;
     let began = Instant::now();
 
@@ -102,6 +110,10 @@ pub async fn run(args: SleepersArgs) -> Result<()> {
     }
     let took = began.elapsed();
     let cpu = pg.finish(Clock::probe()).await?;
+    let profile = match args.statements {
+        true => Some(statements::finish(one.shards.get(0), workflows).await?),
+        false => None,
+    };
     stop.cancel();
     worker.await.context("the worker panicked")?;
 
@@ -141,6 +153,9 @@ pub async fn run(args: SleepersArgs) -> Result<()> {
         "database CPU: {:.1} µs per workflow (enqueue, two claims, a park, a promotion, a completion)",
         report.database_cpu_us_per_workflow
     );
+    if let Some(profile) = &profile {
+        statements::print(profile, "this run, per workflow");
+    }
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -136,6 +136,18 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_send.sql"),
     },
     Function {
+        name: "shardq_step_log",
+        sql: include_str!("../../migrations/functions/shardq_step_log.sql"),
+    },
+    Function {
+        name: "shardq_step_record",
+        sql: include_str!("../../migrations/functions/shardq_step_record.sql"),
+    },
+    Function {
+        name: "shardq_step_sleep",
+        sql: include_str!("../../migrations/functions/shardq_step_sleep.sql"),
+    },
+    Function {
         name: "shardq_get_event",
         sql: include_str!("../../migrations/functions/shardq_get_event.sql"),
     },

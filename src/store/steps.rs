@@ -111,7 +111,7 @@ pub struct RecordStep<'a> {
 ///
 /// Cancel safe in effect: a repeat finds the step recorded.
 pub async fn record(shard: &Shard, p: RecordStep<'_>) -> Result<bool, ShardError> {
-    let row = exec::query_opt(
+    let row = exec::query_one(
         shard,
         sql::STEP_RECORD,
         &[
@@ -124,7 +124,7 @@ pub async fn record(shard: &Shard, p: RecordStep<'_>) -> Result<bool, ShardError
         ],
     )
     .await?;
-    Ok(row.is_some())
+    Ok(row.get("recorded"))
 }
 
 /// A durable sleep of a workflow, as [`sleep`] records or finds it.

@@ -364,7 +364,7 @@ async fn a_stale_step_record_waits_for_the_recovery_and_is_refused() {
         let shard = s.shard().clone();
         async move {
             let db = shard.client().await.unwrap();
-            db.query_opt(
+            db.query_one(
                 shardq::store::sql::STEP_RECORD,
                 &[
                     &id.shard_key,
@@ -377,7 +377,7 @@ async fn a_stale_step_record_waits_for_the_recovery_and_is_refused() {
             )
             .await
             .unwrap()
-            .is_some()
+            .get::<_, bool>("recorded")
         }
     };
     let mut recovery = s.shard().client().await.unwrap();

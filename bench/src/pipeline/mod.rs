@@ -18,7 +18,7 @@ pub(crate) mod pgcpu;
 mod report;
 pub mod serial;
 mod server;
-mod statements;
+pub mod statements;
 mod table;
 
 pub use args::PipelineArgs;
@@ -93,10 +93,10 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
     };
 
     let profile = if args.profile {
-        statements::start(&server).await?;
+        statements::start(server.shard()).await?;
         let run = worker_run(&server, clock, "profile", args.jobs, false).await?;
         Some((
-            statements::finish(&server, run.succeeded).await?,
+            statements::finish(server.shard(), run.succeeded).await?,
             run.succeeded,
         ))
     } else {
@@ -114,7 +114,7 @@ pub async fn run(args: PipelineArgs) -> Result<()> {
     server.close().await;
     table::print(&report);
     if let Some((costs, jobs)) = &profile {
-        statements::print(costs, *jobs);
+        statements::print(costs, &format!("an extra pipeline run of {jobs} jobs"));
     }
     report.write(&args.out)?;
     println!("results written to {}", args.out.display());

@@ -4,9 +4,9 @@
 //! as an extra drain after the measured ones, since tracking every nested
 //! statement costs a few percent.
 
-use super::server::BenchServer;
 use anyhow::{Context, Result};
 use serde::Serialize;
+use shardq::shards::Shard;
 
 /// Statements shown: the rest are summed into one line.
 const TOP: usize = 12;
@@ -40,8 +40,8 @@ pub struct StatementCost {
 /// # Errors
 ///
 /// When the extension is missing or the server refuses.
-pub async fn start(server: &BenchServer) -> Result<()> {
-    let db = server.shard().client().await?;
+pub async fn start(shard: &Shard) -> Result<()> {
+    let db = shard.client().await?;
     // One statement each: ALTER SYSTEM refuses a multi-statement string.
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
@@ -63,8 +63,8 @@ pub async fn start(server: &BenchServer) -> Result<()> {
 /// # Errors
 ///
 /// When the server refuses.
-pub async fn finish(server: &BenchServer, jobs: u64) -> Result<Vec<StatementCost>> {
-    let db = server.shard().client().await?;
+pub async fn finish(shard: &Shard, jobs: u64) -> Result<Vec<StatementCost>> {
+    let db = shard.client().await?;
     let rows = db
         .query(
             "SELECT regexp_replace(query, '\\s+', ' ', 'g') AS text, NOT toplevel AS nested, \
@@ -114,11 +114,12 @@ pub async fn finish(server: &BenchServer, jobs: u64) -> Result<Vec<StatementCost
     Ok(costs)
 }
 
-/// Prints the profile as a table.
-pub fn print(costs: &[StatementCost], jobs: u64) {
+/// Prints the profile of `run` ("an extra pipeline run of 1000 jobs") as
+/// a table.
+pub fn print(costs: &[StatementCost], run: &str) {
     println!();
     println!(
-        "statement profile: an extra pipeline run of {jobs} jobs with pg_stat_statements tracking \
+        "statement profile: {run} with pg_stat_statements tracking \
          nested statements (the claim function's parts are marked `>`); execution time is wall \
          time in the executor, summed over backends"
     );

@@ -399,6 +399,70 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_child_result(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_name text, p_child_shard_key integer, p_child_id bigint, p_recheck_ms bigint)
+ RETURNS TABLE(owned boolean, cancel_requested boolean, output jsonb, found boolean, until timestamp with time zone, wait_recorded bigint)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    held record;
+BEGIN
+    SELECT * INTO held FROM shardq_hold_workflow(p_shard_key, p_id, p_owner, p_fence);
+    IF held.cancel_requested IS TRUE OR held.owned IS NOT TRUE THEN
+        RETURN QUERY SELECT coalesce(held.owned, false), coalesce(held.cancel_requested, false),
+            NULL::jsonb, NULL::boolean, NULL::timestamptz, NULL::bigint;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT true, false, d.output, d.found, d.until, d.wait_recorded
+        FROM shardq_child_result_decide(p_shard_key, p_id, p_name, p_child_shard_key,
+                                        p_child_id, p_recheck_ms) d;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_child_result_decide(p_shard_key integer, p_id bigint, p_name text, p_child_shard_key integer, p_child_id bigint, p_recheck_ms bigint)
+ RETURNS TABLE(output jsonb, found boolean, until timestamp with time zone, wait_recorded bigint)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH recorded AS MATERIALIZED (
+        SELECT s.output FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_name
+    ), child AS MATERIALIZED (
+        SELECT c.status, c.output, c.error FROM workflow_status c
+        WHERE c.shard_key = p_child_shard_key AND c.id = p_child_id
+            AND NOT EXISTS (SELECT 1 FROM recorded)
+            AND NOT (c.status = 'held' AND c.held_status = 'running')
+    ), finished AS MATERIALIZED (
+        SELECT jsonb_build_object('status', c.status, 'output', c.output, 'error', c.error)
+            AS output
+        FROM child c WHERE c.status IN ('succeeded', 'failed', 'dead', 'cancelled')
+    ), written AS MATERIALIZED (
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        SELECT p_shard_key, p_id, p_name, f.output FROM finished f
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING
+        RETURNING workflow_steps.output
+    ), waiting AS MATERIALIZED (
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        SELECT p_shard_key, p_id, p_name || ':wait',
+            jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id)
+        WHERE EXISTS (SELECT 1 FROM child) AND NOT EXISTS (SELECT 1 FROM finished)
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING
+        RETURNING 1
+    ), park AS MATERIALIZED (
+        UPDATE workflow_status w SET run_at = now() + p_recheck_ms * interval '1 millisecond'
+        WHERE w.shard_key = p_shard_key AND w.id = p_id
+            AND EXISTS (SELECT 1 FROM child) AND NOT EXISTS (SELECT 1 FROM finished)
+        RETURNING w.run_at
+    )
+    SELECT coalesce((SELECT r.output FROM recorded r), (SELECT x.output FROM written x)),
+        EXISTS (SELECT 1 FROM recorded) OR EXISTS (SELECT 1 FROM child),
+        (SELECT k.run_at FROM park k), (SELECT count(*) FROM waiting);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_claim(p_lock_class integer, p_slots integer, p_queue text, p_limit integer, p_owner text, p_lease_ms bigint)
  RETURNS SETOF shardq_claimed
  LANGUAGE plpgsql
@@ -1020,6 +1084,7 @@ END $function$
 CREATE OR REPLACE FUNCTION public.shardq_get_event(p_shard_key integer, p_workflow_id bigint, p_key text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     event_value jsonb;
@@ -1118,6 +1183,19 @@ BEGIN
     NEW.held_status := NEW.status;
     NEW.status := 'held';
     RETURN NEW;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_hold_workflow(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint)
+ RETURNS TABLE(owned boolean, cancel_requested boolean)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT w.owner IS NOT DISTINCT FROM p_owner AND w.fence = p_fence AND w.status = 'running',
+        w.cancel_requested
+    FROM workflow_status w WHERE w.shard_key = p_shard_key AND w.id = p_id FOR UPDATE;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -1309,6 +1387,84 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_recv(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_name text, p_topic text, p_micros bigint)
+ RETURNS TABLE(owned boolean, cancel_requested boolean, output jsonb, wait_recorded bigint, parked bigint)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    held record;
+BEGIN
+    SELECT * INTO held FROM shardq_hold_workflow(p_shard_key, p_id, p_owner, p_fence);
+    IF held.cancel_requested IS TRUE OR held.owned IS NOT TRUE THEN
+        RETURN QUERY SELECT coalesce(held.owned, false), coalesce(held.cancel_requested, false),
+            NULL::jsonb, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT true, false, t.output, t.wait_recorded, t.parked
+        FROM shardq_recv_take(p_shard_key, p_id, p_name, p_topic, p_micros) t;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_recv_take(p_shard_key integer, p_id bigint, p_name text, p_topic text, p_micros bigint)
+ RETURNS TABLE(output jsonb, wait_recorded bigint, parked bigint)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH recorded AS MATERIALIZED (
+        SELECT s.output FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_name
+    ), waited AS MATERIALIZED (
+        SELECT s.output FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id
+            AND s.step_name = p_name || ':wait'
+    ), pending AS MATERIALIZED (
+        SELECT coalesce((SELECT w.output FROM waited w), jsonb_build_object('topic', p_topic,
+            'deadline', statement_timestamp() + p_micros * interval '1 microsecond')) AS wait
+        WHERE NOT EXISTS (SELECT 1 FROM recorded)
+    ), oldest AS MATERIALIZED (
+        SELECT m.seq FROM workflow_messages m
+        WHERE m.shard_key = p_shard_key AND m.workflow_id = p_id AND m.topic = p_topic
+            AND m.received_by_step IS NULL AND EXISTS (SELECT 1 FROM pending)
+        ORDER BY m.seq LIMIT 1
+    ), taken AS MATERIALIZED (
+        UPDATE workflow_messages m SET received_by_step = p_name FROM oldest o
+        WHERE m.shard_key = p_shard_key AND m.workflow_id = p_id AND m.seq = o.seq
+        RETURNING m.seq, m.message
+    ), decided AS MATERIALIZED (
+        SELECT CASE
+            WHEN t.seq IS NOT NULL THEN
+                jsonb_build_object('topic', p_topic, 'message', t.message, 'seq', t.seq)
+            WHEN (p.wait->>'deadline')::timestamptz <= clock_timestamp() THEN
+                jsonb_build_object('topic', p_topic, 'timed_out', true)
+            END AS output, p.wait
+        FROM pending p LEFT JOIN taken t ON true
+    ), written AS MATERIALIZED (
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        SELECT p_shard_key, p_id, p_name, d.output FROM decided d WHERE d.output IS NOT NULL
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING
+        RETURNING workflow_steps.output
+    ), waiting AS MATERIALIZED (
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        SELECT p_shard_key, p_id, p_name || ':wait', d.wait FROM decided d
+        WHERE d.output IS NULL AND NOT EXISTS (SELECT 1 FROM waited)
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING
+        RETURNING workflow_steps.output
+    ), park AS MATERIALIZED (
+        UPDATE workflow_status w SET run_at = (d.wait->>'deadline')::timestamptz
+        FROM decided d
+        WHERE w.shard_key = p_shard_key AND w.id = p_id AND d.output IS NULL
+        RETURNING 1
+    )
+    SELECT coalesce((SELECT r.output FROM recorded r), (SELECT x.output FROM written x),
+            (SELECT d.wait FROM decided d)),
+        (SELECT count(*) FROM waiting), (SELECT count(*) FROM park);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_refuse_stale_snapshot()
  RETURNS void
  LANGUAGE plpgsql
@@ -1427,6 +1583,7 @@ END $function$
 CREATE OR REPLACE FUNCTION public.shardq_send_row(p_shard_key integer, p_workflow_id bigint, p_topic text, p_message jsonb, p_idempotency_key text)
  RETURNS TABLE(status text, written boolean, woken boolean)
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -1506,6 +1663,7 @@ END $function$
 CREATE OR REPLACE FUNCTION public.shardq_start_child(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_queue text, p_handler text, p_payload jsonb, p_ordering_key text, p_group text, p_priority integer, p_delay_ms bigint, p_max_attempts integer, p_abandon boolean)
  RETURNS TABLE(state text, child_shard_key integer, child_id bigint, child_index integer)
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     owned boolean;
@@ -1741,6 +1899,7 @@ $function$
 CREATE OR REPLACE FUNCTION public.shardq_wake_parent(p_shard_key integer, p_parent_id bigint, p_child_shard_key integer, p_child_id bigint)
  RETURNS boolean
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     got boolean;
@@ -1783,6 +1942,7 @@ END $function$
 CREATE OR REPLACE FUNCTION public.shardq_wake_parents(p_limit integer)
  RETURNS bigint
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
     c record;

@@ -537,6 +537,10 @@ mod claimed {
         pub claim: u64,
         /// When it was enqueued (the shard's clock).
         pub created_at: SystemTime,
+        /// Until when this claim surely holds the job: its lease, counted
+        /// from before the claim's statement was sent (the shard counts it
+        /// from later). No other claim can take the job before then.
+        pub held_until: tokio::time::Instant,
     }
 
     #[cfg(test)]
@@ -555,6 +559,7 @@ mod claimed {
                 fence: 1,
                 claim: 0,
                 created_at: SystemTime::now(),
+                held_until: tokio::time::Instant::now(),
             }
         }
     }

@@ -19,6 +19,7 @@
 CREATE OR REPLACE FUNCTION shardq_get_event(p_shard_key int, p_workflow_id bigint, p_key text)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     event_value jsonb;

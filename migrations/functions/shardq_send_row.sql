@@ -44,6 +44,7 @@ CREATE OR REPLACE FUNCTION shardq_send_row(p_shard_key int, p_workflow_id bigint
     p_topic text, p_message jsonb, p_idempotency_key text)
 RETURNS TABLE (status text, written boolean, woken boolean)
 LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

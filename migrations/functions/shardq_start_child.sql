@@ -32,6 +32,7 @@ CREATE OR REPLACE FUNCTION shardq_start_child(p_shard_key int, p_id bigint, p_ow
     p_max_attempts int, p_abandon boolean)
 RETURNS TABLE (state text, child_shard_key int, child_id bigint, child_index int)
 LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     owned boolean;

@@ -30,6 +30,7 @@ CREATE OR REPLACE FUNCTION shardq_wake_parent(p_shard_key int, p_parent_id bigin
     p_child_shard_key int, p_child_id bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     got boolean;

@@ -9,6 +9,7 @@
 CREATE OR REPLACE FUNCTION shardq_wake_parents(p_limit int)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     c record;

@@ -148,6 +148,26 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_step_sleep.sql"),
     },
     Function {
+        name: "shardq_hold_workflow",
+        sql: include_str!("../../migrations/functions/shardq_hold_workflow.sql"),
+    },
+    Function {
+        name: "shardq_recv_take",
+        sql: include_str!("../../migrations/functions/shardq_recv_take.sql"),
+    },
+    Function {
+        name: "shardq_recv",
+        sql: include_str!("../../migrations/functions/shardq_recv.sql"),
+    },
+    Function {
+        name: "shardq_child_result_decide",
+        sql: include_str!("../../migrations/functions/shardq_child_result_decide.sql"),
+    },
+    Function {
+        name: "shardq_child_result",
+        sql: include_str!("../../migrations/functions/shardq_child_result.sql"),
+    },
+    Function {
         name: "shardq_get_event",
         sql: include_str!("../../migrations/functions/shardq_get_event.sql"),
     },

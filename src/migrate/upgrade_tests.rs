@@ -239,6 +239,14 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_wake_parent",
     "shardq_child_finished",
     "shardq_wake_parents",
+    "shardq_step_log",
+    "shardq_step_record",
+    "shardq_step_sleep",
+    "shardq_hold_workflow",
+    "shardq_recv_take",
+    "shardq_recv",
+    "shardq_child_result_decide",
+    "shardq_child_result",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

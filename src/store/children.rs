@@ -169,7 +169,8 @@ pub enum Awaited {
     NotHeld,
 }
 
-/// Decides result step `name` once: under the parent's row lock
+/// Decides result step `name` once, in one round trip
+/// ([`sql::CHILD_RESULT`]): under the parent's row lock
 /// ([`sql::CHILD_RESULT_LOCK`]), then in a later statement
 /// ([`sql::CHILD_RESULT_DECIDE`]) that sees a child's final status
 /// committed before the lock was granted.
@@ -184,38 +185,27 @@ pub enum Awaited {
 /// the next call returns it.
 pub async fn result(shard: &Shard, p: AwaitChild<'_>) -> Result<Awaited, ShardError> {
     let recheck_ms = i64::try_from(p.recheck.as_millis()).unwrap_or(i64::MAX);
-    let lock = [
-        (&p.parent.shard_key as _, Type::INT4),
-        (&p.parent.id as _, Type::INT8),
-        (&p.owner as _, Type::TEXT),
-        (&p.fence as _, Type::INT8),
-    ];
-    let decide = [
-        (&p.parent.shard_key as _, Type::INT4),
-        (&p.parent.id as _, Type::INT8),
-        (&p.name as _, Type::TEXT),
-        (&p.child.shard_key as _, Type::INT4),
-        (&p.child.id as _, Type::INT8),
-        (&recheck_ms as _, Type::INT8),
-    ];
-    let mut state = Awaited::NotHeld;
-    let (_, decided) = exec::lock_then(
+    let row = exec::query_one(
         shard,
-        (sql::CHILD_RESULT_LOCK, &lock),
-        (sql::CHILD_RESULT_DECIDE, &decide),
-        |rows| match rows.first() {
-            Some(r) if r.get::<_, bool>("cancel_requested") => {
-                state = Awaited::Cancelled;
-                false
-            }
-            Some(r) => r.get::<_, bool>("owned"),
-            None => false,
-        },
+        sql::CHILD_RESULT,
+        &[
+            (&p.parent.shard_key, Type::INT4),
+            (&p.parent.id, Type::INT8),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+            (&p.name, Type::TEXT),
+            (&p.child.shard_key, Type::INT4),
+            (&p.child.id, Type::INT8),
+            (&recheck_ms, Type::INT8),
+        ],
     )
     .await?;
-    let Some(row) = decided.as_deref().and_then(<[_]>::first) else {
-        return Ok(state);
-    };
+    if row.get::<_, bool>("cancel_requested") {
+        return Ok(Awaited::Cancelled);
+    }
+    if !row.get::<_, bool>("owned") {
+        return Ok(Awaited::NotHeld);
+    }
     Ok(match row.get::<_, Option<Value>>("output") {
         Some(output) => Awaited::Finished(output),
         None if !row.get::<_, bool>("found") => Awaited::Missing,

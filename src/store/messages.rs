@@ -120,7 +120,8 @@ pub enum Received {
     NotHeld,
 }
 
-/// Decides recv step `name` once: under the workflow's row lock
+/// Decides recv step `name` once, in one round trip
+/// ([`sql::MESSAGE_RECV`]): under the workflow's row lock
 /// ([`sql::MESSAGE_RECV_LOCK`]), then in a later statement
 /// ([`sql::MESSAGE_RECV_TAKE`]) that sees every message committed before
 /// the lock was granted; a step decided before returns what it decided.
@@ -135,39 +136,27 @@ pub enum Received {
 /// transaction, and the next call returns it.
 pub async fn recv(shard: &Shard, p: Recv<'_>) -> Result<Received, ShardError> {
     let micros = i64::try_from(p.timeout.as_micros()).unwrap_or(i64::MAX);
-    let lock = [
-        (&p.id.shard_key as _, Type::INT4),
-        (&p.id.id as _, Type::INT8),
-        (&p.owner as _, Type::TEXT),
-        (&p.fence as _, Type::INT8),
-    ];
-    let take = [
-        (&p.id.shard_key as _, Type::INT4),
-        (&p.id.id as _, Type::INT8),
-        (&p.name as _, Type::TEXT),
-        (&p.topic as _, Type::TEXT),
-        (&micros as _, Type::INT8),
-    ];
-    let mut state = Received::NotHeld;
-    let (_, decided) = exec::lock_then(
+    let row = exec::query_one(
         shard,
-        (sql::MESSAGE_RECV_LOCK, &lock),
-        (sql::MESSAGE_RECV_TAKE, &take),
-        |rows| match rows.first() {
-            Some(r) if r.get::<_, bool>("cancel_requested") => {
-                state = Received::Cancelled;
-                false
-            }
-            Some(r) => r.get::<_, bool>("owned"),
-            None => false,
-        },
+        sql::MESSAGE_RECV,
+        &[
+            (&p.id.shard_key, Type::INT4),
+            (&p.id.id, Type::INT8),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+            (&p.name, Type::TEXT),
+            (&p.topic, Type::TEXT),
+            (&micros, Type::INT8),
+        ],
     )
     .await?;
-    let Some(row) = decided.as_deref().and_then(<[_]>::first) else {
-        return Ok(state);
-    };
-    let output: Value = row.get("output");
-    Ok(decision(&output))
+    if row.get::<_, bool>("cancel_requested") {
+        return Ok(Received::Cancelled);
+    }
+    match row.get::<_, Option<Value>>("output") {
+        Some(output) if row.get::<_, bool>("owned") => Ok(decision(&output)),
+        _ => Ok(Received::NotHeld),
+    }
 }
 
 /// What a recv step's recorded output says.

@@ -6,6 +6,7 @@
 use super::context::JobContext;
 use super::handler::HandlerRegistry;
 use super::slot_input::SlotInputs;
+use super::step_log::StepLog;
 use super::worker_run::WorkerRun;
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
@@ -177,7 +178,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         shard: run.shards.get(job.shard).clone(),
         owner: run.owner.clone(),
         cancel,
-        steps: Default::default(),
+        steps: Arc::new(StepLog::for_claim(job.fence, job.attempt, job.held_until)),
         sleeps: Default::default(),
         sends: Default::default(),
         recvs: Default::default(),
@@ -333,6 +334,7 @@ mod tests {
             fence: 1,
             claim,
             created_at: std::time::SystemTime::now(),
+            held_until: tokio::time::Instant::now(),
         }
     }
 

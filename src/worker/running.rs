@@ -139,6 +139,7 @@ mod tests {
             fence,
             claim: 0,
             created_at: std::time::SystemTime::now(),
+            held_until: tokio::time::Instant::now(),
         }
     }
 

@@ -1,6 +1,8 @@
 //! A run's view of its workflow's step log: read from the shard at the
 //! run's first step, then kept in memory, so a step that has not run costs
-//! one round trip (its record), not two (a read, then the record).
+//! one round trip (its record), not two (a read, then the record). The
+//! workflow's first claim ever reads nothing: its log is empty
+//! ([`StepLog::for_claim`]).
 //!
 //! A step found in the log is final (a recorded output never changes). A
 //! step missing from it is known to be unrecorded only while this claim's
@@ -57,6 +59,23 @@ pub(crate) struct Claim<'a> {
 }
 
 impl StepLog {
+    /// The log as a claim with this `fence` and `attempt`, holding the
+    /// workflow until `held_until`, knows it before reading it: the
+    /// workflow's first claim ever (fence 1, attempt 1) knows it empty
+    /// until then (no claim before it recorded a step, and no other one
+    /// can before its lease ends), so its first steps cost their record
+    /// alone; any later claim reads it at its first step.
+    pub(crate) fn for_claim(fence: i64, attempt: i32, held_until: Instant) -> StepLog {
+        let first = fence == 1 && attempt == 1;
+        StepLog {
+            read: Mutex::new(Read {
+                steps: HashMap::new(),
+                trusted_until: first.then_some(held_until),
+                held: first,
+            }),
+        }
+    }
+
     /// What the log says of step `name`, reading it from the shard when
     /// memory cannot answer.
     pub(crate) async fn get(&self, claim: Claim<'_>, name: &str) -> Result<Logged, ShardError> {

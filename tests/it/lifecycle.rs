@@ -171,8 +171,10 @@ async fn a_recorded_step_that_no_longer_deserialises_fails_clearly() {
         .enqueue(NewJob::new("q", "typed", serde_json::json!({})).max_attempts(1))
         .await
         .unwrap();
+    // As an earlier claim (fence 1) of an older version of the handler left it.
     s.set.get(0).client().await.unwrap()
-        .execute("INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) VALUES ($1, $2, 'n', '\"text\"')", &[&id.shard_key, &id.id])
+        .batch_execute(&format!("UPDATE workflow_status SET fence = 1 WHERE shard_key = {0} AND id = {1}; \
+            INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) VALUES ({0}, {1}, 'n', '\"text\"')", id.shard_key, id.id))
         .await.unwrap();
     let mut registry = HandlerRegistry::with_builtins();
     registry.register("typed", |ctx| async move {

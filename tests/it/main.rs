@@ -82,6 +82,7 @@ mod sizes;
 mod slow_claims;
 mod sql_enqueue;
 mod status_summary;
+mod step_log_reads;
 mod store;
 mod typed_jobs;
 mod upkeep_locks;

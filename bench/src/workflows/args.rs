@@ -50,6 +50,10 @@ pub struct WorkflowsArgs {
     /// minutes): overrides the sizes above.
     #[arg(long)]
     pub quick: bool,
+    /// Also profile each part on one shard statement by statement
+    /// (pg_stat_statements, nested statements too: costs a few percent).
+    #[arg(long)]
+    pub statements: bool,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/workflows.json")]
     pub out: PathBuf,

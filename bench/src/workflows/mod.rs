@@ -21,6 +21,7 @@ mod throughput;
 
 pub use args::WorkflowsArgs;
 
+use crate::pipeline::statements;
 use crate::procfs;
 use anyhow::{bail, Result};
 use args::Part;
@@ -53,7 +54,13 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
                     "throughput: {} workflows of {steps} steps on {n} shard(s)",
                     args.workflows
                 );
-                let run = throughput::run(&shards, args.workflows, steps).await?;
+                let what = format!(
+                    "{} workflows of {steps} steps, per workflow",
+                    args.workflows
+                );
+                let part = throughput::run(&shards, args.workflows, steps);
+                let units = args.workflows as u64;
+                let run = profiled(&shards, args.statements, &what, units, part).await?;
                 eprintln!("  {:.0} workflows/s", run.workflows_per_s);
                 report.throughput.push(run);
             }
@@ -64,7 +71,10 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
         report.postgres = shards.version().to_string();
         if args.only.contains(&Part::Messages) {
             eprintln!("messages: {} at {}/s", args.messages, args.rate);
-            report.messages = Some(messages::run(&shards, args.messages, args.rate).await?);
+            let what = format!("{} messages, per message", args.messages);
+            let part = messages::run(&shards, args.messages, args.rate);
+            let units = args.messages as u64;
+            report.messages = Some(profiled(&shards, args.statements, &what, units, part).await?);
         }
         if args.only.contains(&Part::Children) {
             let child_work = std::time::Duration::from_millis(args.child_work_ms);
@@ -72,12 +82,39 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
                 "children: {} parents of {} children",
                 args.gathers, args.children
             );
-            report.children =
-                Some(children::run(&shards, args.children, child_work, args.gathers).await?);
+            let what = format!(
+                "{} parents of {} children, per parent",
+                args.gathers, args.children
+            );
+            let part = children::run(&shards, args.children, child_work, args.gathers);
+            let units = args.gathers as u64;
+            report.children = Some(profiled(&shards, args.statements, &what, units, part).await?);
         }
     }
     report.print();
     report.write(&args.out)?;
     println!("results written to {}", args.out.display());
     Ok(())
+}
+
+/// Runs `part`; with `on`, on one shard, profiles it statement by statement
+/// and prints where its database time went, per unit (`what`).
+async fn profiled<T>(
+    shards: &BenchShards,
+    on: bool,
+    what: &str,
+    units: u64,
+    part: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let on = on && shards.len() == 1;
+    let shard = shards.observer().get(0);
+    if on {
+        statements::start(shard).await?;
+    }
+    let run = part.await?;
+    if on {
+        let costs = statements::finish(shard, units).await?;
+        statements::print(&costs, what);
+    }
+    Ok(run)
 }

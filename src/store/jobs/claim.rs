@@ -84,6 +84,7 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
         DequeueMode::Ungated => 0,
     };
     let lease_ms = p.lease.as_millis() as i64;
+    let held_until = tokio::time::Instant::now() + p.lease;
     let rows = super::super::exec::query(
         shard,
         sql::JOB_CLAIM,
@@ -120,6 +121,7 @@ pub async fn claim(shard: &Shard, p: ClaimParams<'_>) -> Result<Claim, ShardErro
                 fence: r.get("fence"),
                 claim: 0,
                 created_at: r.get("created_at"),
+                held_until,
             })
         })
         .collect();

@@ -42,54 +42,25 @@ pub const CHILD_OWN_DEADLINE: &str = "UPDATE workflow_status w \
 /// statement and [`CHILD_RESULT_DECIDE`].
 pub const CHILD_RESULT_LOCK: &str = super::messages::MESSAGE_RECV_LOCK;
 
-/// A result step's second statement, under [`CHILD_RESULT_LOCK`] (a new
-/// snapshot: it sees a child whose final status committed before the lock
-/// was granted): result step $3 of the parent ($1, $2) on child ($4, $5)
-/// decides once, only by inserting. A step recorded before is returned as
-/// it is. A child that finished (succeeded, failed, dead, cancelled) is
-/// recorded as the step's output (`status`, `output`, `error`). Otherwise
-/// the wait is recorded as step `$3:wait` (`child_id`: what the child's
-/// wake looks for) and the parent's `run_at` set $6 ms ahead, so its
-/// `parked` outcome parks it until the child's completion wakes it (or
-/// then, a re-check that costs one replay). Returns the step's output
-/// (NULL while it waits), whether the child exists, and the re-check time.
-///
-/// Between the two statements no writer changes what this decides but
-/// the child's final write, which, committed before this statement, is
-/// seen here, and committed after, finds the wait recorded when its try
-/// of the parent's lock succeeds, or flags the child for the promotion
-/// when it does not (the lock is held until this transaction commits).
-pub const CHILD_RESULT_DECIDE: &str = "WITH recorded AS MATERIALIZED ( \
-        SELECT output FROM workflow_steps \
-        WHERE shard_key = $1 AND workflow_id = $2 AND step_name = $3 \
-    ), child AS MATERIALIZED ( \
-        SELECT c.status, c.output, c.error FROM workflow_status c \
-        WHERE c.shard_key = $4 AND c.id = $5 AND NOT EXISTS (SELECT 1 FROM recorded) \
-            AND NOT (c.status = 'held' AND c.held_status = 'running') \
-    ), finished AS MATERIALIZED ( \
-        SELECT jsonb_build_object('status', status, 'output', output, 'error', error) AS output \
-        FROM child WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
-    ), written AS MATERIALIZED ( \
-        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
-        SELECT $1, $2, $3, output FROM finished \
-        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
-        RETURNING output \
-    ), waiting AS MATERIALIZED ( \
-        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
-        SELECT $1, $2, $3 || ':wait', jsonb_build_object('child_shard_key', $4::int, \
-            'child_id', $5::bigint) \
-        WHERE EXISTS (SELECT 1 FROM child) AND NOT EXISTS (SELECT 1 FROM finished) \
-        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING \
-        RETURNING 1 \
-    ), parked AS MATERIALIZED ( \
-        UPDATE workflow_status w SET run_at = now() + $6::bigint * interval '1 millisecond' \
-        WHERE w.shard_key = $1 AND w.id = $2 \
-            AND EXISTS (SELECT 1 FROM child) AND NOT EXISTS (SELECT 1 FROM finished) \
-        RETURNING w.run_at \
-    ) \
-    SELECT coalesce((SELECT output FROM recorded), (SELECT output FROM written)) AS output, \
-        EXISTS (SELECT 1 FROM recorded) OR EXISTS (SELECT 1 FROM child) AS found, \
-        (SELECT run_at FROM parked) AS until, (SELECT count(*) FROM waiting) AS wait_recorded";
+/// A result step's second statement (`shardq_child_result_decide`, in
+/// migrations/functions/, which says what can run between it and the
+/// lock), under [`CHILD_RESULT_LOCK`] (a new snapshot: it sees a child
+/// whose final status committed before the lock was granted): result step
+/// $3 of the parent ($1, $2) on child ($4, $5) decides once, only by
+/// inserting; while the child runs, the wait is recorded and the parent's
+/// `run_at` set $6 ms ahead. Returns the step's `output` (NULL while it
+/// waits), whether the child exists (`found`), and the re-check time
+/// (`until`).
+pub const CHILD_RESULT_DECIDE: &str = "SELECT * FROM shardq_child_result_decide($1::int, \
+    $2::bigint, $3::text, $4::int, $5::bigint, $6::bigint)";
+
+/// A result step in one call (`shardq_child_result`): [`CHILD_RESULT_LOCK`]
+/// by claim ($3 owner, $4 fence), then, when it holds the parent and no
+/// cancel was asked, [`CHILD_RESULT_DECIDE`] of step $5 on child ($6, $7),
+/// re-check $8 ms, in a statement of its own; one transaction. Returns
+/// both answers (the decision's NULL when it did not run).
+pub const CHILD_RESULT: &str = "SELECT * FROM shardq_child_result($1::int, $2::bigint, \
+    $3::text, $4::bigint, $5::text, $6::int, $7::bigint, $8::bigint)";
 
 /// The unfinished children of the workflows ($1 shard keys, $2 ids) that
 /// a cancel of their parent cancels (not `ChildPolicy::Abandon`), for the

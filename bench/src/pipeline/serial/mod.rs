@@ -242,6 +242,7 @@ mod tests {
             fence: 1,
             claim: 0,
             created_at: std::time::SystemTime::now(),
+            held_until: tokio::time::Instant::now(),
         }
     }
 

@@ -399,6 +399,47 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_child_intent(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_child_shard_key integer, p_child_id bigint)
+ RETURNS TABLE(state text, child_shard_key integer, child_id bigint, parent_deadline timestamp with time zone)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    owned boolean;
+    cancelled boolean;
+    deadline timestamptz;
+    recorded jsonb;
+BEGIN
+    SELECT w.owner IS NOT DISTINCT FROM p_owner AND w.fence = p_fence AND w.status = 'running',
+            w.cancel_requested, w.deadline_at
+        INTO owned, cancelled, deadline
+        FROM workflow_status w WHERE w.shard_key = p_shard_key AND w.id = p_id FOR SHARE;
+    SELECT s.output INTO recorded FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step;
+    IF recorded IS NOT NULL THEN
+        RETURN QUERY SELECT 'started'::text, (recorded->>'child_shard_key')::int,
+            (recorded->>'child_id')::bigint, deadline;
+        RETURN;
+    END IF;
+    IF cancelled THEN
+        RETURN QUERY SELECT 'cancelled'::text, NULL::int, NULL::bigint, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF owned IS NOT TRUE THEN
+        RETURN QUERY SELECT 'not_held'::text, NULL::int, NULL::bigint, NULL::timestamptz;
+        RETURN;
+    END IF;
+    INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+    VALUES (p_shard_key, p_id, p_step || ':id',
+            jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id))
+    ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING;
+    SELECT s.output INTO recorded FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step || ':id';
+    RETURN QUERY SELECT 'reserved'::text, (recorded->>'child_shard_key')::int,
+        (recorded->>'child_id')::bigint, deadline;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_child_result(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_name text, p_child_shard_key integer, p_child_id bigint, p_recheck_ms bigint)
  RETURNS TABLE(owned boolean, cancel_requested boolean, output jsonb, found boolean, until timestamp with time zone, wait_recorded bigint)
  LANGUAGE plpgsql
@@ -460,6 +501,35 @@ BEGIN
     SELECT coalesce((SELECT r.output FROM recorded r), (SELECT x.output FROM written x)),
         EXISTS (SELECT 1 FROM recorded) OR EXISTS (SELECT 1 FROM child),
         (SELECT k.run_at FROM park k), (SELECT count(*) FROM waiting);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_child_wait(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_name text, p_child_shard_key integer, p_child_id bigint, p_recheck_ms bigint)
+ RETURNS TABLE(owned boolean, cancel_requested boolean, output jsonb)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    held record;
+    recorded jsonb;
+BEGIN
+    SELECT * INTO held FROM shardq_hold_workflow(p_shard_key, p_id, p_owner, p_fence);
+    IF held.cancel_requested IS TRUE OR held.owned IS NOT TRUE THEN
+        RETURN QUERY SELECT coalesce(held.owned, false), coalesce(held.cancel_requested, false),
+            NULL::jsonb;
+        RETURN;
+    END IF;
+    SELECT s.output INTO recorded FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_name;
+    IF recorded IS NULL THEN
+        INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
+        VALUES (p_shard_key, p_id, p_name || ':wait',
+                jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id))
+        ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING;
+        UPDATE workflow_status w SET run_at = now() + p_recheck_ms * interval '1 millisecond'
+            WHERE w.shard_key = p_shard_key AND w.id = p_id;
+    END IF;
+    RETURN QUERY SELECT true, false, recorded;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -1909,8 +1979,12 @@ BEGIN
         WHERE shard_key = p_shard_key AND id = p_parent_id
         FOR NO KEY UPDATE SKIP LOCKED;
     IF got IS NULL THEN
+        -- Locked: left to a later try. Missing: gone, or on another shard
+        -- (a child started across shards, or a parent whose range moved),
+        -- where the promotion's relay wakes it (src/store/children.rs).
         RETURN NOT EXISTS (SELECT 1 FROM workflow_status
-            WHERE shard_key = p_shard_key AND id = p_parent_id);
+                WHERE shard_key = p_shard_key AND id = p_parent_id)
+            AND shardq_owns_key(p_shard_key);
     END IF;
     WITH waiting AS MATERIALIZED (
         SELECT 1 FROM workflow_steps s
@@ -1949,7 +2023,8 @@ DECLARE
     settled bigint := 0;
 BEGIN
     FOR c IN SELECT w.shard_key, w.id, w.parent_shard_key, w.parent_id FROM workflow_status w
-            WHERE w.parent_wake ORDER BY w.shard_key, w.id LIMIT p_limit
+            WHERE w.parent_wake AND shardq_owns_key(w.parent_shard_key)
+            ORDER BY w.shard_key, w.id LIMIT p_limit
             FOR UPDATE SKIP LOCKED LOOP
         IF shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id) THEN
             UPDATE workflow_status SET parent_wake = NULL

@@ -13,8 +13,10 @@
 -- may be parents that another completion waits to wake); a wait here
 -- could close a cycle. Returns false when the parent's row is locked by
 -- another transaction now: the caller leaves the wake to the promotion
--- (the child's `parent_wake` flag, shardq_wake_parents). True when it is
--- done: the parent was woken, did not wait on this child, or is gone.
+-- (the child's `parent_wake` flag, shardq_wake_parents), and when the
+-- parent's key is not this shard's (the promotion's relay calls this
+-- function on the parent's shard). True when it is done: the parent was
+-- woken, did not wait on this child, or is gone.
 --
 -- Ordering with the parent's park (CHILD_RESULT_LOCK then
 -- CHILD_RESULT_DECIDE, src/store/sql/children.rs): both need the parent's
@@ -40,8 +42,12 @@ BEGIN
         WHERE shard_key = p_shard_key AND id = p_parent_id
         FOR NO KEY UPDATE SKIP LOCKED;
     IF got IS NULL THEN
+        -- Locked: left to a later try. Missing: gone, or on another shard
+        -- (a child started across shards, or a parent whose range moved),
+        -- where the promotion's relay wakes it (src/store/children.rs).
         RETURN NOT EXISTS (SELECT 1 FROM workflow_status
-            WHERE shard_key = p_shard_key AND id = p_parent_id);
+                WHERE shard_key = p_shard_key AND id = p_parent_id)
+            AND shardq_owns_key(p_shard_key);
     END IF;
     WITH waiting AS MATERIALIZED (
         SELECT 1 FROM workflow_steps s

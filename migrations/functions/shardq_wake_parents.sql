@@ -16,7 +16,8 @@ DECLARE
     settled bigint := 0;
 BEGIN
     FOR c IN SELECT w.shard_key, w.id, w.parent_shard_key, w.parent_id FROM workflow_status w
-            WHERE w.parent_wake ORDER BY w.shard_key, w.id LIMIT p_limit
+            WHERE w.parent_wake AND shardq_owns_key(w.parent_shard_key)
+            ORDER BY w.shard_key, w.id LIMIT p_limit
             FOR UPDATE SKIP LOCKED LOOP
         IF shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id) THEN
             UPDATE workflow_status SET parent_wake = NULL

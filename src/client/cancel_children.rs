@@ -4,11 +4,11 @@
 use super::error::ClientError;
 use super::handle::Client;
 use crate::job::JobId;
-use crate::store::{children, jobs};
+use crate::store::{cancel_cascade, jobs};
 
 impl Client {
-    /// Cancels the unfinished descendants of `parent` (on its shard, where
-    /// children live), level by level, but those started with
+    /// Cancels the unfinished descendants of `parent` (on its shard and
+    /// on those where it started children), level by level, but those started with
     /// `ChildPolicy::Abandon` and theirs: each child as [`Client::cancel`]
     /// cancels one job (waiting, scheduled and queued ones end
     /// `cancelled`; a running one gets the request, and its parent's wake
@@ -35,6 +35,6 @@ impl Client {
         let Some((shard, ())) = holder else {
             return Ok(0);
         };
-        Ok(children::cancel_descendants(shard, &[parent]).await?)
+        Ok(cancel_cascade::cancel_descendants(&self.shards, shard.index, &[parent]).await?)
     }
 }

@@ -168,6 +168,14 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_child_result.sql"),
     },
     Function {
+        name: "shardq_child_intent",
+        sql: include_str!("../../migrations/functions/shardq_child_intent.sql"),
+    },
+    Function {
+        name: "shardq_child_wait",
+        sql: include_str!("../../migrations/functions/shardq_child_wait.sql"),
+    },
+    Function {
         name: "shardq_get_event",
         sql: include_str!("../../migrations/functions/shardq_get_event.sql"),
     },

@@ -247,6 +247,8 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_recv",
     "shardq_child_result_decide",
     "shardq_child_result",
+    "shardq_child_intent",
+    "shardq_child_wait",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

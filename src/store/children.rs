@@ -258,36 +258,3 @@ pub async fn wake_pending(shard: &Shard, limit: i32) -> Result<i64, ShardError> 
     let row = exec::query_one(shard, sql::CHILD_WAKE_PENDING, &[(&limit, Type::INT4)]).await?;
     Ok(row.get("settled"))
 }
-
-/// Cancels the unfinished descendants of `parents` on `shard` (where
-/// children live), level by level, but those started with
-/// `ChildPolicy::Abandon` and theirs: each child as
-/// [`super::jobs::cancel`] cancels one job, in a transaction of its own
-/// that locks that child's row only (never a parent's while it waits for
-/// a child's, so it cannot deadlock with a child's completion, which
-/// holds the child and only tries its parent's lock). The cascade of
-/// `Client::cancel` and of the deadline pass. Returns how many it changed.
-///
-/// # Errors
-///
-/// [`ShardError`] when the shard fails: the children cancelled so far stay
-/// cancelled; calling again goes on with the rest.
-///
-/// # Cancel safety
-///
-/// Not cancel safe: some children may be cancelled; calling again is
-/// harmless.
-pub async fn cancel_descendants(shard: &Shard, parents: &[JobId]) -> Result<u64, ShardError> {
-    let mut changed = 0;
-    let mut level = parents.to_vec();
-    while !level.is_empty() {
-        let next = unfinished(shard, &level).await?;
-        for child in &next {
-            if super::jobs::cancel(shard, *child).await?.is_some() {
-                changed += 1;
-            }
-        }
-        level = next;
-    }
-    Ok(changed)
-}

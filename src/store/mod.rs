@@ -18,8 +18,10 @@
 
 pub mod backlog;
 pub mod browse;
+pub mod cancel_cascade;
 pub mod check;
 pub mod children;
+pub mod children_elsewhere;
 pub mod deadlines;
 mod error;
 pub mod events;

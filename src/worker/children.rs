@@ -1,9 +1,14 @@
-//! Child workflows, on their parent's shard: [`JobContext::start_child`]
-//! and [`ChildHandle::result`].
+//! Child workflows: [`JobContext::start_child`] and
+//! [`ChildHandle::result`], on the parent's shard in one round trip each,
+//! or on another shard (`store::children_elsewhere` says how, and why
+//! nothing is lost or done twice).
 
 use super::context::{HandlerError, JobContext, StepError};
+use super::step_log::{Claim, Logged};
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
+use crate::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep, Wait};
+use crate::store::steps::{self, RecordStep};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 
@@ -56,17 +61,9 @@ pub enum ChildError {
     /// A child with a deduplication id: its identity is its parent's step.
     #[error("a child workflow cannot have a deduplication id: start_child already starts it exactly once per call site; drop the deduplication id")]
     Deduplicated,
-    /// The child's ordering key or group routes it to another shard.
-    #[error("the child's ordering key or group routes it to shard_key {shard_key} (shard {shard}), not to its parent's shard: cross-shard child workflows are not supported yet; start it without a key or group (it then takes its parent's shard key), or enqueue it with the client")]
-    OtherShard {
-        /// The shard key its key routes to.
-        shard_key: i32,
-        /// The shard that holds that key (`?` when the map has none).
-        shard: String,
-    },
-    /// The child's row is not on the parent's shard any more (finished and
-    /// removed by retention before the parent asked, or moved away).
-    #[error("child workflow {0} is not on its parent's shard (removed by retention after it finished, or moved); await children before retention removes them")]
+    /// The child's row is not on its shard any more (finished and removed
+    /// by retention before the parent asked).
+    #[error("child workflow {0} is not on its shard (removed by retention after it finished); await children before retention removes them")]
     Missing(JobId),
 }
 
@@ -107,6 +104,16 @@ impl ChildHandle {
     pub async fn result(&self) -> Result<ChildResult, StepError> {
         let ctx = &self.ctx;
         let name = format!("{}:result", self.step);
+        if ctx.shards.for_key(self.child.shard_key).index != ctx.shard.index {
+            return self.result_elsewhere(name).await;
+        }
+        self.result_here(name).await
+    }
+
+    /// [`ChildHandle::result`] of a child on the parent's shard: one
+    /// round trip ([`children::result`]).
+    async fn result_here(&self, name: String) -> Result<ChildResult, StepError> {
+        let ctx = &self.ctx;
         let awaited = children::result(
             &ctx.shard,
             AwaitChild {
@@ -137,6 +144,57 @@ impl ChildHandle {
             Awaited::NotHeld => Err(StepError::Fenced(ctx.id, name)),
         }
     }
+
+    /// [`ChildHandle::result`] of a child on another shard: the wait
+    /// recorded on the parent's shard first, then the child read on its
+    /// own, then its outcome recorded when it has finished.
+    async fn result_elsewhere(&self, name: String) -> Result<ChildResult, StepError> {
+        let ctx = &self.ctx;
+        let db = |source| StepError::Database {
+            step: name.clone(),
+            source,
+        };
+        let parent = ParentStep {
+            parent: ctx.id,
+            name: &name,
+            owner: &ctx.owner,
+            fence: ctx.fence,
+        };
+        match elsewhere::wait(&ctx.shard, parent, self.child, CHILD_RECHECK)
+            .await
+            .map_err(db)?
+        {
+            Wait::Decided(recorded) => return Ok(ChildResult::from_recorded(&recorded)),
+            Wait::Cancelled => return Err(StepError::Cancelled(ctx.id, name)),
+            Wait::NotHeld => return Err(StepError::Fenced(ctx.id, name)),
+            Wait::Recorded => {}
+        }
+        let there = ctx.shards.for_key(self.child.shard_key);
+        let outcome = match elsewhere::read_child(there, self.child).await.map_err(db)? {
+            // Not there: this process's map may be older than a move that
+            // took the child's range to the parent's shard.
+            None => return self.result_here(name).await,
+            Some(None) => {
+                ctx.parked.store(true, Ordering::SeqCst);
+                return Err(StepError::WaitingForChild(ctx.id, self.child));
+            }
+            Some(Some(outcome)) => outcome,
+        };
+        let record = RecordStep {
+            id: ctx.id,
+            name: &name,
+            output: &outcome,
+            owner: &ctx.owner,
+            fence: ctx.fence,
+        };
+        match steps::record(&ctx.shard, record).await.map_err(db)? {
+            true => Ok(ChildResult::from_recorded(&outcome)),
+            false if ctx.is_cancelled() || ctx.cancel_asked().await => {
+                Err(StepError::Cancelled(ctx.id, name))
+            }
+            false => Err(StepError::Fenced(ctx.id, name)),
+        }
+    }
 }
 
 impl JobContext {
@@ -149,17 +207,19 @@ impl JobContext {
     /// child and starts no second one. Fenced like a step: an attempt that
     /// lost its lease starts nothing.
     ///
-    /// The child lives on its parent's shard: it takes the parent's shard
-    /// key, or, with an ordering key or a group, its key's, which must be
-    /// on this shard (cross-shard children are the next step). A
+    /// The child takes the parent's shard key, or, with an ordering key or
+    /// a group, its key's, which may live on another shard: the child is
+    /// then written there in four round trips instead of one, each
+    /// idempotent, so the promise is the same (one child per call site,
+    /// whatever crashes). A
     /// cancel of the parent cancels its unfinished children
     /// ([`Client::cancel`]), but those started with
     /// [`ChildPolicy::Abandon`] ([`NewJob::on_parent_cancel`]).
     ///
     /// # Errors
     ///
-    /// [`StepError::Failed`] with a [`ChildError`]: the job is invalid, has
-    /// a deduplication id, or routes to another shard (nothing written);
+    /// [`StepError::Failed`] with a [`ChildError`]: the job is invalid or has
+    /// a deduplication id (nothing written);
     /// `Cancelled`, `Fenced`, `Database` as for [`JobContext::step`].
     ///
     /// # Cancel safety
@@ -182,42 +242,142 @@ impl JobContext {
         if job.dedup_id.is_some() {
             return Err(refused(ChildError::Deduplicated));
         }
-        let started = children::start(
-            &self.shard,
-            StartChild {
-                parent: self.id,
-                name: &name,
-                owner: &self.owner,
-                fence: self.fence,
-                queue: &job.queue,
-                handler: &job.handler,
-                payload: &job.payload,
-                ordering_key: job.ordering_key.as_deref(),
-                group: job.group.as_deref(),
-                priority: job.priority,
-                delay: job.delay,
-                max_attempts: job.max_attempts.unwrap_or(self.default_max_attempts),
-                abandon_on_parent_cancel: job.on_parent_cancel == ChildPolicy::Abandon,
-                timeout_ms: job.timeout_ms(),
-            },
-        )
-        .await
-        .map_err(|source| StepError::Database {
-            step: name.clone(),
-            source,
-        })?;
+        let start = StartChild {
+            parent: self.id,
+            name: &name,
+            owner: &self.owner,
+            fence: self.fence,
+            queue: &job.queue,
+            handler: &job.handler,
+            payload: &job.payload,
+            ordering_key: job.ordering_key.as_deref(),
+            group: job.group.as_deref(),
+            priority: job.priority,
+            delay: job.delay,
+            max_attempts: job.max_attempts.unwrap_or(self.default_max_attempts),
+            abandon_on_parent_cancel: job.on_parent_cancel == ChildPolicy::Abandon,
+            timeout_ms: job.timeout_ms(),
+        };
+        let routing = job.ordering_key.as_deref().or(job.group.as_deref());
+        if let Some(key) = routing.map(crate::router::shard_key_for) {
+            if self.shards.for_key(key).index != self.shard.index {
+                return self.start_child_elsewhere(name.clone(), key, &start).await;
+            }
+        }
+        let started = children::start(&self.shard, start)
+            .await
+            .map_err(|source| StepError::Database {
+                step: name.clone(),
+                source,
+            })?;
         match started {
             Started::Child(child) => Ok(ChildHandle {
                 ctx: self.clone(),
                 step: name,
                 child,
             }),
-            Started::OtherShard(shard_key, shard) => Err(refused(ChildError::OtherShard {
-                shard_key,
-                shard: shard.map_or_else(|| "?".to_string(), |s| s.to_string()),
-            })),
+            // The map moved since this process loaded it.
+            Started::OtherShard(shard_key, _) => {
+                self.start_child_elsewhere(name.clone(), shard_key, &start)
+                    .await
+            }
             Started::Cancelled => Err(StepError::Cancelled(self.id, name)),
             Started::NotHeld => Err(StepError::Fenced(self.id, name)),
         }
+    }
+
+    /// [`JobContext::start_child`] of a child whose key (`shard_key`) is
+    /// on another shard: its identity reserved there and recorded here,
+    /// its row inserted there, its start recorded here.
+    async fn start_child_elsewhere(
+        &self,
+        name: String,
+        shard_key: i32,
+        start: &StartChild<'_>,
+    ) -> Result<ChildHandle, StepError> {
+        let db = |source| StepError::Database {
+            step: name.clone(),
+            source,
+        };
+        let claim = Claim {
+            shard: &self.shard,
+            id: self.id,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        let handle = |child| ChildHandle {
+            ctx: self.clone(),
+            step: name.clone(),
+            child,
+        };
+        let identity = format!("{name}:id");
+        let reserved = match self.steps.get(claim, &identity).await.map_err(db)? {
+            Logged::Recorded(Some(recorded)) => child_of(&recorded),
+            Logged::NotHeld if self.is_cancelled() => {
+                return Err(StepError::Cancelled(self.id, name))
+            }
+            Logged::NotHeld => return Err(StepError::Fenced(self.id, name)),
+            Logged::Recorded(None) | Logged::NotRecorded => JobId {
+                shard_key,
+                id: elsewhere::reserve_id(self.shards.for_key(shard_key), shard_key)
+                    .await
+                    .map_err(db)?,
+            },
+        };
+        let parent = ParentStep {
+            parent: self.id,
+            name: &name,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        let (child, parent_deadline) = match elsewhere::intent(&self.shard, parent, reserved)
+            .await
+            .map_err(db)?
+        {
+            Intent::Started(child) => return Ok(handle(child)),
+            Intent::Reserved(child, deadline) => (child, deadline),
+            Intent::Cancelled => return Err(StepError::Cancelled(self.id, name)),
+            Intent::NotHeld => return Err(StepError::Fenced(self.id, name)),
+        };
+        let row = ChildRow {
+            id: child,
+            parent: self.id,
+            parent_deadline,
+            job: start,
+        };
+        let there = self.shards.for_key(child.shard_key);
+        elsewhere::insert(there, row).await.map_err(db)?;
+        let started =
+            serde_json::json!({ "child_shard_key": child.shard_key, "child_id": child.id });
+        let record = RecordStep {
+            id: self.id,
+            name: &name,
+            output: &started,
+            owner: &self.owner,
+            fence: self.fence,
+        };
+        match steps::record(&self.shard, record).await.map_err(db)? {
+            true => {
+                self.steps.recorded(&name, started);
+                Ok(handle(child))
+            }
+            false if self.is_cancelled() || self.cancel_asked().await => {
+                // The parent's cancel cascade may have run before the
+                // child's row was there: cancel it here.
+                if let Err(err) = crate::store::jobs::cancel(there, child).await {
+                    tracing::warn!(%child, error = %err, "a child started across shards by a workflow cancelled meanwhile could not be cancelled: cancel it with `shardq job cancel`");
+                }
+                Err(StepError::Cancelled(self.id, name))
+            }
+            false => Err(StepError::Fenced(self.id, name)),
+        }
+    }
+}
+
+/// The child a recorded start or identity names.
+fn child_of(recorded: &Value) -> JobId {
+    JobId {
+        shard_key: recorded["child_shard_key"].as_i64().unwrap_or_default() as i32,
+        id: recorded["child_id"].as_i64().unwrap_or_default(),
     }
 }

@@ -265,7 +265,7 @@ impl JobContext {
     /// handler learns the cancel at that step (`StepError::Cancelled`), not
     /// as a lost lease. A failed read says no (the step is then `Fenced`:
     /// the handler stops either way).
-    async fn cancel_asked(&self) -> bool {
+    pub(super) async fn cancel_asked(&self) -> bool {
         crate::store::jobs::cancel_requested(&self.shard, &[self.id])
             .await
             .is_ok_and(|asked| asked.contains(&self.id))

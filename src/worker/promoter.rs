@@ -19,7 +19,7 @@
 
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
-use crate::store::{children, deadlines, upkeep};
+use crate::store::{cancel_cascade, children, children_elsewhere, deadlines, upkeep};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -81,7 +81,10 @@ async fn promote_loop(
                 }
             };
         }
-        end_past_deadlines(shard).await;
+        if let Err(err) = children_elsewhere::relay_wakes(&shards, index).await {
+            super::maintenance::failed(shard, "wakes of parent workflows on other shards", &err);
+        }
+        end_past_deadlines(&shards, index).await;
         let pause = match upkeep::next_due(shard).await {
             Ok(Some(due)) => due.clamp(PROMOTION_FLOOR, every),
             Ok(None) | Err(_) => every,
@@ -96,7 +99,8 @@ async fn promote_loop(
 /// Ends the workflows on `shard` past their deadline, batch by batch, and
 /// cancels the children of each (but abandoned ones) as `Client::cancel`
 /// does. A failure is logged and left to the next pass.
-async fn end_past_deadlines(shard: &crate::shards::Shard) {
+async fn end_past_deadlines(shards: &ShardSet, index: usize) {
+    let shard = shards.get(index);
     // Repeats while a statement ended a full batch: rows it found and left
     // (key held) are found again by the next pass, not in a loop here.
     match deadlines::any_past_deadline(shard).await {
@@ -117,7 +121,7 @@ async fn end_past_deadlines(shard: &crate::shards::Shard) {
             }
         };
         ended = pass.ended.len();
-        if let Err(err) = children::cancel_descendants(shard, &pass.ended).await {
+        if let Err(err) = cancel_cascade::cancel_descendants(shards, index, &pass.ended).await {
             super::maintenance::failed(shard, "cancelling children of ended workflows", &err);
         }
     }

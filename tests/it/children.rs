@@ -4,8 +4,8 @@
 //! (no slot: a parent under concurrency 1 gathers ten children) until the
 //! child's final status wakes it, never a retried attempt; the park and
 //! the completion are ordered by the parent's row lock, in every order;
-//! a cancel cascades to the unfinished children and grandchildren; a key
-//! routed to another shard is refused.
+//! a cancel cascades to the unfinished children and grandchildren.
+//! Children on another shard: `children_across.rs`.
 
 use crate::common;
 
@@ -743,65 +743,6 @@ async fn a_cancel_racing_a_childs_completion_ends_it_once() {
         result,
         Awaited::Finished(json!({ "status": "succeeded", "output": { "v": 1 }, "error": null }))
     );
-}
-
-/// A child whose ordering key routes to another shard is refused with an
-/// error that says cross-shard children are not supported yet; nothing is
-/// written.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_child_keyed_to_another_shard_is_refused() {
-    let shards = TestShards::databases(2).await;
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
-    let client = shardq.client();
-    let parent = client
-        .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key("home"))
-        .await
-        .unwrap();
-    let home = shardq.shards().for_key(parent.shard_key).index;
-    let away = (0..1000)
-        .map(|n| format!("key-{n}"))
-        .find(|k| {
-            let key = shardq::router::shard_key_for(k);
-            shardq.shards().for_key(key).index != home
-        })
-        .expect("a key on the other shard");
-    let error = Arc::new(Mutex::new(String::new()));
-    let mut handlers = HandlerRegistry::new();
-    let noted = error.clone();
-    handlers.register("parent", move |ctx| {
-        let (noted, away) = (noted.clone(), away.clone());
-        async move {
-            let job = NewJob::new(QUEUE, "child", json!({})).ordering_key(away);
-            let err = ctx.start_child(job).await.expect_err("refused");
-            *noted.lock().unwrap() = shardq::error_chain(&err);
-            Ok(Value::Null)
-        }
-    });
-    let outcome = run_until_finished(&shardq, handlers, parent).await;
-    assert_eq!(outcome, JobOutcome::Succeeded(Value::Null));
-    let error = error.lock().unwrap().clone();
-    assert!(
-        error.contains("cross-shard child workflows are not supported yet"),
-        "{error}"
-    );
-    let any: i64 = shardq
-        .shards()
-        .get(home)
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT count(*) FROM workflow_status WHERE parent_id IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(any, 0, "nothing written");
 }
 
 /// One worker's completion batch holding both a child's final outcome and

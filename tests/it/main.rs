@@ -16,6 +16,7 @@ mod cancel;
 mod check;
 mod check_waits;
 mod children;
+mod children_across;
 mod completion_retry_race;
 mod completion_stall;
 mod config;

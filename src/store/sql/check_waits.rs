@@ -169,6 +169,8 @@ macro_rules! unfinished_windows {
 /// set) whose parent's row is not on this shard, judged only where the
 /// parent must be here:
 ///
+/// - the parent's key is this shard's (a child started from another
+///   shard has its parent there);
 /// - the child was created less than $2 ms (the retention of finished
 ///   jobs) ago: its parent was unfinished when it started it (a start is a
 ///   step of the running parent), so finished no earlier, and retention
@@ -196,6 +198,7 @@ pub const CHECK_PARENT_MISSING: &str = concat!(
         FROM seen v \
         WHERE v.parent_id IS NOT NULL \
           AND v.created_at >= now() - $2::bigint * interval '1 millisecond' \
+          AND shardq_owns_key(v.parent_shard_key) \
           AND NOT EXISTS (SELECT 1 FROM shardq_map_moves m \
               WHERE (m.first_key <= v.shard_key AND v.shard_key < m.end_key \
                      AND v.id < m.ids_from) \

@@ -77,3 +77,92 @@ pub const CHILDREN_UNFINISHED: &str = "SELECT c.shard_key, c.id \
 /// Settles up to $1 wakes of parents that a child's completion left to the
 /// promotion (`shardq_wake_parents`: tries, never waits). Returns how many.
 pub const CHILD_WAKE_PENDING: &str = "SELECT shardq_wake_parents($1::int) AS settled";
+
+/// A child started on another shard, its first write on the parent's
+/// shard (`shardq_child_intent`, migrations/functions/): step $5 of the
+/// parent ($1, $2), fenced by ($3 owner, $4 fence), records the child's
+/// identity ($6 shard key, $7 id, reserved on the child's shard) unless
+/// one is recorded. Returns `state`, the identity to use and the parent's
+/// deadline.
+pub const CHILD_INTENT: &str = "SELECT state, child_shard_key, child_id, parent_deadline \
+    FROM shardq_child_intent($1::int, $2::bigint, $3::text, $4::bigint, $5::text, $6::int, \
+        $7::bigint)";
+
+/// On the child's shard: inserts the child whose identity ($1 id, $2 shard
+/// key) its parent recorded ([`CHILD_INTENT`]), once: a row with that id
+/// makes it write nothing (a run that crashed after the insert runs it
+/// again). $3 queue, $4 handler, $5 ordering key, $6 priority, $7 payload,
+/// $8 delay ms, $9 attempts, $10 group, $11 and $12 the parent's shard key
+/// and id, $13 whether a cancel of the parent leaves it running, $14 the
+/// parent's deadline, $15 its own timeout ms: its deadline is the earlier.
+/// Fenced by the shard map like an enqueue (SQ001 when the key is not
+/// here). Returns a row when it inserted.
+pub const CHILD_INSERT_ELSEWHERE: &str = "WITH fence AS MATERIALIZED ( \
+        SELECT shardq_check_route(NULL, $2::int) AS ok) \
+    INSERT INTO workflow_status \
+        (id, shard_key, queue, handler, ordering_key, priority, payload, status, run_at, \
+         max_attempts, job_group, parent_shard_key, parent_id, abandon_on_parent_cancel, \
+         deadline_at) \
+    OVERRIDING SYSTEM VALUE \
+    SELECT $1::bigint, $2::int, $3::text, $4::text, $5::text, $6::int, $7::jsonb, \
+        CASE WHEN $8::bigint > 0 THEN 'scheduled' ELSE 'queued' END, \
+        now() + $8::bigint * interval '1 millisecond', $9::int, $10::text, $11::int, \
+        $12::bigint, NULLIF($13::boolean, false), \
+        least(CASE WHEN $13::boolean THEN NULL ELSE $14::timestamptz END, \
+              now() + $15::bigint * interval '1 millisecond') \
+    FROM fence WHERE fence.ok \
+    ON CONFLICT (id, shard_key) DO NOTHING \
+    RETURNING CASE WHEN status = 'queued' THEN pg_notify('shardq_ready', queue) END AS woken";
+
+/// On the child's shard: one job id reserved there for the child (shard
+/// key $1), after checking the shard holds that key (SQ001 when the
+/// router's map is stale: nothing is recorded then). Ids taken here are
+/// below every id a later move of the key's range lets its new shard make
+/// (`ids_from`), so the id stays unique wherever the child is inserted.
+pub const CHILD_RESERVE_ID: &str = "SELECT shardq_check_route(NULL, $1::int) AS ok, \
+    (shardq_reserve_ids(1))[1] AS id";
+
+/// A result step on a child on another shard, its first statement on the
+/// parent's shard (`shardq_child_wait`): under the parent's lock, the
+/// recorded result ($5 the step), or the wait recorded (child $6, $7) and
+/// the parent's `run_at` set $8 ms ahead. Returns `owned`,
+/// `cancel_requested`, `output` (NULL: read the child).
+pub const CHILD_WAIT: &str = "SELECT owned, cancel_requested, output \
+    FROM shardq_child_wait($1::int, $2::bigint, $3::text, $4::bigint, $5::text, $6::int, \
+        $7::bigint, $8::bigint)";
+
+/// On the child's shard: child ($1 shard key, $2 id)'s status, output and
+/// error; no row when it is not here (a held stand-in is not the child).
+pub const CHILD_READ: &str = "SELECT status, output, error FROM workflow_status \
+    WHERE shard_key = $1 AND id = $2 AND NOT (status = 'held' AND held_status = 'running')";
+
+/// Up to $1 children on this shard whose final status is to wake a parent
+/// on another shard (`parent_wake` set, the parent's key not this
+/// shard's): the promotion's relay takes them to the parent's shard.
+pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT shard_key, id, parent_shard_key, parent_id \
+    FROM workflow_status WHERE parent_wake AND NOT shardq_owns_key(parent_shard_key) \
+    ORDER BY shard_key, id LIMIT $1";
+
+/// On a parent's shard: the relayed wakes of children ($1 parents' shard
+/// keys, $2 parents' ids, $3 children's shard keys, $4 children's ids),
+/// each tried (`shardq_wake_parent`); returns the children whose wake is
+/// done (a parent locked now, or not here, is left for the next pass).
+pub const CHILD_WAKE_RELAYED: &str = "SELECT c.shard_key, c.id \
+    FROM unnest($1::int[], $2::bigint[], $3::int[], $4::bigint[]) \
+        AS c(parent_shard_key, parent_id, shard_key, id) \
+    WHERE shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id)";
+
+/// On the children's shard: clears the flags of the children ($1 shard
+/// keys, $2 ids) whose wakes the parents' shard has done.
+pub const CHILD_WAKES_RELAYED: &str = "UPDATE workflow_status w SET parent_wake = NULL \
+    FROM unnest($1::int[], $2::bigint[]) AS c(shard_key, id) \
+    WHERE w.shard_key = c.shard_key AND w.id = c.id AND w.parent_wake";
+
+/// The shard keys of the children the workflows ($1 shard keys, $2 ids)
+/// started on other shards (their `shardq:child:N:id` steps), for the
+/// cancel cascade: which shards to ask for unfinished children.
+pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT (s.output->>'child_shard_key')::int \
+        AS child_shard_key \
+    FROM unnest($1::int[], $2::bigint[]) AS p(shard_key, id) \
+    JOIN workflow_steps s ON s.shard_key = p.shard_key AND s.workflow_id = p.id \
+    WHERE s.step_name LIKE 'shardq:child:%:id'";

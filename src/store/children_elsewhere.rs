@@ -1,0 +1,365 @@
+//! Child workflows whose key routes them to another shard than their
+//! parent's: their start, their result step, the wakes their completions
+//! relay to their parents, and which shards the cancel cascade asks.
+//!
+//! No write spans two shards. A start is four round trips, each
+//! idempotent: an id reserved on the child's shard, that identity recorded
+//! as a step of the parent (`shardq:child:N:id`, fenced), the child's row
+//! inserted with it (a row with that id already there makes it write
+//! nothing), then the start recorded (`shardq:child:N`). A crash between any
+//! two leaves at most one child: the next run finds the identity and
+//! inserts nothing new, or finds the start and does nothing.
+//!
+//! A result records its wait on the parent's shard first, then reads the
+//! child on its own shard: a final status committed after that read flags
+//! the child (`parent_wake`, as on one shard), and the promotion on the
+//! child's shard relays the flag to the parent's shard, where
+//! `shardq_wake_parent` finds the wait. Either the read sees the child
+//! finished or the relay finds the wait: no lost wake-up.
+
+use super::exec;
+use super::sql::{self, Param};
+use crate::job::JobId;
+use crate::shards::{Shard, ShardError, ShardSet};
+use serde_json::Value;
+use std::time::{Duration, SystemTime};
+use tokio_postgres::types::Type;
+
+/// What the intent step ([`intent`]) found or wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// The start is recorded: this child, nothing to do.
+    Started(JobId),
+    /// Insert this child (its identity is recorded), with the parent's
+    /// deadline.
+    Reserved(JobId, Option<SystemTime>),
+    /// The parent's cancellation was asked: nothing written.
+    Cancelled,
+    /// This claim no longer holds the parent.
+    NotHeld,
+}
+
+/// Reserves one job id for a child of shard key `shard_key` on its shard
+/// (`shard`), which must hold that key ([`sql::CHILD_RESERVE_ID`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails or does not hold the key (SQ001).
+pub async fn reserve_id(shard: &Shard, shard_key: i32) -> Result<i64, ShardError> {
+    let row = exec::query_one(shard, sql::CHILD_RESERVE_ID, &[(&shard_key, Type::INT4)]).await?;
+    Ok(row.get("id"))
+}
+
+/// The parent's claim of a child started on another shard.
+#[derive(Debug, Clone, Copy)]
+pub struct ParentStep<'a> {
+    /// The parent workflow.
+    pub parent: JobId,
+    /// The step's name (`shardq:child:N`, or its `:result`).
+    pub name: &'a str,
+    /// The worker holding the parent.
+    pub owner: &'a str,
+    /// The fence of its claim.
+    pub fence: i64,
+}
+
+/// Records the child's identity `child` as step `name:id` of the parent
+/// on its shard, unless one is ([`sql::CHILD_INTENT`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a repeat finds the identity recorded.
+pub async fn intent(shard: &Shard, p: ParentStep<'_>, child: JobId) -> Result<Intent, ShardError> {
+    let row = exec::query_one(
+        shard,
+        sql::CHILD_INTENT,
+        &[
+            (&p.parent.shard_key, Type::INT4),
+            (&p.parent.id, Type::INT8),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+            (&p.name, Type::TEXT),
+            (&child.shard_key, Type::INT4),
+            (&child.id, Type::INT8),
+        ],
+    )
+    .await?;
+    let recorded = || JobId {
+        shard_key: row.get("child_shard_key"),
+        id: row.get("child_id"),
+    };
+    Ok(match row.get::<_, &str>("state") {
+        "started" => Intent::Started(recorded()),
+        "reserved" => Intent::Reserved(recorded(), row.get("parent_deadline")),
+        "cancelled" => Intent::Cancelled,
+        _ => Intent::NotHeld,
+    })
+}
+
+/// A child to insert on its shard ([`insert`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChildRow<'a> {
+    /// Its identity (reserved, recorded by [`intent`]).
+    pub id: JobId,
+    /// Its parent.
+    pub parent: JobId,
+    /// The parent's deadline, inherited unless it abandons on cancel.
+    pub parent_deadline: Option<SystemTime>,
+    /// The rest of it, as [`super::children::StartChild`] has it.
+    pub job: &'a super::children::StartChild<'a>,
+}
+
+/// Inserts the child on its shard once ([`sql::CHILD_INSERT_ELSEWHERE`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails, or does not hold the child's key
+/// (SQ001: the map moved; the next run routes again).
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a repeat inserts nothing.
+pub async fn insert(shard: &Shard, c: ChildRow<'_>) -> Result<(), ShardError> {
+    let j = c.job;
+    let delay_ms = i64::try_from(j.delay.as_millis()).unwrap_or(i64::MAX);
+    let params: [Param; 15] = [
+        (&c.id.id, Type::INT8),
+        (&c.id.shard_key, Type::INT4),
+        (&j.queue, Type::TEXT),
+        (&j.handler, Type::TEXT),
+        (&j.ordering_key, Type::TEXT),
+        (&j.priority, Type::INT4),
+        (j.payload, Type::JSONB),
+        (&delay_ms, Type::INT8),
+        (&j.max_attempts, Type::INT4),
+        (&j.group, Type::TEXT),
+        (&c.parent.shard_key, Type::INT4),
+        (&c.parent.id, Type::INT8),
+        (&j.abandon_on_parent_cancel, Type::BOOL),
+        (&c.parent_deadline, Type::TIMESTAMPTZ),
+        (&j.timeout_ms, Type::INT8),
+    ];
+    exec::query(shard, sql::CHILD_INSERT_ELSEWHERE, &params).await?;
+    Ok(())
+}
+
+/// The parent's side of a result step on a child elsewhere
+/// ([`sql::CHILD_WAIT`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wait {
+    /// The result is recorded (`status`, `output`, `error`).
+    Decided(Value),
+    /// The wait is recorded and the parent's re-check set: read the child.
+    Recorded,
+    /// The parent's cancellation was asked.
+    Cancelled,
+    /// This claim no longer holds the parent.
+    NotHeld,
+}
+
+/// Locks the parent, returns its recorded result or records its wait on
+/// `child` ([`sql::CHILD_WAIT`]), re-checking after `recheck` at most.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a repeat finds the wait recorded.
+pub async fn wait(
+    shard: &Shard,
+    p: ParentStep<'_>,
+    child: JobId,
+    recheck: Duration,
+) -> Result<Wait, ShardError> {
+    let recheck_ms = i64::try_from(recheck.as_millis()).unwrap_or(i64::MAX);
+    let row = exec::query_one(
+        shard,
+        sql::CHILD_WAIT,
+        &[
+            (&p.parent.shard_key, Type::INT4),
+            (&p.parent.id, Type::INT8),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+            (&p.name, Type::TEXT),
+            (&child.shard_key, Type::INT4),
+            (&child.id, Type::INT8),
+            (&recheck_ms, Type::INT8),
+        ],
+    )
+    .await?;
+    if row.get::<_, bool>("cancel_requested") {
+        return Ok(Wait::Cancelled);
+    }
+    if !row.get::<_, bool>("owned") {
+        return Ok(Wait::NotHeld);
+    }
+    Ok(match row.get::<_, Option<Value>>("output") {
+        Some(output) => Wait::Decided(output),
+        None => Wait::Recorded,
+    })
+}
+
+/// The child on its shard: its final outcome as a result step records it
+/// (`status`, `output`, `error`), `Some(None)` while it has not finished,
+/// `None` when it is not there ([`sql::CHILD_READ`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn read_child(shard: &Shard, child: JobId) -> Result<Option<Option<Value>>, ShardError> {
+    let row = exec::query_opt(
+        shard,
+        sql::CHILD_READ,
+        &[(&child.shard_key, Type::INT4), (&child.id, Type::INT8)],
+    )
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let status: String = row.get("status");
+    if !matches!(
+        status.as_str(),
+        "succeeded" | "failed" | "dead" | "cancelled"
+    ) {
+        return Ok(Some(None));
+    }
+    Ok(Some(Some(serde_json::json!({
+        "status": status,
+        "output": row.get::<_, Option<Value>>("output"),
+        "error": row.get::<_, Option<String>>("error"),
+    }))))
+}
+
+/// Children's wakes relayed per pass and shard at most.
+const RELAY_BATCH: i64 = 1_000;
+
+/// Relays the wakes that children on shard `index` owe parents on other
+/// shards ([`sql::CHILD_WAKES_ELSEWHERE`]): each parent's shard tries them
+/// ([`sql::CHILD_WAKE_RELAYED`]), then the flags of those done are cleared
+/// here ([`sql::CHILD_WAKES_RELAYED`]). A parent's shard that fails keeps
+/// its children's flags for the next pass; the others go on. Returns how
+/// many wakes were done.
+///
+/// # Errors
+///
+/// [`ShardError`] when shard `index` fails, or the first error of a
+/// parent's shard (after every other one was tried).
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a wake done twice wakes nothing more.
+pub async fn relay_wakes(shards: &ShardSet, index: usize) -> Result<u64, ShardError> {
+    let here = shards.get(index);
+    let rows = exec::query(
+        here,
+        sql::CHILD_WAKES_ELSEWHERE,
+        &[(&RELAY_BATCH, Type::INT8)],
+    )
+    .await?;
+    let mut by_shard: std::collections::BTreeMap<usize, Vec<(JobId, JobId)>> = Default::default();
+    for r in &rows {
+        let parent = JobId {
+            shard_key: r.get("parent_shard_key"),
+            id: r.get("parent_id"),
+        };
+        let child = JobId {
+            shard_key: r.get("shard_key"),
+            id: r.get("id"),
+        };
+        let to = shards.for_key(parent.shard_key).index;
+        if to != index {
+            by_shard.entry(to).or_default().push((parent, child));
+        }
+    }
+    let mut done = 0;
+    let mut failed = None;
+    for (to, wakes) in by_shard {
+        match relay_to(shards.get(to), &wakes).await {
+            Ok(woken) if woken.is_empty() => {}
+            Ok(woken) => {
+                let keys: Vec<i32> = woken.iter().map(|c| c.shard_key).collect();
+                let ids: Vec<i64> = woken.iter().map(|c| c.id).collect();
+                exec::execute(
+                    here,
+                    sql::CHILD_WAKES_RELAYED,
+                    &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
+                )
+                .await?;
+                done += woken.len() as u64;
+            }
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(done),
+    }
+}
+
+/// Tries `wakes` (parent, child) on the parents' shard; the children
+/// whose wake is done.
+async fn relay_to(shard: &Shard, wakes: &[(JobId, JobId)]) -> Result<Vec<JobId>, ShardError> {
+    let parent_keys: Vec<i32> = wakes.iter().map(|(p, _)| p.shard_key).collect();
+    let parent_ids: Vec<i64> = wakes.iter().map(|(p, _)| p.id).collect();
+    let child_keys: Vec<i32> = wakes.iter().map(|(_, c)| c.shard_key).collect();
+    let child_ids: Vec<i64> = wakes.iter().map(|(_, c)| c.id).collect();
+    let rows = exec::query(
+        shard,
+        sql::CHILD_WAKE_RELAYED,
+        &[
+            (&parent_keys, Type::INT4_ARRAY),
+            (&parent_ids, Type::INT8_ARRAY),
+            (&child_keys, Type::INT4_ARRAY),
+            (&child_ids, Type::INT8_ARRAY),
+        ],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| JobId {
+            shard_key: r.get("shard_key"),
+            id: r.get("id"),
+        })
+        .collect())
+}
+
+/// The shards (indexes, not `index` itself) where the workflows `parents`
+/// on shard `index` started children ([`sql::CHILDREN_ELSEWHERE`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn shards_of_children(
+    shards: &ShardSet,
+    index: usize,
+    parents: &[JobId],
+) -> Result<Vec<usize>, ShardError> {
+    let keys: Vec<i32> = parents.iter().map(|p| p.shard_key).collect();
+    let ids: Vec<i64> = parents.iter().map(|p| p.id).collect();
+    let rows = exec::query(
+        shards.get(index),
+        sql::CHILDREN_ELSEWHERE,
+        &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
+    )
+    .await?;
+    let mut out: Vec<usize> = rows
+        .iter()
+        .map(|r| shards.for_key(r.get("child_shard_key")).index)
+        .filter(|&s| s != index)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}

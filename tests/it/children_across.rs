@@ -1,0 +1,307 @@
+//! Child workflows on another shard than their parent's (a child keyed to
+//! a key that lives there): started once whatever crashes between the
+//! writes on the two shards, a result that reaches its parent whether the
+//! child finishes before the parent asks or after it parked (its shard's
+//! promotion relays the wake), and a cancel that cascades across shards.
+
+use crate::common;
+
+use common::TestShards;
+use serde_json::{json, Value};
+use shardq::store::children::StartChild;
+use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep};
+use shardq::store::steps::{self, RecordStep};
+use shardq::{ChildResult, HandlerRegistry, JobId, JobOutcome, JobStatus, NewJob, Shardq};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const QUEUE: &str = "family";
+/// A queue no worker of these tests serves: its jobs stay unfinished.
+const IDLE: &str = "idle";
+
+/// Two migrated shards; the worker runs one job at a time and promotes
+/// (and relays wakes) every 50 ms.
+async fn shardq() -> (TestShards, Shardq) {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\nmaintenance_interval_ms = 50\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    (shards, shardq)
+}
+
+/// An ordering key that lives on shard `index`.
+fn key_on(shardq: &Shardq, index: usize) -> String {
+    (0..10_000)
+        .map(|n| format!("key-{n}"))
+        .find(|k| {
+            shardq
+                .shards()
+                .for_key(shardq::router::shard_key_for(k))
+                .index
+                == index
+        })
+        .expect("a key on the shard")
+}
+
+/// The rows on shard `index` whose parent is `parent`: (id, status).
+async fn children_on(shardq: &Shardq, index: usize, parent: JobId) -> Vec<(JobId, String)> {
+    shardq
+        .shards()
+        .get(index)
+        .client()
+        .await
+        .unwrap()
+        .query(
+            "SELECT shard_key, id, status FROM workflow_status \
+             WHERE parent_shard_key = $1 AND parent_id = $2 ORDER BY id",
+            &[&parent.shard_key, &parent.id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let id = JobId {
+                shard_key: r.get(0),
+                id: r.get(1),
+            };
+            (id, r.get(2))
+        })
+        .collect()
+}
+
+/// A parent on shard 0 starts a child keyed to shard 1 and awaits it; the
+/// child waits until the parent has asked (so the parent parks), then
+/// succeeds. The child's shard relays the wake: the parent runs again and
+/// returns the child's output. One child, on shard 1, linked to its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_on_another_shard_runs_once_and_wakes_its_parked_parent() {
+    let (_shards, shardq) = shardq().await;
+    let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
+    let parent_runs = Arc::new(AtomicU32::new(0));
+    let child_runs = Arc::new(AtomicU32::new(0));
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let mut handlers = HandlerRegistry::new();
+    let (runs, told) = (parent_runs.clone(), asked.clone());
+    handlers.register("parent", move |ctx| {
+        let (runs, told, away) = (runs.clone(), told.clone(), away.clone());
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let job = NewJob::new(QUEUE, "child", json!({"n": 7})).ordering_key(away);
+            let child = ctx.start_child(job).await?;
+            let result = child.result().await;
+            told.notify_one();
+            match result? {
+                ChildResult::Succeeded(out) => {
+                    Ok(json!({"child": child.id().to_string(), "out": out}))
+                }
+                other => Err(format!("child ended {other:?}").into()),
+            }
+        }
+    });
+    let (runs, told) = (child_runs.clone(), asked.clone());
+    handlers.register("child", move |ctx| {
+        let (runs, told) = (runs.clone(), told.clone());
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            told.notified().await;
+            Ok(json!(ctx.payload["n"].as_i64().unwrap() * 6))
+        }
+    });
+    let parent = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(home))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let outcome = shardq
+        .client()
+        .result(parent, Duration::from_secs(30))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    let children = children_on(&shardq, 1, parent).await;
+    assert_eq!(children.len(), 1, "one child, on shard 1: {children:?}");
+    assert_eq!(children[0].1, "succeeded");
+    assert!(children_on(&shardq, 0, parent).await.is_empty());
+    assert_eq!(
+        outcome,
+        JobOutcome::Succeeded(json!({"child": children[0].0.to_string(), "out": 42}))
+    );
+    assert_eq!(child_runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        parent_runs.load(Ordering::SeqCst),
+        2,
+        "parked once, woken once"
+    );
+}
+
+/// A parent claimed by hand (owner `racer`, fence 7) on shard 0.
+async fn running_parent(shardq: &Shardq) -> JobId {
+    let home = key_on(shardq, 0);
+    let id = shardq
+        .client()
+        .enqueue(NewJob::new(IDLE, "never_runs", json!({})).ordering_key(home))
+        .await
+        .unwrap();
+    shardq
+        .shards()
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'running', owner = 'racer', fence = 7, \
+                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&id.shard_key, &id.id],
+        )
+        .await
+        .unwrap();
+    id
+}
+
+/// The writes of a start on two shards, driven one by one: the identity
+/// reserved on shard 1 and recorded on shard 0, the child inserted, then
+/// a crash before the start is recorded. The next run reserves another id,
+/// but the identity recorded first is kept, its insert writes nothing, and
+/// the start is recorded with it; a run after that finds the start. One
+/// child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_childs_insert_and_its_start_leaves_one_child() {
+    let (_shards, shardq) = shardq().await;
+    let parent = running_parent(&shardq).await;
+    let away_key = key_on(&shardq, 1);
+    let away = shardq::router::shard_key_for(&away_key);
+    let (home, there) = (shardq.shards().get(0), shardq.shards().get(1));
+    let payload = json!({});
+    let start = StartChild {
+        parent,
+        name: "shardq:child:1",
+        owner: "racer",
+        fence: 7,
+        queue: IDLE,
+        handler: "child",
+        payload: &payload,
+        ordering_key: Some(&away_key),
+        group: None,
+        priority: 0,
+        delay: Duration::ZERO,
+        max_attempts: 3,
+        abandon_on_parent_cancel: false,
+        timeout_ms: None,
+    };
+    let step = ParentStep {
+        parent,
+        name: "shardq:child:1",
+        owner: "racer",
+        fence: 7,
+    };
+    let insert = |id| ChildRow {
+        id,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+
+    let first = JobId {
+        shard_key: away,
+        id: elsewhere::reserve_id(there, away).await.unwrap(),
+    };
+    let recorded = elsewhere::intent(home, step, first).await.unwrap();
+    assert_eq!(recorded, Intent::Reserved(first, None));
+    elsewhere::insert(there, insert(first)).await.unwrap();
+    // The crash: the start is not recorded. The next run:
+    let second = JobId {
+        shard_key: away,
+        id: elsewhere::reserve_id(there, away).await.unwrap(),
+    };
+    assert_ne!(second, first);
+    let recorded = elsewhere::intent(home, step, second).await.unwrap();
+    assert_eq!(
+        recorded,
+        Intent::Reserved(first, None),
+        "the first identity is kept"
+    );
+    elsewhere::insert(there, insert(first)).await.unwrap();
+    let started = json!({"child_shard_key": away, "child_id": first.id});
+    let record = RecordStep {
+        id: parent,
+        name: "shardq:child:1",
+        output: &started,
+        owner: "racer",
+        fence: 7,
+    };
+    assert!(steps::record(home, record).await.unwrap());
+    assert_eq!(
+        elsewhere::intent(home, step, second).await.unwrap(),
+        Intent::Started(first),
+        "a later run finds the start"
+    );
+    assert_eq!(
+        children_on(&shardq, 1, parent).await,
+        vec![(first, "queued".to_string())],
+        "one child, on shard 1"
+    );
+}
+
+/// A parent parked on its child on another shard (the child's queue is
+/// not served: it stays queued) is cancelled: the child, on shard 1, ends
+/// cancelled with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_parent_cancels_its_child_on_another_shard() {
+    let (_shards, shardq) = shardq().await;
+    let away = key_on(&shardq, 1);
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("parent", move |ctx| {
+        let away = away.clone();
+        async move {
+            let job = NewJob::new(IDLE, "never_runs", json!({})).ordering_key(away);
+            ctx.start_child(job).await?.result().await?;
+            Ok(Value::Null)
+        }
+    });
+    let parent = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(key_on(&shardq, 0)))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let parked = async {
+        loop {
+            let info = shardq
+                .client()
+                .job(parent)
+                .await
+                .unwrap()
+                .expect("the parent");
+            if info.status == JobStatus::Scheduled {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), parked)
+        .await
+        .expect("the parent parks on its child");
+    let children = children_on(&shardq, 1, parent).await;
+    assert_eq!(children.len(), 1, "{children:?}");
+    assert_eq!(children[0].1, "queued");
+    assert_eq!(
+        shardq.client().cancel(parent).await.unwrap(),
+        Some(JobStatus::Cancelled)
+    );
+    assert_eq!(
+        children_on(&shardq, 1, parent).await,
+        vec![(children[0].0, "cancelled".to_string())],
+        "the cancel cascaded to shard 1"
+    );
+    stop.cancel();
+    worker.await.unwrap();
+}

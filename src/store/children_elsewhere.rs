@@ -12,10 +12,11 @@
 //!
 //! A result records its wait on the parent's shard first, then reads the
 //! child on its own shard: a final status committed after that read flags
-//! the child (`parent_wake`, as on one shard), and the promotion on the
-//! child's shard relays the flag to the parent's shard, where
+//! the child (`parent_wake`, as on one shard), and a relay on the
+//! child's shard takes the flag to the parent's shard, where
 //! `shardq_wake_parent` finds the wait. Either the read sees the child
-//! finished or the relay finds the wait: no lost wake-up.
+//! finished or the relay finds the wait: no lost wake-up. The relay's loop
+//! is `worker::wake_relay`.
 
 use super::exec;
 use super::sql::{self, Param};
@@ -238,33 +239,33 @@ pub async fn read_child(shard: &Shard, child: JobId) -> Result<Option<Option<Val
     }))))
 }
 
-/// Children's wakes relayed per pass and shard at most.
+/// Children's wakes read per pass and shard at most.
 const RELAY_BATCH: i64 = 1_000;
 
-/// Relays the wakes that children on shard `index` owe parents on other
-/// shards ([`sql::CHILD_WAKES_ELSEWHERE`]): each parent's shard tries them
-/// ([`sql::CHILD_WAKE_RELAYED`]), then the flags of those done are cleared
-/// here ([`sql::CHILD_WAKES_RELAYED`]). A parent's shard that fails keeps
-/// its children's flags for the next pass; the others go on. Returns how
-/// many wakes were done.
+/// A child's wake owed to its parent: (parent, child).
+pub type OwedWake = (JobId, JobId);
+
+/// The wakes that children on shard `index` owe parents on other shards
+/// ([`sql::CHILD_WAKES_ELSEWHERE`]), by the index of the parent's shard.
 ///
 /// # Errors
 ///
-/// [`ShardError`] when shard `index` fails, or the first error of a
-/// parent's shard (after every other one was tried).
+/// [`ShardError`] when shard `index` fails.
 ///
 /// # Cancel safety
 ///
-/// Cancel safe in effect: a wake done twice wakes nothing more.
-pub async fn relay_wakes(shards: &ShardSet, index: usize) -> Result<u64, ShardError> {
-    let here = shards.get(index);
+/// Cancel safe (a read).
+pub async fn wakes_owed(
+    shards: &ShardSet,
+    index: usize,
+) -> Result<std::collections::BTreeMap<usize, Vec<OwedWake>>, ShardError> {
     let rows = exec::query(
-        here,
+        shards.get(index),
         sql::CHILD_WAKES_ELSEWHERE,
         &[(&RELAY_BATCH, Type::INT8)],
     )
     .await?;
-    let mut by_shard: std::collections::BTreeMap<usize, Vec<(JobId, JobId)>> = Default::default();
+    let mut by_shard: std::collections::BTreeMap<usize, Vec<OwedWake>> = Default::default();
     for r in &rows {
         let parent = JobId {
             shard_key: r.get("parent_shard_key"),
@@ -279,40 +280,35 @@ pub async fn relay_wakes(shards: &ShardSet, index: usize) -> Result<u64, ShardEr
             by_shard.entry(to).or_default().push((parent, child));
         }
     }
-    let mut done = 0;
-    let mut failed = None;
-    for (to, wakes) in by_shard {
-        match relay_to(shards.get(to), &wakes).await {
-            Ok(woken) if woken.is_empty() => {}
-            Ok(woken) => {
-                let keys: Vec<i32> = woken.iter().map(|c| c.shard_key).collect();
-                let ids: Vec<i64> = woken.iter().map(|c| c.id).collect();
-                exec::execute(
-                    here,
-                    sql::CHILD_WAKES_RELAYED,
-                    &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
-                )
-                .await?;
-                done += woken.len() as u64;
-            }
-            Err(e) => failed = failed.or(Some(e)),
-        }
-    }
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(done),
-    }
+    Ok(by_shard)
 }
 
-/// Tries `wakes` (parent, child) on the parents' shard; the children
-/// whose wake is done.
-async fn relay_to(shard: &Shard, wakes: &[(JobId, JobId)]) -> Result<Vec<JobId>, ShardError> {
+/// Delivers `wakes` that children on shard `from` owe parents on shard
+/// `to`: the parents' shard tries each ([`sql::CHILD_WAKE_RELAYED`]), then
+/// the flags of those done are cleared on `from`
+/// ([`sql::CHILD_WAKES_RELAYED`]); the others stay for the next pass.
+/// Returns how many were done.
+///
+/// # Errors
+///
+/// [`ShardError`] when either shard fails (nothing is cleared that was
+/// not delivered).
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a wake delivered twice wakes nothing more.
+pub async fn deliver(
+    shards: &ShardSet,
+    from: usize,
+    to: usize,
+    wakes: &[OwedWake],
+) -> Result<u64, ShardError> {
     let parent_keys: Vec<i32> = wakes.iter().map(|(p, _)| p.shard_key).collect();
     let parent_ids: Vec<i64> = wakes.iter().map(|(p, _)| p.id).collect();
     let child_keys: Vec<i32> = wakes.iter().map(|(_, c)| c.shard_key).collect();
     let child_ids: Vec<i64> = wakes.iter().map(|(_, c)| c.id).collect();
-    let rows = exec::query(
-        shard,
+    let done = exec::query(
+        shards.get(to),
         sql::CHILD_WAKE_RELAYED,
         &[
             (&parent_keys, Type::INT4_ARRAY),
@@ -322,13 +318,18 @@ async fn relay_to(shard: &Shard, wakes: &[(JobId, JobId)]) -> Result<Vec<JobId>,
         ],
     )
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| JobId {
-            shard_key: r.get("shard_key"),
-            id: r.get("id"),
-        })
-        .collect())
+    if done.is_empty() {
+        return Ok(0);
+    }
+    let keys: Vec<i32> = done.iter().map(|r| r.get("shard_key")).collect();
+    let ids: Vec<i64> = done.iter().map(|r| r.get("id")).collect();
+    exec::execute(
+        shards.get(from),
+        sql::CHILD_WAKES_RELAYED,
+        &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
+    )
+    .await?;
+    Ok(done.len() as u64)
 }
 
 /// The shards (indexes, not `index` itself) where the workflows `parents`

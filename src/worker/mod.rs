@@ -43,6 +43,7 @@ mod slot_control;
 mod slot_input;
 mod step_log;
 mod target;
+mod wake_relay;
 mod wakeup;
 mod worker_run;
 
@@ -244,6 +245,11 @@ impl Worker {
             claiming.clone(),
         ));
         background.spawn(promoter::run(
+            config.worker.maintenance_interval,
+            run.shards.clone(),
+            claiming.clone(),
+        ));
+        background.spawn(wake_relay::run(
             config.worker.maintenance_interval,
             run.shards.clone(),
             claiming.clone(),

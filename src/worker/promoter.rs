@@ -19,7 +19,7 @@
 
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
-use crate::store::{cancel_cascade, children, children_elsewhere, deadlines, upkeep};
+use crate::store::{cancel_cascade, children, deadlines, upkeep};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -80,9 +80,6 @@ async fn promote_loop(
                     0
                 }
             };
-        }
-        if let Err(err) = children_elsewhere::relay_wakes(&shards, index).await {
-            super::maintenance::failed(shard, "wakes of parent workflows on other shards", &err);
         }
         end_past_deadlines(&shards, index).await;
         let pause = match upkeep::next_due(shard).await {

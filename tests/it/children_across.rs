@@ -35,15 +35,21 @@ async fn shardq() -> (TestShards, Shardq) {
 
 /// An ordering key that lives on shard `index`.
 fn key_on(shardq: &Shardq, index: usize) -> String {
+    nth_key_on(shardq, index, 0)
+}
+
+/// The `n`th ordering key (from 0) that lives on shard `index`.
+fn nth_key_on(shardq: &Shardq, index: usize, n: usize) -> String {
+    let routed = |k: &String| {
+        shardq
+            .shards()
+            .for_key(shardq::router::shard_key_for(k))
+            .index
+    };
     (0..10_000)
         .map(|n| format!("key-{n}"))
-        .find(|k| {
-            shardq
-                .shards()
-                .for_key(shardq::router::shard_key_for(k))
-                .index
-                == index
-        })
+        .filter(|k| routed(k) == index)
+        .nth(n)
         .expect("a key on the shard")
 }
 
@@ -302,6 +308,97 @@ async fn cancelling_a_parent_cancels_its_child_on_another_shard() {
         vec![(children[0].0, "cancelled".to_string())],
         "the cancel cascaded to shard 1"
     );
+    stop.cancel();
+    worker.await.unwrap();
+}
+
+/// Parents on shards 1 and 2 park on children that live on shard 0; shard
+/// 1's server is frozen (SIGSTOP) before the children finish, with
+/// statement deadlines of two minutes. The wake owed to shard 2's parent
+/// is delivered while shard 1 stays frozen (the relay delivers each
+/// parents' shard in a task of its own); shard 1's parent gets its wake
+/// once its server is back. Each child ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_parents_shard_holds_back_only_its_own_wakes() {
+    use nix::sys::signal::Signal;
+    let shards = TestShards::servers(3).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 4\nmaintenance_interval_ms = 50\n\
+         [database]\nstatement_timeout_ms = 120000\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let child_runs = Arc::new(AtomicU32::new(0));
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("parent", |ctx| async move {
+        // Each child its own key on shard 0 (a key runs one job at a time).
+        let key = ctx.payload["child_key"].as_str().unwrap().to_string();
+        let job = NewJob::new(QUEUE, "child", json!({})).ordering_key(key);
+        match ctx.start_child(job).await?.result().await? {
+            ChildResult::Succeeded(out) => Ok(out),
+            other => Err(format!("child ended {other:?}").into()),
+        }
+    });
+    let (released, runs) = (release.clone(), child_runs.clone());
+    handlers.register("child", move |_ctx| {
+        let (released, runs) = (released.clone(), runs.clone());
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            released.acquire().await.unwrap().forget();
+            Ok(json!("done"))
+        }
+    });
+    let mut parents = Vec::new();
+    for index in [1, 2] {
+        let payload = json!({ "child_key": nth_key_on(&shardq, 0, index) });
+        let job = NewJob::new(QUEUE, "parent", payload).ordering_key(key_on(&shardq, index));
+        parents.push(shardq.client().enqueue(job).await.unwrap());
+    }
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    let parked = async {
+        loop {
+            let mut all = true;
+            for &p in &parents {
+                let info = shardq.client().job(p).await.unwrap().expect("parent");
+                all &= info.status == JobStatus::Scheduled;
+            }
+            if all && child_runs.load(Ordering::SeqCst) == 2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), parked)
+        .await
+        .expect("both parents park, both children run");
+    let frozen = &shards.servers[1];
+    frozen
+        .server()
+        .signal_all(Signal::SIGSTOP)
+        .expect("SIGSTOP");
+    release.add_permits(2);
+    let healthy = shardq
+        .client()
+        .result(parents[1], Duration::from_secs(30))
+        .await;
+    frozen
+        .server()
+        .signal_all(Signal::SIGCONT)
+        .expect("SIGCONT");
+    assert_eq!(
+        healthy.unwrap(),
+        JobOutcome::Succeeded(json!("done")),
+        "shard 2's parent is woken while shard 1 is frozen"
+    );
+    let late = shardq
+        .client()
+        .result(parents[0], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(late, JobOutcome::Succeeded(json!("done")));
+    assert_eq!(child_runs.load(Ordering::SeqCst), 2, "each child ran once");
     stop.cancel();
     worker.await.unwrap();
 }

@@ -513,3 +513,95 @@ async fn a_worker_killed_between_its_sleep_and_the_park_wakes_the_workflow_once_
         "the run that woke started before {first_wake}"
     );
 }
+
+/// Twenty workflows parked in a 4 s sleep while their shard's server
+/// crashes (immediate stop) and starts again: each wakes once (two runs:
+/// the one that parked, the one that woke), never before its recorded wake
+/// time, and within seconds of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeping_workflows_wake_once_on_time_across_a_shard_crash() {
+    let shards = TestShards::servers(1).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 8\nmaintenance_interval_ms = 100\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    let runs: Arc<Mutex<std::collections::HashMap<JobId, u32>>> = Arc::default();
+    let mut handlers = HandlerRegistry::new();
+    let counted = runs.clone();
+    handlers.register("nap", move |ctx| {
+        let counted = counted.clone();
+        async move {
+            *counted.lock().unwrap().entry(ctx.id).or_default() += 1;
+            ctx.sleep(Duration::from_secs(4)).await?;
+            Ok(serde_json::Value::Null)
+        }
+    });
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(enqueue(&shardq, "nap").await);
+    }
+    let (stop, worker) = start_worker(&shardq, handlers);
+    let parked = "SELECT count(*) FROM workflow_status WHERE status = 'scheduled' AND parked";
+    let all_parked = async {
+        loop {
+            let n: i64 = shardq
+                .shards()
+                .get(0)
+                .client()
+                .await
+                .unwrap()
+                .query_one(parked, &[])
+                .await
+                .unwrap()
+                .get(0);
+            if n == 20 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), all_parked)
+        .await
+        .expect("all twenty park");
+    shards.servers[0]
+        .stop(shardq_local::StopMode::Immediate)
+        .expect("crash the server");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    shards.servers[0].start_again().expect("start it again");
+    for &id in &ids {
+        let outcome = shardq
+            .client()
+            .result(id, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(outcome, JobOutcome::Succeeded(serde_json::Value::Null));
+    }
+    stop.cancel();
+    worker.await.unwrap();
+    let runs = runs.lock().unwrap().clone();
+    for id in &ids {
+        assert_eq!(runs.get(id), Some(&2), "{id}: parked once, woke once");
+    }
+    let (early, latest): (i64, f64) = {
+        let row = shardq
+            .shards()
+            .get(0)
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT count(*) FILTER (WHERE w.started_at < (s.output->>'wake_at')::timestamptz), \
+                    max(extract(epoch FROM w.started_at - (s.output->>'wake_at')::timestamptz))::float8 \
+                 FROM workflow_status w JOIN workflow_steps s \
+                     ON s.shard_key = w.shard_key AND s.workflow_id = w.id \
+                 WHERE s.step_name = 'shardq:sleep:1'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(early, 0, "none woke before its wake time");
+    assert!(latest < 20.0, "the latest woke {latest} s late");
+}

@@ -1,0 +1,68 @@
+//! The relay of children's wakes to parents on other shards: on every
+//! shard, a loop reads the wakes its children owe parents elsewhere
+//! (`store::children_elsewhere`) and delivers each parent shard's batch in
+//! a task of its own. A parent's shard that hangs holds back only its own
+//! wakes: while its task is out, the next passes leave its wakes for
+//! later, and the other shards' wakes, and this shard's promotions (a
+//! loop of their own), go on.
+
+use super::per_shard::each_shard;
+use super::promoter::PROMOTION_FLOOR;
+use crate::shards::ShardSet;
+use crate::store::children_elsewhere;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The longest pause between two passes on a shard.
+const RELAY_CEILING: Duration = Duration::from_secs(1);
+
+/// Runs until shutdown: one loop per shard, passes `interval`
+/// (`worker.maintenance_interval`) apart, at least [`PROMOTION_FLOOR`] and
+/// at most [`RELAY_CEILING`]. A pass is one read of an index of pending
+/// wakes, almost always empty.
+pub(crate) async fn run(interval: Duration, shards: ShardSet, shutdown: CancellationToken) {
+    let every = interval.clamp(PROMOTION_FLOOR, RELAY_CEILING);
+    each_shard(shards.len(), |index| {
+        relay_loop(shards.clone(), index, every, shutdown.clone())
+    })
+    .await;
+}
+
+async fn relay_loop(shards: ShardSet, index: usize, every: Duration, shutdown: CancellationToken) {
+    // Deliveries out, by the parents' shard.
+    let mut out: HashMap<usize, JoinHandle<()>> = HashMap::new();
+    loop {
+        out.retain(|_, task| !task.is_finished());
+        match children_elsewhere::wakes_owed(&shards, index).await {
+            Ok(owed) => {
+                for (to, wakes) in owed {
+                    if out.contains_key(&to) {
+                        continue;
+                    }
+                    let shards = shards.clone();
+                    let delivery = async move {
+                        let sent = children_elsewhere::deliver(&shards, index, to, &wakes).await;
+                        if let Err(err) = sent {
+                            let duty = "relaying children's wakes to their parents' shard";
+                            super::maintenance::failed(shards.get(to), duty, &err);
+                        }
+                    };
+                    out.insert(to, tokio::spawn(delivery));
+                }
+            }
+            Err(err) => {
+                let duty = "reading the wakes children owe parents on other shards";
+                super::maintenance::failed(shards.get(index), duty, &err);
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                out.values().for_each(JoinHandle::abort);
+                return;
+            }
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}

@@ -77,22 +77,25 @@ pub async fn scrape(shards: &ShardSet, queues: &[String], deadline: Duration) ->
 
 /// [`scrape`], and the invariants of `shardq check` ([`super::invariants`])
 /// read at the same time under `check`'s options (its deadline too), the
-/// queue limits ([`super::limits`]) and what holds each shard's xmin
-/// horizon ([`super::horizon`], within the same deadline): what `shardq
-/// metrics` serves.
+/// queue limits ([`super::limits`]), what holds each shard's xmin horizon
+/// ([`super::horizon`]) and the wakes owed across shards
+/// ([`super::relay`]), within the same deadline: what `shardq metrics`
+/// serves.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe (reads only).
 pub async fn scrape_with_check(client: &Client, queues: &[String], check: &CheckOptions) -> String {
-    let (answers, report, limits, horizons) = tokio::join!(
+    let (answers, report, limits, horizons, owed) = tokio::join!(
         read_all(client.shards(), check.deadline),
         client.check(check),
         client.queue_limits_within(Some(check.deadline)),
-        super::horizon::read_all(client.shards(), check.deadline)
+        super::horizon::read_all(client.shards(), check.deadline),
+        super::relay::read_all(client.shards(), check.deadline)
     );
     let limits = limits.unwrap_or_default();
-    encode_all(&answers, queues, Some(report), limits, horizons)
+    let shards = Shards { horizons, owed };
+    encode_all(&answers, queues, Some(report), limits, shards)
 }
 
 /// The Prometheus text of one scrape's answers.
@@ -106,24 +109,34 @@ pub fn encode_with_check(
     queues: &[String],
     check: Option<CheckReport>,
 ) -> String {
-    encode_all(answers, queues, check, Vec::new(), Vec::new())
+    encode_all(answers, queues, check, Vec::new(), Shards::default())
 }
 
-/// [`encode_with_check`], with the gauges of the queue limits and of the
-/// shards' xmin horizons.
+/// What the exporter reads of each shard beside its backlog.
+#[derive(Debug, Default)]
+struct Shards {
+    horizons: Vec<super::horizon::ShardHorizon>,
+    owed: Vec<super::relay::ShardOwed>,
+}
+
+/// [`encode_with_check`], with the gauges of the queue limits, of the
+/// shards' xmin horizons and of the wakes owed across shards.
 fn encode_all(
     answers: &[ShardBacklog],
     queues: &[String],
     check: Option<CheckReport>,
     limits: Vec<crate::client::limits::QueueLimit>,
-    horizons: Vec<super::horizon::ShardHorizon>,
+    shards: Shards,
 ) -> String {
     let mut registry = Registry::default();
     if !limits.is_empty() {
         registry.register_collector(Box::new(super::limits::LimitsCollector::new(limits)));
     }
-    if !horizons.is_empty() {
-        registry.register_collector(Box::new(super::horizon::Horizons::new(horizons)));
+    if !shards.horizons.is_empty() {
+        registry.register_collector(Box::new(super::horizon::Horizons::new(shards.horizons)));
+    }
+    if !shards.owed.is_empty() {
+        registry.register_collector(Box::new(super::relay::Owed::new(shards.owed)));
     }
     registry.register_collector(Box::new(Exposition {
         shards: answers.iter().map(|a| ShardView::new(a, queues)).collect(),

@@ -1,8 +1,8 @@
 //! Prometheus metrics: a worker's own ([`WorkerMetrics`]: claims, outcomes,
 //! latencies, buffer) and the shards' backlog (queue depth and oldest-ready
 //! age, read from the database by one exporter per fleet, `shardq metrics`,
-//! with the invariants of `shardq check`, the queue limits and what holds
-//! each shard's xmin horizon beside it).
+//! with the invariants of `shardq check`, the queue limits, what holds
+//! each shard's xmin horizon and the wakes owed across shards beside it).
 //!
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
@@ -44,6 +44,12 @@ pub mod limits;
 #[cfg(not(feature = "internal"))]
 #[allow(dead_code, unreachable_pub)]
 mod limits;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod relay;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+mod relay;
 
 #[cfg(feature = "metrics-http")]
 pub use http::serve;

@@ -332,6 +332,45 @@ pub async fn deliver(
     Ok(done.len() as u64)
 }
 
+/// The wakes children on one shard owe parents on another, as the
+/// metrics show them ([`owed_summary`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwedToShard {
+    /// The parents' shard (its index).
+    pub to: usize,
+    /// How many wakes wait to be delivered there.
+    pub pending: i64,
+    /// Seconds since the oldest one's child finished.
+    pub oldest_s: f64,
+}
+
+/// The wakes children on shard `index` owe parents on other shards, by
+/// the parents' shard ([`sql::CHILD_WAKES_OWED_BY_KEY`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe (a read).
+pub async fn owed_summary(shards: &ShardSet, index: usize) -> Result<Vec<OwedToShard>, ShardError> {
+    let rows = exec::query(shards.get(index), sql::CHILD_WAKES_OWED_BY_KEY, &[]).await?;
+    let mut by_shard: std::collections::BTreeMap<usize, OwedToShard> = Default::default();
+    for r in &rows {
+        let to = shards.for_key(r.get("parent_shard_key")).index;
+        let (pending, oldest_s): (i64, f64) = (r.get("pending"), r.get("oldest_s"));
+        let owed = by_shard.entry(to).or_insert(OwedToShard {
+            to,
+            pending: 0,
+            oldest_s: 0.0,
+        });
+        owed.pending += pending;
+        owed.oldest_s = owed.oldest_s.max(oldest_s);
+    }
+    Ok(by_shard.into_values().collect())
+}
+
 /// The shards (indexes, not `index` itself) where the workflows `parents`
 /// on shard `index` started children ([`sql::CHILDREN_ELSEWHERE`]).
 ///

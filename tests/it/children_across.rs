@@ -402,3 +402,77 @@ async fn a_frozen_parents_shard_holds_back_only_its_own_wakes() {
     stop.cancel();
     worker.await.unwrap();
 }
+
+/// The value of the series `name{labels}` in an exposition, if present.
+fn gauge(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let series = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map(|v| v.parse().expect("a number"))
+}
+
+/// A child on shard 0 that finished 5 s ago owes its parent on shard 1 a
+/// wake: the exporter shows it pending from s0 to s1, with its age, until
+/// the relay delivers it; then the series is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exporter_shows_the_wakes_owed_across_shards_until_they_are_delivered() {
+    let (_shards, shardq) = shardq().await;
+    let parent = shardq
+        .client()
+        .enqueue(NewJob::new(IDLE, "never_runs", json!({})).ordering_key(key_on(&shardq, 1)))
+        .await
+        .unwrap();
+    let child = shardq
+        .client()
+        .enqueue(NewJob::new(IDLE, "never_runs", json!({})).ordering_key(key_on(&shardq, 0)))
+        .await
+        .unwrap();
+    // The child's final status, written as a completion would (its
+    // trigger flags the wake), 5 s ago.
+    shardq
+        .shards()
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET parent_shard_key = $3, parent_id = $4, \
+                status = 'succeeded', finished_at = now() - interval '5 s' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id, &parent.shard_key, &parent.id],
+        )
+        .await
+        .unwrap();
+    let config = shardq.config().clone();
+    let check = shardq::client::CheckOptions {
+        deadline: Duration::from_secs(5),
+        ..shardq::client::CheckOptions::from_config(&config)
+    };
+    let client = shardq.client();
+    let scrape = || shardq::prometheus::backlog::scrape_with_check(&client, &[], &check);
+    let labels = "from=\"s0\",to=\"s1\"";
+    let text = scrape().await;
+    assert_eq!(
+        gauge(&text, "shardq_cross_shard_wakes_pending", labels),
+        Some(1.0),
+        "{text}"
+    );
+    let age = gauge(&text, "shardq_cross_shard_wake_oldest_seconds", labels).unwrap();
+    assert!((4.0..60.0).contains(&age), "{age}");
+
+    let owed = elsewhere::wakes_owed(shardq.shards(), 0).await.unwrap();
+    assert_eq!(owed.get(&1), Some(&vec![(parent, child)]));
+    let delivered = elsewhere::deliver(shardq.shards(), 0, 1, &owed[&1])
+        .await
+        .unwrap();
+    assert_eq!(
+        delivered, 1,
+        "the parent's shard took it (its parent waits on nothing)"
+    );
+    let text = scrape().await;
+    assert_eq!(
+        gauge(&text, "shardq_cross_shard_wakes_pending", labels),
+        None,
+        "{text}"
+    );
+}

@@ -166,3 +166,11 @@ pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT (s.output->>'child_shard_k
     FROM unnest($1::int[], $2::bigint[]) AS p(shard_key, id) \
     JOIN workflow_steps s ON s.shard_key = p.shard_key AND s.workflow_id = p.id \
     WHERE s.step_name LIKE 'shardq:child:%:id'";
+
+/// The wakes children on this shard owe parents on other shards, by the
+/// parents' shard key: how many, and how long the oldest has waited since
+/// its child finished (seconds, the shard's clock). Read by the metrics.
+pub const CHILD_WAKES_OWED_BY_KEY: &str = "SELECT parent_shard_key, count(*) AS pending, \
+        extract(epoch FROM now() - min(finished_at))::float8 AS oldest_s \
+    FROM workflow_status WHERE parent_wake AND NOT shardq_owns_key(parent_shard_key) \
+    GROUP BY parent_shard_key";

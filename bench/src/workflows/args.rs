@@ -46,6 +46,15 @@ pub struct WorkflowsArgs {
     /// Children: parents run one after the other.
     #[arg(long, default_value_t = 5)]
     pub gathers: usize,
+    /// Children: on how many shards, one run each (with more than one,
+    /// keyed children spread over them: most live on another shard than
+    /// their parent).
+    #[arg(long, value_delimiter = ',', default_values_t = [1])]
+    pub children_shards: Vec<usize>,
+    /// Children: each child gets a key of its own (routed by it), as they
+    /// must to live on other shards; without, they take the parent's shard.
+    #[arg(long)]
+    pub keyed_children: bool,
     /// Small sizes for a check that the benchmark runs (seconds, not
     /// minutes): overrides the sizes above.
     #[arg(long)]

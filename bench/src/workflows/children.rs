@@ -23,13 +23,27 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// How often the bench looks whether the parent succeeded.
 const POLL: Duration = Duration::from_millis(20);
 
-/// The run, on `shards` (one shard), which it empties first.
-pub async fn run(
-    shards: &BenchShards,
-    children: usize,
-    child_work: Duration,
-    gathers: usize,
-) -> Result<ChildrenRun> {
+/// What a children run does.
+#[derive(Debug, Clone, Copy)]
+pub struct Gathering {
+    /// Children per parent.
+    pub children: usize,
+    /// How long each child works before it succeeds.
+    pub child_work: Duration,
+    /// Parents, one after the other.
+    pub gathers: usize,
+    /// Each child keyed by a key of its own (spread over the shards).
+    pub keyed: bool,
+}
+
+/// The run, on `shards`, which it empties first.
+pub async fn run(shards: &BenchShards, g: Gathering) -> Result<ChildrenRun> {
+    let Gathering {
+        children,
+        child_work,
+        gathers,
+        keyed,
+    } = g;
     shards.reset().await?;
     let runs = Arc::new(AtomicU64::new(0));
     let mut handlers = HandlerRegistry::new();
@@ -44,11 +58,13 @@ pub async fn run(
         counted.fetch_add(1, Ordering::Relaxed);
         async move {
             let mut started = Vec::with_capacity(children);
-            for _ in 0..children {
-                started.push(
-                    ctx.start_child(NewJob::new(QUEUE, CHILD, json!({})))
-                        .await?,
-                );
+            for n in 0..children {
+                let child = NewJob::new(QUEUE, CHILD, json!({}));
+                let child = match keyed {
+                    true => child.ordering_key(format!("{}-{n}", ctx.id)),
+                    false => child,
+                };
+                started.push(ctx.start_child(child).await?);
             }
             for child in &started {
                 match child.result().await? {
@@ -92,6 +108,8 @@ pub async fn run(
     worker.await.context("the worker panicked")?;
     drop((client, shardq));
     Ok(ChildrenRun {
+        shards: shards.len(),
+        keyed,
         children,
         child_work_ms: child_work.as_millis() as u64,
         median_shard_ms: median(done.iter().map(|g| g.shard_ms).collect()),

@@ -43,7 +43,7 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
         postgres: String::new(),
         throughput: Vec::new(),
         messages: None,
-        children: None,
+        children: Vec::new(),
     };
     if args.only.contains(&Part::Throughput) {
         for &n in &args.shards {
@@ -66,29 +66,38 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
             }
         }
     }
-    if args.only.contains(&Part::Messages) || args.only.contains(&Part::Children) {
+    if args.only.contains(&Part::Messages) {
         let shards = BenchShards::start(1).await?;
         report.postgres = shards.version().to_string();
-        if args.only.contains(&Part::Messages) {
-            eprintln!("messages: {} at {}/s", args.messages, args.rate);
-            let what = format!("{} messages, per message", args.messages);
-            let part = messages::run(&shards, args.messages, args.rate);
-            let units = args.messages as u64;
-            report.messages = Some(profiled(&shards, args.statements, &what, units, part).await?);
-        }
-        if args.only.contains(&Part::Children) {
-            let child_work = std::time::Duration::from_millis(args.child_work_ms);
+        eprintln!("messages: {} at {}/s", args.messages, args.rate);
+        let what = format!("{} messages, per message", args.messages);
+        let part = messages::run(&shards, args.messages, args.rate);
+        let units = args.messages as u64;
+        report.messages = Some(profiled(&shards, args.statements, &what, units, part).await?);
+    }
+    if args.only.contains(&Part::Children) {
+        let gathering = children::Gathering {
+            children: args.children,
+            child_work: std::time::Duration::from_millis(args.child_work_ms),
+            gathers: args.gathers,
+            keyed: args.keyed_children || args.children_shards.iter().any(|&n| n > 1),
+        };
+        for &n in &args.children_shards {
+            let shards = BenchShards::start(n).await?;
+            report.postgres = shards.version().to_string();
             eprintln!(
-                "children: {} parents of {} children",
+                "children: {} parents of {} children on {n} shard(s)",
                 args.gathers, args.children
             );
             let what = format!(
                 "{} parents of {} children, per parent",
                 args.gathers, args.children
             );
-            let part = children::run(&shards, args.children, child_work, args.gathers);
+            let part = children::run(&shards, gathering);
             let units = args.gathers as u64;
-            report.children = Some(profiled(&shards, args.statements, &what, units, part).await?);
+            report
+                .children
+                .push(profiled(&shards, args.statements, &what, units, part).await?);
         }
     }
     report.print();

@@ -45,6 +45,10 @@ pub struct MessagesRun {
 /// A parent that starts its children and gathers their results.
 #[derive(Debug, Serialize)]
 pub struct ChildrenRun {
+    /// Shards the run had.
+    pub shards: usize,
+    /// Whether each child had a key of its own (spread over the shards).
+    pub keyed: bool,
     /// Children per parent.
     pub children: usize,
     /// How long each child's handler waited before it succeeded, ms.
@@ -112,8 +116,8 @@ pub struct Report {
     pub throughput: Vec<ThroughputRun>,
     /// The messages run, when asked.
     pub messages: Option<MessagesRun>,
-    /// The children run, when asked.
-    pub children: Option<ChildrenRun>,
+    /// The children runs, when asked.
+    pub children: Vec<ChildrenRun>,
 }
 
 impl Report {
@@ -182,12 +186,15 @@ impl Report {
                 counts(&m.per_message)
             );
         }
-        if let Some(c) = &self.children {
+        for c in &self.children {
             println!();
             println!(
-                "children: a parent starts {} children (ctx.start_child; each waits {} ms, then succeeds), \
-                 then awaits each result(); parents one after the other",
-                c.children, c.child_work_ms
+                "children on {} shard(s){}: a parent starts {} children (ctx.start_child; each waits {} ms, \
+                 then succeeds), then awaits each result(); parents one after the other",
+                c.shards,
+                if c.keyed { ", each keyed (spread over the shards)" } else { "" },
+                c.children,
+                c.child_work_ms
             );
             println!(
                 "  {:>6} {:>12} {:>10} {:>11}",

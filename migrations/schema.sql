@@ -526,8 +526,12 @@ BEGIN
         VALUES (p_shard_key, p_id, p_name || ':wait',
                 jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id))
         ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING;
+        -- Pushed out only while no wake came in this run (a wake sets
+        -- run_at to its now(), after the claim's started_at; so does a
+        -- push by an earlier call of this run, which stands): a second
+        -- result() of the run must not undo a wake already delivered.
         UPDATE workflow_status w SET run_at = now() + p_recheck_ms * interval '1 millisecond'
-            WHERE w.shard_key = p_shard_key AND w.id = p_id;
+            WHERE w.shard_key = p_shard_key AND w.id = p_id AND w.run_at <= w.started_at;
     END IF;
     RETURN QUERY SELECT true, false, recorded;
 END $function$
@@ -1758,6 +1762,16 @@ BEGIN
             (recorded->>'child_id')::bigint, NULL::int;
         RETURN;
     END IF;
+    -- A start across shards reserved this child's identity first (step
+    -- `p_step:id`, shardq_child_intent): it goes on that way, wherever the
+    -- child's key lives now, so the call site keeps its one child.
+    SELECT s.output INTO recorded FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step || ':id';
+    IF recorded IS NOT NULL THEN
+        RETURN QUERY SELECT 'other_shard'::text, (recorded->>'child_shard_key')::int,
+            NULL::bigint, NULL::int;
+        RETURN;
+    END IF;
     IF cancelled THEN
         RETURN QUERY SELECT 'cancelled'::text, NULL::int, NULL::bigint, NULL::int;
         RETURN;
@@ -1976,15 +1990,21 @@ DECLARE
     notifies bigint;
 BEGIN
     SELECT true INTO got FROM workflow_status
-        WHERE shard_key = p_shard_key AND id = p_parent_id
+        WHERE shard_key = p_shard_key AND id = p_parent_id AND status <> 'held'
         FOR NO KEY UPDATE SKIP LOCKED;
     IF got IS NULL THEN
-        -- Locked: left to a later try. Missing: gone, or on another shard
-        -- (a child started across shards, or a parent whose range moved),
-        -- where the promotion's relay wakes it (src/store/children.rs).
+        -- Locked, or held by a move of its range (it is woken after the
+        -- move, from the flag): left to a later try. Missing: gone, or on
+        -- another shard (a child started across shards, or a parent whose
+        -- range moved, or has not come here yet while its range moves),
+        -- where the relay wakes it (src/store/children_elsewhere.rs).
         RETURN NOT EXISTS (SELECT 1 FROM workflow_status
                 WHERE shard_key = p_shard_key AND id = p_parent_id)
-            AND shardq_owns_key(p_shard_key);
+            AND shardq_owns_key(p_shard_key)
+            AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v
+                WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
+                  AND v.state <> 'released'
+                  AND v.first_key <= p_shard_key AND p_shard_key < v.end_key);
     END IF;
     WITH waiting AS MATERIALIZED (
         SELECT 1 FROM workflow_steps s
@@ -1997,7 +2017,9 @@ BEGIN
                     AND d.step_name = left(s.step_name, -length(':wait')))
         LIMIT 1
     ), woken AS MATERIALIZED (
-        UPDATE workflow_status w SET run_at = now(),
+        -- The clock at the update, after the row's lock: later than the
+        -- claim of a running parent (shardq_child_wait relies on it).
+        UPDATE workflow_status w SET run_at = clock_timestamp(),
             status = CASE WHEN w.status = 'scheduled' AND (w.ordering_key IS NULL
                     OR pg_try_advisory_xact_lock(shardq_key_lock(w.queue, w.ordering_key)))
                 THEN 'queued' ELSE w.status END

@@ -37,8 +37,12 @@ BEGIN
         VALUES (p_shard_key, p_id, p_name || ':wait',
                 jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id))
         ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING;
+        -- Pushed out only while no wake came in this run (a wake sets
+        -- run_at to its now(), after the claim's started_at; so does a
+        -- push by an earlier call of this run, which stands): a second
+        -- result() of the run must not undo a wake already delivered.
         UPDATE workflow_status w SET run_at = now() + p_recheck_ms * interval '1 millisecond'
-            WHERE w.shard_key = p_shard_key AND w.id = p_id;
+            WHERE w.shard_key = p_shard_key AND w.id = p_id AND w.run_at <= w.started_at;
     END IF;
     RETURN QUERY SELECT true, false, recorded;
 END $$;

@@ -57,6 +57,16 @@ BEGIN
             (recorded->>'child_id')::bigint, NULL::int;
         RETURN;
     END IF;
+    -- A start across shards reserved this child's identity first (step
+    -- `p_step:id`, shardq_child_intent): it goes on that way, wherever the
+    -- child's key lives now, so the call site keeps its one child.
+    SELECT s.output INTO recorded FROM workflow_steps s
+        WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step || ':id';
+    IF recorded IS NOT NULL THEN
+        RETURN QUERY SELECT 'other_shard'::text, (recorded->>'child_shard_key')::int,
+            NULL::bigint, NULL::int;
+        RETURN;
+    END IF;
     IF cancelled THEN
         RETURN QUERY SELECT 'cancelled'::text, NULL::int, NULL::bigint, NULL::int;
         RETURN;

@@ -39,15 +39,21 @@ DECLARE
     notifies bigint;
 BEGIN
     SELECT true INTO got FROM workflow_status
-        WHERE shard_key = p_shard_key AND id = p_parent_id
+        WHERE shard_key = p_shard_key AND id = p_parent_id AND status <> 'held'
         FOR NO KEY UPDATE SKIP LOCKED;
     IF got IS NULL THEN
-        -- Locked: left to a later try. Missing: gone, or on another shard
-        -- (a child started across shards, or a parent whose range moved),
-        -- where the promotion's relay wakes it (src/store/children.rs).
+        -- Locked, or held by a move of its range (it is woken after the
+        -- move, from the flag): left to a later try. Missing: gone, or on
+        -- another shard (a child started across shards, or a parent whose
+        -- range moved, or has not come here yet while its range moves),
+        -- where the relay wakes it (src/store/children_elsewhere.rs).
         RETURN NOT EXISTS (SELECT 1 FROM workflow_status
                 WHERE shard_key = p_shard_key AND id = p_parent_id)
-            AND shardq_owns_key(p_shard_key);
+            AND shardq_owns_key(p_shard_key)
+            AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v
+                WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e)
+                  AND v.state <> 'released'
+                  AND v.first_key <= p_shard_key AND p_shard_key < v.end_key);
     END IF;
     WITH waiting AS MATERIALIZED (
         SELECT 1 FROM workflow_steps s
@@ -60,7 +66,9 @@ BEGIN
                     AND d.step_name = left(s.step_name, -length(':wait')))
         LIMIT 1
     ), woken AS MATERIALIZED (
-        UPDATE workflow_status w SET run_at = now(),
+        -- The clock at the update, after the row's lock: later than the
+        -- claim of a running parent (shardq_child_wait relies on it).
+        UPDATE workflow_status w SET run_at = clock_timestamp(),
             status = CASE WHEN w.status = 'scheduled' AND (w.ordering_key IS NULL
                     OR pg_try_advisory_xact_lock(shardq_key_lock(w.queue, w.ordering_key)))
                 THEN 'queued' ELSE w.status END

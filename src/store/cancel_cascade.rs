@@ -3,7 +3,7 @@
 
 use super::{children, children_elsewhere};
 use crate::job::JobId;
-use crate::shards::{ShardError, ShardSet};
+use crate::shards::{Shard, ShardError, ShardSet};
 
 /// Cancels the unfinished descendants of `parents` (on shard `index`),
 /// level by level, on their shard and on the shards where they started
@@ -17,8 +17,9 @@ use crate::shards::{ShardError, ShardSet};
 ///
 /// # Errors
 ///
-/// [`ShardError`] when a shard fails: the children cancelled so far stay
-/// cancelled; calling again goes on with the rest.
+/// [`ShardError`], the first one, when a shard fails: the others' children
+/// are cancelled all the same, and those cancelled so far stay cancelled;
+/// calling again goes on with the rest.
 ///
 /// # Cancel safety
 ///
@@ -30,6 +31,8 @@ pub async fn cancel_descendants(
     parents: &[JobId],
 ) -> Result<u64, ShardError> {
     let mut changed = 0;
+    // One shard failing does not keep the others' children running.
+    let mut failed = None;
     // Parents, by the shard to read their children on.
     let mut levels = vec![(index, parents.to_vec())];
     while let Some((on, level)) = levels.pop() {
@@ -37,17 +40,43 @@ pub async fn cancel_descendants(
             continue;
         }
         let mut asked = vec![on];
-        asked.extend(children_elsewhere::shards_of_children(shards, on, &level).await?);
+        match children_elsewhere::shards_of_children(shards, on, &level).await {
+            Ok(elsewhere) => asked.extend(elsewhere),
+            Err(err) => {
+                failed.get_or_insert(err);
+            }
+        }
         for at in asked {
-            let shard = shards.get(at);
-            let next = children::unfinished(shard, &level).await?;
-            for child in &next {
-                if super::jobs::cancel(shard, *child).await?.is_some() {
-                    changed += 1;
+            match cancel_children_on(shards.get(at), &level).await {
+                Ok((cancelled, next)) => {
+                    changed += cancelled;
+                    levels.push((at, next));
+                }
+                Err(err) => {
+                    failed.get_or_insert(err);
                 }
             }
-            levels.push((at, next));
         }
     }
-    Ok(changed)
+    match failed {
+        Some(err) => Err(err),
+        None => Ok(changed),
+    }
+}
+
+/// Cancels the unfinished children of `parents` on `shard` (but abandoned
+/// ones): how many it changed, and the children, whose own children are
+/// next.
+async fn cancel_children_on(
+    shard: &Shard,
+    parents: &[JobId],
+) -> Result<(u64, Vec<JobId>), ShardError> {
+    let next = children::unfinished(shard, parents).await?;
+    let mut changed = 0;
+    for child in &next {
+        if super::jobs::cancel(shard, *child).await?.is_some() {
+            changed += 1;
+        }
+    }
+    Ok((changed, next))
 }

@@ -246,7 +246,8 @@ const RELAY_BATCH: i64 = 1_000;
 pub type OwedWake = (JobId, JobId);
 
 /// The wakes that children on shard `index` owe parents on other shards
-/// ([`sql::CHILD_WAKES_ELSEWHERE`]), by the index of the parent's shard.
+/// ([`sql::CHILD_WAKES_ELSEWHERE`]), by the index of the parents' shard (by
+/// shard `index`'s map), but those owed to the shards `skip`.
 ///
 /// # Errors
 ///
@@ -258,11 +259,13 @@ pub type OwedWake = (JobId, JobId);
 pub async fn wakes_owed(
     shards: &ShardSet,
     index: usize,
+    skip: &[usize],
 ) -> Result<std::collections::BTreeMap<usize, Vec<OwedWake>>, ShardError> {
+    let skip: Vec<i32> = skip.iter().map(|&s| s as i32).collect();
     let rows = exec::query(
         shards.get(index),
         sql::CHILD_WAKES_ELSEWHERE,
-        &[(&RELAY_BATCH, Type::INT8)],
+        &[(&RELAY_BATCH, Type::INT8), (&skip, Type::INT4_ARRAY)],
     )
     .await?;
     let mut by_shard: std::collections::BTreeMap<usize, Vec<OwedWake>> = Default::default();
@@ -275,8 +278,10 @@ pub async fn wakes_owed(
             shard_key: r.get("shard_key"),
             id: r.get("id"),
         };
-        let to = shards.for_key(parent.shard_key).index;
-        if to != index {
+        // A shard this process's list does not have (a newer list): left
+        // to the processes that have it.
+        let to = r.get::<_, i32>("to_index") as usize;
+        if to != index && to < shards.len() {
             by_shard.entry(to).or_default().push((parent, child));
         }
     }

@@ -118,8 +118,14 @@ async fn end_past_deadlines(shards: &ShardSet, index: usize) {
             }
         };
         ended = pass.ended.len();
-        if let Err(err) = cancel_cascade::cancel_descendants(shards, index, &pass.ended).await {
-            super::maintenance::failed(shard, "cancelling children of ended workflows", &err);
-        }
+        // In a task of its own: a child on a shard that hangs must not hold
+        // back this shard's promotions.
+        let (shards, parents) = (shards.clone(), pass.ended);
+        tokio::spawn(async move {
+            if let Err(err) = cancel_cascade::cancel_descendants(&shards, index, &parents).await {
+                let duty = "cancelling children of ended workflows";
+                super::maintenance::failed(shards.get(index), duty, &err);
+            }
+        });
     }
 }

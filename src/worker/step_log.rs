@@ -6,9 +6,13 @@
 //!
 //! A step found in the log is final (a recorded output never changes). A
 //! step missing from it is known to be unrecorded only while this claim's
-//! lease runs: no other claim can take the workflow, nor record its steps,
-//! before the lease ends, so until then (as the shard's clock counted it
-//! at the read, started from before the read was sent) a miss is answered
+//! lease runs, and while the worker cannot have been judged silent: no
+//! other claim can take the workflow, nor record its steps, before the
+//! lease ends, unless the worker's heartbeats stop for
+//! [`HEARTBEAT_TTL`] (a paused process: its jobs are handed back without
+//! waiting for their leases). So until the earlier of the lease's end (as
+//! the shard's clock counted it at the read, started from before the read
+//! was sent) and [`TRUSTED_AT_MOST`] after the read, a miss is answered
 //! from memory. Past that, a miss reads the log again (the leaser extends
 //! the lease meanwhile): so a run that lost its lease finds the steps the
 //! new owner recorded, as it did when every step was read first, or is
@@ -16,13 +20,20 @@
 //! step. A step this run records is added, so a second call of the same
 //! name returns the first call's output, as the shard would.
 
+use crate::heartbeat::{HEARTBEAT_INTERVAL, HEARTBEAT_TTL};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
 use crate::store::steps;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 use tokio::time::Instant;
+
+/// How long after a read (or a first claim) a miss is trusted at most: a
+/// heartbeat was sent at most [`HEARTBEAT_INTERVAL`] before, so no silent
+/// worker's release can have taken the workflow within this.
+pub(crate) const TRUSTED_AT_MOST: Duration = HEARTBEAT_TTL.saturating_sub(HEARTBEAT_INTERVAL);
 
 /// What the log says of one step.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,10 +78,11 @@ impl StepLog {
     /// alone; any later claim reads it at its first step.
     pub(crate) fn for_claim(fence: i64, attempt: i32, held_until: Instant) -> StepLog {
         let first = fence == 1 && attempt == 1;
+        let trusted_until = held_until.min(Instant::now() + TRUSTED_AT_MOST);
         StepLog {
             read: Mutex::new(Read {
                 steps: HashMap::new(),
-                trusted_until: first.then_some(held_until),
+                trusted_until: first.then_some(trusted_until),
                 held: first,
             }),
         }
@@ -87,7 +99,7 @@ impl StepLog {
         let mut read = self.read.lock().expect("step log");
         read.steps.extend(log.steps);
         read.held = log.held;
-        read.trusted_until = Some(sent + log.lease_left);
+        read.trusted_until = Some(sent + log.lease_left.min(TRUSTED_AT_MOST));
         Ok(match read.steps.get(name) {
             Some(output) => Logged::Recorded(output.clone()),
             None if read.held => Logged::NotRecorded,

@@ -35,7 +35,8 @@ async fn relay_loop(shards: ShardSet, index: usize, every: Duration, shutdown: C
     let mut out: HashMap<usize, JoinHandle<()>> = HashMap::new();
     loop {
         out.retain(|_, task| !task.is_finished());
-        match children_elsewhere::wakes_owed(&shards, index).await {
+        let busy: Vec<usize> = out.keys().copied().collect();
+        match children_elsewhere::wakes_owed(&shards, index, &busy).await {
             Ok(owed) => {
                 for (to, wakes) in owed {
                     if out.contains_key(&to) {

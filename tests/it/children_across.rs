@@ -460,7 +460,9 @@ async fn the_exporter_shows_the_wakes_owed_across_shards_until_they_are_delivere
     let age = gauge(&text, "shardq_cross_shard_wake_oldest_seconds", labels).unwrap();
     assert!((4.0..60.0).contains(&age), "{age}");
 
-    let owed = elsewhere::wakes_owed(shardq.shards(), 0).await.unwrap();
+    let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
+        .await
+        .unwrap();
     assert_eq!(owed.get(&1), Some(&vec![(parent, child)]));
     let delivered = elsewhere::deliver(shardq.shards(), 0, 1, &owed[&1])
         .await

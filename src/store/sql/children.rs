@@ -138,10 +138,19 @@ pub const CHILD_READ: &str = "SELECT status, output, error FROM workflow_status 
 
 /// Up to $1 children on this shard whose final status is to wake a parent
 /// on another shard (`parent_wake` set, the parent's key not this
-/// shard's): the promotion's relay takes them to the parent's shard.
-pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT shard_key, id, parent_shard_key, parent_id \
-    FROM workflow_status WHERE parent_wake AND NOT shardq_owns_key(parent_shard_key) \
-    ORDER BY shard_key, id LIMIT $1";
+/// shard's), with the index of that shard by this shard's map
+/// (`to_index`), but those owed to the shards $2 (whose delivery is still
+/// out: filtered before the limit, so wakes piling up for a shard that
+/// does not answer never hide the others'). The relay takes them to the
+/// parents' shards.
+pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT w.shard_key, w.id, w.parent_shard_key, \
+        w.parent_id, r.shard_index AS to_index \
+    FROM workflow_status w \
+    JOIN shardq_map_ranges r ON r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+        AND r.first_key <= w.parent_shard_key AND w.parent_shard_key < r.end_key \
+    WHERE w.parent_wake AND NOT shardq_owns_key(w.parent_shard_key) \
+        AND r.shard_index <> ALL($2::int[]) \
+    ORDER BY w.shard_key, w.id LIMIT $1";
 
 /// On a parent's shard: the relayed wakes of children ($1 parents' shard
 /// keys, $2 parents' ids, $3 children's shard keys, $4 children's ids),
@@ -159,13 +168,14 @@ pub const CHILD_WAKES_RELAYED: &str = "UPDATE workflow_status w SET parent_wake 
     WHERE w.shard_key = c.shard_key AND w.id = c.id AND w.parent_wake";
 
 /// The shard keys of the children the workflows ($1 shard keys, $2 ids)
-/// started on other shards (their `shardq:child:N:id` steps), for the
+/// started (their `shardq:child:N` starts and `shardq:child:N:id`
+/// identities: a child started here may have moved away since), for the
 /// cancel cascade: which shards to ask for unfinished children.
 pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT (s.output->>'child_shard_key')::int \
         AS child_shard_key \
     FROM unnest($1::int[], $2::bigint[]) AS p(shard_key, id) \
     JOIN workflow_steps s ON s.shard_key = p.shard_key AND s.workflow_id = p.id \
-    WHERE s.step_name LIKE 'shardq:child:%:id'";
+    WHERE s.step_name ~ '^shardq:child:[0-9]+(:id)?$'";
 
 /// The wakes children on this shard owe parents on other shards, by the
 /// parents' shard key: how many, and how long the oldest has waited since

@@ -6,6 +6,7 @@
 use super::context::{HandlerError, JobContext, StepError};
 use super::step_log::{Claim, Logged};
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
+use crate::shards::ShardError;
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
 use crate::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep, Wait};
 use crate::store::steps::{self, RecordStep};
@@ -198,6 +199,19 @@ impl ChildHandle {
 }
 
 impl JobContext {
+    /// `err`, after reloading the shard map when it says the shard this
+    /// process routed to does not hold the key (SQ001) or the map is old
+    /// (SQ004): the attempt fails, and the next one routes by the new map.
+    async fn stale_map_reloaded(&self, err: ShardError) -> ShardError {
+        let code = err.sqlstate().map(|c| c.code().to_string());
+        if matches!(code.as_deref(), Some("SQ001" | "SQ004")) {
+            if let Err(reload) = self.shards.load_map().await {
+                tracing::warn!(error = %reload, "cannot reload the shard map after a refused route");
+            }
+        }
+        err
+    }
+
     /// Starts `job` as a child workflow of this one, exactly once per call
     /// site: the start is a step named `shardq:child:N` (N counting this
     /// run's `start_child` calls from 1, so the code must reach them in
@@ -317,12 +331,13 @@ impl JobContext {
                 return Err(StepError::Cancelled(self.id, name))
             }
             Logged::NotHeld => return Err(StepError::Fenced(self.id, name)),
-            Logged::Recorded(None) | Logged::NotRecorded => JobId {
-                shard_key,
-                id: elsewhere::reserve_id(self.shards.for_key(shard_key), shard_key)
-                    .await
-                    .map_err(db)?,
-            },
+            Logged::Recorded(None) | Logged::NotRecorded => {
+                let there = self.shards.for_key(shard_key);
+                match elsewhere::reserve_id(there, shard_key).await {
+                    Ok(id) => JobId { shard_key, id },
+                    Err(e) => return Err(db(self.stale_map_reloaded(e).await)),
+                }
+            }
         };
         let parent = ParentStep {
             parent: self.id,
@@ -346,7 +361,9 @@ impl JobContext {
             job: start,
         };
         let there = self.shards.for_key(child.shard_key);
-        elsewhere::insert(there, row).await.map_err(db)?;
+        if let Err(e) = elsewhere::insert(there, row).await {
+            return Err(db(self.stale_map_reloaded(e).await));
+        }
         let started =
             serde_json::json!({ "child_shard_key": child.shard_key, "child_id": child.id });
         let record = RecordStep {

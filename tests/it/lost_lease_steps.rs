@@ -82,8 +82,37 @@ async fn a_run_that_lost_its_lease_returns_the_new_owners_step_without_running_i
     if child_test::is_child() {
         return;
     }
+    stalled_run_returns_the_new_owners_step(WORKER_TOML).await;
+}
+
+/// Leases of a minute: the stalled worker's job goes to the survivor
+/// because its heartbeats stopped (`HEARTBEAT_TTL`, 15 s), well before its
+/// lease ends. A first claim's empty log, and any miss, is trusted 10 s at
+/// most, so the stalled run reads the log again all the same.
+const LONG_LEASE_TOML: &str = "
+[dequeue]
+empty_backoff_min_ms = 5
+empty_backoff_max_ms = 20
+[worker]
+queues = [\"wf\"]
+lease_ms = 60000
+maintenance_interval_ms = 200
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_worker_was_judged_silent_returns_the_new_owners_step_without_running_it() {
+    if child_test::is_child() {
+        return;
+    }
+    stalled_run_returns_the_new_owners_step(LONG_LEASE_TOML).await;
+}
+
+/// The worker of a first claim stops between its two steps (SIGSTOP); a
+/// survivor takes the workflow over and runs it to the end; then the
+/// stalled run goes on, and must return the survivor's step two.
+async fn stalled_run_returns_the_new_owners_step(worker_toml: &str) {
     let shards = TestShards::databases(1).await;
-    let toml = shards.toml(WORKER_TOML);
+    let toml = shards.toml(worker_toml);
     let config = Config::from_toml(&toml).unwrap();
     let set = shards.migrated(&config).await;
     let shard = set.get(0).clone();
@@ -122,8 +151,9 @@ async fn a_run_that_lost_its_lease_returns_the_new_owners_step_without_running_i
     .await;
     kill(pid, Signal::SIGSTOP).unwrap();
 
-    // Its lease runs out unrenewed; this worker recovers the workflow and
-    // runs it to the end: step one from the log, step two run again.
+    // Its lease runs out unrenewed, or its heartbeats stop; this worker
+    // takes the workflow over and runs it to the end: step one from the
+    // log, step two run again.
     let survivor = Worker::new(
         config.clone(),
         ShardSet::connect(&config).unwrap(),

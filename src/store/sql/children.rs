@@ -40,6 +40,8 @@ pub const CHILD_OWN_DEADLINE: &str = "UPDATE workflow_status w \
 /// the writers it excludes). The wake of a finished child
 /// (`shardq_wake_parent`) tries the same lock: it cannot run between this
 /// statement and [`CHILD_RESULT_DECIDE`].
+// The halves of one call, driven apart by the race tests.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub const CHILD_RESULT_LOCK: &str = super::messages::MESSAGE_RECV_LOCK;
 
 /// A result step's second statement (`shardq_child_result_decide`, in
@@ -51,6 +53,8 @@ pub const CHILD_RESULT_LOCK: &str = super::messages::MESSAGE_RECV_LOCK;
 /// `run_at` set $6 ms ahead. Returns the step's `output` (NULL while it
 /// waits), whether the child exists (`found`), and the re-check time
 /// (`until`).
+// The halves of one call, driven apart by the race tests.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub const CHILD_RESULT_DECIDE: &str = "SELECT * FROM shardq_child_result_decide($1::int, \
     $2::bigint, $3::text, $4::int, $5::bigint, $6::bigint)";
 

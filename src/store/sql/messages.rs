@@ -33,6 +33,8 @@ pub const MESSAGE_SEND: &str =
 /// [`MESSAGE_RECV_TAKE`], no writer changes what that decides: a send, a
 /// step record, a recovery, a cancellation and the job's deletion all need
 /// a lock that conflicts with this one.
+// The halves of one call, driven apart by the race tests.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub const MESSAGE_RECV_LOCK: &str =
     "SELECT * FROM shardq_hold_workflow($1::int, $2::bigint, $3::text, $4::bigint)";
 
@@ -43,6 +45,8 @@ pub const MESSAGE_RECV_LOCK: &str =
 /// (the function's comment says how). Returns the step's `output`, or the
 /// wait's while it waits (deadline: the shard's clock plus $5 µs, written
 /// by the first call), `wait_recorded` and `parked` (the `run_at` set).
+// The halves of one call, driven apart by the race tests.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub const MESSAGE_RECV_TAKE: &str =
     "SELECT * FROM shardq_recv_take($1::int, $2::bigint, $3::text, $4::text, $5::bigint)";
 

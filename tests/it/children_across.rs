@@ -34,12 +34,12 @@ async fn shardq() -> (TestShards, Shardq) {
 }
 
 /// An ordering key that lives on shard `index`.
-fn key_on(shardq: &Shardq, index: usize) -> String {
+pub(crate) fn key_on(shardq: &Shardq, index: usize) -> String {
     nth_key_on(shardq, index, 0)
 }
 
 /// The `n`th ordering key (from 0) that lives on shard `index`.
-fn nth_key_on(shardq: &Shardq, index: usize, n: usize) -> String {
+pub(crate) fn nth_key_on(shardq: &Shardq, index: usize, n: usize) -> String {
     let routed = |k: &String| {
         shardq
             .shards()
@@ -54,7 +54,11 @@ fn nth_key_on(shardq: &Shardq, index: usize, n: usize) -> String {
 }
 
 /// The rows on shard `index` whose parent is `parent`: (id, status).
-async fn children_on(shardq: &Shardq, index: usize, parent: JobId) -> Vec<(JobId, String)> {
+pub(crate) async fn children_on(
+    shardq: &Shardq,
+    index: usize,
+    parent: JobId,
+) -> Vec<(JobId, String)> {
     shardq
         .shards()
         .get(index)
@@ -147,8 +151,33 @@ async fn a_child_on_another_shard_runs_once_and_wakes_its_parked_parent() {
     );
 }
 
+/// Child step 1 of `parent` (claimed by hand), on the idle queue, keyed
+/// by `key`.
+pub(crate) fn first_child_of<'a>(
+    parent: JobId,
+    key: &'a str,
+    payload: &'a Value,
+) -> StartChild<'a> {
+    StartChild {
+        parent,
+        name: "shardq:child:1",
+        owner: "racer",
+        fence: 7,
+        queue: IDLE,
+        handler: "child",
+        payload,
+        ordering_key: Some(key),
+        group: None,
+        priority: 0,
+        delay: Duration::ZERO,
+        max_attempts: 3,
+        abandon_on_parent_cancel: false,
+        timeout_ms: None,
+    }
+}
+
 /// A parent claimed by hand (owner `racer`, fence 7) on shard 0.
-async fn running_parent(shardq: &Shardq) -> JobId {
+pub(crate) async fn running_parent(shardq: &Shardq) -> JobId {
     let home = key_on(shardq, 0);
     let id = shardq
         .client()
@@ -186,22 +215,7 @@ async fn a_crash_between_the_childs_insert_and_its_start_leaves_one_child() {
     let away = shardq::router::shard_key_for(&away_key);
     let (home, there) = (shardq.shards().get(0), shardq.shards().get(1));
     let payload = json!({});
-    let start = StartChild {
-        parent,
-        name: "shardq:child:1",
-        owner: "racer",
-        fence: 7,
-        queue: IDLE,
-        handler: "child",
-        payload: &payload,
-        ordering_key: Some(&away_key),
-        group: None,
-        priority: 0,
-        delay: Duration::ZERO,
-        max_attempts: 3,
-        abandon_on_parent_cancel: false,
-        timeout_ms: None,
-    };
+    let start = first_child_of(parent, &away_key, &payload);
     let step = ParentStep {
         parent,
         name: "shardq:child:1",

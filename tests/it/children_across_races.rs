@@ -7,9 +7,10 @@
 
 use crate::common;
 
+use super::children_across::{children_on, first_child_of, nth_key_on, running_parent};
 use common::TestShards;
 use serde_json::json;
-use shardq::store::children::{self, StartChild, Started};
+use shardq::store::children::{self, Started};
 use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep};
 use shardq::{JobId, NewJob, Shardq};
 use std::time::Duration;
@@ -22,20 +23,6 @@ async fn shardq(n: usize) -> (TestShards, Shardq) {
     let shardq = Shardq::connect(config).unwrap();
     shardq.migrate().await.unwrap();
     (shards, shardq)
-}
-
-fn nth_key_on(shardq: &Shardq, index: usize, n: usize) -> String {
-    let routed = |k: &String| {
-        shardq
-            .shards()
-            .for_key(shardq::router::shard_key_for(k))
-            .index
-    };
-    (0..10_000)
-        .map(|n| format!("key-{n}"))
-        .filter(|k| routed(k) == index)
-        .nth(n)
-        .expect("a key on the shard")
 }
 
 fn sk(key: &str) -> i32 {
@@ -207,43 +194,12 @@ async fn a_wake_owed_to_a_parent_held_by_a_move_waits_for_the_move() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_identity_keeps_its_child_when_the_key_comes_to_the_parents_shard() {
     let (_s, shardq) = shardq(2).await;
-    let home_key = nth_key_on(&shardq, 0, 0);
-    let parent = shardq
-        .client()
-        .enqueue(NewJob::new(IDLE, "never_runs", json!({})).ordering_key(home_key))
-        .await
-        .unwrap();
+    let parent = running_parent(&shardq).await;
     let home = shardq.shards().get(0);
-    home.client()
-        .await
-        .unwrap()
-        .execute(
-            "UPDATE workflow_status SET status = 'running', owner = 'racer', fence = 7, \
-                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
-             WHERE shard_key = $1 AND id = $2",
-            &[&parent.shard_key, &parent.id],
-        )
-        .await
-        .unwrap();
     // The child's key: on shard 0 now (where run 1's child row moved to).
     let child_key = nth_key_on(&shardq, 0, 1);
     let payload = json!({});
-    let start = StartChild {
-        parent,
-        name: "shardq:child:1",
-        owner: "racer",
-        fence: 7,
-        queue: IDLE,
-        handler: "child",
-        payload: &payload,
-        ordering_key: Some(&child_key),
-        group: None,
-        priority: 0,
-        delay: Duration::ZERO,
-        max_attempts: 3,
-        abandon_on_parent_cancel: false,
-        timeout_ms: None,
-    };
+    let start = first_child_of(parent, &child_key, &payload);
     let step = ParentStep {
         parent,
         name: "shardq:child:1",
@@ -271,17 +227,7 @@ async fn a_recorded_identity_keeps_its_child_when_the_key_comes_to_the_parents_s
     .unwrap();
     // Run 2 (same fence for brevity): the key routes here, the local path.
     let again = children::start(home, start).await.unwrap();
-    let n: i64 = home
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT count(*) FROM workflow_status WHERE parent_shard_key = $1 AND parent_id = $2",
-            &[&parent.shard_key, &parent.id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let n = children_on(&shardq, 0, parent).await.len();
     assert_eq!(
         again,
         Started::OtherShard(first.shard_key, None),
@@ -304,17 +250,7 @@ async fn a_recorded_identity_keeps_its_child_when_the_key_comes_to_the_parents_s
     )
     .await
     .unwrap();
-    let n: i64 = home
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT count(*) FROM workflow_status WHERE parent_shard_key = $1 AND parent_id = $2",
-            &[&parent.shard_key, &parent.id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let n = children_on(&shardq, 0, parent).await.len();
     assert_eq!(n, 1, "its insert found the row");
 }
 
@@ -327,23 +263,8 @@ async fn a_recorded_identity_keeps_its_child_when_the_key_comes_to_the_parents_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_result_in_a_run_keeps_a_wake_already_delivered() {
     let (_s, shardq) = shardq(2).await;
-    let parent = shardq
-        .client()
-        .enqueue(NewJob::new(IDLE, "never_runs", json!({})).ordering_key(nth_key_on(&shardq, 0, 0)))
-        .await
-        .unwrap();
+    let parent = running_parent(&shardq).await;
     let home = shardq.shards().get(0);
-    home.client()
-        .await
-        .unwrap()
-        .execute(
-            "UPDATE workflow_status SET status = 'running', owner = 'racer', fence = 7, \
-                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
-             WHERE shard_key = $1 AND id = $2",
-            &[&parent.shard_key, &parent.id],
-        )
-        .await
-        .unwrap();
     let there = shardq.shards().get(1);
     let mut kids = Vec::new();
     for n in 0..2 {

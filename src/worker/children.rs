@@ -105,21 +105,75 @@ impl ChildHandle {
     pub async fn result(&self) -> Result<ChildResult, StepError> {
         let ctx = &self.ctx;
         let name = format!("{}:result", self.step);
-        if ctx.shards.for_key(self.child.shard_key).index != ctx.shard.index {
-            return self.result_elsewhere(name).await;
+        let routed = ctx.shards.for_key(self.child.shard_key).index;
+        if routed != ctx.shard.index {
+            if let Some(result) = self.result_elsewhere(&name, routed).await? {
+                return Ok(result);
+            }
         }
-        self.result_here(name).await
+        if let Some(result) = self.result_here(&name).await? {
+            return Ok(result);
+        }
+        // Neither where the map routes it nor on the parent's shard: this
+        // process's map may be older than a move, or the child finished
+        // before its range moved (a move leaves finished rows behind).
+        match self.locate(&name, &[routed, ctx.shard.index]).await? {
+            Some(found) => match self.result_elsewhere(&name, found).await? {
+                Some(result) => Ok(result),
+                None => Err(self.missing(name)),
+            },
+            None => Err(self.missing(name)),
+        }
+    }
+
+    fn missing(&self, step: String) -> StepError {
+        StepError::Failed {
+            step,
+            source: Box::new(ChildError::Missing(self.child)),
+        }
+    }
+
+    /// The shard (not one of `tried`) that holds the child, asked of every
+    /// other shard at once. An error when a shard that could hold it did
+    /// not answer: the child is not known to be missing then.
+    async fn locate(&self, name: &str, tried: &[usize]) -> Result<Option<usize>, StepError> {
+        let ctx = &self.ctx;
+        let asked = ctx
+            .shards
+            .all()
+            .iter()
+            .filter(|s| !tried.contains(&s.index));
+        let answers = futures_util::future::join_all(asked.map(|shard| async move {
+            (shard.index, elsewhere::read_child(shard, self.child).await)
+        }))
+        .await;
+        let mut failed = None;
+        for (index, answer) in answers {
+            match answer {
+                Ok(Some(_)) => return Ok(Some(index)),
+                Ok(None) => {}
+                Err(source) => failed = failed.or(Some(source)),
+            }
+        }
+        match failed {
+            Some(source) => Err(StepError::Database {
+                step: name.to_string(),
+                source,
+            }),
+            None => Ok(None),
+        }
     }
 
     /// [`ChildHandle::result`] of a child on the parent's shard: one
-    /// round trip ([`children::result`]).
-    async fn result_here(&self, name: String) -> Result<ChildResult, StepError> {
+    /// round trip ([`children::result`]). `None` when the child is not
+    /// there.
+    async fn result_here(&self, name: &str) -> Result<Option<ChildResult>, StepError> {
         let ctx = &self.ctx;
         let awaited = children::result(
             &ctx.shard,
             AwaitChild {
                 parent: ctx.id,
-                name: &name,
+                name,
                 child: self.child,
                 owner: &ctx.owner,
                 fence: ctx.fence,
@@ -128,36 +182,38 @@ impl ChildHandle {
         )
         .await
         .map_err(|source| StepError::Database {
-            step: name.clone(),
+            step: name.to_string(),
             source,
         })?;
         match awaited {
-            Awaited::Finished(recorded) => Ok(ChildResult::from_recorded(&recorded)),
+            Awaited::Finished(recorded) => Ok(Some(ChildResult::from_recorded(&recorded))),
             Awaited::Waiting(_) => {
                 ctx.parked.store(true, Ordering::SeqCst);
                 Err(StepError::WaitingForChild(ctx.id, self.child))
             }
-            Awaited::Missing => Err(StepError::Failed {
-                step: name,
-                source: Box::new(ChildError::Missing(self.child)),
-            }),
-            Awaited::Cancelled => Err(StepError::Cancelled(ctx.id, name)),
-            Awaited::NotHeld => Err(StepError::Fenced(ctx.id, name)),
+            Awaited::Missing => Ok(None),
+            Awaited::Cancelled => Err(StepError::Cancelled(ctx.id, name.to_string())),
+            Awaited::NotHeld => Err(StepError::Fenced(ctx.id, name.to_string())),
         }
     }
 
-    /// [`ChildHandle::result`] of a child on another shard: the wait
-    /// recorded on the parent's shard first, then the child read on its
-    /// own, then its outcome recorded when it has finished.
-    async fn result_elsewhere(&self, name: String) -> Result<ChildResult, StepError> {
+    /// [`ChildHandle::result`] of a child on shard `there`, another than
+    /// the parent's: the wait recorded on the parent's shard first, then
+    /// the child read there, then its outcome recorded when it has
+    /// finished. `None` when the child is not there.
+    async fn result_elsewhere(
+        &self,
+        name: &str,
+        there: usize,
+    ) -> Result<Option<ChildResult>, StepError> {
         let ctx = &self.ctx;
         let db = |source| StepError::Database {
-            step: name.clone(),
+            step: name.to_string(),
             source,
         };
         let parent = ParentStep {
             parent: ctx.id,
-            name: &name,
+            name,
             owner: &ctx.owner,
             fence: ctx.fence,
         };
@@ -165,16 +221,14 @@ impl ChildHandle {
             .await
             .map_err(db)?
         {
-            Wait::Decided(recorded) => return Ok(ChildResult::from_recorded(&recorded)),
-            Wait::Cancelled => return Err(StepError::Cancelled(ctx.id, name)),
-            Wait::NotHeld => return Err(StepError::Fenced(ctx.id, name)),
+            Wait::Decided(recorded) => return Ok(Some(ChildResult::from_recorded(&recorded))),
+            Wait::Cancelled => return Err(StepError::Cancelled(ctx.id, name.to_string())),
+            Wait::NotHeld => return Err(StepError::Fenced(ctx.id, name.to_string())),
             Wait::Recorded => {}
         }
-        let there = ctx.shards.for_key(self.child.shard_key);
-        let outcome = match elsewhere::read_child(there, self.child).await.map_err(db)? {
-            // Not there: this process's map may be older than a move that
-            // took the child's range to the parent's shard.
-            None => return self.result_here(name).await,
+        let shard = ctx.shards.get(there);
+        let outcome = match elsewhere::read_child(shard, self.child).await.map_err(db)? {
+            None => return Ok(None),
             Some(None) => {
                 ctx.parked.store(true, Ordering::SeqCst);
                 return Err(StepError::WaitingForChild(ctx.id, self.child));
@@ -183,17 +237,17 @@ impl ChildHandle {
         };
         let record = RecordStep {
             id: ctx.id,
-            name: &name,
+            name,
             output: &outcome,
             owner: &ctx.owner,
             fence: ctx.fence,
         };
         match steps::record(&ctx.shard, record).await.map_err(db)? {
-            true => Ok(ChildResult::from_recorded(&outcome)),
+            true => Ok(Some(ChildResult::from_recorded(&outcome))),
             false if ctx.is_cancelled() || ctx.cancel_asked().await => {
-                Err(StepError::Cancelled(ctx.id, name))
+                Err(StepError::Cancelled(ctx.id, name.to_string()))
             }
-            false => Err(StepError::Fenced(ctx.id, name)),
+            false => Err(StepError::Fenced(ctx.id, name.to_string())),
         }
     }
 }

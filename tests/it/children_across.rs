@@ -492,3 +492,86 @@ async fn the_exporter_shows_the_wakes_owed_across_shards_until_they_are_delivere
         "{text}"
     );
 }
+
+/// A child whose row is not where the map routes it (a move leaves a
+/// finished child on its old shard; a process's map can be older than a
+/// move): its parent's result() asks every shard before it calls the child
+/// missing, finds it, and records its outcome. Three shards: the child is
+/// started on shard 1, finishes, and its row is moved to shard 2 by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_finds_a_child_that_is_not_where_the_map_routes_it() {
+    let shards = TestShards::databases(3).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\nmaintenance_interval_ms = 50\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    let moved = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let away = key_on(&shardq, 1);
+    let mut handlers = HandlerRegistry::new();
+    let (moved_here, started_here) = (moved.clone(), started.clone());
+    handlers.register("parent", move |ctx| {
+        let (moved, started, away) = (moved_here.clone(), started_here.clone(), away.clone());
+        async move {
+            let job = NewJob::new(IDLE, "never_runs", json!({})).ordering_key(away);
+            let child = ctx.start_child(job).await?;
+            started.notify_one();
+            moved.notified().await;
+            match child.result().await? {
+                ChildResult::Succeeded(out) => Ok(out),
+                other => Err(format!("child ended {other:?}").into()),
+            }
+        }
+    });
+    let parent = shardq
+        .client()
+        .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(key_on(&shardq, 0)))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    tokio::time::timeout(Duration::from_secs(30), started.notified())
+        .await
+        .expect("the parent starts its child");
+    let children = children_on(&shardq, 1, parent).await;
+    assert_eq!(children.len(), 1);
+    let child = children[0].0;
+    // The child succeeds, then its row goes to shard 2.
+    let (from, to) = (
+        shardq.shards().get(1).client().await.unwrap(),
+        shardq.shards().get(2).client().await.unwrap(),
+    );
+    let row: String = from
+        .query_one(
+            "UPDATE workflow_status SET status = 'succeeded', finished_at = now(), \
+                output = '\"found\"' WHERE shard_key = $1 AND id = $2 \
+             RETURNING row_to_json(workflow_status)::text",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    to.execute(
+        "INSERT INTO workflow_status OVERRIDING SYSTEM VALUE \
+         SELECT * FROM json_populate_record(NULL::workflow_status, $1::text::json)",
+        &[&row],
+    )
+    .await
+    .unwrap();
+    from.execute(
+        "DELETE FROM workflow_status WHERE shard_key = $1 AND id = $2",
+        &[&child.shard_key, &child.id],
+    )
+    .await
+    .unwrap();
+    moved.notify_one();
+    let outcome = shardq
+        .client()
+        .result(parent, Duration::from_secs(30))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!("found")));
+}

@@ -78,11 +78,12 @@ impl StepLog {
     /// alone; any later claim reads it at its first step.
     pub(crate) fn for_claim(fence: i64, attempt: i32, held_until: Instant) -> StepLog {
         let first = fence == 1 && attempt == 1;
-        let trusted_until = held_until.min(Instant::now() + TRUSTED_AT_MOST);
+        // Read the clock only for a first claim: this runs for every job.
+        let trusted_until = first.then(|| held_until.min(Instant::now() + TRUSTED_AT_MOST));
         StepLog {
             read: Mutex::new(Read {
                 steps: HashMap::new(),
-                trusted_until: first.then_some(trusted_until),
+                trusted_until,
                 held: first,
             }),
         }

@@ -40,6 +40,7 @@
 --     34 0034_debounce.sql
 --     35 0035_parked_workflows.sql
 --     36 0036_deadlines.sql
+--     37 0037_child_identity_names.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -399,7 +400,7 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_child_intent(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_child_shard_key integer, p_child_id bigint)
+CREATE OR REPLACE FUNCTION public.shardq_child_intent(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_child_shard_key integer, p_child_id bigint, p_queue text, p_handler text)
  RETURNS TABLE(state text, child_shard_key integer, child_id bigint, parent_deadline timestamp with time zone)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
@@ -431,7 +432,8 @@ BEGIN
     END IF;
     INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
     VALUES (p_shard_key, p_id, p_step || ':id',
-            jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id))
+            jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id,
+                       'queue', p_queue, 'handler', p_handler))
     ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING;
     SELECT s.output INTO recorded FROM workflow_steps s
         WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step || ':id';

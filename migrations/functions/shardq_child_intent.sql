@@ -3,7 +3,9 @@
 -- (p_shard_key, p_id), fenced by the claim (p_owner, p_fence), reserves
 -- the child's identity by recording step `p_step:id` = the child's shard
 -- key and id (p_child_shard_key, p_child_id: an id the child's shard
--- reserved), unless an earlier run recorded one: then that one is kept
+-- reserved) with its queue and handler (p_queue, p_handler: the cancel
+-- cascade's stand-in for a child not inserted yet names them), unless an
+-- earlier run recorded one: then that one is kept
 -- and returned. The child's row is inserted on its shard after this
 -- commits, with that id (idempotent under its primary key), then step
 -- p_step is recorded; so a crash at any point leaves at most one child.
@@ -14,7 +16,8 @@
 -- inherits it). The parent's row is read FOR SHARE: a recovery or a
 -- cancellation cannot commit between the fence check and the record.
 CREATE OR REPLACE FUNCTION shardq_child_intent(p_shard_key int, p_id bigint, p_owner text,
-    p_fence bigint, p_step text, p_child_shard_key int, p_child_id bigint)
+    p_fence bigint, p_step text, p_child_shard_key int, p_child_id bigint,
+    p_queue text, p_handler text)
 RETURNS TABLE (state text, child_shard_key int, child_id bigint, parent_deadline timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -46,7 +49,8 @@ BEGIN
     END IF;
     INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output)
     VALUES (p_shard_key, p_id, p_step || ':id',
-            jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id))
+            jsonb_build_object('child_shard_key', p_child_shard_key, 'child_id', p_child_id,
+                       'queue', p_queue, 'handler', p_handler))
     ON CONFLICT (shard_key, workflow_id, step_name) DO NOTHING;
     SELECT s.output INTO recorded FROM workflow_steps s
         WHERE s.shard_key = p_shard_key AND s.workflow_id = p_id AND s.step_name = p_step || ':id';

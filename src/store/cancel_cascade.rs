@@ -1,7 +1,8 @@
 //! The cancel cascade: a cancelled workflow's unfinished children, and
 //! theirs, on every shard they live on.
 
-use super::{children, children_elsewhere};
+use super::children;
+use super::children_elsewhere::{self, StartedChild};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError, ShardSet};
 
@@ -12,8 +13,12 @@ use crate::shards::{Shard, ShardError, ShardSet};
 /// [`super::jobs::cancel`] cancels one job, in a transaction of its own
 /// that locks that child's row only (never a parent's while it waits for
 /// a child's, so it cannot deadlock with a child's completion, which
-/// holds the child and only tries its parent's lock). The cascade of
-/// `Client::cancel` and of the deadline pass. Returns how many it changed.
+/// holds the child and only tries its parent's lock). A child on another
+/// shard whose start its parent had not recorded gets a cancelled
+/// stand-in first when its row is not there yet
+/// ([`children_elsewhere::stand_ins`]): the parent's run, or its process's
+/// death, cannot start it after. The cascade of `Client::cancel` and of
+/// the deadline pass. Returns how many it changed.
 ///
 /// # Errors
 ///
@@ -39,14 +44,25 @@ pub async fn cancel_descendants(
         if level.is_empty() {
             continue;
         }
-        let mut asked = vec![on];
-        match children_elsewhere::shards_of_children(shards, on, &level).await {
-            Ok(elsewhere) => asked.extend(elsewhere),
+        let elsewhere = match children_elsewhere::children_started(shards, on, &level).await {
+            Ok(children) => children,
             Err(err) => {
                 failed.get_or_insert(err);
+                Vec::new()
             }
-        }
+        };
+        let mut asked: Vec<usize> = elsewhere.iter().map(|c| c.shard).collect();
+        asked.push(on);
+        asked.sort_unstable();
+        asked.dedup();
         for at in asked {
+            let unstarted: Vec<&StartedChild> = elsewhere
+                .iter()
+                .filter(|c| c.shard == at && !c.started)
+                .collect();
+            if let Err(err) = children_elsewhere::stand_ins(shards.get(at), &unstarted).await {
+                failed.get_or_insert(err);
+            }
             match cancel_children_on(shards.get(at), &level).await {
                 Ok((cancelled, next)) => {
                     changed += cancelled;

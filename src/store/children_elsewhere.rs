@@ -64,6 +64,17 @@ pub struct ParentStep<'a> {
     pub fence: i64,
 }
 
+/// A child's identity, as its parent records it ([`intent`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Identity<'a> {
+    /// Its id, reserved on its shard ([`reserve_id`]).
+    pub id: JobId,
+    /// Its queue.
+    pub queue: &'a str,
+    /// Its handler.
+    pub handler: &'a str,
+}
+
 /// Records the child's identity `child` as step `name:id` of the parent
 /// on its shard, unless one is ([`sql::CHILD_INTENT`]).
 ///
@@ -74,7 +85,11 @@ pub struct ParentStep<'a> {
 /// # Cancel safety
 ///
 /// Cancel safe in effect: a repeat finds the identity recorded.
-pub async fn intent(shard: &Shard, p: ParentStep<'_>, child: JobId) -> Result<Intent, ShardError> {
+pub async fn intent(
+    shard: &Shard,
+    p: ParentStep<'_>,
+    child: Identity<'_>,
+) -> Result<Intent, ShardError> {
     let row = exec::query_one(
         shard,
         sql::CHILD_INTENT,
@@ -84,8 +99,10 @@ pub async fn intent(shard: &Shard, p: ParentStep<'_>, child: JobId) -> Result<In
             (&p.owner, Type::TEXT),
             (&p.fence, Type::INT8),
             (&p.name, Type::TEXT),
-            (&child.shard_key, Type::INT4),
-            (&child.id, Type::INT8),
+            (&child.id.shard_key, Type::INT4),
+            (&child.id.id, Type::INT8),
+            (&child.queue, Type::TEXT),
+            (&child.handler, Type::TEXT),
         ],
     )
     .await?;
@@ -242,8 +259,17 @@ pub async fn read_child(shard: &Shard, child: JobId) -> Result<Option<Option<Val
 /// Children's wakes read per pass and shard at most.
 const RELAY_BATCH: i64 = 1_000;
 
-/// A child's wake owed to its parent: (parent, child).
-pub type OwedWake = (JobId, JobId);
+/// A child's wake owed to its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwedWake {
+    /// The parent, on another shard.
+    pub parent: JobId,
+    /// The child, finished.
+    pub child: JobId,
+    /// When the child finished, as read: the wake of that finish (a child
+    /// retried and finished again owes a new one).
+    pub finished_at: Option<SystemTime>,
+}
 
 /// The wakes that children on shard `index` owe parents on other shards
 /// ([`sql::CHILD_WAKES_ELSEWHERE`]), by the index of the parents' shard (by
@@ -282,7 +308,11 @@ pub async fn wakes_owed(
         // to the processes that have it.
         let to = r.get::<_, i32>("to_index") as usize;
         if to != index && to < shards.len() {
-            by_shard.entry(to).or_default().push((parent, child));
+            by_shard.entry(to).or_default().push(OwedWake {
+                parent,
+                child,
+                finished_at: r.get("finished_at"),
+            });
         }
     }
     Ok(by_shard)
@@ -308,10 +338,10 @@ pub async fn deliver(
     to: usize,
     wakes: &[OwedWake],
 ) -> Result<u64, ShardError> {
-    let parent_keys: Vec<i32> = wakes.iter().map(|(p, _)| p.shard_key).collect();
-    let parent_ids: Vec<i64> = wakes.iter().map(|(p, _)| p.id).collect();
-    let child_keys: Vec<i32> = wakes.iter().map(|(_, c)| c.shard_key).collect();
-    let child_ids: Vec<i64> = wakes.iter().map(|(_, c)| c.id).collect();
+    let parent_keys: Vec<i32> = wakes.iter().map(|w| w.parent.shard_key).collect();
+    let parent_ids: Vec<i64> = wakes.iter().map(|w| w.parent.id).collect();
+    let child_keys: Vec<i32> = wakes.iter().map(|w| w.child.shard_key).collect();
+    let child_ids: Vec<i64> = wakes.iter().map(|w| w.child.id).collect();
     let done = exec::query(
         shards.get(to),
         sql::CHILD_WAKE_RELAYED,
@@ -326,12 +356,24 @@ pub async fn deliver(
     if done.is_empty() {
         return Ok(0);
     }
-    let keys: Vec<i32> = done.iter().map(|r| r.get("shard_key")).collect();
-    let ids: Vec<i64> = done.iter().map(|r| r.get("id")).collect();
+    let done: Vec<&OwedWake> = done
+        .iter()
+        .filter_map(|r| {
+            let (shard_key, id) = (r.get("shard_key"), r.get("id"));
+            wakes.iter().find(|w| w.child == JobId { shard_key, id })
+        })
+        .collect();
+    let keys: Vec<i32> = done.iter().map(|w| w.child.shard_key).collect();
+    let ids: Vec<i64> = done.iter().map(|w| w.child.id).collect();
+    let finished: Vec<Option<SystemTime>> = done.iter().map(|w| w.finished_at).collect();
     exec::execute(
         shards.get(from),
         sql::CHILD_WAKES_RELAYED,
-        &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
+        &[
+            (&keys, Type::INT4_ARRAY),
+            (&ids, Type::INT8_ARRAY),
+            (&finished, Type::TIMESTAMPTZ_ARRAY),
+        ],
     )
     .await?;
     Ok(done.len() as u64)
@@ -376,8 +418,27 @@ pub async fn owed_summary(shards: &ShardSet, index: usize) -> Result<Vec<OwedToS
     Ok(by_shard.into_values().collect())
 }
 
-/// The shards (indexes, not `index` itself) where the workflows `parents`
-/// on shard `index` started children ([`sql::CHILDREN_ELSEWHERE`]).
+/// A child a workflow started on another shard, as the cancel cascade
+/// reads it from the parent's steps ([`children_started`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartedChild {
+    /// The shard its key routes to (an index in this process's map).
+    pub shard: usize,
+    /// The child.
+    pub id: JobId,
+    /// Its parent.
+    pub parent: JobId,
+    /// Whether the parent recorded its start; if not, its row may not be
+    /// on its shard yet ([`stand_ins`]).
+    pub started: bool,
+    /// Its queue.
+    pub queue: String,
+    /// Its handler.
+    pub handler: String,
+}
+
+/// The children on other shards than `index` that the workflows `parents`
+/// on shard `index` started or were starting ([`sql::CHILDREN_ELSEWHERE`]).
 ///
 /// # Errors
 ///
@@ -386,11 +447,11 @@ pub async fn owed_summary(shards: &ShardSet, index: usize) -> Result<Vec<OwedToS
 /// # Cancel safety
 ///
 /// Cancel safe (a read).
-pub async fn shards_of_children(
+pub async fn children_started(
     shards: &ShardSet,
     index: usize,
     parents: &[JobId],
-) -> Result<Vec<usize>, ShardError> {
+) -> Result<Vec<StartedChild>, ShardError> {
     let keys: Vec<i32> = parents.iter().map(|p| p.shard_key).collect();
     let ids: Vec<i64> = parents.iter().map(|p| p.id).collect();
     let rows = exec::query(
@@ -399,12 +460,66 @@ pub async fn shards_of_children(
         &[(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)],
     )
     .await?;
-    let mut out: Vec<usize> = rows
+    let mut out: Vec<StartedChild> = rows
         .iter()
-        .map(|r| shards.for_key(r.get("child_shard_key")).index)
-        .filter(|&s| s != index)
+        .map(|r| {
+            let id = JobId {
+                shard_key: r.get("child_shard_key"),
+                id: r.get("child_id"),
+            };
+            StartedChild {
+                shard: shards.for_key(id.shard_key).index,
+                id,
+                parent: JobId {
+                    shard_key: r.get("parent_shard_key"),
+                    id: r.get("parent_id"),
+                },
+                started: r.get("started"),
+                queue: r.get("queue"),
+                handler: r.get("handler"),
+            }
+        })
+        .filter(|c| c.shard != index)
         .collect();
-    out.sort_unstable();
-    out.dedup();
+    // A child with its start and its identity recorded: once, started.
+    out.sort_by_key(|c| (c.id.shard_key, c.id.id, !c.started));
+    out.dedup_by_key(|c| c.id);
     Ok(out)
+}
+
+/// Writes a cancelled stand-in on `shard` for each of `children` (started
+/// by cancelled parents, their starts not recorded) that has no row there
+/// ([`sql::CHILD_STAND_INS`]): the parent's run cannot insert it after.
+/// Returns how many it wrote.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: one statement; a repeat writes nothing twice.
+pub async fn stand_ins(shard: &Shard, children: &[&StartedChild]) -> Result<u64, ShardError> {
+    if children.is_empty() {
+        return Ok(0);
+    }
+    let keys: Vec<i32> = children.iter().map(|c| c.id.shard_key).collect();
+    let ids: Vec<i64> = children.iter().map(|c| c.id.id).collect();
+    let queues: Vec<&str> = children.iter().map(|c| c.queue.as_str()).collect();
+    let handlers: Vec<&str> = children.iter().map(|c| c.handler.as_str()).collect();
+    let parent_keys: Vec<i32> = children.iter().map(|c| c.parent.shard_key).collect();
+    let parent_ids: Vec<i64> = children.iter().map(|c| c.parent.id).collect();
+    exec::execute(
+        shard,
+        sql::CHILD_STAND_INS,
+        &[
+            (&keys, Type::INT4_ARRAY),
+            (&ids, Type::INT8_ARRAY),
+            (&queues, Type::TEXT_ARRAY),
+            (&handlers, Type::TEXT_ARRAY),
+            (&parent_keys, Type::INT4_ARRAY),
+            (&parent_ids, Type::INT8_ARRAY),
+        ],
+    )
+    .await
 }

@@ -8,7 +8,9 @@ use super::step_log::{Claim, Logged};
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
 use crate::shards::ShardError;
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
-use crate::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep, Wait};
+use crate::store::children_elsewhere::{
+    self as elsewhere, ChildRow, Identity, Intent, ParentStep, Wait,
+};
 use crate::store::steps::{self, RecordStep};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -378,8 +380,8 @@ impl JobContext {
             step: name.clone(),
             child,
         };
-        let identity = format!("{name}:id");
-        let reserved = match self.steps.get(claim, &identity).await.map_err(db)? {
+        let identity_step = format!("{name}:id");
+        let reserved = match self.steps.get(claim, &identity_step).await.map_err(db)? {
             Logged::Recorded(Some(recorded)) => child_of(&recorded),
             Logged::NotHeld if self.is_cancelled() => {
                 return Err(StepError::Cancelled(self.id, name))
@@ -399,7 +401,12 @@ impl JobContext {
             owner: &self.owner,
             fence: self.fence,
         };
-        let (child, parent_deadline) = match elsewhere::intent(&self.shard, parent, reserved)
+        let identity = Identity {
+            id: reserved,
+            queue: start.queue,
+            handler: start.handler,
+        };
+        let (child, parent_deadline) = match elsewhere::intent(&self.shard, parent, identity)
             .await
             .map_err(db)?
         {

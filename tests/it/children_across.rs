@@ -9,7 +9,9 @@ use crate::common;
 use common::TestShards;
 use serde_json::{json, Value};
 use shardq::store::children::StartChild;
-use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep};
+use shardq::store::children_elsewhere::{
+    self as elsewhere, ChildRow, Identity, Intent, ParentStep,
+};
 use shardq::store::steps::{self, RecordStep};
 use shardq::{ChildResult, HandlerRegistry, JobId, JobOutcome, JobStatus, NewJob, Shardq};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -176,6 +178,15 @@ pub(crate) fn first_child_of<'a>(
     }
 }
 
+/// Child `id`'s identity as [`first_child_of`]'s start records it.
+pub(crate) fn named(id: JobId) -> Identity<'static> {
+    Identity {
+        id,
+        queue: IDLE,
+        handler: "child",
+    }
+}
+
 /// A parent claimed by hand (owner `racer`, fence 7) on shard 0.
 pub(crate) async fn running_parent(shardq: &Shardq) -> JobId {
     let home = key_on(shardq, 0);
@@ -233,7 +244,7 @@ async fn a_crash_between_the_childs_insert_and_its_start_leaves_one_child() {
         shard_key: away,
         id: elsewhere::reserve_id(there, away).await.unwrap(),
     };
-    let recorded = elsewhere::intent(home, step, first).await.unwrap();
+    let recorded = elsewhere::intent(home, step, named(first)).await.unwrap();
     assert_eq!(recorded, Intent::Reserved(first, None));
     elsewhere::insert(there, insert(first)).await.unwrap();
     // The crash: the start is not recorded. The next run:
@@ -242,7 +253,7 @@ async fn a_crash_between_the_childs_insert_and_its_start_leaves_one_child() {
         id: elsewhere::reserve_id(there, away).await.unwrap(),
     };
     assert_ne!(second, first);
-    let recorded = elsewhere::intent(home, step, second).await.unwrap();
+    let recorded = elsewhere::intent(home, step, named(second)).await.unwrap();
     assert_eq!(
         recorded,
         Intent::Reserved(first, None),
@@ -259,7 +270,7 @@ async fn a_crash_between_the_childs_insert_and_its_start_leaves_one_child() {
     };
     assert!(steps::record(home, record).await.unwrap());
     assert_eq!(
-        elsewhere::intent(home, step, second).await.unwrap(),
+        elsewhere::intent(home, step, named(second)).await.unwrap(),
         Intent::Started(first),
         "a later run finds the start"
     );
@@ -477,7 +488,8 @@ async fn the_exporter_shows_the_wakes_owed_across_shards_until_they_are_delivere
     let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
         .await
         .unwrap();
-    assert_eq!(owed.get(&1), Some(&vec![(parent, child)]));
+    let pairs: Vec<_> = owed[&1].iter().map(|w| (w.parent, w.child)).collect();
+    assert_eq!(pairs, vec![(parent, child)]);
     let delivered = elsewhere::deliver(shardq.shards(), 0, 1, &owed[&1])
         .await
         .unwrap();

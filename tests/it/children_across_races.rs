@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use super::children_across::{children_on, first_child_of, nth_key_on, running_parent};
+use super::children_across::{children_on, first_child_of, named, nth_key_on, running_parent};
 use common::TestShards;
 use serde_json::json;
 use shardq::store::children::{self, Started};
@@ -211,7 +211,7 @@ async fn a_recorded_identity_keeps_its_child_when_the_key_comes_to_the_parents_s
         id: elsewhere::reserve_id(home, sk(&child_key)).await.unwrap(),
     };
     assert_eq!(
-        elsewhere::intent(home, step, first).await.unwrap(),
+        elsewhere::intent(home, step, named(first)).await.unwrap(),
         Intent::Reserved(first, None)
     );
     elsewhere::insert(
@@ -235,7 +235,7 @@ async fn a_recorded_identity_keeps_its_child_when_the_key_comes_to_the_parents_s
     );
     assert_eq!(n, 1, "one child per call site");
     assert_eq!(
-        elsewhere::intent(home, step, first).await.unwrap(),
+        elsewhere::intent(home, step, named(first)).await.unwrap(),
         Intent::Reserved(first, None),
         "the identity recorded first"
     );

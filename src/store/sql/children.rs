@@ -90,7 +90,7 @@ pub const CHILD_WAKE_PENDING: &str = "SELECT shardq_wake_parents($1::int) AS set
 /// deadline.
 pub const CHILD_INTENT: &str = "SELECT state, child_shard_key, child_id, parent_deadline \
     FROM shardq_child_intent($1::int, $2::bigint, $3::text, $4::bigint, $5::text, $6::int, \
-        $7::bigint)";
+        $7::bigint, $8::text, $9::text)";
 
 /// On the child's shard: inserts the child whose identity ($1 id, $2 shard
 /// key) its parent recorded ([`CHILD_INTENT`]), once: a row with that id
@@ -148,7 +148,7 @@ pub const CHILD_READ: &str = "SELECT status, output, error FROM workflow_status 
 /// does not answer never hide the others'). The relay takes them to the
 /// parents' shards.
 pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT w.shard_key, w.id, w.parent_shard_key, \
-        w.parent_id, r.shard_index AS to_index \
+        w.parent_id, w.finished_at, r.shard_index AS to_index \
     FROM workflow_status w \
     JOIN shardq_map_ranges r ON r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
         AND r.first_key <= w.parent_shard_key AND w.parent_shard_key < r.end_key \
@@ -166,20 +166,55 @@ pub const CHILD_WAKE_RELAYED: &str = "SELECT c.shard_key, c.id \
     WHERE shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id)";
 
 /// On the children's shard: clears the flags of the children ($1 shard
-/// keys, $2 ids) whose wakes the parents' shard has done.
+/// keys, $2 ids) whose wakes the parents' shard has done, if they are
+/// still the flags of the finishes read ($3 the children's `finished_at`
+/// then): a child retried and finished again since owes a wake of its own.
 pub const CHILD_WAKES_RELAYED: &str = "UPDATE workflow_status w SET parent_wake = NULL \
-    FROM unnest($1::int[], $2::bigint[]) AS c(shard_key, id) \
-    WHERE w.shard_key = c.shard_key AND w.id = c.id AND w.parent_wake";
+    FROM unnest($1::int[], $2::bigint[], $3::timestamptz[]) AS c(shard_key, id, finished_at) \
+    WHERE w.shard_key = c.shard_key AND w.id = c.id AND w.parent_wake \
+        AND w.finished_at IS NOT DISTINCT FROM c.finished_at";
 
-/// The shard keys of the children the workflows ($1 shard keys, $2 ids)
-/// started (their `shardq:child:N` starts and `shardq:child:N:id`
-/// identities: a child started here may have moved away since), for the
-/// cancel cascade: which shards to ask for unfinished children.
-pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT (s.output->>'child_shard_key')::int \
-        AS child_shard_key \
+/// The children the workflows ($1 shard keys, $2 ids) started, by their
+/// `shardq:child:N` starts and `shardq:child:N:id` identities (a child
+/// started here may have moved away since), for the cancel cascade: which
+/// shards to ask for unfinished children. `started` is false for an
+/// identity whose start is not recorded: its row may not be there yet (the
+/// cascade then writes a stand-in, [`CHILD_STAND_INS`]), with the queue
+/// and handler the identity names (NULL for an identity recorded before
+/// it named them: the parent's then).
+pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT \
+        (s.output->>'child_shard_key')::int AS child_shard_key, \
+        (s.output->>'child_id')::bigint AS child_id, \
+        p.shard_key AS parent_shard_key, p.id AS parent_id, \
+        s.step_name !~ ':id$' OR EXISTS (SELECT 1 FROM workflow_steps d \
+            WHERE d.shard_key = s.shard_key AND d.workflow_id = s.workflow_id \
+              AND d.step_name = left(s.step_name, -3)) AS started, \
+        coalesce(s.output->>'queue', w.queue) AS queue, \
+        coalesce(s.output->>'handler', w.handler) AS handler \
     FROM unnest($1::int[], $2::bigint[]) AS p(shard_key, id) \
     JOIN workflow_steps s ON s.shard_key = p.shard_key AND s.workflow_id = p.id \
+    JOIN workflow_status w ON w.shard_key = p.shard_key AND w.id = p.id \
     WHERE s.step_name ~ '^shardq:child:[0-9]+(:id)?$'";
+
+/// On a child's shard, for the cancel cascade: a cancelled stand-in for
+/// each child ($1 shard keys, $2 ids, $3 queues, $4 handlers, $5 and $6
+/// the parents' shard keys and ids) whose identity its parent recorded but
+/// not its start, unless a row has that id. The parent is cancelled, so
+/// its run's insert of the child (`ON CONFLICT DO NOTHING` on the id)
+/// then writes nothing: no child starts after its parent's cancel, even
+/// when the parent's process dies before it could cancel the child
+/// itself. A child inserted first is found by the cascade's next read
+/// (an insert racing this one is waited for). Keys this shard does not
+/// hold are left out (a stale map: asked again by the next cancel).
+pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
+        (id, shard_key, queue, handler, status, finished_at, error, parent_shard_key, parent_id) \
+    OVERRIDING SYSTEM VALUE \
+    SELECT c.id, c.shard_key, c.queue, c.handler, 'cancelled', now(), \
+        'cancelled with its parent before it started', c.parent_shard_key, c.parent_id \
+    FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::bigint[]) \
+        AS c(shard_key, id, queue, handler, parent_shard_key, parent_id) \
+    WHERE shardq_owns_key(c.shard_key) \
+    ON CONFLICT (id, shard_key) DO NOTHING";
 
 /// The wakes children on this shard owe parents on other shards, by the
 /// parents' shard key: how many, and how long the oldest has waited since

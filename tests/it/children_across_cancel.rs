@@ -1,0 +1,158 @@
+//! Children across shards, two more races: a parent cancelled between its
+//! child's identity and the child's insert (its process then dies before
+//! it can cancel the child itself), and a relayed wake of a child that
+//! was retried and finished again before the relay cleared its flag.
+
+use crate::common;
+
+use super::children_across::{children_on, first_child_of, named, nth_key_on, running_parent};
+use common::TestShards;
+use serde_json::json;
+use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep};
+use shardq::{JobId, Shardq};
+
+async fn shardq() -> (TestShards, Shardq) {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config("[worker]\nqueues = [\"family\"]\nconcurrency = 1\n");
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    (shards, shardq)
+}
+
+fn sk(key: &str) -> i32 {
+    shardq::router::shard_key_for(key)
+}
+
+/// Run 1 of a parent on shard 0 records the identities of two children on
+/// shard 1 and inserts the first; the parent is cancelled (its cascade
+/// runs), then run 1 inserts the second and dies before it records either
+/// start or cancels anything. Neither child may run: the first is
+/// cancelled by the cascade, and the second's insert finds the cascade's
+/// cancelled stand-in and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_cancelled_before_its_childs_insert_never_starts_that_child() {
+    let (_s, shardq) = shardq().await;
+    let parent = running_parent(&shardq).await;
+    let (home, there) = (shardq.shards().get(0), shardq.shards().get(1));
+    let keys = [nth_key_on(&shardq, 1, 0), nth_key_on(&shardq, 1, 1)];
+    let payload = json!({});
+    let mut kids = Vec::new();
+    for (n, key) in keys.iter().enumerate() {
+        let step = ParentStep {
+            parent,
+            name: ["shardq:child:1", "shardq:child:2"][n],
+            owner: "racer",
+            fence: 7,
+        };
+        let id = JobId {
+            shard_key: sk(key),
+            id: elsewhere::reserve_id(there, sk(key)).await.unwrap(),
+        };
+        assert_eq!(
+            elsewhere::intent(home, step, named(id)).await.unwrap(),
+            Intent::Reserved(id, None)
+        );
+        kids.push(id);
+    }
+    let insert = |n: usize, start| ChildRow {
+        id: kids[n],
+        parent,
+        parent_deadline: None,
+        job: start,
+    };
+    let first = first_child_of(parent, &keys[0], &payload);
+    let second = first_child_of(parent, &keys[1], &payload);
+    elsewhere::insert(there, insert(0, &first)).await.unwrap();
+
+    shardq.client().cancel(parent).await.unwrap();
+    // Run 1, still going: its insert of the second child.
+    elsewhere::insert(there, insert(1, &second)).await.unwrap();
+
+    let mut expected = vec![
+        (kids[0], "cancelled".to_string()),
+        (kids[1], "cancelled".to_string()),
+    ];
+    expected.sort_by_key(|(id, _)| id.id);
+    assert_eq!(children_on(&shardq, 1, parent).await, expected);
+    let error: Option<String> = there
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT error FROM workflow_status WHERE shard_key = $1 AND id = $2",
+            &[&kids[1].shard_key, &kids[1].id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        error.as_deref(),
+        Some("cancelled with its parent before it started")
+    );
+}
+
+/// A child on shard 0 finished; the relay read its wake, owed to a parent
+/// on shard 1. Before the relay cleared the flag, the child was retried
+/// and finished again (its trigger flags a new wake). The clear must leave
+/// that second flag: the next pass delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_clears_only_the_wake_of_the_finish_it_read() {
+    let (_s, shardq) = shardq().await;
+    let child_key = sk(&nth_key_on(&shardq, 0, 0));
+    let parent_key = sk(&nth_key_on(&shardq, 1, 0));
+    let c = shardq.shards().get(0).client().await.unwrap();
+    // The parent (id 424242) is not on its shard: a wake there is done.
+    let child: i64 = c
+        .query_one(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
+                parent_shard_key, parent_id, parent_wake) \
+             VALUES ($1, 'idle', 'x', 'succeeded', now() - interval '1 minute', $2, 424242, true) \
+             RETURNING id",
+            &[&child_key, &parent_key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
+        .await
+        .unwrap();
+    assert_eq!(owed[&1].len(), 1);
+    // Retried, and finished again.
+    c.batch_execute(&format!(
+        "UPDATE workflow_status SET status = 'queued', finished_at = NULL WHERE id = {child}; \
+         UPDATE workflow_status SET status = 'succeeded', finished_at = now() WHERE id = {child}"
+    ))
+    .await
+    .unwrap();
+    let done = elsewhere::deliver(shardq.shards(), 0, 1, &owed[&1])
+        .await
+        .unwrap();
+    assert_eq!(done, 1, "the parent's shard took the first wake");
+    let flag: Option<bool> = c
+        .query_one(
+            "SELECT parent_wake FROM workflow_status WHERE id = $1",
+            &[&child],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(flag, Some(true), "the second finish's wake is still owed");
+    let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        elsewhere::deliver(shardq.shards(), 0, 1, &owed[&1])
+            .await
+            .unwrap(),
+        1
+    );
+    let flag: Option<bool> = c
+        .query_one(
+            "SELECT parent_wake FROM workflow_status WHERE id = $1",
+            &[&child],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(flag, None, "delivered, cleared");
+}

@@ -396,6 +396,7 @@ CREATE OR REPLACE FUNCTION public.shardq_child_finished()
 AS $function$
 BEGIN
     NEW.parent_wake := true;
+    PERFORM pg_notify('shardq_ready', '');
     RETURN NEW;
 END $function$
 

@@ -83,7 +83,7 @@ use target::targets;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use wakeup::Wakeups;
+use wakeup::{RelayBells, Wakeups};
 use worker_run::WorkerRun;
 
 /// How often `stop_when_empty` asks the shards whether work is left.
@@ -249,9 +249,11 @@ impl Worker {
             run.shards.clone(),
             claiming.clone(),
         ));
+        let relay_bells = Arc::new(RelayBells::new(run.shards.len()));
         background.spawn(wake_relay::run(
             config.worker.maintenance_interval,
             run.shards.clone(),
+            relay_bells.clone(),
             claiming.clone(),
         ));
         if !self.schedules.is_empty() {
@@ -270,7 +272,8 @@ impl Worker {
                 claiming.clone(),
             ));
         }
-        run_pipeline(&config, &run, Arc::new(self.registry), &claiming).await;
+        let registry = Arc::new(self.registry);
+        run_pipeline(&config, &run, registry, relay_bells, &claiming).await;
         claiming.cancel();
         // Upkeep statements are idempotent and each is atomic, so stopping them
         // mid-flight loses nothing; waiting could mean a connect timeout per
@@ -314,6 +317,7 @@ async fn run_pipeline(
     config: &Config,
     run: &Arc<WorkerRun>,
     registry: Arc<HandlerRegistry>,
+    relay_bells: Arc<RelayBells>,
     claiming: &CancellationToken,
 ) {
     let worker = &config.worker;
@@ -374,7 +378,7 @@ async fn run_pipeline(
         dequeue.empty_backoff,
     )
     .with_wake_cooldown(dequeue.wake_cooldown);
-    let wakeups = Arc::new(Wakeups::new(&targets, run.shards.len()));
+    let wakeups = Arc::new(Wakeups::new(&targets, run.shards.len(), relay_bells));
     let mut listeners = JoinSet::new();
     for shard in run.shards.all() {
         listeners.spawn(wakeup::listen(

@@ -5,32 +5,57 @@
 //! wakes: while its task is out, the next passes leave its wakes for
 //! later, and the other shards' wakes, and this shard's promotions (a
 //! loop of their own), go on.
+//!
+//! A pass runs when the shard's listener hears a child finish there (its
+//! bell, [`RelayBells`]), else on a timer: `worker.maintenance_interval`
+//! while the listener is up (the timer only covers a lost notification),
+//! at most a second apart while it is down (behind a pooler, or
+//! reconnecting).
 
 use super::per_shard::each_shard;
 use super::promoter::PROMOTION_FLOOR;
+use super::wakeup::RelayBells;
 use crate::shards::ShardSet;
 use crate::store::children_elsewhere;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// The longest pause between two passes on a shard.
+/// The longest pause between two passes on a shard whose listener is down.
 const RELAY_CEILING: Duration = Duration::from_secs(1);
 
-/// Runs until shutdown: one loop per shard, passes `interval`
-/// (`worker.maintenance_interval`) apart, at least [`PROMOTION_FLOOR`] and
-/// at most [`RELAY_CEILING`]. A pass is one read of an index of pending
+/// Runs until shutdown: one loop per shard, a pass when its `bells` ring,
+/// else `interval` (`worker.maintenance_interval`) after the last, at
+/// least [`PROMOTION_FLOOR`], and at most [`RELAY_CEILING`] while the
+/// shard's listener is down. A pass is one read of an index of pending
 /// wakes, almost always empty.
-pub(crate) async fn run(interval: Duration, shards: ShardSet, shutdown: CancellationToken) {
-    let every = interval.clamp(PROMOTION_FLOOR, RELAY_CEILING);
+pub(crate) async fn run(
+    interval: Duration,
+    shards: ShardSet,
+    bells: Arc<RelayBells>,
+    shutdown: CancellationToken,
+) {
     each_shard(shards.len(), |index| {
-        relay_loop(shards.clone(), index, every, shutdown.clone())
+        relay_loop(
+            shards.clone(),
+            index,
+            interval,
+            bells.clone(),
+            shutdown.clone(),
+        )
     })
     .await;
 }
 
-async fn relay_loop(shards: ShardSet, index: usize, every: Duration, shutdown: CancellationToken) {
+async fn relay_loop(
+    shards: ShardSet,
+    index: usize,
+    interval: Duration,
+    bells: Arc<RelayBells>,
+    shutdown: CancellationToken,
+) {
     // Deliveries out, by the parents' shard.
     let mut out: HashMap<usize, JoinHandle<()>> = HashMap::new();
     loop {
@@ -58,12 +83,17 @@ async fn relay_loop(shards: ShardSet, index: usize, every: Duration, shutdown: C
                 super::maintenance::failed(shards.get(index), duty, &err);
             }
         }
+        let every = match bells.heard(index) {
+            true => interval.max(PROMOTION_FLOOR),
+            false => interval.clamp(PROMOTION_FLOOR, RELAY_CEILING),
+        };
         tokio::select! {
             _ = shutdown.cancelled() => {
                 out.values().for_each(JoinHandle::abort);
                 return;
             }
             _ = tokio::time::sleep(every) => {}
+            _ = bells.rung(index) => {}
         }
     }
 }

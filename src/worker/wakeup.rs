@@ -5,6 +5,10 @@
 //! that sleep. Polling stays: it is the fallback when a notification is
 //! lost, when the listener is down, and behind a transaction pooler, where
 //! `LISTEN` cannot work and no listener is opened.
+//!
+//! An empty payload (no queue has an empty name) rings the shard's relay
+//! bell instead ([`RelayBells`]): a child's final status there may owe a
+//! parent on another shard its wake.
 
 use super::target::Target;
 use crate::shards::Shard;
@@ -20,23 +24,62 @@ pub(crate) const CHANNEL: &str = "shardq_ready";
 /// Pause before a listener connects again after its connection ended.
 const RECONNECT: Duration = Duration::from_secs(1);
 
+/// Per shard, the bell of the relay of children's wakes
+/// (`worker::wake_relay`): rung by the shard's listener when a child's
+/// final status was committed there (`shardq_child_finished` notifies), so
+/// the relay's next pass need not wait for its timer.
+pub(crate) struct RelayBells {
+    bells: Vec<Notify>,
+    heard: Vec<AtomicBool>,
+}
+
+impl RelayBells {
+    /// Bells for `shards` shards, none rung, no listener up.
+    pub(crate) fn new(shards: usize) -> RelayBells {
+        RelayBells {
+            bells: (0..shards).map(|_| Notify::new()).collect(),
+            heard: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Waits until shard `shard`'s bell rings (at once when it rang since
+    /// the last wait).
+    pub(crate) async fn rung(&self, shard: usize) {
+        self.bells[shard].notified().await;
+    }
+
+    /// Whether shard `shard`'s bell can ring now (its listener is up).
+    pub(crate) fn heard(&self, shard: usize) -> bool {
+        self.heard[shard].load(Ordering::Acquire)
+    }
+}
+
 /// Ready marks per (shard, queue) target, and the producers' alarm clock.
 pub(crate) struct Wakeups {
     targets: Vec<Target>,
     ready: Vec<AtomicBool>,
     listening: Vec<AtomicBool>,
     notify: Notify,
+    relay: Arc<RelayBells>,
 }
 
 impl Wakeups {
-    /// Marks for `targets`, over `shards` shards, none set.
-    pub(crate) fn new(targets: &[Target], shards: usize) -> Wakeups {
+    /// Marks for `targets`, over `shards` shards, none set; `relay`'s
+    /// bells rung on the relay's announcements.
+    pub(crate) fn new(targets: &[Target], shards: usize, relay: Arc<RelayBells>) -> Wakeups {
         Wakeups {
             targets: targets.to_vec(),
             ready: targets.iter().map(|_| AtomicBool::new(false)).collect(),
             listening: (0..shards).map(|_| AtomicBool::new(false)).collect(),
             notify: Notify::new(),
+            relay,
         }
+    }
+
+    /// Records whether shard `shard`'s listener is up.
+    fn set_listening(&self, shard: usize, up: bool) {
+        self.listening[shard].store(up, Ordering::Release);
+        self.relay.heard[shard].store(up, Ordering::Release);
     }
 
     /// Whether target `index` was announced ready since the last call (and
@@ -60,8 +103,12 @@ impl Wakeups {
         }
     }
 
-    /// `queue` got ready jobs on `shard`.
+    /// `queue` got ready jobs on `shard` (an empty one: the relay's bell).
     fn wake(&self, shard: usize, queue: &str) {
+        if queue.is_empty() {
+            self.relay.bells[shard].notify_one();
+            return;
+        }
         let mut any = false;
         for (i, t) in self.targets.iter().enumerate() {
             if t.shard == shard && t.queue == queue {
@@ -93,7 +140,7 @@ pub(crate) async fn listen(shard: Shard, wakeups: Arc<Wakeups>, stop: Cancellati
                 }
             },
         };
-        wakeups.listening[shard.index].store(true, Ordering::Release);
+        wakeups.set_listening(shard.index, true);
         // Anything announced while it was down is found by the next poll.
         loop {
             tokio::select! {
@@ -104,7 +151,7 @@ pub(crate) async fn listen(shard: Shard, wakeups: Arc<Wakeups>, stop: Cancellati
                 },
             }
         }
-        wakeups.listening[shard.index].store(false, Ordering::Release);
+        wakeups.set_listening(shard.index, false);
         tracing::debug!(shard = %shard.name, "listener connection ended; reconnecting");
         tokio::select! {
             _ = stop.cancelled() => return,

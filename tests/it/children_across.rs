@@ -92,7 +92,25 @@ pub(crate) async fn children_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_on_another_shard_runs_once_and_wakes_its_parked_parent() {
     let (_shards, shardq) = shardq().await;
-    let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
+    a_child_wakes_its_parent_across_shards(&shardq).await;
+}
+
+/// The same, with the relay's timer a minute: the child's final status
+/// rings the relay (its shard's listener hears it), which delivers the
+/// wake at once, well within the 30 s the parent's result is waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_finish_rings_the_relay_without_waiting_for_its_timer() {
+    let shards = TestShards::databases(2).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\nmaintenance_interval_ms = 60000\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    a_child_wakes_its_parent_across_shards(&shardq).await;
+}
+
+async fn a_child_wakes_its_parent_across_shards(shardq: &Shardq) {
+    let (home, away) = (key_on(shardq, 0), key_on(shardq, 1));
     let parent_runs = Arc::new(AtomicU32::new(0));
     let child_runs = Arc::new(AtomicU32::new(0));
     let asked = Arc::new(tokio::sync::Notify::new());
@@ -137,10 +155,10 @@ async fn a_child_on_another_shard_runs_once_and_wakes_its_parked_parent() {
         .unwrap();
     stop.cancel();
     worker.await.unwrap();
-    let children = children_on(&shardq, 1, parent).await;
+    let children = children_on(shardq, 1, parent).await;
     assert_eq!(children.len(), 1, "one child, on shard 1: {children:?}");
     assert_eq!(children[0].1, "succeeded");
-    assert!(children_on(&shardq, 0, parent).await.is_empty());
+    assert!(children_on(shardq, 0, parent).await.is_empty());
     assert_eq!(
         outcome,
         JobOutcome::Succeeded(json!({"child": children[0].0.to_string(), "out": 42}))

@@ -396,7 +396,6 @@ CREATE OR REPLACE FUNCTION public.shardq_child_finished()
 AS $function$
 BEGIN
     NEW.parent_wake := true;
-    PERFORM pg_notify('shardq_ready', '');
     RETURN NEW;
 END $function$
 
@@ -863,7 +862,7 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     d_succeeded bigint; d_retrying bigint; d_dead bigint; d_cancelled bigint;
-    d_released bigint; d_all bigint; d_wakes bigint;
+    d_released bigint; d_all bigint; d_wakes bigint; d_woken bigint;
     a_succeeded bigint := 0; a_retrying bigint := 0; a_dead bigint := 0;
     a_cancelled bigint := 0; a_released bigint := 0; a_all bigint := 0;
 BEGIN
@@ -926,6 +925,14 @@ BEGIN
         FROM unnest(p_shard_keys, p_ids) AS b(shard_key, id)
         WHERE c.shard_key = b.shard_key AND c.id = b.id AND c.parent_wake
             AND shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id);
+        GET DIAGNOSTICS d_woken = ROW_COUNT;
+        IF d_woken < d_wakes THEN
+            -- Wakes left: parents on other shards (or rows locked now).
+            -- The empty payload (no queue's name) rings the relay of
+            -- this shard in every listening worker at commit
+            -- (src/worker/wake_relay.rs), instead of its timer.
+            PERFORM pg_notify('shardq_ready', '');
+        END IF;
     END IF;
     IF d_all < cardinality(p_ids) THEN
         -- A statement of its own, so a snapshot of its own: it sees an

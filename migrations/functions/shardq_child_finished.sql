@@ -8,11 +8,7 @@
 -- would make that statement fail on every retry ("tuple already modified
 -- by an operation triggered by the current command"). The writer settles
 -- the flag after its statement (shardq_complete_many does, in its next
--- statement), or the promotion of due jobs does (shardq_wake_parents). A
--- parent on another shard is woken by the relay (src/worker/wake_relay.rs):
--- the empty payload on `shardq_ready` (no queue's name) rings it at commit
--- in every listening worker, instead of waiting for its timer. A
--- transaction sends it once, however many children it finishes.
+-- statement), or the promotion of due jobs does (shardq_wake_parents).
 -- Its WHEN clause is false for every job without a parent.
 CREATE OR REPLACE FUNCTION shardq_child_finished()
 RETURNS trigger
@@ -20,7 +16,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     NEW.parent_wake := true;
-    PERFORM pg_notify('shardq_ready', '');
     RETURN NEW;
 END $$;
 

@@ -36,6 +36,9 @@ pub enum Invariant {
     /// No parked parent waits on a child that finished longer ago than
     /// the grace (else the child's completion did not wake it).
     LostChildWake,
+    /// No child's wake owed to a parent on another shard is older than
+    /// the grace (else the relay does not deliver it).
+    WakeNotRelayed,
     /// Every unfinished child whose parent must be on its shard has its
     /// parent there (a move or retention may take it elsewhere: those
     /// children are not judged).
@@ -50,7 +53,7 @@ pub enum Invariant {
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 10] = [
+    pub const ALL: [Invariant; 11] = [
         Invariant::StrandedKey,
         Invariant::KeyRunningTwice,
         Invariant::LeaseNotRecovered,
@@ -58,6 +61,7 @@ impl Invariant {
         Invariant::JobState,
         Invariant::LostMessageWake,
         Invariant::LostChildWake,
+        Invariant::WakeNotRelayed,
         Invariant::ParentMissing,
         Invariant::CancelledChildrenLeft,
         Invariant::ShardMap,
@@ -74,6 +78,7 @@ impl Invariant {
             Invariant::JobState => "job_state",
             Invariant::LostMessageWake => "lost_message_wake",
             Invariant::LostChildWake => "lost_child_wake",
+            Invariant::WakeNotRelayed => "wake_not_relayed",
             Invariant::ParentMissing => "parent_missing",
             Invariant::CancelledChildrenLeft => "cancelled_children_left",
             Invariant::ShardMap => "shard_map",
@@ -94,6 +99,9 @@ impl Invariant {
                 "a message to a workflow parked in a recv of its topic wakes it"
             }
             Invariant::LostChildWake => "a child's final status wakes its parked parent in time",
+            Invariant::WakeNotRelayed => {
+                "a child's wake reaches its parent on another shard in time"
+            }
             Invariant::ParentMissing => "an unfinished child's parent is on its shard",
             Invariant::CancelledChildrenLeft => {
                 "a cancel reaches the children of the cancelled workflow in time"
@@ -227,7 +235,7 @@ async fn read_on(
         .await?;
     tx.query_typed(sql::CHECK_SETTINGS, &[(&deadline_ms, Type::TEXT)])
         .await?;
-    let asks: [(Invariant, &str, Vec<Param>); 9] = [
+    let asks: [(Invariant, &str, Vec<Param>); 10] = [
         (
             Invariant::StrandedKey,
             sql::CHECK_STRANDED_KEYS,
@@ -272,6 +280,15 @@ async fn read_on(
             vec![
                 (&wait_entries, Type::INT8),
                 (&recheck_ms, Type::INT8),
+                (&grace_ms, Type::INT8),
+                (&shown, Type::INT8),
+            ],
+        ),
+        (
+            Invariant::WakeNotRelayed,
+            sql::CHECK_WAKE_NOT_RELAYED,
+            vec![
+                (&wait_entries, Type::INT8),
                 (&grace_ms, Type::INT8),
                 (&shown, Type::INT8),
             ],

@@ -6,8 +6,8 @@
 //! later, and the other shards' wakes, and this shard's promotions (a
 //! loop of their own), go on.
 //!
-//! A pass runs when the shard's listener hears a child finish there (its
-//! bell, [`RelayBells`]), else on a timer: `worker.maintenance_interval`
+//! A pass runs when the shard's listener hears a completion there leave a
+//! wake for another shard (its bell, [`RelayBells`]), else on a timer: `worker.maintenance_interval`
 //! while the listener is up (the timer only covers a lost notification),
 //! at most a second apart while it is down (behind a pooler, or
 //! reconnecting).

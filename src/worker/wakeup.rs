@@ -25,9 +25,10 @@ pub(crate) const CHANNEL: &str = "shardq_ready";
 const RECONNECT: Duration = Duration::from_secs(1);
 
 /// Per shard, the bell of the relay of children's wakes
-/// (`worker::wake_relay`): rung by the shard's listener when a child's
-/// final status was committed there (`shardq_child_finished` notifies), so
-/// the relay's next pass need not wait for its timer.
+/// (`worker::wake_relay`): rung by the shard's listener when a completion
+/// there left a child's wake it could not settle, a parent's on another
+/// shard (`shardq_complete_many` notifies), so the relay's next pass need
+/// not wait for its timer.
 pub(crate) struct RelayBells {
     bells: Vec<Notify>,
     heard: Vec<AtomicBool>,

@@ -458,7 +458,7 @@ async fn the_wait_checks_walk_indexes_their_limits_stop() {
     use shardq::store::sql;
     use tokio_postgres::types::Type;
     let (n, ms, recheck, shown) = (2000_i64, 60_000_i64, 3_600_000_i64, 5_i64);
-    let asks: [(&str, Vec<shardq::store::sql::Param>); 4] = [
+    let asks: [(&str, Vec<shardq::store::sql::Param>); 5] = [
         (
             sql::CHECK_LOST_MESSAGE_WAKE,
             vec![(&n, Type::INT8), (&shown, Type::INT8)],
@@ -471,6 +471,10 @@ async fn the_wait_checks_walk_indexes_their_limits_stop() {
                 (&ms, Type::INT8),
                 (&shown, Type::INT8),
             ],
+        ),
+        (
+            sql::CHECK_WAKE_NOT_RELAYED,
+            vec![(&n, Type::INT8), (&ms, Type::INT8), (&shown, Type::INT8)],
         ),
         (
             sql::CHECK_PARENT_MISSING,

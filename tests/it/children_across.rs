@@ -92,12 +92,13 @@ pub(crate) async fn children_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_on_another_shard_runs_once_and_wakes_its_parked_parent() {
     let (_shards, shardq) = shardq().await;
-    a_child_wakes_its_parent_across_shards(&shardq).await;
+    a_child_wakes_its_parent_across_shards(&shardq, Duration::ZERO).await;
 }
 
-/// The same, with the relay's timer a minute: the child's final status
-/// rings the relay (its shard's listener hears it), which delivers the
-/// wake at once, well within the 30 s the parent's result is waited for.
+/// The same, with the relay's timer a minute: the child's completion,
+/// which leaves its parent's wake to the relay, rings it (its shard's
+/// listener hears it), and the relay delivers the wake at once, well
+/// within the 30 s the parent's result is waited for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_childs_finish_rings_the_relay_without_waiting_for_its_timer() {
     let shards = TestShards::databases(2).await;
@@ -106,10 +107,10 @@ async fn a_childs_finish_rings_the_relay_without_waiting_for_its_timer() {
     ));
     let shardq = Shardq::connect(config).unwrap();
     shardq.migrate().await.unwrap();
-    a_child_wakes_its_parent_across_shards(&shardq).await;
+    a_child_wakes_its_parent_across_shards(&shardq, Duration::from_secs(3)).await;
 }
 
-async fn a_child_wakes_its_parent_across_shards(shardq: &Shardq) {
+async fn a_child_wakes_its_parent_across_shards(shardq: &Shardq, settle: Duration) {
     let (home, away) = (key_on(shardq, 0), key_on(shardq, 1));
     let parent_runs = Arc::new(AtomicU32::new(0));
     let child_runs = Arc::new(AtomicU32::new(0));
@@ -141,13 +142,16 @@ async fn a_child_wakes_its_parent_across_shards(shardq: &Shardq) {
             Ok(json!(ctx.payload["n"].as_i64().unwrap() * 6))
         }
     });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    // The relay's first passes run before the listeners are up (a second
+    // apart at most); after them, its timer is the maintenance interval.
+    tokio::time::sleep(settle).await;
     let parent = shardq
         .client()
         .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(home))
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
     let outcome = shardq
         .client()
         .result(parent, Duration::from_secs(30))

@@ -1,13 +1,15 @@
 //! Children across shards, two more races: a parent cancelled between its
 //! child's identity and the child's insert (its process then dies before
 //! it can cancel the child itself), and a relayed wake of a child that
-//! was retried and finished again before the relay cleared its flag.
+//! was retried and finished again before the relay cleared its flag; and
+//! `shardq check`'s report of a wake the relay did not deliver in time.
 
 use crate::common;
 
 use super::children_across::{children_on, first_child_of, named, nth_key_on, running_parent};
 use common::TestShards;
 use serde_json::json;
+use shardq::client::{CheckOptions, Invariant};
 use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, ParentStep};
 use shardq::{JobId, Shardq};
 
@@ -155,4 +157,63 @@ async fn a_relay_clears_only_the_wake_of_the_finish_it_read() {
         .unwrap()
         .get(0);
     assert_eq!(flag, None, "delivered, cleared");
+}
+
+/// Wakes owed to a parent on another shard, not relayed (no worker runs):
+/// the one of a child that finished two minutes ago is reported by
+/// `shardq check` on the child's shard (`wake_not_relayed`), naming the
+/// child and its parent; one that finished just now is within the grace.
+/// Once the relay delivers them, the report is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_not_relayed_in_time_is_reported() {
+    let (_s, shardq) = shardq().await;
+    let child_key = sk(&nth_key_on(&shardq, 0, 0));
+    let parent_key = sk(&nth_key_on(&shardq, 1, 0));
+    let c = shardq.shards().get(0).client().await.unwrap();
+    let stale: i64 = c
+        .query_one(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
+                parent_shard_key, parent_id, parent_wake) \
+             VALUES ($1, 'idle', 'x', 'succeeded', now() - interval '2 minutes', $2, 424242, \
+                true) \
+             RETURNING id",
+            &[&child_key, &parent_key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
+            parent_shard_key, parent_id, parent_wake) \
+         VALUES ($1, 'idle', 'x', 'succeeded', now(), $2, 434343, true)",
+        &[&child_key, &parent_key],
+    )
+    .await
+    .unwrap();
+    let options = CheckOptions::from_config(shardq.config());
+    let report = shardq.client().check(&options).await;
+    assert_eq!(
+        report.broken_invariants(),
+        vec![Invariant::WakeNotRelayed],
+        "{report:#?}"
+    );
+    let finding = report.shards[0].finding(Invariant::WakeNotRelayed).unwrap();
+    assert_eq!(finding.broken, 1, "{report:#?}");
+    let example = &finding.examples[0];
+    let stale = JobId {
+        shard_key: child_key,
+        id: stale,
+    };
+    assert_eq!(example.job, Some(stale));
+    let parent = format!("{parent_key}-424242");
+    assert!(example.detail.contains(&parent), "{}", example.detail);
+
+    let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
+        .await
+        .unwrap();
+    let done = elsewhere::deliver(shardq.shards(), 0, 1, &owed[&1])
+        .await
+        .unwrap();
+    assert_eq!(done, 2);
+    assert_eq!(shardq.client().check(&options).await.violations(), 0);
 }

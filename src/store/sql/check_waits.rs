@@ -130,6 +130,43 @@ pub const CHECK_LOST_CHILD_WAKE: &str = "WITH seen AS MATERIALIZED ( \
                 ELSE 'its wake was lost' END ORDER BY id), '{}') AS ex_detail \
     FROM shown";
 
+/// A child's wake not relayed to its parent on another shard: a child on
+/// this shard whose final status flagged its parent's wake
+/// (`parent_wake`) more than $2 ms ago, its parent's key not this
+/// shard's. The relay (src/worker/wake_relay.rs) delivers such a wake to
+/// the parent's shard and clears the flag when the child finishes, or
+/// within a maintenance interval: past the grace, the parent's shard does
+/// not take the wake (down, frozen, or its parent held by a move), or no
+/// worker relays from this shard.
+///
+/// Walks the first $1 entries of `workflow_status_parent_wakes` in index
+/// order (one heap fetch each); per entry past the grace one map lookup
+/// (`shardq_owns_key`). Cost: linear in flagged children up to $1, which
+/// are few unless wakes are stuck. Examples ($3).
+pub const CHECK_WAKE_NOT_RELAYED: &str = "WITH seen AS MATERIALIZED ( \
+        SELECT w.shard_key, w.id, w.queue, w.ordering_key, w.parent_shard_key, w.parent_id, \
+            w.finished_at FROM workflow_status w WHERE w.parent_wake \
+        ORDER BY w.shard_key, w.id LIMIT $1 \
+    ), found AS MATERIALIZED ( \
+        SELECT * FROM seen \
+        WHERE finished_at < now() - $2::bigint * interval '1 millisecond' \
+          AND NOT shardq_owns_key(parent_shard_key) \
+    ), shown AS ( \
+        SELECT * FROM found ORDER BY id LIMIT $3 \
+    ) \
+    SELECT (SELECT count(*) FROM found) AS broken, \
+        (SELECT count(*) FROM seen) >= $1 AS capped, \
+        (SELECT count(*) FROM seen) AS scanned, \
+        coalesce(array_agg(shard_key ORDER BY id), '{}') AS ex_shard_key, \
+        coalesce(array_agg(id ORDER BY id), '{}') AS ex_id, \
+        coalesce(array_agg(queue ORDER BY id), '{}') AS ex_queue, \
+        coalesce(array_agg(ordering_key ORDER BY id), '{}') AS ex_key, \
+        coalesce(array_agg('finished ' \
+            || round(extract(epoch FROM now() - finished_at)::numeric, 1) \
+            || ' s ago; its wake to parent ' || parent_shard_key || '-' || parent_id \
+            || ' on another shard is not relayed' ORDER BY id), '{}') AS ex_detail \
+    FROM shown";
+
 /// The unfinished rows a child check reads, each state by its own index
 /// as [`super::CHECK_JOB_STATE`] reads them (every running row; the first
 /// $1 of each other unfinished state), with the columns the child checks

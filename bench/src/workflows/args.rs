@@ -12,13 +12,16 @@ pub enum Part {
     Messages,
     /// A parent starting children and gathering their results.
     Children,
+    /// Workflows sending to workflows (`ctx.send`) on the same shard and
+    /// on another: latency and cost per message (two shards).
+    Sends,
 }
 
 /// Flags of `shardq-bench workflows`.
 #[derive(Debug, Args)]
 pub struct WorkflowsArgs {
     /// The parts to run, comma-separated (all by default).
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Part::Throughput, Part::Messages, Part::Children])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Part::Throughput, Part::Messages, Part::Sends, Part::Children])]
     pub only: Vec<Part>,
     /// Throughput: workflows drained per run.
     #[arg(long, default_value_t = 20_000)]

@@ -17,24 +17,24 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-const HANDLER: &str = "await-message";
-const TOPIC: &str = "ping";
+pub(super) const HANDLER: &str = "await-message";
+pub(super) const TOPIC: &str = "ping";
 
 /// Long enough that no recv times out during the run.
 const RECV_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long the workflows may take to park, and the last messages to arrive.
-const LIMIT: Duration = Duration::from_secs(120);
+pub(super) const LIMIT: Duration = Duration::from_secs(120);
 
 /// How long the second worker gets to connect and settle before the
 /// sends start (and its start's counts with them).
-const WORKER_SETTLES: Duration = Duration::from_secs(2);
+pub(super) const WORKER_SETTLES: Duration = Duration::from_secs(2);
 
 /// When each workflow's recv returned its message, by its index.
-type Arrivals = Arc<Vec<OnceLock<Instant>>>;
+pub(super) type Arrivals = Arc<Vec<OnceLock<Instant>>>;
 
 /// The handler: receive one message, note when.
-fn handlers(arrivals: &Arrivals) -> HandlerRegistry {
+pub(super) fn handlers(arrivals: &Arrivals) -> HandlerRegistry {
     let mut handlers = HandlerRegistry::new();
     let arrived = arrivals.clone();
     handlers.register(HANDLER, move |ctx| {
@@ -55,6 +55,24 @@ fn handlers(arrivals: &Arrivals) -> HandlerRegistry {
     handlers
 }
 
+/// Parks every workflow of `shards` (filled with `arrivals.len()` of
+/// [`HANDLER`]) in its recv, under a worker that then goes: its sessions
+/// exit and send their counts, so none of the parking is counted after.
+pub(super) async fn park_all(shards: &BenchShards, arrivals: &Arrivals) -> Result<()> {
+    let parking = shards.shardq()?;
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(parking.worker(handlers(arrivals)).run(stop.clone()));
+    let messages = arrivals.len();
+    shards
+        .wait_until("every workflow to park in its recv", LIMIT, |c| {
+            c.parked as usize >= messages
+        })
+        .await?;
+    stop.cancel();
+    worker.await.context("the worker panicked")?;
+    Ok(())
+}
+
 /// The run, on `shards` (one shard), which it empties first.
 pub async fn run(shards: &BenchShards, messages: usize, rate: u32) -> Result<MessagesRun> {
     shards.reset().await?;
@@ -63,20 +81,7 @@ pub async fn run(shards: &BenchShards, messages: usize, rate: u32) -> Result<Mes
         .collect();
     let ids = shards.fill(jobs).await?;
     let arrivals: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
-
-    // The first worker parks them all, then goes: its sessions exit and
-    // send their counts, so none of the parking is counted below.
-    let parking = shards.shardq()?;
-    let stop = CancellationToken::new();
-    let worker = tokio::spawn(parking.worker(handlers(&arrivals)).run(stop.clone()));
-    shards
-        .wait_until("every workflow to park in its recv", LIMIT, |c| {
-            c.parked as usize >= messages
-        })
-        .await?;
-    stop.cancel();
-    worker.await.context("the worker panicked")?;
-    drop(parking);
+    park_all(shards, &arrivals).await?;
 
     let shardq = shards.shardq()?;
     let client = shardq.client();

@@ -16,6 +16,7 @@ mod children;
 mod messages;
 mod meter;
 mod report;
+mod sends;
 mod servers;
 mod throughput;
 
@@ -43,6 +44,7 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
         postgres: String::new(),
         throughput: Vec::new(),
         messages: None,
+        sends: Vec::new(),
         children: Vec::new(),
     };
     if args.only.contains(&Part::Throughput) {
@@ -74,6 +76,19 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
         let part = messages::run(&shards, args.messages, args.rate);
         let units = args.messages as u64;
         report.messages = Some(profiled(&shards, args.statements, &what, units, part).await?);
+    }
+    if args.only.contains(&Part::Sends) {
+        let shards = BenchShards::start(2).await?;
+        report.postgres = shards.version().to_string();
+        // Alternating, so that both see the same machine.
+        for from in [1, 0, 1, 0] {
+            eprintln!(
+                "sends: {} at {}/s, senders on shard {from}, recipients on shard 1",
+                args.messages, args.rate
+            );
+            let run = sends::run(&shards, args.messages, args.rate, from).await?;
+            report.sends.push(run);
+        }
     }
     if args.only.contains(&Part::Children) {
         let gathering = children::Gathering {

@@ -42,6 +42,25 @@ pub struct MessagesRun {
     pub per_message: PerUnit,
 }
 
+/// Sends between workflows (`ctx.send`), to a recipient on the sender's
+/// shard or on another.
+#[derive(Debug, Serialize)]
+pub struct SendsRun {
+    /// Messages (and senders, and recipients).
+    pub messages: usize,
+    /// Senders enqueued per second.
+    pub rate: u32,
+    /// Whether the senders lived on another shard than their recipients.
+    pub between_shards: bool,
+    /// From just before the sender's `ctx.send` to the recipient's `recv`
+    /// returning the message, ms.
+    pub latency_ms: Percentiles,
+    /// Costs per message, from the first sender's enqueue to the last
+    /// success: the sender's whole run (claim, send, step record,
+    /// completion) and the recipient's wake, run and completion.
+    pub per_message: PerUnit,
+}
+
 /// A parent that starts its children and gathers their results.
 #[derive(Debug, Serialize)]
 pub struct ChildrenRun {
@@ -116,6 +135,8 @@ pub struct Report {
     pub throughput: Vec<ThroughputRun>,
     /// The messages run, when asked.
     pub messages: Option<MessagesRun>,
+    /// The sends runs (same shard, another shard), when asked.
+    pub sends: Vec<SendsRun>,
     /// The children runs, when asked.
     pub children: Vec<ChildrenRun>,
 }
@@ -184,6 +205,27 @@ impl Report {
                 m.per_message.database_cpu_us,
                 m.per_message.worker_cpu_us,
                 counts(&m.per_message)
+            );
+        }
+        for r in &self.sends {
+            println!();
+            println!(
+                "ctx.send → recv, {}: {} workflows parked in ctx.recv on shard 1, one sender workflow each \
+                 enqueued at {}/s; latency from just before the sender's ctx.send to the recipient's recv \
+                 returning the message",
+                if r.between_shards { "senders on shard 0 (another shard)" } else { "senders on shard 1 (the same shard)" },
+                r.messages,
+                r.rate
+            );
+            println!(
+                "  latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                r.latency_ms.p50, r.latency_ms.p99, r.latency_ms.max
+            );
+            println!(
+                "  per message (sender's run included): database CPU {:.1} µs, worker CPU {:.1} µs, commits / statements {}",
+                r.per_message.database_cpu_us,
+                r.per_message.worker_cpu_us,
+                counts(&r.per_message)
             );
         }
         for c in &self.children {

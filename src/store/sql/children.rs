@@ -146,13 +146,16 @@ pub const CHILD_READ: &str = "SELECT status, output, error FROM workflow_status 
 /// (`to_index`), but those owed to the shards $2 (whose delivery is still
 /// out: filtered before the limit, so wakes piling up for a shard that
 /// does not answer never hide the others'). The relay takes them to the
-/// parents' shards.
+/// parents' shards. The map is joined, not asked per row
+/// (`shardq_owns_key`): flags of parents here, left for a moment by a
+/// completion that found the parent's row busy, cost one index entry
+/// each, not a function call planned per row.
 pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT w.shard_key, w.id, w.parent_shard_key, \
         w.parent_id, w.finished_at, r.shard_index AS to_index \
     FROM workflow_status w \
     JOIN shardq_map_ranges r ON r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
         AND r.first_key <= w.parent_shard_key AND w.parent_shard_key < r.end_key \
-    WHERE w.parent_wake AND NOT shardq_owns_key(w.parent_shard_key) \
+    WHERE w.parent_wake AND r.shard_index <> (SELECT m.shard_index FROM shardq_shard_map m) \
         AND r.shard_index <> ALL($2::int[]) \
     ORDER BY w.shard_key, w.id LIMIT $1";
 
@@ -219,7 +222,11 @@ pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
 /// The wakes children on this shard owe parents on other shards, by the
 /// parents' shard key: how many, and how long the oldest has waited since
 /// its child finished (seconds, the shard's clock). Read by the metrics.
-pub const CHILD_WAKES_OWED_BY_KEY: &str = "SELECT parent_shard_key, count(*) AS pending, \
-        extract(epoch FROM now() - min(finished_at))::float8 AS oldest_s \
-    FROM workflow_status WHERE parent_wake AND NOT shardq_owns_key(parent_shard_key) \
-    GROUP BY parent_shard_key";
+pub const CHILD_WAKES_OWED_BY_KEY: &str = "SELECT w.parent_shard_key, count(*) AS pending, \
+        extract(epoch FROM now() - min(w.finished_at))::float8 AS oldest_s \
+    FROM workflow_status w \
+    WHERE w.parent_wake AND NOT EXISTS (SELECT 1 FROM shardq_map_ranges r \
+        WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+          AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \
+          AND r.first_key <= w.parent_shard_key AND w.parent_shard_key < r.end_key) \
+    GROUP BY w.parent_shard_key";

@@ -8,6 +8,7 @@ mod command;
 mod debounce;
 mod enqueue;
 mod events;
+mod fan_out;
 mod frozen;
 mod lookups;
 mod messages;

@@ -729,7 +729,7 @@ CREATE OR REPLACE FUNCTION public.shardq_claim_keyed(p_queue text, p_limit integ
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
- SET plan_cache_mode TO 'force_custom_plan'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 DECLARE

@@ -13,17 +13,20 @@
 -- no later claim meets them again. A round that takes nothing but parks
 -- something scans again (at most four rounds).
 --
--- Its plans depend on the sizes of the arrays it builds, so it is planned for
--- each call (force_custom_plan); joins between the statement's own small sets
--- (candidates, runs) need hash joins, which shardq's connections turn off for
--- the big-table statements.
+-- Its statements keep one generic plan per session (force_generic_plan):
+-- planned for each call, as shardq's sessions plan by default, they cost
+-- more than they run when a claim takes a few jobs (2.2 ms against 0.47 ms
+-- per claim of one keyed job, measured on PostgreSQL 15), and a claim of
+-- 1,000 keyed jobs runs no slower with them. Joins between the statement's
+-- own small sets (candidates, runs) need hash joins, which shardq's
+-- connections turn off for the big-table statements.
 CREATE OR REPLACE FUNCTION shardq_claim_keyed(p_queue text, p_limit int,
                                    p_owner text, p_lease_ms bigint)
 RETURNS SETOF shardq_claimed
 LANGUAGE plpgsql
 SET enable_hashjoin = on
 SET enable_mergejoin = on
-SET plan_cache_mode = force_custom_plan
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

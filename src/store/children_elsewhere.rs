@@ -256,6 +256,38 @@ pub async fn read_child(shard: &Shard, child: JobId) -> Result<Option<Option<Val
     }))))
 }
 
+/// Makes parent `p` (running, this claim's) due within `after`, unless it
+/// is due sooner ([`sql::PARENT_RECHECK_SOON`]): its park then keeps that
+/// time. Returns whether the claim still held it.
+///
+/// # Errors
+///
+/// [`ShardError`] when the parent's shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: one statement; a repeat sets the same bound.
+pub async fn recheck_soon(
+    shard: &Shard,
+    p: ParentStep<'_>,
+    after: Duration,
+) -> Result<bool, ShardError> {
+    let ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+    let changed = exec::execute(
+        shard,
+        sql::PARENT_RECHECK_SOON,
+        &[
+            (&p.parent.shard_key, Type::INT4),
+            (&p.parent.id, Type::INT8),
+            (&p.owner, Type::TEXT),
+            (&p.fence, Type::INT8),
+            (&ms, Type::INT8),
+        ],
+    )
+    .await?;
+    Ok(changed > 0)
+}
+
 /// Children's wakes read per pass and shard at most.
 const RELAY_BATCH: i64 = 1_000;
 

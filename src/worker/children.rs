@@ -8,6 +8,10 @@ use super::step_log::{Claim, Logged};
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
 use crate::shards::ShardError;
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
+
+/// How soon a parent parked because its child's shard did not answer the
+/// read of its child looks again.
+const CHILD_READ_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::store::children_elsewhere::{
     self as elsewhere, ChildRow, Identity, Intent, ParentStep, Wait,
 };
@@ -229,7 +233,23 @@ impl ChildHandle {
             Wait::Recorded => {}
         }
         let shard = ctx.shards.get(there);
-        let outcome = match elsewhere::read_child(shard, self.child).await.map_err(db)? {
+        let read = match elsewhere::read_child(shard, self.child).await {
+            Err(err) if !err.is_permanent() => {
+                // The child's shard does not answer now: park, and look
+                // again soon rather than fail an attempt per outage (the
+                // wait is recorded, so a wake relayed meanwhile still
+                // comes; but one relayed before it was recorded would
+                // not, so a recheck is due either way).
+                tracing::warn!(job = %ctx.id, child = %self.child, error = %err, "the child's shard did not answer its read: parked, to look again soon");
+                elsewhere::recheck_soon(&ctx.shard, parent, CHILD_READ_RETRY)
+                    .await
+                    .map_err(db)?;
+                ctx.parked.store(true, Ordering::SeqCst);
+                return Err(StepError::WaitingForChild(ctx.id, self.child));
+            }
+            read => read.map_err(db)?,
+        };
+        let outcome = match read {
             None => return Ok(None),
             Some(None) => {
                 ctx.parked.store(true, Ordering::SeqCst);

@@ -18,6 +18,7 @@ mod check_waits;
 mod children;
 mod children_across;
 mod children_across_cancel;
+mod children_across_outage;
 mod children_across_races;
 mod completion_retry_race;
 mod completion_stall;

@@ -135,6 +135,14 @@ pub const CHILD_WAIT: &str = "SELECT owned, cancel_requested, output \
     FROM shardq_child_wait($1::int, $2::bigint, $3::text, $4::bigint, $5::text, $6::int, \
         $7::bigint, $8::bigint)";
 
+/// On a parent's shard: the parent ($1 shard key, $2 id), running under
+/// the claim ($3 owner, $4 fence), is due within $5 ms unless it is due
+/// sooner. A parent whose child's shard did not answer its read parks with
+/// this `run_at` (its park keeps it), instead of the hour its wait set.
+pub const PARENT_RECHECK_SOON: &str = "UPDATE workflow_status \
+    SET run_at = least(run_at, now() + $5::bigint * interval '1 millisecond') \
+    WHERE shard_key = $1 AND id = $2 AND owner = $3 AND fence = $4 AND status = 'running'";
+
 /// On the child's shard: child ($1 shard key, $2 id)'s status, output and
 /// error; no row when it is not here (a held stand-in is not the child).
 pub const CHILD_READ: &str = "SELECT status, output, error FROM workflow_status \

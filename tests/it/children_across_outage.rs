@@ -1,0 +1,106 @@
+//! A parent whose child lives on a shard that does not answer when the
+//! parent reads its child: the parent parks and looks again within seconds,
+//! spending no attempt (with one attempt it would otherwise end dead), and
+//! once the shard is back it gets the child's result.
+
+use crate::common;
+
+use super::children_across::key_on;
+use common::{wait_until, TestShards};
+use serde_json::json;
+use shardq::{ChildResult, HandlerRegistry, JobOutcome, NewJob, Shardq};
+use shardq_local::StopMode;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const QUEUE: &str = "family";
+/// A queue no worker serves: the child stays queued until the test ends it.
+const IDLE: &str = "idle";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
+    let shards = TestShards::servers(2).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
+         [database]\nconnect_timeout_ms = 1000\nstatement_timeout_ms = 3000\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
+    let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut handlers = HandlerRegistry::new();
+    let (told, wait, counted) = (started.clone(), go.clone(), runs.clone());
+    handlers.register("parent", move |ctx| {
+        let (told, wait, counted, away) =
+            (told.clone(), wait.clone(), counted.clone(), away.clone());
+        async move {
+            let child = ctx
+                .start_child(NewJob::new(IDLE, "child", json!({})).ordering_key(away))
+                .await?;
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                told.notify_one();
+                wait.notified().await;
+            }
+            match child.result().await? {
+                ChildResult::Succeeded(v) => Ok(v),
+                other => Err(format!("the child ended {other:?}").into()),
+            }
+        }
+    });
+    let parent = shardq
+        .client()
+        .enqueue(
+            NewJob::new(QUEUE, "parent", json!({}))
+                .ordering_key(home)
+                .max_attempts(1),
+        )
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    started.notified().await;
+    shards.servers[1].stop(StopMode::Immediate).unwrap();
+    go.notify_one();
+
+    // Parked (no attempt spent), due within seconds, not in an hour.
+    let home_db = shardq.shards().get(0).client().await.unwrap();
+    wait_until(Duration::from_secs(30), "the parent parked", || async {
+        let row = home_db
+            .query_one(
+                "SELECT status, parked, attempts, run_at < now() + interval '10 seconds' \
+                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                &[&parent.shard_key, &parent.id],
+            )
+            .await
+            .unwrap();
+        let status: String = row.get(0);
+        assert_ne!(status, "dead", "the outage spent the parent's only attempt");
+        status == "scheduled" && row.get::<_, bool>(1) && row.get::<_, bool>(3)
+    })
+    .await;
+
+    shards.servers[1].start_again().unwrap();
+    let child_db = tokio_postgres::connect(&shards.urls[1], tokio_postgres::NoTls);
+    let (child_db, connection) = child_db.await.unwrap();
+    tokio::spawn(connection);
+    child_db
+        .execute(
+            "UPDATE workflow_status SET status = 'succeeded', output = '42', finished_at = now() \
+             WHERE handler = 'child'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let outcome = shardq
+        .client()
+        .result(parent, Duration::from_secs(60))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!(42)));
+}

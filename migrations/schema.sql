@@ -40,7 +40,6 @@
 --     34 0034_debounce.sql
 --     35 0035_parked_workflows.sql
 --     36 0036_deadlines.sql
---     37 0037_child_identity_names.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -398,6 +397,15 @@ BEGIN
     NEW.parent_wake := true;
     RETURN NEW;
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_child_intent(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_child_shard_key integer, p_child_id bigint)
+ RETURNS TABLE(state text, child_shard_key integer, child_id bigint, parent_deadline timestamp with time zone)
+ LANGUAGE sql
+AS $function$
+    SELECT * FROM shardq_child_intent(p_shard_key, p_id, p_owner, p_fence, p_step,
+        p_child_shard_key, p_child_id, NULL::text, NULL::text);
+$function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_child_intent(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_step text, p_child_shard_key integer, p_child_id bigint, p_queue text, p_handler text)
@@ -862,7 +870,7 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     d_succeeded bigint; d_retrying bigint; d_dead bigint; d_cancelled bigint;
-    d_released bigint; d_all bigint; d_wakes bigint; d_woken bigint;
+    d_released bigint; d_all bigint; d_wakes bigint;
     a_succeeded bigint := 0; a_retrying bigint := 0; a_dead bigint := 0;
     a_cancelled bigint := 0; a_released bigint := 0; a_all bigint := 0;
 BEGIN
@@ -925,8 +933,9 @@ BEGIN
         FROM unnest(p_shard_keys, p_ids) AS b(shard_key, id)
         WHERE c.shard_key = b.shard_key AND c.id = b.id AND c.parent_wake
             AND shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id);
-        GET DIAGNOSTICS d_woken = ROW_COUNT;
-        IF d_woken < d_wakes THEN
+        IF EXISTS (SELECT 1 FROM unnest(p_shard_keys, p_ids) AS b(shard_key, id)
+                   JOIN workflow_status c ON c.shard_key = b.shard_key AND c.id = b.id
+                   WHERE c.parent_wake) THEN
             -- Wakes left: parents on other shards (or rows locked now).
             -- The empty payload (no queue's name) rings the relay of
             -- this shard in every listening worker at commit

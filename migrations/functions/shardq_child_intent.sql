@@ -57,3 +57,16 @@ BEGIN
     RETURN QUERY SELECT 'reserved'::text, (recorded->>'child_shard_key')::int,
         (recorded->>'child_id')::bigint, deadline;
 END $$;
+
+-- The signature before the identity named its queue and handler, kept for
+-- the workers of the previous version during a rolling upgrade: their
+-- identities name neither, and the cancel cascade's stand-in takes the
+-- parent's (src/store/sql/children.rs, CHILDREN_ELSEWHERE).
+CREATE OR REPLACE FUNCTION shardq_child_intent(p_shard_key int, p_id bigint, p_owner text,
+    p_fence bigint, p_step text, p_child_shard_key int, p_child_id bigint)
+RETURNS TABLE (state text, child_shard_key int, child_id bigint, parent_deadline timestamptz)
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT * FROM shardq_child_intent(p_shard_key, p_id, p_owner, p_fence, p_step,
+        p_child_shard_key, p_child_id, NULL::text, NULL::text);
+$$;

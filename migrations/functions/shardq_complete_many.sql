@@ -60,7 +60,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     d_succeeded bigint; d_retrying bigint; d_dead bigint; d_cancelled bigint;
-    d_released bigint; d_all bigint; d_wakes bigint; d_woken bigint;
+    d_released bigint; d_all bigint; d_wakes bigint;
     a_succeeded bigint := 0; a_retrying bigint := 0; a_dead bigint := 0;
     a_cancelled bigint := 0; a_released bigint := 0; a_all bigint := 0;
 BEGIN
@@ -123,8 +123,9 @@ BEGIN
         FROM unnest(p_shard_keys, p_ids) AS b(shard_key, id)
         WHERE c.shard_key = b.shard_key AND c.id = b.id AND c.parent_wake
             AND shardq_wake_parent(c.parent_shard_key, c.parent_id, c.shard_key, c.id);
-        GET DIAGNOSTICS d_woken = ROW_COUNT;
-        IF d_woken < d_wakes THEN
+        IF EXISTS (SELECT 1 FROM unnest(p_shard_keys, p_ids) AS b(shard_key, id)
+                   JOIN workflow_status c ON c.shard_key = b.shard_key AND c.id = b.id
+                   WHERE c.parent_wake) THEN
             -- Wakes left: parents on other shards (or rows locked now).
             -- The empty payload (no queue's name) rings the relay of
             -- this shard in every listening worker at commit

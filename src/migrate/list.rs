@@ -208,11 +208,6 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0036_deadlines.sql",
         sql: include_str!("../../migrations/0036_deadlines.sql"),
     },
-    Migration {
-        version: 37,
-        name: "0037_child_identity_names.sql",
-        sql: include_str!("../../migrations/0037_child_identity_names.sql"),
-    },
 ];
 
 /// The schema version this binary needs.

@@ -289,7 +289,7 @@ pub async fn recheck_soon(
 }
 
 /// Children's wakes read per pass and shard at most.
-const RELAY_BATCH: i64 = 1_000;
+pub(crate) const RELAY_BATCH: usize = 1_000;
 
 /// A child's wake owed to its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,10 +320,11 @@ pub async fn wakes_owed(
     skip: &[usize],
 ) -> Result<std::collections::BTreeMap<usize, Vec<OwedWake>>, ShardError> {
     let skip: Vec<i32> = skip.iter().map(|&s| s as i32).collect();
+    let limit = RELAY_BATCH as i64;
     let rows = exec::query(
         shards.get(index),
         sql::CHILD_WAKES_ELSEWHERE,
-        &[(&RELAY_BATCH, Type::INT8), (&skip, Type::INT4_ARRAY)],
+        &[(&limit, Type::INT8), (&skip, Type::INT4_ARRAY)],
     )
     .await?;
     let mut by_shard: std::collections::BTreeMap<usize, Vec<OwedWake>> = Default::default();
@@ -470,7 +471,8 @@ pub struct StartedChild {
 }
 
 /// The children on other shards than `index` that the workflows `parents`
-/// on shard `index` started or were starting ([`sql::CHILDREN_ELSEWHERE`]).
+/// on shard `index` started, and those whose start they had not recorded
+/// on any shard ([`sql::CHILDREN_ELSEWHERE`]).
 ///
 /// # Errors
 ///
@@ -511,7 +513,9 @@ pub async fn children_started(
                 handler: r.get("handler"),
             }
         })
-        .filter(|c| c.shard != index)
+        // An identity whose start is not recorded is kept on any shard,
+        // this one too: the run inserts it where its key routes now.
+        .filter(|c| c.shard != index || !c.started)
         .collect();
     // A child with its start and its identity recorded: once, started.
     out.sort_by_key(|c| (c.id.shard_key, c.id.id, !c.started));

@@ -18,12 +18,14 @@ use super::wakeup::RelayBells;
 use crate::shards::ShardSet;
 use crate::store::children_elsewhere;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// The longest pause between two passes on a shard whose listener is down.
+/// The longest pause between two passes on a shard whose listener is
+/// down, or after a pass that left wakes behind.
 const RELAY_CEILING: Duration = Duration::from_secs(1);
 
 /// Runs until shutdown: one loop per shard, a pass when its `bells` ring,
@@ -58,32 +60,48 @@ async fn relay_loop(
 ) {
     // Deliveries out, by the parents' shard.
     let mut out: HashMap<usize, JoinHandle<()>> = HashMap::new();
+    // Set by a delivery that left wakes undelivered (a parent's row busy
+    // or held by a move, or its shard failing).
+    let left_behind = Arc::new(AtomicBool::new(false));
     loop {
         out.retain(|_, task| !task.is_finished());
         let busy: Vec<usize> = out.keys().copied().collect();
-        match children_elsewhere::wakes_owed(&shards, index, &busy).await {
+        let full = match children_elsewhere::wakes_owed(&shards, index, &busy).await {
             Ok(owed) => {
+                let full =
+                    owed.values().map(Vec::len).sum::<usize>() >= children_elsewhere::RELAY_BATCH;
                 for (to, wakes) in owed {
                     if out.contains_key(&to) {
                         continue;
                     }
-                    let shards = shards.clone();
+                    let (shards, left_behind) = (shards.clone(), left_behind.clone());
                     let delivery = async move {
                         let sent = children_elsewhere::deliver(&shards, index, to, &wakes).await;
-                        if let Err(err) = sent {
-                            let duty = "relaying children's wakes to their parents' shard";
-                            super::maintenance::failed(shards.get(to), duty, &err);
+                        match sent {
+                            Ok(done) if done as usize == wakes.len() => {}
+                            Ok(_) => left_behind.store(true, Ordering::Release),
+                            Err(err) => {
+                                left_behind.store(true, Ordering::Release);
+                                let duty = "relaying children's wakes to their parents' shard";
+                                super::maintenance::failed(shards.get(to), duty, &err);
+                            }
                         }
                     };
                     out.insert(to, tokio::spawn(delivery));
                 }
+                full
             }
             Err(err) => {
                 let duty = "reading the wakes children owe parents on other shards";
                 super::maintenance::failed(shards.get(index), duty, &err);
+                true
             }
-        }
-        let every = match bells.heard(index) {
+        };
+        // The bell rings for new wakes only: what a pass left (a full
+        // batch, deliveries still out or short) is looked at again within
+        // the ceiling, as everything is while the listener is down.
+        let behind = full || !out.is_empty() || left_behind.swap(false, Ordering::AcqRel);
+        let every = match bells.heard(index) && !behind {
             true => interval.max(PROMOTION_FLOOR),
             false => interval.clamp(PROMOTION_FLOOR, RELAY_CEILING),
         };

@@ -77,10 +77,12 @@ impl Wakeups {
         }
     }
 
-    /// Records whether shard `shard`'s listener is up.
+    /// Records whether shard `shard`'s listener is up, and rings its relay
+    /// (whose timer depends on it; notifications may have been missed).
     fn set_listening(&self, shard: usize, up: bool) {
         self.listening[shard].store(up, Ordering::Release);
         self.relay.heard[shard].store(up, Ordering::Release);
+        self.relay.bells[shard].notify_one();
     }
 
     /// Whether target `index` was announced ready since the last call (and

@@ -91,6 +91,47 @@ async fn a_parent_cancelled_before_its_childs_insert_never_starts_that_child() {
         error.as_deref(),
         Some("cancelled with its parent before it started")
     );
+    // A stand-in holds nothing of the child to run: it is not retried.
+    assert!(!shardq.client().retry(kids[1]).await.unwrap());
+}
+
+/// The same gap when the child's key has come to the parent's own shard
+/// since its identity was recorded (a move): the run's insert goes to
+/// the parent's shard, so the cascade writes the stand-in there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stand_in_is_written_on_the_parents_shard_when_the_childs_key_is_there() {
+    let (_s, shardq) = shardq().await;
+    let parent = running_parent(&shardq).await;
+    let home = shardq.shards().get(0);
+    let key = nth_key_on(&shardq, 0, 1);
+    let payload = json!({});
+    let start = first_child_of(parent, &key, &payload);
+    let step = ParentStep {
+        parent,
+        name: "shardq:child:1",
+        owner: "racer",
+        fence: 7,
+    };
+    let id = JobId {
+        shard_key: sk(&key),
+        id: elsewhere::reserve_id(home, sk(&key)).await.unwrap(),
+    };
+    assert_eq!(
+        elsewhere::intent(home, step, named(id)).await.unwrap(),
+        Intent::Reserved(id, None)
+    );
+    shardq.client().cancel(parent).await.unwrap();
+    let row = ChildRow {
+        id,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+    elsewhere::insert(home, row).await.unwrap();
+    assert_eq!(
+        children_on(&shardq, 0, parent).await,
+        vec![(id, "cancelled".to_string())]
+    );
 }
 
 /// A child on shard 0 finished; the relay read its wake, owed to a parent

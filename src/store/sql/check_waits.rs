@@ -139,18 +139,29 @@ pub const CHECK_LOST_CHILD_WAKE: &str = "WITH seen AS MATERIALIZED ( \
 /// not take the wake (down, frozen, or its parent held by a move), or no
 /// worker relays from this shard.
 ///
+/// A parent whose key's range is moving is not judged: its wake waits for
+/// the move's release by design (`shardq_wake_parent`), however long the
+/// move takes. The map is read as the relay reads it (its ranges joined).
+///
 /// Walks the first $1 entries of `workflow_status_parent_wakes` in index
-/// order (one heap fetch each); per entry past the grace one map lookup
-/// (`shardq_owns_key`). Cost: linear in flagged children up to $1, which
-/// are few unless wakes are stuck. Examples ($3).
+/// order (one heap fetch each); per entry past the grace two probes of the
+/// map's few rows. Cost: linear in flagged children up to $1, which are
+/// few unless wakes are stuck. Examples ($3).
 pub const CHECK_WAKE_NOT_RELAYED: &str = "WITH seen AS MATERIALIZED ( \
         SELECT w.shard_key, w.id, w.queue, w.ordering_key, w.parent_shard_key, w.parent_id, \
             w.finished_at FROM workflow_status w WHERE w.parent_wake \
         ORDER BY w.shard_key, w.id LIMIT $1 \
     ), found AS MATERIALIZED ( \
-        SELECT * FROM seen \
-        WHERE finished_at < now() - $2::bigint * interval '1 millisecond' \
-          AND NOT shardq_owns_key(parent_shard_key) \
+        SELECT s.* FROM seen s \
+        WHERE s.finished_at < now() - $2::bigint * interval '1 millisecond' \
+          AND NOT EXISTS (SELECT 1 FROM shardq_map_ranges r \
+              WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \
+                AND r.first_key <= s.parent_shard_key AND s.parent_shard_key < r.end_key) \
+          AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
+              WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                AND v.state <> 'released' \
+                AND v.first_key <= s.parent_shard_key AND s.parent_shard_key < v.end_key) \
     ), shown AS ( \
         SELECT * FROM found ORDER BY id LIMIT $3 \
     ) \

@@ -216,7 +216,8 @@ pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT \
 /// when the parent's process dies before it could cancel the child
 /// itself. A child inserted first is found by the cascade's next read
 /// (an insert racing this one is waited for). Keys this shard does not
-/// hold are left out (a stale map: asked again by the next cancel).
+/// hold are left out (a stale map: asked again by the next cancel). Its
+/// error text marks it as a stand-in: `JOB_RETRY` refuses it.
 pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
         (id, shard_key, queue, handler, status, finished_at, error, parent_shard_key, parent_id) \
     OVERRIDING SYSTEM VALUE \

@@ -30,12 +30,16 @@ pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
 /// finished on a shard its range has since left (`shardq reshard`) is not
 /// put back there, where no enqueue of its key goes any more; nor while
 /// its range is moving (its key's jobs are held, or still on the old
-/// shard): retry it once the move is done.
+/// shard): retry it once the move is done. Nor a cancel cascade's
+/// stand-in for a child that never started (`CHILD_STAND_INS`: it holds
+/// no payload, key or settings of the child to run).
 pub const JOB_RETRY: &str = "UPDATE workflow_status SET \
         status = CASE WHEN ordering_key IS NULL THEN 'queued' ELSE 'waiting' END, \
         attempts = 0, run_at = now(), finished_at = NULL, cancel_requested = false, \
         debounce_until = NULL \
     WHERE shard_key = $1 AND id = $2 AND status IN ('dead', 'failed', 'cancelled') \
+        AND NOT (parent_id IS NOT NULL AND started_at IS NULL \
+            AND error IS NOT DISTINCT FROM 'cancelled with its parent before it started') \
         AND EXISTS (SELECT 1 FROM shardq_map_ranges r \
             WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
               AND r.shard_index = (SELECT m.shard_index FROM shardq_shard_map m) \

@@ -165,6 +165,38 @@ pub async fn insert(shard: &Shard, c: ChildRow<'_>) -> Result<(), ShardError> {
     Ok(())
 }
 
+/// Inserts the child where its key routes now ([`insert`]), unless its
+/// identity was recorded by an earlier run (`earlier`) and a row with its
+/// id is on another shard: that run inserted it, and it finished (or ran)
+/// on a shard its key's range has left since (a move copies unclaimed
+/// jobs only), where inserting it again would run it twice. Probes each
+/// other shard once, on that rare path only (a run that died between the
+/// insert and the start's record).
+///
+/// # Errors
+///
+/// [`ShardError`] when a shard fails (the attempt is retried), or the
+/// child's shard does not hold its key (SQ001).
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: a repeat inserts nothing.
+pub async fn insert_once(
+    shards: &ShardSet,
+    c: ChildRow<'_>,
+    earlier: bool,
+) -> Result<(), ShardError> {
+    let there = shards.for_key(c.id.shard_key);
+    if earlier {
+        for shard in shards.all() {
+            if shard.index != there.index && super::jobs::exists(shard, c.id).await? {
+                return Ok(());
+            }
+        }
+    }
+    insert(there, c).await
+}
+
 /// The parent's side of a result step on a child elsewhere
 /// ([`sql::CHILD_WAIT`]).
 #[derive(Debug, Clone, PartialEq)]

@@ -401,6 +401,8 @@ impl JobContext {
             child,
         };
         let identity_step = format!("{name}:id");
+        // The id reserved by this run, if it reserved one.
+        let mut fresh = None;
         let reserved = match self.steps.get(claim, &identity_step).await.map_err(db)? {
             Logged::Recorded(Some(recorded)) => child_of(&recorded),
             Logged::NotHeld if self.is_cancelled() => {
@@ -410,7 +412,7 @@ impl JobContext {
             Logged::Recorded(None) | Logged::NotRecorded => {
                 let there = self.shards.for_key(shard_key);
                 match elsewhere::reserve_id(there, shard_key).await {
-                    Ok(id) => JobId { shard_key, id },
+                    Ok(id) => *fresh.insert(JobId { shard_key, id }),
                     Err(e) => return Err(db(self.stale_map_reloaded(e).await)),
                 }
             }
@@ -442,7 +444,8 @@ impl JobContext {
             job: start,
         };
         let there = self.shards.for_key(child.shard_key);
-        if let Err(e) = elsewhere::insert(there, row).await {
+        let earlier = fresh != Some(child);
+        if let Err(e) = elsewhere::insert_once(&self.shards, row, earlier).await {
             return Err(db(self.stale_map_reloaded(e).await));
         }
         let started =

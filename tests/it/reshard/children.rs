@@ -263,3 +263,136 @@ async fn start_idle_child(on: &Shard, parent: JobId) -> JobId {
     };
     child
 }
+
+/// A parent's run 1 recorded a child's identity on another shard and
+/// inserted the child there, then died before it recorded the start; the
+/// child ran and finished; then its key's range moved to a new shard (a
+/// move leaves finished rows where they are). Run 2 inserts again where
+/// the key routes now: the child's row on its old shard must be found,
+/// or the child would run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
+    use shardq::store::children_elsewhere::ParentStep;
+    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Identity, Intent};
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&new).unwrap();
+    let child_key = moving_key(&plan, "away");
+    let at = shardq::router::shard_key_for(&child_key);
+    let from_index = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= at && at < m.end_key)
+        .unwrap()
+        .from_index;
+    // The parent on the other old shard, claimed by hand.
+    let parent_key = (0..)
+        .map(|i| format!("home-{i}"))
+        .find(|k| {
+            let sk = shardq::router::shard_key_for(k);
+            let old = shardq::shard_map::ShardMap::from_formula(2);
+            old.shard_for(sk) != from_index
+                && !plan
+                    .moves
+                    .iter()
+                    .any(|m| m.first_key <= sk && sk < m.end_key)
+        })
+        .unwrap();
+    let parent = client
+        .enqueue(NewJob::new("idle", "parent", json!({})).ordering_key(parent_key))
+        .await
+        .unwrap();
+    let home = all.get(1 - from_index);
+    home.client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'running', owner = $3, fence = $4, attempts = 1, \
+                started_at = now(), lease_expires_at = now() + interval '1 hour' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&parent.shard_key, &parent.id, &OWNER, &FENCE],
+        )
+        .await
+        .unwrap();
+    let old_shard = all.get(from_index);
+    let child = JobId {
+        shard_key: at,
+        id: elsewhere::reserve_id(old_shard, at).await.unwrap(),
+    };
+    let step = ParentStep {
+        parent,
+        name: "shardq:child:1",
+        owner: OWNER,
+        fence: FENCE,
+    };
+    let named = Identity {
+        id: child,
+        queue: "idle",
+        handler: "child",
+    };
+    assert_eq!(
+        elsewhere::intent(home, step, named).await.unwrap(),
+        Intent::Reserved(child, None)
+    );
+    let payload = json!({});
+    let start = StartChild {
+        parent,
+        name: "shardq:child:1",
+        owner: OWNER,
+        fence: FENCE,
+        queue: "idle",
+        handler: "child",
+        payload: &payload,
+        ordering_key: Some(&child_key),
+        group: None,
+        priority: 0,
+        delay: Duration::ZERO,
+        max_attempts: 3,
+        abandon_on_parent_cancel: false,
+        timeout_ms: None,
+    };
+    let row = ChildRow {
+        id: child,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+    elsewhere::insert(old_shard, row).await.unwrap();
+    // Run 1 dies; the child runs and finishes on its shard.
+    old_shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'succeeded', finished_at = now() \
+             WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap();
+    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    all.load_map().await.unwrap();
+    assert_eq!(
+        all.for_key(at).index,
+        2,
+        "the child's key routes to the new shard"
+    );
+
+    // Run 2: the identity is the earlier run's.
+    elsewhere::insert_once(&all, row, true).await.unwrap();
+    let mut found = Vec::new();
+    for shard in all.all() {
+        if children_on(shard, parent).await.contains(&child.id) {
+            found.push(shard.index);
+        }
+    }
+    assert_eq!(found, vec![from_index], "one child, on its old shard");
+}

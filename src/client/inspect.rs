@@ -5,6 +5,7 @@ use super::handle::Client;
 use crate::job::JobId;
 use crate::schedule::Schedule;
 use crate::shards::{Shard, ShardError, ShardSet};
+use crate::store::children_elsewhere;
 use crate::store::horizon::{self, Horizon};
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues::{self, Connections, QueueCount};
@@ -31,6 +32,10 @@ pub struct ShardStatus {
     /// What holds the shard's xmin horizon back, and the queue table's dead
     /// row versions; `None` when it did not answer or that read failed.
     pub horizon: Option<Horizon>,
+    /// The wakes its finished children owe parents on other shards, not
+    /// delivered yet, by the parents' shard (empty when none, or when the
+    /// read failed).
+    pub wakes_owed: Vec<crate::store::children_elsewhere::OwedToShard>,
     /// Why it did not answer.
     pub error: Option<String>,
     /// The schedules whose name routes to this shard (those given to
@@ -121,6 +126,13 @@ impl Client {
                     .inspect_err(|e| tracing::warn!(shard = %shard.name, error = %crate::error_chain::error_chain(e), "xmin horizon read failed"))
                     .ok(),
             };
+            let wakes_owed = match &error {
+                Some(_) => Vec::new(),
+                None => children_elsewhere::owed_summary(&self.shards, shard.index)
+                    .await
+                    .inspect_err(|e| tracing::warn!(shard = %shard.name, error = %crate::error_chain::error_chain(e), "read of the wakes owed to other shards failed"))
+                    .unwrap_or_default(),
+            };
             let schedules = match &error {
                 // One wait for a shard that does not answer is enough.
                 Some(e) => super::schedule_status::unknown(&mine, now, e),
@@ -132,6 +144,7 @@ impl Client {
                 counts,
                 connections,
                 horizon,
+                wakes_owed,
                 error,
                 schedules,
             }

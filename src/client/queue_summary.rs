@@ -91,6 +91,7 @@ mod tests {
             counts,
             connections: None,
             horizon: None,
+            wakes_owed: Vec::new(),
             schedules: Vec::new(),
         }
     }

@@ -445,8 +445,8 @@ pub async fn deliver(
 }
 
 /// The wakes children on one shard owe parents on another, as the
-/// metrics show them ([`owed_summary`]).
-#[derive(Debug, Clone, PartialEq)]
+/// metrics and `shardq status --shards` show them ([`owed_summary`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OwedToShard {
     /// The parents' shard (its index).
     pub to: usize,

@@ -7,6 +7,7 @@
 use crate::common;
 
 use super::children_across::{children_on, first_child_of, named, nth_key_on, running_parent};
+use super::children_across_races::sk;
 use common::TestShards;
 use serde_json::json;
 use shardq::client::{CheckOptions, Invariant};
@@ -14,15 +15,26 @@ use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Intent, Par
 use shardq::{JobId, Shardq};
 
 async fn shardq() -> (TestShards, Shardq) {
-    let shards = TestShards::databases(2).await;
-    let config = shards.config("[worker]\nqueues = [\"family\"]\nconcurrency = 1\n");
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
-    (shards, shardq)
+    super::children_across_races::shardq(2).await
 }
 
-fn sk(key: &str) -> i32 {
-    shardq::router::shard_key_for(key)
+/// A child on shard 0, finished `ago` (SQL interval text), whose wake to
+/// parent `parent_id` on shard 1 is owed (that parent is not there: a
+/// wake delivered to it is done). Returns its id.
+async fn finished_child_owing(shardq: &Shardq, parent_id: i64, ago: &str) -> i64 {
+    let child_key = sk(&nth_key_on(shardq, 0, 0));
+    let parent_key = sk(&nth_key_on(shardq, 1, 0));
+    let c = shardq.shards().get(0).client().await.unwrap();
+    let insert = format!(
+        "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
+            parent_shard_key, parent_id, parent_wake) \
+         VALUES ($1, 'idle', 'x', 'succeeded', now() - interval '{ago}', $2, $3, true) \
+         RETURNING id"
+    );
+    c.query_one(insert.as_str(), &[&child_key, &parent_key, &parent_id])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// Run 1 of a parent on shard 0 records the identities of two children on
@@ -141,21 +153,8 @@ async fn a_stand_in_is_written_on_the_parents_shard_when_the_childs_key_is_there
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_clears_only_the_wake_of_the_finish_it_read() {
     let (_s, shardq) = shardq().await;
-    let child_key = sk(&nth_key_on(&shardq, 0, 0));
-    let parent_key = sk(&nth_key_on(&shardq, 1, 0));
     let c = shardq.shards().get(0).client().await.unwrap();
-    // The parent (id 424242) is not on its shard: a wake there is done.
-    let child: i64 = c
-        .query_one(
-            "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
-                parent_shard_key, parent_id, parent_wake) \
-             VALUES ($1, 'idle', 'x', 'succeeded', now() - interval '1 minute', $2, 424242, true) \
-             RETURNING id",
-            &[&child_key, &parent_key],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let child = finished_child_owing(&shardq, 424242, "1 minute").await;
     let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
         .await
         .unwrap();
@@ -204,33 +203,13 @@ async fn a_relay_clears_only_the_wake_of_the_finish_it_read() {
 /// the one of a child that finished two minutes ago is reported by
 /// `shardq check` on the child's shard (`wake_not_relayed`), naming the
 /// child and its parent; one that finished just now is within the grace.
-/// Once the relay delivers them, the report is clean.
+/// `shardq status` shows both as owed to shard 1. Once the relay delivers
+/// them, the report is clean and nothing is owed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_not_relayed_in_time_is_reported() {
     let (_s, shardq) = shardq().await;
-    let child_key = sk(&nth_key_on(&shardq, 0, 0));
-    let parent_key = sk(&nth_key_on(&shardq, 1, 0));
-    let c = shardq.shards().get(0).client().await.unwrap();
-    let stale: i64 = c
-        .query_one(
-            "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
-                parent_shard_key, parent_id, parent_wake) \
-             VALUES ($1, 'idle', 'x', 'succeeded', now() - interval '2 minutes', $2, 424242, \
-                true) \
-             RETURNING id",
-            &[&child_key, &parent_key],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    c.execute(
-        "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
-            parent_shard_key, parent_id, parent_wake) \
-         VALUES ($1, 'idle', 'x', 'succeeded', now(), $2, 434343, true)",
-        &[&child_key, &parent_key],
-    )
-    .await
-    .unwrap();
+    let stale = finished_child_owing(&shardq, 424242, "2 minutes").await;
+    finished_child_owing(&shardq, 434343, "0 seconds").await;
     let options = CheckOptions::from_config(shardq.config());
     let report = shardq.client().check(&options).await;
     assert_eq!(
@@ -241,13 +220,22 @@ async fn a_wake_not_relayed_in_time_is_reported() {
     let finding = report.shards[0].finding(Invariant::WakeNotRelayed).unwrap();
     assert_eq!(finding.broken, 1, "{report:#?}");
     let example = &finding.examples[0];
+    let parent_key = sk(&nth_key_on(&shardq, 1, 0));
     let stale = JobId {
-        shard_key: child_key,
+        shard_key: sk(&nth_key_on(&shardq, 0, 0)),
         id: stale,
     };
     assert_eq!(example.job, Some(stale));
     let parent = format!("{parent_key}-424242");
     assert!(example.detail.contains(&parent), "{}", example.detail);
+
+    // `shardq status` shows them on the child's shard, by destination.
+    let status = shardq.client().status().await;
+    let owed = &status[0].wakes_owed;
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    assert_eq!((owed[0].to, owed[0].pending), (1, 2));
+    assert!(owed[0].oldest_s >= 119.0, "{owed:?}");
+    assert!(status[1].wakes_owed.is_empty());
 
     let owed = elsewhere::wakes_owed(shardq.shards(), 0, &[])
         .await
@@ -257,4 +245,5 @@ async fn a_wake_not_relayed_in_time_is_reported() {
         .unwrap();
     assert_eq!(done, 2);
     assert_eq!(shardq.client().check(&options).await.violations(), 0);
+    assert!(shardq.client().status().await[0].wakes_owed.is_empty());
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 const IDLE: &str = "idle";
 
-async fn shardq(n: usize) -> (TestShards, Shardq) {
+pub(crate) async fn shardq(n: usize) -> (TestShards, Shardq) {
     let shards = TestShards::databases(n).await;
     let config = shards.config("[worker]\nqueues = [\"family\"]\nconcurrency = 1\n");
     let shardq = Shardq::connect(config).unwrap();
@@ -25,7 +25,7 @@ async fn shardq(n: usize) -> (TestShards, Shardq) {
     (shards, shardq)
 }
 
-fn sk(key: &str) -> i32 {
+pub(crate) fn sk(key: &str) -> i32 {
     shardq::router::shard_key_for(key)
 }
 

@@ -73,7 +73,7 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
     }
     if per_shard {
         for s in shards.iter().filter(|s| s.counts.is_some()) {
-            print_shard(s);
+            print_shard(s, &shards);
         }
     }
     Ok(())
@@ -123,7 +123,7 @@ fn finished_estimate(shards: &[ShardStatus]) -> String {
     }
 }
 
-fn print_shard(shard: &ShardStatus) {
+fn print_shard(shard: &ShardStatus, all: &[ShardStatus]) {
     println!("{} ({}): up", shard.shard, shard.target);
     if let Some(n) = shard.connections {
         println!(
@@ -133,6 +133,15 @@ fn print_shard(shard: &ShardStatus) {
     }
     if let Some(h) = &shard.horizon {
         println!("    xmin horizon: {}", horizon_line(h));
+    }
+    for owed in &shard.wakes_owed {
+        let to = all
+            .get(owed.to)
+            .map_or("another shard", |s| s.shard.as_str());
+        println!(
+            "    wakes owed to parents on {to}: {} (oldest finished {:.1} s ago)",
+            owed.pending, owed.oldest_s
+        );
     }
     let counts = shard.counts.as_deref().unwrap_or_default();
     if counts.is_empty() {

@@ -216,7 +216,11 @@ pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT \
 /// when the parent's process dies before it could cancel the child
 /// itself. A child inserted first is found by the cascade's next read
 /// (an insert racing this one is waited for). Keys this shard does not
-/// hold are left out (a stale map: asked again by the next cancel). Its
+/// hold are left out (a stale map), and so are keys whose range is moving
+/// (the move's hold trigger would refuse an id from before the move, or
+/// write the stand-in `held`): a child of such a key that its parent's run
+/// inserts after the cancel, and whose parent's process dies before it
+/// cancels the child itself, runs (docs/workflows.md, its limits). Its
 /// error text marks it as a stand-in: `JOB_RETRY` refuses it.
 pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
         (id, shard_key, queue, handler, status, finished_at, error, parent_shard_key, parent_id) \
@@ -226,6 +230,10 @@ pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
     FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::bigint[]) \
         AS c(shard_key, id, queue, handler, parent_shard_key, parent_id) \
     WHERE shardq_owns_key(c.shard_key) \
+        AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
+            WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+              AND v.state <> 'released' AND v.first_key <= c.shard_key \
+              AND c.shard_key < v.end_key) \
     ON CONFLICT (id, shard_key) DO NOTHING";
 
 /// The wakes children on this shard owe parents on other shards, by the

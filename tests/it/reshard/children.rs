@@ -290,35 +290,7 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
         .find(|m| m.first_key <= at && at < m.end_key)
         .unwrap()
         .from_index;
-    // The parent on the other old shard, claimed by hand.
-    let parent_key = (0..)
-        .map(|i| format!("home-{i}"))
-        .find(|k| {
-            let sk = shardq::router::shard_key_for(k);
-            let old = shardq::shard_map::ShardMap::from_formula(2);
-            old.shard_for(sk) != from_index
-                && !plan
-                    .moves
-                    .iter()
-                    .any(|m| m.first_key <= sk && sk < m.end_key)
-        })
-        .unwrap();
-    let parent = client
-        .enqueue(NewJob::new("idle", "parent", json!({})).ordering_key(parent_key))
-        .await
-        .unwrap();
-    let home = all.get(1 - from_index);
-    home.client()
-        .await
-        .unwrap()
-        .execute(
-            "UPDATE workflow_status SET status = 'running', owner = $3, fence = $4, attempts = 1, \
-                started_at = now(), lease_expires_at = now() + interval '1 hour' \
-             WHERE shard_key = $1 AND id = $2",
-            &[&parent.shard_key, &parent.id, &OWNER, &FENCE],
-        )
-        .await
-        .unwrap();
+    let (parent, home) = parent_running_outside_the_move(&client, &all, &plan, from_index).await;
     let old_shard = all.get(from_index);
     let child = JobId {
         shard_key: at,
@@ -395,4 +367,106 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
         }
     }
     assert_eq!(found, vec![from_index], "one child, on its old shard");
+}
+
+/// A parent cancelled while the range of its unstarted child's key moves
+/// (the child's id reserved on the old shard, its identity recorded, the
+/// move's ranges opened): the cascade leaves that child's stand-in out
+/// (the move's hold trigger refuses an id from before the move) and
+/// answers, instead of failing the cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_an_unstarted_childs_range_moves_answers() {
+    use shardq::reshard::Step;
+    use shardq::store::children_elsewhere::{self as elsewhere, Identity, Intent, ParentStep};
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&new).unwrap();
+    let child_key = moving_key(&plan, "away");
+    let at = shardq::router::shard_key_for(&child_key);
+    let from_index = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= at && at < m.end_key)
+        .unwrap()
+        .from_index;
+    let (parent, home) = parent_running_outside_the_move(&client, &all, &plan, from_index).await;
+    let child = JobId {
+        shard_key: at,
+        id: elsewhere::reserve_id(all.get(from_index), at)
+            .await
+            .unwrap(),
+    };
+    let step = ParentStep {
+        parent,
+        name: "shardq:child:1",
+        owner: OWNER,
+        fence: FENCE,
+    };
+    let named = Identity {
+        id: child,
+        queue: "idle",
+        handler: "child",
+    };
+    assert_eq!(
+        elsewhere::intent(home, step, named).await.unwrap(),
+        Intent::Reserved(child, None)
+    );
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&all, 2, 3, &opened, |_| {}).await.unwrap();
+    all.load_map().await.unwrap();
+    assert_eq!(all.for_key(at).index, 2);
+
+    shardq::store::cancel_cascade::cancel_descendants(&all, home.index, &[parent])
+        .await
+        .expect("the cascade answers");
+    for shard in all.all() {
+        assert!(children_on(shard, parent).await.is_empty(), "no stand-in");
+    }
+}
+
+/// A parent keyed outside every moving range, on the old shard that is
+/// not `from_index`, claimed by hand (owner [`OWNER`], fence [`FENCE`]).
+async fn parent_running_outside_the_move<'a>(
+    client: &Client,
+    all: &'a shardq::shards::ShardSet,
+    plan: &shardq::reshard::Plan,
+    from_index: usize,
+) -> (JobId, &'a Shard) {
+    let old = shardq::shard_map::ShardMap::from_formula(2);
+    let parent_key = (0..)
+        .map(|i| format!("home-{i}"))
+        .find(|k| {
+            let sk = shardq::router::shard_key_for(k);
+            old.shard_for(sk) != from_index
+                && !plan
+                    .moves
+                    .iter()
+                    .any(|m| m.first_key <= sk && sk < m.end_key)
+        })
+        .unwrap();
+    let parent = client
+        .enqueue(NewJob::new("idle", "parent", json!({})).ordering_key(parent_key))
+        .await
+        .unwrap();
+    let home = all.get(1 - from_index);
+    home.client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'running', owner = $3, fence = $4, attempts = 1, \
+                started_at = now(), lease_expires_at = now() + interval '1 hour' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&parent.shard_key, &parent.id, &OWNER, &FENCE],
+        )
+        .await
+        .unwrap();
+    (parent, home)
 }

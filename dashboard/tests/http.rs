@@ -987,3 +987,46 @@ async fn a_queues_page_groups_its_recent_failures_by_error_over_the_shards() {
     );
     assert!(rows[0].contains("href=\"/jobs/"), "{table}");
 }
+
+/// The shards page shows the wakes a shard's finished children owe
+/// parents on other shards: two on s0, owed to s1, with the destination
+/// and the oldest's age in the cell's title; none on s1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shards_page_shows_the_wakes_owed_to_other_shards() {
+    let shards = Shards::start(2).await;
+    let key_on = |index: usize| {
+        (0..)
+            .map(|i| shardq::router::shard_key_for(&format!("k-{i}")))
+            .find(|&k| shards.set.for_key(k).index == index)
+            .unwrap()
+    };
+    let (child_key, parent_key) = (key_on(0), key_on(1));
+    shards
+        .set
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
+                parent_shard_key, parent_id, parent_wake) \
+             SELECT $1, 'idle', 'x', 'succeeded', now() - interval '90 seconds', $2, g, true \
+             FROM generate_series(1, 2) g",
+            &[&child_key, &parent_key],
+        )
+        .await
+        .unwrap();
+    let (addr, _stop) = serve(shards.client.clone(), loopback()).await;
+    let page = get(addr, "/shards").await;
+    let row = |shard: &str| {
+        let start = page
+            .find(&format!("<tr data-shard=\"{shard}\""))
+            .expect("the shard's row");
+        let row = &page[start..];
+        row[..row.find("</tr>").unwrap()].to_string()
+    };
+    let s0 = row("s0");
+    assert!(s0.contains("data-owed=\"2\""), "{s0}");
+    assert!(s0.contains("2 to s1, oldest"), "{s0}");
+    assert!(row("s1").contains("data-owed=\"0\""), "{}", row("s1"));
+}

@@ -173,6 +173,32 @@ impl Client {
         futures_util::future::join_all(asks).await
     }
 
+    /// Per shard, in shard order, the wakes its finished children owe
+    /// parents on other shards, by destination; `None` for a shard that
+    /// did not answer within `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// None: a shard that fails is `None`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads only).
+    #[doc(hidden)]
+    pub async fn wakes_owed(
+        &self,
+        deadline: Duration,
+    ) -> Vec<Option<Vec<children_elsewhere::OwedToShard>>> {
+        let asks = self.shards.all().iter().map(|shard| async move {
+            let read = children_elsewhere::owed_summary(&self.shards, shard.index);
+            tokio::time::timeout(deadline, read)
+                .await
+                .ok()
+                .and_then(Result::ok)
+        });
+        futures_util::future::join_all(asks).await
+    }
+
     /// Each shard's live workers (a heartbeat within the last 15 s) with their
     /// cumulative counters there, in shard order; `None` for a shard that
     /// did not answer within `deadline`. Two reads a while apart give each

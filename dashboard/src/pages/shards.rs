@@ -1,7 +1,8 @@
 //! `/shards`: one row per shard, the sick ones on top: whether it answered,
 //! its connections, its claim time and lock-miss rate over the last minute
 //! and as a chart of the last hour, its jobs by state over all queues, its
-//! longest-waiting ready job, its live workers.
+//! longest-waiting ready job, its live workers, and the wakes its finished
+//! children owe parents on other shards.
 
 use super::fleet::COLUMNS;
 use super::{age, layout};
@@ -12,6 +13,7 @@ use axum::extract::State;
 use axum::response::Html;
 use maud::html;
 use shardq::client::{Connections, OverviewOptions, ShardOverview};
+use shardq::store::children_elsewhere::OwedToShard;
 use std::cmp::Reverse;
 use std::time::Duration;
 
@@ -22,6 +24,9 @@ const RECENT: Duration = Duration::from_secs(60);
 struct ShardRow<'a> {
     shard: &'a ShardOverview,
     connections: Option<Connections>,
+    /// Wakes owed to parents on other shards, by destination (`None`: no
+    /// answer).
+    owed: Option<Vec<OwedToShard>>,
     oldest_ready: Option<Duration>,
     /// Its claims over the last minute; its samples over the last hour.
     recent: ClaimSpan,
@@ -55,21 +60,26 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         deadline: state.options.shard_deadline,
         ..OverviewOptions::default()
     };
-    // The connections under the same deadline, at once with the overview.
-    let (shards, connections) = tokio::join!(
+    // The connections and the wakes owed under the same deadline, at once
+    // with the overview.
+    let (shards, connections, owed) = tokio::join!(
         state.client.overview(&options),
-        state.client.connections(options.deadline)
+        state.client.connections(options.deadline),
+        state.client.wakes_owed(options.deadline)
     );
+    let names: Vec<String> = shards.iter().map(|s| s.shard.clone()).collect();
     let claims = &state.trends.claims;
     let recent_samples =
         (RECENT.as_secs_f64() / state.trends.interval.as_secs_f64().max(1e-3)).ceil() as usize;
     let mut rows: Vec<ShardRow> = shards
         .iter()
         .zip(connections)
+        .zip(owed)
         .enumerate()
-        .map(|(index, (shard, connections))| ShardRow {
+        .map(|(index, ((shard, connections), owed))| ShardRow {
             shard,
             connections,
+            owed,
             oldest_ready: shard.queues.iter().filter_map(|q| q.oldest_ready).max(),
             recent: claims.recent(index, recent_samples),
             spans: claims.spans(index),
@@ -87,6 +97,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
                 th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" }
                 th { "Connections" } th { "Claim time" br; "(1 min)" } th { "Lock misses" br; "(1 min)" }
                 th class="l" { "Claims, last hour" } th { "Live workers" }
+                th { "Wakes owed" br; "elsewhere" }
                 @for c in COLUMNS { th { (c.as_str()) } }
                 th { "Oldest ready" }
             }
@@ -114,6 +125,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
                     } }
                     td class="l" { (chart::claims(&r.spans)) }
                     td { (r.shard.workers.len()) }
+                    (owed_cell(r.owed.as_deref(), &names))
                     @for c in COLUMNS {
                         td class="count" data-shard=(r.shard.shard) data-state=(c.as_str()) {
                             @if r.shard.error.is_some() { span class="muted" { "?" } }
@@ -126,4 +138,30 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
         }
     };
     layout("Shards", state.options.read_only, body)
+}
+
+/// The wakes a shard's children owe parents on other shards: how many,
+/// each destination and the oldest's age in the title.
+fn owed_cell(owed: Option<&[OwedToShard]>, names: &[String]) -> maud::Markup {
+    let Some(owed) = owed else {
+        return html! { td class="wakes-owed" { span class="muted" { "?" } } };
+    };
+    let total: i64 = owed.iter().map(|o| o.pending).sum();
+    let title = owed
+        .iter()
+        .map(|o| {
+            let to = names.get(o.to).map_or("another shard", String::as_str);
+            format!(
+                "{} to {to}, oldest {}",
+                o.pending,
+                age(Duration::from_secs_f64(o.oldest_s.max(0.0)))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    html! {
+        td class="wakes-owed" data-owed=(total) title=(title) {
+            @if total == 0 { span class="muted" { "–" } } @else { (total) }
+        }
+    }
 }

@@ -56,10 +56,22 @@ pub async fn cancel_descendants(
         asked.sort_unstable();
         asked.dedup();
         for at in asked {
-            let unstarted: Vec<&StartedChild> = elsewhere
-                .iter()
-                .filter(|c| c.shard == at && !c.started)
-                .collect();
+            let mut unstarted: Vec<&StartedChild> = Vec::new();
+            for child in elsewhere.iter().filter(|c| c.shard == at && !c.started) {
+                match left_behind(shards, child).await {
+                    Ok(None) => unstarted.push(child),
+                    Ok(Some(there)) => match super::jobs::cancel(shards.get(there), child.id).await
+                    {
+                        Ok(done) => changed += u64::from(done.is_some()),
+                        Err(err) => {
+                            failed.get_or_insert(err);
+                        }
+                    },
+                    Err(err) => {
+                        failed.get_or_insert(err);
+                    }
+                }
+            }
             if let Err(err) = children_elsewhere::stand_ins(shards.get(at), &unstarted).await {
                 failed.get_or_insert(err);
             }
@@ -78,6 +90,21 @@ pub async fn cancel_descendants(
         Some(err) => Err(err),
         None => Ok(changed),
     }
+}
+
+/// The shard, other than the one its key routes to, that holds a row with
+/// unstarted child `child`'s id: its parent's run inserted it, then a move
+/// of its key's range left it there (a move copies unclaimed jobs only).
+/// Its stand-in would be a second row, read as the child; it is cancelled
+/// where it is instead. Asks each other shard once, for unstarted children
+/// only (a run that died, or is still between its insert and its record).
+async fn left_behind(shards: &ShardSet, child: &StartedChild) -> Result<Option<usize>, ShardError> {
+    for shard in shards.all() {
+        if shard.index != child.shard && super::jobs::exists(shard, child.id).await? {
+            return Ok(Some(shard.index));
+        }
+    }
+    Ok(None)
 }
 
 /// Cancels the unfinished children of `parents` on `shard` (but abandoned

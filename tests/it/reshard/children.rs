@@ -269,7 +269,8 @@ async fn start_idle_child(on: &Shard, parent: JobId) -> JobId {
 /// child ran and finished; then its key's range moved to a new shard (a
 /// move leaves finished rows where they are). Run 2 inserts again where
 /// the key routes now: the child's row on its old shard must be found,
-/// or the child would run twice.
+/// or the child would run twice; and a cancel's cascade must write no
+/// stand-in beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
     use shardq::store::children_elsewhere::ParentStep;
@@ -367,6 +368,19 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
         }
     }
     assert_eq!(found, vec![from_index], "one child, on its old shard");
+
+    // A cancel of the parent: the cascade finds the child where it is, and
+    // writes no stand-in where its key routes now.
+    shardq::store::cancel_cascade::cancel_descendants(&all, home.index, &[parent])
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    for shard in all.all() {
+        if children_on(shard, parent).await.contains(&child.id) {
+            found.push(shard.index);
+        }
+    }
+    assert_eq!(found, vec![from_index], "no stand-in beside the child");
 }
 
 /// A parent cancelled while the range of its unstarted child's key moves

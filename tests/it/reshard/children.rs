@@ -273,45 +273,18 @@ async fn start_idle_child(on: &Shard, parent: JobId) -> JobId {
 /// stand-in beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
-    use shardq::store::children_elsewhere::ParentStep;
-    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Identity, Intent};
-    let GrowingToThree {
-        servers: _servers,
-        new,
-        all,
-        plan,
-        ..
-    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
-    let client = Client::new(&new).unwrap();
-    let child_key = moving_key(&plan, "away");
-    let at = shardq::router::shard_key_for(&child_key);
-    let from_index = plan
-        .moves
-        .iter()
-        .find(|m| m.first_key <= at && at < m.end_key)
-        .unwrap()
-        .from_index;
-    let (parent, home) = parent_running_outside_the_move(&client, &all, &plan, from_index).await;
-    let old_shard = all.get(from_index);
-    let child = JobId {
-        shard_key: at,
-        id: elsewhere::reserve_id(old_shard, at).await.unwrap(),
-    };
-    let step = ParentStep {
+    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let Unstarted {
         parent,
-        name: "shardq:child:1",
-        owner: OWNER,
-        fence: FENCE,
-    };
-    let named = Identity {
-        id: child,
-        queue: "idle",
-        handler: "child",
-    };
-    assert_eq!(
-        elsewhere::intent(home, step, named).await.unwrap(),
-        Intent::Reserved(child, None)
-    );
+        home,
+        child,
+        child_key,
+        from_index,
+    } = unstarted_child(&m).await;
+    let (all, home) = (&m.all, m.all.get(home));
+    let old_shard = all.get(from_index);
+    let at = child.shard_key;
     let payload = json!({});
     let start = StartChild {
         parent,
@@ -348,7 +321,7 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
         )
         .await
         .unwrap();
-    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+    let summary = reshard(all, 2, 3, &Options::default(), |_| {})
         .await
         .unwrap();
     assert!(summary.complete);
@@ -360,7 +333,7 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
     );
 
     // Run 2: the identity is the earlier run's.
-    elsewhere::insert_once(&all, row, true).await.unwrap();
+    elsewhere::insert_once(all, row, true).await.unwrap();
     let mut found = Vec::new();
     for shard in all.all() {
         if children_on(shard, parent).await.contains(&child.id) {
@@ -371,7 +344,7 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
 
     // A cancel of the parent: the cascade finds the child where it is, and
     // writes no stand-in where its key routes now.
-    shardq::store::cancel_cascade::cancel_descendants(&all, home.index, &[parent])
+    shardq::store::cancel_cascade::cancel_descendants(all, home.index, &[parent])
         .await
         .unwrap();
     let mut found = Vec::new();
@@ -391,27 +364,60 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_an_unstarted_childs_range_moves_answers() {
     use shardq::reshard::Step;
-    use shardq::store::children_elsewhere::{self as elsewhere, Identity, Intent, ParentStep};
-    let GrowingToThree {
-        servers: _servers,
-        new,
-        all,
-        plan,
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let Unstarted {
+        parent,
+        home,
+        child,
         ..
-    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
-    let client = Client::new(&new).unwrap();
-    let child_key = moving_key(&plan, "away");
+    } = unstarted_child(&m).await;
+    let all = &m.all;
+    let at = child.shard_key;
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(all, 2, 3, &opened, |_| {}).await.unwrap();
+    all.load_map().await.unwrap();
+    assert_eq!(all.for_key(at).index, 2);
+
+    shardq::store::cancel_cascade::cancel_descendants(all, home, &[parent])
+        .await
+        .expect("the cascade answers");
+    for shard in all.all() {
+        assert!(children_on(shard, parent).await.is_empty(), "no stand-in");
+    }
+}
+
+/// A child whose start its parent's run has not recorded: its key in a
+/// range the move 2 → 3 gives to the new shard, its id reserved on its old
+/// shard (`from_index`), its identity recorded by the parent (running on
+/// the other old shard, `home`, claimed by hand).
+struct Unstarted {
+    parent: JobId,
+    home: usize,
+    child: JobId,
+    child_key: String,
+    from_index: usize,
+}
+
+async fn unstarted_child(m: &GrowingToThree) -> Unstarted {
+    use shardq::store::children_elsewhere::{self as elsewhere, Identity, Intent, ParentStep};
+    let client = Client::new(&m.new).unwrap();
+    let child_key = moving_key(&m.plan, "away");
     let at = shardq::router::shard_key_for(&child_key);
-    let from_index = plan
+    let from_index = m
+        .plan
         .moves
         .iter()
-        .find(|m| m.first_key <= at && at < m.end_key)
+        .find(|v| v.first_key <= at && at < v.end_key)
         .unwrap()
         .from_index;
-    let (parent, home) = parent_running_outside_the_move(&client, &all, &plan, from_index).await;
+    let (parent, home) =
+        parent_running_outside_the_move(&client, &m.all, &m.plan, from_index).await;
     let child = JobId {
         shard_key: at,
-        id: elsewhere::reserve_id(all.get(from_index), at)
+        id: elsewhere::reserve_id(m.all.get(from_index), at)
             .await
             .unwrap(),
     };
@@ -430,19 +436,12 @@ async fn a_cancel_while_an_unstarted_childs_range_moves_answers() {
         elsewhere::intent(home, step, named).await.unwrap(),
         Intent::Reserved(child, None)
     );
-    let opened = Options {
-        stop_after: Some(Step::Opened),
-        ..Options::default()
-    };
-    reshard(&all, 2, 3, &opened, |_| {}).await.unwrap();
-    all.load_map().await.unwrap();
-    assert_eq!(all.for_key(at).index, 2);
-
-    shardq::store::cancel_cascade::cancel_descendants(&all, home.index, &[parent])
-        .await
-        .expect("the cascade answers");
-    for shard in all.all() {
-        assert!(children_on(shard, parent).await.is_empty(), "no stand-in");
+    Unstarted {
+        parent,
+        home: home.index,
+        child,
+        child_key,
+        from_index,
     }
 }
 

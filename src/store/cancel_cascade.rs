@@ -60,15 +60,22 @@ pub async fn cancel_descendants(
             for child in elsewhere.iter().filter(|c| c.shard == at && !c.started) {
                 match left_behind(shards, child).await {
                     Ok(None) => unstarted.push(child),
-                    Ok(Some(there)) => match super::jobs::cancel(shards.get(there), child.id).await
-                    {
-                        Ok(done) => changed += u64::from(done.is_some()),
-                        Err(err) => {
-                            failed.get_or_insert(err);
+                    Ok(Some(there)) => {
+                        match super::jobs::cancel(shards.get(there), child.id).await {
+                            Ok(done) => changed += u64::from(done.is_some()),
+                            Err(err) => {
+                                failed.get_or_insert(err);
+                            }
                         }
-                    },
+                        // Its own children are next, where it is.
+                        levels.push((there, vec![child.id]));
+                    }
                     Err(err) => {
+                        // A shard that does not answer: the stand-in all
+                        // the same (a row a move left there is rarer than
+                        // an insert still to come).
                         failed.get_or_insert(err);
+                        unstarted.push(child);
                     }
                 }
             }

@@ -246,4 +246,23 @@ async fn a_wake_not_relayed_in_time_is_reported() {
     assert_eq!(done, 2);
     assert_eq!(shardq.client().check(&options).await.violations(), 0);
     assert!(shardq.client().status().await[0].wakes_owed.is_empty());
+
+    // A flagged child retried before its wake was delivered (its
+    // `finished_at` cleared, its flag kept): counted, with no age.
+    let retried = finished_child_owing(&shardq, 454545, "1 minute").await;
+    shardq
+        .shards()
+        .get(0)
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'queued', finished_at = NULL WHERE id = $1",
+            &[&retried],
+        )
+        .await
+        .unwrap();
+    let status = shardq.client().status().await;
+    assert_eq!(status[0].wakes_owed.len(), 1, "{:?}", status[0].wakes_owed);
+    assert_eq!(status[0].wakes_owed[0].oldest_s, 0.0);
 }

@@ -238,9 +238,11 @@ pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
 
 /// The wakes children on this shard owe parents on other shards, by the
 /// parents' shard key: how many, and how long the oldest has waited since
-/// its child finished (seconds, the shard's clock). Read by the metrics.
+/// its child finished (seconds, the shard's clock; 0 when none has a
+/// `finished_at`: a child retried since keeps its flag). Read by the
+/// metrics, `shardq status` and the dashboard.
 pub const CHILD_WAKES_OWED_BY_KEY: &str = "SELECT w.parent_shard_key, count(*) AS pending, \
-        extract(epoch FROM now() - min(w.finished_at))::float8 AS oldest_s \
+        coalesce(extract(epoch FROM now() - min(w.finished_at)), 0)::float8 AS oldest_s \
     FROM workflow_status w \
     WHERE w.parent_wake AND NOT EXISTS (SELECT 1 FROM shardq_map_ranges r \
         WHERE r.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \

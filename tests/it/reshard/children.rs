@@ -483,3 +483,82 @@ async fn parent_running_outside_the_move<'a>(
         .unwrap();
     (parent, home)
 }
+
+/// A child's wake owed to a parent whose key's range is moving waits for
+/// the move's release by design (`shardq_wake_parent` leaves it): `shardq
+/// check` does not report it as a wake not relayed, however old, while
+/// the move runs; a wake owed to a parent whose range stays is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_owed_to_a_parent_whose_range_moves_is_not_reported_stuck() {
+    use shardq::client::{CheckOptions, Invariant};
+    use shardq::reshard::Step;
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let moving = shardq::router::shard_key_for(&moving_key(&m.plan, "parent"));
+    let from_index = m
+        .plan
+        .moves
+        .iter()
+        .find(|v| v.first_key <= moving && moving < v.end_key)
+        .unwrap()
+        .from_index;
+    let old = shardq::shard_map::ShardMap::from_formula(2);
+    let staying = (0..)
+        .map(|i| shardq::router::shard_key_for(&format!("stay-{i}")))
+        .find(|&k| {
+            old.shard_for(k) == from_index
+                && !m
+                    .plan
+                    .moves
+                    .iter()
+                    .any(|v| v.first_key <= k && k < v.end_key)
+        })
+        .unwrap();
+    // Children on the other old shard, finished two minutes ago, owing
+    // wakes to parents on `from_index`: one in the moving range, one not.
+    let child_key = (0..)
+        .map(|i| shardq::router::shard_key_for(&format!("child-{i}")))
+        .find(|&k| {
+            old.shard_for(k) != from_index
+                && !m
+                    .plan
+                    .moves
+                    .iter()
+                    .any(|v| v.first_key <= k && k < v.end_key)
+        })
+        .unwrap();
+    m.all
+        .get(1 - from_index)
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, finished_at, \
+                parent_shard_key, parent_id, parent_wake) \
+             VALUES ($1, 'idle', 'x', 'succeeded', now() - interval '2 minutes', $2, 1, true), \
+                    ($1, 'idle', 'x', 'succeeded', now() - interval '2 minutes', $3, 2, true)",
+            &[&child_key, &moving, &staying],
+        )
+        .await
+        .unwrap();
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&m.all, 2, 3, &opened, |_| {}).await.unwrap();
+
+    let client = Client::new(&m.new).unwrap();
+    let report = client.check(&CheckOptions::from_config(&m.new)).await;
+    assert_eq!(
+        report.broken_invariants(),
+        vec![Invariant::WakeNotRelayed],
+        "{report:#?}"
+    );
+    let finding = report.shards[1 - from_index]
+        .finding(Invariant::WakeNotRelayed)
+        .unwrap();
+    assert_eq!(finding.broken, 1, "only the staying parent's: {report:#?}");
+    assert!(
+        finding.examples[0].detail.contains(&format!("{staying}-2")),
+        "{report:#?}"
+    );
+}

@@ -209,6 +209,37 @@ pub(crate) fn named(id: JobId) -> Identity<'static> {
     }
 }
 
+/// Child step 1 of `parent` (claimed by hand on shard 0): an id reserved
+/// for key `key` on the shard that holds it (`on`), recorded as the
+/// parent's identity of the child.
+pub(crate) async fn identity_recorded(
+    shardq: &Shardq,
+    parent: JobId,
+    on: usize,
+    key: &str,
+) -> JobId {
+    let shard_key = shardq::router::shard_key_for(key);
+    let id = JobId {
+        shard_key,
+        id: elsewhere::reserve_id(shardq.shards().get(on), shard_key)
+            .await
+            .unwrap(),
+    };
+    let step = ParentStep {
+        parent,
+        name: "shardq:child:1",
+        owner: "racer",
+        fence: 7,
+    };
+    assert_eq!(
+        elsewhere::intent(shardq.shards().get(0), step, named(id))
+            .await
+            .unwrap(),
+        Intent::Reserved(id, None)
+    );
+    id
+}
+
 /// A parent claimed by hand (owner `racer`, fence 7) on shard 0.
 pub(crate) async fn running_parent(shardq: &Shardq) -> JobId {
     let home = key_on(shardq, 0);
@@ -262,12 +293,7 @@ async fn a_crash_between_the_childs_insert_and_its_start_leaves_one_child() {
         job: &start,
     };
 
-    let first = JobId {
-        shard_key: away,
-        id: elsewhere::reserve_id(there, away).await.unwrap(),
-    };
-    let recorded = elsewhere::intent(home, step, named(first)).await.unwrap();
-    assert_eq!(recorded, Intent::Reserved(first, None));
+    let first = identity_recorded(&shardq, parent, 1, &away_key).await;
     elsewhere::insert(there, insert(first)).await.unwrap();
     // The crash: the start is not recorded. The next run:
     let second = JobId {

@@ -6,7 +6,9 @@
 
 use crate::common;
 
-use super::children_across::{children_on, first_child_of, named, nth_key_on, running_parent};
+use super::children_across::{
+    children_on, first_child_of, identity_recorded, named, nth_key_on, running_parent,
+};
 use super::children_across_races::sk;
 use common::TestShards;
 use serde_json::json;
@@ -118,20 +120,7 @@ async fn a_stand_in_is_written_on_the_parents_shard_when_the_childs_key_is_there
     let key = nth_key_on(&shardq, 0, 1);
     let payload = json!({});
     let start = first_child_of(parent, &key, &payload);
-    let step = ParentStep {
-        parent,
-        name: "shardq:child:1",
-        owner: "racer",
-        fence: 7,
-    };
-    let id = JobId {
-        shard_key: sk(&key),
-        id: elsewhere::reserve_id(home, sk(&key)).await.unwrap(),
-    };
-    assert_eq!(
-        elsewhere::intent(home, step, named(id)).await.unwrap(),
-        Intent::Reserved(id, None)
-    );
+    let id = identity_recorded(&shardq, parent, 0, &key).await;
     shardq.client().cancel(parent).await.unwrap();
     let row = ChildRow {
         id,

@@ -5,6 +5,7 @@ use super::sql;
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
 use serde_json::Value;
+use std::time::Duration;
 use tokio_postgres::types::Type;
 
 /// The recorded output of step `name` of workflow `id`: `None` when not
@@ -125,6 +126,40 @@ pub async fn record(shard: &Shard, p: RecordStep<'_>) -> Result<bool, ShardError
     )
     .await?;
     Ok(row.get("recorded"))
+}
+
+/// Makes a workflow held by this claim ready again about `after` from the
+/// shard's clock, for its `parked` outcome ([`sql::RUN_AGAIN_IN`]).
+/// Returns whether the claim still held it.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe in effect: one statement; a repeat moves the time again.
+pub async fn run_again_in(
+    shard: &Shard,
+    id: JobId,
+    owner: &str,
+    fence: i64,
+    after: Duration,
+) -> Result<bool, ShardError> {
+    let ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+    let changed = exec::execute(
+        shard,
+        sql::RUN_AGAIN_IN,
+        &[
+            (&id.shard_key, Type::INT4),
+            (&id.id, Type::INT8),
+            (&owner, Type::TEXT),
+            (&fence, Type::INT8),
+            (&ms, Type::INT8),
+        ],
+    )
+    .await?;
+    Ok(changed > 0)
 }
 
 /// A durable sleep of a workflow, as [`sleep`] records or finds it.

@@ -232,22 +232,30 @@ impl ChildHandle {
             Wait::NotHeld => return Err(StepError::Fenced(ctx.id, name.to_string())),
             Wait::Recorded => {}
         }
-        let shard = ctx.shards.get(there);
-        let read = match elsewhere::read_child(shard, self.child).await {
-            Err(err) if !err.is_permanent() => {
-                // The child's shard does not answer now: park, and look
-                // again soon rather than fail an attempt per outage (the
-                // wait is recorded, so a wake relayed meanwhile still
-                // comes; but one relayed before it was recorded would
-                // not, so a recheck is due either way).
-                tracing::warn!(job = %ctx.id, child = %self.child, error = %err, "the child's shard did not answer its read: parked, to look again soon");
-                elsewhere::recheck_soon(&ctx.shard, parent, CHILD_READ_RETRY)
-                    .await
-                    .map_err(db)?;
-                ctx.parked.store(true, Ordering::SeqCst);
-                return Err(StepError::WaitingForChild(ctx.id, self.child));
+        // A shard this worker's claims found silent is not asked: the read
+        // would hold the parent's slot until the statement deadline.
+        let read = if ctx.answers.silent(there) {
+            None
+        } else {
+            match elsewhere::read_child(ctx.shards.get(there), self.child).await {
+                Err(err) if !err.is_permanent() => {
+                    tracing::warn!(job = %ctx.id, child = %self.child, error = %err, "the child's shard did not answer its read");
+                    None
+                }
+                read => Some(read.map_err(db)?),
             }
-            read => read.map_err(db)?,
+        };
+        let Some(read) = read else {
+            // The child's shard does not answer now: park, and look again
+            // soon rather than fail an attempt per outage (the wait is
+            // recorded, so a wake relayed meanwhile still comes; but one
+            // relayed before it was recorded would not, so a recheck is due
+            // either way).
+            elsewhere::recheck_soon(&ctx.shard, parent, CHILD_READ_RETRY)
+                .await
+                .map_err(db)?;
+            ctx.parked.store(true, Ordering::SeqCst);
+            return Err(StepError::WaitingForChild(ctx.id, self.child));
         };
         let outcome = match read {
             None => return Ok(None),

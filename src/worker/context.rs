@@ -78,6 +78,22 @@ pub enum StepError {
     /// [`ChildHandle::result`]: crate::ChildHandle::result
     #[error("workflow {0} waits for its child workflow {1}; return this error so it parks until the child finishes")]
     WaitingForChild(JobId, JobId),
+    /// A [`JobContext::send`] whose recipient's shard did not take the
+    /// message (down, restarting, past its statement deadline, or the
+    /// recipient's key range being moved): nothing was recorded and no
+    /// attempt is spent. Return this error (`?`) so the workflow parks a
+    /// few seconds, holding no slot, lease or permit; then it runs again
+    /// from the start and sends again under the same idempotency key.
+    #[error("step `{step}`: the shard of workflow {to} did not take the message; return this error so the workflow parks and sends again in a few seconds")]
+    Undelivered {
+        /// Step name.
+        step: String,
+        /// The recipient.
+        to: JobId,
+        /// Why the send failed.
+        #[source]
+        source: HandlerError,
+    },
     /// Reading or recording the step failed.
     #[error("step `{step}`: database error")]
     Database {
@@ -97,11 +113,6 @@ fn utc(at: &SystemTime) -> String {
 /// The step name of a workflow's `n`th durable sleep (from 1) in its code.
 fn sleep_step(n: u32) -> String {
     format!("shardq:sleep:{n}")
-}
-
-/// The step name of a workflow's `n`th message sent (from 1).
-fn send_step(n: u32) -> String {
-    format!("shardq:send:{n}")
 }
 
 /// The step name of a workflow's `n`th recv (from 1).
@@ -161,6 +172,9 @@ pub struct JobContext {
     /// Set when a sleep or a recv asked the workflow to park (its wake
     /// time is in its row's `run_at`).
     pub(crate) parked: Arc<AtomicBool>,
+    /// What this process knows of each shard's answers: a call to a shard
+    /// that does not answer parks without waiting on it.
+    pub(crate) answers: super::worker_run::ShardAnswers,
 }
 
 impl JobContext {
@@ -334,52 +348,6 @@ impl JobContext {
             Slept::Cancelled => Err(StepError::Cancelled(self.id, name)),
             Slept::NotHeld => Err(StepError::Fenced(self.id, name)),
         }
-    }
-
-    /// Sends `message` on `topic` to workflow `to` ([`Client::send`]),
-    /// exactly once per workflow: the send is a step named `shardq:send:N`
-    /// (N counting this run's sends from 1, so the code must reach its
-    /// sends in the same order on every run), and its idempotency key is
-    /// `{this workflow's id}:shardq:send:N`, so a replay, or a retry after
-    /// the send was stored but before its step was recorded, stores
-    /// nothing again.
-    ///
-    /// # Errors
-    ///
-    /// [`StepError::Failed`] with the [`ClientError`] (a refusal: `to` does
-    /// not exist or has finished; or its shard failed: nothing recorded,
-    /// the next attempt sends again under the same key); `Cancelled`,
-    /// `Fenced`, `Database` as for [`JobContext::step`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe in effect: the key makes a repeat store nothing.
-    ///
-    /// [`Client::send`]: crate::Client::send
-    /// [`ClientError`]: crate::ClientError
-    pub async fn send(&self, to: JobId, topic: &str, message: Value) -> Result<(), StepError> {
-        let name = send_step(self.sends.fetch_add(1, Ordering::SeqCst) + 1);
-        let key = format!("{}:{name}", self.id);
-        // Through the client's routing, on the recipient's shard (this
-        // workflow's own or another), with the derived key; the step is
-        // recorded after, on this workflow's shard: two transactions even
-        // when the shards are one, which the key makes exactly once.
-        self.step(&name, || async {
-            let max = self.max_message_bytes;
-            crate::client::messages::send_routed(
-                &self.shards,
-                to,
-                topic,
-                &message,
-                Some(&key),
-                max,
-            )
-            .await
-            .map_err(HandlerError::from)?;
-            Ok(serde_json::json!({ "to": to.to_string(), "topic": topic }))
-        })
-        .await
-        .map(|_: Value| ())
     }
 
     /// Receives a message on `topic` sent to this workflow ([`Client::send`],

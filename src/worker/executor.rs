@@ -7,7 +7,7 @@ use super::context::JobContext;
 use super::handler::HandlerRegistry;
 use super::slot_input::SlotInputs;
 use super::step_log::StepLog;
-use super::worker_run::WorkerRun;
+use super::worker_run::{ShardAnswers, WorkerRun};
 use crate::config::Config;
 use crate::job::{ClaimedJob, Completion, Outcome};
 use std::collections::HashMap;
@@ -189,6 +189,7 @@ async fn execute(executor: &Executor, job: ClaimedJob) -> Completion {
         children: Default::default(),
         default_max_attempts: executor.config.default_max_attempts,
         parked: Default::default(),
+        answers: ShardAnswers(run.clone()),
     };
     let parked = ctx.parked.clone();
     run.stats.record_handler_running(true);

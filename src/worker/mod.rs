@@ -12,6 +12,7 @@ mod claim_task;
 mod completer;
 mod context;
 mod context_events;
+mod context_send;
 mod credits;
 mod executor;
 mod handler;

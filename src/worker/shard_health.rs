@@ -187,6 +187,12 @@ impl Health {
         self.answering = false;
     }
 
+    /// Whether the shard is suspect and has not answered since (no late
+    /// reply): as far as this process knows, it does not answer at all.
+    pub(crate) fn silent(&self) -> bool {
+        !self.usable() && !self.answering
+    }
+
     /// Whether a producer that found no other target to claim from may
     /// claim here: the shard is suspect, still answers (late), and no
     /// other such claim of this process is in flight there.
@@ -274,6 +280,11 @@ impl ShardHealth {
     /// See [`Health::usable`].
     pub(crate) fn usable(&self, shard: usize) -> bool {
         self.with(shard, |h| h.usable())
+    }
+
+    /// See [`Health::silent`].
+    pub(crate) fn silent(&self, shard: usize) -> bool {
+        self.with(shard, |h| h.silent())
     }
 
     /// See [`Health::last_resort`].
@@ -429,6 +440,22 @@ mod tests {
         assert!(h.last_resort());
         h.late_failed();
         assert!(!h.last_resort(), "a late claim that failed ends it too");
+    }
+
+    #[test]
+    fn a_shard_is_silent_while_suspect_and_unheard_from() {
+        let now = Instant::now();
+        let mut h = Health::new(BUDGET_MAX);
+        h.answered(5 * MS);
+        assert!(!h.silent(), "healthy");
+        h.suspect(now);
+        assert!(h.silent(), "suspect, no answer since");
+        h.answered_late(400 * MS);
+        assert!(!h.silent(), "slow, but it answers");
+        h.late_failed();
+        assert!(h.silent());
+        assert!(h.probed(Some(5 * MS)));
+        assert!(!h.silent(), "healthy again");
     }
 
     #[test]

@@ -28,3 +28,22 @@ pub(crate) struct WorkerRun {
     /// Permits of the queues with a fleet-wide concurrency limit.
     pub permits: Arc<Permits>,
 }
+
+/// What a worker run knows of each shard's answers, as a handler's context
+/// asks it: whether a shard does not answer at all, so that a call there
+/// parks at once instead of holding its slot until the statement deadline.
+#[derive(Clone)]
+pub(crate) struct ShardAnswers(pub(crate) std::sync::Arc<WorkerRun>);
+
+impl ShardAnswers {
+    /// See [`super::shard_health::Health::silent`].
+    pub(crate) fn silent(&self, shard: usize) -> bool {
+        self.0.health.silent(shard)
+    }
+}
+
+impl std::fmt::Debug for ShardAnswers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShardAnswers")
+    }
+}

@@ -51,6 +51,7 @@ mod lost_lease_steps;
 mod lost_replies;
 mod map_epochs;
 mod messages;
+mod messages_across_outage;
 mod metrics;
 mod migrate;
 mod ordering;

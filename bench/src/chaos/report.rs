@@ -75,6 +75,13 @@ pub const WAITS_FOUND: &str = "recvs that found their message";
 pub const WAITS_TIMED_OUT: &str = "recvs timed out";
 /// Children checked.
 pub const WAITS_CHILDREN_RUN: &str = "children checked";
+/// Of them, on another shard than their parent's.
+pub const WAITS_CHILDREN_ELSEWHERE: &str = "children on another shard";
+/// Children's messages (`ctx.send`, mostly across shards) lost, doubled,
+/// or not received once by their parent.
+pub const WAITS_KID_MAIL: &str = "children's messages lost/doubled";
+/// Children's messages received by their parents.
+pub const WAITS_KID_MAIL_RUN: &str = "children's messages received";
 
 /// What the run was asked to do.
 #[derive(Debug, Clone, Serialize)]
@@ -251,6 +258,9 @@ impl Summary {
                 at_least(WAITS_FOUND, w.received_waiting, 1),
                 at_least(WAITS_TIMED_OUT, w.timed_out, 1),
                 at_least(WAITS_CHILDREN_RUN, w.children, 1),
+                at_least(WAITS_CHILDREN_ELSEWHERE, w.children_elsewhere, 1),
+                must_be(WAITS_KID_MAIL, w.kid_messages_wrong, 0),
+                at_least(WAITS_KID_MAIL_RUN, w.kid_messages, 1),
             ]);
         }
         self
@@ -415,6 +425,13 @@ impl TortureReport {
         line(
             "  unreceived / refused after a timeout",
             format!("{} / {}", w.unreceived, w.refused),
+        );
+        line(
+            "  children / on another shard / their messages received",
+            format!(
+                "{} / {} / {}",
+                w.children, w.children_elsewhere, w.kid_messages
+            ),
         );
         line(
             "  effect re-runs before a record",

@@ -15,6 +15,10 @@ pub enum Part {
     /// Workflows sending to workflows (`ctx.send`) on the same shard and
     /// on another: latency and cost per message (two shards).
     Sends,
+    /// Sends to two destinations while one is frozen: the healthy one's
+    /// arrival rate before and during the freeze (three shards; not run
+    /// by default).
+    FrozenSends,
 }
 
 /// Flags of `shardq-bench workflows`.
@@ -38,6 +42,9 @@ pub struct WorkflowsArgs {
     /// Messages: sends per second (one at a time, evenly spaced).
     #[arg(long, default_value_t = 200)]
     pub rate: u32,
+    /// Frozen sends: how long the frozen destination stays frozen, s.
+    #[arg(long, default_value_t = 30)]
+    pub freeze_s: u64,
     /// Children: children per parent.
     #[arg(long, default_value_t = 100)]
     pub children: usize,
@@ -81,6 +88,7 @@ impl WorkflowsArgs {
             self.rate = 100;
             self.children = 10;
             self.gathers = 2;
+            self.freeze_s = 5;
         }
         self
     }

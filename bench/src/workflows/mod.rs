@@ -7,12 +7,15 @@
 //!   workflows/s, and per workflow the database's CPU, commits and
 //!   statements ([`meter`]);
 //! - [`messages`]: send → recv latency to workflows parked in a `recv`;
-//! - [`children`]: a parent gathering its children, enqueue to success.
+//! - [`children`]: a parent gathering its children, enqueue to success;
+//! - [`sends`]: `ctx.send` on one shard and between two;
+//! - [`frozen_sends`]: `ctx.send` to two destinations while one is frozen.
 //!
 //! Durable sleep at scale is `shardq-bench sleepers`.
 
 mod args;
 mod children;
+mod frozen_sends;
 mod messages;
 mod meter;
 mod report;
@@ -46,6 +49,7 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
         messages: None,
         sends: Vec::new(),
         children: Vec::new(),
+        frozen_sends: None,
     };
     if args.only.contains(&Part::Throughput) {
         for &n in &args.shards {
@@ -89,6 +93,16 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
             let run = sends::run(&shards, args.messages, args.rate, from).await?;
             report.sends.push(run);
         }
+    }
+    if args.only.contains(&Part::FrozenSends) {
+        let shards = BenchShards::start(3).await?;
+        report.postgres = shards.version().to_string();
+        eprintln!(
+            "frozen sends: {}/s, shard 2 frozen for {} s",
+            args.rate, args.freeze_s
+        );
+        let freeze = std::time::Duration::from_secs(args.freeze_s);
+        report.frozen_sends = Some(frozen_sends::run(&shards, args.rate, freeze).await?);
     }
     if args.only.contains(&Part::Children) {
         let gathering = children::Gathering {

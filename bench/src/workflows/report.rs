@@ -61,6 +61,28 @@ pub struct SendsRun {
     pub per_message: PerUnit,
 }
 
+/// Sends to two destinations while one is frozen ([`super::frozen_sends`]).
+#[derive(Debug, Serialize)]
+pub struct FrozenSendsRun {
+    /// Senders enqueued per second (half to each destination).
+    pub rate: u32,
+    /// Sends before the freeze, s.
+    pub baseline_s: u64,
+    /// How long the frozen destination was frozen.
+    pub freeze_s: u64,
+    /// Messages arriving per second on the healthy destination before the
+    /// freeze.
+    pub healthy_before_per_s: f64,
+    /// The same during the freeze.
+    pub healthy_frozen_per_s: f64,
+    /// During over before (goal ≥ 0.9).
+    pub healthy_ratio: f64,
+    /// From the thaw to the last message arriving on the frozen destination.
+    pub frozen_caught_up_s: f64,
+    /// Per second from the first send: arrivals on (healthy, frozen).
+    pub per_second: Vec<(u32, u32)>,
+}
+
 /// A parent that starts its children and gathers their results.
 #[derive(Debug, Serialize)]
 pub struct ChildrenRun {
@@ -137,6 +159,8 @@ pub struct Report {
     pub messages: Option<MessagesRun>,
     /// The sends runs (same shard, another shard), when asked.
     pub sends: Vec<SendsRun>,
+    /// The sends through a frozen destination, when asked.
+    pub frozen_sends: Option<FrozenSendsRun>,
     /// The children runs, when asked.
     pub children: Vec<ChildrenRun>,
 }
@@ -227,6 +251,31 @@ impl Report {
                 r.per_message.worker_cpu_us,
                 counts(&r.per_message)
             );
+        }
+        if let Some(f) = &self.frozen_sends {
+            println!();
+            println!(
+                "ctx.send through a frozen destination: sender workflows on shard 0 enqueued at {}/s, \
+                 half to workflows parked in ctx.recv on shard 1, half on shard 2; shard 2 frozen for {} s \
+                 after {} s (default worker settings)",
+                f.rate,
+                f.freeze_s,
+                f.baseline_s
+            );
+            println!(
+                "  shard 1's arrivals: {:.1}/s before, {:.1}/s during the freeze ({:.0} %); \
+                 shard 2's last message arrived {:.1} s after the thaw",
+                f.healthy_before_per_s,
+                f.healthy_frozen_per_s,
+                f.healthy_ratio * 100.0,
+                f.frozen_caught_up_s
+            );
+            let line: Vec<String> = f
+                .per_second
+                .iter()
+                .map(|(h, c)| format!("{h}/{c}"))
+                .collect();
+            println!("  per second (shard 1 / shard 2): {}", line.join(" "));
         }
         for c in &self.children {
             println!();

@@ -17,24 +17,49 @@ use super::report::{Percentiles, SendsRun};
 use super::servers::{BenchShards, QUEUE};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use shardq::{JobId, NewJob};
+use shardq::{HandlerRegistry, JobId, NewJob};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-const SENDER: &str = "send-one";
+/// The sender workflows' handler: one `ctx.send` to the workflow its
+/// payload names.
+pub(super) const SENDER_HANDLER: &str = "send-one";
 
 /// The recipients' shard.
 const RECIPIENTS: usize = 1;
 
 /// `n` distinct ordering keys that route to shard `index` of `shards`.
-fn keys_on(shards: &BenchShards, index: usize, prefix: &str, n: usize) -> Vec<String> {
+pub(super) fn keys_on(shards: &BenchShards, index: usize, prefix: &str, n: usize) -> Vec<String> {
     let set = shards.observer();
     (0..)
         .map(|j| format!("{prefix}-{j}"))
         .filter(|k| set.for_key(shardq::router::shard_key_for(k)).index == index)
         .take(n)
         .collect()
+}
+
+/// The recipients' handler ([`messages::handlers`], noting arrivals) and
+/// the senders' ([`SENDER_HANDLER`], noting when each first tried its send).
+pub(super) fn handlers(arrivals: &Arrivals, sent: &Arrivals) -> HandlerRegistry {
+    let mut handlers = messages::handlers(arrivals);
+    let noted = sent.clone();
+    handlers.register(SENDER_HANDLER, move |ctx| {
+        let noted = noted.clone();
+        async move {
+            let i = ctx.payload["i"].as_u64().ok_or("no index")? as usize;
+            let to: JobId = ctx.payload["to"]
+                .as_str()
+                .ok_or("no recipient")?
+                .parse()
+                .map_err(|_| "a bad recipient")?;
+            // A replay finds it set: the first try counts.
+            let _ = noted[i].set(Instant::now());
+            ctx.send(to, TOPIC, json!({ "i": i })).await?;
+            Ok(Value::Null)
+        }
+    });
+    handlers
 }
 
 /// The run on `shards` (two), which it empties first: senders on shard
@@ -59,23 +84,7 @@ pub async fn run(
     messages::park_all(shards, &arrivals).await?;
 
     let sent: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
-    let mut handlers = messages::handlers(&arrivals);
-    let noted = sent.clone();
-    handlers.register(SENDER, move |ctx| {
-        let noted = noted.clone();
-        async move {
-            let i = ctx.payload["i"].as_u64().ok_or("no index")? as usize;
-            let to: JobId = ctx.payload["to"]
-                .as_str()
-                .ok_or("no recipient")?
-                .parse()
-                .map_err(|_| "a bad recipient")?;
-            // A replay finds it set: the first try counts.
-            let _ = noted[i].set(Instant::now());
-            ctx.send(to, TOPIC, json!({ "i": i })).await?;
-            Ok(Value::Null)
-        }
-    });
+    let handlers = handlers(&arrivals, &sent);
     let shardq = shards.shardq()?;
     let client = shardq.client();
     let stop = CancellationToken::new();
@@ -88,7 +97,7 @@ pub async fn run(
         tick.tick().await;
         let payload = json!({ "i": i, "to": to.to_string() });
         client
-            .enqueue(NewJob::new(QUEUE, SENDER, payload).ordering_key(key))
+            .enqueue(NewJob::new(QUEUE, SENDER_HANDLER, payload).ordering_key(key))
             .await?;
     }
     shards

@@ -54,7 +54,7 @@ pub struct BenchShards {
     postmasters: Vec<u32>,
     statements: bool,
     version: String,
-    _cluster: LocalCluster,
+    cluster: LocalCluster,
 }
 
 impl BenchShards {
@@ -95,8 +95,15 @@ impl BenchShards {
             postmasters,
             statements,
             version,
-            _cluster: cluster,
+            cluster,
         })
+    }
+
+    /// Freezes shard `index`'s server for `hold` (every process of it
+    /// stopped, then continued): connections stay open, nothing answers.
+    pub async fn freeze(&self, index: usize, hold: Duration) -> Result<()> {
+        self.cluster.freeze(index, hold).await?;
+        Ok(())
     }
 
     /// How many shards.

@@ -34,3 +34,12 @@ pub const STEP_RECORD: &str = "SELECT shardq_step_record($1::int, $2::bigint, $3
 /// `shardq_step_sleep` (migrations/functions/shardq_step_sleep.sql).
 pub const STEP_SLEEP: &str = "SELECT * FROM shardq_step_sleep($1::int, $2::bigint, $3::text, \
     $4::text, $5::bigint, $6::bigint, $7::timestamptz)";
+
+/// Makes workflow ($1, $2), held by this claim ($3 owner, $4 fence), ready
+/// again $5 ms (less up to a fifth, so that the senders of one outage do
+/// not all come back at once) from the shard's `now()`, for a `parked`
+/// outcome to keep (`shardq_complete_many`): a send whose recipient's
+/// shard did not answer. No row when the claim no longer holds it.
+pub const RUN_AGAIN_IN: &str = "UPDATE workflow_status \
+    SET run_at = now() + $5::bigint * (0.8 + random() * 0.2) * interval '1 millisecond' \
+    WHERE shard_key = $1 AND id = $2 AND owner = $3 AND fence = $4 AND status = 'running'";

@@ -9,9 +9,7 @@
 //! deploy). Every child runs once, every result reaches its parent once,
 //! and no child is written twice on any shard.
 
-use crate::common;
-
-use common::{ShardList, TestShards};
+use super::{growing_to_four, GrowingToFour};
 use serde_json::json;
 use shardq::reshard::{reshard, Options, Progress, Step};
 use shardq::shards::ShardSet;
@@ -116,28 +114,12 @@ async fn child_rows(all: &ShardSet) -> Vec<(i32, i64, String, usize)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_spread_over_the_shards_run_once_while_two_grow_to_four() {
-    let servers = TestShards::databases(4).await;
-    let old = Config::from_toml(
-        &ShardList::numbered(&servers.urls[..2])
-            .pool_size(12)
-            .toml(FAN_OUT_TOML),
-    )
-    .unwrap();
-    let new = Config::from_toml(
-        &ShardList::numbered(&servers.urls)
-            .pool_size(12)
-            .toml(FAN_OUT_TOML),
-    )
-    .unwrap();
-    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
-        .await
-        .expect("migrate");
-    let all = ShardSet::connect(&new).unwrap();
-    for shard in &all.all()[2..] {
-        shardq::migrate::migrate_joining(shard, 4)
-            .await
-            .expect("migrate a new shard");
-    }
+    let GrowingToFour {
+        servers: _servers,
+        old,
+        new,
+        all,
+    } = growing_to_four(FAN_OUT_TOML).await;
     let runs: Arc<Vec<AtomicU32>> =
         Arc::new((0..PARENTS * CHILDREN).map(|_| AtomicU32::new(0)).collect());
     let client = Client::new(&new).unwrap();

@@ -1,13 +1,15 @@
 //! A workflow's messages move with it: copied in their order with the job,
 //! removed from the old shard; a send while the job is held (moving) is
-//! refused, and after the move a send lands behind the copied messages.
+//! refused, and after the move a send lands behind the copied messages. A
+//! workflow's `ctx.send` to a job being moved parks and lands after the move.
 
 use super::{growing_to_three, moving_key, GrowingToThree, WORKER_TOML};
 use crate::common::TestShards;
 use serde_json::{json, Value};
 use shardq::reshard::{reshard, Options, Step};
 use shardq::shards::Shard;
-use shardq::{Client, ClientError, HandlerRegistry, JobId, JobStatus, NewJob, Worker};
+use shardq::{Client, ClientError, HandlerRegistry, JobId, JobOutcome, JobStatus, NewJob, Worker};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The workflow's messages on `shard`: (topic, message), in `seq` order.
@@ -105,4 +107,91 @@ async fn a_workflows_messages_move_with_it_in_order() {
     let info = client.job(id).await.unwrap().expect("the job");
     assert_eq!(info.status, JobStatus::Succeeded);
     assert_eq!(info.output, Some(json!([1, 2, 3])));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflows_send_to_a_job_being_moved_parks_and_lands_after_the_move() {
+    let GrowingToThree {
+        servers: _servers,
+        new,
+        all,
+        plan,
+        ..
+    } = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let client = Client::new(&new).unwrap();
+    // The recipient in a queue no worker serves; the sender on a key that
+    // stays where it is, with one attempt: a failed send would end it.
+    let to = client
+        .enqueue(NewJob::new("idle", "inbox", json!({})).ordering_key(moving_key(&plan, "mail")))
+        .await
+        .unwrap();
+    let staying = (0..)
+        .map(|i| format!("sender-{i}"))
+        .find(|k| {
+            let at = shardq::router::shard_key_for(k);
+            !plan
+                .moves
+                .iter()
+                .any(|m| m.first_key <= at && at < m.end_key)
+        })
+        .unwrap();
+    let sender = client
+        .enqueue(
+            NewJob::new("moving", "sender", json!({}))
+                .ordering_key(staying)
+                .max_attempts(1),
+        )
+        .await
+        .unwrap();
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(&all, 2, 3, &opened, |_| {}).await.unwrap();
+    let m = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= to.shard_key && to.shard_key < m.end_key)
+        .unwrap();
+    let (from, dest) = (all.get(m.from_index), all.get(2));
+    shardq::store::reshard::mark_held(from, (to.shard_key, to.shard_key + 1))
+        .await
+        .unwrap();
+
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("sender", move |ctx| async move {
+        ctx.send(to, "t", json!("from a workflow")).await?;
+        Ok(json!("sent"))
+    });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(Worker::new(new.clone(), all.clone(), handlers).run(stop.clone()));
+    let home = all.for_key(sender.shard_key).client().await.unwrap();
+    crate::common::wait_until(Duration::from_secs(30), "the sender parked", || async {
+        let row = home
+            .query_one(
+                "SELECT status, parked FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                &[&sender.shard_key, &sender.id],
+            )
+            .await
+            .unwrap();
+        let status: String = row.get(0);
+        assert_ne!(status, "dead", "the move spent the sender's only attempt");
+        status == "scheduled" && row.get::<_, bool>(1)
+    })
+    .await;
+
+    let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
+        .await
+        .unwrap();
+    assert!(summary.complete);
+    let outcome = client
+        .result(sender, Duration::from_secs(60))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!("sent")));
+    let landed = vec![("t".to_string(), json!("from a workflow"))];
+    assert_eq!(messages_on(dest, to).await, landed, "once, after the move");
+    assert!(messages_on(from, to).await.is_empty());
 }

@@ -11,6 +11,7 @@ mod events;
 mod fan_out;
 mod frozen;
 mod lookups;
+mod message_stream;
 mod messages;
 mod resume;
 mod schedules;
@@ -90,6 +91,39 @@ pub(crate) async fn growing_to_three(servers: TestShards, extra: &str) -> Growin
         new,
         all,
         plan,
+    }
+}
+
+/// Two databases migrated with a two-shard map and two more migrated to
+/// join a list of four, with the configs of both lists (`extra` added).
+/// Bind `servers`: dropping it stops them.
+pub(crate) struct GrowingToFour {
+    pub servers: TestShards,
+    pub old: Config,
+    pub new: Config,
+    pub all: ShardSet,
+}
+
+pub(crate) async fn growing_to_four(extra: &str) -> GrowingToFour {
+    let servers = TestShards::databases(4).await;
+    let list = |urls: &[String]| {
+        Config::from_toml(&ShardList::numbered(urls).pool_size(12).toml(extra)).unwrap()
+    };
+    let (old, new) = (list(&servers.urls[..2]), list(&servers.urls));
+    shardq::migrate::migrate_all(&ShardSet::connect(&old).unwrap())
+        .await
+        .expect("migrate");
+    let all = ShardSet::connect(&new).unwrap();
+    for shard in &all.all()[2..] {
+        shardq::migrate::migrate_joining(shard, 4)
+            .await
+            .expect("migrate a new shard");
+    }
+    GrowingToFour {
+        servers,
+        old,
+        new,
+        all,
     }
 }
 

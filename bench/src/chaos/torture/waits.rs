@@ -1,8 +1,11 @@
 //! The torture run's workflows that wait: one job in ten (slot 9 of
 //! `n % 10`) sleeps durably, receives messages the driver sends
-//! ([`super::mail`]) on a few topics, starts children and gathers their
-//! results, and records side effects around them. What each records is
-//! what [`super::waits_check`] checks after the drain.
+//! ([`super::mail`]) on a few topics, starts children keyed over every
+//! shard and gathers their results, receives the message each child sent
+//! it ([`KIDS_TOPIC`], mostly from another shard), and records side
+//! effects around them. One in fifty of them fans out to
+//! [`FAN_OUT_CHILDREN`] children. What each records is what
+//! [`super::waits_check`] checks after the drain.
 
 use super::waits_sql as sql;
 use shardq::shards::{Shard, ShardSet};
@@ -26,8 +29,23 @@ const SLEEP_MIN_MS: u64 = 200;
 /// Spread of the sleeps above the shortest.
 const SLEEP_SPREAD_MS: u64 = 300;
 
-/// Children each workflow starts and gathers.
-pub const CHILDREN: u64 = 3;
+/// Children most workflows start and gather.
+const CHILDREN: u64 = 3;
+
+/// Children of a fan-out workflow ([`children`]).
+pub const FAN_OUT_CHILDREN: u64 = 100;
+
+/// One waiting workflow in this many (by `n / 10`) fans out.
+const FAN_OUT_EVERY: u64 = 50;
+
+/// The topic on which each child sends its parent one message
+/// (`ctx.send`, from the child's shard) before it returns; the parent
+/// receives them all after gathering.
+pub const KIDS_TOPIC: &str = "kids";
+
+/// How long the parent's recv of a child's message waits: each was sent
+/// before its child finished, so the parent finds them waiting.
+const KIDS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A topic of the mailbox: its name, how many messages the driver sends on
 /// it (and the workflow receives), when the driver sends them (after the
@@ -83,6 +101,21 @@ pub fn new_job(n: u64, queue: &'static str) -> NewJob {
     NewJob::new(queue, HANDLER, serde_json::json!({ "n": n }))
 }
 
+/// How many children waiting workflow `n` starts and gathers.
+pub fn children(n: u64) -> u64 {
+    if (n / 10) % FAN_OUT_EVERY == 0 {
+        FAN_OUT_CHILDREN
+    } else {
+        CHILDREN
+    }
+}
+
+/// The ordering key of child `i` of workflow `n`: its own, so the
+/// children spread over every shard (most on another than the parent's).
+pub fn child_key(n: u64, i: u64) -> String {
+    format!("kid-{n}-{i}")
+}
+
 /// What child `i` of workflow `n` returns (and its parent must gather).
 pub fn child_value(n: u64, i: u64) -> u64 {
     n * 10 + i
@@ -90,7 +123,8 @@ pub fn child_value(n: u64, i: u64) -> u64 {
 
 /// The waiting workflow: a side effect, a durable sleep and a step that
 /// records the run that passed it, the recvs of [`TOPICS`], children
-/// started and gathered, and a side effect that records their results.
+/// started and gathered, a side effect that records their results, and
+/// the recvs of the children's messages ([`KIDS_TOPIC`]).
 /// Every wait parks (`?`), and the next run replays up to it.
 pub async fn run(shards: ShardSet, ctx: JobContext) -> HandlerResult {
     let n = ctx.payload["n"]
@@ -114,12 +148,10 @@ pub async fn run(shards: ShardSet, ctx: JobContext) -> HandlerResult {
         }
     }
     let mut handles = Vec::new();
-    for i in 0..CHILDREN {
-        let child = NewJob::new(
-            CHILD_QUEUE,
-            CHILD_HANDLER,
-            serde_json::json!({ "parent": n, "i": i }),
-        );
+    let count = children(n);
+    for i in 0..count {
+        let payload = serde_json::json!({ "parent": n, "i": i, "to": ctx.id.to_string() });
+        let child = NewJob::new(CHILD_QUEUE, CHILD_HANDLER, payload).ordering_key(child_key(n, i));
         handles.push(ctx.start_child(child).await?);
     }
     let mut gathered = Vec::new();
@@ -130,6 +162,11 @@ pub async fn run(shards: ShardSet, ctx: JobContext) -> HandlerResult {
         }
     }
     effect_step(&ctx, &shard, "gathered", run, serde_json::json!(gathered)).await?;
+    for _ in 0..count {
+        if ctx.recv(KIDS_TOPIC, KIDS_TIMEOUT).await?.is_none() {
+            return Err("a child's message did not come".into());
+        }
+    }
     Ok(serde_json::json!({ "n": n }))
 }
 
@@ -170,28 +207,27 @@ async fn woke(shard: &Shard, id: JobId) -> Result<serde_json::Value, HandlerErro
     Ok(row.get(0))
 }
 
-/// A child: records its run as a side effect and returns its value and
-/// attempt.
+/// The step in which a child records its side effect.
+pub const CHILD_STEP: &str = "child";
+
+/// A child: records a side effect in a step ([`CHILD_STEP`]), sends its
+/// parent its value on [`KIDS_TOPIC`] (exactly once, whatever retries or
+/// parks), and returns its value and attempt.
 pub async fn child(shards: ShardSet, ctx: JobContext) -> HandlerResult {
-    let (Some(parent), Some(i)) = (ctx.payload["parent"].as_u64(), ctx.payload["i"].as_u64())
-    else {
-        return Err("a child's payload names its parent's number and its index".into());
+    let (Some(parent), Some(i), Some(to)) = (
+        ctx.payload["parent"].as_u64(),
+        ctx.payload["i"].as_u64(),
+        ctx.payload["to"]
+            .as_str()
+            .and_then(|s| s.parse::<JobId>().ok()),
+    ) else {
+        return Err("a child's payload names its parent's number, id and its index".into());
     };
-    let shard = shards.for_key(ctx.id.shard_key);
-    let db = shard.client().await?;
+    let shard = shards.for_key(ctx.id.shard_key).clone();
     let v = child_value(parent, i);
-    db.execute(
-        sql::EFFECT_INSERT,
-        &[
-            &ctx.id.shard_key,
-            &ctx.id.id,
-            &"child",
-            &ctx.attempt,
-            &0i64,
-            &serde_json::json!(v),
-        ],
-    )
-    .await
-    .map_err(|e| shard.query_error(e))?;
+    let run: i64 = rand::random::<i64>().abs();
+    effect_step(&ctx, &shard, CHILD_STEP, run, serde_json::json!(v)).await?;
+    ctx.send(to, KIDS_TOPIC, serde_json::json!({ "k": i, "v": v }))
+        .await?;
     Ok(serde_json::json!({ "v": v, "attempt": ctx.attempt }))
 }

@@ -2,16 +2,16 @@
 //! workflow succeeded; no sleep was passed before its wake time (by the
 //! shard's clock: at the step after it, and at the claim of the run that
 //! passed it, unless that claim was a retry's); every recorded effect step
-//! has exactly one effect of the run that recorded it; every child ran to
-//! success once (one effect of its last attempt, none after) and its value
-//! reached its parent once, as recorded; every message the driver stored
-//! is in the mailbox, each received at most once, by the recv that
+//! has exactly one effect of the run that recorded it; every child (keyed
+//! anywhere) succeeded once, its effect step likewise, and its value
+//! reached its parent once, as recorded; each child's message reached its
+//! parent once; every message the driver stored is in the mailbox, each received at most once, by the recv that
 //! recorded it, a topic's messages received in send order, and a message
 //! is left unreceived (or refused) only where a recv of its topic timed out.
 
 use super::super::names::{QUEUE, TORTURE_QUEUE};
 use super::mail::{self, Outcome, Sent};
-use super::waits::{self, CHILDREN, TOPICS};
+use super::waits::{self, KIDS_TOPIC, TOPICS};
 use super::waits_sql as sql;
 use anyhow::Result;
 use serde::Serialize;
@@ -42,8 +42,14 @@ pub struct WaitChecks {
     pub missing_effect_steps: i64,
     /// Children checked.
     pub children: u64,
+    /// Of them, on another shard than their parent's.
+    pub children_elsewhere: u64,
     /// Children or gathered results that break an invariant.
     pub children_wrong: u64,
+    /// Children's messages received by their parents ([`KIDS_TOPIC`]).
+    pub kid_messages: u64,
+    /// Children's messages lost, doubled, or not received by their parent.
+    pub kid_messages_wrong: u64,
     /// Messages the driver stored (acknowledged).
     pub stored: u64,
     /// Messages received.
@@ -72,6 +78,22 @@ impl WaitChecks {
         }
     }
 }
+
+/// A waiting workflow, as its shard's rows say.
+#[derive(Debug)]
+struct Parent {
+    n: u64,
+    status: String,
+    shard: usize,
+    /// `shardq:child:N:result` → the value recorded.
+    results: Option<serde_json::Value>,
+    gathered: Option<serde_json::Value>,
+    /// Children found, per index.
+    children: BTreeMap<i64, u64>,
+}
+
+/// Waiting workflows by (shard key, id).
+type Parents = HashMap<(i32, i64), Parent>;
 
 /// A message in a mailbox.
 #[derive(Debug)]
@@ -111,6 +133,8 @@ pub async fn check(client: &Client, sent: &[Sent]) -> Result<WaitChecks> {
     let mut c = WaitChecks::default();
     let queues = [QUEUE, TORTURE_QUEUE];
     let mut mailboxes: HashMap<u64, Mailbox> = HashMap::new();
+    let mut parents = Parents::new();
+    let mut children = Vec::new();
     for shard in client.shards().all() {
         let db = shard.client().await?;
         let on = |e| shard.query_error(e);
@@ -146,11 +170,29 @@ pub async fn check(client: &Client, sent: &[Sent]) -> Result<WaitChecks> {
                 c.example(format!("{} workflow {key}-{id} n={n}: {what}", shard.name));
             }
         }
+        for r in db
+            .query(sql::PARENT_ROWS, &[&waits::HANDLER, &&queues[..]])
+            .await
+            .map_err(on)?
+        {
+            let parent = Parent {
+                n: r.get::<_, i64>(2) as u64,
+                status: r.get(3),
+                shard: shard.index,
+                results: r.get(4),
+                gathered: r.get(5),
+                children: BTreeMap::new(),
+            };
+            parents.insert((r.get(0), r.get(1)), parent);
+        }
         let rows = db
-            .query(sql::CHILD_ROWS, &[&waits::HANDLER, &&queues[..]])
+            .query(
+                sql::CHILD_ROWS,
+                &[&waits::CHILD_HANDLER, &waits::CHILD_STEP],
+            )
             .await
             .map_err(on)?;
-        check_children(&mut c, &rows, &shard.name);
+        children.extend(rows.into_iter().map(|r| (shard.index, r)));
         for r in db
             .query(sql::MAIL_ROWS, &[&waits::HANDLER, &&queues[..]])
             .await
@@ -184,48 +226,67 @@ pub async fn check(client: &Client, sent: &[Sent]) -> Result<WaitChecks> {
             }
         }
     }
+    check_children(&mut c, &mut parents, &children);
     check_mail(&mut c, &mut mailboxes, sent);
     Ok(c)
 }
 
-/// Per child row: a succeeded parent has [`CHILDREN`] succeeded children,
-/// each with one effect of its last attempt and none after, its value the
-/// expected one, recorded as the parent's result of it and gathered.
-fn check_children(c: &mut WaitChecks, rows: &[shardq::tokio_postgres::Row], shard: &str) {
-    let mut per_parent: BTreeMap<i64, u64> = BTreeMap::new();
-    for r in rows {
-        let n: i64 = r.get(0);
-        let parent_status: String = r.get(1);
-        let Some(i) = r.get::<_, Option<i64>>(2) else {
-            if parent_status == "succeeded" {
-                c.children_wrong += 1;
-                c.example(format!("{shard} n={n}: succeeded without children"));
-            }
+/// Per child row (its shard's index and the row), wherever its key put
+/// it: its parent is a waiting workflow, it succeeded with its effect step
+/// recorded once and one effect of the run that recorded it (a run parked,
+/// killed or retried before the record may leave others), its value the
+/// expected one,
+/// recorded as the parent's result of it and gathered; a succeeded parent
+/// has each of its [`waits::children`] once.
+fn check_children(
+    c: &mut WaitChecks,
+    parents: &mut Parents,
+    rows: &[(usize, shardq::tokio_postgres::Row)],
+) {
+    for (shard, r) in rows {
+        let (parent_key, parent_id): (Option<i32>, Option<i64>) = (r.get(0), r.get(1));
+        let i: Option<i64> = r.get(3);
+        let child_id: i64 = r.get(9);
+        let Some(parent) = parent_key
+            .zip(parent_id)
+            .and_then(|key| parents.get_mut(&key))
+        else {
+            c.children_wrong += 1;
+            c.example(format!(
+                "shard {shard} child {child_id}: its parent {parent_key:?}-{parent_id:?} is no waiting workflow"
+            ));
             continue;
         };
-        *per_parent.entry(n).or_default() += 1;
+        let (n, i) = (parent.n, i.unwrap_or(-1));
+        *parent.children.entry(i).or_default() += 1;
         c.children += 1;
-        let status: String = r.get(3);
-        let attempts: i32 = r.get(4);
-        let value: Option<i64> = r.get(5);
-        let (last, later): (i64, i64) = (r.get(6), r.get(7));
-        let result: Option<i64> = r.get(8);
-        let gathered: Option<serde_json::Value> = r.get(9);
-        let child_id: i64 = r.get(10);
-        let expected = waits::child_value(n as u64, i as u64) as i64;
-        let in_gathered = gathered
+        if *shard != parent.shard {
+            c.children_elsewhere += 1;
+        }
+        let status: String = r.get(4);
+        let attempts: i32 = r.get(5);
+        let value: Option<i64> = r.get(6);
+        let (effects, recorded): (i64, i64) = (r.get(7), r.get(8));
+        let expected = waits::child_value(n, i as u64) as i64;
+        let result = parent
+            .results
+            .as_ref()
+            .and_then(|m| m.get(format!("shardq:child:{}:result", i + 1)))
+            .and_then(serde_json::Value::as_i64);
+        let in_gathered = parent
+            .gathered
             .as_ref()
             .and_then(|g| g.get(i as usize))
             .and_then(serde_json::Value::as_i64);
         let wrong = if status != "succeeded" {
             Some(format!("status {status}"))
-        } else if last != 1 || later != 0 {
+        } else if recorded != 1 || effects != 1 {
             Some(format!(
-                "{last} effects of its last attempt {attempts}, {later} after it"
+                "effect step recorded {recorded} times, {effects} effects of its run (attempt {attempts})"
             ))
         } else if value != Some(expected) {
             Some(format!("output {value:?}, expected {expected}"))
-        } else if parent_status == "succeeded"
+        } else if parent.status == "succeeded"
             && (result != Some(expected) || in_gathered != Some(expected))
         {
             Some(format!(
@@ -236,13 +297,25 @@ fn check_children(c: &mut WaitChecks, rows: &[shardq::tokio_postgres::Row], shar
         };
         if let Some(what) = wrong {
             c.children_wrong += 1;
-            c.example(format!("{shard} n={n} child {i} (id {child_id}): {what}"));
+            c.example(format!(
+                "n={n} child {i} (id {child_id}, shard {shard}): {what}"
+            ));
         }
     }
-    for (n, count) in per_parent {
-        if count != CHILDREN {
+    for parent in parents.values() {
+        let n = parent.n;
+        let expected = waits::children(n);
+        let doubled = parent.children.values().filter(|&&k| k > 1).count();
+        let distinct = (0..expected as i64)
+            .filter(|i| parent.children.contains_key(i))
+            .count() as u64;
+        let all_there = distinct == expected && parent.children.len() as u64 == expected;
+        if doubled > 0 || (parent.status == "succeeded" && !all_there) {
             c.children_wrong += 1;
-            c.example(format!("{shard} n={n}: {count} children, not {CHILDREN}"));
+            c.example(format!(
+                "n={n} ({}): children per index {:?}, expected each of 0..{expected} once",
+                parent.status, parent.children
+            ));
         }
     }
 }
@@ -283,6 +356,7 @@ fn check_mail(c: &mut WaitChecks, mailboxes: &mut HashMap<u64, Mailbox>, sent: &
         for topic in TOPICS {
             check_topic(c, *n, mailbox, topic.name);
         }
+        check_kids(c, *n, mailbox);
     }
 }
 
@@ -352,6 +426,65 @@ fn check_topic(c: &mut WaitChecks, n: u64, mailbox: &Mailbox, topic: &str) {
         c.mail_wrong += wrong.len() as u64;
         c.example(format!(
             "n={n} ({}) topic {topic}: {}",
+            mailbox.status,
+            wrong.join("; ")
+        ));
+    }
+}
+
+/// The children's messages to workflow `n` ([`KIDS_TOPIC`]): a succeeded
+/// workflow received one from each of its children (each index once),
+/// each taken by the recv that recorded it, in the order stored, none
+/// timed out; no child's message was stored twice.
+fn check_kids(c: &mut WaitChecks, n: u64, mailbox: &Mailbox) {
+    let messages: Vec<&Message> = mailbox
+        .messages
+        .iter()
+        .filter(|m| m.topic == KIDS_TOPIC)
+        .collect();
+    let recvs: Vec<&Recv> = mailbox
+        .recvs
+        .iter()
+        .filter(|r| r.topic == KIDS_TOPIC)
+        .collect();
+    let mut wrong = Vec::new();
+    let mut senders: BTreeMap<Option<u64>, u64> = BTreeMap::new();
+    for m in &messages {
+        *senders.entry(m.k).or_default() += 1;
+    }
+    if senders.values().any(|&count| count > 1) {
+        wrong.push(format!("messages per child {senders:?}"));
+    }
+    let mut last_seq = None;
+    for r in &recvs {
+        let Some(seq) = r.seq else {
+            wrong.push(format!("{} timed out", r.name));
+            continue;
+        };
+        c.kid_messages += 1;
+        match messages.iter().find(|m| m.seq == seq) {
+            Some(m) if m.received_by.as_deref() == Some(r.name.as_str()) && m.k == r.k => {}
+            found => wrong.push(format!("{} took seq {seq}, whose row is {found:?}", r.name)),
+        }
+        if Some(seq) <= last_seq {
+            wrong.push(format!("{} took seq {seq} after {last_seq:?}", r.name));
+        }
+        last_seq = Some(seq);
+    }
+    let expected = waits::children(n);
+    if mailbox.status == "succeeded"
+        && (messages.len() as u64 != expected || recvs.len() as u64 != expected)
+    {
+        wrong.push(format!(
+            "{} messages and {} recvs, expected {expected} of each",
+            messages.len(),
+            recvs.len()
+        ));
+    }
+    if !wrong.is_empty() {
+        c.kid_messages_wrong += wrong.len() as u64;
+        c.example(format!(
+            "n={n} ({}) topic {KIDS_TOPIC}: {}",
             mailbox.status,
             wrong.join("; ")
         ));

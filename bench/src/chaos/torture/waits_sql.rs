@@ -90,28 +90,35 @@ pub const SLEEP_AND_EFFECT_VIOLATIONS: &str = concat!(
     LIMIT $3"
 );
 
-/// The children of the waiting workflows (`waiting!`), one row per child
-/// (or per parent without children): parent n, child index, child status,
-/// attempts, output value, effects of its last attempt, effects of later
-/// attempts, the parent's recorded result of it, the parent's gathered
-/// values.
-pub const CHILD_ROWS: &str = concat!(
+/// The waiting workflows (`waiting!`) on this shard and what they
+/// recorded of their children: key, id, n, status, each child's result
+/// (`shardq:child:N:result` → its value), the gathered values.
+pub const PARENT_ROWS: &str = concat!(
     waiting!(),
-    "SELECT w.n, w.status, (c.payload->>'i')::bigint, c.status, c.attempts, \
-        (c.output->>'v')::bigint, \
-        (SELECT count(*) FROM torture_wait_effects e WHERE e.shard_key = c.shard_key \
-            AND e.job_id = c.id AND e.attempt = c.attempts), \
-        (SELECT count(*) FROM torture_wait_effects e WHERE e.shard_key = c.shard_key \
-            AND e.job_id = c.id AND e.attempt > c.attempts), \
-        (SELECT (s.output->'output'->>'v')::bigint FROM workflow_steps s \
+    "SELECT w.shard_key, w.id, w.n, w.status, \
+        (SELECT jsonb_object_agg(s.step_name, s.output->'output'->'v') FROM workflow_steps s \
             WHERE s.shard_key = w.shard_key AND s.workflow_id = w.id \
-            AND s.step_name = 'shardq:child:' || ((c.payload->>'i')::int + 1) || ':result'), \
+            AND s.step_name LIKE 'shardq:child:%:result'), \
         (SELECT s.output->'value' FROM workflow_steps s WHERE s.shard_key = w.shard_key \
-            AND s.workflow_id = w.id AND s.step_name = 'gathered'), \
-        c.id \
-    FROM waiting w LEFT JOIN workflow_status c \
-        ON c.parent_shard_key = w.shard_key AND c.parent_id = w.id"
+            AND s.workflow_id = w.id AND s.step_name = 'gathered') \
+    FROM waiting w"
 );
+
+/// The children (handler $1) on this shard, wherever their parent lives:
+/// parent key, parent id, parent n, child index, status, attempts, output
+/// value, effects of the run that recorded its effect step ($2), times
+/// that step is recorded, id.
+pub const CHILD_ROWS: &str = "SELECT c.parent_shard_key, c.parent_id, \
+        (c.payload->>'parent')::bigint, (c.payload->>'i')::bigint, c.status, c.attempts, \
+        (c.output->>'v')::bigint, \
+        (SELECT count(*) FROM torture_wait_effects e JOIN workflow_steps s \
+            ON s.shard_key = e.shard_key AND s.workflow_id = e.job_id AND s.step_name = e.step \
+            WHERE e.shard_key = c.shard_key AND e.job_id = c.id AND e.step = $2 \
+            AND e.run = (s.output->>'run')::bigint), \
+        (SELECT count(*) FROM workflow_steps s WHERE s.shard_key = c.shard_key \
+            AND s.workflow_id = c.id AND s.step_name = $2), \
+        c.id \
+    FROM workflow_status c WHERE c.handler = $1";
 
 /// The mailboxes of the waiting workflows (`waiting!`): one row per message
 /// or recv step. Kind 'm': a message (topic, seq, its idempotency key, the

@@ -296,6 +296,19 @@ impl JobContext {
         err
     }
 
+    /// A write on the child's shard (key `shard_key`) failed: the map is
+    /// reloaded when the shard refused the route; a failure that passes by
+    /// itself (no answer, a restart, the range moving) parks the parent to
+    /// start the child again soon ([`JobContext::park_unreachable`]), one
+    /// that would repeat fails the attempt.
+    async fn child_shard_failed(&self, step: String, shard_key: i32, err: ShardError) -> StepError {
+        let err = self.stale_map_reloaded(err).await;
+        if err.is_permanent() {
+            return StepError::Database { step, source: err };
+        }
+        self.park_unreachable(step, shard_key, Box::new(err)).await
+    }
+
     /// Starts `job` as a child workflow of this one, exactly once per call
     /// site: the start is a step named `shardq:child:N` (N counting this
     /// run's `start_child` calls from 1, so the code must reach them in
@@ -317,8 +330,9 @@ impl JobContext {
     /// # Errors
     ///
     /// [`StepError::Failed`] with a [`ChildError`]: the job is invalid or has
-    /// a deduplication id (nothing written);
-    /// `Cancelled`, `Fenced`, `Database` as for [`JobContext::step`].
+    /// a deduplication id (nothing written); [`StepError::Unreachable`]
+    /// (park) when the child's shard does not answer or its range is being
+    /// moved; `Cancelled`, `Fenced`, `Database` as for [`JobContext::step`].
     ///
     /// # Cancel safety
     ///
@@ -419,9 +433,12 @@ impl JobContext {
             Logged::NotHeld => return Err(StepError::Fenced(self.id, name)),
             Logged::Recorded(None) | Logged::NotRecorded => {
                 let there = self.shards.for_key(shard_key);
+                if let Err(silent) = self.answering(there) {
+                    return Err(self.park_unreachable(name, shard_key, silent.into()).await);
+                }
                 match elsewhere::reserve_id(there, shard_key).await {
                     Ok(id) => *fresh.insert(JobId { shard_key, id }),
-                    Err(e) => return Err(db(self.stale_map_reloaded(e).await)),
+                    Err(e) => return Err(self.child_shard_failed(name, shard_key, e).await),
                 }
             }
         };
@@ -452,9 +469,14 @@ impl JobContext {
             job: start,
         };
         let there = self.shards.for_key(child.shard_key);
+        if let Err(silent) = self.answering(there) {
+            return Err(self
+                .park_unreachable(name, child.shard_key, silent.into())
+                .await);
+        }
         let earlier = fresh != Some(child);
         if let Err(e) = elsewhere::insert_once(&self.shards, row, earlier).await {
-            return Err(db(self.stale_map_reloaded(e).await));
+            return Err(self.child_shard_failed(name, child.shard_key, e).await);
         }
         let started =
             serde_json::json!({ "child_shard_key": child.shard_key, "child_id": child.id });

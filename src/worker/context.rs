@@ -78,19 +78,20 @@ pub enum StepError {
     /// [`ChildHandle::result`]: crate::ChildHandle::result
     #[error("workflow {0} waits for its child workflow {1}; return this error so it parks until the child finishes")]
     WaitingForChild(JobId, JobId),
-    /// A [`JobContext::send`] whose recipient's shard did not take the
-    /// message (down, restarting, past its statement deadline, or the
-    /// recipient's key range being moved): nothing was recorded and no
-    /// attempt is spent. Return this error (`?`) so the workflow parks a
-    /// few seconds, holding no slot, lease or permit; then it runs again
-    /// from the start and sends again under the same idempotency key.
-    #[error("step `{step}`: the shard of workflow {to} did not take the message; return this error so the workflow parks and sends again in a few seconds")]
-    Undelivered {
+    /// A call to another shard ([`JobContext::send`] to a workflow there,
+    /// [`JobContext::start_child`] of a child keyed there) that the shard
+    /// did not take: it did not answer, restarted, passed its statement
+    /// deadline, or the key's range is being moved. Nothing was recorded
+    /// and no attempt is spent. Return this error (`?`) so the workflow
+    /// parks a few seconds, holding no slot, lease or permit; then it runs
+    /// again from the start and makes the call again (idempotent).
+    #[error("step `{step}`: the shard of key {shard_key} did not answer; return this error so the workflow parks and tries again in a few seconds")]
+    Unreachable {
         /// Step name.
         step: String,
-        /// The recipient.
-        to: JobId,
-        /// Why the send failed.
+        /// The shard key on the other side.
+        shard_key: i32,
+        /// Why the call failed.
         #[source]
         source: HandlerError,
     },

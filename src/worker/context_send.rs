@@ -1,40 +1,28 @@
 //! `ctx.send` on a handler's context: a message to another workflow, on
 //! this shard or another, exactly once per call. A recipient's shard that
 //! does not take it parks the sender for a few seconds instead of failing
-//! its attempt: the unrecorded step is the outbox, and the replay sends
-//! again under the same key.
+//! its attempt ([`super::unreachable`]): the unrecorded step is the outbox,
+//! and the replay sends again under the same key.
 
 use super::context::{HandlerError, JobContext, StepError};
+use super::unreachable;
 use crate::client::messages::send_routed;
 use crate::client::ClientError;
 use crate::job::{JobId, JobStatus};
-use crate::store::steps;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-/// How soon a sender parked by a recipient's shard that did not answer
-/// sends again (less up to a fifth, spread by the shard).
-const SEND_RETRY: Duration = Duration::from_secs(5);
 
 /// The step name of a workflow's `n`th message sent (from 1).
 fn send_step(n: u32) -> String {
     format!("shardq:send:{n}")
 }
 
-/// A send not tried: this process's claims found the recipient's shard
-/// silent, and a statement there would hold the sender's slot until its
-/// deadline.
-#[derive(Debug, thiserror::Error)]
-#[error("shard `{0}` does not answer this worker (its claims there went unanswered); the send was not tried")]
-struct ShardSilent(String);
-
 /// Whether a send's failure passes by itself: the recipient's shard not
-/// answering (a transient [`ClientError::Shard`], or [`ShardSilent`]) or
+/// answering (a transient [`ClientError::Shard`], or found silent) or
 /// the recipient being moved between shards (refused as `held`), not a
 /// refusal for good or an invalid message.
 fn undelivered(err: &HandlerError) -> bool {
-    if err.is::<ShardSilent>() {
+    if err.is::<unreachable::ShardSilent>() {
         return true;
     }
     match err.downcast_ref::<ClientError>() {
@@ -62,7 +50,7 @@ impl JobContext {
     ///
     /// # Errors
     ///
-    /// [`StepError::Undelivered`] (park); [`StepError::Failed`] with the
+    /// [`StepError::Unreachable`] (park); [`StepError::Failed`] with the
     /// [`ClientError`] of a refusal (`to` does not exist or has finished)
     /// or an invalid message; `Cancelled`, `Fenced`, `Database` as for
     /// [`JobContext::step`].
@@ -81,10 +69,7 @@ impl JobContext {
         // when the shards are one, which the key makes exactly once.
         let sent = self
             .step(&name, || async {
-                let routed = self.shards.for_key(to.shard_key);
-                if self.answers.silent(routed.index) {
-                    return Err(ShardSilent(routed.name.clone()).into());
-                }
+                self.answering(self.shards.for_key(to.shard_key))?;
                 let max = self.max_message_bytes;
                 send_routed(&self.shards, to, topic, &message, Some(&key), max)
                     .await
@@ -95,28 +80,9 @@ impl JobContext {
         match sent {
             Ok(_) => Ok(()),
             Err(StepError::Failed { step, source }) if undelivered(&source) => {
-                self.park_undelivered(step, to, source).await
+                Err(self.park_unreachable(step, to.shard_key, source).await)
             }
             Err(e) => Err(e),
-        }
-    }
-
-    /// Parks this workflow to send again soon: its `run_at` moves to
-    /// [`SEND_RETRY`] from now, for the `parked` outcome to keep.
-    async fn park_undelivered(
-        &self,
-        step: String,
-        to: JobId,
-        source: HandlerError,
-    ) -> Result<(), StepError> {
-        match steps::run_again_in(&self.shard, self.id, &self.owner, self.fence, SEND_RETRY).await {
-            Ok(true) => {
-                tracing::warn!(job = %self.id, %to, error = %source, "the recipient's shard did not take the message: parked, to send again soon");
-                self.parked.store(true, Ordering::SeqCst);
-                Err(StepError::Undelivered { step, to, source })
-            }
-            Ok(false) => Err(StepError::Fenced(self.id, step)),
-            Err(source) => Err(StepError::Database { step, source }),
         }
     }
 }

@@ -44,6 +44,7 @@ mod slot_control;
 mod slot_input;
 mod step_log;
 mod target;
+mod unreachable;
 mod wake_relay;
 mod wakeup;
 mod worker_run;

@@ -1,7 +1,9 @@
 //! A parent whose child lives on a shard that does not answer when the
 //! parent reads its child: the parent parks and looks again within seconds,
 //! spending no attempt (with one attempt it would otherwise end dead), and
-//! once the shard is back it gets the child's result.
+//! once the shard is back it gets the child's result. The same for a parent
+//! that starts a child keyed to a shard that is down: it parks, and starts
+//! the child (once) when the shard is back.
 
 use crate::common;
 
@@ -103,4 +105,75 @@ async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
     stop.cancel();
     worker.await.unwrap();
     assert_eq!(outcome, JobOutcome::Succeeded(json!(42)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_parks_while_the_shard_of_a_child_it_starts_is_down() {
+    let shards = TestShards::servers(2).await;
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
+         [database]\nconnect_timeout_ms = 1000\nstatement_timeout_ms = 3000\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
+    let child_runs = Arc::new(AtomicU32::new(0));
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("parent", move |ctx| {
+        let away = away.clone();
+        async move {
+            let child = NewJob::new(QUEUE, "child", json!({})).ordering_key(away);
+            match ctx.start_child(child).await?.result().await? {
+                ChildResult::Succeeded(v) => Ok(v),
+                other => Err(format!("the child ended {other:?}").into()),
+            }
+        }
+    });
+    let counted = child_runs.clone();
+    handlers.register("child", move |_ctx| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(json!(7))
+        }
+    });
+    shards.servers[1].stop(StopMode::Immediate).unwrap();
+    let parent = shardq
+        .client()
+        .enqueue(
+            NewJob::new(QUEUE, "parent", json!({}))
+                .ordering_key(home)
+                .max_attempts(1),
+        )
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+
+    let home_db = shardq.shards().get(0).client().await.unwrap();
+    wait_until(Duration::from_secs(30), "the parent parked", || async {
+        let row = home_db
+            .query_one(
+                "SELECT status, parked, run_at < now() + interval '10 seconds' \
+                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                &[&parent.shard_key, &parent.id],
+            )
+            .await
+            .unwrap();
+        let status: String = row.get(0);
+        assert_ne!(status, "dead", "the outage spent the parent's only attempt");
+        status == "scheduled" && row.get::<_, bool>(1) && row.get::<_, bool>(2)
+    })
+    .await;
+
+    shards.servers[1].start_again().unwrap();
+    let outcome = shardq
+        .client()
+        .result(parent, Duration::from_secs(60))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!(7)));
+    assert_eq!(child_runs.load(Ordering::SeqCst), 1, "one child, run once");
 }

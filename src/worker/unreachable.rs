@@ -1,0 +1,58 @@
+//! A call from a workflow to another shard that does not answer (down,
+//! frozen, restarting, or the key's range being moved) parks the workflow
+//! for a few seconds instead of failing its attempt: what it had not
+//! recorded it does again when it runs next, each write idempotent, so an
+//! outage spends no attempt and holds no slot. A shard this process's
+//! claims already found silent is not tried at all: a statement there would
+//! hold the slot until its deadline.
+
+use super::context::{HandlerError, JobContext, StepError};
+use crate::shards::Shard;
+use crate::store::steps;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How soon a workflow parked by a shard that did not answer runs again
+/// (less up to a fifth, spread by the shard).
+pub(crate) const RETRY: Duration = Duration::from_secs(5);
+
+/// A call not tried: this process's claims found the shard silent.
+#[derive(Debug, thiserror::Error)]
+#[error("shard `{0}` does not answer this worker (its claims there went unanswered); not tried")]
+pub(crate) struct ShardSilent(String);
+
+impl JobContext {
+    /// Whether `shard` may be asked: not when this process's claims found
+    /// it silent.
+    pub(crate) fn answering(&self, shard: &Shard) -> Result<(), ShardSilent> {
+        match self.answers.silent(shard.index) {
+            true => Err(ShardSilent(shard.name.clone())),
+            false => Ok(()),
+        }
+    }
+
+    /// Parks this workflow to run again in about [`RETRY`]: its `run_at`
+    /// moves there, for the `parked` outcome to keep. Returns the error
+    /// the handler must return: [`StepError::Unreachable`], or `Fenced`
+    /// when this claim no longer holds the workflow.
+    pub(crate) async fn park_unreachable(
+        &self,
+        step: String,
+        shard_key: i32,
+        source: HandlerError,
+    ) -> StepError {
+        match steps::run_again_in(&self.shard, self.id, &self.owner, self.fence, RETRY).await {
+            Ok(true) => {
+                tracing::warn!(job = %self.id, shard_key, error = %source, "another shard did not answer: parked, to try again soon");
+                self.parked.store(true, Ordering::SeqCst);
+                StepError::Unreachable {
+                    step,
+                    shard_key,
+                    source,
+                }
+            }
+            Ok(false) => StepError::Fenced(self.id, step),
+            Err(source) => StepError::Database { step, source },
+        }
+    }
+}

@@ -1660,6 +1660,14 @@ BEGIN
                   HINT = 'check the id (`shardq job show`); while `shardq reshard` moves its '
                          'range, a running workflow stays on the shard that held it before';
     END IF;
+    IF sent.status NOT IN ('waiting', 'scheduled', 'queued', 'running')
+       AND p_idempotency_key IS NOT NULL
+       AND EXISTS (SELECT 1 FROM workflow_messages m
+                   WHERE m.shard_key = p_shard_key AND m.workflow_id = p_workflow_id
+                     AND m.idempotency_key = p_idempotency_key) THEN
+        RETURN QUERY SELECT false, false;
+        RETURN;
+    END IF;
     IF sent.status NOT IN ('waiting', 'scheduled', 'queued', 'running') THEN
         RAISE EXCEPTION 'workflow %-% is %, it takes no messages; nothing was written',
             p_shard_key, p_workflow_id, sent.status

@@ -5,7 +5,9 @@
 -- takes it (oldest first, each once); a workflow parked in a recv of the
 -- topic is woken; with p_idempotency_key, a key used before for this
 -- workflow writes nothing (`written` false), so a retry after an error or
--- a lost reply delivers the message once. Runs in the caller's
+-- a lost reply delivers the message once, even when the workflow has
+-- finished or started moving since (the first send committed: the retry
+-- reports the duplicate, not a refusal). Runs in the caller's
 -- transaction (the message exists, and the workflow wakes, if it
 -- commits), which must be READ COMMITTED (SQLSTATE 25000 otherwise).
 -- Returns `written` (false: a duplicate of an idempotency key) and
@@ -76,6 +78,14 @@ BEGIN
             USING ERRCODE = 'SQ006',
                   HINT = 'check the id (`shardq job show`); while `shardq reshard` moves its '
                          'range, a running workflow stays on the shard that held it before';
+    END IF;
+    IF sent.status NOT IN ('waiting', 'scheduled', 'queued', 'running')
+       AND p_idempotency_key IS NOT NULL
+       AND EXISTS (SELECT 1 FROM workflow_messages m
+                   WHERE m.shard_key = p_shard_key AND m.workflow_id = p_workflow_id
+                     AND m.idempotency_key = p_idempotency_key) THEN
+        RETURN QUERY SELECT false, false;
+        RETURN;
     END IF;
     IF sent.status NOT IN ('waiting', 'scheduled', 'queued', 'running') THEN
         RAISE EXCEPTION 'workflow %-% is %, it takes no messages; nothing was written',

@@ -33,10 +33,12 @@ pub enum Sent {
         /// Whether the send woke the workflow.
         woken: bool,
     },
-    /// Its idempotency key was used before: nothing written.
+    /// Its idempotency key was used before (also when the workflow has
+    /// finished or started moving since): nothing written.
     Duplicate,
     /// The workflow cannot take messages: it has finished, or is moving
-    /// between shards (`held`). Nothing written.
+    /// between shards (`held`), and no message of the send's idempotency
+    /// key is in its mailbox. Nothing written.
     Refused(JobStatus),
     /// This shard has no such workflow. Nothing written.
     Missing,
@@ -82,8 +84,32 @@ pub async fn send(shard: &Shard, p: SendMessage<'_>) -> Result<Sent, ShardError>
             },
             false => Sent::Duplicate,
         },
-        Some(status) => Sent::Refused(status),
+        Some(status) => match p.idempotency_key {
+            Some(key) if key_used(shard, p.to, key).await? => Sent::Duplicate,
+            _ => Sent::Refused(status),
+        },
     })
+}
+
+/// Whether `to`'s mailbox on `shard` holds a message sent under `key`
+/// ([`sql::MESSAGE_KEY_USED`]): a send refused because its workflow
+/// finished or started moving may repeat one that committed before (its
+/// reply lost, or the call left in flight to a silent shard), and is a
+/// duplicate, not a refusal. Messages leave only with their workflow's
+/// row (a move copies them first, keys and all), so nothing in between
+/// can make the answer wrong.
+async fn key_used(shard: &Shard, to: JobId, key: &str) -> Result<bool, ShardError> {
+    let row = exec::query_one(
+        shard,
+        sql::MESSAGE_KEY_USED,
+        &[
+            (&to.shard_key, Type::INT4),
+            (&to.id, Type::INT8),
+            (&key, Type::TEXT),
+        ],
+    )
+    .await?;
+    Ok(row.get(0))
 }
 
 /// A recv step of a workflow.

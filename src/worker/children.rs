@@ -232,18 +232,23 @@ impl ChildHandle {
             Wait::NotHeld => return Err(StepError::Fenced(ctx.id, name.to_string())),
             Wait::Recorded => {}
         }
-        // A shard this worker's claims found silent is not asked: the read
-        // would hold the parent's slot until the statement deadline.
-        let read = if ctx.answers.silent(there) {
-            None
-        } else {
-            match elsewhere::read_child(ctx.shards.get(there), self.child).await {
-                Err(err) if !err.is_permanent() => {
-                    tracing::warn!(job = %ctx.id, child = %self.child, error = %err, "the child's shard did not answer its read");
-                    None
-                }
-                read => Some(read.map_err(db)?),
+        // A shard this worker's claims found silent is not asked, nor waited
+        // on: the read would hold the parent's slot until its deadline.
+        let shard = ctx.shards.get(there).clone();
+        let (on, child) = (shard.clone(), self.child);
+        let read = match ctx
+            .unless_silent(
+                &shard,
+                async move { elsewhere::read_child(&on, child).await },
+            )
+            .await
+        {
+            Ok(Err(err)) if !err.is_permanent() => {
+                tracing::warn!(job = %ctx.id, child = %self.child, error = %err, "the child's shard did not answer its read");
+                None
             }
+            Ok(read) => Some(read.map_err(db)?),
+            Err(_silent) => None,
         };
         let Some(read) = read else {
             // The child's shard does not answer now: park, and look again

@@ -45,8 +45,10 @@ impl JobContext {
     /// restarts, passes its statement deadline, or `to`'s key range is
     /// being moved), this workflow parks for about five seconds and sends
     /// again then: no attempt is spent, and a sick shard holds back only
-    /// the sends to it. A shard this worker's claims already found silent
-    /// is not tried: the sender parks at once, its slot free for others.
+    /// the sends to it. A shard this worker's claims found silent is not
+    /// tried, and a send in flight when they find it so is left to finish
+    /// in the background: the sender parks at once, its slot free for
+    /// others.
     ///
     /// # Errors
     ///
@@ -69,10 +71,14 @@ impl JobContext {
         // when the shards are one, which the key makes exactly once.
         let sent = self
             .step(&name, || async {
-                self.answering(self.shards.for_key(to.shard_key))?;
-                let max = self.max_message_bytes;
-                send_routed(&self.shards, to, topic, &message, Some(&key), max)
-                    .await
+                let call = {
+                    let (shards, topic, message) =
+                        (self.shards.clone(), topic.to_string(), message.clone());
+                    let (key, max) = (key.clone(), self.max_message_bytes);
+                    async move { send_routed(&shards, to, &topic, &message, Some(&key), max).await }
+                };
+                self.unless_silent(self.shards.for_key(to.shard_key), call)
+                    .await?
                     .map_err(HandlerError::from)?;
                 Ok(serde_json::json!({ "to": to.to_string(), "topic": topic }))
             })

@@ -3,12 +3,14 @@
 //! for a few seconds instead of failing its attempt: what it had not
 //! recorded it does again when it runs next, each write idempotent, so an
 //! outage spends no attempt and holds no slot. A shard this process's
-//! claims already found silent is not tried at all: a statement there would
-//! hold the slot until its deadline.
+//! claims already found silent is not tried at all, and a call in flight
+//! when they find it so is left to a task of its own: a statement there
+//! would hold the slot until its deadline.
 
 use super::context::{HandlerError, JobContext, StepError};
 use crate::shards::Shard;
 use crate::store::steps;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -28,6 +30,26 @@ impl JobContext {
         match self.answers.silent(shard.index) {
             true => Err(ShardSilent(shard.name.clone())),
             false => Ok(()),
+        }
+    }
+
+    /// Runs `call` to `shard` unless that shard is, or falls, silent first
+    /// (this process's claims there go unanswered): the call then goes on
+    /// in a task of its own until its deadline, and may still commit, so
+    /// it must be idempotent; the handler's slot is freed at once.
+    pub(crate) async fn unless_silent<T: Send + 'static>(
+        &self,
+        shard: &Shard,
+        call: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, ShardSilent> {
+        self.answering(shard)?;
+        let mut task = tokio::spawn(call);
+        tokio::select! {
+            done = &mut task => match done {
+                Ok(value) => Ok(value),
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            },
+            () = self.answers.until_silent(shard.index) => Err(ShardSilent(shard.name.clone())),
         }
     }
 

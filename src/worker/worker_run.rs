@@ -35,10 +35,22 @@ pub(crate) struct WorkerRun {
 #[derive(Clone)]
 pub(crate) struct ShardAnswers(pub(crate) std::sync::Arc<WorkerRun>);
 
+/// How often a call in flight to another shard looks whether that shard
+/// has fallen silent meanwhile.
+const SILENCE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl ShardAnswers {
     /// See [`super::shard_health::Health::silent`].
     pub(crate) fn silent(&self, shard: usize) -> bool {
         self.0.health.silent(shard)
+    }
+
+    /// Resolves once shard `shard` is silent (looked at every
+    /// [`SILENCE_POLL`]).
+    pub(crate) async fn until_silent(&self, shard: usize) {
+        while !self.silent(shard) {
+            tokio::time::sleep(SILENCE_POLL).await;
+        }
     }
 }
 

@@ -321,6 +321,59 @@ async fn idempotent_sends_deliver_once() {
     );
 }
 
+/// A send sent again under its key after its workflow finished (the first
+/// one committed, its reply lost or its call left in flight to a frozen
+/// shard) is a duplicate, not a refusal: from the Rust client and from SQL.
+/// A new key is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_repeated_after_its_workflow_finished_is_a_duplicate() {
+    let (_shards, shardq) = shardq().await;
+    let client = shardq.client();
+    let target = client
+        .enqueue(NewJob::new(IDLE, "never_runs", json!({})))
+        .await
+        .unwrap();
+    client
+        .send(target, "t", json!("once"), Some("key-1"))
+        .await
+        .unwrap();
+    let db = shardq.shards().get(0).client().await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'succeeded', finished_at = now() \
+         WHERE shard_key = $1 AND id = $2",
+        &[&target.shard_key, &target.id],
+    )
+    .await
+    .unwrap();
+    client
+        .send(target, "t", json!("once"), Some("key-1"))
+        .await
+        .expect("a duplicate, not a refusal");
+    let from_sql = db
+        .query_one(
+            "SELECT written FROM shardq_send($1, $2, 't', '\"once\"', 'key-1')",
+            &[&target.shard_key, &target.id],
+        )
+        .await
+        .expect("a duplicate from SQL too");
+    assert!(!from_sql.get::<_, bool>(0));
+    let refused = client.send(target, "t", json!("new"), Some("key-2")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::SendRefused {
+                status: Some(JobStatus::Succeeded),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        mailbox(&shardq, target).await,
+        vec![("t".to_string(), json!("once"), None)]
+    );
+}
+
 /// A send to a workflow that does not exist, or has finished, is refused
 /// with an error that names it and its state; nothing is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

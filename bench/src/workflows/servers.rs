@@ -182,6 +182,35 @@ impl BenchShards {
         Ok(counts)
     }
 
+    /// Up to `n` unfinished workflows per shard, as evidence: shard,
+    /// handler, status, parked, attempts, seconds until `run_at`, error.
+    async fn unfinished(&self, n: i64) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        for shard in self.observer.all() {
+            for r in shard
+                .client()
+                .await?
+                .query(
+                    "SELECT handler, status, parked, attempts, \
+                        extract(epoch FROM run_at - now())::float8, error \
+                     FROM workflow_status WHERE status <> 'succeeded' LIMIT $1",
+                    &[&n],
+                )
+                .await?
+            {
+                let (handler, status, parked): (String, String, bool) =
+                    (r.get(0), r.get(1), r.get(2));
+                let (attempts, due_in, error): (i32, Option<f64>, Option<String>) =
+                    (r.get(3), r.get(4), r.get(5));
+                found.push(format!(
+                    "{} {handler} {status} parked={parked} attempts={attempts} due_in_s={due_in:?} error={error:?}",
+                    shard.name
+                ));
+            }
+        }
+        Ok(found)
+    }
+
     /// Polls until `done` says so; fails past `limit`, or when a workflow
     /// ended otherwise than succeeded. How long it took.
     pub async fn wait_until(
@@ -200,7 +229,8 @@ impl BenchShards {
                 return Ok(started.elapsed());
             }
             if started.elapsed() > limit {
-                bail!("timed out after {limit:?} waiting for {what} ({counts:?})");
+                let stuck = self.unfinished(5).await.unwrap_or_default();
+                bail!("timed out after {limit:?} waiting for {what} ({counts:?}); unfinished: {stuck:?}");
             }
             tokio::time::sleep(POLL).await;
         }

@@ -24,6 +24,12 @@
 pub const MESSAGE_SEND: &str =
     "SELECT status, written, woken FROM shardq_send_row($1, $2, $3, $4, $5)";
 
+/// Whether workflow ($1, $2)'s mailbox holds a message sent under
+/// idempotency key $3: a send refused because the workflow finished or
+/// started moving may repeat one that committed before.
+pub const MESSAGE_KEY_USED: &str = "SELECT EXISTS (SELECT 1 FROM workflow_messages \
+    WHERE shard_key = $1 AND workflow_id = $2 AND idempotency_key = $3)";
+
 /// A recv's first statement (`shardq_hold_workflow`, in
 /// migrations/functions/): locks the workflow's row (`FOR UPDATE`:
 /// conflicts with a send's lock, a completion, a recovery, a

@@ -45,6 +45,10 @@ pub struct WorkflowsArgs {
     /// Frozen sends: how long the frozen destination stays frozen, s.
     #[arg(long, default_value_t = 30)]
     pub freeze_s: u64,
+    /// Frozen sends: the worker with a buffer of 200 jobs and claims of 50
+    /// (the torture run's), not the defaults.
+    #[arg(long)]
+    pub small_buffers: bool,
     /// Children: children per parent.
     #[arg(long, default_value_t = 100)]
     pub children: usize,

@@ -95,14 +95,15 @@ pub async fn run(args: WorkflowsArgs) -> Result<()> {
         }
     }
     if args.only.contains(&Part::FrozenSends) {
-        let shards = BenchShards::start(3).await?;
+        let shards = BenchShards::start_with(3, args.small_buffers).await?;
         report.postgres = shards.version().to_string();
         eprintln!(
-            "frozen sends: {}/s, shard 2 frozen for {} s",
-            args.rate, args.freeze_s
+            "frozen sends: {}/s, shard 2 frozen for {} s, small buffers: {}",
+            args.rate, args.freeze_s, args.small_buffers
         );
         let freeze = std::time::Duration::from_secs(args.freeze_s);
-        report.frozen_sends = Some(frozen_sends::run(&shards, args.rate, freeze).await?);
+        let run = frozen_sends::run(&shards, args.rate, freeze, args.small_buffers);
+        report.frozen_sends = Some(run.await?);
     }
     if args.only.contains(&Part::Children) {
         let gathering = children::Gathering {

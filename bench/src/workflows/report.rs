@@ -66,6 +66,8 @@ pub struct SendsRun {
 pub struct FrozenSendsRun {
     /// Senders enqueued per second (half to each destination).
     pub rate: u32,
+    /// The worker's buffer of 200 jobs and claims of 50, not the defaults.
+    pub small_buffers: bool,
     /// Sends before the freeze, s.
     pub baseline_s: u64,
     /// How long the frozen destination was frozen.
@@ -77,8 +79,12 @@ pub struct FrozenSendsRun {
     pub healthy_frozen_per_s: f64,
     /// During over before (goal ≥ 0.9).
     pub healthy_ratio: f64,
-    /// From the thaw to the last message arriving on the frozen destination.
-    pub frozen_caught_up_s: f64,
+    /// The healthy destination's fewest arrivals in one second of the
+    /// freeze.
+    pub healthy_fewest_in_a_second: u32,
+    /// From the thaw to the arrival of the last message to the frozen
+    /// destination whose sender was enqueued before the thaw.
+    pub backlog_delivered_s: f64,
     /// Per second from the first send: arrivals on (healthy, frozen).
     pub per_second: Vec<(u32, u32)>,
 }
@@ -257,18 +263,20 @@ impl Report {
             println!(
                 "ctx.send through a frozen destination: sender workflows on shard 0 enqueued at {}/s, \
                  half to workflows parked in ctx.recv on shard 1, half on shard 2; shard 2 frozen for {} s \
-                 after {} s (default worker settings)",
+                 after {} s ({})",
                 f.rate,
                 f.freeze_s,
-                f.baseline_s
+                f.baseline_s,
+                if f.small_buffers { "a buffer of 200 jobs, claims of 50" } else { "default worker settings" }
             );
             println!(
-                "  shard 1's arrivals: {:.1}/s before, {:.1}/s during the freeze ({:.0} %); \
-                 shard 2's last message arrived {:.1} s after the thaw",
+                "  shard 1's arrivals: {:.1}/s before, {:.1}/s during the freeze ({:.0} %), \
+                 fewest in a second of it {}; shard 2's backlog delivered {:.1} s after the thaw",
                 f.healthy_before_per_s,
                 f.healthy_frozen_per_s,
                 f.healthy_ratio * 100.0,
-                f.frozen_caught_up_s
+                f.healthy_fewest_in_a_second,
+                f.backlog_delivered_s
             );
             let line: Vec<String> = f
                 .per_second

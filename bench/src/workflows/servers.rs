@@ -29,9 +29,15 @@ const POLL: Duration = Duration::from_millis(100);
 /// left for the measured run to write.
 const SETTLE_SQL: &[&str] = &["VACUUM ANALYZE workflow_status", "CHECKPOINT"];
 
-/// The worker's settings: the defaults a user gets, on the benchmark's queue.
-fn worker_settings() -> String {
-    format!("\n[worker]\nqueues = [\"{QUEUE}\"]\n")
+/// The worker's settings: the defaults a user gets, on the benchmark's
+/// queue; with `small_buffers`, the torture run's small buffer and batch
+/// (what users with slow jobs set).
+fn worker_settings(small_buffers: bool) -> String {
+    let mut text = format!("\n[worker]\nqueues = [\"{QUEUE}\"]\n");
+    if small_buffers {
+        text.push_str("buffer_jobs = 200\n[dequeue]\nbatch_size = 50\n");
+    }
+    text
 }
 
 /// Counts of a shard's workflows, summed over the shards.
@@ -61,8 +67,15 @@ impl BenchShards {
     /// Starts `n` servers, migrates them, loads pg_stat_statements where
     /// the server has it preloaded.
     pub async fn start(n: usize) -> Result<BenchShards> {
+        BenchShards::start_with(n, false).await
+    }
+
+    /// [`BenchShards::start`], the worker with small buffers or not
+    /// ([`worker_settings`]).
+    pub async fn start_with(n: usize, small_buffers: bool) -> Result<BenchShards> {
         let cluster = LocalCluster::start("shardq-workflows", n, None).await?;
-        let text = ShardList::numbered((0..n).map(|i| cluster.url(i))).toml(&worker_settings());
+        let settings = worker_settings(small_buffers);
+        let text = ShardList::numbered((0..n).map(|i| cluster.url(i))).toml(&settings);
         let config = Config::from_toml(&text).context("the benchmark's config is invalid")?;
         let observer = ShardSet::connect(&config)?;
         shardq::migrate::migrate_all(&observer).await?;

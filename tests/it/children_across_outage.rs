@@ -10,7 +10,8 @@ use crate::common;
 use super::children_across::key_on;
 use common::{wait_until, TestShards};
 use serde_json::json;
-use shardq::{ChildResult, HandlerRegistry, JobOutcome, NewJob, Shardq};
+use shardq::shards::Shard;
+use shardq::{ChildResult, HandlerRegistry, JobId, JobOutcome, NewJob, Shardq};
 use shardq_local::StopMode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -21,6 +22,31 @@ use tokio_util::sync::CancellationToken;
 const QUEUE: &str = "family";
 /// A queue no worker serves: the child stays queued until the test ends it.
 const IDLE: &str = "idle";
+
+/// Waits until workflow `id` (`who`), on `shard`, is parked and due
+/// within seconds, not in an hour; fails at once if it ended dead (an
+/// outage spent its only attempt).
+pub(crate) async fn parked_due_soon(shard: &Shard, id: JobId, who: &str) {
+    let db = shard.client().await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{who} parked"),
+        || async {
+            let row = db
+                .query_one(
+                    "SELECT status, parked, run_at < now() + interval '10 seconds' \
+                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                    &[&id.shard_key, &id.id],
+                )
+                .await
+                .unwrap();
+            let status: String = row.get(0);
+            assert_ne!(status, "dead", "the outage spent {who}'s only attempt");
+            status == "scheduled" && row.get::<_, bool>(1) && row.get::<_, bool>(2)
+        },
+    )
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
@@ -69,21 +95,7 @@ async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
     go.notify_one();
 
     // Parked (no attempt spent), due within seconds, not in an hour.
-    let home_db = shardq.shards().get(0).client().await.unwrap();
-    wait_until(Duration::from_secs(30), "the parent parked", || async {
-        let row = home_db
-            .query_one(
-                "SELECT status, parked, attempts, run_at < now() + interval '10 seconds' \
-                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
-                &[&parent.shard_key, &parent.id],
-            )
-            .await
-            .unwrap();
-        let status: String = row.get(0);
-        assert_ne!(status, "dead", "the outage spent the parent's only attempt");
-        status == "scheduled" && row.get::<_, bool>(1) && row.get::<_, bool>(3)
-    })
-    .await;
+    parked_due_soon(shardq.shards().get(0), parent, "the parent").await;
 
     shards.servers[1].start_again().unwrap();
     let child_db = tokio_postgres::connect(&shards.urls[1], tokio_postgres::NoTls);
@@ -150,21 +162,7 @@ async fn a_parent_parks_while_the_shard_of_a_child_it_starts_is_down() {
     let stop = CancellationToken::new();
     let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
 
-    let home_db = shardq.shards().get(0).client().await.unwrap();
-    wait_until(Duration::from_secs(30), "the parent parked", || async {
-        let row = home_db
-            .query_one(
-                "SELECT status, parked, run_at < now() + interval '10 seconds' \
-                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
-                &[&parent.shard_key, &parent.id],
-            )
-            .await
-            .unwrap();
-        let status: String = row.get(0);
-        assert_ne!(status, "dead", "the outage spent the parent's only attempt");
-        status == "scheduled" && row.get::<_, bool>(1) && row.get::<_, bool>(2)
-    })
-    .await;
+    parked_due_soon(shardq.shards().get(0), parent, "the parent").await;
 
     shards.servers[1].start_again().unwrap();
     let outcome = shardq

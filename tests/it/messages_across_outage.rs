@@ -9,7 +9,8 @@
 use crate::common;
 
 use super::children_across::key_on;
-use common::{wait_until, TestShards};
+use super::children_across_outage::parked_due_soon;
+use common::TestShards;
 use serde_json::json;
 use shardq::{HandlerRegistry, JobId, JobOutcome, NewJob, Shardq};
 use shardq_local::StopMode;
@@ -68,21 +69,7 @@ async fn a_sender_parks_while_the_recipients_shard_is_down_and_spends_no_attempt
     go.notify_one();
 
     // Parked (no attempt spent), due again within seconds.
-    let home_db = shardq.shards().get(0).client().await.unwrap();
-    wait_until(Duration::from_secs(30), "the sender parked", || async {
-        let row = home_db
-            .query_one(
-                "SELECT status, parked, run_at < now() + interval '10 seconds' \
-                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
-                &[&sender.shard_key, &sender.id],
-            )
-            .await
-            .unwrap();
-        let status: String = row.get(0);
-        assert_ne!(status, "dead", "the outage spent the sender's only attempt");
-        status == "scheduled" && row.get::<_, bool>(1) && row.get::<_, bool>(2)
-    })
-    .await;
+    parked_due_soon(shardq.shards().get(0), sender, "the sender").await;
 
     shards.servers[1].start_again().unwrap();
     let outcome = client

@@ -17,9 +17,9 @@
 //! sender to the frozen shard that waited out the deadline in its slot
 //! would take the slots from the others.
 
-use super::messages::{self, Arrivals, HANDLER, LIMIT, WORKER_SETTLES};
+use super::messages::{Arrivals, LIMIT, WORKER_SETTLES};
 use super::report::FrozenSendsRun;
-use super::sends::{keys_on, SENDER_HANDLER};
+use super::sends::{keys_on, park_recipients, SENDER_HANDLER};
 use super::servers::{BenchShards, QUEUE};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -63,15 +63,7 @@ pub async fn run(
             next.expect("a key per recipient")
         })
         .collect();
-    let jobs = keys
-        .into_iter()
-        .enumerate()
-        .map(|(i, key)| NewJob::new(QUEUE, HANDLER, json!({ "i": i })).ordering_key(key))
-        .collect();
-    let ids = shards.fill(jobs).await?;
-    let arrivals: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
-    messages::park_all(shards, &arrivals).await?;
-
+    let (ids, arrivals) = park_recipients(shards, keys).await?;
     let sent: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
     let shardq = shards.shardq()?;
     let client = shardq.client();

@@ -62,6 +62,24 @@ pub(super) fn handlers(arrivals: &Arrivals, sent: &Arrivals) -> HandlerRegistry 
     handlers
 }
 
+/// One recipient workflow per key (recipient `i` keyed by `keys[i]`),
+/// parked in its recv; their ids, and where their arrivals will be noted.
+pub(super) async fn park_recipients(
+    shards: &BenchShards,
+    keys: Vec<String>,
+) -> Result<(Vec<JobId>, Arrivals)> {
+    let messages = keys.len();
+    let jobs = keys
+        .into_iter()
+        .enumerate()
+        .map(|(i, key)| NewJob::new(QUEUE, HANDLER, json!({ "i": i })).ordering_key(key))
+        .collect();
+    let ids = shards.fill(jobs).await?;
+    let arrivals: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
+    messages::park_all(shards, &arrivals).await?;
+    Ok((ids, arrivals))
+}
+
 /// The run on `shards` (two), which it empties first: senders on shard
 /// `from` (0: another shard than their recipients'; 1: the same).
 pub async fn run(
@@ -74,15 +92,8 @@ pub async fn run(
         bail!("sends between workflows need two shards");
     }
     shards.reset().await?;
-    let jobs = keys_on(shards, RECIPIENTS, "to", messages)
-        .into_iter()
-        .enumerate()
-        .map(|(i, key)| NewJob::new(QUEUE, HANDLER, json!({ "i": i })).ordering_key(key))
-        .collect();
-    let ids = shards.fill(jobs).await?;
-    let arrivals: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
-    messages::park_all(shards, &arrivals).await?;
-
+    let (ids, arrivals) =
+        park_recipients(shards, keys_on(shards, RECIPIENTS, "to", messages)).await?;
     let sent: Arrivals = Arc::new((0..messages).map(|_| OnceLock::new()).collect());
     let handlers = handlers(&arrivals, &sent);
     let shardq = shards.shardq()?;

@@ -165,20 +165,8 @@ async fn a_workflows_send_to_a_job_being_moved_parks_and_lands_after_the_move() 
     });
     let stop = CancellationToken::new();
     let worker = tokio::spawn(Worker::new(new.clone(), all.clone(), handlers).run(stop.clone()));
-    let home = all.for_key(sender.shard_key).client().await.unwrap();
-    crate::common::wait_until(Duration::from_secs(30), "the sender parked", || async {
-        let row = home
-            .query_one(
-                "SELECT status, parked FROM workflow_status WHERE shard_key = $1 AND id = $2",
-                &[&sender.shard_key, &sender.id],
-            )
-            .await
-            .unwrap();
-        let status: String = row.get(0);
-        assert_ne!(status, "dead", "the move spent the sender's only attempt");
-        status == "scheduled" && row.get::<_, bool>(1)
-    })
-    .await;
+    let home = all.for_key(sender.shard_key);
+    crate::children_across_outage::parked_due_soon(home, sender, "the sender").await;
 
     let summary = reshard(&all, 2, 3, &Options::default(), |_| {})
         .await

@@ -3,11 +3,13 @@
 //! spending no attempt (with one attempt it would otherwise end dead), and
 //! once the shard is back it gets the child's result. The same for a parent
 //! that starts a child keyed to a shard that is down: it parks, and starts
-//! the child (once) when the shard is back.
+//! the child (once) when the shard is back. Parents reading children on a
+//! frozen shard, which this worker's claims found silent, park at once
+//! instead of holding their slots until the statement deadline.
 
 use crate::common;
 
-use super::children_across::key_on;
+use super::children_across::{key_on, nth_key_on};
 use common::{wait_until, TestShards};
 use serde_json::json;
 use shardq::shards::Shard;
@@ -174,4 +176,112 @@ async fn a_parent_parks_while_the_shard_of_a_child_it_starts_is_down() {
     worker.await.unwrap();
     assert_eq!(outcome, JobOutcome::Succeeded(json!(7)));
     assert_eq!(child_runs.load(Ordering::SeqCst), 1, "one child, run once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parents_reading_children_on_a_frozen_shard_park_and_leave_the_slots_to_others() {
+    use nix::sys::signal::Signal;
+    let shards = TestShards::servers(3).await;
+    // Two slots, and connections and statements that would wait minutes
+    // on the frozen server: parents reading there would hold both.
+    let config = shards.config(&format!(
+        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
+         [database]\nconnect_timeout_ms = 120000\nstatement_timeout_ms = 120000\n"
+    ));
+    let shardq = Shardq::connect(config).unwrap();
+    shardq.migrate().await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut handlers = HandlerRegistry::new();
+    let counted = runs.clone();
+    handlers.register("parent", move |ctx| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let key = ctx.payload["child_key"].as_str().unwrap().to_string();
+            let child = NewJob::new(IDLE, "child", json!({})).ordering_key(key);
+            match ctx.start_child(child).await?.result().await? {
+                ChildResult::Succeeded(v) => Ok(v),
+                other => Err(format!("the child ended {other:?}").into()),
+            }
+        }
+    });
+    handlers.register("other", |_ctx| async move { Ok(json!("ran")) });
+    let client = shardq.client();
+    let mut parents = Vec::new();
+    for n in 0..2 {
+        let payload = json!({ "child_key": nth_key_on(&shardq, 1, n) });
+        let job = NewJob::new(QUEUE, "parent", payload).ordering_key(nth_key_on(&shardq, 0, n));
+        parents.push(client.enqueue(job).await.unwrap());
+    }
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    for &parent in &parents {
+        parked_due_later(shardq.shards().get(0), parent).await;
+    }
+    let frozen = shards.servers[1].server();
+    frozen.signal_all(Signal::SIGSTOP).expect("SIGSTOP");
+    // The worker's claims there go unanswered within their budget.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Both parents run again now and read their children.
+    let home = shardq.shards().get(0).client().await.unwrap();
+    home.execute(
+        "UPDATE workflow_status SET run_at = now() WHERE handler = 'parent'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let both_again = async {
+        while runs.load(Ordering::SeqCst) < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), both_again)
+        .await
+        .expect("both parents run again");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = NewJob::new(QUEUE, "other", json!({})).ordering_key(key_on(&shardq, 2));
+    let other = client.enqueue(other).await.unwrap();
+    let healthy = client.result(other, Duration::from_secs(20)).await;
+    frozen.signal_all(Signal::SIGCONT).expect("SIGCONT");
+    assert_eq!(
+        healthy.unwrap(),
+        JobOutcome::Succeeded(json!("ran")),
+        "a job of a healthy shard gets a slot while the parents park"
+    );
+    let children = shardq.shards().get(1).client().await.unwrap();
+    children
+        .execute(
+            "UPDATE workflow_status SET status = 'succeeded', output = '\"done\"', \
+             finished_at = now() WHERE handler = 'child'",
+            &[],
+        )
+        .await
+        .unwrap();
+    for parent in parents {
+        let outcome = client
+            .result(parent, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(outcome, JobOutcome::Succeeded(json!("done")));
+    }
+    stop.cancel();
+    worker.await.unwrap();
+}
+
+/// Waits until workflow `id`, on `shard`, is parked on its child (due in
+/// the far recheck, not soon).
+async fn parked_due_later(shard: &Shard, id: JobId) {
+    let db = shard.client().await.unwrap();
+    wait_until(Duration::from_secs(30), "the parent parked", || async {
+        let row = db
+            .query_one(
+                "SELECT status = 'scheduled' AND parked FROM workflow_status \
+                 WHERE shard_key = $1 AND id = $2",
+                &[&id.shard_key, &id.id],
+            )
+            .await
+            .unwrap();
+        row.get::<_, bool>(0)
+    })
+    .await;
 }

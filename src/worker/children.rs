@@ -5,6 +5,7 @@
 
 use super::context::{HandlerError, JobContext, StepError};
 use super::step_log::{Claim, Logged};
+use super::unreachable::passes_by_itself;
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
 use crate::shards::ShardError;
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
@@ -243,7 +244,7 @@ impl ChildHandle {
             )
             .await
         {
-            Ok(Err(err)) if !err.is_permanent() => {
+            Ok(Err(err)) if passes_by_itself(&err) => {
                 tracing::warn!(job = %ctx.id, child = %self.child, error = %err, "the child's shard did not answer its read");
                 None
             }
@@ -308,7 +309,7 @@ impl JobContext {
     /// that would repeat fails the attempt.
     async fn child_shard_failed(&self, step: String, shard_key: i32, err: ShardError) -> StepError {
         let err = self.stale_map_reloaded(err).await;
-        if err.is_permanent() {
+        if !passes_by_itself(&err) {
             return StepError::Database { step, source: err };
         }
         self.park_unreachable(step, shard_key, Box::new(err)).await
@@ -480,6 +481,20 @@ impl JobContext {
                 .await);
         }
         let earlier = fresh != Some(child);
+        if earlier {
+            // An earlier run's child may be on any shard (a move since):
+            // each is asked, and one found silent would hold the slot.
+            if let Some(silent) = self
+                .shards
+                .all()
+                .iter()
+                .find_map(|s| self.answering(s).err())
+            {
+                return Err(self
+                    .park_unreachable(name, child.shard_key, silent.into())
+                    .await);
+            }
+        }
         if let Err(e) = elsewhere::insert_once(&self.shards, row, earlier).await {
             return Err(self.child_shard_failed(name, child.shard_key, e).await);
         }

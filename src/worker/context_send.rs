@@ -26,7 +26,7 @@ fn undelivered(err: &HandlerError) -> bool {
         return true;
     }
     match err.downcast_ref::<ClientError>() {
-        Some(ClientError::Shard(e)) => !e.is_permanent(),
+        Some(ClientError::Shard(e)) => unreachable::passes_by_itself(e),
         Some(ClientError::SendRefused { status, .. }) => *status == Some(JobStatus::Held),
         _ => false,
     }

@@ -62,6 +62,11 @@ pub(crate) const PROBE_INTERVAL: Backoff = Backoff {
 /// well again is used within that.
 pub(crate) const SUSPECT_RECHECK: Duration = Duration::from_millis(100);
 
+/// How long a shard must have been suspect, with no answer since, to be
+/// judged silent ([`Health::silent`]): longer than a claim late by a
+/// stall or a slow moment, shorter than any statement deadline.
+pub(crate) const SILENT_AFTER: Duration = Duration::from_secs(1);
+
 /// Longest a probe waits for its answer: a probe sent into a silent or
 /// frozen server must end soon, so that the next one sees the recovery
 /// (within 2 s of it, with [`PROBE_INTERVAL`]).
@@ -167,6 +172,8 @@ impl Health {
         };
         let in_time = took <= self.budget();
         self.answered(took);
+        // Late or not, it answered: not silent.
+        self.answering = true;
         if in_time {
             self.state = State::Healthy;
             self.recovered = true;
@@ -187,10 +194,18 @@ impl Health {
         self.answering = false;
     }
 
-    /// Whether the shard is suspect and has not answered since (no late
-    /// reply): as far as this process knows, it does not answer at all.
-    pub(crate) fn silent(&self) -> bool {
-        !self.usable() && !self.answering
+    /// Whether the shard has been suspect for [`SILENT_AFTER`] or more at
+    /// `now` and nothing has answered since, neither a late claim nor a
+    /// probe: as far as this process knows, it does not answer at all. A
+    /// claim late by a moment is not enough: a call to a silent shard is
+    /// not made, and one in flight is given up.
+    pub(crate) fn silent(&self, now: Instant) -> bool {
+        match self.state {
+            State::Suspect { since } => {
+                !self.answering && now.saturating_duration_since(since) >= SILENT_AFTER
+            }
+            State::Healthy => false,
+        }
     }
 
     /// Whether a producer that found no other target to claim from may
@@ -282,9 +297,9 @@ impl ShardHealth {
         self.with(shard, |h| h.usable())
     }
 
-    /// See [`Health::silent`].
+    /// See [`Health::silent`], now.
     pub(crate) fn silent(&self, shard: usize) -> bool {
-        self.with(shard, |h| h.silent())
+        self.with(shard, |h| h.silent(Instant::now()))
     }
 
     /// See [`Health::last_resort`].
@@ -443,19 +458,26 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_is_silent_while_suspect_and_unheard_from() {
+    fn a_shard_is_silent_once_suspect_a_while_and_unheard_from() {
         let now = Instant::now();
+        let later = now + SILENT_AFTER;
         let mut h = Health::new(BUDGET_MAX);
         h.answered(5 * MS);
-        assert!(!h.silent(), "healthy");
+        assert!(!h.silent(later), "healthy");
         h.suspect(now);
-        assert!(h.silent(), "suspect, no answer since");
+        assert!(!h.silent(now + 100 * MS), "late by a moment only");
+        assert!(h.silent(later), "suspect a while, no answer since");
         h.answered_late(400 * MS);
-        assert!(!h.silent(), "slow, but it answers");
+        assert!(!h.silent(later), "slow, but it answers");
         h.late_failed();
-        assert!(h.silent());
+        assert!(h.silent(later));
+        assert!(
+            !h.probed(Some(2 * BUDGET_MAX)),
+            "a late probe: still suspect"
+        );
+        assert!(!h.silent(later), "but it answers");
         assert!(h.probed(Some(5 * MS)));
-        assert!(!h.silent(), "healthy again");
+        assert!(!h.silent(later + SILENT_AFTER), "healthy again");
     }
 
     #[test]

@@ -8,15 +8,41 @@
 //! would hold the slot until its deadline.
 
 use super::context::{HandlerError, JobContext, StepError};
-use crate::shards::Shard;
+use crate::shards::{Shard, ShardError};
 use crate::store::steps;
+use crate::store::ErrorKind;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How soon a workflow parked by a shard that did not answer runs again
 /// (less up to a fifth, spread by the shard).
 pub(crate) const RETRY: Duration = Duration::from_secs(5);
+
+/// Whether a call to another shard that failed with `err` may pass by
+/// itself, so that parking and calling again is right: no answer, no
+/// connection, a deadline, a lock held, a route refused by a map that
+/// moved on, a server restarting or out of connections, a conflict. Not a
+/// statement that would fail the same way again (its data, a missing
+/// function or permission on a shard not migrated): that fails the attempt,
+/// where it shows.
+pub(crate) fn passes_by_itself(err: &ShardError) -> bool {
+    match err.kind() {
+        ErrorKind::NoAnswer
+        | ErrorKind::Unreachable
+        | ErrorKind::QueryCanceled
+        | ErrorKind::LockNotAvailable
+        | ErrorKind::StaleMap => true,
+        ErrorKind::Other => err.sqlstate().is_some_and(|state| {
+            let code = state.code();
+            code.starts_with("08")
+                || code.starts_with("57P")
+                || matches!(code, "53300" | "40001" | "40P01" | "SQ001")
+        }),
+        _ => false,
+    }
+}
 
 /// A call not tried: this process's claims found the shard silent.
 #[derive(Debug, thiserror::Error)]
@@ -43,11 +69,13 @@ impl JobContext {
         call: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, ShardSilent> {
         self.answering(shard)?;
-        let mut task = tokio::spawn(call);
+        let mut task = tokio::spawn(call.in_current_span());
         tokio::select! {
             done = &mut task => match done {
                 Ok(value) => Ok(value),
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Cancelled: the runtime shuts down.
+                Err(_) => Err(ShardSilent(shard.name.clone())),
             },
             () = self.answers.until_silent(shard.index) => Err(ShardSilent(shard.name.clone())),
         }

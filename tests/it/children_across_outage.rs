@@ -176,6 +176,19 @@ async fn a_parent_parks_while_the_shard_of_a_child_it_starts_is_down() {
     worker.await.unwrap();
     assert_eq!(outcome, JobOutcome::Succeeded(json!(7)));
     assert_eq!(child_runs.load(Ordering::SeqCst), 1, "one child, run once");
+    let rows = shardq.shards().get(1).client().await.unwrap();
+    let rows = rows
+        .query_one(
+            "SELECT count(*) FROM workflow_status WHERE handler = 'child'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.get::<_, i64>(0),
+        1,
+        "one child row, whatever the parks"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,10 +36,16 @@ pub const STEP_SLEEP: &str = "SELECT * FROM shardq_step_sleep($1::int, $2::bigin
     $4::text, $5::bigint, $6::bigint, $7::timestamptz)";
 
 /// Makes workflow ($1, $2), held by this claim ($3 owner, $4 fence), ready
-/// again $5 ms (less up to a fifth, so that the senders of one outage do
+/// again $5 ms (less up to a fifth, so that the callers of one outage do
 /// not all come back at once) from the shard's `now()`, for a `parked`
-/// outcome to keep (`shardq_complete_many`): a send whose recipient's
-/// shard did not answer. No row when the claim no longer holds it.
-pub const RUN_AGAIN_IN: &str = "UPDATE workflow_status \
-    SET run_at = now() + $5::bigint * (0.8 + random() * 0.2) * interval '1 millisecond' \
+/// outcome to keep (`shardq_complete_many`): a call to another shard that
+/// did not answer. A time set during this run (`run_at` after the claim's
+/// `started_at`: a wake by a message or a child's finish, due now; a wait's
+/// recheck, later) is kept when sooner, not put off. No row when the claim
+/// no longer holds it.
+pub const RUN_AGAIN_IN: &str = "WITH retry AS (SELECT now() + $5::bigint \
+        * (0.8 + random() * 0.2) * interval '1 millisecond' AS at) \
+    UPDATE workflow_status SET run_at = CASE WHEN run_at > started_at \
+        THEN least(run_at, retry.at) ELSE retry.at END \
+    FROM retry \
     WHERE shard_key = $1 AND id = $2 AND owner = $3 AND fence = $4 AND status = 'running'";

@@ -50,15 +50,29 @@ pub(crate) async fn parked_due_soon(shard: &Shard, id: JobId, who: &str) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
-    let shards = TestShards::servers(2).await;
+/// `servers` fresh shards, migrated, configured for a worker of `queue`
+/// with two slots, passes of upkeep every 100 ms and the deadlines given: short ones
+/// to see an outage at once, long ones under which a call waiting on a
+/// frozen server would hold its slot for minutes.
+pub(crate) async fn two_slots(
+    queue: &str,
+    servers: usize,
+    connect_ms: u64,
+    statement_ms: u64,
+) -> (TestShards, Shardq) {
+    let shards = TestShards::servers(servers).await;
     let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
-         [database]\nconnect_timeout_ms = 1000\nstatement_timeout_ms = 3000\n"
+        "[worker]\nqueues = [\"{queue}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
+         [database]\nconnect_timeout_ms = {connect_ms}\nstatement_timeout_ms = {statement_ms}\n"
     ));
     let shardq = Shardq::connect(config).unwrap();
     shardq.migrate().await.unwrap();
+    (shards, shardq)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
+    let (shards, shardq) = two_slots(QUEUE, 2, 1000, 3000).await;
     let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
     let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let runs = Arc::new(AtomicU32::new(0));
@@ -123,13 +137,7 @@ async fn a_parent_parks_while_its_childs_shard_is_down_and_spends_no_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_parks_while_the_shard_of_a_child_it_starts_is_down() {
-    let shards = TestShards::servers(2).await;
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
-         [database]\nconnect_timeout_ms = 1000\nstatement_timeout_ms = 3000\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
+    let (shards, shardq) = two_slots(QUEUE, 2, 1000, 3000).await;
     let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
     let child_runs = Arc::new(AtomicU32::new(0));
     let mut handlers = HandlerRegistry::new();
@@ -194,15 +202,7 @@ async fn a_parent_parks_while_the_shard_of_a_child_it_starts_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parents_reading_children_on_a_frozen_shard_park_and_leave_the_slots_to_others() {
     use nix::sys::signal::Signal;
-    let shards = TestShards::servers(3).await;
-    // Two slots, and connections and statements that would wait minutes
-    // on the frozen server: parents reading there would hold both.
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
-         [database]\nconnect_timeout_ms = 120000\nstatement_timeout_ms = 120000\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
+    let (shards, shardq) = two_slots(QUEUE, 3, 120000, 120000).await;
     let runs = Arc::new(AtomicU32::new(0));
     let mut handlers = HandlerRegistry::new();
     let counted = runs.clone();

@@ -9,10 +9,10 @@
 use crate::common;
 
 use super::children_across::key_on;
-use super::children_across_outage::parked_due_soon;
+use super::children_across_outage::{parked_due_soon, two_slots};
 use common::TestShards;
 use serde_json::json;
-use shardq::{HandlerRegistry, JobId, JobOutcome, NewJob, Shardq};
+use shardq::{HandlerRegistry, JobId, JobOutcome, NewJob};
 use shardq_local::StopMode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -26,13 +26,7 @@ const IDLE: &str = "idle";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_parks_while_the_recipients_shard_is_down_and_spends_no_attempt() {
-    let shards = TestShards::servers(2).await;
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
-         [database]\nconnect_timeout_ms = 1000\nstatement_timeout_ms = 3000\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
+    let (shards, shardq) = two_slots(QUEUE, 2, 1000, 3000).await;
     let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
     let client = shardq.client();
     let recipient = client
@@ -89,15 +83,7 @@ async fn a_sender_parks_while_the_recipients_shard_is_down_and_spends_no_attempt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn senders_to_a_frozen_shard_park_at_once_and_leave_the_slots_to_others() {
     use nix::sys::signal::Signal;
-    let shards = TestShards::servers(3).await;
-    // Two slots, and connections and statements that would wait minutes
-    // on the frozen server: senders waiting there would hold both.
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 100\n\
-         [database]\nconnect_timeout_ms = 120000\nstatement_timeout_ms = 120000\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
+    let (shards, shardq) = two_slots(QUEUE, 3, 120000, 120000).await;
     let client = shardq.client();
     let recipient =
         |index| NewJob::new(IDLE, "recipient", json!({})).ordering_key(key_on(&shardq, index));

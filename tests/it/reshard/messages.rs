@@ -7,7 +7,7 @@ use super::{growing_to_three, moving_key, GrowingToThree, WORKER_TOML};
 use crate::common::TestShards;
 use serde_json::{json, Value};
 use shardq::reshard::{reshard, Options, Step};
-use shardq::shards::Shard;
+use shardq::shards::{Shard, ShardSet};
 use shardq::{Client, ClientError, HandlerRegistry, JobId, JobOutcome, JobStatus, NewJob, Worker};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +30,31 @@ async fn messages_on(shard: &Shard, id: JobId) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// Opens the move 2 → 3 of `plan` (its first step only) and marks job
+/// `id`, whose key moves to the new shard, held on the shard it leaves, as
+/// the copy does: (that shard, the new one).
+async fn held_by_the_move<'a>(
+    all: &'a ShardSet,
+    plan: &shardq::reshard::Plan,
+    id: JobId,
+) -> (&'a Shard, &'a Shard) {
+    let opened = Options {
+        stop_after: Some(Step::Opened),
+        ..Options::default()
+    };
+    reshard(all, 2, 3, &opened, |_| {}).await.unwrap();
+    let m = plan
+        .moves
+        .iter()
+        .find(|m| m.first_key <= id.shard_key && id.shard_key < m.end_key)
+        .unwrap();
+    let (from, to) = (all.get(m.from_index), all.get(2));
+    shardq::store::reshard::mark_held(from, (id.shard_key, id.shard_key + 1))
+        .await
+        .unwrap();
+    (from, to)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workflows_messages_move_with_it_in_order() {
     let GrowingToThree {
@@ -48,20 +73,7 @@ async fn a_workflows_messages_move_with_it_in_order() {
     client.send(id, "t", json!(1), Some("k1")).await.unwrap();
     client.send(id, "other", json!("x"), None).await.unwrap();
     client.send(id, "t", json!(2), None).await.unwrap();
-    let opened = Options {
-        stop_after: Some(Step::Opened),
-        ..Options::default()
-    };
-    reshard(&all, 2, 3, &opened, |_| {}).await.unwrap();
-    let m = plan
-        .moves
-        .iter()
-        .find(|m| m.first_key <= id.shard_key && id.shard_key < m.end_key)
-        .unwrap();
-    let (from, to) = (all.get(m.from_index), all.get(2));
-    shardq::store::reshard::mark_held(from, (id.shard_key, id.shard_key + 1))
-        .await
-        .unwrap();
+    let (from, to) = held_by_the_move(&all, &plan, id).await;
     let refused = client.send(id, "t", json!("lost?"), None).await;
     assert!(
         matches!(
@@ -143,20 +155,7 @@ async fn a_workflows_send_to_a_job_being_moved_parks_and_lands_after_the_move() 
         )
         .await
         .unwrap();
-    let opened = Options {
-        stop_after: Some(Step::Opened),
-        ..Options::default()
-    };
-    reshard(&all, 2, 3, &opened, |_| {}).await.unwrap();
-    let m = plan
-        .moves
-        .iter()
-        .find(|m| m.first_key <= to.shard_key && to.shard_key < m.end_key)
-        .unwrap();
-    let (from, dest) = (all.get(m.from_index), all.get(2));
-    shardq::store::reshard::mark_held(from, (to.shard_key, to.shard_key + 1))
-        .await
-        .unwrap();
+    let (from, dest) = held_by_the_move(&all, &plan, to).await;
 
     let mut handlers = HandlerRegistry::new();
     handlers.register("sender", move |ctx| async move {

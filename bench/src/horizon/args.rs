@@ -24,6 +24,10 @@ pub struct HorizonArgs {
     /// Length of one reported interval, seconds.
     #[arg(long, default_value_t = 60)]
     pub interval_s: u64,
+    /// Ordering keys the jobs are spread over, in turn (0: no key). Keyed
+    /// jobs are claimed by key heads, each key's jobs in order.
+    #[arg(long, default_value_t = 0)]
+    pub keys: u64,
     /// Only the run with the snapshot held (no side-by-side baseline).
     #[arg(long)]
     pub held_only: bool,

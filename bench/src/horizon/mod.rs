@@ -56,8 +56,8 @@ const WORKER_SETTINGS: &str = "\n[worker]\nqueues = [\"bench\"]\n";
 async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let label = if held { "snapshot held" } else { "no snapshot" };
     eprintln!(
-        "horizon: {label}, {} shard(s), {} jobs/s offered",
-        args.shards, args.rate
+        "horizon: {label}, {} shard(s), {} jobs/s offered over {} key(s)",
+        args.shards, args.rate, args.keys
     );
     let cluster = LocalCluster::start("shardq-horizon", args.shards, None).await?;
     let text = ShardList::numbered((0..args.shards).map(|i| cluster.url(i))).toml(WORKER_SETTINGS);
@@ -74,6 +74,7 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let offer = tokio::spawn(offer::run(
         client.clone(),
         args.rate,
+        args.keys,
         offered.clone(),
         stop.clone(),
     ));

@@ -49,10 +49,12 @@ impl Offered {
     }
 }
 
-/// Offers `rate` jobs per second until `stop`; returns how many it enqueued.
+/// Offers `rate` jobs per second until `stop`, spread over `keys` ordering
+/// keys in turn (none when 0); returns how many it enqueued.
 pub async fn run(
     client: Client,
     rate: u64,
+    keys: u64,
     offered: Arc<Offered>,
     stop: CancellationToken,
 ) -> Result<u64> {
@@ -70,8 +72,14 @@ pub async fn run(
         if n == 0 {
             continue;
         }
-        let jobs = (0..n)
-            .map(|_| NewJob::new("bench", "noop", json!({})))
+        let jobs = (sent..sent + n)
+            .map(|i| {
+                let job = NewJob::new("bench", "noop", json!({}));
+                match keys {
+                    0 => job,
+                    k => job.ordering_key(format!("k{}", i % k)),
+                }
+            })
             .collect();
         let ids = client.enqueue_many(jobs).await?;
         let map = client.shards().routing().get();

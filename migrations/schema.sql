@@ -40,6 +40,10 @@
 --     34 0034_debounce.sql
 --     35 0035_parked_workflows.sql
 --     36 0036_deadlines.sql
+--     37 0037_keyed_ready_order.sql
+--     38 0038_keyed_ready_index.sql
+--     39 0039_keyed_ready_switch.sql
+--     40 0040_drop_dequeue_keyed.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -151,6 +155,7 @@ TABLE shardq_ready_floors
     queue text NOT NULL
     priority integer NOT NULL
     floor_seq bigint NOT NULL DEFAULT 0
+    keyed_floor_seq bigint NOT NULL DEFAULT 0
     CONSTRAINT shardq_ready_floors_pkey PRIMARY KEY (queue, priority)
     INDEX CREATE UNIQUE INDEX shardq_ready_floors_pkey ON public.shardq_ready_floors USING btree (queue, priority)
 
@@ -262,7 +267,6 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_children ON public.workflow_status USING btree (parent_shard_key, parent_id) WHERE (parent_id IS NOT NULL)
     INDEX CREATE INDEX workflow_status_deadline ON public.workflow_status USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND (NOT cancel_requested) AND (status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text])))
     INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
-    INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_failed_queue ON public.workflow_status USING btree (status, queue) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
@@ -271,6 +275,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
     INDEX CREATE INDEX workflow_status_parent_wakes ON public.workflow_status USING btree (shard_key, id) WHERE parent_wake
+    INDEX CREATE INDEX workflow_status_ready_keyed ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_ready_plain ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_scheduled ON public.workflow_status USING btree (run_at) WHERE (status = 'scheduled'::text)
@@ -278,8 +283,8 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE UNIQUE INDEX workflow_status_debounce ON public.workflow_status USING btree (queue, debounce_key) WHERE ((debounce_until IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'held'::text])) AND (NOT cancel_requested))
     INDEX CREATE UNIQUE INDEX workflow_status_dedup_held ON public.workflow_status USING btree (queue, dedup_id) WHERE ((dedup_id IS NOT NULL) AND (status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'held'::text])))
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
-    TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()
-    TRIGGER CREATE TRIGGER shardq_ready_on_update BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.ordering_key IS NULL) AND (new.job_group IS NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.ordering_key IS NOT NULL) OR (old.job_group IS NOT NULL)))) EXECUTE FUNCTION shardq_mark_ready()
+    TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()
+    TRIGGER CREATE TRIGGER shardq_ready_on_update BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.ordering_key IS DISTINCT FROM new.ordering_key) OR (old.job_group IS NOT NULL)))) EXECUTE FUNCTION shardq_mark_ready()
     TRIGGER CREATE TRIGGER workflow_status_child_finished BEFORE UPDATE OF status ON public.workflow_status FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND (new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])))) EXECUTE FUNCTION shardq_child_finished()
 
 TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
@@ -323,16 +328,25 @@ BEGIN
     x := pg_current_xact_id();
     IF b.pending_xid IS NOT NULL
        AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid THEN
-        UPDATE shardq_ready_floors f SET floor_seq = n.floor_seq
+        UPDATE shardq_ready_floors f
+        SET floor_seq = greatest(f.floor_seq, n.floor_seq),
+            keyed_floor_seq = greatest(f.keyed_floor_seq, n.keyed_floor_seq)
         FROM (SELECT fl.queue, fl.priority,
                      LEAST(b.pending_seq,
                            (SELECT w.ready_seq FROM workflow_status w
                             WHERE w.queue = fl.queue AND w.priority = fl.priority
                               AND w.status = 'queued' AND w.ordering_key IS NULL
                               AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
-                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq
+                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq,
+                     LEAST(b.pending_seq,
+                           (SELECT w.ready_seq FROM workflow_status w
+                            WHERE w.queue = fl.queue AND w.priority = fl.priority
+                              AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                              AND w.ready_seq >= fl.keyed_floor_seq
+                            ORDER BY w.ready_seq LIMIT 1)) AS keyed_floor_seq
               FROM shardq_ready_floors fl) n
-        WHERE f.queue = n.queue AND f.priority = n.priority AND n.floor_seq > f.floor_seq;
+        WHERE f.queue = n.queue AND f.priority = n.priority
+          AND (n.floor_seq > f.floor_seq OR n.keyed_floor_seq > f.keyed_floor_seq);
     END IF;
     UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
         advanced_at = clock_timestamp();
@@ -750,22 +764,18 @@ DECLARE
     parked int;
     round int := 0;
     plain_tids tid[];                         -- ready unkeyed jobs locked here
+    head_tids tid[];                          -- ready keyed jobs locked here
 BEGIN
     LOOP
         round := round + 1;
         plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
-        WITH unkeyed AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
-            WHERE w.ctid = ANY (plain_tids)
-        ), keyed AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
-            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), met AS (
-            SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
+        head_tids := shardq_lock_keyed_ready(p_queue, p_limit);
+        WITH met AS MATERIALIZED (
+            SELECT w.ctid AS tid, w.ready_seq, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.ctid = ANY (plain_tids || head_tids)
         )
-        SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.id), '{}'),
-               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
+        SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.ready_seq), '{}'),
+               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.ready_seq), '{}')
         INTO c_tid, c_key FROM met m;
 
         SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
@@ -1340,6 +1350,31 @@ END
 $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_lock_keyed_ready(p_queue text, p_limit integer)
+ RETURNS tid[]
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    f record;
+    tids tid[] := '{}';
+BEGIN
+    FOR f IN SELECT fl.priority, fl.keyed_floor_seq FROM shardq_ready_floors fl
+             WHERE fl.queue = p_queue ORDER BY fl.priority LOOP
+        tids := tids || ARRAY(
+            SELECT t.tid FROM (
+                SELECT w.ctid AS tid FROM workflow_status w
+                WHERE w.queue = p_queue AND w.priority = f.priority
+                  AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                  AND w.ready_seq >= f.keyed_floor_seq
+                ORDER BY w.ready_seq LIMIT p_limit - cardinality(tids)
+                FOR UPDATE SKIP LOCKED) t);
+        EXIT WHEN cardinality(tids) >= p_limit;
+    END LOOP;
+    RETURN tids;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_lock_keys(p_sk integer[], p_id bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -1456,6 +1491,8 @@ CREATE OR REPLACE FUNCTION public.shardq_queue_has_ready(p_queue text, p_plain b
  STABLE
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
+DECLARE
+    f record;
 BEGIN
     IF p_grouped AND EXISTS (
             SELECT 1 FROM workflow_status w
@@ -1463,20 +1500,29 @@ BEGIN
               AND w.ctid <> ALL (p_taking)) THEN
         RETURN true;
     END IF;
-    IF p_keyed AND EXISTS (
-            SELECT 1 FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
-              AND w.ctid <> ALL (p_taking)) THEN
-        RETURN true;
-    END IF;
-    RETURN p_plain AND EXISTS (
-        SELECT 1 FROM shardq_ready_floors f
-        WHERE f.queue = p_queue AND EXISTS (
-            SELECT 1 FROM workflow_status w
-            WHERE w.queue = p_queue AND w.priority = f.priority
-              AND w.status = 'queued' AND w.ordering_key IS NULL
-              AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
-              AND w.ctid <> ALL (p_taking)));
+    -- A loop, each probe with its floor as a value: as one statement
+    -- (floors semi-joined to the jobs, with hash joins off) the planner may
+    -- read the jobs first, from the start of the index.
+    FOR f IN SELECT fl.priority, fl.floor_seq, fl.keyed_floor_seq
+             FROM shardq_ready_floors fl WHERE fl.queue = p_queue LOOP
+        IF p_keyed AND EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.priority = f.priority
+                  AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                  AND w.ready_seq >= f.keyed_floor_seq
+                  AND w.ctid <> ALL (p_taking)) THEN
+            RETURN true;
+        END IF;
+        IF p_plain AND EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.priority = f.priority
+                  AND w.status = 'queued' AND w.ordering_key IS NULL
+                  AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
+                  AND w.ctid <> ALL (p_taking)) THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

@@ -1,5 +1,6 @@
 -- shardq_advance_ready_floors: moves each queue's ready floors
--- (shardq_ready_floors, migration 0027) up to the first job still ready,
+-- (shardq_ready_floors, migration 0027: plain jobs; 0037: keyed ones) up
+-- to the first job of their kind still ready,
 -- at most every 250 ms and by one caller at a time (the others go on at
 -- once). Called by the plain claim, so the floors follow wherever jobs
 -- are claimed.
@@ -44,16 +45,25 @@ BEGIN
     x := pg_current_xact_id();
     IF b.pending_xid IS NOT NULL
        AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid THEN
-        UPDATE shardq_ready_floors f SET floor_seq = n.floor_seq
+        UPDATE shardq_ready_floors f
+        SET floor_seq = greatest(f.floor_seq, n.floor_seq),
+            keyed_floor_seq = greatest(f.keyed_floor_seq, n.keyed_floor_seq)
         FROM (SELECT fl.queue, fl.priority,
                      LEAST(b.pending_seq,
                            (SELECT w.ready_seq FROM workflow_status w
                             WHERE w.queue = fl.queue AND w.priority = fl.priority
                               AND w.status = 'queued' AND w.ordering_key IS NULL
                               AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
-                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq
+                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq,
+                     LEAST(b.pending_seq,
+                           (SELECT w.ready_seq FROM workflow_status w
+                            WHERE w.queue = fl.queue AND w.priority = fl.priority
+                              AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                              AND w.ready_seq >= fl.keyed_floor_seq
+                            ORDER BY w.ready_seq LIMIT 1)) AS keyed_floor_seq
               FROM shardq_ready_floors fl) n
-        WHERE f.queue = n.queue AND f.priority = n.priority AND n.floor_seq > f.floor_seq;
+        WHERE f.queue = n.queue AND f.priority = n.priority
+          AND (n.floor_seq > f.floor_seq OR n.keyed_floor_seq > f.keyed_floor_seq);
     END IF;
     UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
         advanced_at = clock_timestamp();

@@ -2,9 +2,13 @@
 -- a claim does and returns). Called by shardq_claim, with the dequeue slot
 -- already taken, when the queue has a keyed job ready.
 --
--- For each head's key the claim *tries* the key lock (someone else has it:
--- leave the head for a later claim), then, in a new statement whose snapshot
--- sees every change made under that lock, asks whether the key is held. A
+-- Ready unkeyed jobs and key heads are locked from their ready floors
+-- (shardq_lock_plain_ready, shardq_lock_keyed_ready: a claim does not walk
+-- what was claimed before, however long a transaction holds vacuum back)
+-- and met in the order they became ready. For each head's key the claim
+-- *tries* the key lock (someone else has it: leave the head for a later
+-- claim), then, in a new statement whose snapshot sees every change made
+-- under that lock, asks whether the key is held. A
 -- free key is claimed as a run: its queued and waiting jobs in id order, cut
 -- at the first row another claim has locked. The jobs taken are the first
 -- p_limit of the unkeyed jobs and the runs, in dequeue order of the unkeyed
@@ -39,22 +43,18 @@ DECLARE
     parked int;
     round int := 0;
     plain_tids tid[];                         -- ready unkeyed jobs locked here
+    head_tids tid[];                          -- ready keyed jobs locked here
 BEGIN
     LOOP
         round := round + 1;
         plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
-        WITH unkeyed AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
-            WHERE w.ctid = ANY (plain_tids)
-        ), keyed AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.id, w.priority, w.ordering_key FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
-            ORDER BY w.priority, w.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), met AS (
-            SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
+        head_tids := shardq_lock_keyed_ready(p_queue, p_limit);
+        WITH met AS MATERIALIZED (
+            SELECT w.ctid AS tid, w.ready_seq, w.priority, w.ordering_key FROM workflow_status w
+            WHERE w.ctid = ANY (plain_tids || head_tids)
         )
-        SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.id), '{}'),
-               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.id), '{}')
+        SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.ready_seq), '{}'),
+               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.ready_seq), '{}')
         INTO c_tid, c_key FROM met m;
 
         SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),

@@ -1,7 +1,7 @@
--- shardq_mark_ready: numbers a plain job each time it becomes ready
--- (`ready_seq`, migration 0027) and makes sure its queue and priority have
--- a ready floor (looked up in shardq_ready_levels, whose rows are never
--- updated: a floor's own row has a version per move, all kept while the
+-- shardq_mark_ready: numbers a job without a group (plain or keyed) each
+-- time it becomes ready (`ready_seq`, migrations 0027 and 0037) and makes
+-- sure its queue and priority have ready floors (looked up in
+-- shardq_ready_levels, whose rows are never updated: a floor's own row has a version per move, all kept while the
 -- horizon is held), as a trigger on every write that makes one ready (insert,
 -- promotion, recovery, release, retry, a move's release, a dashboard
 -- retry), so no writer can forget it: a ready job without a number, or
@@ -49,13 +49,14 @@ END $$;
 
 CREATE OR REPLACE TRIGGER shardq_ready_on_insert BEFORE INSERT ON workflow_status
     FOR EACH ROW
-    WHEN (NEW.status = 'queued' AND NEW.ordering_key IS NULL AND NEW.job_group IS NULL)
+    WHEN (NEW.status = 'queued' AND NEW.job_group IS NULL)
     EXECUTE FUNCTION shardq_mark_ready();
 
 CREATE OR REPLACE TRIGGER shardq_ready_on_update
     BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON workflow_status
     FOR EACH ROW
-    WHEN (NEW.status = 'queued' AND NEW.ordering_key IS NULL AND NEW.job_group IS NULL
+    WHEN (NEW.status = 'queued' AND NEW.job_group IS NULL
           AND (OLD.status <> 'queued' OR OLD.queue <> NEW.queue OR OLD.priority <> NEW.priority
-               OR OLD.ordering_key IS NOT NULL OR OLD.job_group IS NOT NULL))
+               OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key
+               OR OLD.job_group IS NOT NULL))
     EXECUTE FUNCTION shardq_mark_ready();

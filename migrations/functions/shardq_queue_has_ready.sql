@@ -2,8 +2,8 @@
 -- p_queue has a ready job on this shard of the kinds asked (p_plain: no
 -- key, no group; p_keyed; p_grouped), leaving out the rows at p_taking
 -- (those a claim has locked and is about to take). One probe of each
--- dequeue index asked, the plain one from each priority's ready floor
--- (shardq_ready_floors), so it does not walk what was claimed before under
+-- dequeue index asked, the plain and keyed ones from each priority's ready
+-- floors (shardq_ready_floors), so it does not walk what was claimed before under
 -- a held horizon; the rows left out cost one more entry each at most.
 --
 -- Used by the claim to choose its path (keyed or grouped jobs ready?) and
@@ -17,6 +17,8 @@ RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+    f record;
 BEGIN
     IF p_grouped AND EXISTS (
             SELECT 1 FROM workflow_status w
@@ -24,18 +26,27 @@ BEGIN
               AND w.ctid <> ALL (p_taking)) THEN
         RETURN true;
     END IF;
-    IF p_keyed AND EXISTS (
-            SELECT 1 FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.ordering_key IS NOT NULL
-              AND w.ctid <> ALL (p_taking)) THEN
-        RETURN true;
-    END IF;
-    RETURN p_plain AND EXISTS (
-        SELECT 1 FROM shardq_ready_floors f
-        WHERE f.queue = p_queue AND EXISTS (
-            SELECT 1 FROM workflow_status w
-            WHERE w.queue = p_queue AND w.priority = f.priority
-              AND w.status = 'queued' AND w.ordering_key IS NULL
-              AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
-              AND w.ctid <> ALL (p_taking)));
+    -- A loop, each probe with its floor as a value: as one statement
+    -- (floors semi-joined to the jobs, with hash joins off) the planner may
+    -- read the jobs first, from the start of the index.
+    FOR f IN SELECT fl.priority, fl.floor_seq, fl.keyed_floor_seq
+             FROM shardq_ready_floors fl WHERE fl.queue = p_queue LOOP
+        IF p_keyed AND EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.priority = f.priority
+                  AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                  AND w.ready_seq >= f.keyed_floor_seq
+                  AND w.ctid <> ALL (p_taking)) THEN
+            RETURN true;
+        END IF;
+        IF p_plain AND EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.priority = f.priority
+                  AND w.status = 'queued' AND w.ordering_key IS NULL
+                  AND w.job_group IS NULL AND w.ready_seq >= f.floor_seq
+                  AND w.ctid <> ALL (p_taking)) THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
 END $$;

@@ -57,6 +57,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_lock_plain_ready.sql"),
     },
     Function {
+        name: "shardq_lock_keyed_ready",
+        sql: include_str!("../../migrations/functions/shardq_lock_keyed_ready.sql"),
+    },
+    Function {
         name: "shardq_take",
         sql: include_str!("../../migrations/functions/shardq_take.sql"),
     },

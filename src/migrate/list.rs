@@ -208,6 +208,26 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0036_deadlines.sql",
         sql: include_str!("../../migrations/0036_deadlines.sql"),
     },
+    Migration {
+        version: 37,
+        name: "0037_keyed_ready_order.sql",
+        sql: include_str!("../../migrations/0037_keyed_ready_order.sql"),
+    },
+    Migration {
+        version: 38,
+        name: "0038_keyed_ready_index.sql",
+        sql: include_str!("../../migrations/0038_keyed_ready_index.sql"),
+    },
+    Migration {
+        version: 39,
+        name: "0039_keyed_ready_switch.sql",
+        sql: include_str!("../../migrations/0039_keyed_ready_switch.sql"),
+    },
+    Migration {
+        version: 40,
+        name: "0040_drop_dequeue_keyed.sql",
+        sql: include_str!("../../migrations/0040_drop_dequeue_keyed.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -194,7 +194,8 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
     assert_eq!(
         applied,
         vec![vec![
-            17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36
+            17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
+            39, 40
         ]],
         "the map tables and the reshard's were due"
     );
@@ -229,6 +230,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_claim_keyed",
     "shardq_advance_ready_floors",
     "shardq_lock_plain_ready",
+    "shardq_lock_keyed_ready",
     "shardq_mark_ready",
     "shardq_take",
     "shardq_complete_many",

@@ -65,6 +65,7 @@ mod promotion_race;
 mod public_api;
 mod queue_limits;
 mod ready_floors;
+mod ready_floors_keyed;
 mod refused_outcomes;
 mod replace_server;
 mod reshard;

@@ -13,11 +13,12 @@ use tokio_postgres::GenericClient;
 
 /// Longer than the floors' move interval (250 ms,
 /// shardq_advance_ready_floors).
-const MOVE_GAP: Duration = Duration::from_millis(300);
+pub(crate) const MOVE_GAP: Duration = Duration::from_millis(300);
 
-const CLAIM: &str = "SELECT id FROM shardq_claim(1, 0, $1, $2, 'w', 60000) WHERE id IS NOT NULL";
+pub(crate) const CLAIM: &str =
+    "SELECT id FROM shardq_claim(1, 0, $1, $2, 'w', 60000) WHERE id IS NOT NULL";
 
-async fn shard() -> (TestShards, ShardSet) {
+pub(crate) async fn shard() -> (TestShards, ShardSet) {
     let shards = TestShards::databases(1).await;
     let config = shards.config("");
     let set = shards.migrated(&config).await;
@@ -38,7 +39,7 @@ async fn enqueue(db: &impl GenericClient, queue: &str, priority: i32, n: i64) ->
     .collect()
 }
 
-async fn claim(db: &tokio_postgres::Client, queue: &str, limit: i32) -> Vec<i64> {
+pub(crate) async fn claim(db: &tokio_postgres::Client, queue: &str, limit: i32) -> Vec<i64> {
     db.query(CLAIM, &[&queue, &limit])
         .await
         .unwrap()
@@ -49,7 +50,7 @@ async fn claim(db: &tokio_postgres::Client, queue: &str, limit: i32) -> Vec<i64>
 
 /// Claims of another queue, spaced past the move interval: each may move
 /// every floor of the shard (a move waits for the one before it).
-async fn let_floors_move(db: &tokio_postgres::Client) {
+pub(crate) async fn let_floors_move(db: &tokio_postgres::Client) {
     for _ in 0..3 {
         tokio::time::sleep(MOVE_GAP).await;
         claim(db, "elsewhere", 1).await;

@@ -1,0 +1,14 @@
+-- Keyed ready order: keyed claims that stay fast while a long transaction
+-- holds the xmin horizon, as plain claims do since migration 27.
+--
+-- A keyed claim finds the heads of keys in the keyed ready index. Read
+-- from its start, that index walks the dead entry of every keyed job
+-- claimed since the horizon was held: claims slow down with every one,
+-- across all keys. So keyed jobs are numbered too when they become ready
+-- (`ready_seq`, from the same sequence; shardq_mark_ready), their ready
+-- index is ordered by the number (migration 38), and each queue and
+-- priority gets a second floor, for keyed jobs, moved up with the plain
+-- one (shardq_advance_ready_floors): the head scan starts there.
+--
+-- A constant default: adding the column rewrites nothing.
+ALTER TABLE shardq_ready_floors ADD COLUMN keyed_floor_seq bigint NOT NULL DEFAULT 0;

@@ -156,3 +156,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_work
 -- a producer or the dashboard needs nothing here.
 GRANT SELECT, UPDATE ON TABLE shardq_ready_floors, shardq_ready_barrier TO shardq_worker;
 GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
+
+-- Relay leases (migration 39): a worker takes and renews the lease of the
+-- wakes its shard's children owe another shard (an upsert: SELECT too).
+GRANT SELECT, INSERT, UPDATE ON TABLE shardq_relay_leases TO shardq_worker;

@@ -42,8 +42,7 @@
 --     36 0036_deadlines.sql
 --     37 0037_keyed_ready_order.sql
 --     38 0038_keyed_ready_index.sql
---     39 0039_keyed_ready_switch.sql
---     40 0040_drop_dequeue_keyed.sql
+--     39 0039_relay_leases.sql
 
 TABLE shardq_functions
     name text NOT NULL
@@ -165,6 +164,13 @@ TABLE shardq_ready_levels
     CONSTRAINT shardq_ready_levels_pkey PRIMARY KEY (queue, priority)
     INDEX CREATE UNIQUE INDEX shardq_ready_levels_pkey ON public.shardq_ready_levels USING btree (queue, priority)
 
+TABLE shardq_relay_leases
+    to_index integer NOT NULL
+    holder text NOT NULL
+    until timestamp with time zone NOT NULL
+    CONSTRAINT shardq_relay_leases_pkey PRIMARY KEY (to_index)
+    INDEX CREATE UNIQUE INDEX shardq_relay_leases_pkey ON public.shardq_relay_leases USING btree (to_index)
+
 TABLE shardq_schedules
     name text NOT NULL
     last_tick timestamp with time zone NOT NULL
@@ -267,6 +273,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_children ON public.workflow_status USING btree (parent_shard_key, parent_id) WHERE (parent_id IS NOT NULL)
     INDEX CREATE INDEX workflow_status_deadline ON public.workflow_status USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND (NOT cancel_requested) AND (status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text])))
     INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_failed_queue ON public.workflow_status USING btree (status, queue) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
@@ -1503,6 +1510,9 @@ BEGIN
     -- A loop, each probe with its floor as a value: as one statement
     -- (floors semi-joined to the jobs, with hash joins off) the planner may
     -- read the jobs first, from the start of the index.
+    IF NOT (p_plain OR p_keyed) THEN
+        RETURN false;
+    END IF;
     FOR f IN SELECT fl.priority, fl.floor_seq, fl.keyed_floor_seq
              FROM shardq_ready_floors fl WHERE fl.queue = p_queue LOOP
         IF p_keyed AND EXISTS (

@@ -60,3 +60,22 @@ CREATE OR REPLACE TRIGGER shardq_ready_on_update
                OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key
                OR OLD.job_group IS NOT NULL))
     EXECUTE FUNCTION shardq_mark_ready();
+
+-- Jobs that became ready without a number before these triggers numbered
+-- their kind (keyed jobs during an upgrade to schema 38, plain ones during
+-- one to 29, rows a claim held while migration 38 numbered): numbered now,
+-- with floors for their queues and priorities. The triggers' replacement
+-- above holds a lock that keeps every writer of jobs out until this
+-- transaction commits, so none becomes ready unnumbered in between. Usually
+-- there are none: two probes of the ready indexes.
+INSERT INTO shardq_ready_floors (queue, priority)
+SELECT DISTINCT queue, priority FROM workflow_status
+WHERE status = 'queued' AND job_group IS NULL AND ready_seq IS NULL
+ON CONFLICT DO NOTHING;
+
+INSERT INTO shardq_ready_levels (queue, priority)
+SELECT queue, priority FROM shardq_ready_floors
+ON CONFLICT DO NOTHING;
+
+UPDATE workflow_status SET ready_seq = nextval('shardq_ready_seq')
+WHERE status = 'queued' AND job_group IS NULL AND ready_seq IS NULL;

@@ -29,6 +29,9 @@ BEGIN
     -- A loop, each probe with its floor as a value: as one statement
     -- (floors semi-joined to the jobs, with hash joins off) the planner may
     -- read the jobs first, from the start of the index.
+    IF NOT (p_plain OR p_keyed) THEN
+        RETURN false;
+    END IF;
     FOR f IN SELECT fl.priority, fl.floor_seq, fl.keyed_floor_seq
              FROM shardq_ready_floors fl WHERE fl.queue = p_queue LOOP
         IF p_keyed AND EXISTS (

@@ -220,13 +220,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 39,
-        name: "0039_keyed_ready_switch.sql",
-        sql: include_str!("../../migrations/0039_keyed_ready_switch.sql"),
-    },
-    Migration {
-        version: 40,
-        name: "0040_drop_dequeue_keyed.sql",
-        sql: include_str!("../../migrations/0040_drop_dequeue_keyed.sql"),
+        name: "0039_relay_leases.sql",
+        sql: include_str!("../../migrations/0039_relay_leases.sql"),
     },
 ];
 

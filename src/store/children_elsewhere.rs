@@ -383,6 +383,37 @@ pub async fn wakes_owed(
     Ok(by_shard)
 }
 
+/// Whether `holder` (a worker's id) holds the lease of relaying the wakes
+/// children on shard `from` owe parents on shard `to`, taking it when it
+/// has expired and renewing it for `ttl` when less than half is left
+/// ([`sql::RELAY_LEASE`]): one process at a time delivers them, and
+/// another takes over once its holder stops renewing it.
+///
+/// # Errors
+///
+/// [`ShardError`] when shard `from` fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a lease taken and not used expires.
+pub async fn relay_lease(
+    shards: &ShardSet,
+    from: usize,
+    to: usize,
+    holder: &str,
+    ttl: Duration,
+) -> Result<bool, ShardError> {
+    let to = to as i32;
+    let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let row = exec::query_one(
+        shards.get(from),
+        sql::RELAY_LEASE,
+        &[(&to, Type::INT4), (&holder, Type::TEXT), (&ms, Type::INT8)],
+    )
+    .await?;
+    Ok(row.get("held"))
+}
+
 /// Delivers `wakes` that children on shard `from` owe parents on shard
 /// `to`: the parents' shard tries each ([`sql::CHILD_WAKE_RELAYED`]), then
 /// the flags of those done are cleared on `from`

@@ -5,14 +5,10 @@
 
 use super::context::{HandlerError, JobContext, StepError};
 use super::step_log::{Claim, Logged};
-use super::unreachable::passes_by_itself;
+use super::unreachable::{self, passes_by_itself};
 use crate::job::{ChildPolicy, EnqueueLimits, InvalidJob, JobId, NewJob};
 use crate::shards::ShardError;
 use crate::store::children::{self, AwaitChild, Awaited, StartChild, Started, CHILD_RECHECK};
-
-/// How soon a parent parked because its child's shard did not answer the
-/// read of its child looks again.
-const CHILD_READ_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::store::children_elsewhere::{
     self as elsewhere, ChildRow, Identity, Intent, ParentStep, Wait,
 };
@@ -257,7 +253,8 @@ impl ChildHandle {
             // recorded, so a wake relayed meanwhile still comes; but one
             // relayed before it was recorded would not, so a recheck is due
             // either way).
-            elsewhere::recheck_soon(&ctx.shard, parent, CHILD_READ_RETRY)
+            let after = unreachable::retry_after(ctx.answers.unanswering_for(there));
+            elsewhere::recheck_soon(&ctx.shard, parent, after)
                 .await
                 .map_err(db)?;
             ctx.parked.store(true, Ordering::SeqCst);

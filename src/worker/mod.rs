@@ -254,6 +254,7 @@ impl Worker {
         let relay_bells = Arc::new(RelayBells::new(run.shards.len()));
         background.spawn(wake_relay::run(
             config.worker.maintenance_interval,
+            run.owner.clone(),
             run.shards.clone(),
             relay_bells.clone(),
             claiming.clone(),

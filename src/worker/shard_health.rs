@@ -194,6 +194,14 @@ impl Health {
         self.answering = false;
     }
 
+    /// How long the shard has been suspect at `now`: zero while healthy.
+    pub(crate) fn suspect_for(&self, now: Instant) -> Duration {
+        match self.state {
+            State::Suspect { since } => now.saturating_duration_since(since),
+            State::Healthy => Duration::ZERO,
+        }
+    }
+
     /// Whether the shard has been suspect for [`SILENT_AFTER`] or more at
     /// `now` and nothing has answered since, neither a late claim nor a
     /// probe: as far as this process knows, it does not answer at all. A
@@ -295,6 +303,11 @@ impl ShardHealth {
     /// See [`Health::usable`].
     pub(crate) fn usable(&self, shard: usize) -> bool {
         self.with(shard, |h| h.usable())
+    }
+
+    /// See [`Health::suspect_for`], now.
+    pub(crate) fn suspect_for(&self, shard: usize) -> Duration {
+        self.with(shard, |h| h.suspect_for(Instant::now()))
     }
 
     /// See [`Health::silent`], now.
@@ -401,6 +414,24 @@ mod tests {
         assert!(h.probed(Some(2 * MS)));
         assert!(h.usable());
         assert!(h.suspect(now + 10 * MS), "a new episode starts a new probe");
+    }
+
+    #[test]
+    fn a_shard_is_unanswering_from_its_suspicion_until_a_probe_answers_in_time() {
+        let now = Instant::now();
+        let mut h = Health::new(BUDGET_MAX);
+        h.answered(5 * MS);
+        assert_eq!(h.suspect_for(now), Duration::ZERO);
+        h.suspect(now);
+        assert_eq!(h.suspect_for(now + 40 * MS), 40 * MS);
+        h.suspect(now + 50 * MS);
+        assert_eq!(
+            h.suspect_for(now + 90 * MS),
+            90 * MS,
+            "counted from the first suspicion"
+        );
+        assert!(h.probed(Some(2 * MS)));
+        assert_eq!(h.suspect_for(now + 100 * MS), Duration::ZERO);
     }
 
     #[test]

@@ -6,6 +6,14 @@
 //! later, and the other shards' wakes, and this shard's promotions (a
 //! loop of their own), go on.
 //!
+//! One process at a time delivers a source shard's wakes to one parents'
+//! shard: a delivery first takes or renews that pair's lease
+//! (`children_elsewhere::relay_lease`, a row on the source shard, by the
+//! shard's clock), and a process that finds it held by another leaves the
+//! wakes to it and looks again within [`RELAY_CEILING`]. A holder that
+//! dies or stalls stops renewing it, and another process takes over once
+//! it expires ([`RELAY_LEASE`] after it was last renewed).
+//!
 //! A pass runs when the shard's listener hears a completion there leave a
 //! wake for another shard (its bell, [`RelayBells`]), else on a timer: `worker.maintenance_interval`
 //! while the listener is up (the timer only covers a lost notification),
@@ -28,6 +36,10 @@ use tokio_util::sync::CancellationToken;
 /// down, or after a pass that left wakes behind.
 const RELAY_CEILING: Duration = Duration::from_secs(1);
 
+/// How long a relay lease lasts unless renewed: its holder renews it on
+/// a pass that delivers with less than half of it left.
+pub(crate) const RELAY_LEASE: Duration = Duration::from_secs(5);
+
 /// Runs until shutdown: one loop per shard, a pass when its `bells` ring,
 /// else `interval` (`worker.maintenance_interval`) after the last, at
 /// least [`PROMOTION_FLOOR`], and at most [`RELAY_CEILING`] while the
@@ -35,6 +47,7 @@ const RELAY_CEILING: Duration = Duration::from_secs(1);
 /// wakes, almost always empty.
 pub(crate) async fn run(
     interval: Duration,
+    owner: Arc<str>,
     shards: ShardSet,
     bells: Arc<RelayBells>,
     shutdown: CancellationToken,
@@ -42,6 +55,7 @@ pub(crate) async fn run(
     each_shard(shards.len(), |index| {
         relay_loop(
             shards.clone(),
+            owner.clone(),
             index,
             interval,
             bells.clone(),
@@ -53,6 +67,7 @@ pub(crate) async fn run(
 
 async fn relay_loop(
     shards: ShardSet,
+    owner: Arc<str>,
     index: usize,
     interval: Duration,
     bells: Arc<RelayBells>,
@@ -75,7 +90,22 @@ async fn relay_loop(
                         continue;
                     }
                     let (shards, left_behind) = (shards.clone(), left_behind.clone());
+                    let owner = owner.clone();
                     let delivery = async move {
+                        let lease = RELAY_LEASE;
+                        match children_elsewhere::relay_lease(&shards, index, to, &owner, lease)
+                            .await
+                        {
+                            Ok(true) => {}
+                            // Another process relays them: looked at again
+                            // within the ceiling, in case it stops.
+                            Ok(false) => return left_behind.store(true, Ordering::Release),
+                            Err(err) => {
+                                left_behind.store(true, Ordering::Release);
+                                let duty = "taking the lease of relaying children's wakes";
+                                return super::maintenance::failed(shards.get(index), duty, &err);
+                            }
+                        }
                         let sent = children_elsewhere::deliver(&shards, index, to, &wakes).await;
                         match sent {
                             Ok(done) if done as usize == wakes.len() => {}

@@ -45,6 +45,12 @@ impl ShardAnswers {
         self.0.health.silent(shard)
     }
 
+    /// How long this process has found shard `shard` not answering in
+    /// time (its claims there late or failing): zero while it answers.
+    pub(crate) fn unanswering_for(&self, shard: usize) -> std::time::Duration {
+        self.0.health.suspect_for(shard)
+    }
+
     /// Resolves once shard `shard` is silent (looked at every
     /// [`SILENCE_POLL`]).
     pub(crate) async fn until_silent(&self, shard: usize) {

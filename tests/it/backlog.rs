@@ -117,6 +117,7 @@ async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>)
     assert!(!scans.is_empty(), "no read of workflow_status in {text}");
     let unfinished = [
         "workflow_status_dequeue_plain",
+        "workflow_status_dequeue_keyed",
         "workflow_status_ready_keyed",
         "workflow_status_dequeue_grouped",
         "workflow_status_pkey",

@@ -48,7 +48,7 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
             "",
             vec![
                 "workflow_status_dequeue_plain",
-                "workflow_status_ready_keyed",
+                "workflow_status_dequeue_keyed",
                 "workflow_status_dequeue_grouped",
             ],
         ),

@@ -420,24 +420,36 @@ async fn jobs_whose_columns_disagree_with_their_status_are_reported() {
 }
 
 /// A ready job that no claim reaches, numbered below its queue and
-/// priority's ready floor or not numbered at all (claims start at the
-/// floor), is a job-state violation; the jobs beside it are not.
+/// priority's ready floor (the keyed floor for a keyed job) or not
+/// numbered at all (claims start at the floors), is a job-state violation;
+/// the jobs beside it are not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ready_job_below_its_ready_floor_is_reported() {
     let s = setup("").await;
-    let ids = s.enqueue((0..3).map(|_| job("q")).collect()).await;
+    let plain = s.enqueue((0..3).map(|_| job("q")).collect()).await;
+    let keyed = s
+        .enqueue(
+            (0..3)
+                .map(|k| job("q").ordering_key(format!("k{k}")))
+                .collect(),
+        )
+        .await;
+    let broken = [plain[0], plain[1], keyed[0], keyed[1]];
     // Neither write is a status change, so the numbering trigger stays out.
-    for set in ["ready_seq = ready_seq - 1000000000", "ready_seq = NULL"] {
-        let id = if set.contains("NULL") { ids[1] } else { ids[0] };
+    for (i, id) in broken.iter().enumerate() {
+        let set = match i % 2 {
+            0 => "ready_seq = ready_seq - 1000000000",
+            _ => "ready_seq = NULL",
+        };
         s.break_job(
-            id,
+            *id,
             &format!("UPDATE workflow_status SET {set} WHERE shard_key = $1 AND id = $2"),
         )
         .await;
     }
     let report = s.check().await;
-    let examples = only(&report, Invariant::JobState, 2);
-    for id in &ids[..2] {
+    let examples = only(&report, Invariant::JobState, 4);
+    for id in &broken {
         let (_, detail) = examples
             .iter()
             .find(|(job, _)| *job == Some(*id))

@@ -67,6 +67,7 @@ mod queue_limits;
 mod ready_floors;
 mod ready_floors_keyed;
 mod refused_outcomes;
+mod relay_leases;
 mod replace_server;
 mod reshard;
 mod reshard_races;

@@ -4,7 +4,7 @@
 //! the message is stored there once. Senders to a frozen shard, which this
 //! worker's claims found silent, park at once instead of holding their
 //! slots until the statement deadline: a send to a healthy shard still
-//! gets a slot.
+//! gets a slot. A long outage parks them longer, up to 30 s.
 
 use crate::common;
 
@@ -132,6 +132,70 @@ async fn senders_to_a_frozen_shard_park_at_once_and_leave_the_slots_to_others() 
         got,
         vec![json!(0), json!(1), json!(2), json!(3)],
         "each once"
+    );
+}
+
+/// A sender parked by a long outage of the recipient's shard tries again
+/// less often: after about 24 s of the shard down (as this worker's claims
+/// there found it), the park is about half that, not 5 s; once the shard
+/// is back the message lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_parked_by_a_long_outage_tries_again_less_often() {
+    let (shards, shardq) = two_slots(QUEUE, 2, 1000, 3000).await;
+    let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
+    let client = shardq.client();
+    let recipient = client
+        .enqueue(NewJob::new(IDLE, "recipient", json!({})).ordering_key(away))
+        .await
+        .unwrap();
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("sender", move |ctx| async move {
+        ctx.send(recipient, "news", json!({ "n": 1 })).await?;
+        Ok(json!("sent"))
+    });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    shards.servers[1].stop(StopMode::Immediate).unwrap();
+    tokio::time::sleep(Duration::from_secs(24)).await;
+
+    let sender = client
+        .enqueue(NewJob::new(QUEUE, "sender", json!({})).ordering_key(home))
+        .await
+        .unwrap();
+    let db = shardq.shards().get(0).client().await.unwrap();
+    let parked_for = || async {
+        let row = db
+            .query_one(
+                "SELECT status = 'scheduled' AND parked, \
+                        extract(epoch FROM run_at - now())::float8 \
+                 FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                &[&sender.shard_key, &sender.id],
+            )
+            .await
+            .unwrap();
+        row.get::<_, bool>(0).then(|| row.get::<_, f64>(1))
+    };
+    common::wait_until(Duration::from_secs(20), "the sender parked", || async {
+        parked_for().await.is_some()
+    })
+    .await;
+    let ahead = parked_for().await.expect("parked");
+    assert!(
+        ahead > 7.0,
+        "parked {ahead:.1} s after 24 s of outage: no longer than at its start (5 s)"
+    );
+
+    shards.servers[1].start_again().unwrap();
+    let outcome = client
+        .result(sender, Duration::from_secs(90))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!("sent")));
+    assert_eq!(
+        mailbox(&shards, 1, recipient).await,
+        vec![json!({ "n": 1 })]
     );
 }
 

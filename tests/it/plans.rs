@@ -235,6 +235,7 @@ async fn status_reads_partial_indexes_and_estimates_history() {
         &[
             "workflow_status_dequeue_plain",
             "workflow_status_ready_plain",
+            "workflow_status_dequeue_keyed",
             "workflow_status_ready_keyed",
             "workflow_status_dequeue_grouped",
             "workflow_status_pkey",

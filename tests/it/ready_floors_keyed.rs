@@ -1,4 +1,4 @@
-//! Keyed claims start at each queue's keyed ready floor (migrations 37-40,
+//! Keyed claims start at each queue's keyed ready floor (migrations 37-38,
 //! migrations/functions/shardq_lock_keyed_ready.sql), as plain claims start
 //! at theirs (`ready_floors`): while a long transaction holds the xmin
 //! horizon, finding the heads of keys reads only what was claimed since

@@ -259,10 +259,11 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
                         || ' attempts used (it should be dead)' \
                 WHEN v.status = 'waiting' AND v.ordering_key IS NULL \
                     THEN 'waiting without an ordering key (nothing ever queues it)' \
-                WHEN v.status = 'queued' AND v.ordering_key IS NULL AND v.job_group IS NULL \
+                WHEN v.status = 'queued' AND v.job_group IS NULL \
                   AND NOT EXISTS (SELECT 1 FROM shardq_ready_floors f \
                       WHERE f.queue = v.queue AND f.priority = v.priority \
-                        AND f.floor_seq <= v.ready_seq) \
+                        AND CASE WHEN v.ordering_key IS NULL THEN f.floor_seq \
+                                 ELSE f.keyed_floor_seq END <= v.ready_seq) \
                     THEN 'queued below its ready floor, or without a number or a floor \
                         (no claim reaches it)' \
                 END \

@@ -167,6 +167,31 @@ pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT w.shard_key, w.id, w.parent_shar
         AND r.shard_index <> ALL($2::int[]) \
     ORDER BY w.shard_key, w.id LIMIT $1";
 
+/// On the children's shard: whether worker $2 holds the lease of relaying
+/// the wakes owed to shard $1 (`shardq_relay_leases`), taking it when it
+/// has expired (or was never taken) and renewing it for $3 ms when less
+/// than half of that is left. A lease another process holds, or one this
+/// worker holds with more than half left, writes nothing (no row lock):
+/// the upsert runs only when it would change the row, and its own WHERE
+/// decides again on the latest version, so two takers never both hold it.
+pub const RELAY_LEASE: &str = "WITH current AS ( \
+        SELECT l.holder, l.until < now() AS expired, \
+            l.until < now() + $3::bigint * interval '500 microseconds' AS due \
+        FROM shardq_relay_leases l WHERE l.to_index = $1 \
+    ), taken AS ( \
+        INSERT INTO shardq_relay_leases AS l (to_index, holder, until) \
+        SELECT $1, $2, now() + $3::bigint * interval '1 millisecond' \
+        WHERE NOT EXISTS (SELECT 1 FROM current c \
+                          WHERE NOT c.expired AND (c.holder <> $2 OR NOT c.due)) \
+        ON CONFLICT (to_index) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until \
+        WHERE l.until < now() \
+           OR (l.holder = EXCLUDED.holder \
+               AND l.until < now() + $3::bigint * interval '500 microseconds') \
+        RETURNING 1 \
+    ) \
+    SELECT EXISTS (SELECT 1 FROM taken) \
+        OR EXISTS (SELECT 1 FROM current WHERE holder = $2 AND NOT expired) AS held";
+
 /// On a parent's shard: the relayed wakes of children ($1 parents' shard
 /// keys, $2 parents' ids, $3 children's shard keys, $4 children's ids),
 /// each tried (`shardq_wake_parent`); returns the children whose wake is

@@ -383,11 +383,28 @@ pub async fn wakes_owed(
     Ok(by_shard)
 }
 
+/// The answer to [`relay_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayLease {
+    /// This worker holds it: it delivers.
+    Held,
+    /// Another process holds it, for about this much longer (zero when it
+    /// was just taken by another): leave those wakes to it until then.
+    Elsewhere(Duration),
+}
+
+impl RelayLease {
+    /// Whether this worker holds it.
+    pub fn held(self) -> bool {
+        self == RelayLease::Held
+    }
+}
+
 /// Whether `holder` (a worker's id) holds the lease of relaying the wakes
 /// children on shard `from` owe parents on shard `to`, taking it when it
 /// has expired and renewing it for `ttl` when less than half is left
-/// ([`sql::RELAY_LEASE`]): one process at a time delivers them, and
-/// another takes over once its holder stops renewing it.
+/// ([`sql::RELAY_LEASE`]): one process delivers them, and another takes
+/// over once its holder stops renewing it.
 ///
 /// # Errors
 ///
@@ -402,7 +419,7 @@ pub async fn relay_lease(
     to: usize,
     holder: &str,
     ttl: Duration,
-) -> Result<bool, ShardError> {
+) -> Result<RelayLease, ShardError> {
     let to = to as i32;
     let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let row = exec::query_one(
@@ -411,7 +428,41 @@ pub async fn relay_lease(
         &[(&to, Type::INT4), (&holder, Type::TEXT), (&ms, Type::INT8)],
     )
     .await?;
-    Ok(row.get("held"))
+    if row.get("held") {
+        return Ok(RelayLease::Held);
+    }
+    let left = row.get::<_, Option<i64>>("others_ms").unwrap_or(0);
+    Ok(RelayLease::Elsewhere(Duration::from_millis(
+        u64::try_from(left).unwrap_or(0),
+    )))
+}
+
+/// Gives up `holder`'s lease of relaying the wakes owed from shard `from`
+/// to shard `to` ([`sql::RELAY_LEASE_GIVE_UP`]): after a failed delivery,
+/// so that a process that can reach `to` takes over at once instead of
+/// waiting for a lease this one would keep renewing.
+///
+/// # Errors
+///
+/// [`ShardError`] when shard `from` fails (the lease then runs out).
+///
+/// # Cancel safety
+///
+/// Cancel safe.
+pub async fn give_up_relay_lease(
+    shards: &ShardSet,
+    from: usize,
+    to: usize,
+    holder: &str,
+) -> Result<(), ShardError> {
+    let to = to as i32;
+    exec::execute(
+        shards.get(from),
+        sql::RELAY_LEASE_GIVE_UP,
+        &[(&to, Type::INT4), (&holder, Type::TEXT)],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Delivers `wakes` that children on shard `from` owe parents on shard

@@ -12,7 +12,9 @@
 //! shard's clock), and a process that finds it held by another leaves the
 //! wakes to it and looks again within [`RELAY_CEILING`]. A holder that
 //! dies or stalls stops renewing it, and another process takes over once
-//! it expires ([`RELAY_LEASE`] after it was last renewed).
+//! it expires ([`RELAY_LEASE`] after it was last renewed); a holder whose
+//! delivery fails gives it up at once (another process may reach the
+//! parents' shard when this one cannot).
 //!
 //! A pass runs when the shard's listener hears a completion there leave a
 //! wake for another shard (its bell, [`RelayBells`]), else on a timer: `worker.maintenance_interval`
@@ -24,11 +26,11 @@ use super::per_shard::each_shard;
 use super::promoter::PROMOTION_FLOOR;
 use super::wakeup::RelayBells;
 use crate::shards::ShardSet;
-use crate::store::children_elsewhere;
+use crate::store::children_elsewhere::{self, RelayLease};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -76,12 +78,20 @@ async fn relay_loop(
     // Deliveries out, by the parents' shard.
     let mut out: HashMap<usize, JoinHandle<()>> = HashMap::new();
     // Set by a delivery that left wakes undelivered (a parent's row busy
-    // or held by a move, or its shard failing).
+    // or held by a move, or its shard failing, or its lease elsewhere).
     let left_behind = Arc::new(AtomicBool::new(false));
+    // The parents' shards whose lease another process holds, until when:
+    // their wakes are not read meanwhile.
+    let elsewhere: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
     loop {
         out.retain(|_, task| !task.is_finished());
-        let busy: Vec<usize> = out.keys().copied().collect();
-        let full = match children_elsewhere::wakes_owed(&shards, index, &busy).await {
+        let mut skip: Vec<usize> = out.keys().copied().collect();
+        {
+            let mut leased = elsewhere.lock().expect("relay leases");
+            leased.retain(|_, until| *until > Instant::now());
+            skip.extend(leased.keys().copied());
+        }
+        let full = match children_elsewhere::wakes_owed(&shards, index, &skip).await {
             Ok(owed) => {
                 let full =
                     owed.values().map(Vec::len).sum::<usize>() >= children_elsewhere::RELAY_BATCH;
@@ -89,35 +99,15 @@ async fn relay_loop(
                     if out.contains_key(&to) {
                         continue;
                     }
-                    let (shards, left_behind) = (shards.clone(), left_behind.clone());
-                    let owner = owner.clone();
-                    let delivery = async move {
-                        let lease = RELAY_LEASE;
-                        match children_elsewhere::relay_lease(&shards, index, to, &owner, lease)
-                            .await
-                        {
-                            Ok(true) => {}
-                            // Another process relays them: looked at again
-                            // within the ceiling, in case it stops.
-                            Ok(false) => return left_behind.store(true, Ordering::Release),
-                            Err(err) => {
-                                left_behind.store(true, Ordering::Release);
-                                let duty = "taking the lease of relaying children's wakes";
-                                return super::maintenance::failed(shards.get(index), duty, &err);
-                            }
-                        }
-                        let sent = children_elsewhere::deliver(&shards, index, to, &wakes).await;
-                        match sent {
-                            Ok(done) if done as usize == wakes.len() => {}
-                            Ok(_) => left_behind.store(true, Ordering::Release),
-                            Err(err) => {
-                                left_behind.store(true, Ordering::Release);
-                                let duty = "relaying children's wakes to their parents' shard";
-                                super::maintenance::failed(shards.get(to), duty, &err);
-                            }
-                        }
+                    let delivery = Delivery {
+                        shards: shards.clone(),
+                        owner: owner.clone(),
+                        from: index,
+                        to,
+                        left_behind: left_behind.clone(),
+                        elsewhere: elsewhere.clone(),
                     };
-                    out.insert(to, tokio::spawn(delivery));
+                    out.insert(to, tokio::spawn(delivery.run(wakes)));
                 }
                 full
             }
@@ -142,6 +132,54 @@ async fn relay_loop(
             }
             _ = tokio::time::sleep(every) => {}
             _ = bells.rung(index) => {}
+        }
+    }
+}
+
+/// One delivery of the wakes children on shard `from` owe parents on
+/// shard `to`, under the pair's lease.
+struct Delivery {
+    shards: ShardSet,
+    owner: Arc<str>,
+    from: usize,
+    to: usize,
+    left_behind: Arc<AtomicBool>,
+    elsewhere: Arc<Mutex<HashMap<usize, Instant>>>,
+}
+
+impl Delivery {
+    async fn run(self, wakes: Vec<children_elsewhere::OwedWake>) {
+        let (shards, from, to) = (&self.shards, self.from, self.to);
+        match children_elsewhere::relay_lease(shards, from, to, &self.owner, RELAY_LEASE).await {
+            Ok(RelayLease::Held) => {}
+            // Another process relays them: not read again until its lease
+            // ends, then looked at within the ceiling, in case it stopped.
+            Ok(RelayLease::Elsewhere(left)) => {
+                let until = Instant::now() + left;
+                self.elsewhere
+                    .lock()
+                    .expect("relay leases")
+                    .insert(to, until);
+                return self.left_behind.store(true, Ordering::Release);
+            }
+            Err(err) => {
+                self.left_behind.store(true, Ordering::Release);
+                let duty = "taking the lease of relaying children's wakes";
+                return super::maintenance::failed(shards.get(from), duty, &err);
+            }
+        }
+        match children_elsewhere::deliver(shards, from, to, &wakes).await {
+            Ok(done) if done as usize == wakes.len() => {}
+            Ok(_) => self.left_behind.store(true, Ordering::Release),
+            Err(err) => {
+                self.left_behind.store(true, Ordering::Release);
+                let duty = "relaying children's wakes to their parents' shard";
+                super::maintenance::failed(shards.get(to), duty, &err);
+                // Another process may reach that shard: it takes the lease
+                // now, not once this one stops renewing it.
+                let _ =
+                    children_elsewhere::give_up_relay_lease(shards, from, to, &self.owner).await;
+            }
         }
     }
 }

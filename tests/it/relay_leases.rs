@@ -10,8 +10,9 @@ use crate::common;
 use super::children_across::{children_on, key_on};
 use common::{wait_until, TestShards};
 use serde_json::json;
-use shardq::store::children_elsewhere::relay_lease;
+use shardq::store::children_elsewhere::{give_up_relay_lease, relay_lease, RelayLease};
 use shardq::{ChildResult, HandlerRegistry, JobOutcome, NewJob, Shardq};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -31,38 +32,72 @@ async fn lease_version(db: &tokio_postgres::Client, to: i32) -> String {
 /// Two processes, driven step by step: the first takes the lease, the
 /// second is refused while it lasts; the holder's calls write nothing
 /// until less than half is left, then renew it; once the holder stops
-/// renewing, the lease expires and the other takes it.
+/// renewing, the lease expires and the other takes it; a holder whose
+/// delivery failed gives it up, and the other takes it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_lease_has_one_holder_and_passes_on_when_it_is_not_renewed() {
     let shards = TestShards::databases(1).await;
     let set = shards.migrated(&shards.config("")).await;
     let db = set.get(0).client().await.unwrap();
-    let ttl = Duration::from_millis(1_000);
-    let lease = |holder: &'static str| relay_lease(&set, 0, 1, holder, ttl);
+    let ttl = Duration::from_secs(4);
+    let on = &set;
+    let lease = |holder: &'static str| async move {
+        relay_lease(on, 0, 1, holder, ttl).await.unwrap().held()
+    };
 
-    assert!(lease("a").await.unwrap(), "the first taker holds it");
-    assert!(!lease("b").await.unwrap(), "held by a");
+    assert!(lease("a").await, "the first taker holds it");
+    assert!(!lease("b").await, "held by a");
+    match relay_lease(&set, 0, 1, "b", ttl).await.unwrap() {
+        RelayLease::Elsewhere(left) => assert!(
+            left > Duration::from_secs(3) && left <= ttl,
+            "b leaves a's wakes alone for what is left of its lease: {left:?}"
+        ),
+        RelayLease::Held => panic!("held by a"),
+    }
     let first = lease_version(&db, 1).await;
-    assert!(lease("a").await.unwrap());
+    assert!(lease("a").await);
     assert_eq!(
         lease_version(&db, 1).await,
         first,
         "more than half left: nothing written"
     );
 
-    tokio::time::sleep(Duration::from_millis(650)).await;
-    assert!(
-        lease("a").await.unwrap(),
-        "renewed with less than half left"
-    );
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    assert!(lease("a").await, "renewed with less than half left");
     assert_ne!(lease_version(&db, 1).await, first);
-    tokio::time::sleep(Duration::from_millis(650)).await;
-    assert!(!lease("b").await.unwrap(), "the renewal still lasts");
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    assert!(!lease("b").await, "the renewal still lasts");
 
     // a stops renewing.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(lease("b").await.unwrap(), "expired: b takes it");
-    assert!(!lease("a").await.unwrap(), "and a has lost it");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(lease("b").await, "expired: b takes it");
+    assert!(!lease("a").await, "and a has lost it");
+
+    // b's delivery fails: it gives the lease up, and a takes it at once.
+    give_up_relay_lease(&set, 0, 1, "b").await.unwrap();
+    assert!(lease("a").await, "given up: a takes it");
+    give_up_relay_lease(&set, 0, 1, "b").await.unwrap();
+    assert!(!lease("b").await, "b gave up only its own lease");
+}
+
+/// The holder renews a lease that is due while another process finds it
+/// expired a moment later and takes it: never both. Driven by setting the
+/// lease's end: due for the holder, then past for the taker, whose write
+/// commits first; the holder's renewal then meets the taker's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_and_a_taker_never_both_hold_the_lease() {
+    let shards = TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let db = set.get(0).client().await.unwrap();
+    let ttl = Duration::from_secs(60);
+    assert!(relay_lease(&set, 0, 1, "a", ttl).await.unwrap().held());
+    // Past: b takes it (as it would a moment after a's end).
+    db.batch_execute("UPDATE shardq_relay_leases SET until = now() - interval '1 second'")
+        .await
+        .unwrap();
+    assert!(relay_lease(&set, 0, 1, "b", ttl).await.unwrap().held());
+    // a's renewal, which read its own row as due: the upsert finds b's.
+    assert!(!relay_lease(&set, 0, 1, "a", ttl).await.unwrap().held());
 }
 
 /// Two takers race for an expired lease, twenty times over: each time
@@ -71,27 +106,30 @@ async fn a_relay_lease_has_one_holder_and_passes_on_when_it_is_not_renewed() {
 async fn two_takers_of_an_expired_lease_never_both_hold_it() {
     let shards = TestShards::databases(1).await;
     let set = shards.migrated(&shards.config("")).await;
-    let ttl = Duration::from_millis(100);
+    let db = set.get(0).client().await.unwrap();
+    let ttl = Duration::from_secs(60);
     for round in 0..20 {
         let (a, b) = tokio::join!(
             relay_lease(&set, 0, 1, "a", ttl),
             relay_lease(&set, 0, 1, "b", ttl)
         );
-        let held = [a.unwrap(), b.unwrap()];
+        let held = [a.unwrap().held(), b.unwrap().held()];
         assert_eq!(
             held.iter().filter(|h| **h).count(),
             1,
             "round {round}: {held:?}"
         );
-        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        db.batch_execute("UPDATE shardq_relay_leases SET until = now() - interval '1 second'")
+            .await
+            .unwrap();
     }
 }
 
 /// A parent on shard 0 awaits a child on shard 1 while another process
-/// (gone quiet) holds the lease of relaying shard 1's wakes to shard 0:
-/// the worker leaves the child's wake to it, and the parent stays parked.
-/// Once the lease expires unrenewed, the worker takes it and delivers:
-/// the parent gets the child's result.
+/// (gone quiet) holds the lease of relaying shard 1's wakes to shard 0,
+/// for 6 s: the worker leaves the child's wake to it, and the parent stays
+/// parked. Once the lease runs out unrenewed, the worker takes it and
+/// delivers: the parent gets the child's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expires() {
     let shards = TestShards::databases(2).await;
@@ -101,14 +139,6 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
     let shardq = Shardq::connect(config).unwrap();
     shardq.migrate().await.unwrap();
     let child_shard = shardq.shards().get(1).client().await.unwrap();
-    child_shard
-        .execute(
-            "INSERT INTO shardq_relay_leases (to_index, holder, until) \
-             VALUES (0, 'a-stalled-worker', now() + interval '1 hour')",
-            &[],
-        )
-        .await
-        .unwrap();
 
     let away = key_on(&shardq, 1);
     let mut handlers = HandlerRegistry::new();
@@ -122,7 +152,17 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
             }
         }
     });
-    handlers.register("child", |_ctx| async move { Ok(json!("done")) });
+    // The child finishes once its parent has parked (else the parent
+    // could read it finished and never need the wake).
+    let parked = Arc::new(tokio::sync::Notify::new());
+    let go = parked.clone();
+    handlers.register("child", move |_ctx| {
+        let go = go.clone();
+        async move {
+            go.notified().await;
+            Ok(json!("done"))
+        }
+    });
     let stop = CancellationToken::new();
     let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
     let parent = shardq
@@ -131,14 +171,38 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
         .await
         .unwrap();
 
+    let parent_shard = shardq.shards().get(0).client().await.unwrap();
+    wait_until(Duration::from_secs(30), "the parent parked", || async {
+        parent_shard
+            .query_one(
+                "SELECT status <> 'running' AND status <> 'queued' FROM workflow_status \
+                 WHERE shard_key = $1 AND id = $2",
+                &[&parent.shard_key, &parent.id],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+    // Another process took the lease of relaying shard 1's wakes to shard
+    // 0 a moment ago, and then went quiet: it never renews it.
+    child_shard
+        .execute(
+            "INSERT INTO shardq_relay_leases (to_index, holder, until) \
+             VALUES (0, 'a-stalled-worker', now() + interval '6 seconds')",
+            &[],
+        )
+        .await
+        .unwrap();
+    parked.notify_one();
     wait_until(Duration::from_secs(30), "the child succeeded", || async {
         let children = children_on(&shardq, 1, parent).await;
         children.len() == 1 && children[0].1 == "succeeded"
     })
     .await;
-    // Well past a few relay passes (50 ms apart, a second at most while
-    // wakes are left): the wake stays owed, the parent parked.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Past many relay passes (50 ms apart): the wake stays owed, the
+    // parent parked, while the lease lasts.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let owed: i64 = child_shard
         .query_one(
             "SELECT count(*) FROM workflow_status WHERE parent_wake",
@@ -151,14 +215,7 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
     let status = shardq.client().job(parent).await.unwrap().unwrap().status;
     assert_ne!(status.to_string(), "succeeded", "woken without the lease");
 
-    // The holder stops renewing: its lease runs out.
-    child_shard
-        .execute(
-            "UPDATE shardq_relay_leases SET until = now() - interval '1 second'",
-            &[],
-        )
-        .await
-        .unwrap();
+    // Its lease runs out: the worker takes it and delivers.
     let outcome = shardq
         .client()
         .result(parent, Duration::from_secs(30))

@@ -173,9 +173,12 @@ pub const CHILD_WAKES_ELSEWHERE: &str = "SELECT w.shard_key, w.id, w.parent_shar
 /// than half of that is left. A lease another process holds, or one this
 /// worker holds with more than half left, writes nothing (no row lock):
 /// the upsert runs only when it would change the row, and its own WHERE
-/// decides again on the latest version, so two takers never both hold it.
+/// decides again on the latest version; a lease that is due is held only
+/// if the upsert renewed it, so a holder renewing at the last moment and a
+/// taker after it never both hold it. `others_ms`: how long another
+/// holder's lease lasts as read (NULL when this worker's, or none).
 pub const RELAY_LEASE: &str = "WITH current AS ( \
-        SELECT l.holder, l.until < now() AS expired, \
+        SELECT l.holder, l.until, l.until < now() AS expired, \
             l.until < now() + $3::bigint * interval '500 microseconds' AS due \
         FROM shardq_relay_leases l WHERE l.to_index = $1 \
     ), taken AS ( \
@@ -190,7 +193,15 @@ pub const RELAY_LEASE: &str = "WITH current AS ( \
         RETURNING 1 \
     ) \
     SELECT EXISTS (SELECT 1 FROM taken) \
-        OR EXISTS (SELECT 1 FROM current WHERE holder = $2 AND NOT expired) AS held";
+        OR EXISTS (SELECT 1 FROM current WHERE holder = $2 AND NOT due) AS held, \
+        (SELECT greatest(0, extract(epoch FROM c.until - now()) * 1000)::bigint \
+         FROM current c WHERE c.holder <> $2) AS others_ms";
+
+/// On the children's shard: worker $2 gives up its lease of relaying the
+/// wakes owed to shard $1 (a delivery failed: another process, which may
+/// reach that shard, takes it at once).
+pub const RELAY_LEASE_GIVE_UP: &str = "UPDATE shardq_relay_leases SET until = now() \
+    WHERE to_index = $1 AND holder = $2 AND until > now()";
 
 /// On a parent's shard: the relayed wakes of children ($1 parents' shard
 /// keys, $2 parents' ids, $3 children's shard keys, $4 children's ids),

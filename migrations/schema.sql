@@ -767,10 +767,8 @@ DECLARE
     f_key text[]; f_pos bigint[];             -- locked keys nothing holds
     t_tid tid[] := '{}';                      -- jobs to claim
     blocked text[];                           -- locked keys something else holds
-    left_tids tid[];                          -- queued jobs of keys taken, not taken
-    full_keys text[];                         -- keys taken, read up to the limit
+    held text[];                              -- keys held once this claim commits
     parked int;
-    blocked_parked int;
     round int := 0;
     plain_tids tid[];                         -- ready unkeyed jobs locked here
     head_tids tid[];                          -- ready keyed jobs locked here
@@ -819,7 +817,7 @@ BEGIN
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.shard_key, w.id, w.status FROM workflow_status w
+            SELECT w.ctid AS tid, w.shard_key, w.id FROM workflow_status w
             WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
               AND w.status IN ('queued', 'waiting')
             FOR UPDATE SKIP LOCKED
@@ -835,25 +833,12 @@ BEGIN
             SELECT g.tid, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
             JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             WHERE p.rn < cut.gap
-        ), take AS MATERIALIZED (
+        ), take AS (
             SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
-        ), left_queued AS (
-            -- Queued jobs of the keys taken, read and locked here but not
-            -- taken (past a run's cut, or the claim's limit): parked below
-            -- by tuple id, without reading the key again.
-            SELECT g.tid FROM pending p
-            JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
-            WHERE g.status = 'queued'
-              AND EXISTS (SELECT 1 FROM take t WHERE t.k = p.k)
-              AND NOT EXISTS (SELECT 1 FROM take t WHERE t.tid = g.tid)
         )
-        SELECT (SELECT coalesce(array_agg(x.tid), '{}') FROM take x),
-               (SELECT coalesce(array_agg(l.tid), '{}') FROM left_queued l),
-               -- Keys taken whose read stopped at the limit: they may have
-               -- more queued jobs than it met, parked by key below.
-               (SELECT coalesce(array_agg(p.k), '{}') FROM pending p
-                WHERE p.rn = p_limit AND EXISTS (SELECT 1 FROM take t WHERE t.k = p.k))
-        INTO t_tid, left_tids, full_keys;
+        SELECT coalesce(array_agg(x.tid), '{}'),
+               coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
+        INTO t_tid, held FROM take x;
 
         -- Taken before the keys are parked below: a row parked would move
         -- (a new tuple id) and the take would miss it. Got_slot 2 when
@@ -867,20 +852,13 @@ BEGIN
                      THEN 2 ELSE 1 END);
         END IF;
 
-        -- Park the queued jobs of the keys held now: those this claim took
-        -- read above (locked here, found by tuple id: the take moved only
-        -- the rows it took), and, read by key (bounded per claim), those
-        -- of the locked keys something else holds and of the keys taken
-        -- whose read stopped at the limit. A key's queued job committed
-        -- since its read is parked by the claim that meets it next.
-        UPDATE workflow_status w SET status = 'waiting'
-        WHERE w.ctid = ANY (left_tids) AND w.status = 'queued';
-        GET DIAGNOSTICS parked = ROW_COUNT;
+        -- Park the queued jobs of the keys held now: those this claim took,
+        -- and the locked ones something else holds (bounded per claim).
         UPDATE workflow_status w SET status = 'waiting'
         FROM (
             SELECT q.shard_key, q.id FROM workflow_status q
             WHERE (q.shard_key, q.id) IN (
-                SELECT n.shard_key, n.id FROM unnest(blocked || full_keys) AS h(k)
+                SELECT n.shard_key, n.id FROM unnest(held || blocked) AS h(k)
                 CROSS JOIN LATERAL (
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
                     WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
@@ -889,8 +867,7 @@ BEGIN
               AND q.status = 'queued'
             FOR UPDATE SKIP LOCKED) p
         WHERE w.shard_key = p.shard_key AND w.id = p.id;
-        GET DIAGNOSTICS blocked_parked = ROW_COUNT;
-        parked := parked + blocked_parked;
+        GET DIAGNOSTICS parked = ROW_COUNT;
 
         EXIT WHEN cardinality(t_tid) > 0 OR parked = 0 OR round >= 4;
     END LOOP;
@@ -1214,6 +1191,22 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_ensure_floors(p_queues text[], p_priorities integer[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+AS $function$
+            INSERT INTO public.shardq_ready_floors (queue, priority)
+            SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
+            WHERE NOT EXISTS (SELECT 1 FROM public.shardq_ready_levels l
+                              WHERE l.queue = t.q AND l.priority = t.p)
+            ON CONFLICT DO NOTHING;
+            INSERT INTO public.shardq_ready_levels (queue, priority)
+            SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
+            ON CONFLICT DO NOTHING;
+        $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_get_event(p_shard_key integer, p_workflow_id bigint, p_key text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1495,20 +1488,20 @@ BEGIN
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
         JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
         WHERE w.ordering_key IS NOT NULL
-    ), heads AS MATERIALIZED (
-        SELECT k.queue, k.ordering_key, n.shard_key, n.id FROM keys k CROSS JOIN LATERAL (
+    ), released AS (
+        SELECT k.queue, k.ordering_key FROM keys k
+        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
+                          WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                            AND a.status IN ('running', 'scheduled', 'queued'))
+    ), heads AS (
+        SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
               AND w.status = 'waiting'
             ORDER BY w.id LIMIT 1) n
-    ), released AS (
-        SELECT h.shard_key, h.id FROM heads h
-        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
-                          WHERE a.queue = h.queue AND a.ordering_key = h.ordering_key
-                            AND a.status IN ('running', 'scheduled', 'queued'))
     )
     UPDATE workflow_status w SET status = 'queued'
-    FROM released h
+    FROM heads h
     WHERE w.shard_key = h.shard_key AND w.id = h.id AND w.status = 'waiting';
     GET DIAGNOSTICS promoted = ROW_COUNT;
     RETURN promoted;

@@ -80,6 +80,10 @@ pub struct Shard {
     behind_pooler: bool,
     /// How to open a connection of its own (for LISTEN), without a pool.
     direct: Option<Direct>,
+    /// The (queue, priority) pairs whose ready floors this process knows
+    /// exist on this shard (`store::floors`).
+    pub(crate) floors_made:
+        std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(String, i32)>>>,
 }
 
 /// A connection's settings and TLS, for a dedicated connection.
@@ -410,6 +414,7 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
         clean_within: config.database.connect_timeout,
         behind_pooler: shard.transaction_pooler,
         direct,
+        floors_made: Default::default(),
     })
 }
 

@@ -8,18 +8,14 @@
 -- and met in the order they became ready. For each head's key the claim
 -- *tries* the key lock (someone else has it: leave the head for a later
 -- claim), then, in a new statement whose snapshot sees every change made
--- under that lock, asks whether the key is held. A free key is claimed as
--- a run: its queued and waiting jobs in id order, cut at the first row
--- another claim has locked. The jobs taken are the first p_limit of the
--- unkeyed jobs and the runs, in dequeue order of the unkeyed job or the
--- run's head (a run is cut, never split). The queued jobs of every key held
--- now (blocked, or taken by this claim: those the run's read met) are
--- parked as 'waiting', so no later claim meets them again. A round that
--- takes nothing but parks something scans again (at most four rounds).
---
--- Each read by key walks that key's dead versions while a long
--- transaction holds vacuum back, so a key taken is read once (its run),
--- not again to park what is left of it.
+-- under that lock, asks whether the key is held. A
+-- free key is claimed as a run: its queued and waiting jobs in id order, cut
+-- at the first row another claim has locked. The jobs taken are the first
+-- p_limit of the unkeyed jobs and the runs, in dequeue order of the unkeyed
+-- job or the run's head (a run is cut, never split). The queued jobs of every
+-- key held now (blocked, or taken by this claim) are parked as 'waiting', so
+-- no later claim meets them again. A round that takes nothing but parks
+-- something scans again (at most four rounds).
 --
 -- Its statements keep one generic plan per session (force_generic_plan):
 -- planned for each call, as shardq's sessions plan by default, they cost
@@ -43,10 +39,8 @@ DECLARE
     f_key text[]; f_pos bigint[];             -- locked keys nothing holds
     t_tid tid[] := '{}';                      -- jobs to claim
     blocked text[];                           -- locked keys something else holds
-    left_tids tid[];                          -- queued jobs of keys taken, not taken
-    full_keys text[];                         -- keys taken, read up to the limit
+    held text[];                              -- keys held once this claim commits
     parked int;
-    blocked_parked int;
     round int := 0;
     plain_tids tid[];                         -- ready unkeyed jobs locked here
     head_tids tid[];                          -- ready keyed jobs locked here
@@ -95,7 +89,7 @@ BEGIN
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.shard_key, w.id, w.status FROM workflow_status w
+            SELECT w.ctid AS tid, w.shard_key, w.id FROM workflow_status w
             WHERE (w.shard_key, w.id) IN (SELECT p.shard_key, p.id FROM pending p)
               AND w.status IN ('queued', 'waiting')
             FOR UPDATE SKIP LOCKED
@@ -111,25 +105,12 @@ BEGIN
             SELECT g.tid, p.k, p.pos, p.rn FROM pending p JOIN cut ON cut.k = p.k
             JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
             WHERE p.rn < cut.gap
-        ), take AS MATERIALIZED (
+        ), take AS (
             SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
-        ), left_queued AS (
-            -- Queued jobs of the keys taken, read and locked here but not
-            -- taken (past a run's cut, or the claim's limit): parked below
-            -- by tuple id, without reading the key again.
-            SELECT g.tid FROM pending p
-            JOIN got g ON g.shard_key = p.shard_key AND g.id = p.id
-            WHERE g.status = 'queued'
-              AND EXISTS (SELECT 1 FROM take t WHERE t.k = p.k)
-              AND NOT EXISTS (SELECT 1 FROM take t WHERE t.tid = g.tid)
         )
-        SELECT (SELECT coalesce(array_agg(x.tid), '{}') FROM take x),
-               (SELECT coalesce(array_agg(l.tid), '{}') FROM left_queued l),
-               -- Keys taken whose read stopped at the limit: they may have
-               -- more queued jobs than it met, parked by key below.
-               (SELECT coalesce(array_agg(p.k), '{}') FROM pending p
-                WHERE p.rn = p_limit AND EXISTS (SELECT 1 FROM take t WHERE t.k = p.k))
-        INTO t_tid, left_tids, full_keys;
+        SELECT coalesce(array_agg(x.tid), '{}'),
+               coalesce(array_agg(DISTINCT x.k) FILTER (WHERE x.k IS NOT NULL), '{}')
+        INTO t_tid, held FROM take x;
 
         -- Taken before the keys are parked below: a row parked would move
         -- (a new tuple id) and the take would miss it. Got_slot 2 when
@@ -143,20 +124,13 @@ BEGIN
                      THEN 2 ELSE 1 END);
         END IF;
 
-        -- Park the queued jobs of the keys held now: those this claim took
-        -- read above (locked here, found by tuple id: the take moved only
-        -- the rows it took), and, read by key (bounded per claim), those
-        -- of the locked keys something else holds and of the keys taken
-        -- whose read stopped at the limit. A key's queued job committed
-        -- since its read is parked by the claim that meets it next.
-        UPDATE workflow_status w SET status = 'waiting'
-        WHERE w.ctid = ANY (left_tids) AND w.status = 'queued';
-        GET DIAGNOSTICS parked = ROW_COUNT;
+        -- Park the queued jobs of the keys held now: those this claim took,
+        -- and the locked ones something else holds (bounded per claim).
         UPDATE workflow_status w SET status = 'waiting'
         FROM (
             SELECT q.shard_key, q.id FROM workflow_status q
             WHERE (q.shard_key, q.id) IN (
-                SELECT n.shard_key, n.id FROM unnest(blocked || full_keys) AS h(k)
+                SELECT n.shard_key, n.id FROM unnest(held || blocked) AS h(k)
                 CROSS JOIN LATERAL (
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
                     WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
@@ -165,8 +139,7 @@ BEGIN
               AND q.status = 'queued'
             FOR UPDATE SKIP LOCKED) p
         WHERE w.shard_key = p.shard_key AND w.id = p.id;
-        GET DIAGNOSTICS blocked_parked = ROW_COUNT;
-        parked := parked + blocked_parked;
+        GET DIAGNOSTICS parked = ROW_COUNT;
 
         EXIT WHEN cardinality(t_tid) > 0 OR parked = 0 OR round >= 4;
     END LOOP;

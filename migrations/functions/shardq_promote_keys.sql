@@ -2,11 +2,6 @@
 -- running, scheduled or queued gets its lowest waiting job queued. Call with
 -- the keys locked, in a statement after the one that changed them. Returns
 -- how many were queued.
---
--- A key's waiting head is looked up first (materialized), and only a key
--- that has one is asked whether it is held: each of those reads walks the
--- key's own dead versions while a long transaction holds vacuum back, and
--- most completions leave no job of their key waiting.
 CREATE OR REPLACE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURNS integer
     LANGUAGE plpgsql AS $$
 DECLARE
@@ -17,20 +12,20 @@ BEGIN
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
         JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
         WHERE w.ordering_key IS NOT NULL
-    ), heads AS MATERIALIZED (
-        SELECT k.queue, k.ordering_key, n.shard_key, n.id FROM keys k CROSS JOIN LATERAL (
+    ), released AS (
+        SELECT k.queue, k.ordering_key FROM keys k
+        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
+                          WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                            AND a.status IN ('running', 'scheduled', 'queued'))
+    ), heads AS (
+        SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
               AND w.status = 'waiting'
             ORDER BY w.id LIMIT 1) n
-    ), released AS (
-        SELECT h.shard_key, h.id FROM heads h
-        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
-                          WHERE a.queue = h.queue AND a.ordering_key = h.ordering_key
-                            AND a.status IN ('running', 'scheduled', 'queued'))
     )
     UPDATE workflow_status w SET status = 'queued'
-    FROM released h
+    FROM heads h
     WHERE w.shard_key = h.shard_key AND w.id = h.id AND w.status = 'waiting';
     GET DIAGNOSTICS promoted = ROW_COUNT;
     RETURN promoted;

@@ -7,6 +7,7 @@ use super::handle::Client;
 use crate::job::{InvalidJob, JobId, NewJob};
 use crate::router;
 use crate::shards::Shard;
+use crate::store::floors;
 use crate::store::jobs::{self, NewRow};
 use tokio_postgres::GenericClient;
 
@@ -90,6 +91,12 @@ impl RoutedJob {
             job: &self.job,
             max_attempts: self.max_attempts,
         };
+        // The queue's floors made first, outside `tx`, so that `tx` makes
+        // none and holds no other enqueue back; if that fails, the trigger
+        // makes them in `tx` as it would for SQL.
+        if let Err(err) = floors::ensure(&self.shard, std::iter::once(&self.job)).await {
+            tracing::debug!(shard = %self.shard.name, error = %err, "ready floors not made ahead");
+        }
         jobs::insert_in(tx, row, self.epoch).await
     }
 }

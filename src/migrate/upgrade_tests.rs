@@ -210,8 +210,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
 
 /// Functions added after migration 16 (new files), and those changed on
 /// purpose since (the claim, for groups: migration 22; the completion, for
-/// the `dead` ask of a permanent failure; the release of keys, its waiting
-/// head first): left out of the comparison below.
+/// the `dead` ask of a permanent failure): left out of the comparison below.
 const ADDED_AFTER_16: &[&str] = &[
     "shardq_shard_key",
     "shardq_route",
@@ -233,6 +232,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_lock_plain_ready",
     "shardq_lock_keyed_ready",
     "shardq_mark_ready",
+    "shardq_ensure_floors",
     "shardq_take",
     "shardq_complete_many",
     "shardq_send_row",
@@ -252,7 +252,6 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_child_result",
     "shardq_child_intent",
     "shardq_child_wait",
-    "shardq_promote_keys",
 ];
 
 /// The functions part of a snapshot without the functions of `names`.

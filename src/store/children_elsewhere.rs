@@ -393,13 +393,6 @@ pub enum RelayLease {
     Elsewhere(Duration),
 }
 
-impl RelayLease {
-    /// Whether this worker holds it.
-    pub fn held(self) -> bool {
-        self == RelayLease::Held
-    }
-}
-
 /// Whether `holder` (a worker's id) holds the lease of relaying the wakes
 /// children on shard `from` owe parents on shard `to`, taking it when it
 /// has expired and renewing it for `ttl` when less than half is left

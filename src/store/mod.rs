@@ -27,6 +27,7 @@ mod error;
 pub mod events;
 mod exec;
 pub mod failures;
+pub(crate) mod floors;
 pub mod horizon;
 pub mod jobs;
 pub mod limits;

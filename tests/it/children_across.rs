@@ -26,9 +26,20 @@ const IDLE: &str = "idle";
 /// Two migrated shards; the worker runs one job at a time and promotes
 /// (and relays wakes) every 50 ms.
 async fn shardq() -> (TestShards, Shardq) {
+    two_shards(QUEUE, 1, 50).await
+}
+
+/// Two migrated shards, for a worker of `queue` running `concurrency`
+/// jobs at once, promoting (and relaying wakes) every `upkeep_ms`.
+pub(crate) async fn two_shards(
+    queue: &str,
+    concurrency: usize,
+    upkeep_ms: u64,
+) -> (TestShards, Shardq) {
     let shards = TestShards::databases(2).await;
     let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\nmaintenance_interval_ms = 50\n"
+        "[worker]\nqueues = [\"{queue}\"]\nconcurrency = {concurrency}\n\
+         maintenance_interval_ms = {upkeep_ms}\n"
     ));
     let shardq = Shardq::connect(config).unwrap();
     shardq.migrate().await.unwrap();
@@ -101,12 +112,7 @@ async fn a_child_on_another_shard_runs_once_and_wakes_its_parked_parent() {
 /// within the 30 s the parent's result is waited for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_childs_finish_rings_the_relay_without_waiting_for_its_timer() {
-    let shards = TestShards::databases(2).await;
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 1\nmaintenance_interval_ms = 60000\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
+    let (_shards, shardq) = two_shards(QUEUE, 1, 60_000).await;
     a_child_wakes_its_parent_across_shards(&shardq, Duration::from_secs(3)).await;
 }
 

@@ -24,15 +24,24 @@ const QUEUE: &str = "senders";
 /// A queue no worker serves: the recipient stays queued, its mailbox open.
 const IDLE: &str = "idle";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sender_parks_while_the_recipients_shard_is_down_and_spends_no_attempt() {
+/// Two shards with short deadlines and a worker of the senders' queue; a
+/// key on shard 0 for a sender, and a recipient on shard 1 that stays
+/// queued (no worker serves its queue).
+async fn sender_and_recipient_shards() -> (TestShards, shardq::Shardq, String, JobId) {
     let (shards, shardq) = two_slots(QUEUE, 2, 1000, 3000).await;
     let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
-    let client = shardq.client();
-    let recipient = client
+    let recipient = shardq
+        .client()
         .enqueue(NewJob::new(IDLE, "recipient", json!({})).ordering_key(away))
         .await
         .unwrap();
+    (shards, shardq, home, recipient)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_parks_while_the_recipients_shard_is_down_and_spends_no_attempt() {
+    let (shards, shardq, home, recipient) = sender_and_recipient_shards().await;
+    let client = shardq.client();
     let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let runs = Arc::new(AtomicU32::new(0));
     let mut handlers = HandlerRegistry::new();
@@ -141,13 +150,8 @@ async fn senders_to_a_frozen_shard_park_at_once_and_leave_the_slots_to_others() 
 /// is back the message lands once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_parked_by_a_long_outage_tries_again_less_often() {
-    let (shards, shardq) = two_slots(QUEUE, 2, 1000, 3000).await;
-    let (home, away) = (key_on(&shardq, 0), key_on(&shardq, 1));
+    let (shards, shardq, home, recipient) = sender_and_recipient_shards().await;
     let client = shardq.client();
-    let recipient = client
-        .enqueue(NewJob::new(IDLE, "recipient", json!({})).ordering_key(away))
-        .await
-        .unwrap();
     let mut handlers = HandlerRegistry::new();
     handlers.register("sender", move |ctx| async move {
         ctx.send(recipient, "news", json!({ "n": 1 })).await?;

@@ -102,19 +102,6 @@ fn ids(jobs: &[ClaimedJob]) -> Vec<JobId> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_earlier_id_committed_late_waits_for_the_running_job_of_its_key() {
     let s = setup().await;
-    // The queue has had jobs on this shard (its ready floors exist): the
-    // first job of a new queue and priority creates them, and a second
-    // transaction that enqueues one meanwhile waits for it to commit.
-    s.shard()
-        .client()
-        .await
-        .unwrap()
-        .batch_execute(
-            "INSERT INTO shardq_ready_floors (queue, priority) VALUES ('q', 0);
-             INSERT INTO shardq_ready_levels (queue, priority) VALUES ('q', 0);",
-        )
-        .await
-        .unwrap();
     let early = s.client.route(keyed("K")).unwrap();
     let late = s.client.route(keyed("K")).unwrap();
     let mut first = early.shard().client().await.unwrap();

@@ -7,11 +7,11 @@
 
 use crate::common;
 
-use super::children_across::{children_on, key_on};
+use super::children_across::{children_on, key_on, two_shards};
 use common::{wait_until, TestShards};
 use serde_json::json;
 use shardq::store::children_elsewhere::{give_up_relay_lease, relay_lease, RelayLease};
-use shardq::{ChildResult, HandlerRegistry, JobOutcome, NewJob, Shardq};
+use shardq::{ChildResult, HandlerRegistry, JobOutcome, NewJob};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,7 @@ async fn a_relay_lease_has_one_holder_and_passes_on_when_it_is_not_renewed() {
     let ttl = Duration::from_secs(4);
     let on = &set;
     let lease = |holder: &'static str| async move {
-        relay_lease(on, 0, 1, holder, ttl).await.unwrap().held()
+        relay_lease(on, 0, 1, holder, ttl).await.unwrap() == RelayLease::Held
     };
 
     assert!(lease("a").await, "the first taker holds it");
@@ -90,14 +90,17 @@ async fn a_late_renewal_and_a_taker_never_both_hold_the_lease() {
     let set = shards.migrated(&shards.config("")).await;
     let db = set.get(0).client().await.unwrap();
     let ttl = Duration::from_secs(60);
-    assert!(relay_lease(&set, 0, 1, "a", ttl).await.unwrap().held());
+    assert!(relay_lease(&set, 0, 1, "a", ttl).await.unwrap() == RelayLease::Held);
     // Past: b takes it (as it would a moment after a's end).
     db.batch_execute("UPDATE shardq_relay_leases SET until = now() - interval '1 second'")
         .await
         .unwrap();
-    assert!(relay_lease(&set, 0, 1, "b", ttl).await.unwrap().held());
+    assert!(relay_lease(&set, 0, 1, "b", ttl).await.unwrap() == RelayLease::Held);
     // a's renewal, which read its own row as due: the upsert finds b's.
-    assert!(!relay_lease(&set, 0, 1, "a", ttl).await.unwrap().held());
+    assert_ne!(
+        relay_lease(&set, 0, 1, "a", ttl).await.unwrap(),
+        RelayLease::Held
+    );
 }
 
 /// Two takers race for an expired lease, twenty times over: each time
@@ -113,7 +116,10 @@ async fn two_takers_of_an_expired_lease_never_both_hold_it() {
             relay_lease(&set, 0, 1, "a", ttl),
             relay_lease(&set, 0, 1, "b", ttl)
         );
-        let held = [a.unwrap().held(), b.unwrap().held()];
+        let held = [
+            a.unwrap() == RelayLease::Held,
+            b.unwrap() == RelayLease::Held,
+        ];
         assert_eq!(
             held.iter().filter(|h| **h).count(),
             1,
@@ -132,12 +138,7 @@ async fn two_takers_of_an_expired_lease_never_both_hold_it() {
 /// delivers: the parent gets the child's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expires() {
-    let shards = TestShards::databases(2).await;
-    let config = shards.config(&format!(
-        "[worker]\nqueues = [\"{QUEUE}\"]\nconcurrency = 2\nmaintenance_interval_ms = 50\n"
-    ));
-    let shardq = Shardq::connect(config).unwrap();
-    shardq.migrate().await.unwrap();
+    let (_shards, shardq) = two_shards(QUEUE, 2, 50).await;
     let child_shard = shardq.shards().get(1).client().await.unwrap();
 
     let away = key_on(&shardq, 1);

@@ -210,9 +210,10 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP TRIGGER IF EXISTS shardq_ready_on_insert ON workflow_status; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_update ON workflow_status; \
                  DROP TABLE IF EXISTS shardq_ready_floors, shardq_ready_barrier, shardq_ready_levels; \
+                 DROP TABLE IF EXISTS shardq_relay_leases; \
                  DROP SEQUENCE IF EXISTS shardq_ready_seq; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS ready_seq; \
-                 DELETE FROM shardq_functions WHERE name = 'shardq_mark_ready'; \
+                 DELETE FROM shardq_functions WHERE name IN ('shardq_mark_ready', 'shardq_ensure_floors'); \
                  DROP TYPE IF EXISTS shardq_claimed CASCADE; \
                  DELETE FROM shardq_functions WHERE name IN ('shardq_take', 'shardq_claim', \
                      'shardq_claim_keyed', 'shardq_claim_grouped'); \

@@ -121,3 +121,9 @@ pub const JOB_INSERT_DEDUP_AS: &str = "WITH fence AS MATERIALIZED ( \
 /// The unfinished job of queue $1 with deduplication id $2.
 pub const JOB_FIND_DEDUP: &str = "SELECT shard_key, id FROM workflow_status \
     WHERE queue = $1 AND dedup_id = $2 AND status IN ('scheduled', 'queued', 'running', 'held')";
+
+/// The ready floors of the queues ($1) and priorities ($2, pairwise) that
+/// lack them, made before their first job is written
+/// (`shardq_ensure_floors`: the rights of the schema's owner, as the
+/// trigger that otherwise makes them).
+pub const READY_FLOORS_ENSURE: &str = "SELECT shardq_ensure_floors($1::text[], $2::int[])";

@@ -1,0 +1,34 @@
+-- shardq_ensure_floors: makes the ready floors (shardq_ready_floors, and
+-- the never-updated shardq_ready_levels) of the queues and priorities
+-- given pairwise, where missing. The client calls it on its own before
+-- the first job of a queue and priority it writes to a shard
+-- (src/store/floors.rs), so the trigger that numbers the job finds the
+-- floors made and inserts nothing in the enqueuing transaction: a second
+-- transaction enqueueing into the same new queue and priority then does
+-- not wait for the first to commit.
+--
+-- SECURITY DEFINER, as shardq_mark_ready: a producer needs no right on
+-- the floors. Every name in it is schema-qualified (resolved now, from
+-- workflow_status, which is why it is created by a DO block).
+DO $$
+DECLARE
+    s text := (SELECT quote_ident(n.nspname) FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE c.oid = 'workflow_status'::regclass);
+BEGIN
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION shardq_ensure_floors(p_queues text[], p_priorities int[])
+        RETURNS void
+        LANGUAGE sql SECURITY DEFINER
+        AS $b$
+            INSERT INTO %1$s.shardq_ready_floors (queue, priority)
+            SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
+            WHERE NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_levels l
+                              WHERE l.queue = t.q AND l.priority = t.p)
+            ON CONFLICT DO NOTHING;
+            INSERT INTO %1$s.shardq_ready_levels (queue, priority)
+            SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
+            ON CONFLICT DO NOTHING;
+        $b$
+    $f$, s);
+END $$;

@@ -85,7 +85,7 @@ impl Collector for Owed {
             e,
             "shardq_cross_shard_wakes_pending",
             "Wakes that finished child workflows on shard `from` owe their parents on shard `to`, \
-             not delivered yet (a relay in every worker delivers them within a second)",
+             not delivered yet (the relay of one worker delivers them within a second, another within seconds if it stops)",
             MetricType::Gauge,
             self.owed()
                 .map(|(from, to, o)| ([("from", from), ("to", to)], ConstGauge::new(o.pending))),

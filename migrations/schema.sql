@@ -1449,10 +1449,7 @@ AS $function$
             NEW.ready_seq := pg_catalog.nextval('public.shardq_ready_seq');
             IF NOT EXISTS (SELECT 1 FROM public.shardq_ready_levels l
                            WHERE l.queue = NEW.queue AND l.priority = NEW.priority) THEN
-                INSERT INTO public.shardq_ready_floors (queue, priority)
-                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
-                INSERT INTO public.shardq_ready_levels (queue, priority)
-                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
+                PERFORM public.shardq_ensure_floors(ARRAY[NEW.queue], ARRAY[NEW.priority]);
             END IF;
             RETURN NEW;
         END

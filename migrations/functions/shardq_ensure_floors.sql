@@ -5,7 +5,8 @@
 -- (src/store/floors.rs), so the trigger that numbers the job finds the
 -- floors made and inserts nothing in the enqueuing transaction: a second
 -- transaction enqueueing into the same new queue and priority then does
--- not wait for the first to commit.
+-- not wait for the first to commit. The trigger (shardq_mark_ready) calls
+-- it too, for a job whose floors are missing (one written by SQL).
 --
 -- SECURITY DEFINER, as shardq_mark_ready: a producer needs no right on
 -- the floors. Every name in it is schema-qualified (resolved now, from

@@ -1,8 +1,9 @@
 -- shardq_mark_ready: numbers a job without a group (plain or keyed) each
 -- time it becomes ready (`ready_seq`, migrations 0027 and 0037) and makes
--- sure its queue and priority have ready floors (looked up in
--- shardq_ready_levels, whose rows are never updated: a floor's own row has a version per move, all kept while the
--- horizon is held), as a trigger on every write that makes one ready (insert,
+-- sure its queue and priority have ready floors (shardq_ensure_floors,
+-- when shardq_ready_levels lacks them: its rows are never updated, where a
+-- floor's own row has a version per move, all kept while the horizon is
+-- held), as a trigger on every write that makes one ready (insert,
 -- promotion, recovery, release, retry, a move's release, a dashboard
 -- retry), so no writer can forget it: a ready job without a number, or
 -- with one below its floor, would never be claimed.
@@ -36,10 +37,7 @@ BEGIN
             NEW.ready_seq := pg_catalog.nextval('%1$s.shardq_ready_seq');
             IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_levels l
                            WHERE l.queue = NEW.queue AND l.priority = NEW.priority) THEN
-                INSERT INTO %1$s.shardq_ready_floors (queue, priority)
-                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
-                INSERT INTO %1$s.shardq_ready_levels (queue, priority)
-                VALUES (NEW.queue, NEW.priority) ON CONFLICT DO NOTHING;
+                PERFORM %1$s.shardq_ensure_floors(ARRAY[NEW.queue], ARRAY[NEW.priority]);
             END IF;
             RETURN NEW;
         END
@@ -68,14 +66,9 @@ CREATE OR REPLACE TRIGGER shardq_ready_on_update
 -- above holds a lock that keeps every writer of jobs out until this
 -- transaction commits, so none becomes ready unnumbered in between. Usually
 -- there are none: two probes of the ready indexes.
-INSERT INTO shardq_ready_floors (queue, priority)
-SELECT DISTINCT queue, priority FROM workflow_status
-WHERE status = 'queued' AND job_group IS NULL AND ready_seq IS NULL
-ON CONFLICT DO NOTHING;
-
-INSERT INTO shardq_ready_levels (queue, priority)
-SELECT queue, priority FROM shardq_ready_floors
-ON CONFLICT DO NOTHING;
+SELECT shardq_ensure_floors(array_agg(d.queue), array_agg(d.priority)) FROM (
+    SELECT DISTINCT queue, priority FROM workflow_status
+    WHERE status = 'queued' AND job_group IS NULL AND ready_seq IS NULL) d;
 
 UPDATE workflow_status SET ready_seq = nextval('shardq_ready_seq')
 WHERE status = 'queued' AND job_group IS NULL AND ready_seq IS NULL;

@@ -45,12 +45,12 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_promote_keys.sql"),
     },
     Function {
-        name: "shardq_mark_ready",
-        sql: include_str!("../../migrations/functions/shardq_mark_ready.sql"),
-    },
-    Function {
         name: "shardq_ensure_floors",
         sql: include_str!("../../migrations/functions/shardq_ensure_floors.sql"),
+    },
+    Function {
+        name: "shardq_mark_ready",
+        sql: include_str!("../../migrations/functions/shardq_mark_ready.sql"),
     },
     Function {
         name: "shardq_advance_ready_floors",

@@ -208,12 +208,7 @@ impl Health {
     /// claim late by a moment is not enough: a call to a silent shard is
     /// not made, and one in flight is given up.
     pub(crate) fn silent(&self, now: Instant) -> bool {
-        match self.state {
-            State::Suspect { since } => {
-                !self.answering && now.saturating_duration_since(since) >= SILENT_AFTER
-            }
-            State::Healthy => false,
-        }
+        !self.usable() && !self.answering && self.suspect_for(now) >= SILENT_AFTER
     }
 
     /// Whether a producer that found no other target to claim from may

@@ -160,3 +160,11 @@ GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
 -- Relay leases (migration 39): a worker takes and renews the lease of the
 -- wakes its shard's children owe another shard (an upsert: SELECT too).
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_relay_leases TO shardq_worker;
+
+-- Cancel cascades owed (migration 40): a cancel writes one and its
+-- canceller deletes it through functions that run with the owner's rights
+-- (shardq_owe_cascades, shardq_cascades_paid), so a producer and the
+-- dashboard need nothing here; a worker's pass takes the due ones (UPDATE)
+-- and `shardq check` reads them.
+GRANT SELECT, UPDATE ON TABLE shardq_cascades_owed TO shardq_worker;
+GRANT SELECT ON TABLE shardq_cascades_owed TO shardq_producer, shardq_dashboard_ro;

@@ -43,6 +43,16 @@
 --     37 0037_keyed_ready_order.sql
 --     38 0038_keyed_ready_index.sql
 --     39 0039_relay_leases.sql
+--     40 0040_cascades_owed.sql
+
+TABLE shardq_cascades_owed
+    shard_key integer NOT NULL
+    id bigint NOT NULL
+    owed_since timestamp with time zone NOT NULL DEFAULT now()
+    due_at timestamp with time zone NOT NULL
+    CONSTRAINT shardq_cascades_owed_pkey PRIMARY KEY (shard_key, id)
+    INDEX CREATE INDEX shardq_cascades_owed_due ON public.shardq_cascades_owed USING btree (due_at)
+    INDEX CREATE UNIQUE INDEX shardq_cascades_owed_pkey ON public.shardq_cascades_owed USING btree (shard_key, id)
 
 TABLE shardq_functions
     name text NOT NULL
@@ -358,6 +368,17 @@ BEGIN
     UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
         advanced_at = clock_timestamp();
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_cascades_paid(p_keys integer[], p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+AS $function$
+            DELETE FROM public.shardq_cascades_owed o
+            USING unnest(p_keys, p_ids) AS p(k, i)
+            WHERE o.shard_key = p.k AND o.id = p.i;
+        $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_check_route(p_epoch integer, VARIADIC p_shard_keys integer[])
@@ -1453,6 +1474,21 @@ AS $function$
             END IF;
             RETURN NEW;
         END
+        $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_owe_cascades(p_keys integer[], p_ids bigint[])
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+AS $function$
+            WITH written AS (
+                INSERT INTO public.shardq_cascades_owed (shard_key, id, due_at)
+                SELECT k, i, now() + interval '10 seconds'
+                FROM unnest(p_keys, p_ids) AS t(k, i)
+                ON CONFLICT (shard_key, id) DO NOTHING
+                RETURNING 1)
+            SELECT count(*) FROM written;
         $function$
 
 -- EXECUTE: PUBLIC EXECUTE

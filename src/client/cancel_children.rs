@@ -4,7 +4,7 @@
 use super::error::ClientError;
 use super::handle::Client;
 use crate::job::JobId;
-use crate::store::{cancel_cascade, jobs};
+use crate::store::{cancel_cascade, cascades_owed, jobs};
 
 impl Client {
     /// Cancels the unfinished descendants of `parent` (on its shard and
@@ -22,6 +22,10 @@ impl Client {
     /// its cancel request); a child started before that is found by the
     /// read of the next level or by cancelling again.
     ///
+    /// The cancel wrote the cascade as owed, and this one, once it reached
+    /// every child, marks it paid: should it fail, stop midway or leave a
+    /// child out (its range moving), the workers run it again.
+    ///
     /// # Errors
     ///
     /// When the shard fails: the children cancelled so far stay cancelled,
@@ -35,6 +39,11 @@ impl Client {
         let Some((shard, ())) = holder else {
             return Ok(0);
         };
-        Ok(cancel_cascade::cancel_descendants(&self.shards, shard.index, &[parent]).await?)
+        let cascaded =
+            cancel_cascade::cancel_descendants(&self.shards, shard.index, &[parent]).await?;
+        if cascaded.complete {
+            cascades_owed::paid(shard, &[parent]).await?;
+        }
+        Ok(cascaded.changed)
     }
 }

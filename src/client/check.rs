@@ -69,7 +69,8 @@ pub struct CheckOptions {
     pub wait_entries: u32,
     /// A child finished, or a workflow cancelled, longer ago than this
     /// without its parent woken ([`Invariant::LostChildWake`]) or its
-    /// children cancelled ([`Invariant::CancelledChildrenLeft`]) is a
+    /// children cancelled ([`Invariant::CancelledChildrenLeft`]), and a
+    /// cancel cascade owed longer ([`Invariant::CascadeOwed`]), is a
     /// violation.
     pub child_grace: Duration,
     /// The fleet's retention of finished jobs: a child created longer ago

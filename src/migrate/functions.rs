@@ -49,6 +49,14 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_ensure_floors.sql"),
     },
     Function {
+        name: "shardq_owe_cascades",
+        sql: include_str!("../../migrations/functions/shardq_owe_cascades.sql"),
+    },
+    Function {
+        name: "shardq_cascades_paid",
+        sql: include_str!("../../migrations/functions/shardq_cascades_paid.sql"),
+    },
+    Function {
         name: "shardq_mark_ready",
         sql: include_str!("../../migrations/functions/shardq_mark_ready.sql"),
     },

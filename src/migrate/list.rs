@@ -223,6 +223,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0039_relay_leases.sql",
         sql: include_str!("../../migrations/0039_relay_leases.sql"),
     },
+    Migration {
+        version: 40,
+        name: "0040_cascades_owed.sql",
+        sql: include_str!("../../migrations/0040_cascades_owed.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -18,7 +18,10 @@ use crate::shards::{Shard, ShardError, ShardSet};
 /// stand-in first when its row is not there yet
 /// ([`children_elsewhere::stand_ins`]): the parent's run, or its process's
 /// death, cannot start it after. The cascade of `Client::cancel` and of
-/// the deadline pass. Returns how many it changed.
+/// the deadline pass, and of the pass over the cascades owed
+/// ([`super::cascades_owed::run_due`]). Returns how many it changed, and whether it reached
+/// every child: not when a stand-in was left out (its key's range is
+/// moving, or this process's map is stale), so its cascade stays owed.
 ///
 /// # Errors
 ///
@@ -34,15 +37,21 @@ pub async fn cancel_descendants(
     shards: &ShardSet,
     index: usize,
     parents: &[JobId],
-) -> Result<u64, ShardError> {
+) -> Result<Cascaded, ShardError> {
     let mut changed = 0;
+    let mut left_out = 0;
     // One shard failing does not keep the others' children running.
     let mut failed = None;
     // Parents, by the shard to read their children on.
     let mut levels = vec![(index, parents.to_vec())];
+    // The descendants whose own children this cascade went on to.
+    let mut reached: Vec<(usize, Vec<JobId>)> = Vec::new();
     while let Some((on, level)) = levels.pop() {
         if level.is_empty() {
             continue;
+        }
+        if on != index || level != parents {
+            reached.push((on, level.clone()));
         }
         let elsewhere = match children_elsewhere::children_started(shards, on, &level).await {
             Ok(children) => children,
@@ -79,8 +88,11 @@ pub async fn cancel_descendants(
                     }
                 }
             }
-            if let Err(err) = children_elsewhere::stand_ins(shards.get(at), &unstarted).await {
-                failed.get_or_insert(err);
+            match children_elsewhere::stand_ins(shards.get(at), &unstarted).await {
+                Ok(skipped) => left_out += skipped,
+                Err(err) => {
+                    failed.get_or_insert(err);
+                }
             }
             match cancel_children_on(shards.get(at), &level).await {
                 Ok((cancelled, next)) => {
@@ -93,10 +105,33 @@ pub async fn cancel_descendants(
             }
         }
     }
+    let complete = failed.is_none() && left_out == 0;
+    if complete {
+        // Each child's cancel wrote the cascade it owes its own children:
+        // this one went through them all.
+        for (on, level) in &reached {
+            if let Err(err) = super::cascades_owed::paid(shards.get(*on), level).await {
+                failed.get_or_insert(err);
+            }
+        }
+    }
     match failed {
         Some(err) => Err(err),
-        None => Ok(changed),
+        None => Ok(Cascaded {
+            changed,
+            complete: left_out == 0,
+        }),
     }
+}
+
+/// What a cancel cascade did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cascaded {
+    /// The descendants it cancelled or asked to cancel.
+    pub changed: u64,
+    /// Whether it reached every child: false when a child's stand-in was
+    /// left out (its range is moving, or the map is stale here).
+    pub complete: bool,
 }
 
 /// The shard, other than the one its key routes to, that holds a row with

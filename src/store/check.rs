@@ -46,6 +46,10 @@ pub enum Invariant {
     /// No workflow cancelled longer ago than the grace has unfinished
     /// children left uncancelled (but those started to be abandoned).
     CancelledChildrenLeft,
+    /// No cancel cascade is owed longer than the grace (else neither the
+    /// canceller nor the workers' pass got it to every child, on any
+    /// shard).
+    CascadeOwed,
     /// The shard is at this binary's schema version and records the place
     /// in the shard map that the configured list gives it.
     ShardMap,
@@ -53,7 +57,7 @@ pub enum Invariant {
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 11] = [
+    pub const ALL: [Invariant; 12] = [
         Invariant::StrandedKey,
         Invariant::KeyRunningTwice,
         Invariant::LeaseNotRecovered,
@@ -64,6 +68,7 @@ impl Invariant {
         Invariant::WakeNotRelayed,
         Invariant::ParentMissing,
         Invariant::CancelledChildrenLeft,
+        Invariant::CascadeOwed,
         Invariant::ShardMap,
     ];
 
@@ -81,6 +86,7 @@ impl Invariant {
             Invariant::WakeNotRelayed => "wake_not_relayed",
             Invariant::ParentMissing => "parent_missing",
             Invariant::CancelledChildrenLeft => "cancelled_children_left",
+            Invariant::CascadeOwed => "cascade_owed",
             Invariant::ShardMap => "shard_map",
         }
     }
@@ -106,6 +112,7 @@ impl Invariant {
             Invariant::CancelledChildrenLeft => {
                 "a cancel reaches the children of the cancelled workflow in time"
             }
+            Invariant::CascadeOwed => "a cancel cascade owed reaches every child in time",
             Invariant::ShardMap => "schema version and shard map match this binary and the list",
         }
     }
@@ -235,7 +242,7 @@ async fn read_on(
         .await?;
     tx.query_typed(sql::CHECK_SETTINGS, &[(&deadline_ms, Type::TEXT)])
         .await?;
-    let asks: [(Invariant, &str, Vec<Param>); 10] = [
+    let asks: [(Invariant, &str, Vec<Param>); 11] = [
         (
             Invariant::StrandedKey,
             sql::CHECK_STRANDED_KEYS,
@@ -305,6 +312,15 @@ async fn read_on(
         (
             Invariant::CancelledChildrenLeft,
             sql::CHECK_CANCELLED_CHILDREN_LEFT,
+            vec![
+                (&rows, Type::INT8),
+                (&grace_ms, Type::INT8),
+                (&shown, Type::INT8),
+            ],
+        ),
+        (
+            Invariant::CascadeOwed,
+            sql::CHECK_CASCADE_OWED,
             vec![
                 (&rows, Type::INT8),
                 (&grace_ms, Type::INT8),

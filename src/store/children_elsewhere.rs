@@ -633,7 +633,9 @@ pub async fn children_started(
 /// Writes a cancelled stand-in on `shard` for each of `children` (started
 /// by cancelled parents, their starts not recorded) that has no row there
 /// ([`sql::CHILD_STAND_INS`]): the parent's run cannot insert it after.
-/// Returns how many it wrote.
+/// Returns how many it left out: children whose key this shard does not
+/// hold by its map now, or whose range is being moved (the cascade is
+/// then run again later).
 ///
 /// # Errors
 ///
@@ -652,7 +654,7 @@ pub async fn stand_ins(shard: &Shard, children: &[&StartedChild]) -> Result<u64,
     let handlers: Vec<&str> = children.iter().map(|c| c.handler.as_str()).collect();
     let parent_keys: Vec<i32> = children.iter().map(|c| c.parent.shard_key).collect();
     let parent_ids: Vec<i64> = children.iter().map(|c| c.parent.id).collect();
-    exec::execute(
+    let row = exec::query_one(
         shard,
         sql::CHILD_STAND_INS,
         &[
@@ -664,5 +666,6 @@ pub async fn stand_ins(shard: &Shard, children: &[&StartedChild]) -> Result<u64,
             (&parent_ids, Type::INT8_ARRAY),
         ],
     )
-    .await
+    .await?;
+    Ok(row.get::<_, i64>("left_out") as u64)
 }

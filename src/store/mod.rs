@@ -19,6 +19,7 @@
 pub mod backlog;
 pub mod browse;
 pub mod cancel_cascade;
+pub mod cascades_owed;
 pub mod check;
 pub mod children;
 pub mod children_elsewhere;

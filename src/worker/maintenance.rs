@@ -2,12 +2,14 @@
 //! and (less often) delete old finished jobs (due jobs are made ready by
 //! the promoter, when they fall due). Each step is gated per shard, so across the fleet one
 //! process at a time does it; the others' attempts cost one statement.
+//! It also runs the cancel cascades owed (`store::cascades_owed`), each
+//! taken by one process at a time through its row's lease.
 
 use super::per_shard::each_shard;
 use super::recovery_floor::RecoveryFloor;
 use crate::config::{Config, Retention};
 use crate::shards::{Shard, ShardError, ShardSet};
-use crate::store::upkeep;
+use crate::store::{cascades_owed, upkeep};
 use crate::telemetry::Stats;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,6 +22,9 @@ const MAINTENANCE_BATCH: i64 = 5_000;
 /// A pooled connection unused this long is closed (the pool reopens one when
 /// load comes back).
 const IDLE_CONNECTION: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Owed cancel cascades taken per statement.
+const CASCADE_BATCH: i64 = 100;
 
 /// Retention statements per shard and sweep, so a huge backlog is worked off
 /// over several sweeps instead of holding the loop.
@@ -76,11 +81,25 @@ async fn shard_loop(
     let shard = shards.get(index);
     let mut last_sweep = Instant::now();
     let mut recovery = RecoveryFloor::new();
+    let mut cascades: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let pause = super::rotation::jitter(&mut rand::thread_rng(), every / 2, every);
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => {
+                if let Some(task) = cascades {
+                    task.abort();
+                }
+                return;
+            }
             _ = tokio::time::sleep(pause) => {}
+        }
+        // In a task of its own, one at a time: a cascade waits on its
+        // children's shards, which must not hold back this shard's upkeep.
+        if cascades.as_ref().is_none_or(|task| task.is_finished()) {
+            let shards = shards.clone();
+            cascades = Some(tokio::spawn(async move {
+                run_owed_cascades(&shards, index).await;
+            }));
         }
         let sweep = last_sweep.elapsed() >= retention.interval;
         if sweep {
@@ -128,6 +147,29 @@ async fn sweep_finished(shard: &Shard, retention: &Retention) -> Result<(), Shar
         }
     }
     Ok(())
+}
+
+/// Runs the cancel cascades owed on shard `index` that are due, batch by
+/// batch while batches come back full (each taken cascade's row is leased
+/// for a minute, so a full batch is new work).
+async fn run_owed_cascades(shards: &ShardSet, index: usize) {
+    let shard = shards.get(index);
+    loop {
+        match cascades_owed::run_due(shards, index, CASCADE_BATCH).await {
+            Ok(pass) => {
+                if pass.taken > 0 {
+                    tracing::info!(shard = %shard.name, ?pass, "ran owed cancel cascades");
+                }
+                if pass.taken < CASCADE_BATCH as usize {
+                    return;
+                }
+            }
+            Err(err) => {
+                failed(shard, "cancel cascades owed", &err);
+                return;
+            }
+        }
+    }
 }
 
 /// Logs and counts what a recovery pass returned to the queue.

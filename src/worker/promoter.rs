@@ -19,7 +19,7 @@
 
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
-use crate::store::{cancel_cascade, children, deadlines, upkeep};
+use crate::store::{cancel_cascade, cascades_owed, children, deadlines, upkeep};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -122,9 +122,16 @@ async fn end_past_deadlines(shards: &ShardSet, index: usize) {
         // back this shard's promotions.
         let (shards, parents) = (shards.clone(), pass.ended);
         tokio::spawn(async move {
-            if let Err(err) = cancel_cascade::cancel_descendants(&shards, index, &parents).await {
-                let duty = "cancelling children of ended workflows";
-                super::maintenance::failed(shards.get(index), duty, &err);
+            let duty = "cancelling children of ended workflows";
+            match cancel_cascade::cancel_descendants(&shards, index, &parents).await {
+                Ok(cascaded) if cascaded.complete => {
+                    // Else the cascades stay owed: the maintenance pass runs them.
+                    if let Err(err) = cascades_owed::paid(shards.get(index), &parents).await {
+                        super::maintenance::failed(shards.get(index), duty, &err);
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => super::maintenance::failed(shards.get(index), duty, &err),
             }
         });
     }

@@ -523,6 +523,15 @@ mod race {
         let (set, job) = running_past_deadline(&shards).await;
         let pass = deadlines::end_past_deadline(set.get(0), 100).await.unwrap();
         assert_eq!(pass.ended, vec![job.id]);
+        // Its children's cancel is owed from the pass's own commit: a
+        // process that dies before its cascade leaves it to the workers.
+        let owed = set.get(0).client().await.unwrap();
+        let owed = owed
+            .query("SELECT shard_key, id FROM shardq_cascades_owed", &[])
+            .await
+            .unwrap();
+        let owed: Vec<(i32, i64)> = owed.iter().map(|r| (r.get(0), r.get(1))).collect();
+        assert_eq!(owed, vec![(job.id.shard_key, job.id.id)]);
         assert!(
             jobs::get(set.get(0), job.id)
                 .await

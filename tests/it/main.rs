@@ -13,6 +13,7 @@ mod backlog;
 mod bad_input;
 mod browse_plans;
 mod cancel;
+mod cascades_owed;
 mod check;
 mod check_waits;
 mod children;

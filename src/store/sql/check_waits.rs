@@ -322,3 +322,31 @@ pub const CHECK_CANCELLED_CHILDREN_LEFT: &str = "WITH seen AS MATERIALIZED ( \
             || first_key || '-' || first_id || ' (' || first_status || ')' ORDER BY id), '{}') \
             AS ex_detail \
     FROM shown";
+
+/// A cancel cascade owed longer than $2 ms (`shardq_cascades_owed`): a
+/// cancelled workflow whose children, on any shard, no cascade has
+/// reached to the end (the canceller's stopped, and the workers' pass
+/// has not finished it: a child's shard down, its range moving, or no
+/// worker running). The $1 oldest, by `owed_since` (the table's primary
+/// key has each row once; a few rows: a cascade is paid within seconds).
+/// Examples ($3): the oldest, with how long it has been owed.
+pub const CHECK_CASCADE_OWED: &str = "WITH seen AS MATERIALIZED ( \
+        SELECT o.shard_key, o.id, o.owed_since FROM shardq_cascades_owed o \
+        WHERE o.owed_since < now() - $2::bigint * interval '1 millisecond' \
+        ORDER BY o.owed_since LIMIT $1 \
+    ), shown AS ( \
+        SELECT s.shard_key, s.id, s.owed_since, w.queue, w.ordering_key FROM seen s \
+        LEFT JOIN workflow_status w ON w.shard_key = s.shard_key AND w.id = s.id \
+        ORDER BY s.owed_since LIMIT $3 \
+    ) \
+    SELECT (SELECT count(*) FROM seen) AS broken, \
+        (SELECT count(*) FROM seen) >= $1 AS capped, \
+        (SELECT count(*) FROM seen) AS scanned, \
+        coalesce(array_agg(shard_key ORDER BY owed_since), '{}') AS ex_shard_key, \
+        coalesce(array_agg(id ORDER BY owed_since), '{}') AS ex_id, \
+        coalesce(array_agg(queue ORDER BY owed_since), '{}') AS ex_queue, \
+        coalesce(array_agg(ordering_key ORDER BY owed_since), '{}') AS ex_key, \
+        coalesce(array_agg('its children owed a cancel for ' \
+            || round(extract(epoch FROM now() - owed_since)::numeric, 1) || ' s' \
+            ORDER BY owed_since), '{}') AS ex_detail \
+    FROM shown";

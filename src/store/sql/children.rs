@@ -254,23 +254,26 @@ pub const CHILDREN_ELSEWHERE: &str = "SELECT DISTINCT \
 /// (an insert racing this one is waited for). Keys this shard does not
 /// hold are left out (a stale map), and so are keys whose range is moving
 /// (the move's hold trigger would refuse an id from before the move, or
-/// write the stand-in `held`): a child of such a key that its parent's run
-/// inserts after the cancel, and whose parent's process dies before it
-/// cancels the child itself, runs (docs/workflows.md, its limits). Its
-/// error text marks it as a stand-in: `JOB_RETRY` refuses it.
-pub const CHILD_STAND_INS: &str = "INSERT INTO workflow_status AS w \
+/// write the stand-in `held`): returns how many it left out, and the
+/// cascade stays owed (`shardq_cascades_owed`) and is run again, once the
+/// move is over or the map reloaded. Its error text marks it as a
+/// stand-in: `JOB_RETRY` refuses it.
+pub const CHILD_STAND_INS: &str = "WITH c AS MATERIALIZED ( \
+        SELECT c.*, shardq_owns_key(c.shard_key) \
+            AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
+                WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                  AND v.state <> 'released' AND v.first_key <= c.shard_key \
+                  AND c.shard_key < v.end_key) AS here \
+        FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::bigint[]) \
+            AS c(shard_key, id, queue, handler, parent_shard_key, parent_id)), \
+    written AS (INSERT INTO workflow_status AS w \
         (id, shard_key, queue, handler, status, finished_at, error, parent_shard_key, parent_id) \
-    OVERRIDING SYSTEM VALUE \
-    SELECT c.id, c.shard_key, c.queue, c.handler, 'cancelled', now(), \
-        'cancelled with its parent before it started', c.parent_shard_key, c.parent_id \
-    FROM unnest($1::int[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::bigint[]) \
-        AS c(shard_key, id, queue, handler, parent_shard_key, parent_id) \
-    WHERE shardq_owns_key(c.shard_key) \
-        AND NOT EXISTS (SELECT 1 FROM shardq_map_moves v \
-            WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
-              AND v.state <> 'released' AND v.first_key <= c.shard_key \
-              AND c.shard_key < v.end_key) \
-    ON CONFLICT (id, shard_key) DO NOTHING";
+        OVERRIDING SYSTEM VALUE \
+        SELECT c.id, c.shard_key, c.queue, c.handler, 'cancelled', now(), \
+            'cancelled with its parent before it started', c.parent_shard_key, c.parent_id \
+        FROM c WHERE c.here \
+        ON CONFLICT (id, shard_key) DO NOTHING) \
+    SELECT count(*) FILTER (WHERE NOT c.here) AS left_out FROM c";
 
 /// The wakes children on this shard owe parents on other shards, by the
 /// parents' shard key: how many, and how long the oldest has waited since

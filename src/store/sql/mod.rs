@@ -16,6 +16,7 @@ mod macros;
 
 mod backlog;
 mod browse;
+mod cascades;
 mod check;
 mod check_waits;
 mod children;
@@ -38,6 +39,7 @@ mod workers;
 
 pub use backlog::*;
 pub use browse::*;
+pub use cascades::*;
 pub use check::*;
 pub use check_waits::*;
 pub use children::*;

@@ -360,15 +360,22 @@ async fn a_child_finished_on_a_shard_its_range_left_is_not_inserted_again() {
 /// (the child's id reserved on the old shard, its identity recorded, the
 /// move's ranges opened): the cascade leaves that child's stand-in out
 /// (the move's hold trigger refuses an id from before the move) and
-/// answers, instead of failing the cancel.
+/// answers, instead of failing the cancel, but says it did not reach
+/// every child, so its cascade stays owed. Once the move is over, the
+/// workers' pass over the cascades owed writes the stand-in on the new
+/// shard: the parent's run, inserting the child there after, writes
+/// nothing, and the child never runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_while_an_unstarted_childs_range_moves_answers() {
+async fn a_cancel_while_an_unstarted_childs_range_moves_stays_owed_until_the_move_is_over() {
     use shardq::reshard::Step;
+    use shardq::store::cascades_owed;
+    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
     let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
     let Unstarted {
         parent,
         home,
         child,
+        child_key,
         ..
     } = unstarted_child(&m).await;
     let all = &m.all;
@@ -381,12 +388,55 @@ async fn a_cancel_while_an_unstarted_childs_range_moves_answers() {
     all.load_map().await.unwrap();
     assert_eq!(all.for_key(at).index, 2);
 
-    shardq::store::cancel_cascade::cancel_descendants(all, home, &[parent])
+    // The canceller: the parent's cancel, then its cascade.
+    let asked = shardq::store::jobs::cancel(all.get(home), parent)
+        .await
+        .unwrap();
+    assert_eq!(asked, Some(shardq::store::JobStatus::Running));
+    let cascaded = shardq::store::cancel_cascade::cancel_descendants(all, home, &[parent])
         .await
         .expect("the cascade answers");
+    assert!(!cascaded.complete, "the child's stand-in was left out");
     for shard in all.all() {
         assert!(children_on(shard, parent).await.is_empty(), "no stand-in");
     }
+
+    let finish = Options {
+        patience: Some(Duration::from_secs(30)),
+        ..Options::default()
+    };
+    assert!(reshard(all, 2, 3, &finish, |_| {}).await.unwrap().complete);
+    all.load_map().await.unwrap();
+    let db = all.get(home).client().await.unwrap();
+    db.execute("UPDATE shardq_cascades_owed SET due_at = now()", &[])
+        .await
+        .unwrap();
+    let pass = cascades_owed::run_due(all, home, 100).await.unwrap();
+    assert_eq!((pass.taken, pass.done), (1, 1), "{pass:?}");
+
+    // The parent's run, still going: its insert of the child.
+    let payload = json!({});
+    let start = crate::children_across::first_child_of(parent, &child_key, &payload);
+    let row = ChildRow {
+        id: child,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+    elsewhere::insert(all.get(2), row).await.unwrap();
+    let status: String = all
+        .get(2)
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT status FROM workflow_status WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "cancelled", "the stand-in, not the child");
 }
 
 /// A child whose start its parent's run has not recorded: its key in a

@@ -10,14 +10,21 @@
 /// gets the request: the move copies the request with it and cancels it when
 /// it releases the range. A held stand-in of a job running on its old shard
 /// is not the job: it is left alone, so the caller goes on to that shard.
-pub const JOB_CANCEL: &str = "UPDATE workflow_status SET \
+///
+/// The cancel writes, in its transaction, the cascade its children are
+/// owed (`shardq_owe_cascades`): the caller's cascade runs next,
+/// and should it not finish, the workers' pass runs it again
+/// ([`super::super::CASCADES_OWED_TAKE`]).
+pub const JOB_CANCEL: &str = "WITH c AS (UPDATE workflow_status SET \
         status = CASE WHEN status IN ('running', 'held') THEN status ELSE 'cancelled' END, \
         cancel_requested = status IN ('running', 'held'), \
         finished_at = CASE WHEN status IN ('running', 'held') THEN NULL ELSE now() END \
     WHERE shard_key = $1 AND id = $2 \
         AND (status IN ('waiting', 'scheduled', 'queued', 'running') \
              OR (status = 'held' AND held_status <> 'running')) \
-    RETURNING status";
+    RETURNING shard_key, id, status), \
+    owed AS (SELECT shardq_owe_cascades(array_agg(c.shard_key), array_agg(c.id)) FROM c) \
+    SELECT c.status FROM c, owed";
 
 /// Puts a dead, failed or cancelled job back with fresh attempts: `queued`,
 /// or `waiting` behind its key. A debounced job comes back as an ordinary one

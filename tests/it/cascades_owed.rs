@@ -1,0 +1,154 @@
+//! Cancel cascades owed: a cancel writes, in its own transaction, the
+//! cascade its children are owed, and the workers run it again until it
+//! has reached every child. A canceller whose cascade failed (a child's
+//! shard down) or that died before it leaves the children to the workers,
+//! not running.
+
+use crate::common;
+
+use super::children_across::{
+    children_on, first_child_of, identity_recorded, nth_key_on, running_parent, two_shards,
+};
+use super::children_across_outage::two_slots;
+use common::wait_until;
+use serde_json::json;
+use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
+use shardq::{HandlerRegistry, JobId, Shardq};
+use shardq_local::StopMode;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The cascades owed on shard `index`: (shard key, id) of each workflow.
+async fn owed_on(shardq: &Shardq, index: usize) -> Vec<(i32, i64)> {
+    let db = shardq.shards().get(index).client().await.unwrap();
+    db.query(
+        "SELECT shard_key, id FROM shardq_cascades_owed ORDER BY id",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// A parent on shard 0 (running, claimed by hand) with a child on shard
+/// 1, queued in a queue no worker serves: its identity recorded, the
+/// child inserted, its start not recorded yet.
+async fn parent_with_a_child_away(shardq: &Shardq) -> (JobId, JobId) {
+    let parent = running_parent(shardq).await;
+    let key = nth_key_on(shardq, 1, 0);
+    let child = identity_recorded(shardq, parent, 1, &key).await;
+    let payload = json!({});
+    let row = ChildRow {
+        id: child,
+        parent,
+        parent_deadline: None,
+        job: &first_child_of(parent, &key, &payload),
+    };
+    elsewhere::insert(shardq.shards().get(1), row)
+        .await
+        .unwrap();
+    (parent, child)
+}
+
+/// A worker's pass finds the cascades due on `shardq`'s shards: makes
+/// those owed on shard 0 due now (their first 10 s are the canceller's).
+async fn due_now(shardq: &Shardq) {
+    let db = shardq.shards().get(0).client().await.unwrap();
+    db.execute("UPDATE shardq_cascades_owed SET due_at = now()", &[])
+        .await
+        .unwrap();
+}
+
+/// Runs a worker (of a queue the child is not in) until `done` holds.
+async fn with_a_worker<F, Fut>(shardq: &Shardq, what: &str, done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("noop", |_ctx| async { Ok(json!(null)) });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    wait_until(Duration::from_secs(30), what, done).await;
+    stop.cancel();
+    worker.await.unwrap();
+}
+
+/// The child's shard is down when its parent is cancelled: the cancel
+/// answers with the error, the parent is cancelled and its cascade owed.
+/// Once the shard is back, the workers cancel the child without a second
+/// cancel, and the cascade is paid. Without the owed cascade, the child
+/// would stay queued until someone cancelled the parent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_that_failed_on_a_down_shard_is_finished_by_the_workers() {
+    let (shards, shardq) = two_slots("family", 2, 1000, 3000).await;
+    let (parent, child) = parent_with_a_child_away(&shardq).await;
+
+    shards.servers[1].stop(StopMode::Immediate).unwrap();
+    let cancelled = shardq.client().cancel(parent).await;
+    assert!(
+        cancelled.is_err(),
+        "the child's shard is down: {cancelled:?}"
+    );
+    assert_eq!(
+        owed_on(&shardq, 0).await,
+        vec![(parent.shard_key, parent.id)],
+        "the cancel wrote its cascade as owed"
+    );
+    shards.servers[1].start_again().unwrap();
+    wait_until(Duration::from_secs(30), "shard 1 answers", || async {
+        shardq.shards().get(1).client().await.is_ok()
+    })
+    .await;
+    assert_eq!(
+        children_on(&shardq, 1, parent).await,
+        vec![(child, "queued".to_string())],
+        "no cascade reached the child yet"
+    );
+
+    due_now(&shardq).await;
+    with_a_worker(&shardq, "the child cancelled, the cascade paid", || async {
+        children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
+            && owed_on(&shardq, 0).await.is_empty()
+    })
+    .await;
+}
+
+/// The canceller dies between its cancel of the parent and its cascade
+/// (the store's cancel alone): the workers run the cascade it owed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceller_that_died_before_its_cascade_leaves_it_to_the_workers() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (parent, child) = parent_with_a_child_away(&shardq).await;
+    let home = shardq.shards().get(0);
+    assert!(shardq::store::jobs::cancel(home, parent)
+        .await
+        .unwrap()
+        .is_some());
+
+    due_now(&shardq).await;
+    with_a_worker(&shardq, "the child cancelled, the cascade paid", || async {
+        children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
+            && owed_on(&shardq, 0).await.is_empty()
+    })
+    .await;
+}
+
+/// A cancel whose cascade reached every child leaves nothing owed: the
+/// canceller paid it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_that_reached_every_child_is_not_owed() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (parent, child) = parent_with_a_child_away(&shardq).await;
+    shardq.client().cancel(parent).await.unwrap();
+    assert_eq!(
+        children_on(&shardq, 1, parent).await,
+        vec![(child, "cancelled".to_string())]
+    );
+    assert!(
+        owed_on(&shardq, 0).await.is_empty(),
+        "paid by the canceller"
+    );
+}

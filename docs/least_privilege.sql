@@ -163,8 +163,11 @@ GRANT SELECT, INSERT, UPDATE ON TABLE shardq_relay_leases TO shardq_worker;
 
 -- Cancel cascades owed (migration 40): a cancel writes one and its
 -- canceller deletes it through functions that run with the owner's rights
--- (shardq_owe_cascades, shardq_cascades_paid), so a producer and the
--- dashboard need nothing here; a worker's pass takes the due ones (UPDATE)
--- and `shardq check` reads them.
+-- (shardq_owe_cascades, which anyone may call, and shardq_cascades_paid,
+-- which only these roles may: a debt dropped unpaid is a cancel not
+-- carried out); a worker's pass takes the due ones (UPDATE) and
+-- `shardq check` reads them.
 GRANT SELECT, UPDATE ON TABLE shardq_cascades_owed TO shardq_worker;
 GRANT SELECT ON TABLE shardq_cascades_owed TO shardq_producer, shardq_dashboard_ro;
+GRANT EXECUTE ON FUNCTION shardq_cascades_paid(int[], bigint[], bigint[])
+    TO shardq_worker, shardq_producer, shardq_dashboard;

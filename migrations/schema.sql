@@ -48,10 +48,12 @@
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
     id bigint NOT NULL
+    generation bigint NOT NULL
     owed_since timestamp with time zone NOT NULL DEFAULT now()
     due_at timestamp with time zone NOT NULL
     CONSTRAINT shardq_cascades_owed_pkey PRIMARY KEY (shard_key, id)
     INDEX CREATE INDEX shardq_cascades_owed_due ON public.shardq_cascades_owed USING btree (due_at)
+    INDEX CREATE INDEX shardq_cascades_owed_since ON public.shardq_cascades_owed USING btree (owed_since)
     INDEX CREATE UNIQUE INDEX shardq_cascades_owed_pkey ON public.shardq_cascades_owed USING btree (shard_key, id)
 
 TABLE shardq_functions
@@ -315,6 +317,7 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     CONSTRAINT workflow_steps_shard_key_workflow_id_fkey FOREIGN KEY (shard_key, workflow_id) REFERENCES workflow_status(shard_key, id) ON DELETE CASCADE
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
+SEQUENCE shardq_cascades_owed_generation
 SEQUENCE shardq_map_change_xid
 SEQUENCE shardq_ready_seq
 SEQUENCE workflow_messages_seq_seq
@@ -369,15 +372,19 @@ BEGIN
         advanced_at = clock_timestamp();
 END $function$
 
--- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_cascades_paid(p_keys integer[], p_ids bigint[])
- RETURNS void
+-- EXECUTE: 
+CREATE OR REPLACE FUNCTION public.shardq_cascades_paid(p_keys integer[], p_ids bigint[], p_generations bigint[])
+ RETURNS bigint
  LANGUAGE sql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-            DELETE FROM public.shardq_cascades_owed o
-            USING unnest(p_keys, p_ids) AS p(k, i)
-            WHERE o.shard_key = p.k AND o.id = p.i;
+            WITH paid AS (
+                DELETE FROM public.shardq_cascades_owed o
+                USING unnest(p_keys, p_ids, p_generations) AS p(k, i, g)
+                WHERE o.shard_key = p.k AND o.id = p.i AND o.generation <= p.g
+                RETURNING 1)
+            SELECT count(*) FROM paid;
         $function$
 
 -- EXECUTE: PUBLIC EXECUTE
@@ -1481,14 +1488,18 @@ CREATE OR REPLACE FUNCTION public.shardq_owe_cascades(p_keys integer[], p_ids bi
  RETURNS bigint
  LANGUAGE sql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
             WITH written AS (
-                INSERT INTO public.shardq_cascades_owed (shard_key, id, due_at)
-                SELECT k, i, now() + interval '10 seconds'
+                INSERT INTO public.shardq_cascades_owed (shard_key, id, generation, due_at)
+                SELECT t.k, t.i, nextval('public.shardq_cascades_owed_generation'),
+                       now() + interval '10 seconds'
                 FROM unnest(p_keys, p_ids) AS t(k, i)
-                ON CONFLICT (shard_key, id) DO NOTHING
-                RETURNING 1)
-            SELECT count(*) FROM written;
+                ON CONFLICT (shard_key, id) DO UPDATE
+                    SET generation = EXCLUDED.generation, owed_since = EXCLUDED.owed_since,
+                        due_at = EXCLUDED.due_at
+                RETURNING generation)
+            SELECT coalesce(max(generation), 0) FROM written;
         $function$
 
 -- EXECUTE: PUBLIC EXECUTE

@@ -22,15 +22,20 @@ impl Client {
     /// its cancel request); a child started before that is found by the
     /// read of the next level or by cancelling again.
     ///
-    /// The cancel wrote the cascade as owed, and this one, once it reached
-    /// every child, marks it paid: should it fail, stop midway or leave a
-    /// child out (its range moving), the workers run it again.
+    /// The cancel wrote the cascade as owed (generation `owed`), and this
+    /// one, once it reached every child, marks it paid: should it fail,
+    /// stop midway or leave a child out (its range moving), the workers
+    /// run it again.
     ///
     /// # Errors
     ///
     /// When the shard fails: the children cancelled so far stay cancelled,
     /// and cancelling the parent again goes on with the rest.
-    pub(super) async fn cancel_children(&self, parent: JobId) -> Result<u64, ClientError> {
+    pub(super) async fn cancel_children(
+        &self,
+        parent: JobId,
+        owed: Option<i64>,
+    ) -> Result<u64, ClientError> {
         let holder = self
             .find(parent, |shard| async move {
                 Ok(jobs::exists(shard, parent).await?.then_some(()))
@@ -41,8 +46,16 @@ impl Client {
         };
         let cascaded =
             cancel_cascade::cancel_descendants(&self.shards, shard.index, &[parent]).await?;
-        if cascaded.complete {
-            cascades_owed::paid(shard, &[parent]).await?;
+        if let (true, Some(generation)) = (cascaded.complete, owed) {
+            // Not paid (this role may not, say): the workers' pass runs
+            // the cascade once more and pays it.
+            if let Err(err) = cascades_owed::paid(shard, &[(parent, generation)]).await {
+                tracing::warn!(
+                    job = %parent,
+                    error = %crate::error_chain::error_chain(&err),
+                    "cancel cascade done but not marked paid; the workers will run it again"
+                );
+            }
         }
         Ok(cascaded.changed)
     }

@@ -304,9 +304,11 @@ impl Client {
     /// Not cancel safe: dropped after the statement was sent, the job may be
     /// cancelled; calling again is harmless (it answers `None` or `running`).
     pub async fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, ClientError> {
-        let status = self.change(id, |shard| jobs::cancel(shard, id)).await?;
-        self.cancel_children(id).await?;
-        Ok(status)
+        let cancelled = self
+            .change(id, |shard| jobs::cancel_owing(shard, id))
+            .await?;
+        self.cancel_children(id, cancelled.map(|c| c.owed)).await?;
+        Ok(cancelled.map(|c| c.status))
     }
 
     /// Puts a dead, failed or cancelled job back in the queue with fresh

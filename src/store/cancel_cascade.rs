@@ -38,25 +38,17 @@ pub async fn cancel_descendants(
     index: usize,
     parents: &[JobId],
 ) -> Result<Cascaded, ShardError> {
-    let mut changed = 0;
-    let mut left_out = 0;
-    // One shard failing does not keep the others' children running.
-    let mut failed = None;
+    let mut c = Cascade::default();
     // Parents, by the shard to read their children on.
     let mut levels = vec![(index, parents.to_vec())];
-    // The descendants whose own children this cascade went on to.
-    let mut reached: Vec<(usize, Vec<JobId>)> = Vec::new();
     while let Some((on, level)) = levels.pop() {
         if level.is_empty() {
             continue;
         }
-        if on != index || level != parents {
-            reached.push((on, level.clone()));
-        }
         let elsewhere = match children_elsewhere::children_started(shards, on, &level).await {
             Ok(children) => children,
             Err(err) => {
-                failed.get_or_insert(err);
+                c.failed.get_or_insert(err);
                 Vec::new()
             }
         };
@@ -67,15 +59,10 @@ pub async fn cancel_descendants(
         for at in asked {
             let mut unstarted: Vec<&StartedChild> = Vec::new();
             for child in elsewhere.iter().filter(|c| c.shard == at && !c.started) {
-                match left_behind(shards, child).await {
+                match held_elsewhere(shards, at, child.id).await {
                     Ok(None) => unstarted.push(child),
                     Ok(Some(there)) => {
-                        match super::jobs::cancel(shards.get(there), child.id).await {
-                            Ok(done) => changed += u64::from(done.is_some()),
-                            Err(err) => {
-                                failed.get_or_insert(err);
-                            }
-                        }
+                        c.cancel(shards.get(there), child.id).await;
                         // Its own children are next, where it is.
                         levels.push((there, vec![child.id]));
                     }
@@ -83,44 +70,104 @@ pub async fn cancel_descendants(
                         // A shard that does not answer: the stand-in all
                         // the same (a row a move left there is rarer than
                         // an insert still to come).
-                        failed.get_or_insert(err);
+                        c.failed.get_or_insert(err);
                         unstarted.push(child);
                     }
                 }
             }
             match children_elsewhere::stand_ins(shards.get(at), &unstarted).await {
-                Ok(skipped) => left_out += skipped,
+                Ok(skipped) => c.left_out += skipped,
                 Err(err) => {
-                    failed.get_or_insert(err);
+                    c.failed.get_or_insert(err);
                 }
             }
-            match cancel_children_on(shards.get(at), &level).await {
-                Ok((cancelled, next)) => {
-                    changed += cancelled;
-                    levels.push((at, next));
-                }
+            let next = match children::unfinished(shards.get(at), &level).await {
+                Ok(next) => next,
                 Err(err) => {
-                    failed.get_or_insert(err);
+                    c.failed.get_or_insert(err);
+                    continue;
                 }
+            };
+            for child in &next {
+                if c.cancel(shards.get(at), *child).await == Some(false) {
+                    // Finished since the read, or a running child's
+                    // stand-in while its range moves: the child itself is
+                    // where it runs.
+                    match held_elsewhere(shards, at, *child).await {
+                        Ok(Some(there))
+                            if c.cancel(shards.get(there), *child).await == Some(true) => {}
+                        Ok(_) => c.left_out += 1,
+                        Err(err) => {
+                            c.failed.get_or_insert(err);
+                        }
+                    }
+                }
+            }
+            levels.push((at, next));
+        }
+    }
+    c.settle(shards).await
+}
+
+/// A cascade's running state: what it changed, the debts of the children
+/// it cancelled (each owes its own children a cascade, which this one
+/// runs too), what it left out, and its first failure.
+#[derive(Default)]
+struct Cascade {
+    changed: u64,
+    debts: Vec<(usize, JobId, i64)>,
+    left_out: u64,
+    failed: Option<ShardError>,
+}
+
+impl Cascade {
+    /// Cancels `child` on `shard`: `Some(true)` when it did (or asked
+    /// it), `Some(false)` when the shard holds it in no state to cancel,
+    /// `None` when the shard failed.
+    async fn cancel(&mut self, shard: &Shard, child: JobId) -> Option<bool> {
+        match super::jobs::cancel_owing(shard, child).await {
+            Ok(Some(done)) => {
+                self.changed += 1;
+                self.debts.push((shard.index, child, done.owed));
+                Some(true)
+            }
+            Ok(None) => Some(false),
+            Err(err) => {
+                self.failed.get_or_insert(err);
+                None
             }
         }
     }
-    let complete = failed.is_none() && left_out == 0;
-    if complete {
-        // Each child's cancel wrote the cascade it owes its own children:
-        // this one went through them all.
-        for (on, level) in &reached {
-            if let Err(err) = super::cascades_owed::paid(shards.get(*on), level).await {
-                failed.get_or_insert(err);
+
+    /// The cascade's answer. When it reached every child, it pays the
+    /// debts the children it cancelled wrote: it went through their own
+    /// children too.
+    async fn settle(mut self, shards: &ShardSet) -> Result<Cascaded, ShardError> {
+        if self.failed.is_none() && self.left_out == 0 {
+            let mut debts = std::mem::take(&mut self.debts);
+            debts.sort_by_key(|(on, _, _)| *on);
+            for on in debts
+                .iter()
+                .map(|(on, _, _)| *on)
+                .collect::<std::collections::BTreeSet<_>>()
+            {
+                let here: Vec<(JobId, i64)> = debts
+                    .iter()
+                    .filter(|d| d.0 == on)
+                    .map(|d| (d.1, d.2))
+                    .collect();
+                if let Err(err) = super::cascades_owed::paid(shards.get(on), &here).await {
+                    self.failed.get_or_insert(err);
+                }
             }
         }
-    }
-    match failed {
-        Some(err) => Err(err),
-        None => Ok(Cascaded {
-            changed,
-            complete: left_out == 0,
-        }),
+        match self.failed {
+            Some(err) => Err(err),
+            None => Ok(Cascaded {
+                changed: self.changed,
+                complete: self.left_out == 0,
+            }),
+        }
     }
 }
 
@@ -134,34 +181,21 @@ pub struct Cascaded {
     pub complete: bool,
 }
 
-/// The shard, other than the one its key routes to, that holds a row with
-/// unstarted child `child`'s id: its parent's run inserted it, then a move
-/// of its key's range left it there (a move copies unclaimed jobs only).
-/// Its stand-in would be a second row, read as the child; it is cancelled
-/// where it is instead. Asks each other shard once, for unstarted children
-/// only (a run that died, or is still between its insert and its record).
-async fn left_behind(shards: &ShardSet, child: &StartedChild) -> Result<Option<usize>, ShardError> {
+/// The shard other than `at` that holds a row with `child`'s id: an
+/// unstarted child its parent's run inserted before a move of its key's
+/// range left it there (a move copies unclaimed jobs only; its stand-in
+/// would be a second row, read as the child), or a running child whose
+/// range moved to `at` (`at` holds its stand-in only). It is cancelled
+/// where it is. Asks each other shard once.
+async fn held_elsewhere(
+    shards: &ShardSet,
+    at: usize,
+    child: JobId,
+) -> Result<Option<usize>, ShardError> {
     for shard in shards.all() {
-        if shard.index != child.shard && super::jobs::exists(shard, child.id).await? {
+        if shard.index != at && super::jobs::exists(shard, child).await? {
             return Ok(Some(shard.index));
         }
     }
     Ok(None)
-}
-
-/// Cancels the unfinished children of `parents` on `shard` (but abandoned
-/// ones): how many it changed, and the children, whose own children are
-/// next.
-async fn cancel_children_on(
-    shard: &Shard,
-    parents: &[JobId],
-) -> Result<(u64, Vec<JobId>), ShardError> {
-    let next = children::unfinished(shard, parents).await?;
-    let mut changed = 0;
-    for child in &next {
-        if super::jobs::cancel(shard, *child).await?.is_some() {
-            changed += 1;
-        }
-    }
-    Ok((changed, next))
 }

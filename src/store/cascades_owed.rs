@@ -4,35 +4,47 @@
 //! cascade reaches every child. A caller that dies midway through its
 //! cascade, a child's shard that did not answer, or a child's range that
 //! was moving then, leaves the children to this pass, not running.
+//!
+//! Each debt has a generation, greater for a later cancel of the same
+//! workflow (cancelled again after a retry): a cascade pays the
+//! generation it read before it started, never a later cancel's.
 
 use super::cancel_cascade::cancel_descendants;
 use super::exec;
 use super::sql;
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError, ShardSet};
+use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
+
+/// How long a pass keeps taking cascades: half the minute a taken
+/// cascade's row is leased for, so the rows it took are run before
+/// another process may take them again.
+const PASS_TIME: Duration = Duration::from_secs(30);
 
 /// What a pass over the cascades owed on one shard did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct OwedPass {
     /// Cascades taken (due, and not taken by another process).
     pub taken: usize,
-    /// Cascades that reached every child: no longer owed.
+    /// Debts paid: a cascade reached every child, or the workflow is no
+    /// longer cancelled (a retry put it back).
     pub done: usize,
-    /// Descendants they cancelled or asked to cancel.
+    /// Descendants the cascades cancelled or asked to cancel.
     pub changed: u64,
 }
 
-/// Runs up to `limit` cascades owed on shard `index` whose time has come
-/// (the row's lease: a minute, pushed ahead as it is taken), each from
-/// wherever its workflow's row is now, and drops those that reached every
-/// child. A cascade that fails or leaves a child out stays owed, due again
-/// in a minute; the others go on.
+/// Runs the cascades owed on shard `index` whose time has come, `limit`
+/// taken at a time (each row leased for a minute, pushed ahead as it is
+/// taken) for at most [`PASS_TIME`], each from wherever its workflow's row
+/// is now, and pays those that reached every child. A cascade that fails
+/// or leaves a child out stays owed, due again in a minute; the others go
+/// on.
 ///
 /// # Errors
 ///
-/// The first [`ShardError`]: of the take (nothing ran), or of a cascade
-/// (the others ran).
+/// The first [`ShardError`]: of a take (what it took before ran), or of a
+/// cascade (the others ran).
 ///
 /// # Cancel safety
 ///
@@ -40,31 +52,37 @@ pub struct OwedPass {
 /// later pass finishes them.
 pub async fn run_due(shards: &ShardSet, index: usize, limit: i64) -> Result<OwedPass, ShardError> {
     let shard = shards.get(index);
-    let rows = exec::query(shard, sql::CASCADES_OWED_TAKE, &[(&limit, Type::INT8)]).await?;
-    let mut pass = OwedPass {
-        taken: rows.len(),
-        ..OwedPass::default()
-    };
+    let started = Instant::now();
+    let mut pass = OwedPass::default();
     let mut failed = None;
-    for row in rows {
-        let parent = JobId {
-            shard_key: row.get("shard_key"),
-            id: row.get("id"),
-        };
-        match run_one(shards, index, parent).await {
-            Ok(Some(changed)) => {
-                pass.changed += changed;
-                match paid(shard, &[parent]).await {
-                    Ok(()) => pass.done += 1,
+    loop {
+        let rows = exec::query(shard, sql::CASCADES_OWED_TAKE, &[(&limit, Type::INT8)]).await?;
+        pass.taken += rows.len();
+        let full = rows.len() as i64 >= limit;
+        for row in rows {
+            let parent = JobId {
+                shard_key: row.get("shard_key"),
+                id: row.get("id"),
+            };
+            let generation: i64 = row.get("generation");
+            match run_one(shards, index, parent).await {
+                Ok(Some(changed)) => match paid(shard, &[(parent, generation)]).await {
+                    Ok(()) => {
+                        pass.done += 1;
+                        pass.changed += changed;
+                    }
                     Err(err) => {
                         failed.get_or_insert(err);
                     }
+                },
+                Ok(None) => {}
+                Err(err) => {
+                    failed.get_or_insert(err);
                 }
             }
-            Ok(None) => {}
-            Err(err) => {
-                failed.get_or_insert(err);
-            }
+        }
+        if !full || started.elapsed() >= PASS_TIME {
+            break;
         }
     }
     match failed {
@@ -73,54 +91,67 @@ pub async fn run_due(shards: &ShardSet, index: usize, limit: i64) -> Result<Owed
     }
 }
 
-/// Drops the cascades `parents` owe on `shard` (where they were
-/// cancelled): a cascade over all their children reached every child.
+/// Drops the cascades owed on `shard` (where they were cancelled) by the
+/// workflows given, each up to the generation its payer read before its
+/// cascade started: that cascade reached every child.
 ///
 /// # Errors
 ///
-/// [`ShardError`] when the shard fails: the cascades stay owed, and the
+/// [`ShardError`] when the shard fails (or this role may not pay:
+/// `docs/least_privilege.sql`): the cascades stay owed, and the workers'
 /// pass runs them once more.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe in effect: one statement; a repeat deletes nothing.
-pub async fn paid(shard: &Shard, parents: &[JobId]) -> Result<(), ShardError> {
-    let keys: Vec<i32> = parents.iter().map(|p| p.shard_key).collect();
-    let ids: Vec<i64> = parents.iter().map(|p| p.id).collect();
-    let params: [sql::Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
-    exec::execute(shard, sql::CASCADES_OWED_PAID, &params).await?;
+pub async fn paid(shard: &Shard, debts: &[(JobId, i64)]) -> Result<(), ShardError> {
+    if debts.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<i32> = debts.iter().map(|(p, _)| p.shard_key).collect();
+    let ids: Vec<i64> = debts.iter().map(|(p, _)| p.id).collect();
+    let generations: Vec<i64> = debts.iter().map(|(_, g)| *g).collect();
+    let params: [sql::Param; 3] = [
+        (&keys, Type::INT4_ARRAY),
+        (&ids, Type::INT8_ARRAY),
+        (&generations, Type::INT8_ARRAY),
+    ];
+    exec::query(shard, sql::CASCADES_OWED_PAID, &params).await?;
     Ok(())
 }
 
 /// One owed cascade: from the shard holding `parent`'s row (this one, or
-/// another after a move), or none when no shard holds it (its retention
-/// ran: nothing is left to read its children from). `Some(changed)` when it
-/// reached every child.
+/// another after a move). `Some(changed)` when the debt is settled: the
+/// cascade reached every child, or `parent` is no longer cancelled (a
+/// retry put it back: its children are its own again), or no shard holds
+/// it (retention removed it).
 async fn run_one(
     shards: &ShardSet,
     index: usize,
     parent: JobId,
 ) -> Result<Option<u64>, ShardError> {
-    let Some(at) = holder(shards, index, parent).await? else {
-        return Ok(Some(0));
-    };
-    let cascaded = cancel_descendants(shards, at, &[parent]).await?;
-    Ok(cascaded.complete.then_some(cascaded.changed))
+    match holder(shards, index, parent).await? {
+        None | Some((_, false)) => Ok(Some(0)),
+        Some((at, true)) => {
+            let cascaded = cancel_descendants(shards, at, &[parent]).await?;
+            Ok(cascaded.complete.then_some(cascaded.changed))
+        }
+    }
 }
 
-/// The shard that holds `parent`'s row: `index` first, where it was
-/// cancelled, then the others.
+/// The shard that holds `parent`'s row (`index` first, where it was
+/// cancelled, then the others), and whether it is cancelled there.
 async fn holder(
     shards: &ShardSet,
     index: usize,
     parent: JobId,
-) -> Result<Option<usize>, ShardError> {
-    if super::jobs::exists(shards.get(index), parent).await? {
-        return Ok(Some(index));
-    }
-    for shard in shards.all() {
-        if shard.index != index && super::jobs::exists(shard, parent).await? {
-            return Ok(Some(shard.index));
+) -> Result<Option<(usize, bool)>, ShardError> {
+    let first = shards.get(index);
+    let others = shards.all().iter().filter(|s| s.index != index);
+    for shard in std::iter::once(first).chain(others) {
+        let params: [sql::Param; 2] = [(&parent.shard_key, Type::INT4), (&parent.id, Type::INT8)];
+        if let Some(row) = exec::query_opt(shard, sql::CASCADE_PARENT_CANCELLED, &params).await? {
+            return Ok(Some((shard.index, row.get("cancelled"))));
         }
     }
     Ok(None)

@@ -20,6 +20,9 @@ pub struct DeadlinePass {
     /// The jobs it ended (`cancelled`) or whose cancellation it asked
     /// (running): their descendants are cancelled next.
     pub ended: Vec<JobId>,
+    /// The generation of the cancel cascades they owe (one for all):
+    /// what the cascade that follows pays.
+    pub owed: i64,
 }
 
 /// Whether any unfinished job on `shard` is past its deadline
@@ -76,6 +79,7 @@ pub async fn end_past_deadline(shard: &Shard, limit: i64) -> Result<DeadlinePass
                 tx.commit().await?;
                 Ok(DeadlinePass {
                     found: found.len(),
+                    owed: rows.first().map_or(0, |r| r.get("owed")),
                     ended: rows
                         .iter()
                         .map(|r| JobId {

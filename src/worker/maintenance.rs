@@ -23,8 +23,9 @@ const MAINTENANCE_BATCH: i64 = 5_000;
 /// load comes back).
 const IDLE_CONNECTION: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Owed cancel cascades taken per statement.
-const CASCADE_BATCH: i64 = 100;
+/// Owed cancel cascades taken per statement: each may take several round
+/// trips to every shard, and all those taken must run within their lease.
+const CASCADE_BATCH: i64 = 10;
 
 /// Retention statements per shard and sweep, so a huge backlog is worked off
 /// over several sweeps instead of holding the loop.
@@ -149,26 +150,17 @@ async fn sweep_finished(shard: &Shard, retention: &Retention) -> Result<(), Shar
     Ok(())
 }
 
-/// Runs the cancel cascades owed on shard `index` that are due, batch by
-/// batch while batches come back full (each taken cascade's row is leased
-/// for a minute, so a full batch is new work).
+/// Runs the cancel cascades owed on shard `index` that are due
+/// ([`cascades_owed::run_due`]: a batch at a time, for at most half of
+/// the minute each taken cascade is leased for).
 async fn run_owed_cascades(shards: &ShardSet, index: usize) {
     let shard = shards.get(index);
-    loop {
-        match cascades_owed::run_due(shards, index, CASCADE_BATCH).await {
-            Ok(pass) => {
-                if pass.taken > 0 {
-                    tracing::info!(shard = %shard.name, ?pass, "ran owed cancel cascades");
-                }
-                if pass.taken < CASCADE_BATCH as usize {
-                    return;
-                }
-            }
-            Err(err) => {
-                failed(shard, "cancel cascades owed", &err);
-                return;
-            }
+    match cascades_owed::run_due(shards, index, CASCADE_BATCH).await {
+        Ok(pass) if pass.taken > 0 => {
+            tracing::info!(shard = %shard.name, ?pass, "ran owed cancel cascades");
         }
+        Ok(_) => {}
+        Err(err) => failed(shard, "cancel cascades owed", &err),
     }
 }
 

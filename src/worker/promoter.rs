@@ -120,13 +120,14 @@ async fn end_past_deadlines(shards: &ShardSet, index: usize) {
         ended = pass.ended.len();
         // In a task of its own: a child on a shard that hangs must not hold
         // back this shard's promotions.
-        let (shards, parents) = (shards.clone(), pass.ended);
+        let (shards, parents, owed) = (shards.clone(), pass.ended, pass.owed);
         tokio::spawn(async move {
             let duty = "cancelling children of ended workflows";
             match cancel_cascade::cancel_descendants(&shards, index, &parents).await {
                 Ok(cascaded) if cascaded.complete => {
                     // Else the cascades stay owed: the maintenance pass runs them.
-                    if let Err(err) = cascades_owed::paid(shards.get(index), &parents).await {
+                    let debts: Vec<_> = parents.iter().map(|p| (*p, owed)).collect();
+                    if let Err(err) = cascades_owed::paid(shards.get(index), &debts).await {
                         super::maintenance::failed(shards.get(index), duty, &err);
                     }
                 }

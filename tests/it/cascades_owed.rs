@@ -12,8 +12,9 @@ use super::children_across::{
 use super::children_across_outage::two_slots;
 use common::wait_until;
 use serde_json::json;
+use shardq::client::{CheckOptions, Invariant};
 use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
-use shardq::{HandlerRegistry, JobId, Shardq};
+use shardq::{HandlerRegistry, JobId, NewJob, Shardq};
 use shardq_local::StopMode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -150,5 +151,103 @@ async fn a_cascade_that_reached_every_child_is_not_owed() {
     assert!(
         owed_on(&shardq, 0).await.is_empty(),
         "paid by the canceller"
+    );
+}
+
+/// A cancelled parent put back by a retry before the workers ran its
+/// cascade: the pass pays the debt without cancelling its children, which
+/// are its own again (the replay may await them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_of_a_parent_retried_since_is_paid_without_a_cascade() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (parent, child) = parent_with_a_child_away(&shardq).await;
+    let home = shardq.shards().get(0);
+    shardq::store::jobs::cancel(home, parent).await.unwrap();
+    // Its run ends at its next step, cancelled; an operator retries it.
+    let db = home.client().await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'cancelled', owner = NULL, \
+            lease_expires_at = NULL, finished_at = now() WHERE shard_key = $1 AND id = $2",
+        &[&parent.shard_key, &parent.id],
+    )
+    .await
+    .unwrap();
+    assert!(shardq.client().retry(parent).await.unwrap());
+
+    due_now(&shardq).await;
+    let pass = shardq::store::cascades_owed::run_due(shardq.shards(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!((pass.taken, pass.done, pass.changed), (1, 1, 0), "{pass:?}");
+    assert_eq!(
+        children_on(&shardq, 1, parent).await,
+        vec![(child, "queued".to_string())],
+        "the retried parent's child is left alone"
+    );
+    assert!(owed_on(&shardq, 0).await.is_empty());
+}
+
+/// A cascade pays the debt it read, not a later cancel's: cancelled,
+/// retried, cancelled again, the first generation's payment leaves the
+/// second debt owed; its own generation pays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_leaves_the_debt_of_a_later_cancel() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let client = shardq.client();
+    let id = client
+        .enqueue(NewJob::new("idle", "never_runs", json!({})))
+        .await
+        .unwrap();
+    let shard = shardq.shards().for_key(id.shard_key);
+    let first = shardq::store::jobs::cancel_owing(shard, id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(client.retry(id).await.unwrap());
+    let second = shardq::store::jobs::cancel_owing(shard, id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(second.owed > first.owed, "{first:?} then {second:?}");
+
+    use shardq::store::cascades_owed::paid;
+    paid(shard, &[(id, first.owed)]).await.unwrap();
+    let owed_here = owed_on(&shardq, shard.index).await;
+    assert_eq!(owed_here, vec![(id.shard_key, id.id)], "the later debt");
+    paid(shard, &[(id, second.owed)]).await.unwrap();
+    assert!(owed_on(&shardq, shard.index).await.is_empty());
+}
+
+/// `shardq check` reports a cascade owed past the grace (none of a
+/// fresh one), naming the workflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_a_cascade_owed_past_the_grace() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (parent, _child) = parent_with_a_child_away(&shardq).await;
+    let home = shardq.shards().get(0);
+    shardq::store::jobs::cancel(home, parent).await.unwrap();
+    let options = CheckOptions::from_config(shardq.config());
+    let owed = |report: &shardq::client::CheckReport| {
+        report.shards[0]
+            .finding(Invariant::CascadeOwed)
+            .unwrap()
+            .clone()
+    };
+    let fresh = owed(&shardq.client().check(&options).await);
+    assert_eq!(fresh.broken, 0, "{fresh:?}");
+
+    let db = home.client().await.unwrap();
+    db.execute(
+        "UPDATE shardq_cascades_owed SET owed_since = now() - interval '5 minutes'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let old = owed(&shardq.client().check(&options).await);
+    assert_eq!(old.broken, 1, "{old:?}");
+    assert_eq!(old.examples[0].job, Some(parent));
+    assert!(
+        old.examples[0].detail.contains("owed a cancel for 300"),
+        "{old:?}"
     );
 }

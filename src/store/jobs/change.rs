@@ -30,8 +30,35 @@ async fn change(
 ///
 /// Not cancel safe: the change may be made.
 pub async fn cancel(shard: &Shard, id: JobId) -> Result<Option<JobStatus>, ShardError> {
+    Ok(cancel_owing(shard, id).await?.map(|c| c.status))
+}
+
+/// A job cancelled (or its cancellation asked) by [`cancel_owing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled {
+    /// Its state after the change.
+    pub status: JobStatus,
+    /// The generation of the cancel cascade it owes its children
+    /// (`shardq_cascades_owed`), which whoever runs that cascade pays.
+    pub owed: i64,
+}
+
+/// [`cancel`], also returning the generation of the cascade the job now
+/// owes its children ([`super::super::cascades_owed::paid`]).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: the change may be made.
+pub async fn cancel_owing(shard: &Shard, id: JobId) -> Result<Option<Cancelled>, ShardError> {
     let row = change(shard, id, sql::JOB_CANCEL).await?;
-    Ok(row.map(|r| JobStatus::from_column(r.get("status"))))
+    Ok(row.map(|r| Cancelled {
+        status: JobStatus::from_column(r.get("status")),
+        owed: r.get("owed"),
+    }))
 }
 
 /// Puts a dead, failed or cancelled job `id` back with fresh attempts.

@@ -12,7 +12,7 @@ mod insert;
 mod lease;
 mod read;
 
-pub use change::{cancel, retry};
+pub use change::{cancel, cancel_owing, retry};
 pub use claim::{claim, probe, Claim, ClaimParams};
 pub use complete::{complete_many, CompleteMany, Written};
 pub use debounce::insert_debounced;
@@ -21,6 +21,8 @@ pub use lease::{cancel_requested, extend_leases, owned_running, ExtendLeases};
 pub use read::{exists, get, outcome, present, JobInfo};
 // What only the tests and benchmarks name: inserts without an epoch fence,
 // and the rows two reads return.
+#[cfg(feature = "internal")]
+pub use change::Cancelled;
 #[cfg(feature = "internal")]
 pub use insert::{insert_dedup, insert_many};
 #[cfg(feature = "internal")]

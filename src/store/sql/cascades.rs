@@ -4,14 +4,18 @@
 //! (`shardq_owe_cascades`), run again by the workers' pass until a
 //! cascade has reached every child (`shardq_cascades_paid`).
 //!
-//! Writers that can run between the pass's take and its paid: a second
-//! cancel of the same workflow (its insert finds the row and writes
-//! nothing; the cascade running covers it, since a cancelled workflow
-//! starts no child), another process's take (it skips the row: its
+//! Writers that can run between the pass's take and its paid: a retry of
+//! the workflow (the pass then pays the debt without a cascade, or its
+//! cascade runs for a workflow already put back: see below), a second
+//! cancel after such a retry (it writes a greater generation, which this
+//! pass's paid leaves), another process's take (it skips the row: its
 //! `due_at` was pushed ahead), a take after this one's lease ran out
 //! (both cascades run; each cancel is idempotent), and the canceller's
 //! own paid, after its cascade reached every child (the row goes; a
-//! second paid deletes nothing).
+//! second paid deletes nothing). A retry between the pass's status read
+//! and its cascade lets the cascade cancel children of a workflow put
+//! back: the window is one round trip, and only a retry of a cancelled
+//! parent with children left running opens it.
 
 /// Takes up to $1 cascades owed whose time has come (the shard's clock),
 /// oldest first, and pushes their `due_at` a minute ahead: this process's
@@ -21,8 +25,18 @@ pub const CASCADES_OWED_TAKE: &str = "UPDATE shardq_cascades_owed o \
     FROM (SELECT shard_key, id FROM shardq_cascades_owed \
           WHERE due_at <= now() ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED) t \
     WHERE o.shard_key = t.shard_key AND o.id = t.id \
-    RETURNING o.shard_key, o.id";
+    RETURNING o.shard_key, o.id, o.generation";
 
-/// Drops the cascades owed by the workflows ($1 shard keys, $2 ids): a
+/// Drops the cascades owed by the workflows ($1 shard keys, $2 ids) up to
+/// the generations ($3) their payer read before its cascade started: a
 /// cascade over all their children ran to its end.
-pub const CASCADES_OWED_PAID: &str = "SELECT shardq_cascades_paid($1::int[], $2::bigint[])";
+pub const CASCADES_OWED_PAID: &str =
+    "SELECT shardq_cascades_paid($1::int[], $2::bigint[], $3::bigint[])";
+
+/// Whether workflow ($1 shard key, $2 id) is cancelled or its cancel is
+/// asked (running, or held by a move): a debt of one that is not (put
+/// back by a retry since) is paid without a cascade.
+pub const CASCADE_PARENT_CANCELLED: &str = "SELECT status = 'cancelled' OR cancel_requested \
+        AS cancelled \
+    FROM workflow_status WHERE shard_key = $1 AND id = $2 \
+        AND NOT (status = 'held' AND held_status = 'running')";

@@ -43,7 +43,8 @@ pub const JOB_FIND_PAST_DEADLINE: &str = "SELECT shard_key, id FROM workflow_sta
 /// the status on each row's latest version. Run between `KEYS_TRY_LOCK`
 /// and `KEYS_PROMOTE`: ending a job of a key can free that key. Returns
 /// the jobs changed and their new status. Writes the cascade each one's
-/// children are owed, as `JOB_CANCEL` does.
+/// children are owed, as `JOB_CANCEL` does (`owed`: the greatest
+/// generation written, the same on every row).
 pub const JOB_END_PAST_DEADLINE: &str = "WITH ended AS (UPDATE workflow_status w SET \
         status = CASE WHEN w.status = 'running' THEN 'running' ELSE 'cancelled' END, \
         cancel_requested = w.status = 'running', \
@@ -57,5 +58,6 @@ pub const JOB_END_PAST_DEADLINE: &str = "WITH ended AS (UPDATE workflow_status w
         AND w.deadline_at <= now() AND NOT w.cancel_requested \
         AND w.status IN ('waiting', 'scheduled', 'queued', 'running') \
     RETURNING w.shard_key, w.id, w.status), \
-    owed AS (SELECT shardq_owe_cascades(array_agg(e.shard_key), array_agg(e.id)) FROM ended e) \
-    SELECT e.shard_key, e.id, e.status FROM ended e, owed";
+    owed AS (SELECT shardq_owe_cascades(array_agg(e.shard_key), array_agg(e.id)) AS generation \
+        FROM ended e) \
+    SELECT e.shard_key, e.id, e.status, owed.generation AS owed FROM ended e, owed";

@@ -400,6 +400,12 @@ async fn a_cancel_while_an_unstarted_childs_range_moves_stays_owed_until_the_mov
     for shard in all.all() {
         assert!(children_on(shard, parent).await.is_empty(), "no stand-in");
     }
+    // The workers' pass during the move: the same, and the debt stays.
+    let db = all.get(home).client().await.unwrap();
+    let due_now = "UPDATE shardq_cascades_owed SET due_at = now()";
+    db.execute(due_now, &[]).await.unwrap();
+    let pass = cascades_owed::run_due(all, home, 100).await.unwrap();
+    assert_eq!((pass.taken, pass.done), (1, 0), "{pass:?}");
 
     let finish = Options {
         patience: Some(Duration::from_secs(30)),
@@ -407,10 +413,7 @@ async fn a_cancel_while_an_unstarted_childs_range_moves_stays_owed_until_the_mov
     };
     assert!(reshard(all, 2, 3, &finish, |_| {}).await.unwrap().complete);
     all.load_map().await.unwrap();
-    let db = all.get(home).client().await.unwrap();
-    db.execute("UPDATE shardq_cascades_owed SET due_at = now()", &[])
-        .await
-        .unwrap();
+    db.execute(due_now, &[]).await.unwrap();
     let pass = cascades_owed::run_due(all, home, 100).await.unwrap();
     assert_eq!((pass.taken, pass.done), (1, 1), "{pass:?}");
 

@@ -12,9 +12,9 @@
 /// is not the job: it is left alone, so the caller goes on to that shard.
 ///
 /// The cancel writes, in its transaction, the cascade its children are
-/// owed (`shardq_owe_cascades`): the caller's cascade runs next,
-/// and should it not finish, the workers' pass runs it again
-/// ([`super::super::CASCADES_OWED_TAKE`]).
+/// owed (`shardq_owe_cascades`; `owed` is its generation): the caller's
+/// cascade runs next and pays it, and should it not finish, the workers'
+/// pass runs it again ([`super::super::CASCADES_OWED_TAKE`]).
 pub const JOB_CANCEL: &str = "WITH c AS (UPDATE workflow_status SET \
         status = CASE WHEN status IN ('running', 'held') THEN status ELSE 'cancelled' END, \
         cancel_requested = status IN ('running', 'held'), \
@@ -23,8 +23,9 @@ pub const JOB_CANCEL: &str = "WITH c AS (UPDATE workflow_status SET \
         AND (status IN ('waiting', 'scheduled', 'queued', 'running') \
              OR (status = 'held' AND held_status <> 'running')) \
     RETURNING shard_key, id, status), \
-    owed AS (SELECT shardq_owe_cascades(array_agg(c.shard_key), array_agg(c.id)) FROM c) \
-    SELECT c.status FROM c, owed";
+    owed AS (SELECT shardq_owe_cascades(array_agg(c.shard_key), array_agg(c.id)) AS generation \
+        FROM c) \
+    SELECT c.status, owed.generation AS owed FROM c, owed";
 
 /// Puts a dead, failed or cancelled job back with fresh attempts: `queued`,
 /// or `waiting` behind its key. A debounced job comes back as an ordinary one

@@ -5,6 +5,7 @@ use super::children;
 use super::children_elsewhere::{self, StartedChild};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError, ShardSet};
+use tokio_postgres::types::Type;
 
 /// Cancels the unfinished descendants of `parents` (on shard `index`),
 /// level by level, on their shard and on the shards where they started
@@ -17,7 +18,9 @@ use crate::shards::{Shard, ShardError, ShardSet};
 /// shard whose start its parent had not recorded gets a cancelled
 /// stand-in first when its row is not there yet
 /// ([`children_elsewhere::stand_ins`]): the parent's run, or its process's
-/// death, cannot start it after. The cascade of `Client::cancel` and of
+/// death, cannot start it after. A child not on the shard its key routes
+/// to (it runs on the shard its range is moving from, or a move left it
+/// there) is cancelled where it is. The cascade of `Client::cancel` and of
 /// the deadline pass, and of the pass over the cascades owed
 /// ([`super::cascades_owed::run_due`]). Returns how many it changed, and whether it reached
 /// every child: not when a stand-in was left out (its key's range is
@@ -57,6 +60,33 @@ pub async fn cancel_descendants(
         asked.sort_unstable();
         asked.dedup();
         for at in asked {
+            // Started children not on the shard their key routes to: each
+            // runs on the shard its range is moving from.
+            let started: Vec<JobId> = elsewhere
+                .iter()
+                .filter(|c| c.shard == at && c.started)
+                .map(|c| c.id)
+                .collect();
+            match away_from(shards.get(at), &started).await {
+                Ok(away) => {
+                    for child in away {
+                        match held_elsewhere(shards, at, child).await {
+                            Ok(Some(there)) => {
+                                c.cancel(shards.get(there), child).await;
+                                levels.push((there, vec![child]));
+                            }
+                            // Nowhere: retention removed it.
+                            Ok(None) => {}
+                            Err(err) => {
+                                c.failed.get_or_insert(err);
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    c.failed.get_or_insert(err);
+                }
+            }
             let mut unstarted: Vec<&StartedChild> = Vec::new();
             for child in elsewhere.iter().filter(|c| c.shard == at && !c.started) {
                 match held_elsewhere(shards, at, child.id).await {
@@ -198,4 +228,28 @@ async fn held_elsewhere(
         }
     }
     Ok(None)
+}
+
+/// Those of `children` (started, their key routed to `shard`) that `shard`
+/// does not hold as themselves: one statement.
+async fn away_from(shard: &Shard, children: &[JobId]) -> Result<Vec<JobId>, ShardError> {
+    if children.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<i32> = children.iter().map(|c| c.shard_key).collect();
+    let ids: Vec<i64> = children.iter().map(|c| c.id).collect();
+    let params: [super::sql::Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
+    let here = super::exec::query(shard, super::sql::CASCADE_CHILDREN_HERE, &params).await?;
+    let here: std::collections::HashSet<JobId> = here
+        .iter()
+        .map(|r| JobId {
+            shard_key: r.get("shard_key"),
+            id: r.get("id"),
+        })
+        .collect();
+    Ok(children
+        .iter()
+        .filter(|c| !here.contains(c))
+        .copied()
+        .collect())
 }

@@ -40,3 +40,14 @@ pub const CASCADE_PARENT_CANCELLED: &str = "SELECT status = 'cancelled' OR cance
         AS cancelled \
     FROM workflow_status WHERE shard_key = $1 AND id = $2 \
         AND NOT (status = 'held' AND held_status = 'running')";
+
+/// Which of the children ($1 shard keys, $2 ids) this shard holds as
+/// themselves (a running child's stand-in, written by a move of its
+/// range, is not the child): their ids. A started child its shard does not
+/// hold runs where its range is moving from.
+pub const CASCADE_CHILDREN_HERE: &str =
+    "SELECT c.shard_key, c.id FROM unnest($1::int[], $2::bigint[]) \
+        AS c(shard_key, id) \
+    WHERE EXISTS (SELECT 1 FROM workflow_status w \
+        WHERE w.shard_key = c.shard_key AND w.id = c.id \
+          AND NOT (w.status = 'held' AND w.held_status = 'running'))";

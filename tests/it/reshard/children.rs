@@ -442,6 +442,93 @@ async fn a_cancel_while_an_unstarted_childs_range_moves_stays_owed_until_the_mov
     assert_eq!(status, "cancelled", "the stand-in, not the child");
 }
 
+/// A parent cancelled while its started child runs on the shard its key's
+/// range is leaving (a move copies unclaimed jobs only, so the shard the
+/// child's key routes to now has no row of it): the cascade asks the child
+/// to cancel where it runs, and says it reached every child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_a_started_child_running_where_its_range_is_moving_from() {
+    use shardq::reshard::Step;
+    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let Unstarted {
+        parent,
+        home,
+        child,
+        child_key,
+        from_index,
+    } = unstarted_child(&m).await;
+    let all = &m.all;
+    let old_shard = all.get(from_index);
+    // Run 1 inserts the child and records its start; a worker claims it.
+    let payload = json!({});
+    let start = crate::children_across::first_child_of(parent, &child_key, &payload);
+    let row = ChildRow {
+        id: child,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+    elsewhere::insert(old_shard, row).await.unwrap();
+    let output = json!({"child_shard_key": child.shard_key, "child_id": child.id});
+    all.get(home)
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+             VALUES ($1, $2, 'shardq:child:1', $3)",
+            &[&parent.shard_key, &parent.id, &output],
+        )
+        .await
+        .unwrap();
+    old_shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'running', owner = 'elsewhere', fence = 1, \
+                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap();
+
+    let copied = Options {
+        stop_after: Some(Step::Copied),
+        ..Options::default()
+    };
+    reshard(all, 2, 3, &copied, |_| {}).await.unwrap();
+    all.load_map().await.unwrap();
+    assert_eq!(all.for_key(child.shard_key).index, 2);
+    assert!(
+        children_on(all.get(2), parent).await.is_empty(),
+        "not copied"
+    );
+
+    shardq::store::jobs::cancel(all.get(home), parent)
+        .await
+        .unwrap();
+    let cascaded = shardq::store::cancel_cascade::cancel_descendants(all, home, &[parent])
+        .await
+        .unwrap();
+    assert!(cascaded.complete);
+    assert_eq!(cascaded.changed, 1, "{cascaded:?}");
+    let asked: bool = old_shard
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT cancel_requested FROM workflow_status WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(asked, "the running child was asked to cancel where it runs");
+}
+
 /// A child whose start its parent's run has not recorded: its key in a
 /// range the move 2 → 3 gives to the new shard, its id reserved on its old
 /// shard (`from_index`), its identity recorded by the parent (running on

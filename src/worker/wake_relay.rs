@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
 /// The longest pause between two passes on a shard whose listener is
@@ -83,6 +84,8 @@ async fn relay_loop(
     // The parents' shards whose lease another process holds, until when:
     // their wakes are not read meanwhile.
     let elsewhere: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
+    // Set once this process was refused the lease table (not granted it).
+    let unleased = Arc::new(AtomicBool::new(false));
     loop {
         out.retain(|_, task| !task.is_finished());
         let mut skip: Vec<usize> = out.keys().copied().collect();
@@ -106,6 +109,7 @@ async fn relay_loop(
                         to,
                         left_behind: left_behind.clone(),
                         elsewhere: elsewhere.clone(),
+                        unleased: unleased.clone(),
                     };
                     out.insert(to, tokio::spawn(delivery.run(wakes)));
                 }
@@ -145,13 +149,29 @@ struct Delivery {
     to: usize,
     left_behind: Arc<AtomicBool>,
     elsewhere: Arc<Mutex<HashMap<usize, Instant>>>,
+    unleased: Arc<AtomicBool>,
 }
 
 impl Delivery {
     async fn run(self, wakes: Vec<children_elsewhere::OwedWake>) {
         let (shards, from, to) = (&self.shards, self.from, self.to);
-        match children_elsewhere::relay_lease(shards, from, to, &self.owner, RELAY_LEASE).await {
+        let lease = children_elsewhere::relay_lease(shards, from, to, &self.owner, RELAY_LEASE);
+        match lease.await {
             Ok(RelayLease::Held) => {}
+            // A role not granted the lease table (docs/least_privilege.sql
+            // not run again after `migrate`): it delivers without one, as
+            // every process did before leases (a wake is idempotent), and
+            // says so once, instead of failing every pass.
+            Err(err) if err.sqlstate() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                if !self.unleased.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        shard = %shards.get(from).name,
+                        error = %crate::error_chain::error_chain(&err),
+                        "relaying children's wakes without a lease: grant the worker role \
+                         shardq_relay_leases (run docs/least_privilege.sql again)"
+                    );
+                }
+            }
             // Another process relays them: not read again until its lease
             // ends, then looked at within the ceiling, in case it stopped.
             Ok(RelayLease::Elsewhere(left)) => {

@@ -235,3 +235,67 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
         .get(0);
     assert_ne!(holder, "a-stalled-worker", "the worker took the lease over");
 }
+
+/// A worker role not granted the lease table (an upgrade whose
+/// `docs/least_privilege.sql` was not run again after `migrate`): the
+/// relay delivers without the lease, as every process did before leases,
+/// and the parent gets its child's result, instead of every pass failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_not_granted_the_lease_table_relays_without_it() {
+    let shards = TestShards::databases(2).await;
+    let extra = format!("[worker]\nqueues = [\"{QUEUE}\"]\nmaintenance_interval_ms = 50\n");
+    let owner = shardq::Shardq::connect(shards.config(&extra)).unwrap();
+    owner.migrate().await.unwrap();
+    for (n, url) in shards.urls.iter().enumerate() {
+        let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        db.batch_execute(include_str!("../../docs/least_privilege.sql"))
+            .await
+            .unwrap();
+        db.batch_execute("REVOKE ALL ON TABLE shardq_relay_leases FROM shardq_worker")
+            .await
+            .unwrap();
+        if n == 0 {
+            db.batch_execute("CREATE ROLE relay_worker LOGIN IN ROLE shardq_worker")
+                .await
+                .unwrap();
+        }
+    }
+    let toml = shards.toml(&extra).replace("postgres@", "relay_worker@");
+    let worker_side = shardq::Shardq::connect(shardq::Config::from_toml(&toml).unwrap()).unwrap();
+
+    let away = key_on(&owner, 1);
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("parent", move |ctx| {
+        let away = away.clone();
+        async move {
+            let job = NewJob::new(QUEUE, "child", json!({})).ordering_key(away);
+            match ctx.start_child(job).await?.result().await? {
+                ChildResult::Succeeded(out) => Ok(out),
+                other => Err(format!("child ended {other:?}").into()),
+            }
+        }
+    });
+    // The child waits a moment, so its parent parks and needs the wake.
+    handlers.register("child", |_ctx| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(json!("done"))
+    });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(worker_side.worker(handlers).run(stop.clone()));
+    let parent = owner
+        .client()
+        .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(key_on(&owner, 0)))
+        .await
+        .unwrap();
+    let outcome = owner
+        .client()
+        .result(parent, Duration::from_secs(30))
+        .await
+        .unwrap();
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(outcome, JobOutcome::Succeeded(json!("done")));
+}

@@ -1496,8 +1496,7 @@ AS $function$
                        now() + interval '10 seconds'
                 FROM unnest(p_keys, p_ids) AS t(k, i)
                 ON CONFLICT (shard_key, id) DO UPDATE
-                    SET generation = EXCLUDED.generation, owed_since = EXCLUDED.owed_since,
-                        due_at = EXCLUDED.due_at
+                    SET generation = EXCLUDED.generation, due_at = EXCLUDED.due_at
                 RETURNING generation)
             SELECT coalesce(max(generation), 0) FROM written;
         $function$

@@ -4,8 +4,9 @@
 -- for the workers' pass in 10 s should their canceller not pay it first.
 -- Called by the cancel and the deadline pass in the statement that ends
 -- them (holding their rows' locks), so the debt commits with the cancel.
--- A workflow that owes one already (cancelled again after a retry) gets
--- the new generation. Returns the greatest generation written (0: none):
+-- A workflow that owes one already (cancelled again after a retry, or
+-- its running children asked again by a pass) gets the new generation
+-- and keeps its first `owed_since`, which `shardq check` judges. Returns the greatest generation written (0: none):
 -- what the caller pays once its cascade reached every child.
 --
 -- SECURITY DEFINER: a producer or the dashboard cancels without a right
@@ -32,8 +33,7 @@ BEGIN
                        now() + interval '10 seconds'
                 FROM unnest(p_keys, p_ids) AS t(k, i)
                 ON CONFLICT (shard_key, id) DO UPDATE
-                    SET generation = EXCLUDED.generation, owed_since = EXCLUDED.owed_since,
-                        due_at = EXCLUDED.due_at
+                    SET generation = EXCLUDED.generation, due_at = EXCLUDED.due_at
                 RETURNING generation)
             SELECT coalesce(max(generation), 0) FROM written;
         $b$

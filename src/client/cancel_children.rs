@@ -22,7 +22,8 @@ impl Client {
     /// its cancel request); a child started before that is found by the
     /// read of the next level or by cancelling again.
     ///
-    /// The cancel wrote the cascade as owed (generation `owed`), and this
+    /// The cancel wrote the cascade as owed (`owed`: on which shard, and
+    /// its generation), and this
     /// one, once it reached every child, marks it paid: should it fail,
     /// stop midway or leave a child out (its range moving), the workers
     /// run it again.
@@ -34,7 +35,7 @@ impl Client {
     pub(super) async fn cancel_children(
         &self,
         parent: JobId,
-        owed: Option<i64>,
+        owed: Option<(usize, i64)>,
     ) -> Result<u64, ClientError> {
         let holder = self
             .find(parent, |shard| async move {
@@ -46,10 +47,11 @@ impl Client {
         };
         let cascaded =
             cancel_cascade::cancel_descendants(&self.shards, shard.index, &[parent]).await?;
-        if let (true, Some(generation)) = (cascaded.complete, owed) {
+        if let (true, Some((at, generation))) = (cascaded.complete, owed) {
             // Not paid (this role may not, say): the workers' pass runs
             // the cascade once more and pays it.
-            if let Err(err) = cascades_owed::paid(shard, &[(parent, generation)]).await {
+            let debt = [(parent, generation)];
+            if let Err(err) = cascades_owed::paid(self.shards.get(at), &debt).await {
                 tracing::warn!(
                     job = %parent,
                     error = %crate::error_chain::error_chain(&err),

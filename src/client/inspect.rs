@@ -305,10 +305,14 @@ impl Client {
     /// cancelled; calling again is harmless (it answers `None` or `running`).
     pub async fn cancel(&self, id: JobId) -> Result<Option<JobStatus>, ClientError> {
         let cancelled = self
-            .change(id, |shard| jobs::cancel_owing(shard, id))
+            .change(id, |shard| async move {
+                let cancelled = jobs::cancel_owing(shard, id).await?;
+                Ok(cancelled.map(|c| (c, shard.index)))
+            })
             .await?;
-        self.cancel_children(id, cancelled.map(|c| c.owed)).await?;
-        Ok(cancelled.map(|c| c.status))
+        let owed = cancelled.map(|(c, at)| (at, c.owed));
+        self.cancel_children(id, owed).await?;
+        Ok(cancelled.map(|(c, _)| c.status))
     }
 
     /// Puts a dead, failed or cancelled job back in the queue with fresh

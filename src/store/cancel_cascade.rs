@@ -5,6 +5,7 @@ use super::children;
 use super::children_elsewhere::{self, StartedChild};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError, ShardSet};
+use std::collections::HashSet;
 use tokio_postgres::types::Type;
 
 /// Cancels the unfinished descendants of `parents` (on shard `index`),
@@ -22,9 +23,12 @@ use tokio_postgres::types::Type;
 /// to (it runs on the shard its range is moving from, or a move left it
 /// there) is cancelled where it is. The cascade of `Client::cancel` and of
 /// the deadline pass, and of the pass over the cascades owed
-/// ([`super::cascades_owed::run_due`]). Returns how many it changed, and whether it reached
-/// every child: not when a stand-in was left out (its key's range is
-/// moving, or this process's map is stale), so its cascade stays owed.
+/// ([`super::cascades_owed::run_due`]). Returns how many it changed, and
+/// whether it reached every child: not when a stand-in was left out (its
+/// key's range is moving, or this process's map is stale), nor when a
+/// started child was on no shard this process knows, so its cascade
+/// stays owed. Each child is cancelled once per cascade, however many
+/// ways it is found.
 ///
 /// # Errors
 ///
@@ -60,8 +64,8 @@ pub async fn cancel_descendants(
         asked.sort_unstable();
         asked.dedup();
         for at in asked {
-            // Started children not on the shard their key routes to: each
-            // runs on the shard its range is moving from.
+            // Started children not on the shard their key routes to, while
+            // its range moves (or by a stale map): each is where it runs.
             let started: Vec<JobId> = elsewhere
                 .iter()
                 .filter(|c| c.shard == at && c.started)
@@ -72,11 +76,13 @@ pub async fn cancel_descendants(
                     for child in away {
                         match held_elsewhere(shards, at, child).await {
                             Ok(Some(there)) => {
-                                c.cancel(shards.get(there), child).await;
-                                levels.push((there, vec![child]));
+                                if c.cancel(shards.get(there), child).await == Some(true) {
+                                    levels.push((there, vec![child]));
+                                }
                             }
-                            // Nowhere: retention removed it.
-                            Ok(None) => {}
+                            // On no shard this process knows: its list or
+                            // map is stale; a later pass looks again.
+                            Ok(None) => c.left_out += 1,
                             Err(err) => {
                                 c.failed.get_or_insert(err);
                             }
@@ -92,9 +98,10 @@ pub async fn cancel_descendants(
                 match held_elsewhere(shards, at, child.id).await {
                     Ok(None) => unstarted.push(child),
                     Ok(Some(there)) => {
-                        c.cancel(shards.get(there), child.id).await;
-                        // Its own children are next, where it is.
-                        levels.push((there, vec![child.id]));
+                        if c.cancel(shards.get(there), child.id).await == Some(true) {
+                            // Its own children are next, where it is.
+                            levels.push((there, vec![child.id]));
+                        }
                     }
                     Err(err) => {
                         // A shard that does not answer: the stand-in all
@@ -118,22 +125,14 @@ pub async fn cancel_descendants(
                     continue;
                 }
             };
-            for child in &next {
-                if c.cancel(shards.get(at), *child).await == Some(false) {
-                    // Finished since the read, or a running child's
-                    // stand-in while its range moves: the child itself is
-                    // where it runs.
-                    match held_elsewhere(shards, at, *child).await {
-                        Ok(Some(there))
-                            if c.cancel(shards.get(there), *child).await == Some(true) => {}
-                        Ok(_) => c.left_out += 1,
-                        Err(err) => {
-                            c.failed.get_or_insert(err);
-                        }
-                    }
+            let mut went_on = Vec::with_capacity(next.len());
+            for child in next {
+                // `None` from its cancel: it finished since the read.
+                if c.cancel(shards.get(at), child).await == Some(true) {
+                    went_on.push(child);
                 }
             }
-            levels.push((at, next));
+            levels.push((at, went_on));
         }
     }
     c.settle(shards).await
@@ -146,18 +145,26 @@ pub async fn cancel_descendants(
 struct Cascade {
     changed: u64,
     debts: Vec<(usize, JobId, i64)>,
+    /// Every child it cancelled (or asked to): met again (found both
+    /// where its key routes and where it runs), it is not cancelled or
+    /// gone through twice.
+    reached: HashSet<JobId>,
     left_out: u64,
     failed: Option<ShardError>,
 }
 
 impl Cascade {
     /// Cancels `child` on `shard`: `Some(true)` when it did (or asked
-    /// it), `Some(false)` when the shard holds it in no state to cancel,
-    /// `None` when the shard failed.
+    /// it), `Some(false)` when the shard holds it in no state to cancel
+    /// or this cascade reached it already, `None` when the shard failed.
     async fn cancel(&mut self, shard: &Shard, child: JobId) -> Option<bool> {
+        if self.reached.contains(&child) {
+            return Some(false);
+        }
         match super::jobs::cancel_owing(shard, child).await {
             Ok(Some(done)) => {
                 self.changed += 1;
+                self.reached.insert(child);
                 self.debts.push((shard.index, child, done.owed));
                 Some(true)
             }
@@ -207,7 +214,8 @@ pub struct Cascaded {
     /// The descendants it cancelled or asked to cancel.
     pub changed: u64,
     /// Whether it reached every child: false when a child's stand-in was
-    /// left out (its range is moving, or the map is stale here).
+    /// left out (its range is moving, or the map is stale here), or a
+    /// started child was on no shard this process knows.
     pub complete: bool,
 }
 
@@ -230,8 +238,10 @@ async fn held_elsewhere(
     Ok(None)
 }
 
-/// Those of `children` (started, their key routed to `shard`) that `shard`
-/// does not hold as themselves: one statement.
+/// Those of `children` (started, their key routed to `shard`) that run,
+/// or sit, on another shard: `shard` has no row of them while their range
+/// moves or is not `shard`'s ([`super::sql::CASCADE_CHILDREN_AWAY`]). One
+/// statement.
 async fn away_from(shard: &Shard, children: &[JobId]) -> Result<Vec<JobId>, ShardError> {
     if children.is_empty() {
         return Ok(Vec::new());
@@ -239,17 +249,12 @@ async fn away_from(shard: &Shard, children: &[JobId]) -> Result<Vec<JobId>, Shar
     let keys: Vec<i32> = children.iter().map(|c| c.shard_key).collect();
     let ids: Vec<i64> = children.iter().map(|c| c.id).collect();
     let params: [super::sql::Param; 2] = [(&keys, Type::INT4_ARRAY), (&ids, Type::INT8_ARRAY)];
-    let here = super::exec::query(shard, super::sql::CASCADE_CHILDREN_HERE, &params).await?;
-    let here: std::collections::HashSet<JobId> = here
+    let away = super::exec::query(shard, super::sql::CASCADE_CHILDREN_AWAY, &params).await?;
+    Ok(away
         .iter()
         .map(|r| JobId {
             shard_key: r.get("shard_key"),
             id: r.get("id"),
         })
-        .collect();
-    Ok(children
-        .iter()
-        .filter(|c| !here.contains(c))
-        .copied()
         .collect())
 }

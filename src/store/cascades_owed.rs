@@ -17,10 +17,10 @@ use crate::shards::{Shard, ShardError, ShardSet};
 use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
 
-/// How long a pass keeps taking cascades: half the minute a taken
+/// How long a pass keeps taking cascades: half the 30 s a taken
 /// cascade's row is leased for, so the rows it took are run before
 /// another process may take them again.
-const PASS_TIME: Duration = Duration::from_secs(30);
+const PASS_TIME: Duration = Duration::from_secs(15);
 
 /// What a pass over the cascades owed on one shard did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +35,10 @@ pub struct OwedPass {
 }
 
 /// Runs the cascades owed on shard `index` whose time has come, `limit`
-/// taken at a time (each row leased for a minute, pushed ahead as it is
+/// taken at a time (each row leased for 30 s, pushed ahead as it is
 /// taken) for at most [`PASS_TIME`], each from wherever its workflow's row
 /// is now, and pays those that reached every child. A cascade that fails
-/// or leaves a child out stays owed, due again in a minute; the others go
+/// or leaves a child out stays owed, due again in 30 s; the others go
 /// on.
 ///
 /// # Errors

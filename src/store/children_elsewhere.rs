@@ -577,9 +577,10 @@ pub struct StartedChild {
     pub handler: String,
 }
 
-/// The children on other shards than `index` that the workflows `parents`
-/// on shard `index` started, and those whose start they had not recorded
-/// on any shard ([`sql::CHILDREN_ELSEWHERE`]).
+/// The children that the workflows `parents` on shard `index` started or
+/// named ([`sql::CHILDREN_ELSEWHERE`]), each with the shard its key routes
+/// to now: on this shard too (a started child routed here may run where
+/// its key's range is moving from).
 ///
 /// # Errors
 ///
@@ -620,9 +621,6 @@ pub async fn children_started(
                 handler: r.get("handler"),
             }
         })
-        // An identity whose start is not recorded is kept on any shard,
-        // this one too: the run inserts it where its key routes now.
-        .filter(|c| c.shard != index || !c.started)
         .collect();
     // A child with its start and its identity recorded: once, started.
     out.sort_by_key(|c| (c.id.shard_key, c.id.id, !c.started));

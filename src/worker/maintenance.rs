@@ -152,7 +152,7 @@ async fn sweep_finished(shard: &Shard, retention: &Retention) -> Result<(), Shar
 
 /// Runs the cancel cascades owed on shard `index` that are due
 /// ([`cascades_owed::run_due`]: a batch at a time, for at most half of
-/// the minute each taken cascade is leased for).
+/// the 30 s each taken cascade is leased for).
 async fn run_owed_cascades(shards: &ShardSet, index: usize) {
     let shard = shards.get(index);
     match cascades_owed::run_due(shards, index, CASCADE_BATCH).await {

@@ -68,6 +68,10 @@ pub(crate) async fn run(
     .await;
 }
 
+/// How long a process refused the lease table relays without asking for
+/// the lease again (a grant made meanwhile is used after that).
+const UNLEASED_FOR: Duration = Duration::from_secs(300);
+
 async fn relay_loop(
     shards: ShardSet,
     owner: Arc<str>,
@@ -84,8 +88,9 @@ async fn relay_loop(
     // The parents' shards whose lease another process holds, until when:
     // their wakes are not read meanwhile.
     let elsewhere: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
-    // Set once this process was refused the lease table (not granted it).
-    let unleased = Arc::new(AtomicBool::new(false));
+    // Until when this process relays without a lease: it was refused the
+    // lease table (not granted it); asked again after that, for a grant.
+    let unleased: Arc<Mutex<Option<Instant>>> = Arc::default();
     loop {
         out.retain(|_, task| !task.is_finished());
         let mut skip: Vec<usize> = out.keys().copied().collect();
@@ -149,21 +154,32 @@ struct Delivery {
     to: usize,
     left_behind: Arc<AtomicBool>,
     elsewhere: Arc<Mutex<HashMap<usize, Instant>>>,
-    unleased: Arc<AtomicBool>,
+    unleased: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Delivery {
     async fn run(self, wakes: Vec<children_elsewhere::OwedWake>) {
         let (shards, from, to) = (&self.shards, self.from, self.to);
-        let lease = children_elsewhere::relay_lease(shards, from, to, &self.owner, RELAY_LEASE);
-        match lease.await {
+        let refused = *self.unleased.lock().expect("relay lease refusal");
+        let lease = match refused {
+            Some(until) if Instant::now() < until => Ok(RelayLease::Held),
+            _ => children_elsewhere::relay_lease(shards, from, to, &self.owner, RELAY_LEASE).await,
+        };
+        match lease {
             Ok(RelayLease::Held) => {}
             // A role not granted the lease table (docs/least_privilege.sql
-            // not run again after `migrate`): it delivers without one, as
-            // every process did before leases (a wake is idempotent), and
-            // says so once, instead of failing every pass.
+            // not run again after `migrate`): it delivers without one for
+            // a while, as every process did before leases (a wake is
+            // idempotent), and says so once, instead of failing every pass.
             Err(err) if err.sqlstate() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                if !self.unleased.swap(true, Ordering::AcqRel) {
+                let until = Instant::now() + UNLEASED_FOR;
+                let first = self
+                    .unleased
+                    .lock()
+                    .expect("relay lease refusal")
+                    .replace(until)
+                    .is_none();
+                if first {
                     tracing::warn!(
                         shard = %shards.get(from).name,
                         error = %crate::error_chain::error_chain(&err),

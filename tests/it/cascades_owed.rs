@@ -110,10 +110,17 @@ async fn a_cascade_that_failed_on_a_down_shard_is_finished_by_the_workers() {
     );
 
     due_now(&shardq).await;
-    with_a_worker(&shardq, "the child cancelled, the cascade paid", || async {
-        children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
+    with_a_worker(
+        &shardq,
+        "the child cancelled, the cascades paid",
+        || async {
+            children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
             && owed_on(&shardq, 0).await.is_empty()
-    })
+            // The child's own, written by its cancel: the cascade went
+            // through it.
+            && owed_on(&shardq, 1).await.is_empty()
+        },
+    )
     .await;
 }
 

@@ -278,10 +278,16 @@ async fn a_worker_not_granted_the_lease_table_relays_without_it() {
             }
         }
     });
-    // The child waits a moment, so its parent parks and needs the wake.
-    handlers.register("child", |_ctx| async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Ok(json!("done"))
+    // The child finishes once its parent has parked, so the parent needs
+    // the wake (else it could read the child finished).
+    let parked = Arc::new(tokio::sync::Notify::new());
+    let go = parked.clone();
+    handlers.register("child", move |_ctx| {
+        let go = go.clone();
+        async move {
+            go.notified().await;
+            Ok(json!("done"))
+        }
     });
     let stop = CancellationToken::new();
     let worker = tokio::spawn(worker_side.worker(handlers).run(stop.clone()));
@@ -290,6 +296,20 @@ async fn a_worker_not_granted_the_lease_table_relays_without_it() {
         .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(key_on(&owner, 0)))
         .await
         .unwrap();
+    let parent_shard = owner.shards().get(0).client().await.unwrap();
+    wait_until(Duration::from_secs(30), "the parent parked", || async {
+        parent_shard
+            .query_one(
+                "SELECT status = 'scheduled' FROM workflow_status \
+                 WHERE shard_key = $1 AND id = $2",
+                &[&parent.shard_key, &parent.id],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+    parked.notify_one();
     let outcome = owner
         .client()
         .result(parent, Duration::from_secs(30))

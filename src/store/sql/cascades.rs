@@ -18,10 +18,11 @@
 //! parent with children left running opens it.
 
 /// Takes up to $1 cascades owed whose time has come (the shard's clock),
-/// oldest first, and pushes their `due_at` a minute ahead: this process's
-/// lease while it runs them. Rows another process is taking are skipped.
+/// oldest first, and pushes their `due_at` 30 s ahead: this process's
+/// lease while it runs them, and when one that fails is tried again. Rows
+/// another process is taking are skipped.
 pub const CASCADES_OWED_TAKE: &str = "UPDATE shardq_cascades_owed o \
-        SET due_at = now() + interval '60 seconds' \
+        SET due_at = now() + interval '30 seconds' \
     FROM (SELECT shard_key, id FROM shardq_cascades_owed \
           WHERE due_at <= now() ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED) t \
     WHERE o.shard_key = t.shard_key AND o.id = t.id \
@@ -41,13 +42,18 @@ pub const CASCADE_PARENT_CANCELLED: &str = "SELECT status = 'cancelled' OR cance
     FROM workflow_status WHERE shard_key = $1 AND id = $2 \
         AND NOT (status = 'held' AND held_status = 'running')";
 
-/// Which of the children ($1 shard keys, $2 ids) this shard holds as
-/// themselves (a running child's stand-in, written by a move of its
-/// range, is not the child): their ids. A started child its shard does not
-/// hold runs where its range is moving from.
-pub const CASCADE_CHILDREN_HERE: &str =
-    "SELECT c.shard_key, c.id FROM unnest($1::int[], $2::bigint[]) \
-        AS c(shard_key, id) \
-    WHERE EXISTS (SELECT 1 FROM workflow_status w \
-        WHERE w.shard_key = c.shard_key AND w.id = c.id \
-          AND NOT (w.status = 'held' AND w.held_status = 'running'))";
+/// Which of the started children ($1 shard keys, $2 ids) whose keys route
+/// here have no row here while their key's range is being moved, or is
+/// not this shard's by its map (this process's map is stale): each runs,
+/// or sits, on another shard. A started child with no row here otherwise
+/// finished long ago (retention removed it, or it finished on a shard its
+/// range left): nothing to cancel.
+pub const CASCADE_CHILDREN_AWAY: &str = "SELECT c.shard_key, c.id \
+    FROM unnest($1::int[], $2::bigint[]) AS c(shard_key, id) \
+    WHERE NOT EXISTS (SELECT 1 FROM workflow_status w \
+            WHERE w.shard_key = c.shard_key AND w.id = c.id) \
+        AND (NOT shardq_owns_key(c.shard_key) \
+            OR EXISTS (SELECT 1 FROM shardq_map_moves v \
+                WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
+                  AND v.state <> 'released' AND v.first_key <= c.shard_key \
+                  AND c.shard_key < v.end_key))";

@@ -529,6 +529,133 @@ async fn a_cancel_reaches_a_started_child_running_where_its_range_is_moving_from
     assert!(asked, "the running child was asked to cancel where it runs");
 }
 
+/// The same, with the parent moving too: parked, it is copied to the new
+/// shard with its steps, where its child's key now routes as well; the
+/// child runs on its old shard. A cancel on the new shard cascades from
+/// there: the child, started but with no row where its key routes, is
+/// asked to cancel where it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_a_moved_parent_reaches_its_child_running_on_the_old_shard() {
+    use shardq::reshard::Step;
+    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Identity, ParentStep};
+    let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
+    let all = &m.all;
+    let client = Client::new(&m.new).unwrap();
+    let old = shardq::shard_map::ShardMap::from_formula(2);
+    let parent = client
+        .enqueue(NewJob::new("idle", "parent", json!({})).ordering_key(moving_key(&m.plan, "home")))
+        .await
+        .unwrap();
+    let parent_shard = all.get(old.shard_for(parent.shard_key));
+    let child_key = moving_key(&m.plan, "away");
+    let at = shardq::router::shard_key_for(&child_key);
+    let child_shard = all.get(old.shard_for(at));
+    let db = parent_shard.client().await.unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'running', owner = $3, fence = $4, attempts = 1, \
+            started_at = now(), lease_expires_at = now() + interval '1 hour' \
+         WHERE shard_key = $1 AND id = $2",
+        &[&parent.shard_key, &parent.id, &OWNER, &FENCE],
+    )
+    .await
+    .unwrap();
+    // Its run starts the child (identity, insert, start) and parks.
+    let child = JobId {
+        shard_key: at,
+        id: elsewhere::reserve_id(child_shard, at).await.unwrap(),
+    };
+    let step = ParentStep {
+        parent,
+        name: "shardq:child:1",
+        owner: OWNER,
+        fence: FENCE,
+    };
+    let named = Identity {
+        id: child,
+        queue: "idle",
+        handler: "child",
+    };
+    elsewhere::intent(parent_shard, step, named).await.unwrap();
+    let payload = json!({});
+    let start = crate::children_across::first_child_of(parent, &child_key, &payload);
+    let row = ChildRow {
+        id: child,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+    elsewhere::insert(child_shard, row).await.unwrap();
+    let output = json!({"child_shard_key": child.shard_key, "child_id": child.id});
+    db.execute(
+        "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+         VALUES ($1, $2, 'shardq:child:1', $3)",
+        &[&parent.shard_key, &parent.id, &output],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE workflow_status SET status = 'scheduled', parked = true, owner = NULL, \
+            lease_expires_at = NULL, run_at = now() + interval '1 hour' \
+         WHERE shard_key = $1 AND id = $2",
+        &[&parent.shard_key, &parent.id],
+    )
+    .await
+    .unwrap();
+    child_shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'running', owner = 'elsewhere', fence = 1, \
+                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap();
+
+    let copied = Options {
+        stop_after: Some(Step::Copied),
+        ..Options::default()
+    };
+    reshard(all, 2, 3, &copied, |_| {}).await.unwrap();
+    all.load_map().await.unwrap();
+    let new = all.get(2);
+    assert!(
+        shardq::store::jobs::exists(new, parent).await.unwrap(),
+        "the parent moved"
+    );
+    assert!(
+        !shardq::store::jobs::exists(new, child).await.unwrap(),
+        "the child did not"
+    );
+
+    assert!(shardq::store::jobs::cancel(new, parent)
+        .await
+        .unwrap()
+        .is_some());
+    let cascaded = shardq::store::cancel_cascade::cancel_descendants(all, 2, &[parent])
+        .await
+        .unwrap();
+    assert_eq!(
+        (cascaded.changed, cascaded.complete),
+        (1, true),
+        "{cascaded:?}"
+    );
+    let asked: bool = child_shard
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT cancel_requested FROM workflow_status WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(asked, "the running child was asked to cancel where it runs");
+}
+
 /// A child whose start its parent's run has not recorded: its key in a
 /// range the move 2 → 3 gives to the new shard, its id reserved on its old
 /// shard (`from_index`), its identity recorded by the parent (running on

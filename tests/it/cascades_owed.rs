@@ -258,3 +258,48 @@ async fn check_reports_a_cascade_owed_past_the_grace() {
         "{old:?}"
     );
 }
+
+/// A cascade that stopped right after cancelling a child (a parked
+/// workflow with a child of its own) leaves that child's own debt: the
+/// workers' pass on the child's shard cancels the grandchild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grandchild_is_reached_through_its_parents_own_debt() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (_parent, child) = parent_with_a_child_away(&shardq).await;
+    let there = shardq.shards().get(1);
+    let db = there.client().await.unwrap();
+    let grandchild: i64 = db
+        .query_one(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, \
+                parent_shard_key, parent_id) \
+             VALUES ($1, 'idle', 'x', 'queued', $1, $2) RETURNING id",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // The cascade cancels the child, then its process dies.
+    assert!(shardq::store::jobs::cancel(there, child)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(owed_on(&shardq, 1).await, vec![(child.shard_key, child.id)]);
+
+    db.execute("UPDATE shardq_cascades_owed SET due_at = now()", &[])
+        .await
+        .unwrap();
+    let pass = shardq::store::cascades_owed::run_due(shardq.shards(), 1, 10)
+        .await
+        .unwrap();
+    assert_eq!((pass.taken, pass.done, pass.changed), (1, 1, 1), "{pass:?}");
+    let status: String = db
+        .query_one(
+            "SELECT status FROM workflow_status WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &grandchild],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "cancelled");
+    assert!(owed_on(&shardq, 1).await.is_empty());
+}

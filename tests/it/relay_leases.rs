@@ -29,6 +29,51 @@ async fn lease_version(db: &tokio_postgres::Client, to: i32) -> String {
     .get(0)
 }
 
+/// A parent that starts a child keyed `away` and returns its output, and
+/// the child, which finishes once the returned bell rings (rung after the
+/// parent parked: else the parent could read it finished and never need
+/// the wake).
+fn parent_and_child(away: String) -> (HandlerRegistry, Arc<tokio::sync::Notify>) {
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("parent", move |ctx| {
+        let away = away.clone();
+        async move {
+            let job = NewJob::new(QUEUE, "child", json!({})).ordering_key(away);
+            match ctx.start_child(job).await?.result().await? {
+                ChildResult::Succeeded(out) => Ok(out),
+                other => Err(format!("child ended {other:?}").into()),
+            }
+        }
+    });
+    let parked = Arc::new(tokio::sync::Notify::new());
+    let go = parked.clone();
+    handlers.register("child", move |_ctx| {
+        let go = go.clone();
+        async move {
+            go.notified().await;
+            Ok(json!("done"))
+        }
+    });
+    (handlers, parked)
+}
+
+/// Waits until `parent`, on shard 0, is parked (neither running nor
+/// queued).
+async fn wait_parked(shardq: &shardq::Shardq, parent: shardq::JobId) {
+    let db = shardq.shards().get(0).client().await.unwrap();
+    wait_until(Duration::from_secs(30), "the parent parked", || async {
+        db.query_one(
+            "SELECT status <> 'running' AND status <> 'queued' FROM workflow_status \
+             WHERE shard_key = $1 AND id = $2",
+            &[&parent.shard_key, &parent.id],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    })
+    .await;
+}
+
 /// Two processes, driven step by step: the first takes the lease, the
 /// second is refused while it lasts; the holder's calls write nothing
 /// until less than half is left, then renew it; once the holder stops
@@ -141,29 +186,7 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
     let (_shards, shardq) = two_shards(QUEUE, 2, 50).await;
     let child_shard = shardq.shards().get(1).client().await.unwrap();
 
-    let away = key_on(&shardq, 1);
-    let mut handlers = HandlerRegistry::new();
-    handlers.register("parent", move |ctx| {
-        let away = away.clone();
-        async move {
-            let job = NewJob::new(QUEUE, "child", json!({})).ordering_key(away);
-            match ctx.start_child(job).await?.result().await? {
-                ChildResult::Succeeded(out) => Ok(out),
-                other => Err(format!("child ended {other:?}").into()),
-            }
-        }
-    });
-    // The child finishes once its parent has parked (else the parent
-    // could read it finished and never need the wake).
-    let parked = Arc::new(tokio::sync::Notify::new());
-    let go = parked.clone();
-    handlers.register("child", move |_ctx| {
-        let go = go.clone();
-        async move {
-            go.notified().await;
-            Ok(json!("done"))
-        }
-    });
+    let (handlers, parked) = parent_and_child(key_on(&shardq, 1));
     let stop = CancellationToken::new();
     let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
     let parent = shardq
@@ -172,19 +195,7 @@ async fn a_wake_waits_for_the_lease_holder_and_is_delivered_once_its_lease_expir
         .await
         .unwrap();
 
-    let parent_shard = shardq.shards().get(0).client().await.unwrap();
-    wait_until(Duration::from_secs(30), "the parent parked", || async {
-        parent_shard
-            .query_one(
-                "SELECT status <> 'running' AND status <> 'queued' FROM workflow_status \
-                 WHERE shard_key = $1 AND id = $2",
-                &[&parent.shard_key, &parent.id],
-            )
-            .await
-            .unwrap()
-            .get::<_, bool>(0)
-    })
-    .await;
+    wait_parked(&shardq, parent).await;
     // Another process took the lease of relaying shard 1's wakes to shard
     // 0 a moment ago, and then went quiet: it never renews it.
     child_shard
@@ -266,29 +277,7 @@ async fn a_worker_not_granted_the_lease_table_relays_without_it() {
     let toml = shards.toml(&extra).replace("postgres@", "relay_worker@");
     let worker_side = shardq::Shardq::connect(shardq::Config::from_toml(&toml).unwrap()).unwrap();
 
-    let away = key_on(&owner, 1);
-    let mut handlers = HandlerRegistry::new();
-    handlers.register("parent", move |ctx| {
-        let away = away.clone();
-        async move {
-            let job = NewJob::new(QUEUE, "child", json!({})).ordering_key(away);
-            match ctx.start_child(job).await?.result().await? {
-                ChildResult::Succeeded(out) => Ok(out),
-                other => Err(format!("child ended {other:?}").into()),
-            }
-        }
-    });
-    // The child finishes once its parent has parked, so the parent needs
-    // the wake (else it could read the child finished).
-    let parked = Arc::new(tokio::sync::Notify::new());
-    let go = parked.clone();
-    handlers.register("child", move |_ctx| {
-        let go = go.clone();
-        async move {
-            go.notified().await;
-            Ok(json!("done"))
-        }
-    });
+    let (handlers, parked) = parent_and_child(key_on(&owner, 1));
     let stop = CancellationToken::new();
     let worker = tokio::spawn(worker_side.worker(handlers).run(stop.clone()));
     let parent = owner
@@ -296,19 +285,7 @@ async fn a_worker_not_granted_the_lease_table_relays_without_it() {
         .enqueue(NewJob::new(QUEUE, "parent", json!({})).ordering_key(key_on(&owner, 0)))
         .await
         .unwrap();
-    let parent_shard = owner.shards().get(0).client().await.unwrap();
-    wait_until(Duration::from_secs(30), "the parent parked", || async {
-        parent_shard
-            .query_one(
-                "SELECT status = 'scheduled' FROM workflow_status \
-                 WHERE shard_key = $1 AND id = $2",
-                &[&parent.shard_key, &parent.id],
-            )
-            .await
-            .unwrap()
-            .get::<_, bool>(0)
-    })
-    .await;
+    wait_parked(&owner, parent).await;
     parked.notify_one();
     let outcome = owner
         .client()

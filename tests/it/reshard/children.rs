@@ -449,7 +449,6 @@ async fn a_cancel_while_an_unstarted_childs_range_moves_stays_owed_until_the_mov
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_reaches_a_started_child_running_where_its_range_is_moving_from() {
     use shardq::reshard::Step;
-    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
     let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
     let Unstarted {
         parent,
@@ -461,39 +460,7 @@ async fn a_cancel_reaches_a_started_child_running_where_its_range_is_moving_from
     let all = &m.all;
     let old_shard = all.get(from_index);
     // Run 1 inserts the child and records its start; a worker claims it.
-    let payload = json!({});
-    let start = crate::children_across::first_child_of(parent, &child_key, &payload);
-    let row = ChildRow {
-        id: child,
-        parent,
-        parent_deadline: None,
-        job: &start,
-    };
-    elsewhere::insert(old_shard, row).await.unwrap();
-    let output = json!({"child_shard_key": child.shard_key, "child_id": child.id});
-    all.get(home)
-        .client()
-        .await
-        .unwrap()
-        .execute(
-            "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
-             VALUES ($1, $2, 'shardq:child:1', $3)",
-            &[&parent.shard_key, &parent.id, &output],
-        )
-        .await
-        .unwrap();
-    old_shard
-        .client()
-        .await
-        .unwrap()
-        .execute(
-            "UPDATE workflow_status SET status = 'running', owner = 'elsewhere', fence = 1, \
-                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
-             WHERE shard_key = $1 AND id = $2",
-            &[&child.shard_key, &child.id],
-        )
-        .await
-        .unwrap();
+    start_child_running(all.get(home), old_shard, parent, child, &child_key).await;
 
     let copied = Options {
         stop_after: Some(Step::Copied),
@@ -515,17 +482,7 @@ async fn a_cancel_reaches_a_started_child_running_where_its_range_is_moving_from
         .unwrap();
     assert!(cascaded.complete);
     assert_eq!(cascaded.changed, 1, "{cascaded:?}");
-    let asked: bool = old_shard
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT cancel_requested FROM workflow_status WHERE shard_key = $1 AND id = $2",
-            &[&child.shard_key, &child.id],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let asked = cancel_asked(old_shard, child).await;
     assert!(asked, "the running child was asked to cancel where it runs");
 }
 
@@ -537,7 +494,7 @@ async fn a_cancel_reaches_a_started_child_running_where_its_range_is_moving_from
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_of_a_moved_parent_reaches_its_child_running_on_the_old_shard() {
     use shardq::reshard::Step;
-    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow, Identity, ParentStep};
+    use shardq::store::children_elsewhere::{self as elsewhere, Identity, ParentStep};
     let m = growing_to_three(TestShards::databases(3).await, WORKER_TOML).await;
     let all = &m.all;
     let client = Client::new(&m.new).unwrap();
@@ -576,23 +533,7 @@ async fn a_cancel_of_a_moved_parent_reaches_its_child_running_on_the_old_shard()
         handler: "child",
     };
     elsewhere::intent(parent_shard, step, named).await.unwrap();
-    let payload = json!({});
-    let start = crate::children_across::first_child_of(parent, &child_key, &payload);
-    let row = ChildRow {
-        id: child,
-        parent,
-        parent_deadline: None,
-        job: &start,
-    };
-    elsewhere::insert(child_shard, row).await.unwrap();
-    let output = json!({"child_shard_key": child.shard_key, "child_id": child.id});
-    db.execute(
-        "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
-         VALUES ($1, $2, 'shardq:child:1', $3)",
-        &[&parent.shard_key, &parent.id, &output],
-    )
-    .await
-    .unwrap();
+    start_child_running(parent_shard, child_shard, parent, child, &child_key).await;
     db.execute(
         "UPDATE workflow_status SET status = 'scheduled', parked = true, owner = NULL, \
             lease_expires_at = NULL, run_at = now() + interval '1 hour' \
@@ -601,18 +542,6 @@ async fn a_cancel_of_a_moved_parent_reaches_its_child_running_on_the_old_shard()
     )
     .await
     .unwrap();
-    child_shard
-        .client()
-        .await
-        .unwrap()
-        .execute(
-            "UPDATE workflow_status SET status = 'running', owner = 'elsewhere', fence = 1, \
-                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
-             WHERE shard_key = $1 AND id = $2",
-            &[&child.shard_key, &child.id],
-        )
-        .await
-        .unwrap();
 
     let copied = Options {
         stop_after: Some(Step::Copied),
@@ -642,18 +571,69 @@ async fn a_cancel_of_a_moved_parent_reaches_its_child_running_on_the_old_shard()
         (1, true),
         "{cascaded:?}"
     );
-    let asked: bool = child_shard
+    let asked = cancel_asked(child_shard, child).await;
+    assert!(asked, "the running child was asked to cancel where it runs");
+}
+
+/// The rest of a parent's start of `child` (its identity recorded on
+/// `parent_shard`): the child inserted on `child_shard` (key `child_key`),
+/// its start recorded, and the child claimed by a worker there.
+async fn start_child_running(
+    parent_shard: &Shard,
+    child_shard: &Shard,
+    parent: JobId,
+    child: JobId,
+    child_key: &str,
+) {
+    use shardq::store::children_elsewhere::{self as elsewhere, ChildRow};
+    let payload = json!({});
+    let start = crate::children_across::first_child_of(parent, child_key, &payload);
+    let row = ChildRow {
+        id: child,
+        parent,
+        parent_deadline: None,
+        job: &start,
+    };
+    elsewhere::insert(child_shard, row).await.unwrap();
+    let output = json!({"child_shard_key": child.shard_key, "child_id": child.id});
+    parent_shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO workflow_steps (shard_key, workflow_id, step_name, output) \
+             VALUES ($1, $2, 'shardq:child:1', $3)",
+            &[&parent.shard_key, &parent.id, &output],
+        )
+        .await
+        .unwrap();
+    child_shard
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE workflow_status SET status = 'running', owner = 'elsewhere', fence = 1, \
+                attempts = 1, started_at = now(), lease_expires_at = now() + interval '1 hour' \
+             WHERE shard_key = $1 AND id = $2",
+            &[&child.shard_key, &child.id],
+        )
+        .await
+        .unwrap();
+}
+
+/// Whether `id`'s cancellation was asked on `shard`.
+async fn cancel_asked(shard: &Shard, id: JobId) -> bool {
+    shard
         .client()
         .await
         .unwrap()
         .query_one(
             "SELECT cancel_requested FROM workflow_status WHERE shard_key = $1 AND id = $2",
-            &[&child.shard_key, &child.id],
+            &[&id.shard_key, &id.id],
         )
         .await
         .unwrap()
-        .get(0);
-    assert!(asked, "the running child was asked to cancel where it runs");
+        .get(0)
 }
 
 /// A child whose start its parent's run has not recorded: its key in a

@@ -4,7 +4,7 @@
 use super::error::ClientError;
 use super::handle::Client;
 use crate::job::JobId;
-use crate::store::{cancel_cascade, cascades_owed, jobs};
+use crate::store::{cancel_cascade, cascade_debts, jobs};
 
 impl Client {
     /// Cancels the unfinished descendants of `parent` (on its shard and
@@ -51,7 +51,7 @@ impl Client {
             // Not paid (this role may not, say): the workers' pass runs
             // the cascade once more and pays it.
             let debt = [(parent, generation)];
-            if let Err(err) = cascades_owed::paid(self.shards.get(at), &debt).await {
+            if let Err(err) = cascade_debts::paid(self.shards.get(at), &debt).await {
                 tracing::warn!(
                     job = %parent,
                     error = %crate::error_chain::error_chain(&err),

@@ -78,23 +78,28 @@ pub async fn scrape(shards: &ShardSet, queues: &[String], deadline: Duration) ->
 /// [`scrape`], and the invariants of `shardq check` ([`super::invariants`])
 /// read at the same time under `check`'s options (its deadline too), the
 /// queue limits ([`super::limits`]), what holds each shard's xmin horizon
-/// ([`super::horizon`]) and the wakes owed across shards
-/// ([`super::relay`]), within the same deadline: what `shardq metrics`
-/// serves.
+/// ([`super::horizon`]), the wakes owed across shards ([`super::relay`])
+/// and the cancel cascades owed ([`super::cascades`]), within the same
+/// deadline: what `shardq metrics` serves.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe (reads only).
 pub async fn scrape_with_check(client: &Client, queues: &[String], check: &CheckOptions) -> String {
-    let (answers, report, limits, horizons, owed) = tokio::join!(
+    let (answers, report, limits, horizons, owed, cascades) = tokio::join!(
         read_all(client.shards(), check.deadline),
         client.check(check),
         client.queue_limits_within(Some(check.deadline)),
         super::horizon::read_all(client.shards(), check.deadline),
-        super::relay::read_all(client.shards(), check.deadline)
+        super::relay::read_all(client.shards(), check.deadline),
+        super::cascades::read_all(client.shards(), check.deadline)
     );
     let limits = limits.unwrap_or_default();
-    let shards = Shards { horizons, owed };
+    let shards = Shards {
+        horizons,
+        owed,
+        cascades,
+    };
     encode_all(&answers, queues, Some(report), limits, shards)
 }
 
@@ -117,10 +122,12 @@ pub fn encode_with_check(
 struct Shards {
     horizons: Vec<super::horizon::ShardHorizon>,
     owed: Vec<super::relay::ShardOwed>,
+    cascades: Vec<super::cascades::ShardCascades>,
 }
 
 /// [`encode_with_check`], with the gauges of the queue limits, of the
-/// shards' xmin horizons and of the wakes owed across shards.
+/// shards' xmin horizons, of the wakes owed across shards and of the
+/// cancel cascades owed.
 fn encode_all(
     answers: &[ShardBacklog],
     queues: &[String],
@@ -137,6 +144,9 @@ fn encode_all(
     }
     if !shards.owed.is_empty() {
         registry.register_collector(Box::new(super::relay::Owed::new(shards.owed)));
+    }
+    if !shards.cascades.is_empty() {
+        registry.register_collector(Box::new(super::cascades::Cascades::new(shards.cascades)));
     }
     registry.register_collector(Box::new(Exposition {
         shards: answers.iter().map(|a| ShardView::new(a, queues)).collect(),

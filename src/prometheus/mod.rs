@@ -2,7 +2,8 @@
 //! latencies, buffer) and the shards' backlog (queue depth and oldest-ready
 //! age, read from the database by one exporter per fleet, `shardq metrics`,
 //! with the invariants of `shardq check`, the queue limits, what holds
-//! each shard's xmin horizon and the wakes owed across shards beside it).
+//! each shard's xmin horizon, the wakes owed across shards and the cancel
+//! cascades owed beside it).
 //!
 //! Both encode through [`prometheus_client`] (re-exported, so an embedder
 //! registers them in a registry of the same version): serve
@@ -26,6 +27,12 @@ pub mod backlog;
 #[cfg(not(feature = "internal"))]
 #[allow(dead_code, unreachable_pub)]
 mod backlog;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod cascades;
+#[cfg(not(feature = "internal"))]
+#[allow(dead_code, unreachable_pub)]
+mod cascades;
 #[cfg(feature = "internal")]
 #[doc(hidden)]
 pub mod horizon;

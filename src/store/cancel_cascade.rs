@@ -23,7 +23,7 @@ use tokio_postgres::types::Type;
 /// to (it runs on the shard its range is moving from, or a move left it
 /// there) is cancelled where it is. The cascade of `Client::cancel` and of
 /// the deadline pass, and of the pass over the cascades owed
-/// ([`super::cascades_owed::run_due`]). Returns how many it changed, and
+/// (`store::cascades_owed::run_due`). Returns how many it changed, and
 /// whether it reached every child: not when a stand-in was left out (its
 /// key's range is moving, or this process's map is stale), nor when a
 /// started child was on no shard this process knows, so its cascade
@@ -193,7 +193,7 @@ impl Cascade {
                     .filter(|d| d.0 == on)
                     .map(|d| (d.1, d.2))
                     .collect();
-                if let Err(err) = super::cascades_owed::paid(shards.get(on), &here).await {
+                if let Err(err) = super::cascade_debts::paid(shards.get(on), &here).await {
                     self.failed.get_or_insert(err);
                 }
             }

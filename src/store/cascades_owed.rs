@@ -10,10 +10,11 @@
 //! generation it read before it started, never a later cancel's.
 
 use super::cancel_cascade::cancel_descendants;
+use super::cascade_debts::paid;
 use super::exec;
 use super::sql;
 use crate::job::JobId;
-use crate::shards::{Shard, ShardError, ShardSet};
+use crate::shards::{ShardError, ShardSet};
 use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
 
@@ -89,35 +90,6 @@ pub async fn run_due(shards: &ShardSet, index: usize, limit: i64) -> Result<Owed
         Some(err) => Err(err),
         None => Ok(pass),
     }
-}
-
-/// Drops the cascades owed on `shard` (where they were cancelled) by the
-/// workflows given, each up to the generation its payer read before its
-/// cascade started: that cascade reached every child.
-///
-/// # Errors
-///
-/// [`ShardError`] when the shard fails (or this role may not pay:
-/// `docs/least_privilege.sql`): the cascades stay owed, and the workers'
-/// pass runs them once more.
-///
-/// # Cancel safety
-///
-/// Cancel safe in effect: one statement; a repeat deletes nothing.
-pub async fn paid(shard: &Shard, debts: &[(JobId, i64)]) -> Result<(), ShardError> {
-    if debts.is_empty() {
-        return Ok(());
-    }
-    let keys: Vec<i32> = debts.iter().map(|(p, _)| p.shard_key).collect();
-    let ids: Vec<i64> = debts.iter().map(|(p, _)| p.id).collect();
-    let generations: Vec<i64> = debts.iter().map(|(_, g)| *g).collect();
-    let params: [sql::Param; 3] = [
-        (&keys, Type::INT4_ARRAY),
-        (&ids, Type::INT8_ARRAY),
-        (&generations, Type::INT8_ARRAY),
-    ];
-    exec::query(shard, sql::CASCADES_OWED_PAID, &params).await?;
-    Ok(())
 }
 
 /// One owed cascade: from the shard holding `parent`'s row (this one, or

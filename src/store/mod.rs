@@ -19,6 +19,7 @@
 pub mod backlog;
 pub mod browse;
 pub mod cancel_cascade;
+pub mod cascade_debts;
 pub mod cascades_owed;
 pub mod check;
 pub mod children;

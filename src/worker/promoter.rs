@@ -19,7 +19,7 @@
 
 use super::per_shard::each_shard;
 use crate::shards::ShardSet;
-use crate::store::{cancel_cascade, cascades_owed, children, deadlines, upkeep};
+use crate::store::{cancel_cascade, cascade_debts, children, deadlines, upkeep};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -127,7 +127,7 @@ async fn end_past_deadlines(shards: &ShardSet, index: usize) {
                 Ok(cascaded) if cascaded.complete => {
                     // Else the cascades stay owed: the maintenance pass runs them.
                     let debts: Vec<_> = parents.iter().map(|p| (*p, owed)).collect();
-                    if let Err(err) = cascades_owed::paid(shards.get(index), &debts).await {
+                    if let Err(err) = cascade_debts::paid(shards.get(index), &debts).await {
                         super::maintenance::failed(shards.get(index), duty, &err);
                     }
                 }

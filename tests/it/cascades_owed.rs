@@ -217,7 +217,7 @@ async fn a_payment_leaves_the_debt_of_a_later_cancel() {
         .unwrap();
     assert!(second.owed > first.owed, "{first:?} then {second:?}");
 
-    use shardq::store::cascades_owed::paid;
+    use shardq::store::cascade_debts::paid;
     paid(shard, &[(id, first.owed)]).await.unwrap();
     let owed_here = owed_on(&shardq, shard.index).await;
     assert_eq!(owed_here, vec![(id.shard_key, id.id)], "the later debt");
@@ -302,4 +302,59 @@ async fn a_grandchild_is_reached_through_its_parents_own_debt() {
         .get(0);
     assert_eq!(status, "cancelled");
     assert!(owed_on(&shardq, 1).await.is_empty());
+}
+
+/// The exporter shows each shard's cascades owed and the oldest's age
+/// while one is owed; once paid, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exporter_shows_the_cascades_owed_until_they_are_paid() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (parent, child) = parent_with_a_child_away(&shardq).await;
+    let home = shardq.shards().get(0);
+    shardq::store::jobs::cancel(home, parent).await.unwrap();
+    let db = home.client().await.unwrap();
+    db.execute(
+        "UPDATE shardq_cascades_owed SET owed_since = now() - interval '5 s'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let check = CheckOptions::from_config(shardq.config());
+    let client = shardq.client();
+    let scrape = || shardq::prometheus::backlog::scrape_with_check(&client, &[], &check);
+    let gauge = |text: &str, name: &str, shard: &str| -> Option<f64> {
+        let series = format!("{name}{{shard=\"{shard}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .map(|v| v.parse().expect("a number"))
+    };
+    let text = scrape().await;
+    assert_eq!(
+        gauge(&text, "shardq_cancel_cascades_owed", "s0"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        gauge(&text, "shardq_cancel_cascades_owed", "s1"),
+        Some(0.0),
+        "{text}"
+    );
+    let age = gauge(&text, "shardq_cancel_cascade_oldest_seconds", "s0").unwrap();
+    assert!((4.0..60.0).contains(&age), "{age}");
+
+    due_now(&shardq).await;
+    let pass = shardq::store::cascades_owed::run_due(shardq.shards(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(pass.done, 1, "{pass:?}");
+    assert_eq!(
+        children_on(&shardq, 1, parent).await,
+        vec![(child, "cancelled".to_string())]
+    );
+    let text = scrape().await;
+    assert_eq!(
+        gauge(&text, "shardq_cancel_cascades_owed", "s0"),
+        Some(0.0),
+        "{text}"
+    );
 }

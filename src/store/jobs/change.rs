@@ -44,7 +44,7 @@ pub struct Cancelled {
 }
 
 /// [`cancel`], also returning the generation of the cascade the job now
-/// owes its children ([`super::super::cascades_owed::paid`]).
+/// owes its children ([`super::super::cascade_debts::paid`]).
 ///
 /// # Errors
 ///

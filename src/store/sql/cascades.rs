@@ -57,3 +57,10 @@ pub const CASCADE_CHILDREN_AWAY: &str = "SELECT c.shard_key, c.id \
                 WHERE v.epoch = (SELECT max(e.epoch) FROM shardq_map_epochs e) \
                   AND v.state <> 'released' AND v.first_key <= c.shard_key \
                   AND c.shard_key < v.end_key))";
+
+/// The cascades owed on this shard: how many, and how long the oldest has
+/// been owed (seconds, the shard's clock; 0 when none). Read per scrape
+/// by the exporter (the table holds a row per cancel not yet paid: a few).
+pub const CASCADES_OWED_SUMMARY: &str = "SELECT count(*) AS owed, \
+        coalesce(extract(epoch FROM now() - min(owed_since)), 0)::float8 AS oldest_s \
+    FROM shardq_cascades_owed";

@@ -358,3 +358,61 @@ async fn the_exporter_shows_the_cascades_owed_until_they_are_paid() {
         "{text}"
     );
 }
+
+/// The deadline pass ends a parent while its child's shard is down: the
+/// pass's own cascade fails, the debt stays, and once the shard is back
+/// the workers cancel the child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlines_cascade_that_failed_on_a_down_shard_is_finished_by_the_workers() {
+    let (shards, shardq) = two_slots("family", 2, 1000, 3000).await;
+    let (parent, child) = parent_with_a_child_away(&shardq).await;
+    let home = shardq.shards().get(0).client().await.unwrap();
+    home.execute(
+        "UPDATE workflow_status SET deadline_at = now() + interval '2 seconds' \
+         WHERE shard_key = $1 AND id = $2",
+        &[&parent.shard_key, &parent.id],
+    )
+    .await
+    .unwrap();
+    shards.servers[1].stop(StopMode::Immediate).unwrap();
+
+    let mut handlers = HandlerRegistry::new();
+    handlers.register("noop", |_ctx| async { Ok(json!(null)) });
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(shardq.worker(handlers).run(stop.clone()));
+    wait_until(
+        Duration::from_secs(30),
+        "the parent ended by its deadline",
+        || async {
+            home.query_one(
+                "SELECT cancel_requested FROM workflow_status WHERE shard_key = $1 AND id = $2",
+                &[&parent.shard_key, &parent.id],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+        },
+    )
+    .await;
+    // Its cascade cannot reach the child: the debt stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        owed_on(&shardq, 0).await,
+        vec![(parent.shard_key, parent.id)],
+        "owed while the child's shard is down"
+    );
+
+    shards.servers[1].start_again().unwrap();
+    due_now(&shardq).await;
+    wait_until(
+        Duration::from_secs(30),
+        "the child cancelled, the cascade paid",
+        || async {
+            children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
+                && owed_on(&shardq, 0).await.is_empty()
+        },
+    )
+    .await;
+    stop.cancel();
+    worker.await.unwrap();
+}

@@ -53,6 +53,13 @@ async fn parent_with_a_child_away(shardq: &Shardq) -> (JobId, JobId) {
     (parent, child)
 }
 
+/// Whether `child` (on shard 1) is cancelled and `parent`'s cascade (on
+/// shard 0) paid.
+async fn cancelled_and_paid(shardq: &Shardq, parent: JobId, child: JobId) -> bool {
+    children_on(shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
+        && owed_on(shardq, 0).await.is_empty()
+}
+
 /// A worker's pass finds the cascades due on `shardq`'s shards: makes
 /// those owed on shard 0 due now (their first 10 s are the canceller's).
 async fn due_now(shardq: &Shardq) {
@@ -114,8 +121,7 @@ async fn a_cascade_that_failed_on_a_down_shard_is_finished_by_the_workers() {
         &shardq,
         "the child cancelled, the cascades paid",
         || async {
-            children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
-            && owed_on(&shardq, 0).await.is_empty()
+            cancelled_and_paid(&shardq, parent, child).await
             // The child's own, written by its cancel: the cascade went
             // through it.
             && owed_on(&shardq, 1).await.is_empty()
@@ -137,9 +143,8 @@ async fn a_canceller_that_died_before_its_cascade_leaves_it_to_the_workers() {
         .is_some());
 
     due_now(&shardq).await;
-    with_a_worker(&shardq, "the child cancelled, the cascade paid", || async {
-        children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
-            && owed_on(&shardq, 0).await.is_empty()
+    with_a_worker(&shardq, "the child cancelled, the cascade paid", || {
+        cancelled_and_paid(&shardq, parent, child)
     })
     .await;
 }
@@ -407,10 +412,7 @@ async fn a_deadlines_cascade_that_failed_on_a_down_shard_is_finished_by_the_work
     wait_until(
         Duration::from_secs(30),
         "the child cancelled, the cascade paid",
-        || async {
-            children_on(&shardq, 1, parent).await == vec![(child, "cancelled".to_string())]
-                && owed_on(&shardq, 0).await.is_empty()
-        },
+        || cancelled_and_paid(&shardq, parent, child),
     )
     .await;
     stop.cancel();

@@ -156,6 +156,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_work
 -- a producer or the dashboard needs nothing here.
 GRANT SELECT, UPDATE ON TABLE shardq_ready_floors, shardq_ready_barrier TO shardq_worker;
 GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
+-- Group turns (migrations 41-42): the trigger that gives a grouped job its
+-- turn and the claim's move of the queue's round run with the owner's
+-- rights; `shardq check` and the dashboard may read the rounds.
+GRANT SELECT ON TABLE shardq_group_rounds TO shardq_worker, shardq_dashboard_ro;
 
 -- Relay leases (migration 39): a worker takes and renews the lease of the
 -- wakes its shard's children owe another shard (an upsert: SELECT too).

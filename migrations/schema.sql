@@ -44,6 +44,8 @@
 --     38 0038_keyed_ready_index.sql
 --     39 0039_relay_leases.sql
 --     40 0040_cascades_owed.sql
+--     41 0041_group_turns.sql
+--     42 0042_group_turn_index.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -63,6 +65,13 @@ TABLE shardq_functions
     CONSTRAINT shardq_functions_pkey PRIMARY KEY (name)
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
     GRANT PUBLIC SELECT
+
+TABLE shardq_group_rounds
+    queue text NOT NULL
+    round bigint NOT NULL DEFAULT 0
+    moved_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_group_rounds_pkey PRIMARY KEY (queue)
+    INDEX CREATE UNIQUE INDEX shardq_group_rounds_pkey ON public.shardq_group_rounds USING btree (queue)
 
 TABLE shardq_group_tokens
     queue text NOT NULL
@@ -277,6 +286,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     debounce_until timestamp with time zone
     parked boolean NOT NULL DEFAULT false
     deadline_at timestamp with time zone
+    turn bigint
     CONSTRAINT workflow_status_key_or_group CHECK (((ordering_key IS NULL) OR (job_group IS NULL)))
     CONSTRAINT workflow_status_max_attempts_check CHECK ((max_attempts >= 1))
     CONSTRAINT workflow_status_pkey PRIMARY KEY (id, shard_key)
@@ -294,6 +304,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
     INDEX CREATE INDEX workflow_status_parent_wakes ON public.workflow_status USING btree (shard_key, id) WHERE parent_wake
+    INDEX CREATE INDEX workflow_status_ready_grouped ON public.workflow_status USING btree (queue, turn, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
     INDEX CREATE INDEX workflow_status_ready_keyed ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_ready_plain ON public.workflow_status USING btree (queue, priority, ready_seq) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_running_grouped ON public.workflow_status USING btree (queue, job_group) WHERE ((status = 'running'::text) AND (job_group IS NOT NULL))
@@ -304,6 +315,8 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE UNIQUE INDEX workflow_status_pkey ON public.workflow_status USING btree (id, shard_key)
     TRIGGER CREATE TRIGGER shardq_ready_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NULL))) EXECUTE FUNCTION shardq_mark_ready()
     TRIGGER CREATE TRIGGER shardq_ready_on_update BEFORE UPDATE OF status, queue, priority, ordering_key, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.ordering_key IS DISTINCT FROM new.ordering_key) OR (old.job_group IS NOT NULL)))) EXECUTE FUNCTION shardq_mark_ready()
+    TRIGGER CREATE TRIGGER shardq_turn_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NOT NULL))) EXECUTE FUNCTION shardq_take_turn()
+    TRIGGER CREATE TRIGGER shardq_turn_on_update BEFORE UPDATE OF status, queue, priority, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NOT NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.job_group IS DISTINCT FROM new.job_group)))) EXECUTE FUNCTION shardq_take_turn()
     TRIGGER CREATE TRIGGER workflow_status_child_finished BEFORE UPDATE OF status ON public.workflow_status FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND (new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])))) EXECUTE FUNCTION shardq_child_finished()
 
 TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
@@ -660,9 +673,33 @@ DECLARE
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
     t_tid tid[]; t_group text[];
     at timestamptz;
+    groups_met bigint;                        -- without limits: groups in the walk
+    low_turn bigint;                          -- and the lowest turn it took
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
+
+    IF NOT limited THEN
+        SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
+               count(DISTINCT t.job_group), min(t.turn)
+        INTO g_tid, groups_met, low_turn
+        FROM (SELECT w.ctid AS tid, w.job_group, w.turn, w.priority, w.id
+              FROM workflow_status w
+              WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+              ORDER BY w.turn, w.priority, w.id LIMIT p_limit
+              FOR UPDATE SKIP LOCKED) t;
+        plain_tids := shardq_lock_plain_ready(p_queue,
+                                              ceil(p_limit::numeric / (groups_met + 1))::int);
+        t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
+        IF low_turn IS NOT NULL THEN
+            PERFORM shardq_move_group_round(p_queue, low_turn);
+        END IF;
+        held_back := cardinality(t_tid) < p_limit
+            AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
+        RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
+                                               CASE WHEN held_back THEN 2 ELSE 1 END);
+        RETURN;
+    END IF;
 
     SELECT g.names, g.heads INTO g_name, g_tid
         FROM shardq_group_heads(p_queue, start, 2147483648, p_limit) g;
@@ -673,44 +710,42 @@ BEGIN
         g_tid := g_tid || more_tid;
     END IF;
 
-    IF limited THEN
-        -- Each group's lock, tried once (the walk met each name once).
-        SELECT coalesce(array_agg(l.g), '{}') INTO a_name
-        FROM unnest(g_name) AS l(g)
-        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
-        -- A new statement: its snapshot sees all that was done under the
-        -- group locks. Bucket: refilled at the rate up to its burst.
-        at := clock_timestamp();
-        SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
-               coalesce(array_agg(a.tokens), '{}')
-        INTO a_name, a_allowed, a_tokens FROM (
-            SELECT l.g, t.tokens, least(p_limit,
-                CASE WHEN lim.group_concurrency IS NULL THEN p_limit
-                     ELSE greatest(0, lim.group_concurrency - (
-                         SELECT count(*) FROM workflow_status r
-                         WHERE r.queue = p_queue AND r.job_group = l.g
-                           AND r.status = 'running')) END,
-                CASE WHEN lim.group_rate_count IS NULL THEN p_limit
-                     ELSE floor(t.tokens) END)::int AS allowed
-            FROM unnest(a_name) AS l(g)
-            CROSS JOIN LATERAL (
-                SELECT least(greatest(1.0, lim.group_rate_count * 50.0 / lim.group_rate_period_ms),
-                             coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
-                                      * lim.group_rate_count / lim.group_rate_period_ms,
-                                      greatest(1.0, lim.group_rate_count * 50.0
-                                                    / lim.group_rate_period_ms))) AS tokens
-                FROM (SELECT 1) AS one
-                LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
-        ) a;
-        -- Only the groups that may start something now, in walk order.
-        SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
-               coalesce(array_agg(w.head ORDER BY w.pos), '{}'),
-               coalesce(array_agg(a.allowed ORDER BY w.pos), '{}')
-        INTO g_name, g_tid, g_allowed
-        FROM unnest(g_name, g_tid) WITH ORDINALITY AS w(g, head, pos)
-        JOIN unnest(a_name, a_allowed) AS a(g, allowed) ON a.g = w.g
-        WHERE a.allowed > 0;
-    END IF;
+    -- Group limits: each group's lock, tried once (the walk met each name once).
+    SELECT coalesce(array_agg(l.g), '{}') INTO a_name
+    FROM unnest(g_name) AS l(g)
+    WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
+    -- A new statement: its snapshot sees all that was done under the
+    -- group locks. Bucket: refilled at the rate up to its burst.
+    at := clock_timestamp();
+    SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
+           coalesce(array_agg(a.tokens), '{}')
+    INTO a_name, a_allowed, a_tokens FROM (
+        SELECT l.g, t.tokens, least(p_limit,
+            CASE WHEN lim.group_concurrency IS NULL THEN p_limit
+                 ELSE greatest(0, lim.group_concurrency - (
+                     SELECT count(*) FROM workflow_status r
+                     WHERE r.queue = p_queue AND r.job_group = l.g
+                       AND r.status = 'running')) END,
+            CASE WHEN lim.group_rate_count IS NULL THEN p_limit
+                 ELSE floor(t.tokens) END)::int AS allowed
+        FROM unnest(a_name) AS l(g)
+        CROSS JOIN LATERAL (
+            SELECT least(greatest(1.0, lim.group_rate_count * 50.0 / lim.group_rate_period_ms),
+                         coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
+                                  * lim.group_rate_count / lim.group_rate_period_ms,
+                                  greatest(1.0, lim.group_rate_count * 50.0
+                                                / lim.group_rate_period_ms))) AS tokens
+            FROM (SELECT 1) AS one
+            LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
+    ) a;
+    -- Only the groups that may start something now, in walk order.
+    SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
+           coalesce(array_agg(w.head ORDER BY w.pos), '{}'),
+           coalesce(array_agg(a.allowed ORDER BY w.pos), '{}')
+    INTO g_name, g_tid, g_allowed
+    FROM unnest(g_name, g_tid) WITH ORDINALITY AS w(g, head, pos)
+    JOIN unnest(a_name, a_allowed) AS a(g, allowed) ON a.g = w.g
+    WHERE a.allowed > 0;
 
     plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
     has_plain := cardinality(plain_tids) > 0;
@@ -1484,6 +1519,32 @@ AS $function$
         $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_move_group_round(p_queue text, p_turn bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        DECLARE
+            now_at public.shardq_group_rounds%ROWTYPE;
+        BEGIN
+            SELECT * INTO now_at FROM public.shardq_group_rounds r WHERE r.queue = p_queue;
+            IF NOT FOUND THEN
+                INSERT INTO public.shardq_group_rounds (queue, round) VALUES (p_queue, p_turn)
+                ON CONFLICT DO NOTHING;
+            ELSIF now_at.round < p_turn
+                  AND now_at.moved_at < clock_timestamp() - interval '250 milliseconds' THEN
+                UPDATE public.shardq_group_rounds r
+                SET round = p_turn, moved_at = clock_timestamp()
+                WHERE r.queue = (SELECT l.queue FROM public.shardq_group_rounds l
+                                 WHERE l.queue = p_queue AND l.round < p_turn
+                                 FOR UPDATE SKIP LOCKED);
+            END IF;
+        END
+        $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_owe_cascades(p_keys integer[], p_ids bigint[])
  RETURNS bigint
  LANGUAGE sql
@@ -2120,6 +2181,26 @@ BEGIN
     RETURN give;
 END
 $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_take_turn()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        BEGIN
+            NEW.turn := greatest(0,
+                (SELECT w.turn + 1 FROM public.workflow_status w
+                 WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
+                   AND w.job_group = NEW.job_group AND w.priority = NEW.priority
+                   AND w.status = 'queued'
+                 ORDER BY w.id DESC LIMIT 1),
+                (SELECT r.round FROM public.shardq_group_rounds r WHERE r.queue = NEW.queue));
+            RETURN NEW;
+        END
+        $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_wake_parent(p_shard_key integer, p_parent_id bigint, p_child_shard_key integer, p_child_id bigint)

@@ -2,7 +2,17 @@
 -- (shardq_claim.sql says what a claim does and returns). Called by
 -- shardq_claim, with the dequeue slot already taken.
 --
--- Groups take turns. The claim finds up to p_limit groups with ready jobs,
+-- Groups take turns. Without group limits, the claim locks (SKIP LOCKED) up
+-- to p_limit grouped jobs in (turn, priority, id) order, one walk of
+-- workflow_status_ready_grouped: every group's first turn, then every
+-- group's second, and so on (shardq_take_turn numbers the turns as jobs
+-- become ready, from the queue's round: shardq_group_rounds, which the
+-- claim moves to the lowest turn it took, at most every 250 ms). The
+-- queue's jobs without a group (and without a key) count as one more
+-- group: they get ceil(p_limit / (groups met + 1)) of the claim, or what
+-- the groups leave, and the grouped jobs the rest.
+--
+-- With group limits, the claim finds up to p_limit groups with ready jobs,
 -- in the order of their names' hashes from a random point of the hash
 -- space, wrapping (shardq_group_heads: one index probe per group); the
 -- queue's jobs without a group (and without a key) count as one more group,
@@ -34,6 +44,11 @@
 -- claim uses the row it read first: a change counts from the next claim).
 -- A job that still runs after its lease expired and was given back counts
 -- no more, so its group may then run one job over its concurrency.
+-- Without limits, between the walk and the take: other claims take other
+-- rows (the walk's are locked); a job a producer numbered from the round
+-- read before a move is below the new round, and still claimed (the walk
+-- starts at the index's start, not at the round); of two claims moving the
+-- round at once, one skips the move.
 CREATE OR REPLACE FUNCTION shardq_claim_grouped(p_queue text, p_limit int,
                                                 p_owner text, p_lease_ms bigint)
 RETURNS SETOF shardq_claimed
@@ -59,9 +74,33 @@ DECLARE
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
     t_tid tid[]; t_group text[];
     at timestamptz;
+    groups_met bigint;                        -- without limits: groups in the walk
+    low_turn bigint;                          -- and the lowest turn it took
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
+
+    IF NOT limited THEN
+        SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
+               count(DISTINCT t.job_group), min(t.turn)
+        INTO g_tid, groups_met, low_turn
+        FROM (SELECT w.ctid AS tid, w.job_group, w.turn, w.priority, w.id
+              FROM workflow_status w
+              WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+              ORDER BY w.turn, w.priority, w.id LIMIT p_limit
+              FOR UPDATE SKIP LOCKED) t;
+        plain_tids := shardq_lock_plain_ready(p_queue, greatest(
+            ceil(p_limit::numeric / (groups_met + 1))::int, p_limit - cardinality(g_tid)));
+        t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
+        IF low_turn IS NOT NULL THEN
+            PERFORM shardq_move_group_round(p_queue, low_turn);
+        END IF;
+        held_back := cardinality(t_tid) < p_limit
+            AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
+        RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
+                                               CASE WHEN held_back THEN 2 ELSE 1 END);
+        RETURN;
+    END IF;
 
     SELECT g.names, g.heads INTO g_name, g_tid
         FROM shardq_group_heads(p_queue, start, 2147483648, p_limit) g;
@@ -72,44 +111,42 @@ BEGIN
         g_tid := g_tid || more_tid;
     END IF;
 
-    IF limited THEN
-        -- Each group's lock, tried once (the walk met each name once).
-        SELECT coalesce(array_agg(l.g), '{}') INTO a_name
-        FROM unnest(g_name) AS l(g)
-        WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
-        -- A new statement: its snapshot sees all that was done under the
-        -- group locks. Bucket: refilled at the rate up to its burst.
-        at := clock_timestamp();
-        SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
-               coalesce(array_agg(a.tokens), '{}')
-        INTO a_name, a_allowed, a_tokens FROM (
-            SELECT l.g, t.tokens, least(p_limit,
-                CASE WHEN lim.group_concurrency IS NULL THEN p_limit
-                     ELSE greatest(0, lim.group_concurrency - (
-                         SELECT count(*) FROM workflow_status r
-                         WHERE r.queue = p_queue AND r.job_group = l.g
-                           AND r.status = 'running')) END,
-                CASE WHEN lim.group_rate_count IS NULL THEN p_limit
-                     ELSE floor(t.tokens) END)::int AS allowed
-            FROM unnest(a_name) AS l(g)
-            CROSS JOIN LATERAL (
-                SELECT least(greatest(1.0, lim.group_rate_count * 50.0 / lim.group_rate_period_ms),
-                             coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
-                                      * lim.group_rate_count / lim.group_rate_period_ms,
-                                      greatest(1.0, lim.group_rate_count * 50.0
-                                                    / lim.group_rate_period_ms))) AS tokens
-                FROM (SELECT 1) AS one
-                LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
-        ) a;
-        -- Only the groups that may start something now, in walk order.
-        SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
-               coalesce(array_agg(w.head ORDER BY w.pos), '{}'),
-               coalesce(array_agg(a.allowed ORDER BY w.pos), '{}')
-        INTO g_name, g_tid, g_allowed
-        FROM unnest(g_name, g_tid) WITH ORDINALITY AS w(g, head, pos)
-        JOIN unnest(a_name, a_allowed) AS a(g, allowed) ON a.g = w.g
-        WHERE a.allowed > 0;
-    END IF;
+    -- Group limits: each group's lock, tried once (the walk met each name once).
+    SELECT coalesce(array_agg(l.g), '{}') INTO a_name
+    FROM unnest(g_name) AS l(g)
+    WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
+    -- A new statement: its snapshot sees all that was done under the
+    -- group locks. Bucket: refilled at the rate up to its burst.
+    at := clock_timestamp();
+    SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
+           coalesce(array_agg(a.tokens), '{}')
+    INTO a_name, a_allowed, a_tokens FROM (
+        SELECT l.g, t.tokens, least(p_limit,
+            CASE WHEN lim.group_concurrency IS NULL THEN p_limit
+                 ELSE greatest(0, lim.group_concurrency - (
+                     SELECT count(*) FROM workflow_status r
+                     WHERE r.queue = p_queue AND r.job_group = l.g
+                       AND r.status = 'running')) END,
+            CASE WHEN lim.group_rate_count IS NULL THEN p_limit
+                 ELSE floor(t.tokens) END)::int AS allowed
+        FROM unnest(a_name) AS l(g)
+        CROSS JOIN LATERAL (
+            SELECT least(greatest(1.0, lim.group_rate_count * 50.0 / lim.group_rate_period_ms),
+                         coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
+                                  * lim.group_rate_count / lim.group_rate_period_ms,
+                                  greatest(1.0, lim.group_rate_count * 50.0
+                                                / lim.group_rate_period_ms))) AS tokens
+            FROM (SELECT 1) AS one
+            LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
+    ) a;
+    -- Only the groups that may start something now, in walk order.
+    SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
+           coalesce(array_agg(w.head ORDER BY w.pos), '{}'),
+           coalesce(array_agg(a.allowed ORDER BY w.pos), '{}')
+    INTO g_name, g_tid, g_allowed
+    FROM unnest(g_name, g_tid) WITH ORDINALITY AS w(g, head, pos)
+    JOIN unnest(a_name, a_allowed) AS a(g, allowed) ON a.g = w.g
+    WHERE a.allowed > 0;
 
     plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
     has_plain := cardinality(plain_tids) > 0;

@@ -61,6 +61,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_mark_ready.sql"),
     },
     Function {
+        name: "shardq_take_turn",
+        sql: include_str!("../../migrations/functions/shardq_take_turn.sql"),
+    },
+    Function {
         name: "shardq_advance_ready_floors",
         sql: include_str!("../../migrations/functions/shardq_advance_ready_floors.sql"),
     },
@@ -83,6 +87,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
     Function {
         name: "shardq_queue_has_ready",
         sql: include_str!("../../migrations/functions/shardq_queue_has_ready.sql"),
+    },
+    Function {
+        name: "shardq_move_group_round",
+        sql: include_str!("../../migrations/functions/shardq_move_group_round.sql"),
     },
     Function {
         name: "shardq_group_heads",

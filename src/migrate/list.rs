@@ -228,6 +228,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0040_cascades_owed.sql",
         sql: include_str!("../../migrations/0040_cascades_owed.sql"),
     },
+    Migration {
+        version: 41,
+        name: "0041_group_turns.sql",
+        sql: include_str!("../../migrations/0041_group_turns.sql"),
+    },
+    Migration {
+        version: 42,
+        name: "0042_group_turn_index.sql",
+        sql: include_str!("../../migrations/0042_group_turn_index.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

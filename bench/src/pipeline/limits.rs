@@ -11,6 +11,7 @@
 
 use super::fleet::{self, FleetRun};
 use super::server::{BenchServer, QUEUE};
+use super::statements;
 use crate::procfs::Clock;
 use anyhow::{bail, Result};
 use clap::Args;
@@ -36,6 +37,10 @@ pub struct LimitsArgs {
     /// Groups the jobs of the grouped runs are spread over (0 skips them).
     #[arg(long, default_value_t = 10_000)]
     pub groups: usize,
+    /// Also profile an extra grouped run statement by statement
+    /// (pg_stat_statements, nested statements tracked).
+    #[arg(long)]
+    pub profile: bool,
     /// Where the JSON results go (folders are created).
     #[arg(long, default_value = "bench/results/limits.json")]
     pub out: PathBuf,
@@ -146,7 +151,18 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         );
         runs
     };
+    let profile = if args.profile && args.groups > 0 {
+        server.client().set_queue_limits(QUEUE, Default::default()).await?;
+        statements::start(server.shard()).await?;
+        let run = fleet::run_in_groups(&server, clock, "profile", args.jobs, args.groups).await?;
+        Some((statements::finish(server.shard(), run.succeeded).await?, run.succeeded))
+    } else {
+        None
+    };
     server.close().await;
+    if let Some((costs, jobs)) = &profile {
+        statements::print(costs, &format!("an extra grouped run of {jobs} jobs"));
+    }
     let median = |runs: &[FleetRun]| {
         let mut v: Vec<f64> = runs.iter().map(|r| r.jobs_per_s).collect();
         v.sort_by(f64::total_cmp);

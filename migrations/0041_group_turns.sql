@@ -1,0 +1,26 @@
+-- Group turns: grouped claims that walk one index range, as plain claims
+-- do, instead of finding each group's head with an index probe of its own.
+--
+-- Every grouped job gets a `turn` each time it becomes ready: one past the
+-- turn of its group's newest ready job of the same priority, and never
+-- below the queue's current round (shardq_group_rounds). A claim takes
+-- ready grouped jobs in (turn, priority, id) order: every group's first
+-- turn, then every group's second, and so on, however many jobs a group
+-- queued first. This is start-time fair queuing; the trigger that numbers
+-- the turns is migrations/functions/shardq_take_turn.sql, the claim
+-- shardq_claim_grouped.sql.
+--
+-- No default: existing rows keep NULL without a table rewrite; migration
+-- 42 numbers the grouped jobs ready then.
+ALTER TABLE workflow_status ADD COLUMN turn bigint;
+
+-- The round each queue's grouped claims are at: the lowest turn the last
+-- claim took, moved at most every 250 ms (each move is a row version,
+-- kept while the horizon is held). A group whose line is empty starts its
+-- next job here, not behind everything the busy groups queued, and not
+-- ahead of the round either.
+CREATE TABLE shardq_group_rounds (
+    queue text PRIMARY KEY,
+    round bigint NOT NULL DEFAULT 0,
+    moved_at timestamptz NOT NULL DEFAULT now()
+);

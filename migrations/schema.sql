@@ -69,7 +69,10 @@ TABLE shardq_functions
 TABLE shardq_group_rounds
     queue text NOT NULL
     round bigint NOT NULL DEFAULT 0
-    moved_at timestamp with time zone NOT NULL DEFAULT now()
+    floor_turn bigint NOT NULL DEFAULT 0
+    noted_round bigint
+    noted_xid xid8
+    moved_at timestamp with time zone NOT NULL DEFAULT '-infinity'::timestamp with time zone
     CONSTRAINT shardq_group_rounds_pkey PRIMARY KEY (queue)
     INDEX CREATE UNIQUE INDEX shardq_group_rounds_pkey ON public.shardq_group_rounds USING btree (queue)
 
@@ -335,6 +338,60 @@ SEQUENCE shardq_map_change_xid
 SEQUENCE shardq_ready_seq
 SEQUENCE workflow_messages_seq_seq
 SEQUENCE workflow_status_id_seq
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_advance_group_round(p_queue text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        DECLARE
+            r public.shardq_group_rounds%ROWTYPE;
+            x xid8;
+            first_ready bigint;
+            new_floor bigint;
+        BEGIN
+            SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue;
+            IF NOT FOUND THEN
+                INSERT INTO public.shardq_group_rounds (queue) VALUES (p_queue)
+                ON CONFLICT DO NOTHING;
+                RETURN 0;
+            END IF;
+            IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
+               OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
+                RETURN r.floor_turn;
+            END IF;
+            SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue
+            FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND OR r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
+                RETURN coalesce(r.floor_turn, 0);
+            END IF;
+            x := pg_current_xact_id();
+            first_ready := (SELECT w.turn FROM public.workflow_status w
+                            WHERE w.queue = p_queue AND w.status = 'queued'
+                              AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                            ORDER BY w.turn LIMIT 1);
+            new_floor := r.floor_turn;
+            IF r.noted_xid IS NULL
+               OR pg_snapshot_xmin(pg_current_snapshot()) > r.noted_xid THEN
+                IF r.noted_xid IS NOT NULL THEN
+                    new_floor := greatest(r.floor_turn,
+                                          least(r.noted_round, coalesce(first_ready, r.noted_round)));
+                END IF;
+                r.noted_round := r.round;
+                r.noted_xid := x;
+            END IF;
+            UPDATE public.shardq_group_rounds g
+            SET round = greatest(r.round, coalesce(first_ready,
+                                                   nextval('public.shardq_ready_seq'))),
+                floor_turn = new_floor, noted_round = r.noted_round, noted_xid = r.noted_xid,
+                moved_at = clock_timestamp()
+            WHERE g.queue = p_queue;
+            RETURN new_floor;
+        END
+        $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_advance_ready_floors()
@@ -673,27 +730,26 @@ DECLARE
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
     t_tid tid[]; t_group text[];
     at timestamptz;
-    groups_met bigint;                        -- without limits: groups in the walk
-    low_turn bigint;                          -- and the lowest turn it took
+    walk_from bigint;                         -- without limits: where the walk starts
+    groups_met bigint;                        -- and the groups it met
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
+        walk_from := shardq_advance_group_round(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
-               count(DISTINCT t.job_group), min(t.turn)
-        INTO g_tid, groups_met, low_turn
+               count(DISTINCT t.job_group)
+        INTO g_tid, groups_met
         FROM (SELECT w.ctid AS tid, w.job_group, w.turn, w.priority, w.id
               FROM workflow_status w
               WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                AND w.turn >= walk_from
               ORDER BY w.turn, w.priority, w.id LIMIT p_limit
               FOR UPDATE SKIP LOCKED) t;
-        plain_tids := shardq_lock_plain_ready(p_queue,
-                                              ceil(p_limit::numeric / (groups_met + 1))::int);
+        plain_tids := shardq_lock_plain_ready(p_queue, greatest(
+            ceil(p_limit::numeric / (groups_met + 1))::int, p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
-        IF low_turn IS NOT NULL THEN
-            PERFORM shardq_move_group_round(p_queue, low_turn);
-        END IF;
         held_back := cardinality(t_tid) < p_limit
             AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
         RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
@@ -1519,32 +1575,6 @@ AS $function$
         $function$
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_move_group_round(p_queue text, p_turn bigint)
- RETURNS void
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET plan_cache_mode TO 'force_generic_plan'
-AS $function$
-        DECLARE
-            now_at public.shardq_group_rounds%ROWTYPE;
-        BEGIN
-            SELECT * INTO now_at FROM public.shardq_group_rounds r WHERE r.queue = p_queue;
-            IF NOT FOUND THEN
-                INSERT INTO public.shardq_group_rounds (queue, round) VALUES (p_queue, p_turn)
-                ON CONFLICT DO NOTHING;
-            ELSIF now_at.round < p_turn
-                  AND now_at.moved_at < clock_timestamp() - interval '250 milliseconds' THEN
-                UPDATE public.shardq_group_rounds r
-                SET round = p_turn, moved_at = clock_timestamp()
-                WHERE r.queue = (SELECT l.queue FROM public.shardq_group_rounds l
-                                 WHERE l.queue = p_queue AND l.round < p_turn
-                                 FOR UPDATE SKIP LOCKED);
-            END IF;
-        END
-        $function$
-
--- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_owe_cascades(p_keys integer[], p_ids bigint[])
  RETURNS bigint
  LANGUAGE sql
@@ -1620,12 +1650,17 @@ CREATE OR REPLACE FUNCTION public.shardq_queue_has_ready(p_queue text, p_plain b
 AS $function$
 DECLARE
     f record;
+    grouped_floor bigint;
 BEGIN
-    IF p_grouped AND EXISTS (
-            SELECT 1 FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
-              AND w.ctid <> ALL (p_taking)) THEN
-        RETURN true;
+    IF p_grouped THEN
+        grouped_floor := coalesce((SELECT r.floor_turn FROM shardq_group_rounds r
+                                   WHERE r.queue = p_queue), 0);
+        IF EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                  AND w.turn >= grouped_floor AND w.ctid <> ALL (p_taking)) THEN
+            RETURN true;
+        END IF;
     END IF;
     -- A loop, each probe with its floor as a value: as one statement
     -- (floors semi-joined to the jobs, with hash joins off) the planner may
@@ -2191,6 +2226,8 @@ CREATE OR REPLACE FUNCTION public.shardq_take_turn()
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
         BEGIN
+            PERFORM pg_catalog.pg_current_xact_id();
+            PERFORM pg_catalog.nextval('public.shardq_ready_seq');
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM public.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)

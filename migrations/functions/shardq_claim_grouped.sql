@@ -6,8 +6,9 @@
 -- to p_limit grouped jobs in (turn, priority, id) order, one walk of
 -- workflow_status_ready_grouped: every group's first turn, then every
 -- group's second, and so on (shardq_take_turn numbers the turns as jobs
--- become ready, from the queue's round: shardq_group_rounds, which the
--- claim moves to the lowest turn it took, at most every 250 ms). The
+-- become ready, from the queue's round), from the queue's grouped floor
+-- (shardq_advance_group_round moves both, at most every 250 ms): what was
+-- claimed before lies behind it, however long the horizon is held. The
 -- queue's jobs without a group (and without a key) count as one more
 -- group: they get ceil(p_limit / (groups met + 1)) of the claim, or what
 -- the groups leave, and the grouped jobs the rest.
@@ -44,11 +45,12 @@
 -- claim uses the row it read first: a change counts from the next claim).
 -- A job that still runs after its lease expired and was given back counts
 -- no more, so its group may then run one job over its concurrency.
--- Without limits, between the walk and the take: other claims take other
--- rows (the walk's are locked); a job a producer numbered from the round
--- read before a move is below the new round, and still claimed (the walk
--- starts at the index's start, not at the round); of two claims moving the
--- round at once, one skips the move.
+-- Without limits, between the floor's read and the walk, and the walk and
+-- the take: other claims take other rows (the walk's are locked); a
+-- producer commits a job numbered from a round read before a move (its
+-- turn is not below the floor: the floor passes a round only once such
+-- producers have ended); another claim moves the floor (up to a ready turn
+-- no lower than any this walk may miss).
 CREATE OR REPLACE FUNCTION shardq_claim_grouped(p_queue text, p_limit int,
                                                 p_owner text, p_lease_ms bigint)
 RETURNS SETOF shardq_claimed
@@ -74,27 +76,26 @@ DECLARE
     c_tid tid[]; c_sk int[]; c_id bigint[]; c_group text[]; c_pos float8[]; c_rn bigint[];
     t_tid tid[]; t_group text[];
     at timestamptz;
-    groups_met bigint;                        -- without limits: groups in the walk
-    low_turn bigint;                          -- and the lowest turn it took
+    walk_from bigint;                         -- without limits: where the walk starts
+    groups_met bigint;                        -- and the groups it met
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
+        walk_from := shardq_advance_group_round(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
-               count(DISTINCT t.job_group), min(t.turn)
-        INTO g_tid, groups_met, low_turn
+               count(DISTINCT t.job_group)
+        INTO g_tid, groups_met
         FROM (SELECT w.ctid AS tid, w.job_group, w.turn, w.priority, w.id
               FROM workflow_status w
               WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                AND w.turn >= walk_from
               ORDER BY w.turn, w.priority, w.id LIMIT p_limit
               FOR UPDATE SKIP LOCKED) t;
         plain_tids := shardq_lock_plain_ready(p_queue, greatest(
             ceil(p_limit::numeric / (groups_met + 1))::int, p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
-        IF low_turn IS NOT NULL THEN
-            PERFORM shardq_move_group_round(p_queue, low_turn);
-        END IF;
         held_back := cardinality(t_tid) < p_limit
             AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
         RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,

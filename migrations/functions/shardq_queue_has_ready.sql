@@ -3,8 +3,9 @@
 -- key, no group; p_keyed; p_grouped), leaving out the rows at p_taking
 -- (those a claim has locked and is about to take). One probe of each
 -- dequeue index asked, the plain and keyed ones from each priority's ready
--- floors (shardq_ready_floors), so it does not walk what was claimed before under
--- a held horizon; the rows left out cost one more entry each at most.
+-- floors (shardq_ready_floors), the grouped one from the queue's grouped
+-- floor (shardq_group_rounds), so it does not walk what was claimed before
+-- under a held horizon; the rows left out cost one more entry each at most.
 --
 -- Used by the claim to choose its path (keyed or grouped jobs ready?) and
 -- by a claim that took fewer jobs than asked: ready jobs left mean it was
@@ -19,12 +20,17 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     f record;
+    grouped_floor bigint;
 BEGIN
-    IF p_grouped AND EXISTS (
-            SELECT 1 FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
-              AND w.ctid <> ALL (p_taking)) THEN
-        RETURN true;
+    IF p_grouped THEN
+        grouped_floor := coalesce((SELECT r.floor_turn FROM shardq_group_rounds r
+                                   WHERE r.queue = p_queue), 0);
+        IF EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                  AND w.turn >= grouped_floor AND w.ctid <> ALL (p_taking)) THEN
+            RETURN true;
+        END IF;
     END IF;
     -- A loop, each probe with its floor as a value: as one statement
     -- (floors semi-joined to the jobs, with hash joins off) the planner may

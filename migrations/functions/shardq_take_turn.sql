@@ -8,6 +8,15 @@
 -- being claimed instead of jumping ahead of it or waiting behind the
 -- others' backlogs. Claims take grouped jobs by (turn, priority, id).
 --
+-- It takes the transaction's id before it reads the round: a floor passes
+-- a round only once every transaction that could still write a turn below
+-- it has ended (shardq_advance_group_round says why that needs this order).
+--
+-- It also takes a number from shardq_ready_seq, and keeps none: a turn is
+-- never above the number taken with it (by induction: one past its line's
+-- last turn, or the round, both at most earlier numbers), so a round moved
+-- to a fresh number when no grouped job is ready is past every turn given.
+--
 -- Two producers of one group that commit at once may give two jobs the
 -- same turn: the group gets one more job in that round, no job is lost
 -- (every ready grouped job is in the claim's index, numbered or not).
@@ -30,6 +39,8 @@ BEGIN
         SET plan_cache_mode = force_generic_plan
         AS $b$
         BEGIN
+            PERFORM pg_catalog.pg_current_xact_id();
+            PERFORM pg_catalog.nextval('%1$s.shardq_ready_seq');
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM %1$s.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)

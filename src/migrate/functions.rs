@@ -89,8 +89,8 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_queue_has_ready.sql"),
     },
     Function {
-        name: "shardq_move_group_round",
-        sql: include_str!("../../migrations/functions/shardq_move_group_round.sql"),
+        name: "shardq_advance_group_round",
+        sql: include_str!("../../migrations/functions/shardq_advance_group_round.sql"),
     },
     Function {
         name: "shardq_group_heads",

@@ -233,7 +233,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_lock_keyed_ready",
     "shardq_mark_ready",
     "shardq_take_turn",
-    "shardq_move_group_round",
+    "shardq_advance_group_round",
     "shardq_ensure_floors",
     "shardq_owe_cascades",
     "shardq_cascades_paid",

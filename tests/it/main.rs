@@ -40,6 +40,7 @@ mod fencing;
 mod frozen_shard;
 mod fuzz;
 mod gating;
+mod group_turns;
 mod heartbeat;
 mod horizon_metrics;
 mod horizon_recovery;

@@ -152,10 +152,16 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         runs
     };
     let profile = if args.profile && args.groups > 0 {
-        server.client().set_queue_limits(QUEUE, Default::default()).await?;
+        server
+            .client()
+            .set_queue_limits(QUEUE, Default::default())
+            .await?;
         statements::start(server.shard()).await?;
         let run = fleet::run_in_groups(&server, clock, "profile", args.jobs, args.groups).await?;
-        Some((statements::finish(server.shard(), run.succeeded).await?, run.succeeded))
+        Some((
+            statements::finish(server.shard(), run.succeeded).await?,
+            run.succeeded,
+        ))
     } else {
         None
     };

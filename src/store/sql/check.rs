@@ -169,7 +169,8 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 ///   only a running job waits on one), attempts in 0..max_attempts (one
 ///   more would have made it dead); `waiting` only with an ordering key
 ///   (nothing queues an unkeyed waiting job); a `queued` job without a key
-///   or group numbered at or past its queue and priority's ready floor
+///   or group numbered at or past its queue and priority's ready floor,
+///   and a grouped one with a turn at or past its queue's grouped floor
 ///   (claims start there: one below it, or unnumbered, is never claimed);
 /// - finished (`succeeded`, `failed`, `dead`, `cancelled`): no owner, no
 ///   lease, a `finished_at` (retention deletes by it);
@@ -194,48 +195,48 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
         (SELECT 'running' AS scan, shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'running') \
         UNION ALL \
         (SELECT 'queued', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NULL \
              AND job_group IS NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_keyed', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'queued' AND ordering_key IS NOT NULL \
          ORDER BY queue, priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'queued' AND job_group IS NOT NULL \
          ORDER BY queue, hashtext(job_group), priority, id LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
          ORDER BY queue, ordering_key, status, id LIMIT $1) \
         UNION ALL \
         (SELECT 'scheduled', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'scheduled' ORDER BY run_at LIMIT $1) \
         UNION ALL \
         (SELECT 'finished', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status IN ('succeeded', 'failed', 'dead', 'cancelled') \
          ORDER BY finished_at DESC LIMIT $1) \
         UNION ALL \
         (SELECT 'newest', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
-            cancel_requested, held_status, priority, job_group, ready_seq \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status ORDER BY id DESC LIMIT $1) \
     ), judged AS ( \
         SELECT v.shard_key, v.id, v.queue, v.ordering_key, CASE \
@@ -265,6 +266,11 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
                         AND CASE WHEN v.ordering_key IS NULL THEN f.floor_seq \
                                  ELSE f.keyed_floor_seq END <= v.ready_seq) \
                     THEN 'queued below its ready floor, or without a number or a floor \
+                        (no claim reaches it)' \
+                WHEN v.status = 'queued' AND v.job_group IS NOT NULL \
+                  AND (v.turn IS NULL OR v.turn < coalesce((SELECT r.floor_turn \
+                      FROM shardq_group_rounds r WHERE r.queue = v.queue), 0)) \
+                    THEN 'queued in a group below its grouped floor, or without a turn \
                         (no claim reaches it)' \
                 END \
             WHEN v.status = 'held' THEN CASE \

@@ -1,0 +1,88 @@
+-- shardq_advance_group_round: moves p_queue's rounds (shardq_group_rounds,
+-- migration 0041) and returns the queue's grouped floor: the turn a
+-- grouped claim walks from. Called by the grouped claim before it locks
+-- anything; moves at most every 250 ms, by one caller at a time (the
+-- others read the floor and go on: SKIP LOCKED).
+--
+-- A move:
+-- 1. reads the row (its snapshot sees the round committed so far), then
+--    takes a transaction id X;
+-- 2. walks the grouped ready index from the floor to the first ready turn
+--    (it passes only what was claimed since the floor last moved);
+-- 3. when the barrier noted by an earlier move has passed (no transaction
+--    older than its id runs), moves the floor to the lower of the noted
+--    round and that first ready turn: every producer that read a round
+--    below the noted one has ended, so every turn below it is written and
+--    visible, or never will be (shardq_take_turn takes its transaction's
+--    id before it reads the round). A new barrier is noted: the round just
+--    read, and X, taken after it was committed;
+-- 4. moves the round up to that first ready turn, or, when no grouped job
+--    is ready, to a fresh number of shardq_ready_seq: past every turn
+--    ever given (shardq_take_turn says why), so two moves later the floor
+--    is past every dead entry of the queue's grouped jobs.
+-- A transaction that already has an id (it wrote before) does not move
+-- the rounds: X must come after the round it read.
+--
+-- SECURITY DEFINER with a fixed search_path: a worker role not granted the
+-- table (docs/least_privilege.sql not run again after `migrate`) still
+-- claims grouped jobs.
+DO $$
+DECLARE
+    s text := (SELECT quote_ident(n.nspname) FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE c.oid = 'workflow_status'::regclass);
+BEGIN
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION shardq_advance_group_round(p_queue text)
+        RETURNS bigint
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        AS $b$
+        DECLARE
+            r %1$s.shardq_group_rounds%%ROWTYPE;
+            x xid8;
+            first_ready bigint;
+            new_floor bigint;
+        BEGIN
+            SELECT * INTO r FROM %1$s.shardq_group_rounds g WHERE g.queue = p_queue;
+            IF NOT FOUND THEN
+                INSERT INTO %1$s.shardq_group_rounds (queue) VALUES (p_queue)
+                ON CONFLICT DO NOTHING;
+                RETURN 0;
+            END IF;
+            IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
+               OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
+                RETURN r.floor_turn;
+            END IF;
+            SELECT * INTO r FROM %1$s.shardq_group_rounds g WHERE g.queue = p_queue
+            FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND OR r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
+                RETURN coalesce(r.floor_turn, 0);
+            END IF;
+            x := pg_current_xact_id();
+            first_ready := (SELECT w.turn FROM %1$s.workflow_status w
+                            WHERE w.queue = p_queue AND w.status = 'queued'
+                              AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                            ORDER BY w.turn LIMIT 1);
+            new_floor := r.floor_turn;
+            IF r.noted_xid IS NULL
+               OR pg_snapshot_xmin(pg_current_snapshot()) > r.noted_xid THEN
+                IF r.noted_xid IS NOT NULL THEN
+                    new_floor := greatest(r.floor_turn,
+                                          least(r.noted_round, coalesce(first_ready, r.noted_round)));
+                END IF;
+                r.noted_round := r.round;
+                r.noted_xid := x;
+            END IF;
+            UPDATE %1$s.shardq_group_rounds g
+            SET round = greatest(r.round, coalesce(first_ready,
+                                                   nextval('%1$s.shardq_ready_seq'))),
+                floor_turn = new_floor, noted_round = r.noted_round, noted_xid = r.noted_xid,
+                moved_at = clock_timestamp()
+            WHERE g.queue = p_queue;
+            RETURN new_floor;
+        END
+        $b$
+    $f$, s);
+END $$;

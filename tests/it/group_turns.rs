@@ -1,0 +1,201 @@
+//! Grouped claims by turn (migrations 41-42; migrations/functions/
+//! shardq_take_turn.sql, shardq_advance_group_round.sql and
+//! shardq_claim_grouped.sql): a grouped job gets a turn when it becomes
+//! ready, claims of a queue without group limits take jobs in turn order
+//! from the queue's grouped floor, a group with nothing ready joins the
+//! current round, and the floor never passes a job that is, or may still
+//! become, ready.
+
+use super::ready_floors::{claim, shard, MOVE_GAP};
+use crate::common;
+use tokio_postgres::GenericClient;
+
+/// Inserts `n` ready jobs of `group` in `queue`; returns their ids.
+async fn enqueue_group(db: &impl GenericClient, queue: &str, group: &str, n: i64) -> Vec<i64> {
+    db.query(
+        "INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+         SELECT 7, $1, 'noop', $2 FROM generate_series(1, $3::bigint) g RETURNING id",
+        &[&queue, &group, &n],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// Moves spaced past the move interval: each may move `queue`'s round and
+/// floor (a floor move waits for the barrier the move before it noted).
+async fn let_rounds_move(db: &tokio_postgres::Client, queue: &str) {
+    for _ in 0..3 {
+        tokio::time::sleep(MOVE_GAP).await;
+        db.query_one("SELECT shardq_advance_group_round($1)", &[&queue])
+            .await
+            .unwrap();
+    }
+}
+
+/// How many of `ids` are jobs of `group`.
+async fn of_group(db: &tokio_postgres::Client, ids: &[i64], group: &str) -> i64 {
+    db.query_one(
+        "SELECT count(*) FROM workflow_status WHERE id = ANY($1) AND job_group = $2",
+        &[&ids, &group],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+async fn floor_turn(db: &tokio_postgres::Client, queue: &str) -> i64 {
+    db.query_one(
+        "SELECT floor_turn FROM shardq_group_rounds WHERE queue = $1",
+        &[&queue],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Two groups of 500 queued first, half of a round each claimed; a third
+/// group that queues 10 then starts at the round being claimed: the next
+/// claim of 12 takes 4 of each. Numbered from the start of its line
+/// instead, it would have jumped ahead (10 of the 12); behind the others'
+/// backlogs, it would have waited for 900 jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_nothing_ready_joins_the_round_being_claimed() {
+    let (_shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    enqueue_group(&***db, "q", "a", 500).await;
+    enqueue_group(&***db, "q", "b", 500).await;
+    let first = claim(&db, "q", 100).await;
+    assert_eq!(
+        (
+            of_group(&db, &first, "a").await,
+            of_group(&db, &first, "b").await
+        ),
+        (50, 50),
+        "turn by turn"
+    );
+    let_rounds_move(&db, "q").await;
+
+    let late = enqueue_group(&***db, "q", "c", 10).await;
+    let turns: Vec<i64> = db
+        .query(
+            "SELECT turn FROM workflow_status WHERE id = ANY($1) ORDER BY id",
+            &[&late],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(turns, (50..60).collect::<Vec<i64>>(), "from the round");
+    let next = claim(&db, "q", 12).await;
+    assert_eq!(next.len(), 12);
+    assert_eq!(of_group(&db, &next, "c").await, 4, "one group of three");
+}
+
+/// The collapse, for grouped jobs: a REPEATABLE READ snapshot held open
+/// keeps the ready versions of 3,000 claimed grouped jobs (30 groups of
+/// 100). A claim of 100 new ones still reads about its batch of index
+/// entries, where a walk from the start of the grouped ready index reads
+/// all 3,000 dead ones (as every claim of a group's head did before
+/// migration 41).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since_the_floor_moved() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+
+    for g in 0..30 {
+        enqueue_group(&***db, "q", &format!("old-{g}"), 100).await;
+    }
+    for _ in 0..30 {
+        assert_eq!(claim(&db, "q", 100).await.len(), 100);
+    }
+    let_rounds_move(&db, "q").await;
+    for g in 0..100 {
+        enqueue_group(&***db, "q", &format!("new-{g}"), 1).await;
+    }
+
+    let (read, claimed) = entries_read(&mut db, super::ready_floors::CLAIM).await;
+    assert_eq!(claimed, 100);
+    assert!(
+        read <= 500,
+        "a grouped claim of 100 read {read} index entries"
+    );
+    let from_start = "SELECT id FROM workflow_status WHERE queue = $1 AND status = 'queued' \
+        AND job_group IS NOT NULL ORDER BY turn, priority, id LIMIT $2::int";
+    let (read, found) = entries_read(&mut db, from_start).await;
+    assert_eq!(found, 100);
+    assert!(
+        read >= 3_000,
+        "the snapshot held the claimed jobs' versions: a walk from the start read {read}"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// Index entries of every index of `workflow_status` read by `sql` (one
+/// claim of 100 of queue `q`) in one transaction, and the rows it returned.
+async fn entries_read(db: &mut tokio_postgres::Client, sql: &str) -> (i64, usize) {
+    const RETURNED: &str = "SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid))::bigint \
+        FROM pg_index WHERE indrelid = 'workflow_status'::regclass";
+    let tx = db.transaction().await.unwrap();
+    let before: i64 = tx.query_one(RETURNED, &[]).await.unwrap().get(0);
+    let rows = tx.query(sql, &[&"q", &100i32]).await.unwrap().len();
+    let after: i64 = tx.query_one(RETURNED, &[]).await.unwrap().get(0);
+    tx.rollback().await.unwrap();
+    (after - before, rows)
+}
+
+/// The race the barrier is for: a producer numbers a job from the round it
+/// read, and stays open while claims take everything else and the rounds
+/// move on (with nothing visible ready, the round jumps past every turn
+/// given). The floor does not pass the open producer's turn; once it
+/// commits, its job is claimed. A floor moved without the barrier would
+/// have left it behind, never claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_claimed() {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    enqueue_group(&***db, "q", "a", 10).await;
+    assert_eq!(
+        claim(&db, "q", 1).await.len(),
+        1,
+        "the queue's rounds begin"
+    );
+    let_rounds_move(&db, "q").await;
+
+    let (mut producer, connection) =
+        tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let open = producer.transaction().await.unwrap();
+    let late = enqueue_group(&open, "q", "late", 1).await[0];
+
+    assert_eq!(claim(&db, "q", 100).await.len(), 9);
+    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db, "q").await;
+    let late_turn: i64 = db
+        .query_one(
+            "SELECT round FROM shardq_group_rounds WHERE queue = 'q'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        late_turn > 9,
+        "the round moved past every turn given: {late_turn}"
+    );
+    assert!(
+        floor_turn(&db, "q").await <= 1,
+        "the floor waits for the open producer"
+    );
+
+    open.commit().await.unwrap();
+    assert_eq!(claim(&db, "q", 100).await, vec![late]);
+    let_rounds_move(&db, "q").await;
+    assert!(floor_turn(&db, "q").await > 9, "and moves on once it ended");
+}

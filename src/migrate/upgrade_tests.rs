@@ -358,6 +358,62 @@ async fn jobs_ready_without_a_number_are_numbered_when_the_functions_are_written
     check_all(&shards).await.expect("check after migrate");
 }
 
+/// Grouped jobs ready before migration 42 (here: with its record and the
+/// turn trigger gone) are numbered by it, each group's line 1, 2, 3, ...
+/// by id; one that becomes ready after it, before the functions are
+/// written, gets turn 0 from the transaction that writes them. A claim
+/// takes all of them, and `check` finds none below the grouped floor.
+#[tokio::test]
+async fn grouped_jobs_ready_before_their_turns_are_numbered_by_the_upgrade() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "DROP TRIGGER shardq_turn_on_insert ON workflow_status; \
+         INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+             VALUES (1, 'old', 'noop', 'a'), (1, 'old', 'noop', 'a'), (1, 'old', 'noop', 'a'), \
+                    (2, 'old', 'noop', 'b'); \
+         DELETE FROM shardq_migrations WHERE version = 42; \
+         UPDATE shardq_functions SET sha256 = 'older' WHERE name = 'shardq_take_turn'",
+    )
+    .await
+    .expect("grouped jobs ready unnumbered");
+    migrate_all(&shards).await.expect("migrate");
+    let turns: Vec<(String, i64)> = db
+        .query(
+            "SELECT job_group, turn FROM workflow_status ORDER BY job_group, id",
+            &[],
+        )
+        .await
+        .expect("turns")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let line = |g: &str, t: i64| (g.to_string(), t);
+    assert_eq!(
+        turns,
+        vec![line("a", 1), line("a", 2), line("a", 3), line("b", 1)]
+    );
+    db.batch_execute(
+        "DROP TRIGGER shardq_turn_on_insert ON workflow_status; \
+         INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+             VALUES (3, 'old', 'noop', 'c'); \
+         UPDATE shardq_functions SET sha256 = 'older' WHERE name = 'shardq_take_turn'",
+    )
+    .await
+    .expect("a grouped job ready unnumbered");
+    migrate_all(&shards).await.expect("migrate");
+    let claimed = db
+        .query(
+            "SELECT id FROM shardq_claim(1, 0, 'old', 10, 'w', 60000) WHERE id IS NOT NULL",
+            &[],
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 5, "every grouped job numbered and claimed");
+    check_all(&shards).await.expect("check after migrate");
+}
+
 /// An upgraded shard of a list of three records epoch 1 of the versioned
 /// map: exactly the ranges of the formula it routed by.
 #[tokio::test]

@@ -32,3 +32,11 @@ BEGIN
         COMMIT;
     END LOOP;
 END $$;
+
+-- Turns stay at or below the numbers of shardq_ready_seq taken with them
+-- (migrations/functions/shardq_take_turn.sql): the sequence moves past the
+-- turns given here.
+SELECT setval('shardq_ready_seq', t.top)
+FROM (SELECT max(turn) AS top FROM workflow_status
+      WHERE status = 'queued' AND job_group IS NOT NULL) t
+WHERE t.top > (SELECT last_value FROM shardq_ready_seq);

@@ -349,7 +349,9 @@ CREATE OR REPLACE FUNCTION public.shardq_advance_group_round(p_queue text)
 AS $function$
         DECLARE
             r public.shardq_group_rounds%ROWTYPE;
+            seen_floor bigint;
             x xid8;
+            passed boolean;
             first_ready bigint;
             new_floor bigint;
         BEGIN
@@ -359,23 +361,27 @@ AS $function$
                 ON CONFLICT DO NOTHING;
                 RETURN 0;
             END IF;
+            seen_floor := r.floor_turn;
             IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
                OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
-                RETURN r.floor_turn;
+                RETURN seen_floor;
             END IF;
             SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue
-            FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND OR r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
-                RETURN coalesce(r.floor_turn, 0);
+            FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                RETURN seen_floor;             -- another claim is moving it
+            ELSIF r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
+                RETURN r.floor_turn;           -- one just did
             END IF;
             x := pg_current_xact_id();
+            passed := r.noted_xid IS NULL
+                OR pg_snapshot_xmin(pg_current_snapshot()) > r.noted_xid;
             first_ready := (SELECT w.turn FROM public.workflow_status w
                             WHERE w.queue = p_queue AND w.status = 'queued'
                               AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
                             ORDER BY w.turn LIMIT 1);
             new_floor := r.floor_turn;
-            IF r.noted_xid IS NULL
-               OR pg_snapshot_xmin(pg_current_snapshot()) > r.noted_xid THEN
+            IF passed THEN
                 IF r.noted_xid IS NOT NULL THEN
                     new_floor := greatest(r.floor_turn,
                                           least(r.noted_round, coalesce(first_ready, r.noted_round)));
@@ -383,12 +389,17 @@ AS $function$
                 r.noted_round := r.round;
                 r.noted_xid := x;
             END IF;
+            r.round := greatest(r.round, coalesce(first_ready, nextval('public.shardq_ready_seq')));
             UPDATE public.shardq_group_rounds g
-            SET round = greatest(r.round, coalesce(first_ready,
-                                                   nextval('public.shardq_ready_seq'))),
-                floor_turn = new_floor, noted_round = r.noted_round, noted_xid = r.noted_xid,
-                moved_at = clock_timestamp()
+            SET round = r.round, floor_turn = new_floor, noted_round = r.noted_round,
+                noted_xid = r.noted_xid, moved_at = clock_timestamp()
             WHERE g.queue = p_queue;
+            UPDATE public.workflow_status w SET turn = r.round
+            WHERE w.ctid = ANY (ARRAY(
+                SELECT u.ctid FROM public.workflow_status u
+                WHERE u.queue = p_queue AND u.status = 'queued' AND u.job_group IS NOT NULL
+                  AND u.turn IS NULL
+                FOR UPDATE SKIP LOCKED));
             RETURN new_floor;
         END
         $function$
@@ -732,11 +743,15 @@ DECLARE
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
     groups_met bigint;                        -- and the groups it met
+    plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
+        -- Both moves before any row is locked (each needs a transaction
+        -- without an id yet; at most one of them moves in one claim).
+        PERFORM shardq_advance_ready_floors();
         walk_from := shardq_advance_group_round(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
@@ -747,8 +762,12 @@ BEGIN
                 AND w.turn >= walk_from
               ORDER BY w.turn, w.priority, w.id LIMIT p_limit
               FOR UPDATE SKIP LOCKED) t;
+        -- Their share, p_limit / (groups + 1), rounded up or down at random
+        -- in proportion (a claim of 1 with one group met: half the time).
+        plain_share := p_limit::float8 / (groups_met + 1);
         plain_tids := shardq_lock_plain_ready(p_queue, greatest(
-            ceil(p_limit::numeric / (groups_met + 1))::int, p_limit - cardinality(g_tid)));
+            floor(plain_share)::int + (random() < plain_share - floor(plain_share))::int,
+            p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
         held_back := cardinality(t_tid) < p_limit
             AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
@@ -1658,7 +1677,11 @@ BEGIN
         IF EXISTS (
                 SELECT 1 FROM workflow_status w
                 WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
-                  AND w.turn >= grouped_floor AND w.ctid <> ALL (p_taking)) THEN
+                  AND w.turn >= grouped_floor AND w.ctid <> ALL (p_taking))
+           OR EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                  AND w.turn IS NULL AND w.ctid <> ALL (p_taking)) THEN
             RETURN true;
         END IF;
     END IF;
@@ -2225,16 +2248,29 @@ CREATE OR REPLACE FUNCTION public.shardq_take_turn()
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
+        DECLARE
+            round_now bigint;
         BEGIN
-            PERFORM pg_catalog.pg_current_xact_id();
-            PERFORM pg_catalog.nextval('public.shardq_ready_seq');
+            PERFORM pg_current_xact_id();
+            PERFORM nextval('public.shardq_ready_seq');
+            IF current_setting('transaction_isolation') = 'read committed' THEN
+                round_now := (SELECT r.round FROM public.shardq_group_rounds r
+                              WHERE r.queue = NEW.queue);
+            ELSE
+                SELECT r.round INTO round_now FROM public.shardq_group_rounds r
+                WHERE r.queue = NEW.queue FOR SHARE;
+                IF NOT FOUND THEN
+                    INSERT INTO public.shardq_group_rounds (queue) VALUES (NEW.queue)
+                    ON CONFLICT DO NOTHING;
+                END IF;
+            END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM public.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
                    AND w.status = 'queued'
                  ORDER BY w.id DESC LIMIT 1),
-                (SELECT r.round FROM public.shardq_group_rounds r WHERE r.queue = NEW.queue));
+                round_now + 1);
             RETURN NEW;
         END
         $function$

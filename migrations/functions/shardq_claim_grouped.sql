@@ -10,8 +10,9 @@
 -- (shardq_advance_group_round moves both, at most every 250 ms): what was
 -- claimed before lies behind it, however long the horizon is held. The
 -- queue's jobs without a group (and without a key) count as one more
--- group: they get ceil(p_limit / (groups met + 1)) of the claim, or what
--- the groups leave, and the grouped jobs the rest.
+-- group: they get p_limit / (groups met + 1) of the claim (rounded at
+-- random, in proportion), or what the groups leave, and the grouped jobs
+-- the rest.
 --
 -- With group limits, the claim finds up to p_limit groups with ready jobs,
 -- in the order of their names' hashes from a random point of the hash
@@ -78,11 +79,15 @@ DECLARE
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
     groups_met bigint;                        -- and the groups it met
+    plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
     SELECT * INTO lim FROM shardq_queue_limits l WHERE l.queue = p_queue;
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
+        -- Both moves before any row is locked (each needs a transaction
+        -- without an id yet; at most one of them moves in one claim).
+        PERFORM shardq_advance_ready_floors();
         walk_from := shardq_advance_group_round(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
@@ -93,8 +98,12 @@ BEGIN
                 AND w.turn >= walk_from
               ORDER BY w.turn, w.priority, w.id LIMIT p_limit
               FOR UPDATE SKIP LOCKED) t;
+        -- Their share, p_limit / (groups + 1), rounded up or down at random
+        -- in proportion (a claim of 1 with one group met: half the time).
+        plain_share := p_limit::float8 / (groups_met + 1);
         plain_tids := shardq_lock_plain_ready(p_queue, greatest(
-            ceil(p_limit::numeric / (groups_met + 1))::int, p_limit - cardinality(g_tid)));
+            floor(plain_share)::int + (random() < plain_share - floor(plain_share))::int,
+            p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
         held_back := cardinality(t_tid) < p_limit
             AND shardq_queue_has_ready(p_queue, p_taking => t_tid);

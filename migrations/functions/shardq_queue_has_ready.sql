@@ -6,6 +6,8 @@
 -- floors (shardq_ready_floors), the grouped one from the queue's grouped
 -- floor (shardq_group_rounds), so it does not walk what was claimed before
 -- under a held horizon; the rows left out cost one more entry each at most.
+-- Grouped jobs an upgrade left without a turn are found by a probe of the
+-- grouped ready index's end (the claim's move of the rounds numbers them).
 --
 -- Used by the claim to choose its path (keyed or grouped jobs ready?) and
 -- by a claim that took fewer jobs than asked: ready jobs left mean it was
@@ -28,7 +30,11 @@ BEGIN
         IF EXISTS (
                 SELECT 1 FROM workflow_status w
                 WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
-                  AND w.turn >= grouped_floor AND w.ctid <> ALL (p_taking)) THEN
+                  AND w.turn >= grouped_floor AND w.ctid <> ALL (p_taking))
+           OR EXISTS (
+                SELECT 1 FROM workflow_status w
+                WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                  AND w.turn IS NULL AND w.ctid <> ALL (p_taking)) THEN
             RETURN true;
         END IF;
     END IF;

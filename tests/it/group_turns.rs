@@ -56,11 +56,12 @@ async fn floor_turn(db: &tokio_postgres::Client, queue: &str) -> i64 {
     .get(0)
 }
 
-/// Two groups of 500 queued first, half of a round each claimed; a third
-/// group that queues 10 then starts at the round being claimed: the next
-/// claim of 12 takes 4 of each. Numbered from the start of its line
-/// instead, it would have jumped ahead (10 of the 12); behind the others'
-/// backlogs, it would have waited for 900 jobs.
+/// Two groups of 500 queued first, 50 turns of each claimed; a third group
+/// that queues 10 then starts at the next round: the next claim of 14
+/// takes the two jobs of the round being claimed, then 4 of each group.
+/// Numbered from the start of its line instead, it would have jumped ahead
+/// (10 of the 14); behind the others' backlogs, it would have waited for
+/// 900 jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_with_nothing_ready_joins_the_round_being_claimed() {
     let (_shards, set) = shard().await;
@@ -89,9 +90,9 @@ async fn a_group_with_nothing_ready_joins_the_round_being_claimed() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(turns, (50..60).collect::<Vec<i64>>(), "from the round");
-    let next = claim(&db, "q", 12).await;
-    assert_eq!(next.len(), 12);
+    assert_eq!(turns, (51..61).collect::<Vec<i64>>(), "from the next round");
+    let next = claim(&db, "q", 14).await;
+    assert_eq!(next.len(), 14);
     assert_eq!(of_group(&db, &next, "c").await, 4, "one group of three");
 }
 
@@ -124,6 +125,25 @@ async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since
         read <= 500,
         "a grouped claim of 100 read {read} index entries"
     );
+    // While another claim moves the rounds (its row locked), a claim walks
+    // from the floor it read, not from the start.
+    let mover = common::hold_snapshot(&shards.urls[0]).await;
+    mover
+        .batch_execute("SELECT 1 FROM shardq_group_rounds WHERE queue = 'q' FOR NO KEY UPDATE")
+        .await
+        .unwrap();
+    tokio::time::sleep(MOVE_GAP).await;
+    // The plain floors just moved: this claim leaves them and tries the
+    // rounds' move.
+    claim(&db, "elsewhere", 1).await;
+    let (read, claimed) = entries_read(&mut db, super::ready_floors::CLAIM).await;
+    assert_eq!(claimed, 100);
+    assert!(
+        read <= 500,
+        "a grouped claim of 100 beside a move read {read} index entries"
+    );
+    mover.batch_execute("COMMIT").await.unwrap();
+
     let from_start = "SELECT id FROM workflow_status WHERE queue = $1 AND status = 'queued' \
         AND job_group IS NOT NULL ORDER BY turn, priority, id LIMIT $2::int";
     let (read, found) = entries_read(&mut db, from_start).await;
@@ -173,11 +193,16 @@ async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_c
     tokio::spawn(connection);
     let open = producer.transaction().await.unwrap();
     let late = enqueue_group(&open, "q", "late", 1).await[0];
+    let late_turn: i64 = open
+        .query_one("SELECT turn FROM workflow_status WHERE id = $1", &[&late])
+        .await
+        .unwrap()
+        .get(0);
 
     assert_eq!(claim(&db, "q", 100).await.len(), 9);
     let_rounds_move(&db, "q").await;
     let_rounds_move(&db, "q").await;
-    let late_turn: i64 = db
+    let round: i64 = db
         .query_one(
             "SELECT round FROM shardq_group_rounds WHERE queue = 'q'",
             &[],
@@ -185,17 +210,138 @@ async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_c
         .await
         .unwrap()
         .get(0);
+    assert!(round > 9, "the round moved past every turn given: {round}");
+    let floor = floor_turn(&db, "q").await;
     assert!(
-        late_turn > 9,
-        "the round moved past every turn given: {late_turn}"
-    );
-    assert!(
-        floor_turn(&db, "q").await <= 1,
-        "the floor waits for the open producer"
+        floor <= late_turn,
+        "the floor ({floor}) waits for the open producer's turn ({late_turn})"
     );
 
     open.commit().await.unwrap();
     assert_eq!(claim(&db, "q", 100).await, vec![late]);
     let_rounds_move(&db, "q").await;
     assert!(floor_turn(&db, "q").await > 9, "and moves on once it ended");
+}
+
+/// A REPEATABLE READ producer reads the round with its snapshot, taken
+/// before its transaction id: one whose snapshot is older than a move of
+/// the round is refused (40001, to run again) rather than numbering its job
+/// below where the floor may go; run again, it enqueues, and the job is
+/// claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeatable_read_producer_older_than_a_move_of_the_round_is_refused() {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    enqueue_group(&***db, "q", "a", 20).await;
+    assert_eq!(
+        claim(&db, "q", 1).await.len(),
+        1,
+        "the queue's rounds begin"
+    );
+    let_rounds_move(&db, "q").await;
+
+    let (producer, connection) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    producer
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM shardq_group_rounds")
+        .await
+        .unwrap();
+    assert_eq!(claim(&db, "q", 10).await.len(), 10);
+    let_rounds_move(&db, "q").await;
+    let refused = enqueue_group_result(&producer, "late").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+        "{refused}"
+    );
+    producer.batch_execute("ROLLBACK").await.unwrap();
+
+    producer
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let late = enqueue_group_result(&producer, "late").await.unwrap();
+    producer.batch_execute("COMMIT").await.unwrap();
+    let rest = claim(&db, "q", 100).await;
+    assert_eq!(rest.len(), 10);
+    assert!(rest.contains(&late), "the job run again is claimed");
+}
+
+async fn enqueue_group_result(
+    db: &tokio_postgres::Client,
+    group: &str,
+) -> Result<i64, tokio_postgres::Error> {
+    db.query_one(
+        "INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+         VALUES (7, 'q', 'noop', $1) RETURNING id",
+        &[&group],
+    )
+    .await
+    .map(|r| r.get(0))
+}
+
+/// Jobs without a group are one group more, also in claims of one job
+/// (a worker whose limit leaves it one permit claims one): with one group
+/// and ungrouped jobs ready, claims of 1 take both kinds, about half each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_one_job_take_grouped_and_ungrouped_jobs_in_turn() {
+    let (_shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    enqueue_group(&***db, "q", "g", 60).await;
+    db.batch_execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler) \
+         SELECT 7, 'q', 'noop' FROM generate_series(1, 60)",
+    )
+    .await
+    .unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..40 {
+        taken.extend(claim(&db, "q", 1).await);
+    }
+    assert_eq!(taken.len(), 40);
+    let grouped = of_group(&db, &taken, "g").await;
+    assert!(
+        (8..=32).contains(&grouped),
+        "{grouped} of 40 claims of one took the group's jobs"
+    );
+}
+
+/// Claims of a queue whose grouped jobs are always ready still move the
+/// queue's plain ready floors (they take its ungrouped jobs too): the
+/// floors are moved before the claim locks a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_claims_move_the_plain_ready_floors() {
+    let (_shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    for g in 0..20 {
+        enqueue_group(&***db, "q", &format!("g{g}"), 50).await;
+    }
+    db.batch_execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler) \
+         SELECT 7, 'q', 'noop' FROM generate_series(1, 200)",
+    )
+    .await
+    .unwrap();
+    let floor = || async {
+        let f: i64 = db
+            .query_one(
+                "SELECT floor_seq FROM shardq_ready_floors WHERE queue = 'q' AND priority = 0",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        f
+    };
+    let before = floor().await;
+    for _ in 0..5 {
+        tokio::time::sleep(MOVE_GAP).await;
+        assert_eq!(claim(&db, "q", 42).await.len(), 42);
+    }
+    assert!(
+        floor().await > before,
+        "the plain floor moved past {before}"
+    );
 }

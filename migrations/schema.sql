@@ -349,33 +349,39 @@ CREATE OR REPLACE FUNCTION public.shardq_advance_group_round(p_queue text)
 AS $function$
         DECLARE
             r public.shardq_group_rounds%ROWTYPE;
-            seen_floor bigint;
+            seen_floor bigint := 0;
             x xid8;
             passed boolean;
             first_ready bigint;
             new_floor bigint;
         BEGIN
             SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue;
-            IF NOT FOUND THEN
-                INSERT INTO public.shardq_group_rounds (queue) VALUES (p_queue)
-                ON CONFLICT DO NOTHING;
-                RETURN 0;
+            IF FOUND THEN
+                seen_floor := r.floor_turn;
+                IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
+                   OR current_setting('transaction_isolation') <> 'read committed' THEN
+                    RETURN seen_floor;
+                END IF;
+                SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue
+                FOR NO KEY UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    RETURN seen_floor;         -- another claim is moving it
+                ELSIF r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
+                    RETURN r.floor_turn;       -- one just did
+                END IF;
+            ELSE
+                IF current_setting('transaction_isolation') <> 'read committed' THEN
+                    RETURN 0;
+                END IF;
+                INSERT INTO public.shardq_group_rounds AS g (queue) VALUES (p_queue)
+                ON CONFLICT DO NOTHING RETURNING g.* INTO r;
+                IF NOT FOUND THEN
+                    RETURN 0;                  -- another claim made it
+                END IF;
             END IF;
-            seen_floor := r.floor_turn;
-            IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
-               OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
-                RETURN seen_floor;
-            END IF;
-            SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue
-            FOR NO KEY UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                RETURN seen_floor;             -- another claim is moving it
-            ELSIF r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
-                RETURN r.floor_turn;           -- one just did
-            END IF;
-            x := pg_current_xact_id();
+            x := pg_snapshot_xmax(pg_current_snapshot());
             passed := r.noted_xid IS NULL
-                OR pg_snapshot_xmin(pg_current_snapshot()) > r.noted_xid;
+                OR pg_snapshot_xmin(pg_current_snapshot()) >= r.noted_xid;
             first_ready := (SELECT w.turn FROM public.workflow_status w
                             WHERE w.queue = p_queue AND w.status = 'queued'
                               AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
@@ -749,8 +755,8 @@ BEGIN
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
-        -- Both moves before any row is locked (each needs a transaction
-        -- without an id yet; at most one of them moves in one claim).
+        -- Both moves before any job is locked (the ready floors' needs a
+        -- transaction without an id yet; the rounds' does not).
         PERFORM shardq_advance_ready_floors();
         walk_from := shardq_advance_group_round(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
@@ -2248,29 +2254,21 @@ CREATE OR REPLACE FUNCTION public.shardq_take_turn()
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
-        DECLARE
-            round_now bigint;
         BEGIN
+            IF current_setting('transaction_isolation') <> 'read committed' THEN
+                NEW.turn := NULL;
+                RETURN NEW;
+            END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('public.shardq_ready_seq');
-            IF current_setting('transaction_isolation') = 'read committed' THEN
-                round_now := (SELECT r.round FROM public.shardq_group_rounds r
-                              WHERE r.queue = NEW.queue);
-            ELSE
-                SELECT r.round INTO round_now FROM public.shardq_group_rounds r
-                WHERE r.queue = NEW.queue FOR SHARE;
-                IF NOT FOUND THEN
-                    INSERT INTO public.shardq_group_rounds (queue) VALUES (NEW.queue)
-                    ON CONFLICT DO NOTHING;
-                END IF;
-            END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM public.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
                    AND w.status = 'queued'
                  ORDER BY w.id DESC LIMIT 1),
-                round_now + 1);
+                (SELECT r.round + 1 FROM public.shardq_group_rounds r
+                 WHERE r.queue = NEW.queue));
             RETURN NEW;
         END
         $function$

@@ -1,17 +1,20 @@
 -- shardq_advance_group_round: moves p_queue's rounds (shardq_group_rounds,
 -- migration 0041) and returns the queue's grouped floor: the turn a
 -- grouped claim walks from. Called by the grouped claim before it locks
--- anything; moves at most every 250 ms, by one caller at a time (the
--- others return the floor they read and go on: SKIP LOCKED).
+-- any job; moves at most every 250 ms, by one caller at a time (the others
+-- return the floor they read and go on: SKIP LOCKED). The first claim of
+-- a queue makes its row.
 --
 -- A move:
--- 1. reads and locks the row (its snapshot sees the round committed so
---    far), then takes a transaction id X (after that commit);
+-- 1. locks the row (the newest version: its round was committed before
+--    the next statement's snapshot), then reads that snapshot's xmax X:
+--    every transaction id below X was given before. A producer that read
+--    an older round took its id before it read (shardq_take_turn), so
+--    before the newer round was committed: its id is below X;
 -- 2. asks whether the barrier noted by an earlier move has passed: no
---    transaction older than its id still runs. Every producer that read a
---    round below the noted one took its id before (shardq_take_turn takes
---    it before it reads), so it has ended: every turn below the noted
---    round is written and visible, or never will be;
+--    transaction with an id below its X still runs. Then every producer
+--    that read a round below the noted one has ended: every turn below
+--    the noted round is written and visible, or never will be;
 -- 3. then (a later snapshot, which sees what those producers committed)
 --    walks the grouped ready index from the floor to the first ready turn:
 --    it passes only what was claimed since the floor last moved;
@@ -19,14 +22,15 @@
 --    round and that first ready turn, and notes a new barrier: the round
 --    read in 1, and X;
 -- 5. moves the round up to that first ready turn, or, when no grouped job
---    is ready, to a fresh number of shardq_ready_seq, which is past every
+--    is ready, to a fresh number of shardq_ready_seq, at or past every
 --    turn given (shardq_take_turn says why);
--- 6. gives a turn (the round) to any ready grouped job still without one
---    (an upgrade's stragglers: migrations/functions/shardq_take_turn.sql
---    numbers them too, leaving those a claim held), skipping rows others
+-- 6. gives the round as turn to ready grouped jobs without one (those of
+--    REPEATABLE READ or SERIALIZABLE producers, and an upgrade's
+--    stragglers: shardq_queue_has_ready finds them), skipping rows others
 --    hold: a probe of the end of the index, usually empty.
--- A transaction that already has an id (it wrote before) does not move
--- the rounds: X must come after the round it read.
+-- It needs no transaction id of its own, so a claim that already has one
+-- (it moved the ready floors) moves the rounds too. Under an isolation
+-- above READ COMMITTED (not a worker's claim) it only reads the floor.
 --
 -- SECURITY DEFINER with a fixed search_path: a worker role not granted the
 -- table (docs/least_privilege.sql not run again after `migrate`) still
@@ -46,33 +50,39 @@ BEGIN
         AS $b$
         DECLARE
             r %1$s.shardq_group_rounds%%ROWTYPE;
-            seen_floor bigint;
+            seen_floor bigint := 0;
             x xid8;
             passed boolean;
             first_ready bigint;
             new_floor bigint;
         BEGIN
             SELECT * INTO r FROM %1$s.shardq_group_rounds g WHERE g.queue = p_queue;
-            IF NOT FOUND THEN
-                INSERT INTO %1$s.shardq_group_rounds (queue) VALUES (p_queue)
-                ON CONFLICT DO NOTHING;
-                RETURN 0;
+            IF FOUND THEN
+                seen_floor := r.floor_turn;
+                IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
+                   OR current_setting('transaction_isolation') <> 'read committed' THEN
+                    RETURN seen_floor;
+                END IF;
+                SELECT * INTO r FROM %1$s.shardq_group_rounds g WHERE g.queue = p_queue
+                FOR NO KEY UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    RETURN seen_floor;         -- another claim is moving it
+                ELSIF r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
+                    RETURN r.floor_turn;       -- one just did
+                END IF;
+            ELSE
+                IF current_setting('transaction_isolation') <> 'read committed' THEN
+                    RETURN 0;
+                END IF;
+                INSERT INTO %1$s.shardq_group_rounds AS g (queue) VALUES (p_queue)
+                ON CONFLICT DO NOTHING RETURNING g.* INTO r;
+                IF NOT FOUND THEN
+                    RETURN 0;                  -- another claim made it
+                END IF;
             END IF;
-            seen_floor := r.floor_turn;
-            IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
-               OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
-                RETURN seen_floor;
-            END IF;
-            SELECT * INTO r FROM %1$s.shardq_group_rounds g WHERE g.queue = p_queue
-            FOR NO KEY UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                RETURN seen_floor;             -- another claim is moving it
-            ELSIF r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
-                RETURN r.floor_turn;           -- one just did
-            END IF;
-            x := pg_current_xact_id();
+            x := pg_snapshot_xmax(pg_current_snapshot());
             passed := r.noted_xid IS NULL
-                OR pg_snapshot_xmin(pg_current_snapshot()) > r.noted_xid;
+                OR pg_snapshot_xmin(pg_current_snapshot()) >= r.noted_xid;
             first_ready := (SELECT w.turn FROM %1$s.workflow_status w
                             WHERE w.queue = p_queue AND w.status = 'queued'
                               AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn

@@ -85,8 +85,8 @@ BEGIN
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
-        -- Both moves before any row is locked (each needs a transaction
-        -- without an id yet; at most one of them moves in one claim).
+        -- Both moves before any job is locked (the ready floors' needs a
+        -- transaction without an id yet; the rounds' does not).
         PERFORM shardq_advance_ready_floors();
         walk_from := shardq_advance_group_round(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),

@@ -13,18 +13,15 @@
 -- It takes the transaction's id before it reads the round: the floor
 -- passes a round only once every transaction that could still write a
 -- turn below it has ended (shardq_advance_group_round says why that needs
--- this order). Under REPEATABLE READ or SERIALIZABLE the round is read
--- with the transaction's snapshot, maybe older than the id, so the row is
--- locked (FOR SHARE: a move committed after the snapshot refuses it with
--- 40001, to run the transaction again; until it ends, moves of the queue's
--- rounds skip, as its id already holds the floor back), or made when
--- missing (one made after the snapshot refuses it the same way).
+-- this order). Under REPEATABLE READ or SERIALIZABLE the round would be
+-- read with the transaction's snapshot, maybe older than the id: the job
+-- is left without a turn, and the next move of its queue's rounds gives it
+-- the round then (the claims' ready probe finds it meanwhile).
 --
 -- It also takes a number from shardq_ready_seq, and keeps none: a turn is
--- never above the number taken with it (by induction: one past its line's
--- last turn or the round, both at most earlier numbers; migration 42 moves
--- the sequence past the turns it gave), so a round moved to a fresh number
--- when no grouped job is ready is past every turn given.
+-- at most one past the highest number taken before it (by induction: one
+-- past its line's last turn, or past the round), so a round moved to a
+-- fresh number when no grouped job is ready is at or past every turn given.
 --
 -- What it does not promise: two producers of one group that commit at once
 -- may give two jobs the same turn, and so may retries or promotions of a
@@ -48,29 +45,21 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         SET plan_cache_mode = force_generic_plan
         AS $b$
-        DECLARE
-            round_now bigint;
         BEGIN
+            IF current_setting('transaction_isolation') <> 'read committed' THEN
+                NEW.turn := NULL;
+                RETURN NEW;
+            END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('%1$s.shardq_ready_seq');
-            IF current_setting('transaction_isolation') = 'read committed' THEN
-                round_now := (SELECT r.round FROM %1$s.shardq_group_rounds r
-                              WHERE r.queue = NEW.queue);
-            ELSE
-                SELECT r.round INTO round_now FROM %1$s.shardq_group_rounds r
-                WHERE r.queue = NEW.queue FOR SHARE;
-                IF NOT FOUND THEN
-                    INSERT INTO %1$s.shardq_group_rounds (queue) VALUES (NEW.queue)
-                    ON CONFLICT DO NOTHING;
-                END IF;
-            END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM %1$s.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
                    AND w.status = 'queued'
                  ORDER BY w.id DESC LIMIT 1),
-                round_now + 1);
+                (SELECT r.round + 1 FROM %1$s.shardq_group_rounds r
+                 WHERE r.queue = NEW.queue));
             RETURN NEW;
         END
         $b$
@@ -89,18 +78,3 @@ CREATE OR REPLACE TRIGGER shardq_turn_on_update
           AND (OLD.status <> 'queued' OR OLD.queue <> NEW.queue OR OLD.priority <> NEW.priority
                OR OLD.job_group IS DISTINCT FROM NEW.job_group))
     EXECUTE FUNCTION shardq_take_turn();
-
--- Grouped jobs that became ready without a turn (during an upgrade to
--- schema 42, or held by a claim while migration 42 numbered): the first
--- turn. The triggers' replacement above holds a lock that keeps every
--- writer of jobs out until this transaction commits. Rows a claim of the
--- functions before these holds are left (waiting for them could deadlock
--- with that claim's update): the first move of their queue's rounds
--- numbers them (shardq_advance_group_round), and the grouped ready probe
--- finds them (shardq_queue_has_ready). Usually none: a probe of the
--- grouped ready index's end.
-UPDATE workflow_status SET turn = 0
-WHERE ctid = ANY (ARRAY(
-    SELECT w.ctid FROM workflow_status w
-    WHERE w.status = 'queued' AND w.job_group IS NOT NULL AND w.turn IS NULL
-    FOR UPDATE SKIP LOCKED));

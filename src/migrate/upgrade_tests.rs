@@ -361,8 +361,8 @@ async fn jobs_ready_without_a_number_are_numbered_when_the_functions_are_written
 /// Grouped jobs ready before migration 42 (here: with its record and the
 /// turn trigger gone) are numbered by it, each group's line 1, 2, 3, ...
 /// by id; one that becomes ready after it, before the functions are
-/// written, gets turn 0 from the transaction that writes them. A claim
-/// takes all of them, and `check` finds none below the grouped floor.
+/// written, is left without a turn, and the first claim's move of the
+/// queue's rounds numbers it: that claim takes all of them.
 #[tokio::test]
 async fn grouped_jobs_ready_before_their_turns_are_numbered_by_the_upgrade() {
     let server = EphemeralServer::start().await.expect("server");

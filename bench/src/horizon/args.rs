@@ -28,10 +28,25 @@ pub struct HorizonArgs {
     /// jobs are claimed by key heads, each key's jobs in order.
     #[arg(long, default_value_t = 0)]
     pub keys: u64,
+    /// Groups the jobs are spread over, in turn (0: no group; not with
+    /// `--keys`). Grouped jobs are claimed by turn, groups taking turns.
+    #[arg(long, default_value_t = 0, conflicts_with = "keys")]
+    pub groups: u64,
     /// Only the run with the snapshot held (no side-by-side baseline).
     #[arg(long)]
     pub held_only: bool,
     /// Where to write the JSON results.
     #[arg(long, default_value = "bench/results/horizon.json")]
     pub out: PathBuf,
+}
+
+impl HorizonArgs {
+    /// What the jobs are spread over, for the report's lines.
+    pub fn spread(&self) -> String {
+        match (self.keys, self.groups) {
+            (0, 0) => "no key or group".to_string(),
+            (k, 0) => format!("{k} key(s)"),
+            (_, g) => format!("{g} group(s)"),
+        }
+    }
 }

@@ -56,8 +56,10 @@ const WORKER_SETTINGS: &str = "\n[worker]\nqueues = [\"bench\"]\n";
 async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let label = if held { "snapshot held" } else { "no snapshot" };
     eprintln!(
-        "horizon: {label}, {} shard(s), {} jobs/s offered over {} key(s)",
-        args.shards, args.rate, args.keys
+        "horizon: {label}, {} shard(s), {} jobs/s offered over {}",
+        args.shards,
+        args.rate,
+        args.spread()
     );
     let cluster = LocalCluster::start("shardq-horizon", args.shards, None).await?;
     let text = ShardList::numbered((0..args.shards).map(|i| cluster.url(i))).toml(WORKER_SETTINGS);
@@ -75,6 +77,7 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
         client.clone(),
         args.rate,
         args.keys,
+        args.groups,
         offered.clone(),
         stop.clone(),
     ));

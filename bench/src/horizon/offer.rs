@@ -50,11 +50,13 @@ impl Offered {
 }
 
 /// Offers `rate` jobs per second until `stop`, spread over `keys` ordering
-/// keys in turn (none when 0); returns how many it enqueued.
+/// keys or `groups` groups in turn (neither when 0); returns how many it
+/// enqueued.
 pub async fn run(
     client: Client,
     rate: u64,
     keys: u64,
+    groups: u64,
     offered: Arc<Offered>,
     stop: CancellationToken,
 ) -> Result<u64> {
@@ -75,9 +77,10 @@ pub async fn run(
         let jobs = (sent..sent + n)
             .map(|i| {
                 let job = NewJob::new("bench", "noop", json!({}));
-                match keys {
-                    0 => job,
-                    k => job.ordering_key(format!("k{}", i % k)),
+                match (keys, groups) {
+                    (0, 0) => job,
+                    (0, g) => job.group(format!("tenant-{}", i % g)),
+                    (k, _) => job.ordering_key(format!("k{}", i % k)),
                 }
             })
             .collect();

@@ -77,7 +77,7 @@ impl Interval {
 pub fn print(args: &HorizonArgs, scenarios: &[Scenario]) {
     for scenario in scenarios {
         println!(
-            "\n{} ({} shard(s), {} jobs/s offered over {} key(s), {} offered in all)",
+            "\n{} ({} shard(s), {} jobs/s offered over {}, {} offered in all)",
             if scenario.held {
                 "snapshot held on s0"
             } else {
@@ -85,7 +85,7 @@ pub fn print(args: &HorizonArgs, scenarios: &[Scenario]) {
             },
             args.shards,
             args.rate,
-            args.keys,
+            args.spread(),
             scenario.offered_total
         );
         println!(
@@ -185,6 +185,7 @@ pub fn write(args: &HorizonArgs, scenarios: &[Scenario]) -> Result<()> {
         shards: usize,
         rate: u64,
         keys: u64,
+        groups: u64,
         warmup_s: u64,
         hold_s: u64,
         after_s: u64,
@@ -199,6 +200,7 @@ pub fn write(args: &HorizonArgs, scenarios: &[Scenario]) -> Result<()> {
         shards: args.shards,
         rate: args.rate,
         keys: args.keys,
+        groups: args.groups,
         warmup_s: args.warmup_s,
         hold_s: args.hold_s,
         after_s: args.after_s,

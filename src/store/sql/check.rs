@@ -171,7 +171,9 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 ///   (nothing queues an unkeyed waiting job); a `queued` job without a key
 ///   or group numbered at or past its queue and priority's ready floor,
 ///   and a grouped one with a turn at or past its queue's grouped floor
-///   (claims start there: one below it, or unnumbered, is never claimed);
+///   (claims start there: one below it, or unnumbered, is never claimed;
+///   a grouped one without a turn is numbered by the next move of its
+///   queue's rounds);
 /// - finished (`succeeded`, `failed`, `dead`, `cancelled`): no owner, no
 ///   lease, a `finished_at` (retention deletes by it);
 /// - `held` (a range move's copy, or a job marked for copying on its old
@@ -268,10 +270,9 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
                     THEN 'queued below its ready floor, or without a number or a floor \
                         (no claim reaches it)' \
                 WHEN v.status = 'queued' AND v.job_group IS NOT NULL \
-                  AND (v.turn IS NULL OR v.turn < coalesce((SELECT r.floor_turn \
-                      FROM shardq_group_rounds r WHERE r.queue = v.queue), 0)) \
-                    THEN 'queued in a group below its grouped floor, or without a turn \
-                        (no claim reaches it)' \
+                  AND v.turn < coalesce((SELECT r.floor_turn \
+                      FROM shardq_group_rounds r WHERE r.queue = v.queue), 0) \
+                    THEN 'queued in a group below its grouped floor (no claim reaches it)' \
                 END \
             WHEN v.status = 'held' THEN CASE \
                 WHEN v.held_status IS NULL \

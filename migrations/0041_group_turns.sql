@@ -14,25 +14,22 @@
 -- 42 numbers the grouped jobs ready then.
 ALTER TABLE workflow_status ADD COLUMN turn bigint;
 
--- Each queue's rounds (shardq_advance_group_round moves them, at most
--- every 250 ms: each move is a row version, kept while the horizon is
--- held):
+-- Each queue's rounds, moved with the ready floors, by the same mover and
+-- behind the same barrier (shardq_advance_ready_floors, at most every
+-- 250 ms: each move is a row version, kept while the horizon is held):
 -- - `round`: the lowest ready turn when last moved (none ready: a number
---   past every turn given). A group whose line is
---   empty starts its next job here, not behind everything the busy groups
---   queued, and not ahead of the round either.
+--   at or past every turn given). A group whose line is empty starts its
+--   next job one past it: not behind everything the busy groups queued,
+--   and not ahead of the round either.
 -- - `floor_turn`: no ready grouped job of the queue has a lower turn, so
 --   claims walk from here, not from the start of the index (where every
 --   job claimed since the horizon was held leaves a dead entry).
--- - `noted_round`, `noted_xid`: the barrier of the next floor move: the
---   floor may pass `noted_round` once no transaction older than
---   `noted_xid` runs (a producer that read an older round may still be
---   writing a turn below it until then).
+-- - `noted_round`: the round when the barrier now pending was noted: the
+--   floor may pass it once that barrier has passed (a producer that read
+--   an older round may still be writing a turn below it until then).
 CREATE TABLE shardq_group_rounds (
     queue text PRIMARY KEY,
     round bigint NOT NULL DEFAULT 0,
     floor_turn bigint NOT NULL DEFAULT 0,
-    noted_round bigint,
-    noted_xid xid8,
-    moved_at timestamptz NOT NULL DEFAULT '-infinity'
+    noted_round bigint
 );

@@ -71,8 +71,6 @@ TABLE shardq_group_rounds
     round bigint NOT NULL DEFAULT 0
     floor_turn bigint NOT NULL DEFAULT 0
     noted_round bigint
-    noted_xid xid8
-    moved_at timestamp with time zone NOT NULL DEFAULT '-infinity'::timestamp with time zone
     CONSTRAINT shardq_group_rounds_pkey PRIMARY KEY (queue)
     INDEX CREATE UNIQUE INDEX shardq_group_rounds_pkey ON public.shardq_group_rounds USING btree (queue)
 
@@ -340,77 +338,6 @@ SEQUENCE workflow_messages_seq_seq
 SEQUENCE workflow_status_id_seq
 
 -- EXECUTE: PUBLIC EXECUTE
-CREATE OR REPLACE FUNCTION public.shardq_advance_group_round(p_queue text)
- RETURNS bigint
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET plan_cache_mode TO 'force_generic_plan'
-AS $function$
-        DECLARE
-            r public.shardq_group_rounds%ROWTYPE;
-            seen_floor bigint := 0;
-            x xid8;
-            passed boolean;
-            first_ready bigint;
-            new_floor bigint;
-        BEGIN
-            SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue;
-            IF FOUND THEN
-                seen_floor := r.floor_turn;
-                IF r.moved_at > clock_timestamp() - interval '250 milliseconds'
-                   OR current_setting('transaction_isolation') <> 'read committed' THEN
-                    RETURN seen_floor;
-                END IF;
-                SELECT * INTO r FROM public.shardq_group_rounds g WHERE g.queue = p_queue
-                FOR NO KEY UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    RETURN seen_floor;         -- another claim is moving it
-                ELSIF r.moved_at > clock_timestamp() - interval '250 milliseconds' THEN
-                    RETURN r.floor_turn;       -- one just did
-                END IF;
-            ELSE
-                IF current_setting('transaction_isolation') <> 'read committed' THEN
-                    RETURN 0;
-                END IF;
-                INSERT INTO public.shardq_group_rounds AS g (queue) VALUES (p_queue)
-                ON CONFLICT DO NOTHING RETURNING g.* INTO r;
-                IF NOT FOUND THEN
-                    RETURN 0;                  -- another claim made it
-                END IF;
-            END IF;
-            x := pg_snapshot_xmax(pg_current_snapshot());
-            passed := r.noted_xid IS NULL
-                OR pg_snapshot_xmin(pg_current_snapshot()) >= r.noted_xid;
-            first_ready := (SELECT w.turn FROM public.workflow_status w
-                            WHERE w.queue = p_queue AND w.status = 'queued'
-                              AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
-                            ORDER BY w.turn LIMIT 1);
-            new_floor := r.floor_turn;
-            IF passed THEN
-                IF r.noted_xid IS NOT NULL THEN
-                    new_floor := greatest(r.floor_turn,
-                                          least(r.noted_round, coalesce(first_ready, r.noted_round)));
-                END IF;
-                r.noted_round := r.round;
-                r.noted_xid := x;
-            END IF;
-            r.round := greatest(r.round, coalesce(first_ready, nextval('public.shardq_ready_seq')));
-            UPDATE public.shardq_group_rounds g
-            SET round = r.round, floor_turn = new_floor, noted_round = r.noted_round,
-                noted_xid = r.noted_xid, moved_at = clock_timestamp()
-            WHERE g.queue = p_queue;
-            UPDATE public.workflow_status w SET turn = r.round
-            WHERE w.ctid = ANY (ARRAY(
-                SELECT u.ctid FROM public.workflow_status u
-                WHERE u.queue = p_queue AND u.status = 'queued' AND u.job_group IS NOT NULL
-                  AND u.turn IS NULL
-                FOR UPDATE SKIP LOCKED));
-            RETURN new_floor;
-        END
-        $function$
-
--- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_advance_ready_floors()
  RETURNS void
  LANGUAGE plpgsql
@@ -421,6 +348,7 @@ DECLARE
     b record;
     s bigint;
     x xid8;
+    passed boolean;
 BEGIN
     IF pg_current_xact_id_if_assigned() IS NOT NULL
        OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
@@ -433,8 +361,9 @@ BEGIN
     -- The number, then the id: two statements, in this order.
     s := nextval('shardq_ready_seq');
     x := pg_current_xact_id();
-    IF b.pending_xid IS NOT NULL
-       AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid THEN
+    passed := b.pending_xid IS NOT NULL
+        AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid;
+    IF passed THEN
         UPDATE shardq_ready_floors f
         SET floor_seq = greatest(f.floor_seq, n.floor_seq),
             keyed_floor_seq = greatest(f.keyed_floor_seq, n.keyed_floor_seq)
@@ -455,6 +384,8 @@ BEGIN
         WHERE f.queue = n.queue AND f.priority = n.priority
           AND (n.floor_seq > f.floor_seq OR n.keyed_floor_seq > f.keyed_floor_seq);
     END IF;
+    -- The grouped rounds, behind the same barrier (migration 0041).
+    PERFORM shardq_move_group_rounds(s, passed);
     UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
         advanced_at = clock_timestamp();
 END $function$
@@ -755,10 +686,10 @@ BEGIN
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
-        -- Both moves before any job is locked (the ready floors' needs a
-        -- transaction without an id yet; the rounds' does not).
+        -- The floors and rounds move before any job is locked (the move
+        -- needs a transaction without an id yet).
         PERFORM shardq_advance_ready_floors();
-        walk_from := shardq_advance_group_round(p_queue);
+        walk_from := shardq_group_floor(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
         INTO g_tid, groups_met
@@ -1374,6 +1305,28 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_group_floor(p_queue text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        DECLARE
+            floor_now bigint;
+        BEGIN
+            SELECT g.floor_turn INTO floor_now FROM public.shardq_group_rounds g
+            WHERE g.queue = p_queue;
+            IF NOT FOUND THEN
+                INSERT INTO public.shardq_group_rounds (queue) VALUES (p_queue)
+                ON CONFLICT DO NOTHING;
+                RETURN 0;
+            END IF;
+            RETURN floor_now;
+        END
+        $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_group_heads(p_queue text, p_from integer, p_below bigint, p_max integer, OUT names text[], OUT heads tid[])
  RETURNS record
  LANGUAGE sql
@@ -1596,6 +1549,60 @@ AS $function$
                 PERFORM public.shardq_ensure_floors(ARRAY[NEW.queue], ARRAY[NEW.priority]);
             END IF;
             RETURN NEW;
+        END
+        $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_move_group_rounds(p_fresh bigint, p_passed boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM public.shardq_group_rounds) THEN
+                RETURN;                        -- no grouped claim on this shard yet
+            END IF;
+            IF p_passed THEN
+                UPDATE public.shardq_group_rounds g
+                SET floor_turn = greatest(g.floor_turn,
+                                          least(g.noted_round, coalesce(f.turn, g.noted_round)))
+                FROM (SELECT r.queue,
+                             (SELECT w.turn FROM public.workflow_status w
+                              WHERE w.queue = r.queue AND w.status = 'queued'
+                                AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                              ORDER BY w.turn LIMIT 1) AS turn
+                      FROM public.shardq_group_rounds r WHERE r.noted_round IS NOT NULL) f
+                WHERE g.queue = f.queue;
+            END IF;
+            UPDATE public.shardq_group_rounds g
+            SET noted_round = g.round, round = greatest(g.round, coalesce(f.turn, p_fresh))
+            FROM (SELECT r.queue,
+                         (SELECT w.turn FROM public.workflow_status w
+                          WHERE w.queue = r.queue AND w.status = 'queued'
+                            AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                          ORDER BY w.turn LIMIT 1) AS turn
+                  FROM public.shardq_group_rounds r) f
+            WHERE g.queue = f.queue;
+            IF NOT EXISTS (
+                    SELECT 1 FROM public.shardq_group_rounds q
+                    CROSS JOIN LATERAL (
+                        SELECT 1 FROM public.workflow_status x
+                        WHERE x.queue = q.queue AND x.status = 'queued'
+                          AND x.job_group IS NOT NULL AND x.turn IS NULL
+                        LIMIT 1) u) THEN
+                RETURN;
+            END IF;
+            UPDATE public.workflow_status w SET turn = g.round
+            FROM public.shardq_group_rounds g
+            WHERE w.queue = g.queue AND w.ctid = ANY (ARRAY(
+                SELECT u.ctid FROM public.shardq_group_rounds q
+                CROSS JOIN LATERAL (
+                    SELECT x.ctid FROM public.workflow_status x
+                    WHERE x.queue = q.queue AND x.status = 'queued'
+                      AND x.job_group IS NOT NULL AND x.turn IS NULL
+                    FOR UPDATE OF x SKIP LOCKED) u));
         END
         $function$
 

@@ -372,9 +372,14 @@ fn build_shard(index: usize, shard: &ShardConfig, config: &Config) -> Result<Sha
     // inlining and optimization on every call: 30 ms instead of 0.02 on an
     // idle server, and most of four servers' CPU under load (`shardq bench
     // scale`, tests/plans.rs). shardq's statements are short; JIT never pays.
+    //
+    // READ COMMITTED whatever the database's default: the claims' moves of
+    // the ready floors and a grouped job's turn read what has committed by
+    // each statement (migrations/functions/shardq_take_turn.sql).
     let mut options = String::from(
         "-c plan_cache_mode=force_custom_plan -c enable_seqscan=off \
-         -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off",
+         -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off \
+         -c default_transaction_isolation=read\\ committed",
     );
     if !config.database.lock_timeout.is_zero() {
         options.push_str(&format!(

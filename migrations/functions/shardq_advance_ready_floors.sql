@@ -1,9 +1,10 @@
 -- shardq_advance_ready_floors: moves each queue's ready floors
 -- (shardq_ready_floors, migration 0027: plain jobs; 0037: keyed ones) up
--- to the first job of their kind still ready,
+-- to the first job of their kind still ready, and each queue's grouped
+-- rounds (shardq_move_group_rounds, migration 0041),
 -- at most every 250 ms and by one caller at a time (the others go on at
--- once). Called by the plain claim, so the floors follow wherever jobs
--- are claimed.
+-- once). Called by the plain and grouped claims, before they lock a job,
+-- so the floors follow wherever jobs are claimed.
 --
 -- A floor may pass a number only when no transaction can still make a job
 -- ready with it. Each move therefore takes a number S, then a transaction
@@ -31,6 +32,7 @@ DECLARE
     b record;
     s bigint;
     x xid8;
+    passed boolean;
 BEGIN
     IF pg_current_xact_id_if_assigned() IS NOT NULL
        OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
@@ -43,8 +45,9 @@ BEGIN
     -- The number, then the id: two statements, in this order.
     s := nextval('shardq_ready_seq');
     x := pg_current_xact_id();
-    IF b.pending_xid IS NOT NULL
-       AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid THEN
+    passed := b.pending_xid IS NOT NULL
+        AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid;
+    IF passed THEN
         UPDATE shardq_ready_floors f
         SET floor_seq = greatest(f.floor_seq, n.floor_seq),
             keyed_floor_seq = greatest(f.keyed_floor_seq, n.keyed_floor_seq)
@@ -65,6 +68,8 @@ BEGIN
         WHERE f.queue = n.queue AND f.priority = n.priority
           AND (n.floor_seq > f.floor_seq OR n.keyed_floor_seq > f.keyed_floor_seq);
     END IF;
+    -- The grouped rounds, behind the same barrier (migration 0041).
+    PERFORM shardq_move_group_rounds(s, passed);
     UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
         advanced_at = clock_timestamp();
 END $$;

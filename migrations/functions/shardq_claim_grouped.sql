@@ -7,8 +7,9 @@
 -- workflow_status_ready_grouped: every group's first turn, then every
 -- group's second, and so on (shardq_take_turn numbers the turns as jobs
 -- become ready, from the queue's round), from the queue's grouped floor
--- (shardq_advance_group_round moves both, at most every 250 ms): what was
--- claimed before lies behind it, however long the horizon is held. The
+-- (shardq_move_group_rounds moves both with the ready floors, at most
+-- every 250 ms): what was claimed before lies behind it, however long the
+-- horizon is held. The
 -- queue's jobs without a group (and without a key) count as one more
 -- group: they get p_limit / (groups met + 1) of the claim (rounded at
 -- random, in proportion), or what the groups leave, and the grouped jobs
@@ -85,10 +86,10 @@ BEGIN
     limited := lim.group_concurrency IS NOT NULL OR lim.group_rate_count IS NOT NULL;
 
     IF NOT limited THEN
-        -- Both moves before any job is locked (the ready floors' needs a
-        -- transaction without an id yet; the rounds' does not).
+        -- The floors and rounds move before any job is locked (the move
+        -- needs a transaction without an id yet).
         PERFORM shardq_advance_ready_floors();
-        walk_from := shardq_advance_group_round(p_queue);
+        walk_from := shardq_group_floor(p_queue);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
         INTO g_tid, groups_met

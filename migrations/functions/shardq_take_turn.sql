@@ -10,18 +10,21 @@
 -- queues one job at a time. Claims take grouped jobs by (turn, priority,
 -- id) from the queue's grouped floor.
 --
--- It takes the transaction's id before it reads the round: the floor
--- passes a round only once every transaction that could still write a
--- turn below it has ended (shardq_advance_group_round says why that needs
--- this order). Under REPEATABLE READ or SERIALIZABLE the round would be
--- read with the transaction's snapshot, maybe older than the id: the job
--- is left without a turn, and the next move of its queue's rounds gives it
--- the round then (the claims' ready probe finds it meanwhile).
---
--- It also takes a number from shardq_ready_seq, and keeps none: a turn is
--- at most one past the highest number taken before it (by induction: one
+-- It takes the transaction's id, then a number of shardq_ready_seq (kept
+-- nowhere), then reads the round: the floor passes a round only once every
+-- transaction that could still write a turn below it has ended
+-- (shardq_move_group_rounds says why that needs this order). A turn is at
+-- most one past the highest number taken before it (by induction: one
 -- past its line's last turn, or past the round), so a round moved to a
--- fresh number when no grouped job is ready is at or past every turn given.
+-- fresh number when no grouped job is ready is at or past every turn
+-- given.
+--
+-- Under REPEATABLE READ or SERIALIZABLE the round would be read with the
+-- transaction's snapshot, maybe older than the id: the job is left without
+-- a turn, and the next move of the rounds (within 250 ms of a claim of its
+-- queue) gives it the round then; the claims' ready probe finds it
+-- meanwhile. While such a job is its group's newest, the group's next job
+-- is numbered from the round alone.
 --
 -- What it does not promise: two producers of one group that commit at once
 -- may give two jobs the same turn, and so may retries or promotions of a

@@ -65,6 +65,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_take_turn.sql"),
     },
     Function {
+        name: "shardq_move_group_rounds",
+        sql: include_str!("../../migrations/functions/shardq_move_group_rounds.sql"),
+    },
+    Function {
         name: "shardq_advance_ready_floors",
         sql: include_str!("../../migrations/functions/shardq_advance_ready_floors.sql"),
     },
@@ -89,8 +93,8 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_queue_has_ready.sql"),
     },
     Function {
-        name: "shardq_advance_group_round",
-        sql: include_str!("../../migrations/functions/shardq_advance_group_round.sql"),
+        name: "shardq_group_floor",
+        sql: include_str!("../../migrations/functions/shardq_group_floor.sql"),
     },
     Function {
         name: "shardq_group_heads",

@@ -24,12 +24,13 @@ async fn enqueue_group(db: &impl GenericClient, queue: &str, group: &str, n: i64
     .collect()
 }
 
-/// Moves spaced past the move interval: each may move `queue`'s round and
-/// floor (a floor move waits for the barrier the move before it noted).
-async fn let_rounds_move(db: &tokio_postgres::Client, queue: &str) {
+/// Moves of the ready floors, spaced past the move interval: each may move
+/// every queue's grouped rounds (a floor's move waits for the barrier the
+/// move before it left).
+async fn let_rounds_move(db: &tokio_postgres::Client) {
     for _ in 0..3 {
         tokio::time::sleep(MOVE_GAP).await;
-        db.query_one("SELECT shardq_advance_group_round($1)", &[&queue])
+        db.query_one("SELECT shardq_advance_ready_floors()", &[])
             .await
             .unwrap();
     }
@@ -77,7 +78,7 @@ async fn a_group_with_nothing_ready_joins_the_round_being_claimed() {
         (50, 50),
         "turn by turn"
     );
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
 
     let late = enqueue_group(&***db, "q", "c", 10).await;
     let turns: Vec<i64> = db
@@ -114,7 +115,7 @@ async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since
     for _ in 0..30 {
         assert_eq!(claim(&db, "q", 100).await.len(), 100);
     }
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
     for g in 0..100 {
         enqueue_group(&***db, "q", &format!("new-{g}"), 1).await;
     }
@@ -125,21 +126,6 @@ async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since
         read <= 500,
         "a grouped claim of 100 read {read} index entries"
     );
-    // While another claim moves the rounds (its row locked), a claim walks
-    // from the floor it read, not from the start.
-    let mover = common::hold_snapshot(&shards.urls[0]).await;
-    mover
-        .batch_execute("SELECT 1 FROM shardq_group_rounds WHERE queue = 'q' FOR NO KEY UPDATE")
-        .await
-        .unwrap();
-    tokio::time::sleep(MOVE_GAP).await;
-    let (read, claimed) = entries_read(&mut db, super::ready_floors::CLAIM).await;
-    assert_eq!(claimed, 100);
-    assert!(
-        read <= 500,
-        "a grouped claim of 100 beside a move read {read} index entries"
-    );
-    mover.batch_execute("COMMIT").await.unwrap();
 
     let from_start = "SELECT id FROM workflow_status WHERE queue = $1 AND status = 'queued' \
         AND job_group IS NOT NULL ORDER BY turn, priority, id LIMIT $2::int";
@@ -181,7 +167,7 @@ async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_c
         1,
         "the queue's rounds begin"
     );
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
 
     let (mut producer, connection) =
         tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
@@ -197,8 +183,8 @@ async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_c
         .get(0);
 
     assert_eq!(claim(&db, "q", 100).await.len(), 9);
-    let_rounds_move(&db, "q").await;
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
+    let_rounds_move(&db).await;
     let round: i64 = db
         .query_one(
             "SELECT round FROM shardq_group_rounds WHERE queue = 'q'",
@@ -216,7 +202,7 @@ async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_c
 
     open.commit().await.unwrap();
     assert_eq!(claim(&db, "q", 100).await, vec![late]);
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
     assert!(floor_turn(&db, "q").await > 9, "and moves on once it ended");
 }
 
@@ -236,7 +222,7 @@ async fn a_repeatable_read_producers_grouped_job_is_numbered_by_the_next_move() 
         1,
         "the queue's rounds begin"
     );
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
 
     let (producer, connection) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
         .await
@@ -247,7 +233,7 @@ async fn a_repeatable_read_producers_grouped_job_is_numbered_by_the_next_move() 
         .await
         .unwrap();
     assert_eq!(claim(&db, "q", 100).await.len(), 19);
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
     let floor = floor_turn(&db, "q").await;
     assert!(
         floor > 21,
@@ -262,7 +248,7 @@ async fn a_repeatable_read_producers_grouped_job_is_numbered_by_the_next_move() 
         .unwrap()
         .get(0);
     assert_eq!(turn, None, "left to the next move");
-    let_rounds_move(&db, "q").await;
+    let_rounds_move(&db).await;
     assert_eq!(claim(&db, "q", 100).await, vec![late]);
 }
 

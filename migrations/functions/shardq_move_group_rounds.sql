@@ -1,0 +1,89 @@
+-- shardq_move_group_rounds: moves every queue's grouped rounds
+-- (shardq_group_rounds, migration 0041): called by
+-- shardq_advance_ready_floors in each move of the ready floors, after it
+-- took a number (p_fresh) and then its transaction id, with whether the
+-- barrier of the move before has passed (p_passed: no transaction older
+-- than that move's id still runs).
+--
+-- Only that mover writes the rows' rounds (under its lock, one move at a
+-- time), so each round read here was committed by an earlier move, before
+-- p_fresh was taken: a producer that read an older round took its number
+-- after its transaction id and before it read (shardq_take_turn), so
+-- before p_fresh, and its id is older than this move's.
+-- 1. When the barrier passed: every producer that read a round below the
+--    noted one (the round when that barrier was noted) has ended, and each
+--    turn below it is written and visible, or never will be. The floor
+--    moves to the lower of the noted round and the first ready turn at or
+--    past the old floor (a walk that passes only what was claimed since
+--    the floor last moved).
+-- 2. The barrier this move leaves is noted with the round as it is now,
+--    and the round moves up to the first ready turn, or, when no grouped
+--    job is ready, to p_fresh: at or past every turn given
+--    (shardq_take_turn says why).
+-- 3. Ready grouped jobs without a turn (written under REPEATABLE READ or
+--    SERIALIZABLE, or before the upgrade's functions) get the new round,
+--    at or past the floor; rows others hold are left for the next move.
+--
+-- SECURITY DEFINER with a fixed search_path: a worker role not granted the
+-- table (docs/least_privilege.sql not run again after `migrate`) still
+-- claims, and moves the ready floors.
+DO $$
+DECLARE
+    s text := (SELECT quote_ident(n.nspname) FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE c.oid = 'workflow_status'::regclass);
+BEGIN
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION shardq_move_group_rounds(p_fresh bigint, p_passed boolean)
+        RETURNS void
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        SET plan_cache_mode = force_generic_plan
+        AS $b$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_group_rounds) THEN
+                RETURN;                        -- no grouped claim on this shard yet
+            END IF;
+            IF p_passed THEN
+                UPDATE %1$s.shardq_group_rounds g
+                SET floor_turn = greatest(g.floor_turn,
+                                          least(g.noted_round, coalesce(f.turn, g.noted_round)))
+                FROM (SELECT r.queue,
+                             (SELECT w.turn FROM %1$s.workflow_status w
+                              WHERE w.queue = r.queue AND w.status = 'queued'
+                                AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                              ORDER BY w.turn LIMIT 1) AS turn
+                      FROM %1$s.shardq_group_rounds r WHERE r.noted_round IS NOT NULL) f
+                WHERE g.queue = f.queue;
+            END IF;
+            UPDATE %1$s.shardq_group_rounds g
+            SET noted_round = g.round, round = greatest(g.round, coalesce(f.turn, p_fresh))
+            FROM (SELECT r.queue,
+                         (SELECT w.turn FROM %1$s.workflow_status w
+                          WHERE w.queue = r.queue AND w.status = 'queued'
+                            AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                          ORDER BY w.turn LIMIT 1) AS turn
+                  FROM %1$s.shardq_group_rounds r) f
+            WHERE g.queue = f.queue;
+            IF NOT EXISTS (
+                    SELECT 1 FROM %1$s.shardq_group_rounds q
+                    CROSS JOIN LATERAL (
+                        SELECT 1 FROM %1$s.workflow_status x
+                        WHERE x.queue = q.queue AND x.status = 'queued'
+                          AND x.job_group IS NOT NULL AND x.turn IS NULL
+                        LIMIT 1) u) THEN
+                RETURN;
+            END IF;
+            UPDATE %1$s.workflow_status w SET turn = g.round
+            FROM %1$s.shardq_group_rounds g
+            WHERE w.queue = g.queue AND w.ctid = ANY (ARRAY(
+                SELECT u.ctid FROM %1$s.shardq_group_rounds q
+                CROSS JOIN LATERAL (
+                    SELECT x.ctid FROM %1$s.workflow_status x
+                    WHERE x.queue = q.queue AND x.status = 'queued'
+                      AND x.job_group IS NOT NULL AND x.turn IS NULL
+                    FOR UPDATE OF x SKIP LOCKED) u));
+        END
+        $b$
+    $f$, s);
+END $$;

@@ -4,9 +4,9 @@
 -- jobs of a priority 1, 2, 3, ... by id, one group to a transaction
 -- (rows a claim holds are left, so claims go on). Grouped jobs that become
 -- ready until the new functions commit, and those a claim held, are left
--- without a turn: the first move of their queue's rounds numbers them
--- (migrations/functions/shardq_advance_group_round.sql), and the claims'
--- ready probe finds them meanwhile.
+-- without a turn: a move of the rounds after the first claim of their
+-- queue numbers them (migrations/functions/shardq_move_group_rounds.sql),
+-- and the claims' ready probe finds them meanwhile.
 --
 -- workflow_status_dequeue_grouped stays: the claims of queues with group
 -- limits walk the groups' heads in it, and the new jobs' turns are read

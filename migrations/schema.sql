@@ -1584,7 +1584,9 @@ AS $function$
                             AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
                           ORDER BY w.turn LIMIT 1) AS turn
                   FROM public.shardq_group_rounds r) f
-            WHERE g.queue = f.queue;
+            WHERE g.queue = f.queue
+              AND (g.noted_round IS DISTINCT FROM g.round
+                   OR g.round < coalesce(f.turn, p_fresh));
             IF NOT EXISTS (
                     SELECT 1 FROM public.shardq_group_rounds q
                     CROSS JOIN LATERAL (

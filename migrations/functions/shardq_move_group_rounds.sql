@@ -19,7 +19,10 @@
 -- 2. The barrier this move leaves is noted with the round as it is now,
 --    and the round moves up to the first ready turn, or, when no grouped
 --    job is ready, to p_fresh: at or past every turn given
---    (shardq_take_turn says why).
+--    (shardq_take_turn says why). A row that would not change is not
+--    written (each write is a version every grouped enqueue of the queue
+--    reads past while the horizon is held); a queue with nothing ready
+--    still gets one a move, as its round follows p_fresh.
 -- 3. Ready grouped jobs without a turn (written under REPEATABLE READ or
 --    SERIALIZABLE, or before the upgrade's functions) get the new round,
 --    at or past the floor; rows others hold are left for the next move.
@@ -64,7 +67,9 @@ BEGIN
                             AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
                           ORDER BY w.turn LIMIT 1) AS turn
                   FROM %1$s.shardq_group_rounds r) f
-            WHERE g.queue = f.queue;
+            WHERE g.queue = f.queue
+              AND (g.noted_round IS DISTINCT FROM g.round
+                   OR g.round < coalesce(f.turn, p_fresh));
             IF NOT EXISTS (
                     SELECT 1 FROM %1$s.shardq_group_rounds q
                     CROSS JOIN LATERAL (

@@ -1,5 +1,5 @@
 //! Grouped claims by turn (migrations 41-42; migrations/functions/
-//! shardq_take_turn.sql, shardq_advance_group_round.sql and
+//! shardq_take_turn.sql, shardq_move_group_rounds.sql and
 //! shardq_claim_grouped.sql): a grouped job gets a turn when it becomes
 //! ready, claims of a queue without group limits take jobs in turn order
 //! from the queue's grouped floor, a group with nothing ready joins the

@@ -2263,6 +2263,9 @@ CREATE OR REPLACE FUNCTION public.shardq_take_turn()
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
+        DECLARE
+            cached text;
+            round_now bigint;
         BEGIN
             IF current_setting('transaction_isolation') <> 'read committed' THEN
                 NEW.turn := NULL;
@@ -2270,14 +2273,23 @@ AS $function$
             END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('public.shardq_ready_seq');
+            cached := current_setting('shardq.group_round', true);
+            IF cached IS NOT NULL AND cached <> ''
+               AND split_part(cached, chr(31), 1) = NEW.queue THEN
+                round_now := nullif(split_part(cached, chr(31), 2), '')::bigint;
+            ELSE
+                round_now := (SELECT r.round FROM public.shardq_group_rounds r
+                              WHERE r.queue = NEW.queue);
+                PERFORM set_config('shardq.group_round',
+                                   NEW.queue || chr(31) || coalesce(round_now::text, ''), true);
+            END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM public.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
                    AND w.status = 'queued'
                  ORDER BY w.id DESC LIMIT 1),
-                (SELECT r.round + 1 FROM public.shardq_group_rounds r
-                 WHERE r.queue = NEW.queue));
+                round_now + 1);
             RETURN NEW;
         END
         $function$

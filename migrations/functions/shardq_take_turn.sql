@@ -19,6 +19,12 @@
 -- fresh number when no grouped job is ready is at or past every turn
 -- given.
 --
+-- The round is read once per transaction and queue (kept in a
+-- transaction-local setting, `shardq.group_round`): every row of a batch
+-- would otherwise read the round's row, whose versions pile up while the
+-- horizon is held. A value read after the transaction took its id stays
+-- safe for as long as it runs: the floor passes no round noted after that.
+--
 -- Under REPEATABLE READ or SERIALIZABLE the round would be read with the
 -- transaction's snapshot, maybe older than the id: the job is left without
 -- a turn, and the next move of the rounds (within 250 ms of a claim of its
@@ -48,6 +54,9 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         SET plan_cache_mode = force_generic_plan
         AS $b$
+        DECLARE
+            cached text;
+            round_now bigint;
         BEGIN
             IF current_setting('transaction_isolation') <> 'read committed' THEN
                 NEW.turn := NULL;
@@ -55,14 +64,23 @@ BEGIN
             END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('%1$s.shardq_ready_seq');
+            cached := current_setting('shardq.group_round', true);
+            IF cached IS NOT NULL AND cached <> ''
+               AND split_part(cached, chr(31), 1) = NEW.queue THEN
+                round_now := nullif(split_part(cached, chr(31), 2), '')::bigint;
+            ELSE
+                round_now := (SELECT r.round FROM %1$s.shardq_group_rounds r
+                              WHERE r.queue = NEW.queue);
+                PERFORM set_config('shardq.group_round',
+                                   NEW.queue || chr(31) || coalesce(round_now::text, ''), true);
+            END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM %1$s.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
                    AND w.status = 'queued'
                  ORDER BY w.id DESC LIMIT 1),
-                (SELECT r.round + 1 FROM %1$s.shardq_group_rounds r
-                 WHERE r.queue = NEW.queue));
+                round_now + 1);
             RETURN NEW;
         END
         $b$

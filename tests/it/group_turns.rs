@@ -334,3 +334,37 @@ async fn grouped_claims_move_the_plain_ready_floors() {
         "and the grouped floor, in the same claims"
     );
 }
+
+/// A transaction reads its queue's round once (its first grouped job) and
+/// numbers every later grouped job of the queue from that read, even after
+/// the rounds moved on: the floor waits for it, and both of its jobs are
+/// claimed once it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_that_numbers_from_the_round_it_read_first_is_claimed_whole() {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    enqueue_group(&***db, "q", "a", 20).await;
+    assert_eq!(
+        claim(&db, "q", 1).await.len(),
+        1,
+        "the queue's rounds begin"
+    );
+    let_rounds_move(&db).await;
+
+    let (mut producer, connection) =
+        tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let open = producer.transaction().await.unwrap();
+    let first = enqueue_group(&open, "q", "x", 1).await[0];
+    assert_eq!(claim(&db, "q", 100).await.len(), 19);
+    let_rounds_move(&db).await;
+    let_rounds_move(&db).await;
+    let second = enqueue_group(&open, "q", "y", 1).await[0];
+    open.commit().await.unwrap();
+
+    let mut both = claim(&db, "q", 100).await;
+    both.sort();
+    assert_eq!(both, vec![first, second]);
+}

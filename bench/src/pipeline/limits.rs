@@ -37,8 +37,9 @@ pub struct LimitsArgs {
     /// Groups the jobs of the grouped runs are spread over (0 skips them).
     #[arg(long, default_value_t = 10_000)]
     pub groups: usize,
-    /// Also profile an extra grouped run statement by statement
-    /// (pg_stat_statements, nested statements tracked).
+    /// Also profile an extra run without groups and one in groups,
+    /// statement by statement (pg_stat_statements, nested statements
+    /// tracked).
     #[arg(long)]
     pub profile: bool,
     /// Where the JSON results go (folders are created).
@@ -151,23 +152,26 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         );
         runs
     };
-    let profile = if args.profile && args.groups > 0 {
+    // Profiles: an extra run without groups, then one in groups.
+    let mut profiles = Vec::new();
+    if args.profile {
         server
             .client()
             .set_queue_limits(QUEUE, Default::default())
             .await?;
-        statements::start(server.shard()).await?;
-        let run = fleet::run_in_groups(&server, clock, "profile", args.jobs, args.groups).await?;
-        Some((
-            statements::finish(server.shard(), run.succeeded).await?,
-            run.succeeded,
-        ))
-    } else {
-        None
-    };
+        for groups in [0, args.groups] {
+            statements::start(server.shard()).await?;
+            let run = fleet::run_in_groups(&server, clock, "profile", args.jobs, groups).await?;
+            let costs = statements::finish(server.shard(), run.succeeded).await?;
+            profiles.push((groups, costs, run.succeeded));
+        }
+    }
     server.close().await;
-    if let Some((costs, jobs)) = &profile {
-        statements::print(costs, &format!("an extra grouped run of {jobs} jobs"));
+    for (groups, costs, jobs) in &profiles {
+        statements::print(
+            costs,
+            &format!("an extra run of {jobs} jobs in {groups} groups"),
+        );
     }
     let median = |runs: &[FleetRun]| {
         let mut v: Vec<f64> = runs.iter().map(|r| r.jobs_per_s).collect();

@@ -15,6 +15,14 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_ready_grouped
     ON workflow_status (queue, turn, priority, id)
     WHERE status = 'queued' AND job_group IS NOT NULL;
 
+-- Each group's line of ready jobs by turn: a new job's turn is one past
+-- its line's highest, read backward from the end of the line and no lower
+-- than the queue's round, so the read passes only the line's jobs claimed
+-- in the current round, however long the horizon is held.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_group_lines
+    ON workflow_status (queue, hashtext(job_group), job_group, priority, turn)
+    WHERE status = 'queued' AND job_group IS NOT NULL;
+
 DO $$
 DECLARE
     line record;

@@ -1,9 +1,12 @@
 -- shardq_take_turn: gives a grouped job its turn each time it becomes ready
 -- (migration 0041), as a trigger on every write that makes one ready
 -- (insert, promotion, recovery, release, retry, a move's copy or release,
--- a dashboard retry), so no writer can forget it: one past the turn of its
--- group's newest ready job of its priority (a bulk enqueue's rows see the
--- rows of the same statement before them), and at least one past the
+-- a dashboard retry), so no writer can forget it: one past the highest
+-- turn of its group's ready jobs of its priority (a bulk enqueue's rows see
+-- the rows of the same statement before them; read from the end of the
+-- group's line in workflow_status_group_lines, down to the round only, so
+-- the read passes none of the line's jobs claimed in earlier rounds while
+-- the horizon is held), and at least one past the
 -- queue's round (shardq_group_rounds): a group that had nothing ready
 -- joins the next round, neither ahead of the groups being served nor
 -- behind their backlogs, and the round moves on even when every group
@@ -29,13 +32,12 @@
 -- transaction's snapshot, maybe older than the id: the job is left without
 -- a turn, and the next move of the rounds (within 250 ms of a claim of its
 -- queue) gives it the round then; the claims' ready probe finds it
--- meanwhile. While such a job is its group's newest, the group's next job
+-- meanwhile. While such a job is its group's only ready one, the group's next job
 -- is numbered from the round alone.
 --
 -- What it does not promise: two producers of one group that commit at once
--- may give two jobs the same turn, and so may retries or promotions of a
--- group's older jobs while a newer one is ready (its line is read at its
--- newest job by id): the group gets one more job in that round. A group's
+-- may give two jobs the same turn: the group gets one more job in that
+-- round. A group's
 -- lines of different priorities take their turns side by side: a group
 -- gets a job per round for each priority it uses.
 --
@@ -78,8 +80,8 @@ BEGIN
                 (SELECT w.turn + 1 FROM %1$s.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
-                   AND w.status = 'queued'
-                 ORDER BY w.id DESC LIMIT 1),
+                   AND w.status = 'queued' AND w.turn > coalesce(round_now, -1)
+                 ORDER BY w.turn DESC LIMIT 1),
                 round_now + 1);
             RETURN NEW;
         END

@@ -121,6 +121,7 @@ async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>)
         "workflow_status_ready_keyed",
         "workflow_status_dequeue_grouped",
         "workflow_status_ready_grouped",
+        "workflow_status_group_lines",
         "workflow_status_pkey",
         "workflow_status_key",
         "workflow_status_scheduled_by_kind",

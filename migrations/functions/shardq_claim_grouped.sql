@@ -9,11 +9,10 @@
 -- become ready, from the queue's round), from the queue's grouped floor
 -- (shardq_move_group_rounds moves both with the ready floors, at most
 -- every 250 ms): what was claimed before lies behind it, however long the
--- horizon is held. The
--- queue's jobs without a group (and without a key) count as one more
--- group: they get p_limit / (groups met + 1) of the claim (rounded at
--- random, in proportion), or what the groups leave, and the grouped jobs
--- the rest.
+-- horizon is held. The queue's jobs without a group (and without a key)
+-- count as one more group: they get p_limit / (groups met + 1) of the
+-- claim (rounded at random, in proportion), or what the groups leave, and
+-- the grouped jobs the rest.
 --
 -- With group limits, the claim finds up to p_limit groups with ready jobs,
 -- in the order of their names' hashes from a random point of the hash

@@ -8,6 +8,8 @@
 
 use super::ready_floors::{claim, shard, MOVE_GAP};
 use crate::common;
+use common::TestShards;
+use shardq::shards::{PooledClient, ShardSet};
 use tokio_postgres::GenericClient;
 
 /// Inserts `n` ready jobs of `group` in `queue`; returns their ids.
@@ -45,6 +47,31 @@ async fn of_group(db: &tokio_postgres::Client, ids: &[i64], group: &str) -> i64 
     .await
     .unwrap()
     .get(0)
+}
+
+/// A session of its own on `url`: a producer whose transaction the test
+/// holds open.
+async fn producer(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// A shard with `n` jobs of group `a` in queue `q`, one claimed (the
+/// queue's rounds begin), and the rounds moved since.
+async fn begun(n: i64) -> (TestShards, ShardSet, PooledClient) {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    enqueue_group(&***db, "q", "a", n).await;
+    assert_eq!(
+        claim(&db, "q", 1).await.len(),
+        1,
+        "the queue's rounds begin"
+    );
+    let_rounds_move(&db).await;
+    (shards, set, db)
 }
 
 async fn floor_turn(db: &tokio_postgres::Client, queue: &str) -> i64 {
@@ -159,21 +186,8 @@ async fn entries_read(db: &mut tokio_postgres::Client, sql: &str) -> (i64, usize
 /// have left it behind, never claimed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_claimed() {
-    let (shards, set) = shard().await;
-    let db = set.get(0).client().await.unwrap();
-    enqueue_group(&***db, "q", "a", 10).await;
-    assert_eq!(
-        claim(&db, "q", 1).await.len(),
-        1,
-        "the queue's rounds begin"
-    );
-    let_rounds_move(&db).await;
-
-    let (mut producer, connection) =
-        tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let (shards, _set, db) = begun(10).await;
+    let mut producer = producer(&shards.urls[0]).await;
     let open = producer.transaction().await.unwrap();
     let late = enqueue_group(&open, "q", "late", 1).await[0];
     let late_turn: i64 = open
@@ -214,20 +228,8 @@ async fn a_grouped_job_numbered_before_the_rounds_moved_and_committed_after_is_c
 /// it would be below the floor, never claimed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeatable_read_producers_grouped_job_is_numbered_by_the_next_move() {
-    let (shards, set) = shard().await;
-    let db = set.get(0).client().await.unwrap();
-    enqueue_group(&***db, "q", "a", 20).await;
-    assert_eq!(
-        claim(&db, "q", 1).await.len(),
-        1,
-        "the queue's rounds begin"
-    );
-    let_rounds_move(&db).await;
-
-    let (producer, connection) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let (shards, _set, db) = begun(20).await;
+    let producer = producer(&shards.urls[0]).await;
     producer
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM shardq_group_rounds")
         .await
@@ -341,21 +343,8 @@ async fn grouped_claims_move_the_plain_ready_floors() {
 /// claimed once it commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_that_numbers_from_the_round_it_read_first_is_claimed_whole() {
-    let (shards, set) = shard().await;
-    let db = set.get(0).client().await.unwrap();
-    enqueue_group(&***db, "q", "a", 20).await;
-    assert_eq!(
-        claim(&db, "q", 1).await.len(),
-        1,
-        "the queue's rounds begin"
-    );
-    let_rounds_move(&db).await;
-
-    let (mut producer, connection) =
-        tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let (shards, _set, db) = begun(20).await;
+    let mut producer = producer(&shards.urls[0]).await;
     let open = producer.transaction().await.unwrap();
     let first = enqueue_group(&open, "q", "x", 1).await[0];
     assert_eq!(claim(&db, "q", 100).await.len(), 19);

@@ -46,6 +46,7 @@
 --     40 0040_cascades_owed.sql
 --     41 0041_group_turns.sql
 --     42 0042_group_turn_index.sql
+--     43 0043_grouped_index_roles.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -295,13 +296,13 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'held'::text]))) NOT VALID
     INDEX CREATE INDEX workflow_status_children ON public.workflow_status USING btree (parent_shard_key, parent_id) WHERE (parent_id IS NOT NULL)
     INDEX CREATE INDEX workflow_status_deadline ON public.workflow_status USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND (NOT cancel_requested) AND (status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text])))
-    INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_failed_queue ON public.workflow_status USING btree (status, queue) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
-    INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
@@ -707,8 +708,15 @@ BEGIN
             floor(plain_share)::int + (random() < plain_share - floor(plain_share))::int,
             p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
+        -- Fewer than asked: the walk reached the end of the numbered
+        -- grouped jobs (it took every one no other claim holds), so only
+        -- the other kinds, and grouped jobs without a turn, can be left;
+        -- probing the grouped index again would walk its dead entries twice.
         held_back := cardinality(t_tid) < p_limit
-            AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
+            AND (shardq_queue_has_ready(p_queue, p_grouped => false, p_taking => t_tid)
+                 OR EXISTS (SELECT 1 FROM workflow_status w
+                            WHERE w.queue = p_queue AND w.status = 'queued'
+                              AND w.job_group IS NOT NULL AND w.turn IS NULL));
         RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
                                                CASE WHEN held_back THEN 2 ELSE 1 END);
         RETURN;

@@ -105,8 +105,15 @@ BEGIN
             floor(plain_share)::int + (random() < plain_share - floor(plain_share))::int,
             p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
+        -- Fewer than asked: the walk reached the end of the numbered
+        -- grouped jobs (it took every one no other claim holds), so only
+        -- the other kinds, and grouped jobs without a turn, can be left;
+        -- probing the grouped index again would walk its dead entries twice.
         held_back := cardinality(t_tid) < p_limit
-            AND shardq_queue_has_ready(p_queue, p_taking => t_tid);
+            AND (shardq_queue_has_ready(p_queue, p_grouped => false, p_taking => t_tid)
+                 OR EXISTS (SELECT 1 FROM workflow_status w
+                            WHERE w.queue = p_queue AND w.status = 'queued'
+                              AND w.job_group IS NOT NULL AND w.turn IS NULL));
         RETURN QUERY SELECT * FROM shardq_take(t_tid, p_owner, p_lease_ms,
                                                CASE WHEN held_back THEN 2 ELSE 1 END);
         RETURN;

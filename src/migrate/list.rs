@@ -238,6 +238,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0042_group_turn_index.sql",
         sql: include_str!("../../migrations/0042_group_turn_index.sql"),
     },
+    Migration {
+        version: 43,
+        name: "0043_grouped_index_roles.sql",
+        sql: include_str!("../../migrations/0043_grouped_index_roles.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -371,6 +371,74 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
     }
 }
 
+/// The grouped ready probes (the claim's choice of path and its walk, the
+/// move of the rounds, the probe for jobs without a turn) read queued
+/// grouped jobs by turn only (`workflow_status_ready_grouped`). The line
+/// and head indexes hold every dead entry of a queue while the horizon is
+/// held, and with statistics taken when few jobs were queued the planner
+/// chose among the three by chance: a probe walked 45,000 buffers
+/// (migrations/0043_grouped_index_roles.sql). Shown by taking the turn index
+/// away in a transaction: the probes' plans then use neither of the others,
+/// while a new job's turn is still read from its group's line (planned with
+/// statistics; on a table never analyzed every index costs the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_probes_read_queued_jobs_by_turn_only() {
+    let shards = TestShards::databases(1).await;
+    let config = shards.config("");
+    let _set = shards.migrated(&config).await;
+    let (db, plans) = session_showing_plans(&shards.urls[0], "text").await;
+    db.batch_execute(
+        "BEGIN; \
+         INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+         SELECT g % 65536, 'q', 'noop', 'g' || (g % 50) FROM generate_series(1, 200) g; \
+         ANALYZE workflow_status; \
+         INSERT INTO shardq_group_rounds (queue, round, floor_turn, noted_round) \
+         VALUES ('q', 1, 0, 1); \
+         DROP INDEX workflow_status_ready_grouped; \
+         SELECT shardq_queue_has_ready('q', p_plain => false, p_keyed => false); \
+         SELECT shardq_move_group_rounds(1000000, true); \
+         SELECT count(*) FROM shardq_claim_grouped('q', 10, 'w', 60000); \
+         INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+         VALUES (1, 'q', 'noop', 'g1'); \
+         ROLLBACK",
+    )
+    .await
+    .unwrap();
+    drop(db);
+    let plans = plans_containing(plans, "workflow_status").await;
+    let probes: Vec<&String> = plans
+        .iter()
+        .filter(|p| {
+            p.contains("job_group IS NOT NULL")
+                && (p.contains("turn IS NULL") || p.contains("turn >= "))
+        })
+        .collect();
+    // The has-ready probe (both parts), the move's first-ready reads and
+    // its probe for jobs without a turn, the claim's walk.
+    assert!(probes.len() >= 4, "probes seen: {probes:#?}");
+    for plan in probes {
+        for other in [
+            "workflow_status_group_lines",
+            "workflow_status_dequeue_grouped",
+        ] {
+            assert!(
+                !plan.contains(other),
+                "a grouped probe reads {other}: {plan}"
+            );
+        }
+    }
+    let turns: Vec<&String> = plans
+        .iter()
+        .filter(|p| p.contains("hashtext(w.job_group) = hashtext(NEW.job_group)"))
+        .collect();
+    // The last: planned after the statistics (the bulk insert's were not).
+    let last = turns.last().expect("a plan of a new job's turn");
+    assert!(
+        last.contains("workflow_status_group_lines"),
+        "a new job's turn is read from its group's line: {last}"
+    );
+}
+
 /// A session with shardq's planner settings (src/shards.rs) that receives
 /// every plan the server runs, nested statements too, as a notice in
 /// `format` (auto_explain).

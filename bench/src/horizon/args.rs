@@ -32,6 +32,17 @@ pub struct HorizonArgs {
     /// `--keys`). Grouped jobs are claimed by turn, groups taking turns.
     #[arg(long, default_value_t = 0, conflicts_with = "keys")]
     pub groups: u64,
+    /// Profile shard 0 statement by statement (pg_stat_statements, nested
+    /// statements tracked) over the last this many seconds of the hold (0:
+    /// no profile). Tracking every statement costs a few percent.
+    #[arg(long, default_value_t = 0)]
+    pub profile_s: u64,
+    /// Log the plans of shard 0's statements slower than this many
+    /// milliseconds, nested ones too, with their buffers (auto_explain, in
+    /// the worker's sessions from its start), and copy them next to `--out`
+    /// (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub explain_slow_ms: u64,
     /// Only the run with the snapshot held (no side-by-side baseline).
     #[arg(long)]
     pub held_only: bool,

@@ -23,6 +23,7 @@ mod sample;
 
 pub use args::HorizonArgs;
 
+use crate::pipeline::statements;
 use anyhow::{bail, Context, Result};
 use report::{Interval, Scenario};
 use shardq::config::Config;
@@ -66,6 +67,9 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let config = Config::from_toml(&text).context("the horizon config is invalid")?;
     let shards = ShardSet::connect(&config)?;
     shardq::migrate::migrate_all(&shards).await?;
+    if args.explain_slow_ms > 0 {
+        explain_slow(shards.get(0), args.explain_slow_ms).await?;
+    }
     let config_path = cluster.root().path().join("shards.toml");
     std::fs::write(&config_path, &text)?;
     let mut worker = start_worker(&config_path, &cluster.root().log_dir())?;
@@ -88,6 +92,8 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let mut snapshot = None;
     let mut sampler = sample::Sampler::new(shards.clone(), offered);
     let mut intervals: Vec<Interval> = Vec::new();
+    let profile_from = hold_until.saturating_sub(Duration::from_secs(args.profile_s));
+    let mut profiling = false;
     let mut next = Duration::from_secs(args.interval_s).min(hold_from);
     while started.elapsed() < end {
         let wake = next.min(end);
@@ -96,6 +102,18 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
         if held && snapshot.is_none() && at >= hold_from && at < hold_until {
             snapshot = Some(sample::Snapshot::hold(&cluster.url(0)).await?);
             eprintln!("  {:>4.0} s: snapshot taken on s0", at.as_secs_f64());
+        }
+        if args.profile_s > 0 && !profiling && at >= profile_from && at < hold_until {
+            statements::start(shards.get(0)).await?;
+            profiling = true;
+        }
+        if at >= hold_until && profiling {
+            profiling = false;
+            let window = (at - profile_from).as_secs_f64();
+            let jobs = (args.rate as f64 / args.shards as f64 * window) as u64;
+            let costs = statements::finish(shards.get(0), jobs).await?;
+            let what = format!("s0, {label}, the last {window:.0} s of the hold, per job offered");
+            statements::print(&costs, &what);
         }
         if at >= hold_until {
             if let Some(open) = snapshot.take() {
@@ -114,16 +132,47 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
         let interval = sampler.interval(at, phase).await?;
         eprintln!("  {}", interval.line());
         intervals.push(interval);
-        next = next_boundary(at, args, hold_from, hold_until);
+        next = next_boundary(at, args, &[hold_from, profile_from, hold_until]);
     }
     stop.cancel();
     let offered = offer.await??;
     drop(worker);
+    if args.explain_slow_ms > 0 {
+        let plans = args
+            .out
+            .with_extension(format!("{}.plans.log", label.replace(' ', "-")));
+        let log = cluster.servers()[0].data_dir.join("server.log");
+        std::fs::copy(&log, &plans).with_context(|| format!("cannot copy {}", log.display()))?;
+        eprintln!("  slow statements' plans written to {}", plans.display());
+    }
     Ok(Scenario {
         held,
         offered_total: offered,
         intervals,
     })
+}
+
+/// Makes every new session of `shard` log the plans of its statements
+/// slower than `ms`, nested ones too, with buffers (auto_explain).
+async fn explain_slow(shard: &shardq::shards::Shard, ms: u64) -> Result<()> {
+    let db = shard.client().await?;
+    // One statement each: ALTER SYSTEM refuses a multi-statement string.
+    // Loaded here first, so that its settings are known.
+    for statement in [
+        "LOAD 'auto_explain'".to_string(),
+        "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'".to_string(),
+        format!("ALTER SYSTEM SET auto_explain.log_min_duration = {ms}"),
+        "ALTER SYSTEM SET auto_explain.log_nested_statements = on".to_string(),
+        "ALTER SYSTEM SET auto_explain.log_analyze = on".to_string(),
+        "ALTER SYSTEM SET auto_explain.log_buffers = on".to_string(),
+        "ALTER SYSTEM SET auto_explain.log_timing = off".to_string(),
+        "SELECT pg_reload_conf()".to_string(),
+    ] {
+        db.batch_execute(&statement)
+            .await
+            .with_context(|| format!("cannot start auto_explain: {statement}"))?;
+    }
+    Ok(())
 }
 
 /// What the snapshot is doing at `at`.
@@ -141,12 +190,14 @@ fn phase_at(at: Duration, from: Duration, until: Duration, held: bool) -> &'stat
     }
 }
 
-/// The next sample time: every interval, and at the snapshot's start and end.
-fn next_boundary(at: Duration, args: &HorizonArgs, from: Duration, until: Duration) -> Duration {
+/// The next sample time: every interval, and at the snapshot's start and
+/// end and the profile's start.
+fn next_boundary(at: Duration, args: &HorizonArgs, boundaries: &[Duration]) -> Duration {
     let step = Duration::from_secs(args.interval_s);
     let regular = at + step;
-    [from, until]
-        .into_iter()
+    boundaries
+        .iter()
+        .copied()
         .filter(|&b| b > at + Duration::from_millis(500))
         .fold(regular, Duration::min)
 }

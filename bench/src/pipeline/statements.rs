@@ -29,6 +29,8 @@ pub struct StatementCost {
     /// Planning time per job, µs (top-level statements only: the plans of a
     /// function's statements are counted in the function's execution).
     pub plan_us_per_job: f64,
+    /// Buffers read (found in shared buffers) per job.
+    pub hits_per_job: f64,
     /// Buffers dirtied per job.
     pub dirtied_per_job: f64,
     /// WAL bytes per job.
@@ -68,7 +70,7 @@ pub async fn finish(shard: &Shard, jobs: u64) -> Result<Vec<StatementCost>> {
     let rows = db
         .query(
             "SELECT regexp_replace(query, '\\s+', ' ', 'g') AS text, NOT toplevel AS nested, \
-                calls, rows, total_exec_time, total_plan_time, shared_blks_dirtied, wal_bytes::float8 AS wal \
+                calls, rows, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_dirtied, wal_bytes::float8 AS wal \
              FROM pg_stat_statements \
              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                AND query NOT LIKE '%pg_stat_statements%' \
@@ -94,6 +96,7 @@ pub async fn finish(shard: &Shard, jobs: u64) -> Result<Vec<StatementCost>> {
             rows: r.get("rows"),
             exec_us_per_job: per_job(r.get::<_, f64>("total_exec_time") * 1000.0),
             plan_us_per_job: per_job(r.get::<_, f64>("total_plan_time") * 1000.0),
+            hits_per_job: per_job(r.get::<_, i64>("shared_blks_hit") as f64),
             dirtied_per_job: per_job(r.get::<_, i64>("shared_blks_dirtied") as f64),
             wal_bytes_per_job: per_job(r.get("wal")),
         })
@@ -107,6 +110,7 @@ pub async fn finish(shard: &Shard, jobs: u64) -> Result<Vec<StatementCost>> {
             rows: rest.iter().map(|c| c.rows).sum(),
             exec_us_per_job: rest.iter().map(|c| c.exec_us_per_job).sum(),
             plan_us_per_job: rest.iter().map(|c| c.plan_us_per_job).sum(),
+            hits_per_job: rest.iter().map(|c| c.hits_per_job).sum(),
             dirtied_per_job: rest.iter().map(|c| c.dirtied_per_job).sum(),
             wal_bytes_per_job: rest.iter().map(|c| c.wal_bytes_per_job).sum(),
         });
@@ -124,16 +128,17 @@ pub fn print(costs: &[StatementCost], run: &str) {
          time in the executor, summed over backends"
     );
     println!(
-        "  {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}  statement",
-        "calls", "rows", "exec µs/j", "plan µs/j", "dirty/j", "WAL B/j"
+        "  {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  statement",
+        "calls", "rows", "exec µs/j", "plan µs/j", "hits/j", "dirty/j", "WAL B/j"
     );
     for c in costs {
         println!(
-            "  {:>9} {:>10} {:>9.2} {:>9.2} {:>9.3} {:>9.1}  {}{}",
+            "  {:>9} {:>10} {:>9.2} {:>9.2} {:>9.1} {:>9.3} {:>9.1}  {}{}",
             c.calls,
             c.rows,
             c.exec_us_per_job,
             c.plan_us_per_job,
+            c.hits_per_job,
             c.dirtied_per_job,
             c.wal_bytes_per_job,
             if c.nested { "> " } else { "" },

@@ -302,7 +302,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_failed_queue ON public.workflow_status USING btree (status, queue) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
-    INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn) WHERE ((status >= 'queued'::text) AND (status <= 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
@@ -709,9 +709,13 @@ BEGIN
             p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
         -- Fewer than asked: the walk reached the end of the numbered
-        -- grouped jobs (it took every one no other claim holds), so only
-        -- the other kinds, and grouped jobs without a turn, can be left;
-        -- probing the grouped index again would walk its dead entries twice.
+        -- grouped jobs it could see, and locked every one no other
+        -- transaction held, so only the other kinds and grouped jobs
+        -- without a turn are probed (probing the grouped index again would
+        -- walk its dead entries twice under a held horizon). As for jobs
+        -- without a group, a grouped job committed after the walk announces
+        -- itself, and one a transaction held and let go waits for the next
+        -- claim of the queue.
         held_back := cardinality(t_tid) < p_limit
             AND (shardq_queue_has_ready(p_queue, p_grouped => false, p_taking => t_tid)
                  OR EXISTS (SELECT 1 FROM workflow_status w
@@ -2296,7 +2300,8 @@ AS $function$
                 (SELECT w.turn + 1 FROM public.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
-                   AND w.status = 'queued' AND w.turn > coalesce(round_now, -1)
+                   AND w.status >= 'queued' AND w.status <= 'queued'
+                   AND w.turn > coalesce(round_now, -1)
                  ORDER BY w.turn DESC LIMIT 1),
                 round_now + 1);
             RETURN NEW;

@@ -106,9 +106,13 @@ BEGIN
             p_limit - cardinality(g_tid)));
         t_tid := g_tid[1:p_limit - cardinality(plain_tids)] || plain_tids;
         -- Fewer than asked: the walk reached the end of the numbered
-        -- grouped jobs (it took every one no other claim holds), so only
-        -- the other kinds, and grouped jobs without a turn, can be left;
-        -- probing the grouped index again would walk its dead entries twice.
+        -- grouped jobs it could see, and locked every one no other
+        -- transaction held, so only the other kinds and grouped jobs
+        -- without a turn are probed (probing the grouped index again would
+        -- walk its dead entries twice under a held horizon). As for jobs
+        -- without a group, a grouped job committed after the walk announces
+        -- itself, and one a transaction held and let go waits for the next
+        -- claim of the queue.
         held_back := cardinality(t_tid) < p_limit
             AND (shardq_queue_has_ready(p_queue, p_grouped => false, p_taking => t_tid)
                  OR EXISTS (SELECT 1 FROM workflow_status w

@@ -3,7 +3,10 @@
 -- (exclusive): each group's name and the tuple id of its head (its first
 -- ready job by priority, id). A skip scan of
 -- workflow_status_dequeue_grouped, one index probe per group however many
--- jobs each holds; two names with the same hash stay two groups.
+-- jobs each holds; two names with the same hash stay two groups. Each
+-- branch bounds hashtext(w.job_group) with a plain comparison: that is what
+-- lets it use that index at all (migrations/0043_grouped_index_roles.sql;
+-- a row comparison alone does not).
 CREATE OR REPLACE FUNCTION shardq_group_heads(p_queue text, p_from int, p_below bigint,
                                               p_max int, OUT names text[], OUT heads tid[])
 LANGUAGE sql STABLE

@@ -6,7 +6,9 @@
 -- the rows of the same statement before them; read from the end of the
 -- group's line in workflow_status_group_lines, down to the round only, so
 -- the read passes none of the line's jobs claimed in earlier rounds while
--- the horizon is held), and at least one past the
+-- the horizon is held; its status is written as a range so that it can
+-- use that index only, migrations/0043_grouped_index_roles.sql says why),
+-- and at least one past the
 -- queue's round (shardq_group_rounds): a group that had nothing ready
 -- joins the next round, neither ahead of the groups being served nor
 -- behind their backlogs, and the round moves on even when every group
@@ -80,7 +82,8 @@ BEGIN
                 (SELECT w.turn + 1 FROM %1$s.workflow_status w
                  WHERE w.queue = NEW.queue AND hashtext(w.job_group) = hashtext(NEW.job_group)
                    AND w.job_group = NEW.job_group AND w.priority = NEW.priority
-                   AND w.status = 'queued' AND w.turn > coalesce(round_now, -1)
+                   AND w.status >= 'queued' AND w.status <= 'queued'
+                   AND w.turn > coalesce(round_now, -1)
                  ORDER BY w.turn DESC LIMIT 1),
                 round_now + 1);
             RETURN NEW;

@@ -48,8 +48,9 @@ macro_rules! ready_branch {
 
 /// Ready jobs in (queue, priority, id) order: the plain and the keyed
 /// dequeue index each give their first rows in order, merged here; the
-/// grouped index is in group order, so its branch sorts the ready grouped
-/// jobs of the queues shown (index only, but all of them).
+/// grouped jobs are read by turn (`workflow_status_ready_grouped`, the one
+/// grouped index such a read can use), so their branch sorts the ready
+/// grouped jobs of the queues shown (all of them).
 pub const JOBS_READY: &str = concat!(
     "SELECT * FROM (",
     ready_branch!("ordering_key IS NULL AND job_group IS NULL"),
@@ -165,8 +166,8 @@ macro_rules! head {
 /// (NULL when none): the head (lowest id) of each priority level of the
 /// plain and keyed dequeue indexes, found by skipping from level to level
 /// (one probe each, however many jobs are ready), and the lowest-id grouped
-/// one (the grouped index is in group order, so that read is index only
-/// but walks the queue's ready grouped jobs).
+/// one (the grouped jobs are read by turn, so that read walks the queue's
+/// ready grouped jobs).
 pub const QUEUE_OLDEST_READY: &str = concat!(
     "WITH RECURSIVE levels(keyed, priority) AS ( \
         SELECT false, ",

@@ -17,6 +17,7 @@
 //! ```
 
 mod args;
+mod explain;
 mod offer;
 mod report;
 mod sample;
@@ -68,7 +69,7 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let shards = ShardSet::connect(&config)?;
     shardq::migrate::migrate_all(&shards).await?;
     if args.explain_slow_ms > 0 {
-        explain_slow(shards.get(0), args.explain_slow_ms).await?;
+        explain::start(shards.get(0), args.explain_slow_ms).await?;
     }
     let config_path = cluster.root().path().join("shards.toml");
     std::fs::write(&config_path, &text)?;
@@ -138,41 +139,13 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let offered = offer.await??;
     drop(worker);
     if args.explain_slow_ms > 0 {
-        let plans = args
-            .out
-            .with_extension(format!("{}.plans.log", label.replace(' ', "-")));
-        let log = cluster.servers()[0].data_dir.join("server.log");
-        std::fs::copy(&log, &plans).with_context(|| format!("cannot copy {}", log.display()))?;
-        eprintln!("  slow statements' plans written to {}", plans.display());
+        explain::keep(&cluster, &args.out, label)?;
     }
     Ok(Scenario {
         held,
         offered_total: offered,
         intervals,
     })
-}
-
-/// Makes every new session of `shard` log the plans of its statements
-/// slower than `ms`, nested ones too, with buffers (auto_explain).
-async fn explain_slow(shard: &shardq::shards::Shard, ms: u64) -> Result<()> {
-    let db = shard.client().await?;
-    // One statement each: ALTER SYSTEM refuses a multi-statement string.
-    // Loaded here first, so that its settings are known.
-    for statement in [
-        "LOAD 'auto_explain'".to_string(),
-        "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'".to_string(),
-        format!("ALTER SYSTEM SET auto_explain.log_min_duration = {ms}"),
-        "ALTER SYSTEM SET auto_explain.log_nested_statements = on".to_string(),
-        "ALTER SYSTEM SET auto_explain.log_analyze = on".to_string(),
-        "ALTER SYSTEM SET auto_explain.log_buffers = on".to_string(),
-        "ALTER SYSTEM SET auto_explain.log_timing = off".to_string(),
-        "SELECT pg_reload_conf()".to_string(),
-    ] {
-        db.batch_execute(&statement)
-            .await
-            .with_context(|| format!("cannot start auto_explain: {statement}"))?;
-    }
-    Ok(())
 }
 
 /// What the snapshot is doing at `at`.

@@ -21,12 +21,13 @@
 -- carry `hashtext(job_group) IS NOT NULL` (true of every grouped job):
 -- only a statement that compares hashtext(job_group) with something (a
 -- strict operator), as the turn's read and the group-head walk do, can use
--- them; the probes, which do not, have ready_grouped alone. The line index states its status as a range
--- (`status >= 'queued' AND status <= 'queued'`, the same rows), and the
--- turn's read states it so: that proves the line index's condition but not
--- the `status = 'queued'` of ready_grouped and dequeue_grouped, so the
--- turn's read has the line index alone. Built beside the old ones without
--- blocking writes, then swapped in under the old names.
+-- them; the probes, which do not, have ready_grouped alone. The line index
+-- states its status as a range (`status >= 'queued' AND status <=
+-- 'queued'`, the same rows), and the turn's read states it so: that proves
+-- the line index's condition but not the `status = 'queued'` of
+-- ready_grouped and dequeue_grouped, so the turn's read has the line index
+-- alone. Built beside the old ones without blocking writes, then swapped
+-- in under the old names.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_group_lines_by_hash
     ON workflow_status (queue, hashtext(job_group), job_group, priority, turn)
     WHERE status >= 'queued' AND status <= 'queued' AND job_group IS NOT NULL

@@ -47,6 +47,7 @@
 --     41 0041_group_turns.sql
 --     42 0042_group_turn_index.sql
 --     43 0043_grouped_index_roles.sql
+--     44 0044_key_floors.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -82,6 +83,14 @@ TABLE shardq_group_tokens
     tokens_at timestamp with time zone NOT NULL
     CONSTRAINT shardq_group_tokens_pkey PRIMARY KEY (queue, job_group)
     INDEX CREATE UNIQUE INDEX shardq_group_tokens_pkey ON public.shardq_group_tokens USING btree (queue, job_group)
+
+TABLE shardq_key_floors WITH (fillfactor=50)
+    queue text NOT NULL
+    ordering_key text NOT NULL
+    floor_id bigint NOT NULL
+    set_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_key_floors_pkey PRIMARY KEY (queue, ordering_key)
+    INDEX CREATE UNIQUE INDEX shardq_key_floors_pkey ON public.shardq_key_floors USING btree (queue, ordering_key)
 
 TABLE shardq_limit_leases
     queue text NOT NULL
@@ -321,6 +330,8 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     TRIGGER CREATE TRIGGER shardq_turn_on_insert BEFORE INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NOT NULL))) EXECUTE FUNCTION shardq_take_turn()
     TRIGGER CREATE TRIGGER shardq_turn_on_update BEFORE UPDATE OF status, queue, priority, job_group ON public.workflow_status FOR EACH ROW WHEN (((new.status = 'queued'::text) AND (new.job_group IS NOT NULL) AND ((old.status <> 'queued'::text) OR (old.queue <> new.queue) OR (old.priority <> new.priority) OR (old.job_group IS DISTINCT FROM new.job_group)))) EXECUTE FUNCTION shardq_take_turn()
     TRIGGER CREATE TRIGGER workflow_status_child_finished BEFORE UPDATE OF status ON public.workflow_status FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND (new.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])) AND (old.status <> ALL (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text])))) EXECUTE FUNCTION shardq_child_finished()
+    TRIGGER CREATE TRIGGER workflow_status_key_floor_on_insert AFTER INSERT ON public.workflow_status FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.status = ANY (ARRAY['waiting'::text, 'running'::text])))) EXECUTE FUNCTION shardq_key_floor_lower()
+    TRIGGER CREATE TRIGGER workflow_status_key_floor_on_update AFTER UPDATE OF status, queue, ordering_key ON public.workflow_status FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])) AND ((old.status <> ALL (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])) OR (old.queue IS DISTINCT FROM new.queue) OR (old.ordering_key IS DISTINCT FROM new.ordering_key)))) EXECUTE FUNCTION shardq_key_floor_lower()
 
 TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     shard_key integer NOT NULL
@@ -850,9 +861,11 @@ CREATE OR REPLACE FUNCTION public.shardq_claim_keyed(p_queue text, p_limit integ
 AS $function$
 #variable_conflict use_column
 DECLARE
-    c_tid tid[]; c_key text[];                -- ready jobs met, in dequeue order
+    c_tid tid[]; c_key text[]; c_id bigint[]; -- ready jobs met, in dequeue order
     l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
-    f_key text[]; f_pos bigint[];             -- locked keys nothing holds
+    l_head bigint[];                          -- ... and their lowest head's id
+    l_from bigint[];                          -- ... and the id their reads start at
+    f_key text[]; f_pos bigint[]; f_from bigint[]; -- locked keys nothing holds
     t_tid tid[] := '{}';                      -- jobs to claim
     blocked text[];                           -- locked keys something else holds
     held text[];                              -- keys held once this claim commits
@@ -866,42 +879,62 @@ BEGIN
         plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
         head_tids := shardq_lock_keyed_ready(p_queue, p_limit);
         WITH met AS MATERIALIZED (
-            SELECT w.ctid AS tid, w.ready_seq, w.priority, w.ordering_key FROM workflow_status w
+            SELECT w.ctid AS tid, w.ready_seq, w.priority, w.ordering_key, w.id
+            FROM workflow_status w
             WHERE w.ctid = ANY (plain_tids || head_tids)
         )
         SELECT coalesce(array_agg(m.tid ORDER BY m.priority, m.ready_seq), '{}'),
-               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.ready_seq), '{}')
-        INTO c_tid, c_key FROM met m;
+               coalesce(array_agg(m.ordering_key ORDER BY m.priority, m.ready_seq), '{}'),
+               coalesce(array_agg(m.id ORDER BY m.priority, m.ready_seq), '{}')
+        INTO c_tid, c_key, c_id FROM met m;
 
         SELECT coalesce(array_agg(d.k ORDER BY d.pos), '{}'),
-               coalesce(array_agg(d.pos ORDER BY d.pos), '{}')
-        INTO l_key, l_pos FROM (
-            SELECT t.k, min(t.pos) AS pos FROM unnest(c_key) WITH ORDINALITY AS t(k, pos)
+               coalesce(array_agg(d.pos ORDER BY d.pos), '{}'),
+               coalesce(array_agg(d.head ORDER BY d.pos), '{}')
+        INTO l_key, l_pos, l_head FROM (
+            SELECT t.k, min(t.pos) AS pos, min(t.id) AS head
+            FROM unnest(c_key, c_id) WITH ORDINALITY AS t(k, id, pos)
             WHERE t.k IS NOT NULL GROUP BY t.k) d
         WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
 
-        -- A new statement: its snapshot sees all that was done under the key locks.
+        -- A new statement: its snapshot sees all that was done under the key
+        -- locks. A head below its key's floor lowers the floor (the reads
+        -- here start at the head either way).
+        WITH lowered AS (
+            UPDATE shardq_key_floors f SET floor_id = l.head, set_at = now()
+            FROM unnest(l_key, l_head) AS l(k, head)
+            WHERE f.queue = p_queue AND f.ordering_key = l.k AND f.floor_id > l.head
+        ), bounded AS (
+            SELECT l.k, l.pos, least(l.head, coalesce(f.floor_id, 0)) AS from_id
+            FROM unnest(l_key, l_pos, l_head) AS l(k, pos, head)
+            LEFT JOIN shardq_key_floors f ON f.queue = p_queue AND f.ordering_key = l.k
+        ), checked AS (
+            SELECT b.k, b.pos, b.from_id, EXISTS (
+                SELECT 1 FROM workflow_status a
+                WHERE a.queue = p_queue AND a.ordering_key = b.k
+                  AND a.status IN ('running', 'scheduled') AND a.id >= b.from_id) AS busy
+            FROM bounded b
+        )
         SELECT coalesce(array_agg(t.k ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
                coalesce(array_agg(t.pos ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
-               coalesce(array_agg(t.k) FILTER (WHERE t.busy), '{}')
-        INTO f_key, f_pos, blocked FROM (
-            SELECT l.k, l.pos, EXISTS (
-                SELECT 1 FROM workflow_status a
-                WHERE a.queue = p_queue AND a.ordering_key = l.k
-                  AND a.status IN ('running', 'scheduled')) AS busy
-            FROM unnest(l_key, l_pos) AS l(k, pos)) t;
+               coalesce(array_agg(t.from_id ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
+               coalesce(array_agg(t.k) FILTER (WHERE t.busy), '{}'),
+               coalesce(array_agg(t.from_id ORDER BY t.pos), '{}')
+        INTO f_key, f_pos, f_from, blocked, l_from FROM checked t;
 
         WITH pending AS MATERIALIZED (
             SELECT f.k, f.pos, p.shard_key, p.id,
                    row_number() OVER (PARTITION BY f.k ORDER BY p.id) AS rn
-            FROM unnest(f_key, f_pos) AS f(k, pos) CROSS JOIN LATERAL (
+            FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (
                 SELECT u.shard_key, u.id FROM (
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
+                       AND w.id >= f.from_id
                      ORDER BY w.id LIMIT p_limit)
                     UNION ALL
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
+                       AND w.id >= f.from_id
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
@@ -946,11 +979,13 @@ BEGIN
         FROM (
             SELECT q.shard_key, q.id FROM workflow_status q
             WHERE (q.shard_key, q.id) IN (
-                SELECT n.shard_key, n.id FROM unnest(held || blocked) AS h(k)
+                SELECT n.shard_key, n.id FROM unnest(l_key, l_from) AS h(k, from_id)
                 CROSS JOIN LATERAL (
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
                     WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
+                      AND w2.id >= h.from_id
                     ORDER BY w2.id LIMIT p_limit) n
+                WHERE h.k = ANY (held || blocked)
                 LIMIT 4 * p_limit)
               AND q.status = 'queued'
             FOR UPDATE SKIP LOCKED) p
@@ -1435,6 +1470,19 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_key_floor_lower()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO shardq_key_floors AS f (queue, ordering_key, floor_id)
+    VALUES (NEW.queue, NEW.ordering_key, 0)
+    ON CONFLICT (queue, ordering_key) DO UPDATE
+        SET floor_id = least(f.floor_id, NEW.id), set_at = now();
+    RETURN NULL;
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_key_lock(p_queue text, p_key text)
  RETURNS bigint
  LANGUAGE sql
@@ -1663,28 +1711,76 @@ CREATE OR REPLACE FUNCTION public.shardq_promote_keys(p_sk integer[], p_id bigin
 AS $function$
 DECLARE
     promoted integer;
+    every float8 := greatest(1, coalesce(
+        nullif(current_setting('shardq.key_floor_every', true), '')::float8, 8));
 BEGIN
     WITH keys AS (
         SELECT DISTINCT w.queue, w.ordering_key
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
         JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
         WHERE w.ordering_key IS NOT NULL
+    ), bounded AS (
+        SELECT k.queue, k.ordering_key, coalesce(f.floor_id, 0) AS floor_id
+        FROM keys k LEFT JOIN shardq_key_floors f
+            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), released AS (
-        SELECT k.queue, k.ordering_key FROM keys k
+        SELECT k.queue, k.ordering_key, k.floor_id FROM bounded k
         WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
                           WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
-                            AND a.status IN ('running', 'scheduled', 'queued'))
+                            AND a.status IN ('running', 'scheduled', 'queued')
+                            AND a.id >= k.floor_id)
     ), heads AS (
         SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
-              AND w.status = 'waiting'
+              AND w.status = 'waiting' AND w.id >= k.floor_id
             ORDER BY w.id LIMIT 1) n
     )
     UPDATE workflow_status w SET status = 'queued'
     FROM heads h
     WHERE w.shard_key = h.shard_key AND w.id = h.id AND w.status = 'waiting';
     GET DIAGNOSTICS promoted = ROW_COUNT;
+
+    -- Move the floors of some of these keys up (a statement of its own: it
+    -- sees the job just queued).
+    WITH keys AS MATERIALIZED (
+        SELECT w.queue, w.ordering_key, max(w.id) AS last_id
+        FROM unnest(p_sk, p_id) AS j(shard_key, id)
+        JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
+        WHERE w.ordering_key IS NOT NULL
+        GROUP BY w.queue, w.ordering_key
+        HAVING random() * every < 1
+    ), bounded AS MATERIALIZED (
+        SELECT k.queue, k.ordering_key, k.last_id, coalesce(f.floor_id, 0) AS floor_id,
+               f.xmin AS row_xmin, f.queue IS NOT NULL AS has_row
+        FROM keys k LEFT JOIN shardq_key_floors f
+            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
+    ), moved AS MATERIALIZED (
+        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, coalesce(least(
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'running'
+                AND a.id >= b.floor_id),
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'scheduled'
+                AND a.id >= b.floor_id),
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'queued'
+                AND a.id >= b.floor_id),
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'waiting'
+                AND a.id >= b.floor_id)), b.last_id + 1) AS floor_id, b.floor_id AS was
+        FROM bounded b
+    ), raised AS (
+        UPDATE shardq_key_floors f SET floor_id = m.floor_id, set_at = now()
+        FROM moved m
+        WHERE m.has_row AND m.floor_id > m.was
+          AND f.queue = m.queue AND f.ordering_key = m.ordering_key
+          AND f.xmin = m.row_xmin
+    )
+    INSERT INTO shardq_key_floors (queue, ordering_key, floor_id)
+    SELECT m.queue, m.ordering_key, m.floor_id FROM moved m
+    WHERE NOT m.has_row AND m.floor_id > 0
+    ON CONFLICT DO NOTHING;
     RETURN promoted;
 END $function$
 

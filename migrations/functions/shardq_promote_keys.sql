@@ -2,31 +2,97 @@
 -- running, scheduled or queued gets its lowest waiting job queued. Call with
 -- the keys locked, in a statement after the one that changed them. Returns
 -- how many were queued.
+--
+-- Each key's jobs are read from its floor (shardq_key_floors, migration 44:
+-- no unfinished job of the key lies below it), so the reads walk only the
+-- versions of jobs the key ran since its floor last moved, however long a
+-- transaction holds vacuum back. One call in `shardq.key_floor_every`
+-- (default 8) per key then moves the floor up to the key's lowest
+-- unfinished job (or past the highest of these jobs when none is left):
+-- often enough that the walks stay short, seldom enough that the floor
+-- row's own versions do too.
+--
+-- The move compares the floor row's xmin with the one it read: a writer
+-- that lowered the floor meanwhile (shardq_key_floor_lower: a job back
+-- below it, which this statement's snapshot may not see) makes it a new
+-- version, and the move leaves it. A key without a row gets one only if
+-- none was written meanwhile. Between the statements below, claims of
+-- these keys wait (the caller holds the key locks); a retry or a range's
+-- release may write, which the xmin comparison covers; an enqueue writes
+-- ids above the floor, or a late one the claims handle.
 CREATE OR REPLACE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURNS integer
     LANGUAGE plpgsql AS $$
 DECLARE
     promoted integer;
+    every float8 := greatest(1, coalesce(
+        nullif(current_setting('shardq.key_floor_every', true), '')::float8, 8));
 BEGIN
     WITH keys AS (
         SELECT DISTINCT w.queue, w.ordering_key
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
         JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
         WHERE w.ordering_key IS NOT NULL
+    ), bounded AS (
+        SELECT k.queue, k.ordering_key, coalesce(f.floor_id, 0) AS floor_id
+        FROM keys k LEFT JOIN shardq_key_floors f
+            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), released AS (
-        SELECT k.queue, k.ordering_key FROM keys k
+        SELECT k.queue, k.ordering_key, k.floor_id FROM bounded k
         WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
                           WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
-                            AND a.status IN ('running', 'scheduled', 'queued'))
+                            AND a.status IN ('running', 'scheduled', 'queued')
+                            AND a.id >= k.floor_id)
     ), heads AS (
         SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
-              AND w.status = 'waiting'
+              AND w.status = 'waiting' AND w.id >= k.floor_id
             ORDER BY w.id LIMIT 1) n
     )
     UPDATE workflow_status w SET status = 'queued'
     FROM heads h
     WHERE w.shard_key = h.shard_key AND w.id = h.id AND w.status = 'waiting';
     GET DIAGNOSTICS promoted = ROW_COUNT;
+
+    -- Move the floors of some of these keys up (a statement of its own: it
+    -- sees the job just queued).
+    WITH keys AS MATERIALIZED (
+        SELECT w.queue, w.ordering_key, max(w.id) AS last_id
+        FROM unnest(p_sk, p_id) AS j(shard_key, id)
+        JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
+        WHERE w.ordering_key IS NOT NULL
+        GROUP BY w.queue, w.ordering_key
+        HAVING random() * every < 1
+    ), bounded AS MATERIALIZED (
+        SELECT k.queue, k.ordering_key, k.last_id, coalesce(f.floor_id, 0) AS floor_id,
+               f.xmin AS row_xmin, f.queue IS NOT NULL AS has_row
+        FROM keys k LEFT JOIN shardq_key_floors f
+            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
+    ), moved AS MATERIALIZED (
+        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, coalesce(least(
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'running'
+                AND a.id >= b.floor_id),
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'scheduled'
+                AND a.id >= b.floor_id),
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'queued'
+                AND a.id >= b.floor_id),
+            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
+                AND a.ordering_key = b.ordering_key AND a.status = 'waiting'
+                AND a.id >= b.floor_id)), b.last_id + 1) AS floor_id, b.floor_id AS was
+        FROM bounded b
+    ), raised AS (
+        UPDATE shardq_key_floors f SET floor_id = m.floor_id, set_at = now()
+        FROM moved m
+        WHERE m.has_row AND m.floor_id > m.was
+          AND f.queue = m.queue AND f.ordering_key = m.ordering_key
+          AND f.xmin = m.row_xmin
+    )
+    INSERT INTO shardq_key_floors (queue, ordering_key, floor_id)
+    SELECT m.queue, m.ordering_key, m.floor_id FROM moved m
+    WHERE NOT m.has_row AND m.floor_id > 0
+    ON CONFLICT DO NOTHING;
     RETURN promoted;
 END $$;

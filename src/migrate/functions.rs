@@ -45,6 +45,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_promote_keys.sql"),
     },
     Function {
+        name: "shardq_key_floor_lower",
+        sql: include_str!("../../migrations/functions/shardq_key_floor_lower.sql"),
+    },
+    Function {
         name: "shardq_ensure_floors",
         sql: include_str!("../../migrations/functions/shardq_ensure_floors.sql"),
     },

@@ -243,6 +243,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0043_grouped_index_roles.sql",
         sql: include_str!("../../migrations/0043_grouped_index_roles.sql"),
     },
+    Migration {
+        version: 44,
+        name: "0044_key_floors.sql",
+        sql: include_str!("../../migrations/0044_key_floors.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

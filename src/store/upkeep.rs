@@ -283,3 +283,22 @@ pub async fn forget_full_buckets(shard: &Shard, limit: i64) -> Result<u64, Shard
     )
     .await
 }
+
+/// Deletes up to `limit` key floors on `shard` of keys quiet for an hour
+/// ([`sql::KEY_FLOORS_FORGET_QUIET`]). Returns how many.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one statement.
+pub async fn forget_quiet_key_floors(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
+    exec::execute(
+        shard,
+        sql::KEY_FLOORS_FORGET_QUIET,
+        &[(&limit, Type::INT8)],
+    )
+    .await
+}

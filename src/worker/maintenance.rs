@@ -130,6 +130,9 @@ async fn shard_loop(
             if let Err(err) = upkeep::forget_full_buckets(shard, MAINTENANCE_BATCH).await {
                 failed(shard, "forgetting full group buckets", &err);
             }
+            if let Err(err) = upkeep::forget_quiet_key_floors(shard, MAINTENANCE_BATCH).await {
+                failed(shard, "forgetting quiet key floors", &err);
+            }
         }
     }
 }

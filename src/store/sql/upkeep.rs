@@ -117,6 +117,17 @@ pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \
     DELETE FROM workflow_status w USING old \
     WHERE w.shard_key = old.shard_key AND w.id = old.id";
 
+/// Deletes up to $1 key floors (`shardq_key_floors`, migration 44) not
+/// moved for an hour: a missing row is floor 0, always safe, so only the
+/// keys that stay quiet pay for their rows, with one walk of their history
+/// (cleaned by vacuum by then) on their next job. A floor a claim or a
+/// completion is writing is skipped, never waited on.
+pub const KEY_FLOORS_FORGET_QUIET: &str = "DELETE FROM shardq_key_floors f \
+    WHERE f.ctid IN ( \
+        SELECT q.ctid FROM shardq_key_floors q \
+        WHERE q.set_at < now() - interval '1 hour' \
+        LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
 /// Deletes up to $1 group start-rate buckets that are full again (or whose
 /// queue has no group rate now): a missing row is a full bucket to the
 /// claim, so each holds only the groups that started jobs within about a

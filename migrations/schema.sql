@@ -48,6 +48,7 @@
 --     42 0042_group_turn_index.sql
 --     43 0043_grouped_index_roles.sql
 --     44 0044_key_floors.sql
+--     45 0045_key_index_role.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -313,7 +314,7 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn) WHERE ((status >= 'queued'::text) AND (status <= 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
-    INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])))
+    INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])) AND (hashtext(ordering_key) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
     INDEX CREATE INDEX workflow_status_parent_wakes ON public.workflow_status USING btree (shard_key, id) WHERE parent_wake
     INDEX CREATE INDEX workflow_status_ready_grouped ON public.workflow_status USING btree (queue, turn, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL))
@@ -908,11 +909,17 @@ BEGIN
             SELECT l.k, l.pos, least(l.head, coalesce(f.floor_id, 0)) AS from_id
             FROM unnest(l_key, l_pos, l_head) AS l(k, pos, head)
             LEFT JOIN shardq_key_floors f ON f.queue = p_queue AND f.ordering_key = l.k
-        ), checked AS (
+        ), checked AS MATERIALIZED (
+            -- One status per probe (shardq_key_jobs_from): each walks its
+            -- key's entries of that status from the id on.
             SELECT b.k, b.pos, b.from_id, EXISTS (
-                SELECT 1 FROM workflow_status a
-                WHERE a.queue = p_queue AND a.ordering_key = b.k
-                  AND a.status IN ('running', 'scheduled') AND a.id >= b.from_id) AS busy
+                    SELECT 1 FROM workflow_status a
+                    WHERE a.queue = p_queue AND a.ordering_key = b.k
+                      AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.from_id))
+                OR EXISTS (
+                    SELECT 1 FROM workflow_status a
+                    WHERE a.queue = p_queue AND a.ordering_key = b.k
+                      AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.from_id)) AS busy
             FROM bounded b
         )
         SELECT coalesce(array_agg(t.k ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
@@ -928,13 +935,13 @@ BEGIN
             FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (
                 SELECT u.shard_key, u.id FROM (
                     (SELECT w.shard_key, w.id FROM workflow_status w
-                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
-                       AND w.id >= f.from_id
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k
+                       AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'queued', f.from_id)
                      ORDER BY w.id LIMIT p_limit)
                     UNION ALL
                     (SELECT w.shard_key, w.id FROM workflow_status w
-                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
-                       AND w.id >= f.from_id
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k
+                       AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', f.from_id)
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
@@ -982,8 +989,8 @@ BEGIN
                 SELECT n.shard_key, n.id FROM unnest(l_key, l_from) AS h(k, from_id)
                 CROSS JOIN LATERAL (
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
-                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
-                      AND w2.id >= h.from_id
+                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k
+                      AND shardq_key_jobs_from(w2.ordering_key, w2.status, w2.id, 'queued', h.from_id)
                     ORDER BY w2.id LIMIT p_limit) n
                 WHERE h.k = ANY (held || blocked)
                 LIMIT 4 * p_limit)
@@ -1483,6 +1490,15 @@ BEGIN
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_key_jobs_from(p_key text, p_status text, p_id bigint, p_want text, p_from bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT (p_status, p_id) >= (p_want, p_from) AND p_status <= p_want
+             AND p_status IN ('waiting', 'queued', 'running', 'scheduled')
+             AND hashtext(p_key) IS NOT NULL $function$
+
+-- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_key_lock(p_queue text, p_key text)
  RETURNS bigint
  LANGUAGE sql
@@ -1724,16 +1740,28 @@ BEGIN
         FROM keys k LEFT JOIN shardq_key_floors f
             ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), released AS (
+        -- One status per probe (shardq_key_jobs_from): each walks its
+        -- key's entries of that status from the floor on. Scalar
+        -- subqueries, not NOT EXISTS: the planner turned those into anti
+        -- joins whose inner scan walked every running job of the index.
         SELECT k.queue, k.ordering_key, k.floor_id FROM bounded k
-        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
-                          WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
-                            AND a.status IN ('running', 'scheduled', 'queued')
-                            AND a.id >= k.floor_id)
+        WHERE (SELECT 1 FROM workflow_status a
+               WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                 AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', k.floor_id)
+               LIMIT 1) IS NULL
+          AND (SELECT 1 FROM workflow_status a
+               WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                 AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', k.floor_id)
+               LIMIT 1) IS NULL
+          AND (SELECT 1 FROM workflow_status a
+               WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                 AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', k.floor_id)
+               LIMIT 1) IS NULL
     ), heads AS (
         SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
-              AND w.status = 'waiting' AND w.id >= k.floor_id
+              AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', k.floor_id)
             ORDER BY w.id LIMIT 1) n
     )
     UPDATE workflow_status w SET status = 'queued'
@@ -1756,19 +1784,21 @@ BEGIN
         FROM keys k LEFT JOIN shardq_key_floors f
             ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), moved AS MATERIALIZED (
-        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, coalesce(least(
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'running'
-                AND a.id >= b.floor_id),
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'scheduled'
-                AND a.id >= b.floor_id),
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'queued'
-                AND a.id >= b.floor_id),
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'waiting'
-                AND a.id >= b.floor_id)), b.last_id + 1) AS floor_id, b.floor_id AS was
+        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, b.floor_id AS was,
+            coalesce(least(
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.floor_id)),
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.floor_id)),
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', b.floor_id)),
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'waiting', b.floor_id))),
+                b.last_id + 1) AS floor_id
         FROM bounded b
     ), raised AS (
         UPDATE shardq_key_floors f SET floor_id = m.floor_id, set_at = now()

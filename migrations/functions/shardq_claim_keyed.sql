@@ -89,11 +89,17 @@ BEGIN
             SELECT l.k, l.pos, least(l.head, coalesce(f.floor_id, 0)) AS from_id
             FROM unnest(l_key, l_pos, l_head) AS l(k, pos, head)
             LEFT JOIN shardq_key_floors f ON f.queue = p_queue AND f.ordering_key = l.k
-        ), checked AS (
+        ), checked AS MATERIALIZED (
+            -- One status per probe (shardq_key_jobs_from): each walks its
+            -- key's entries of that status from the id on.
             SELECT b.k, b.pos, b.from_id, EXISTS (
-                SELECT 1 FROM workflow_status a
-                WHERE a.queue = p_queue AND a.ordering_key = b.k
-                  AND a.status IN ('running', 'scheduled') AND a.id >= b.from_id) AS busy
+                    SELECT 1 FROM workflow_status a
+                    WHERE a.queue = p_queue AND a.ordering_key = b.k
+                      AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.from_id))
+                OR EXISTS (
+                    SELECT 1 FROM workflow_status a
+                    WHERE a.queue = p_queue AND a.ordering_key = b.k
+                      AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.from_id)) AS busy
             FROM bounded b
         )
         SELECT coalesce(array_agg(t.k ORDER BY t.pos) FILTER (WHERE NOT t.busy), '{}'),
@@ -109,13 +115,13 @@ BEGIN
             FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (
                 SELECT u.shard_key, u.id FROM (
                     (SELECT w.shard_key, w.id FROM workflow_status w
-                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'queued'
-                       AND w.id >= f.from_id
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k
+                       AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'queued', f.from_id)
                      ORDER BY w.id LIMIT p_limit)
                     UNION ALL
                     (SELECT w.shard_key, w.id FROM workflow_status w
-                     WHERE w.queue = p_queue AND w.ordering_key = f.k AND w.status = 'waiting'
-                       AND w.id >= f.from_id
+                     WHERE w.queue = p_queue AND w.ordering_key = f.k
+                       AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', f.from_id)
                      ORDER BY w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
@@ -163,8 +169,8 @@ BEGIN
                 SELECT n.shard_key, n.id FROM unnest(l_key, l_from) AS h(k, from_id)
                 CROSS JOIN LATERAL (
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
-                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k AND w2.status = 'queued'
-                      AND w2.id >= h.from_id
+                    WHERE w2.queue = p_queue AND w2.ordering_key = h.k
+                      AND shardq_key_jobs_from(w2.ordering_key, w2.status, w2.id, 'queued', h.from_id)
                     ORDER BY w2.id LIMIT p_limit) n
                 WHERE h.k = ANY (held || blocked)
                 LIMIT 4 * p_limit)

@@ -37,16 +37,28 @@ BEGIN
         FROM keys k LEFT JOIN shardq_key_floors f
             ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), released AS (
+        -- One status per probe (shardq_key_jobs_from): each walks its
+        -- key's entries of that status from the floor on. Scalar
+        -- subqueries, not NOT EXISTS: the planner turned those into anti
+        -- joins whose inner scan walked every running job of the index.
         SELECT k.queue, k.ordering_key, k.floor_id FROM bounded k
-        WHERE NOT EXISTS (SELECT 1 FROM workflow_status a
-                          WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
-                            AND a.status IN ('running', 'scheduled', 'queued')
-                            AND a.id >= k.floor_id)
+        WHERE (SELECT 1 FROM workflow_status a
+               WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                 AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', k.floor_id)
+               LIMIT 1) IS NULL
+          AND (SELECT 1 FROM workflow_status a
+               WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                 AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', k.floor_id)
+               LIMIT 1) IS NULL
+          AND (SELECT 1 FROM workflow_status a
+               WHERE a.queue = k.queue AND a.ordering_key = k.ordering_key
+                 AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', k.floor_id)
+               LIMIT 1) IS NULL
     ), heads AS (
         SELECT n.shard_key, n.id FROM released k CROSS JOIN LATERAL (
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
-              AND w.status = 'waiting' AND w.id >= k.floor_id
+              AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', k.floor_id)
             ORDER BY w.id LIMIT 1) n
     )
     UPDATE workflow_status w SET status = 'queued'
@@ -69,19 +81,21 @@ BEGIN
         FROM keys k LEFT JOIN shardq_key_floors f
             ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), moved AS MATERIALIZED (
-        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, coalesce(least(
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'running'
-                AND a.id >= b.floor_id),
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'scheduled'
-                AND a.id >= b.floor_id),
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'queued'
-                AND a.id >= b.floor_id),
-            (SELECT min(a.id) FROM workflow_status a WHERE a.queue = b.queue
-                AND a.ordering_key = b.ordering_key AND a.status = 'waiting'
-                AND a.id >= b.floor_id)), b.last_id + 1) AS floor_id, b.floor_id AS was
+        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, b.floor_id AS was,
+            coalesce(least(
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.floor_id)),
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.floor_id)),
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', b.floor_id)),
+                (SELECT min(a.id) FROM workflow_status a
+                 WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'waiting', b.floor_id))),
+                b.last_id + 1) AS floor_id
         FROM bounded b
     ), raised AS (
         UPDATE shardq_key_floors f SET floor_id = m.floor_id, set_at = now()

@@ -37,6 +37,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_key_lock.sql"),
     },
     Function {
+        name: "shardq_key_jobs_from",
+        sql: include_str!("../../migrations/functions/shardq_key_jobs_from.sql"),
+    },
+    Function {
         name: "shardq_lock_keys",
         sql: include_str!("../../migrations/functions/shardq_lock_keys.sql"),
     },

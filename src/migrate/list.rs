@@ -248,6 +248,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0044_key_floors.sql",
         sql: include_str!("../../migrations/0044_key_floors.sql"),
     },
+    Migration {
+        version: 45,
+        name: "0045_key_index_role.sql",
+        sql: include_str!("../../migrations/0045_key_index_role.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -295,10 +295,5 @@ pub async fn forget_full_buckets(shard: &Shard, limit: i64) -> Result<u64, Shard
 ///
 /// Cancel safe: one statement.
 pub async fn forget_quiet_key_floors(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
-    exec::execute(
-        shard,
-        sql::KEY_FLOORS_FORGET_QUIET,
-        &[(&limit, Type::INT8)],
-    )
-    .await
+    exec::execute(shard, sql::KEY_FLOORS_FORGET_QUIET, &[(&limit, Type::INT8)]).await
 }

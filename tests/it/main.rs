@@ -46,6 +46,7 @@ mod horizon_metrics;
 mod horizon_recovery;
 mod job_groups;
 mod job_span;
+mod key_floors;
 mod lease_outage;
 mod lifecycle;
 mod limits_home_down;

@@ -56,6 +56,7 @@ pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
     SELECT queue, state, count(*), NULL FROM ( \
         SELECT queue, 'waiting' AS state FROM workflow_status \
             WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+                AND hashtext(ordering_key) IS NOT NULL \
         UNION ALL SELECT queue, CASE WHEN parked THEN 'parked' \
                 WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
             FROM workflow_status WHERE status = 'scheduled' \

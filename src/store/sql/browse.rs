@@ -68,7 +68,8 @@ pub const JOBS_WAITING: &str = concat!(
     "SELECT ",
     summary!(),
     ", queue AS pos_text, ordering_key AS pos_text2, 0::bigint AS pos_num \
-     FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL AND ",
+     FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+     AND hashtext(ordering_key) IS NOT NULL AND ",
     filters!(),
     " AND ($4::text IS NULL OR (queue, ordering_key, status, id) > ($4, $5, 'waiting', $7)) \
      ORDER BY queue, ordering_key, status, id LIMIT $8"

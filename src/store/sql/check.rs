@@ -42,7 +42,7 @@ pub const CHECK_STRANDED_KEYS: &str = "WITH groups AS ( \
         SELECT e.queue, e.ordering_key, count(*) AS entries, min(e.id) AS first_id, \
             bool_and(e.status = 'waiting') AS stranded \
         FROM (SELECT w.queue, w.ordering_key, w.status, w.id FROM workflow_status w \
-            WHERE w.ordering_key IS NOT NULL \
+            WHERE w.ordering_key IS NOT NULL AND hashtext(w.ordering_key) IS NOT NULL \
               AND w.status IN ('waiting', 'queued', 'running', 'scheduled') \
             ORDER BY w.queue, w.ordering_key, w.status, w.id LIMIT $1) e \
         GROUP BY e.queue, e.ordering_key \
@@ -224,6 +224,7 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
             cancel_requested, held_status, priority, job_group, ready_seq, turn \
          FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+             AND hashtext(ordering_key) IS NOT NULL \
          ORDER BY queue, ordering_key, status, id LIMIT $1) \
         UNION ALL \
         (SELECT 'scheduled', shard_key, id, queue, ordering_key, status, owner, \

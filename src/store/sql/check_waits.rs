@@ -206,6 +206,7 @@ macro_rules! unfinished_windows {
         (SELECT 'waiting', shard_key, id, queue, ordering_key, created_at, parent_shard_key, \
             parent_id FROM workflow_status \
          WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+             AND hashtext(ordering_key) IS NOT NULL \
          ORDER BY queue, ordering_key, status, id LIMIT $1) \
         UNION ALL \
         (SELECT 'scheduled', shard_key, id, queue, ordering_key, created_at, \

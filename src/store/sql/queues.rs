@@ -17,7 +17,8 @@ pub const QUEUE_HAS_PENDING: &str = "SELECT (EXISTS (SELECT 1 FROM workflow_stat
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND job_group IS NOT NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
-        WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting')) \
+        WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting') \
+            AND hashtext(ordering_key) IS NOT NULL) \
     OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
     OR coalesce((SELECT true FROM workflow_status \
         WHERE queue = $1 AND status = 'scheduled' AND attempts > 0 \

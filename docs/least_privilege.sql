@@ -161,6 +161,15 @@ GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
 -- rights; `shardq check` and the dashboard may read the rounds.
 GRANT SELECT ON TABLE shardq_group_rounds TO shardq_worker, shardq_dashboard_ro;
 
+-- Key floors (migration 44): keyed claims read and lower them; every
+-- release of a key (a completion, a cancel, a retry: the dashboard and a
+-- producer too) reads and moves them up; maintenance deletes quiet ones.
+-- The trigger that lowers one for a job written below it runs with the
+-- owner's rights.
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_key_floors TO shardq_worker;
+GRANT SELECT, INSERT, UPDATE ON TABLE shardq_key_floors TO shardq_producer, shardq_dashboard;
+GRANT SELECT ON TABLE shardq_key_floors TO shardq_dashboard_ro;
+
 -- Relay leases (migration 39): a worker takes and renews the lease of the
 -- wakes its shard's children owe another shard (an upsert: SELECT too).
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_relay_leases TO shardq_worker;

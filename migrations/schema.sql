@@ -937,12 +937,12 @@ BEGIN
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k
                        AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'queued', f.from_id)
-                     ORDER BY w.id LIMIT p_limit)
+                     ORDER BY w.status, w.id LIMIT p_limit)
                     UNION ALL
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k
                        AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', f.from_id)
-                     ORDER BY w.id LIMIT p_limit)) u
+                     ORDER BY w.status, w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
             SELECT w.ctid AS tid, w.shard_key, w.id FROM workflow_status w
@@ -991,7 +991,7 @@ BEGIN
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
                     WHERE w2.queue = p_queue AND w2.ordering_key = h.k
                       AND shardq_key_jobs_from(w2.ordering_key, w2.status, w2.id, 'queued', h.from_id)
-                    ORDER BY w2.id LIMIT p_limit) n
+                    ORDER BY w2.status, w2.id LIMIT p_limit) n
                 WHERE h.k = ANY (held || blocked)
                 LIMIT 4 * p_limit)
               AND q.status = 'queued'
@@ -1480,14 +1480,17 @@ END $function$
 CREATE OR REPLACE FUNCTION public.shardq_key_floor_lower()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
 AS $function$
-BEGIN
-    INSERT INTO shardq_key_floors AS f (queue, ordering_key, floor_id)
-    VALUES (NEW.queue, NEW.ordering_key, 0)
-    ON CONFLICT (queue, ordering_key) DO UPDATE
-        SET floor_id = least(f.floor_id, NEW.id), set_at = now();
-    RETURN NULL;
-END $function$
+        BEGIN
+            INSERT INTO public.shardq_key_floors AS f (queue, ordering_key, floor_id)
+            VALUES (NEW.queue, NEW.ordering_key, 0)
+            ON CONFLICT (queue, ordering_key) DO UPDATE
+                SET floor_id = least(f.floor_id, NEW.id),
+                    set_at = pg_catalog.now();
+            RETURN NULL;
+        END
+        $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_key_jobs_from(p_key text, p_status text, p_id bigint, p_want text, p_from bigint)
@@ -1727,8 +1730,9 @@ CREATE OR REPLACE FUNCTION public.shardq_promote_keys(p_sk integer[], p_id bigin
 AS $function$
 DECLARE
     promoted integer;
-    every float8 := greatest(1, coalesce(
-        nullif(current_setting('shardq.key_floor_every', true), '')::float8, 8));
+    every_setting text := current_setting('shardq.key_floor_every', true);
+    every float8 := CASE WHEN every_setting ~ '^[1-9][0-9]{0,8}$'
+                         THEN every_setting::float8 ELSE 8 END;
 BEGIN
     WITH keys AS (
         SELECT DISTINCT w.queue, w.ordering_key
@@ -1762,7 +1766,7 @@ BEGIN
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
               AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', k.floor_id)
-            ORDER BY w.id LIMIT 1) n
+            ORDER BY w.status, w.id LIMIT 1) n
     )
     UPDATE workflow_status w SET status = 'queued'
     FROM heads h
@@ -1785,19 +1789,23 @@ BEGIN
             ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), moved AS MATERIALIZED (
         SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, b.floor_id AS was,
-            coalesce(least(
-                (SELECT min(a.id) FROM workflow_status a
+            least(
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.floor_id)),
-                (SELECT min(a.id) FROM workflow_status a
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.floor_id)),
-                (SELECT min(a.id) FROM workflow_status a
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', b.floor_id)),
-                (SELECT min(a.id) FROM workflow_status a
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'waiting', b.floor_id))),
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'waiting', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
                 b.last_id + 1) AS floor_id
         FROM bounded b
     ), raised AS (

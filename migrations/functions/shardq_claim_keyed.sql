@@ -117,12 +117,12 @@ BEGIN
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k
                        AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'queued', f.from_id)
-                     ORDER BY w.id LIMIT p_limit)
+                     ORDER BY w.status, w.id LIMIT p_limit)
                     UNION ALL
                     (SELECT w.shard_key, w.id FROM workflow_status w
                      WHERE w.queue = p_queue AND w.ordering_key = f.k
                        AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', f.from_id)
-                     ORDER BY w.id LIMIT p_limit)) u
+                     ORDER BY w.status, w.id LIMIT p_limit)) u
                 ORDER BY u.id LIMIT p_limit) p
         ), got AS MATERIALIZED (
             SELECT w.ctid AS tid, w.shard_key, w.id FROM workflow_status w
@@ -171,7 +171,7 @@ BEGIN
                     SELECT w2.shard_key, w2.id FROM workflow_status w2
                     WHERE w2.queue = p_queue AND w2.ordering_key = h.k
                       AND shardq_key_jobs_from(w2.ordering_key, w2.status, w2.id, 'queued', h.from_id)
-                    ORDER BY w2.id LIMIT p_limit) n
+                    ORDER BY w2.status, w2.id LIMIT p_limit) n
                 WHERE h.k = ANY (held || blocked)
                 LIMIT 4 * p_limit)
               AND q.status = 'queued'

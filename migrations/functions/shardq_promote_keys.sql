@@ -6,26 +6,33 @@
 -- Each key's jobs are read from its floor (shardq_key_floors, migration 44:
 -- no unfinished job of the key lies below it), so the reads walk only the
 -- versions of jobs the key ran since its floor last moved, however long a
--- transaction holds vacuum back. One call in `shardq.key_floor_every`
--- (default 8) per key then moves the floor up to the key's lowest
--- unfinished job (or past the highest of these jobs when none is left):
--- often enough that the walks stay short, seldom enough that the floor
--- row's own versions do too.
+-- transaction holds vacuum back. Each read orders by (status, id): its
+-- status is fixed (shardq_key_jobs_from), so the key index's order serves
+-- it and the walk stops at its first live entry.
 --
--- The move compares the floor row's xmin with the one it read: a writer
--- that lowered the floor meanwhile (shardq_key_floor_lower: a job back
--- below it, which this statement's snapshot may not see) makes it a new
--- version, and the move leaves it. A key without a row gets one only if
--- none was written meanwhile. Between the statements below, claims of
--- these keys wait (the caller holds the key locks); a retry or a range's
--- release may write, which the xmin comparison covers; an enqueue writes
--- ids above the floor, or a late one the claims handle.
+-- One call in `shardq.key_floor_every` (default 8) per key then moves the
+-- floor up to the key's lowest unfinished job, and never past the highest
+-- of these jobs plus one: often enough that the walks stay short, seldom
+-- enough that the floor row's own versions do too; and a job that commits
+-- below the floor is one that committed after a later job of its key had
+-- finished.
+--
+-- The move compares the floor row's xmin with the one it read: a trigger
+-- that lowered the floor meanwhile (shardq_key_floor_lower: a job brought
+-- back or written below it, which this statement's snapshot may not see)
+-- made a new version, and the move leaves it. A key without a row gets one
+-- only if none was written meanwhile. Between the statements below, claims
+-- of these keys wait when the caller holds the key locks (every caller
+-- but a range's release, whose keys' jobs are all held then); an enqueue
+-- writes ids above the floor, or a late one that a claim meets as its
+-- key's head.
 CREATE OR REPLACE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURNS integer
     LANGUAGE plpgsql AS $$
 DECLARE
     promoted integer;
-    every float8 := greatest(1, coalesce(
-        nullif(current_setting('shardq.key_floor_every', true), '')::float8, 8));
+    every_setting text := current_setting('shardq.key_floor_every', true);
+    every float8 := CASE WHEN every_setting ~ '^[1-9][0-9]{0,8}$'
+                         THEN every_setting::float8 ELSE 8 END;
 BEGIN
     WITH keys AS (
         SELECT DISTINCT w.queue, w.ordering_key
@@ -59,7 +66,7 @@ BEGIN
             SELECT w.shard_key, w.id FROM workflow_status w
             WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key
               AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', k.floor_id)
-            ORDER BY w.id LIMIT 1) n
+            ORDER BY w.status, w.id LIMIT 1) n
     )
     UPDATE workflow_status w SET status = 'queued'
     FROM heads h
@@ -82,19 +89,23 @@ BEGIN
             ON f.queue = k.queue AND f.ordering_key = k.ordering_key
     ), moved AS MATERIALIZED (
         SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, b.floor_id AS was,
-            coalesce(least(
-                (SELECT min(a.id) FROM workflow_status a
+            least(
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.floor_id)),
-                (SELECT min(a.id) FROM workflow_status a
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'running', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.floor_id)),
-                (SELECT min(a.id) FROM workflow_status a
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'scheduled', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', b.floor_id)),
-                (SELECT min(a.id) FROM workflow_status a
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'queued', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
+                (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
-                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'waiting', b.floor_id))),
+                   AND shardq_key_jobs_from(a.ordering_key, a.status, a.id, 'waiting', b.floor_id)
+                 ORDER BY a.status, a.id LIMIT 1),
                 b.last_id + 1) AS floor_id
         FROM bounded b
     ), raised AS (

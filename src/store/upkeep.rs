@@ -284,7 +284,8 @@ pub async fn forget_full_buckets(shard: &Shard, limit: i64) -> Result<u64, Shard
     .await
 }
 
-/// Deletes up to `limit` key floors on `shard` of keys quiet for an hour
+/// Deletes up to `limit` key floors on `shard` of keys quiet for an hour,
+/// among about `percent` % of the floors' pages
 /// ([`sql::KEY_FLOORS_FORGET_QUIET`]). Returns how many.
 ///
 /// # Errors
@@ -294,6 +295,15 @@ pub async fn forget_full_buckets(shard: &Shard, limit: i64) -> Result<u64, Shard
 /// # Cancel safety
 ///
 /// Cancel safe: one statement.
-pub async fn forget_quiet_key_floors(shard: &Shard, limit: i64) -> Result<u64, ShardError> {
-    exec::execute(shard, sql::KEY_FLOORS_FORGET_QUIET, &[(&limit, Type::INT8)]).await
+pub async fn forget_quiet_key_floors(
+    shard: &Shard,
+    limit: i64,
+    percent: f64,
+) -> Result<u64, ShardError> {
+    exec::execute(
+        shard,
+        sql::KEY_FLOORS_FORGET_QUIET,
+        &[(&limit, Type::INT8), (&percent, Type::FLOAT8)],
+    )
+    .await
 }

@@ -130,12 +130,19 @@ async fn shard_loop(
             if let Err(err) = upkeep::forget_full_buckets(shard, MAINTENANCE_BATCH).await {
                 failed(shard, "forgetting full group buckets", &err);
             }
-            if let Err(err) = upkeep::forget_quiet_key_floors(shard, MAINTENANCE_BATCH).await {
+            let sample = KEY_FLOORS_SAMPLE_PERCENT;
+            if let Err(err) =
+                upkeep::forget_quiet_key_floors(shard, MAINTENANCE_BATCH, sample).await
+            {
                 failed(shard, "forgetting quiet key floors", &err);
             }
         }
     }
 }
+
+/// The share of the key floors' pages each retention sweep reads for quiet
+/// keys: every floor is looked at about once in a hundred sweeps.
+const KEY_FLOORS_SAMPLE_PERCENT: f64 = 1.0;
 
 /// Deletes finished jobs past retention with bounded statements, repeated
 /// while they come back full.

@@ -157,12 +157,13 @@ async fn a_job_retried_below_its_keys_floor_runs() {
     );
 }
 
-/// The race of the floor's move: a writer without the key lock (a range's
-/// release) brings a job back below the floor and has not committed when
-/// a completion of the key moves the floor up, from a snapshot without
-/// that job. The move compares the floor row's version, finds the one the
-/// writer made, and leaves it: the job stays above the floor and is queued
-/// by the next promotion.
+/// The race of the floor's move: a writer without the key lock brings a
+/// job back below the floor and has not committed when a completion of the
+/// key moves the floor up, from a snapshot without that job. (shardq's own
+/// such writers, a retry and a range's release, hold the key lock or hold
+/// all the key's jobs; a hand-written update need not.) The move compares
+/// the floor row's version, finds the one the trigger made, and leaves
+/// it: the job stays above the floor and is queued by the next promotion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_floor_move_racing_a_job_brought_back_below_it_leaves_the_floor() {
     let (_shards, set) = shard().await;
@@ -277,7 +278,7 @@ async fn floors_of_quiet_keys_are_forgotten() {
     )
     .await
     .unwrap();
-    let forgotten = shardq::store::upkeep::forget_quiet_key_floors(set.get(0), 100)
+    let forgotten = shardq::store::upkeep::forget_quiet_key_floors(set.get(0), 100, 100.0)
         .await
         .unwrap();
     assert_eq!(forgotten, 1);

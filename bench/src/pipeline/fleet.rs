@@ -5,7 +5,7 @@
 //! time over the same span.
 
 use super::pgcpu::{PgCpu, Sampler};
-use super::server::{BenchServer, QUEUE};
+use super::server::{BenchServer, Spread, QUEUE};
 use crate::procfs::{self, Clock};
 use anyhow::{bail, Context, Result};
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
@@ -75,21 +75,24 @@ pub async fn run(
         server,
         clock,
         label,
-        Fill::Backlog { jobs, groups: 0 },
+        Fill::Backlog {
+            jobs,
+            spread: Spread::Nothing,
+        },
         serial,
     )
     .await
 }
 
-/// [`run`] with the jobs spread over `groups` groups (0: none).
-pub async fn run_in_groups(
+/// [`run`] with the jobs spread over groups or keys.
+pub async fn run_spread(
     server: &BenchServer,
     clock: Clock,
     label: &str,
     jobs: usize,
-    groups: usize,
+    spread: Spread,
 ) -> Result<FleetRun> {
-    run_filled(server, clock, label, Fill::Backlog { jobs, groups }, false).await
+    run_filled(server, clock, label, Fill::Backlog { jobs, spread }, false).await
 }
 
 /// One worker process while `jobs` no-op jobs are offered at `rate` per
@@ -108,7 +111,7 @@ pub async fn run_offered(
 
 /// The jobs of a run: enqueued before it, or offered while it runs.
 enum Fill {
-    Backlog { jobs: usize, groups: usize },
+    Backlog { jobs: usize, spread: Spread },
     Offered { jobs: usize, rate: u32 },
 }
 
@@ -120,7 +123,7 @@ async fn run_filled(
     serial: bool,
 ) -> Result<FleetRun> {
     let (jobs, prefill) = match fill {
-        Fill::Backlog { jobs, groups } => (jobs, server.refill_in_groups(jobs, groups).await?),
+        Fill::Backlog { jobs, spread } => (jobs, server.refill_spread(jobs, spread).await?),
         Fill::Offered { jobs, rate } => {
             let span = Duration::from_secs_f64(jobs as f64 / f64::from(rate.max(1)));
             server.reset_for_offer(span).await?;

@@ -4,13 +4,14 @@
 //! far above what the process can run (its permits leased from the shard
 //! as it claims), alternating, each `--rounds` times; medians and their
 //! ratio, and the database CPU per job of each; and the same jobs spread
-//! over `--groups` groups (claims taking turns among them). Then one run
+//! over `--groups` groups (claims taking turns among them), and over
+//! `--keys` ordering keys (each key's jobs in order). Then one run
 //! with a rate limit: the rate it kept and the database CPU per started job;
 //! and the same jobs offered at that rate (enqueued as the run goes), with
 //! no limit and under the rate: what the rate itself costs at that offer.
 
 use super::fleet::{self, FleetRun};
-use super::server::{BenchServer, QUEUE};
+use super::server::{BenchServer, Spread, QUEUE};
 use super::statements;
 use crate::procfs::Clock;
 use anyhow::{bail, Result};
@@ -37,6 +38,10 @@ pub struct LimitsArgs {
     /// Groups the jobs of the grouped runs are spread over (0 skips them).
     #[arg(long, default_value_t = 10_000)]
     pub groups: usize,
+    /// Ordering keys the jobs of the keyed runs are spread over (0 skips
+    /// them).
+    #[arg(long, default_value_t = 0)]
+    pub keys: usize,
     /// Also profile an extra run without groups and one in groups,
     /// statement by statement (pg_stat_statements, nested statements
     /// tracked).
@@ -63,6 +68,9 @@ struct Results {
     groups: usize,
     grouped: Vec<FleetRun>,
     median_grouped_jobs_per_s: Option<f64>,
+    keys: usize,
+    keyed: Vec<FleetRun>,
+    median_keyed_jobs_per_s: Option<f64>,
 }
 
 pub async fn run(args: LimitsArgs) -> Result<()> {
@@ -77,7 +85,8 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         args.jobs,
         args.rounds
     );
-    let (mut unlimited, mut limited, mut grouped) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut unlimited, mut limited) = (Vec::new(), Vec::new());
+    let (mut grouped, mut keyed) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
         let no_limit = shardq::client::QueueLimits::default();
         server.client().set_queue_limits(QUEUE, no_limit).await?;
@@ -99,10 +108,17 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         limited.push(run);
         if args.groups > 0 {
             server.client().set_queue_limits(QUEUE, no_limit).await?;
-            let run =
-                fleet::run_in_groups(&server, clock, "groups", args.jobs, args.groups).await?;
+            let spread = Spread::Groups(args.groups);
+            let run = fleet::run_spread(&server, clock, "groups", args.jobs, spread).await?;
             print_run(round, &run);
             grouped.push(run);
+        }
+        if args.keys > 0 {
+            server.client().set_queue_limits(QUEUE, no_limit).await?;
+            let spread = Spread::Keys(args.keys);
+            let run = fleet::run_spread(&server, clock, "keys", args.jobs, spread).await?;
+            print_run(round, &run);
+            keyed.push(run);
         }
     }
     let rated = if args.rate_jobs == 0 {
@@ -161,7 +177,8 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
             .await?;
         for groups in [0, args.groups] {
             statements::start(server.shard()).await?;
-            let run = fleet::run_in_groups(&server, clock, "profile", args.jobs, groups).await?;
+            let spread = Spread::groups(groups);
+            let run = fleet::run_spread(&server, clock, "profile", args.jobs, spread).await?;
             let costs = statements::finish(server.shard(), run.succeeded).await?;
             profiles.push((groups, costs, run.succeeded));
         }
@@ -192,6 +209,14 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
             100.0 * g / u
         );
     }
+    let k = (!keyed.is_empty()).then(|| median(&keyed));
+    if let Some(k) = k {
+        println!(
+            "median jobs/s over {} keys: {k:.0}: {:.1} % of no key",
+            args.keys,
+            100.0 * k / u
+        );
+    }
     let results = Results {
         jobs: args.jobs,
         concurrency: args.concurrency,
@@ -206,6 +231,9 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
         groups: args.groups,
         grouped,
         median_grouped_jobs_per_s: g,
+        keys: args.keys,
+        keyed,
+        median_keyed_jobs_per_s: k,
     };
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;

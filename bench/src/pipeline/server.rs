@@ -158,12 +158,12 @@ impl BenchServer {
     /// Empties the tables, enqueues `jobs` noop jobs, settles the table.
     /// Returns how long the enqueue alone took.
     pub async fn refill(&self, jobs: usize) -> Result<Duration> {
-        self.refill_in_groups(jobs, 0).await
+        self.refill_spread(jobs, Spread::Nothing).await
     }
 
-    /// [`BenchServer::refill`] with the jobs spread over `groups` groups
-    /// round-robin (0: no group).
-    pub async fn refill_in_groups(&self, jobs: usize, groups: usize) -> Result<Duration> {
+    /// [`BenchServer::refill`] with the jobs spread round-robin over groups
+    /// or ordering keys.
+    pub async fn refill_spread(&self, jobs: usize, spread: Spread) -> Result<Duration> {
         let db = self.shard().client().await?;
         shardq_harness::reset(self.shard()).await?;
         let started = Instant::now();
@@ -173,9 +173,10 @@ impl BenchServer {
             let chunk = (done..done + n)
                 .map(|i| {
                     let job = NewJob::new(QUEUE, shardq::worker::NOOP, serde_json::json!({}));
-                    match groups {
-                        0 => job,
-                        g => job.group(format!("tenant-{}", i % g)),
+                    match spread {
+                        Spread::Nothing => job,
+                        Spread::Groups(g) => job.group(format!("tenant-{}", i % g.max(1))),
+                        Spread::Keys(k) => job.ordering_key(format!("key-{}", i % k.max(1))),
                     }
                 })
                 .collect();
@@ -189,6 +190,28 @@ impl BenchServer {
                 .with_context(|| format!("`{sql}` failed"))?;
         }
         Ok(took)
+    }
+}
+
+/// What a backlog's jobs are spread over, round-robin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spread {
+    /// No group, no key.
+    Nothing,
+    /// This many groups (claims take turns among them).
+    Groups(usize),
+    /// This many ordering keys (each key's jobs run in order).
+    Keys(usize),
+}
+
+impl Spread {
+    /// Groups, or nothing for 0.
+    pub fn groups(n: usize) -> Spread {
+        if n == 0 {
+            Spread::Nothing
+        } else {
+            Spread::Groups(n)
+        }
     }
 }
 

@@ -112,7 +112,7 @@ pub const RESHARD_MARK: &str = "UPDATE workflow_status w \
       AND (w.ordering_key IS NULL OR NOT EXISTS ( \
           SELECT 1 FROM workflow_status r \
           WHERE r.queue = w.queue AND r.ordering_key = w.ordering_key \
-            AND r.status = 'running'))";
+            AND r.status = 'running' AND hashtext(r.ordering_key) IS NOT NULL))";
 
 /// The held jobs of shard keys $1..$2 with ids above $3, at most $4 of them
 /// by id, as one JSON array, with their steps (another), their messages

@@ -118,13 +118,15 @@ pub const JOB_DELETE_FINISHED: &str = "WITH gate AS MATERIALIZED ( \
     WHERE w.shard_key = old.shard_key AND w.id = old.id";
 
 /// Deletes up to $1 key floors (`shardq_key_floors`, migration 44) not
-/// moved for an hour: a missing row is floor 0, always safe, so only the
-/// keys that stay quiet pay for their rows, with one walk of their history
-/// (cleaned by vacuum by then) on their next job. A floor a claim or a
-/// completion is writing is skipped, never waited on.
+/// moved for an hour, among the rows of about $2 percent of the table's
+/// pages (a sample: a sweep reads a bounded part of a table with a row per
+/// key ever used). A missing row is floor 0, always safe: a key quiet for
+/// an hour pays one walk of its history on its next job (a walk of its
+/// dead versions too while a transaction has held vacuum back that long).
+/// A floor a claim or a completion is writing is skipped, never waited on.
 pub const KEY_FLOORS_FORGET_QUIET: &str = "DELETE FROM shardq_key_floors f \
     WHERE f.ctid IN ( \
-        SELECT q.ctid FROM shardq_key_floors q \
+        SELECT q.ctid FROM shardq_key_floors q TABLESAMPLE SYSTEM ($2::float8) \
         WHERE q.set_at < now() - interval '1 hour' \
         LIMIT $1 FOR UPDATE SKIP LOCKED)";
 

@@ -25,3 +25,23 @@ CREATE TABLE shardq_key_floors (
     set_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue, ordering_key)
 ) WITH (fillfactor = 50);
+
+-- Least-privilege roles (docs/least_privilege.sql), where they exist: every
+-- keyed claim and every release of a key reads and writes the floors, so
+-- without these grants they would fail from this migration until the file
+-- is run again.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_worker') THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_key_floors TO shardq_worker;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_producer') THEN
+        GRANT SELECT, INSERT, UPDATE ON TABLE shardq_key_floors TO shardq_producer;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_dashboard') THEN
+        GRANT SELECT, INSERT, UPDATE ON TABLE shardq_key_floors TO shardq_dashboard;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shardq_dashboard_ro') THEN
+        GRANT SELECT ON TABLE shardq_key_floors TO shardq_dashboard_ro;
+    END IF;
+END $$;

@@ -14,8 +14,10 @@
 -- So the key index carries `hashtext(ordering_key) IS NOT NULL` (true of
 -- every keyed job): only a statement that states it can use the index:
 -- the per-key reads (shardq_key_jobs_from), the waiting jobs' pages and
--- counts, and `shardq check`. Built beside the old one without blocking
--- writes, then swapped in under the old name.
+-- counts, `shardq check`, a range move's mark (is a key running?) and a
+-- draining worker's "anything queued or waiting?" probe of a queue (one
+-- walk of the queue's keyed entries, once per drain check). Built beside
+-- the old one without blocking writes, then swapped in under the old name.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_key_by_hash
     ON workflow_status (queue, ordering_key, status, id)
     WHERE ordering_key IS NOT NULL

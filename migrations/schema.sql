@@ -1731,8 +1731,10 @@ AS $function$
 DECLARE
     promoted integer;
     every_setting text := current_setting('shardq.key_floor_every', true);
-    every float8 := CASE WHEN every_setting ~ '^[1-9][0-9]{0,8}$'
-                         THEN every_setting::float8 ELSE 8 END;
+    every float8 := CASE
+        WHEN current_setting('transaction_isolation') <> 'read committed' THEN 'infinity'
+        WHEN every_setting ~ '^[1-9][0-9]{0,8}$' THEN every_setting::float8
+        ELSE 8 END;
 BEGIN
     WITH keys AS (
         SELECT DISTINCT w.queue, w.ordering_key

@@ -9,10 +9,10 @@
 -- Jobs written queued or scheduled (every enqueue) do not fire it: a write
 -- per enqueue would give the floor row a version per job, the walk the
 -- floors remove. Their ids are above every floor, except a job that
--- commits after a later job of its key has finished (its id reserved
--- earlier, its transaction slow): a claim meets it as its key's head and
--- lowers the floor (shardq_claim_keyed), and it runs as if enqueued when
--- it committed (docs/guarantees.md).
+-- commits after its key's floor passed its id (its id reserved earlier,
+-- its transaction slow): it holds nothing back until a claim meets it as
+-- its key's head and lowers the floor (shardq_claim_keyed;
+-- docs/guarantees.md).
 --
 -- Always an upsert, even when the floor is already below the job: a
 -- completion moving the floor up (shardq_promote_keys) compares the floor

@@ -1,38 +1,43 @@
 -- shardq_promote_keys: releases the keys of these jobs: a key with nothing
--- running, scheduled or queued gets its lowest waiting job queued. Call with
--- the keys locked, in a statement after the one that changed them. Returns
--- how many were queued.
+-- running, scheduled or queued from its floor on gets its lowest waiting
+-- job queued. Call with the keys locked, in a statement after the one that
+-- changed them. Returns how many were queued.
 --
--- Each key's jobs are read from its floor (shardq_key_floors, migration 44:
--- no unfinished job of the key lies below it), so the reads walk only the
--- versions of jobs the key ran since its floor last moved, however long a
--- transaction holds vacuum back. Each read orders by (status, id): its
--- status is fixed (shardq_key_jobs_from), so the key index's order serves
--- it and the walk stops at its first live entry.
+-- Each key's jobs are read from its floor (shardq_key_floors, migration
+-- 44), so the reads walk only the versions of jobs the key ran since its
+-- floor last moved, however long a transaction holds vacuum back. Below
+-- the floor a key has no unfinished job but one that committed after the
+-- floor passed its id, queued or delayed, which holds nothing back until a
+-- claim meets it as its key's head and lowers the floor
+-- (shardq_claim_keyed; docs/guarantees.md). Each read orders by (status,
+-- id): its status is fixed (shardq_key_jobs_from), so the key index's
+-- order serves it and the walk stops at its first live entry.
 --
 -- One call in `shardq.key_floor_every` (default 8) per key then moves the
 -- floor up to the key's lowest unfinished job, and never past the highest
 -- of these jobs plus one: often enough that the walks stay short, seldom
--- enough that the floor row's own versions do too; and a job that commits
--- below the floor is one that committed after a later job of its key had
--- finished.
+-- enough that the floor row's own versions do too. Only under READ
+-- COMMITTED (shardq's sessions): the move relies on each statement seeing
+-- what committed before it.
 --
 -- The move compares the floor row's xmin with the one it read: a trigger
 -- that lowered the floor meanwhile (shardq_key_floor_lower: a job brought
 -- back or written below it, which this statement's snapshot may not see)
 -- made a new version, and the move leaves it. A key without a row gets one
 -- only if none was written meanwhile. Between the statements below, claims
--- of these keys wait when the caller holds the key locks (every caller
--- but a range's release, whose keys' jobs are all held then); an enqueue
--- writes ids above the floor, or a late one that a claim meets as its
--- key's head.
+-- of these keys skip them while the caller holds the key locks (every
+-- caller but a range's release, whose keys' jobs are all held then); an
+-- enqueue writes ids above the floor, or a late one that a claim meets as
+-- its key's head.
 CREATE OR REPLACE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURNS integer
     LANGUAGE plpgsql AS $$
 DECLARE
     promoted integer;
     every_setting text := current_setting('shardq.key_floor_every', true);
-    every float8 := CASE WHEN every_setting ~ '^[1-9][0-9]{0,8}$'
-                         THEN every_setting::float8 ELSE 8 END;
+    every float8 := CASE
+        WHEN current_setting('transaction_isolation') <> 'read committed' THEN 'infinity'
+        WHEN every_setting ~ '^[1-9][0-9]{0,8}$' THEN every_setting::float8
+        ELSE 8 END;
 BEGIN
     WITH keys AS (
         SELECT DISTINCT w.queue, w.ordering_key

@@ -865,6 +865,7 @@ DECLARE
     c_tid tid[]; c_key text[]; c_id bigint[]; -- ready jobs met, in dequeue order
     l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
     l_head bigint[];                          -- ... and their lowest head's id
+    l_floor bigint[];                         -- ... and their floor
     l_from bigint[];                          -- ... and the id their reads start at
     f_key text[]; f_pos bigint[]; f_from bigint[]; -- locked keys nothing holds
     t_tid tid[] := '{}';                      -- jobs to claim
@@ -898,17 +899,27 @@ BEGIN
             WHERE t.k IS NOT NULL GROUP BY t.k) d
         WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
 
-        -- A new statement: its snapshot sees all that was done under the key
-        -- locks. A head below its key's floor lowers the floor (the reads
-        -- here start at the head either way).
-        WITH lowered AS (
-            UPDATE shardq_key_floors f SET floor_id = l.head, set_at = now()
-            FROM unnest(l_key, l_head) AS l(k, head)
-            WHERE f.queue = p_queue AND f.ordering_key = l.k AND f.floor_id > l.head
-        ), bounded AS (
-            SELECT l.k, l.pos, least(l.head, coalesce(f.floor_id, 0)) AS from_id
-            FROM unnest(l_key, l_pos, l_head) AS l(k, pos, head)
-            LEFT JOIN shardq_key_floors f ON f.queue = p_queue AND f.ordering_key = l.k
+        -- New statements: their snapshots see all that was done under the
+        -- key locks. Each key's floor is probed by its key (a scalar
+        -- subquery; joined, a plan made while the floors were few read them
+        -- all, every key's row and its versions, on every claim). A head
+        -- below its key's floor (a late job) lowers the floor, one key at a
+        -- time: rare, and an update by the whole key stays on its index.
+        SELECT coalesce(array_agg(coalesce(
+                   (SELECT f.floor_id FROM shardq_key_floors f
+                    WHERE f.queue = p_queue AND f.ordering_key = l.k), 0) ORDER BY l.pos), '{}')
+        INTO l_floor FROM unnest(l_key, l_pos) AS l(k, pos);
+        FOR i IN 1 .. cardinality(l_key) LOOP
+            IF l_head[i] < l_floor[i] THEN
+                UPDATE shardq_key_floors f SET floor_id = l_head[i], set_at = now()
+                WHERE f.queue = p_queue AND f.ordering_key = l_key[i]
+                  AND f.floor_id > l_head[i];
+            END IF;
+        END LOOP;
+
+        WITH bounded AS (
+            SELECT l.k, l.pos, least(l.head, l.floor) AS from_id
+            FROM unnest(l_key, l_pos, l_head, l_floor) AS l(k, pos, head, floor)
         ), checked AS MATERIALIZED (
             -- One status per probe (shardq_key_jobs_from): each walks its
             -- key's entries of that status from the id on.
@@ -1730,6 +1741,7 @@ CREATE OR REPLACE FUNCTION public.shardq_promote_keys(p_sk integer[], p_id bigin
 AS $function$
 DECLARE
     promoted integer;
+    mv_queue text[]; mv_key text[]; mv_floor bigint[]; mv_xmin xid[];  -- floors to move
     every_setting text := current_setting('shardq.key_floor_every', true);
     every float8 := CASE
         WHEN current_setting('transaction_isolation') <> 'read committed' THEN 'infinity'
@@ -1741,10 +1753,14 @@ BEGIN
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
         JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
         WHERE w.ordering_key IS NOT NULL
-    ), bounded AS (
-        SELECT k.queue, k.ordering_key, coalesce(f.floor_id, 0) AS floor_id
-        FROM keys k LEFT JOIN shardq_key_floors f
-            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
+    ), bounded AS MATERIALIZED (
+        -- Each floor probed by its key (a scalar subquery): joined, a plan
+        -- made while the floors were few read them all, every key's row
+        -- and its versions.
+        SELECT k.queue, k.ordering_key, coalesce(
+            (SELECT f.floor_id FROM shardq_key_floors f
+             WHERE f.queue = k.queue AND f.ordering_key = k.ordering_key), 0) AS floor_id
+        FROM keys k
     ), released AS (
         -- One status per probe (shardq_key_jobs_from): each walks its
         -- key's entries of that status from the floor on. Scalar
@@ -1776,7 +1792,8 @@ BEGIN
     GET DIAGNOSTICS promoted = ROW_COUNT;
 
     -- Move the floors of some of these keys up (a statement of its own: it
-    -- sees the job just queued).
+    -- sees the job just queued), then write them one key at a time (an
+    -- update or insert by the whole key stays on its index).
     WITH keys AS MATERIALIZED (
         SELECT w.queue, w.ordering_key, max(w.id) AS last_id
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
@@ -1786,11 +1803,13 @@ BEGIN
         HAVING random() * every < 1
     ), bounded AS MATERIALIZED (
         SELECT k.queue, k.ordering_key, k.last_id, coalesce(f.floor_id, 0) AS floor_id,
-               f.xmin AS row_xmin, f.queue IS NOT NULL AS has_row
-        FROM keys k LEFT JOIN shardq_key_floors f
-            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
-    ), moved AS MATERIALIZED (
-        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, b.floor_id AS was,
+               f.row_xmin
+        FROM keys k LEFT JOIN LATERAL (
+            SELECT r.floor_id, r.xmin AS row_xmin FROM shardq_key_floors r
+            WHERE r.queue = k.queue AND r.ordering_key = k.ordering_key
+            LIMIT 1) f ON true
+    ), moved AS (
+        SELECT b.queue, b.ordering_key, b.row_xmin, b.floor_id AS was,
             least(
                 (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
@@ -1810,17 +1829,22 @@ BEGIN
                  ORDER BY a.status, a.id LIMIT 1),
                 b.last_id + 1) AS floor_id
         FROM bounded b
-    ), raised AS (
-        UPDATE shardq_key_floors f SET floor_id = m.floor_id, set_at = now()
-        FROM moved m
-        WHERE m.has_row AND m.floor_id > m.was
-          AND f.queue = m.queue AND f.ordering_key = m.ordering_key
-          AND f.xmin = m.row_xmin
     )
-    INSERT INTO shardq_key_floors (queue, ordering_key, floor_id)
-    SELECT m.queue, m.ordering_key, m.floor_id FROM moved m
-    WHERE NOT m.has_row AND m.floor_id > 0
-    ON CONFLICT DO NOTHING;
+    SELECT coalesce(array_agg(m.queue), '{}'), coalesce(array_agg(m.ordering_key), '{}'),
+           coalesce(array_agg(m.floor_id), '{}'), coalesce(array_agg(m.row_xmin), '{}')
+    INTO mv_queue, mv_key, mv_floor, mv_xmin
+    FROM moved m WHERE m.floor_id > m.was;
+    FOR i IN 1 .. cardinality(mv_key) LOOP
+        IF mv_xmin[i] IS NULL THEN
+            INSERT INTO shardq_key_floors (queue, ordering_key, floor_id)
+            VALUES (mv_queue[i], mv_key[i], mv_floor[i])
+            ON CONFLICT DO NOTHING;
+        ELSE
+            UPDATE shardq_key_floors f SET floor_id = mv_floor[i], set_at = now()
+            WHERE f.queue = mv_queue[i] AND f.ordering_key = mv_key[i]
+              AND f.xmin = mv_xmin[i];
+        END IF;
+    END LOOP;
     RETURN promoted;
 END $function$
 

@@ -45,6 +45,7 @@ DECLARE
     c_tid tid[]; c_key text[]; c_id bigint[]; -- ready jobs met, in dequeue order
     l_key text[]; l_pos bigint[];             -- keys locked here, and their head's position
     l_head bigint[];                          -- ... and their lowest head's id
+    l_floor bigint[];                         -- ... and their floor
     l_from bigint[];                          -- ... and the id their reads start at
     f_key text[]; f_pos bigint[]; f_from bigint[]; -- locked keys nothing holds
     t_tid tid[] := '{}';                      -- jobs to claim
@@ -78,17 +79,27 @@ BEGIN
             WHERE t.k IS NOT NULL GROUP BY t.k) d
         WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, d.k));
 
-        -- A new statement: its snapshot sees all that was done under the key
-        -- locks. A head below its key's floor lowers the floor (the reads
-        -- here start at the head either way).
-        WITH lowered AS (
-            UPDATE shardq_key_floors f SET floor_id = l.head, set_at = now()
-            FROM unnest(l_key, l_head) AS l(k, head)
-            WHERE f.queue = p_queue AND f.ordering_key = l.k AND f.floor_id > l.head
-        ), bounded AS (
-            SELECT l.k, l.pos, least(l.head, coalesce(f.floor_id, 0)) AS from_id
-            FROM unnest(l_key, l_pos, l_head) AS l(k, pos, head)
-            LEFT JOIN shardq_key_floors f ON f.queue = p_queue AND f.ordering_key = l.k
+        -- New statements: their snapshots see all that was done under the
+        -- key locks. Each key's floor is probed by its key (a scalar
+        -- subquery; joined, a plan made while the floors were few read them
+        -- all, every key's row and its versions, on every claim). A head
+        -- below its key's floor (a late job) lowers the floor, one key at a
+        -- time: rare, and an update by the whole key stays on its index.
+        SELECT coalesce(array_agg(coalesce(
+                   (SELECT f.floor_id FROM shardq_key_floors f
+                    WHERE f.queue = p_queue AND f.ordering_key = l.k), 0) ORDER BY l.pos), '{}')
+        INTO l_floor FROM unnest(l_key, l_pos) AS l(k, pos);
+        FOR i IN 1 .. cardinality(l_key) LOOP
+            IF l_head[i] < l_floor[i] THEN
+                UPDATE shardq_key_floors f SET floor_id = l_head[i], set_at = now()
+                WHERE f.queue = p_queue AND f.ordering_key = l_key[i]
+                  AND f.floor_id > l_head[i];
+            END IF;
+        END LOOP;
+
+        WITH bounded AS (
+            SELECT l.k, l.pos, least(l.head, l.floor) AS from_id
+            FROM unnest(l_key, l_pos, l_head, l_floor) AS l(k, pos, head, floor)
         ), checked AS MATERIALIZED (
             -- One status per probe (shardq_key_jobs_from): each walks its
             -- key's entries of that status from the id on.

@@ -33,6 +33,7 @@ CREATE OR REPLACE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURN
     LANGUAGE plpgsql AS $$
 DECLARE
     promoted integer;
+    mv_queue text[]; mv_key text[]; mv_floor bigint[]; mv_xmin xid[];  -- floors to move
     every_setting text := current_setting('shardq.key_floor_every', true);
     every float8 := CASE
         WHEN current_setting('transaction_isolation') <> 'read committed' THEN 'infinity'
@@ -44,10 +45,14 @@ BEGIN
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
         JOIN workflow_status w ON w.shard_key = j.shard_key AND w.id = j.id
         WHERE w.ordering_key IS NOT NULL
-    ), bounded AS (
-        SELECT k.queue, k.ordering_key, coalesce(f.floor_id, 0) AS floor_id
-        FROM keys k LEFT JOIN shardq_key_floors f
-            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
+    ), bounded AS MATERIALIZED (
+        -- Each floor probed by its key (a scalar subquery): joined, a plan
+        -- made while the floors were few read them all, every key's row
+        -- and its versions.
+        SELECT k.queue, k.ordering_key, coalesce(
+            (SELECT f.floor_id FROM shardq_key_floors f
+             WHERE f.queue = k.queue AND f.ordering_key = k.ordering_key), 0) AS floor_id
+        FROM keys k
     ), released AS (
         -- One status per probe (shardq_key_jobs_from): each walks its
         -- key's entries of that status from the floor on. Scalar
@@ -79,7 +84,8 @@ BEGIN
     GET DIAGNOSTICS promoted = ROW_COUNT;
 
     -- Move the floors of some of these keys up (a statement of its own: it
-    -- sees the job just queued).
+    -- sees the job just queued), then write them one key at a time (an
+    -- update or insert by the whole key stays on its index).
     WITH keys AS MATERIALIZED (
         SELECT w.queue, w.ordering_key, max(w.id) AS last_id
         FROM unnest(p_sk, p_id) AS j(shard_key, id)
@@ -89,11 +95,13 @@ BEGIN
         HAVING random() * every < 1
     ), bounded AS MATERIALIZED (
         SELECT k.queue, k.ordering_key, k.last_id, coalesce(f.floor_id, 0) AS floor_id,
-               f.xmin AS row_xmin, f.queue IS NOT NULL AS has_row
-        FROM keys k LEFT JOIN shardq_key_floors f
-            ON f.queue = k.queue AND f.ordering_key = k.ordering_key
-    ), moved AS MATERIALIZED (
-        SELECT b.queue, b.ordering_key, b.row_xmin, b.has_row, b.floor_id AS was,
+               f.row_xmin
+        FROM keys k LEFT JOIN LATERAL (
+            SELECT r.floor_id, r.xmin AS row_xmin FROM shardq_key_floors r
+            WHERE r.queue = k.queue AND r.ordering_key = k.ordering_key
+            LIMIT 1) f ON true
+    ), moved AS (
+        SELECT b.queue, b.ordering_key, b.row_xmin, b.floor_id AS was,
             least(
                 (SELECT a.id FROM workflow_status a
                  WHERE a.queue = b.queue AND a.ordering_key = b.ordering_key
@@ -113,16 +121,21 @@ BEGIN
                  ORDER BY a.status, a.id LIMIT 1),
                 b.last_id + 1) AS floor_id
         FROM bounded b
-    ), raised AS (
-        UPDATE shardq_key_floors f SET floor_id = m.floor_id, set_at = now()
-        FROM moved m
-        WHERE m.has_row AND m.floor_id > m.was
-          AND f.queue = m.queue AND f.ordering_key = m.ordering_key
-          AND f.xmin = m.row_xmin
     )
-    INSERT INTO shardq_key_floors (queue, ordering_key, floor_id)
-    SELECT m.queue, m.ordering_key, m.floor_id FROM moved m
-    WHERE NOT m.has_row AND m.floor_id > 0
-    ON CONFLICT DO NOTHING;
+    SELECT coalesce(array_agg(m.queue), '{}'), coalesce(array_agg(m.ordering_key), '{}'),
+           coalesce(array_agg(m.floor_id), '{}'), coalesce(array_agg(m.row_xmin), '{}')
+    INTO mv_queue, mv_key, mv_floor, mv_xmin
+    FROM moved m WHERE m.floor_id > m.was;
+    FOR i IN 1 .. cardinality(mv_key) LOOP
+        IF mv_xmin[i] IS NULL THEN
+            INSERT INTO shardq_key_floors (queue, ordering_key, floor_id)
+            VALUES (mv_queue[i], mv_key[i], mv_floor[i])
+            ON CONFLICT DO NOTHING;
+        ELSE
+            UPDATE shardq_key_floors f SET floor_id = mv_floor[i], set_at = now()
+            WHERE f.queue = mv_queue[i] AND f.ordering_key = mv_key[i]
+              AND f.xmin = mv_xmin[i];
+        END IF;
+    END LOOP;
     RETURN promoted;
 END $$;

@@ -120,6 +120,62 @@ async fn under_a_held_snapshot_a_keys_reads_start_at_its_floor() {
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
+/// Floor rows read by one claim and one completion of the key's next job,
+/// in one transaction (rolled back): scanned, or fetched by an index.
+async fn floor_rows_read(db: &mut tokio_postgres::Client, id: i64) -> i64 {
+    const READ: &str = "SELECT (pg_stat_get_xact_tuples_returned('shardq_key_floors'::regclass) \
+        + pg_stat_get_xact_tuples_fetched('shardq_key_floors'::regclass))::bigint";
+    let tx = db.transaction().await.unwrap();
+    let before: i64 = tx.query_one(READ, &[]).await.unwrap().get(0);
+    let taken = tx
+        .query(super::ready_floors::CLAIM, &[&"q", &1i32])
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(taken, 1);
+    tx.batch_execute(&format!(
+        "UPDATE workflow_status SET status = 'succeeded' WHERE id = {id};
+         SELECT shardq_promote_keys(ARRAY[7], ARRAY[{id}::bigint]);"
+    ))
+    .await
+    .unwrap();
+    let after: i64 = tx.query_one(READ, &[]).await.unwrap().get(0);
+    tx.rollback().await.unwrap();
+    after - before
+}
+
+/// A claim and a completion probe their key's floor, not every floor of
+/// the queue: with 2,000 other keys' floors (each with versions held by a
+/// snapshot), the session that ran the key's jobs reads a few floor rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_floor_is_probed_by_its_key() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "INSERT INTO shardq_key_floors (queue, ordering_key, floor_id) \
+         SELECT 'q', 'other-' || g, 1 FROM generate_series(1, 2000) g",
+    )
+    .await
+    .unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    db.batch_execute("UPDATE shardq_key_floors SET floor_id = 2")
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let id = enqueue(&***db, "busy").await;
+        assert_eq!(claim(&db, "q", 1).await, vec![id]);
+        finish(&***db, id, "succeeded").await;
+    }
+    let_floors_move(&db).await;
+    let next = enqueue(&***db, "busy").await;
+    let read = floor_rows_read(&mut db, next).await;
+    assert!(
+        read <= 20,
+        "a claim and a completion of one key read {read} floor rows"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
 /// A dead job retried after its key's floor moved past it (the key ran
 /// later jobs meanwhile) comes back `waiting` below the floor: the trigger
 /// lowers the floor, so the promotion sees it and it runs.

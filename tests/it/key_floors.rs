@@ -54,13 +54,20 @@ async fn key_floor(db: &impl GenericClient, key: &str) -> Option<i64> {
     .map(|r| r.get(0))
 }
 
-/// Entries of the per-key index read by one claim and one completion of the
-/// key's next job, in one transaction (rolled back).
-async fn key_entries_read(db: &mut tokio_postgres::Client, id: i64) -> i64 {
-    const RETURNED: &str =
-        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_key'::regclass)::bigint";
+/// Entries of the per-key index walked (index entries returned).
+const KEY_INDEX_ENTRIES: &str =
+    "SELECT pg_stat_get_xact_tuples_returned('workflow_status_key'::regclass)::bigint";
+
+/// Floor rows read, scanned or fetched by an index.
+const FLOOR_ROWS: &str = "SELECT (pg_stat_get_xact_tuples_returned('shardq_key_floors'::regclass) \
+    + pg_stat_get_xact_tuples_fetched('shardq_key_floors'::regclass))::bigint";
+
+/// What `counter` (one of the statistics above) grew by over one claim and
+/// one completion of the key's next job `id`, in one transaction (rolled
+/// back).
+async fn read_by_next_job(db: &mut tokio_postgres::Client, id: i64, counter: &str) -> i64 {
     let tx = db.transaction().await.unwrap();
-    let before: i64 = tx.query_one(RETURNED, &[]).await.unwrap().get(0);
+    let before: i64 = tx.query_one(counter, &[]).await.unwrap().get(0);
     let taken: Vec<i64> = tx
         .query(super::ready_floors::CLAIM, &[&"q", &1i32])
         .await
@@ -69,19 +76,13 @@ async fn key_entries_read(db: &mut tokio_postgres::Client, id: i64) -> i64 {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(taken, vec![id], "the key's next job");
-    tx.execute(
-        "UPDATE workflow_status SET status = 'succeeded' WHERE id = $1",
-        &[&id],
-    )
+    tx.batch_execute(&format!(
+        "UPDATE workflow_status SET status = 'succeeded' WHERE id = {id};
+         SELECT shardq_promote_keys(ARRAY[7], ARRAY[{id}::bigint]);"
+    ))
     .await
     .unwrap();
-    tx.execute(
-        "SELECT shardq_promote_keys(ARRAY[7], ARRAY[$1::bigint])",
-        &[&id],
-    )
-    .await
-    .unwrap();
-    let after: i64 = tx.query_one(RETURNED, &[]).await.unwrap().get(0);
+    let after: i64 = tx.query_one(counter, &[]).await.unwrap().get(0);
     tx.rollback().await.unwrap();
     after - before
 }
@@ -104,7 +105,7 @@ async fn under_a_held_snapshot_a_keys_reads_start_at_its_floor() {
     }
     let_floors_move(&db).await;
     let next = enqueue(&***db, "busy").await;
-    let read = key_entries_read(&mut db, next).await;
+    let read = read_by_next_job(&mut db, next, KEY_INDEX_ENTRIES).await;
     assert!(
         read <= 40,
         "a claim and a completion of the key's next job read {read} entries of its index"
@@ -112,36 +113,12 @@ async fn under_a_held_snapshot_a_keys_reads_start_at_its_floor() {
     db.execute("DELETE FROM shardq_key_floors", &[])
         .await
         .unwrap();
-    let read = key_entries_read(&mut db, next).await;
+    let read = read_by_next_job(&mut db, next, KEY_INDEX_ENTRIES).await;
     assert!(
         read >= 300,
         "the snapshot held the key's 300 jobs: reads from its first job read {read} entries"
     );
     holder.batch_execute("COMMIT").await.unwrap();
-}
-
-/// Floor rows read by one claim and one completion of the key's next job,
-/// in one transaction (rolled back): scanned, or fetched by an index.
-async fn floor_rows_read(db: &mut tokio_postgres::Client, id: i64) -> i64 {
-    const READ: &str = "SELECT (pg_stat_get_xact_tuples_returned('shardq_key_floors'::regclass) \
-        + pg_stat_get_xact_tuples_fetched('shardq_key_floors'::regclass))::bigint";
-    let tx = db.transaction().await.unwrap();
-    let before: i64 = tx.query_one(READ, &[]).await.unwrap().get(0);
-    let taken = tx
-        .query(super::ready_floors::CLAIM, &[&"q", &1i32])
-        .await
-        .unwrap()
-        .len();
-    assert_eq!(taken, 1);
-    tx.batch_execute(&format!(
-        "UPDATE workflow_status SET status = 'succeeded' WHERE id = {id};
-         SELECT shardq_promote_keys(ARRAY[7], ARRAY[{id}::bigint]);"
-    ))
-    .await
-    .unwrap();
-    let after: i64 = tx.query_one(READ, &[]).await.unwrap().get(0);
-    tx.rollback().await.unwrap();
-    after - before
 }
 
 /// A claim and a completion probe their key's floor, not every floor of
@@ -168,7 +145,7 @@ async fn a_keys_floor_is_probed_by_its_key() {
     }
     let_floors_move(&db).await;
     let next = enqueue(&***db, "busy").await;
-    let read = floor_rows_read(&mut db, next).await;
+    let read = read_by_next_job(&mut db, next, FLOOR_ROWS).await;
     assert!(
         read <= 20,
         "a claim and a completion of one key read {read} floor rows"

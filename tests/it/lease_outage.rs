@@ -22,22 +22,28 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The lease; the leaser extends every third of it (4 s) and passes every second.
-const LEASE: TimeDelta = TimeDelta::seconds(12);
-const PERIOD: TimeDelta = TimeDelta::seconds(4);
+/// The lease; the leaser extends every third of it (6 s) and passes every
+/// second. Periods of several passes leave room for a loaded machine: the
+/// outage must still cover two tries that an extension waiting a whole
+/// period after a failed one would make, and the retry at the next pass
+/// must land well before the lease's end.
+const LEASE: TimeDelta = TimeDelta::seconds(18);
+const PERIOD: TimeDelta = TimeDelta::seconds(6);
 
 /// The outage starts this long before the next extension is due ...
 const BEFORE_DUE: TimeDelta = TimeDelta::milliseconds(300);
 /// ... and lasts a little longer than a period, so that the next two tries
-/// fail: it ends 5.5 s after it began, 3.2 s before the lease would run out
-/// (room for a pass of one second and its statements).
-const OUTAGE: Duration = Duration::from_millis(5_500);
+/// that wait a period fail: it ends 7.2 s after it began, 5.1 s before the
+/// lease would run out (room for passes of one second and their statements
+/// slowed by a loaded machine). An extension that waited a whole period
+/// after its failed try would land at the lease's end.
+const OUTAGE: Duration = Duration::from_millis(7_200);
 
 const WORKER_TOML: &str = "
 [worker]
 queues = [\"lease-outage\"]
 concurrency = 1
-lease_ms = 12000
+lease_ms = 18000
 [dequeue]
 empty_backoff_min_ms = 5
 empty_backoff_max_ms = 50

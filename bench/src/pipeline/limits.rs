@@ -42,7 +42,8 @@ pub struct LimitsArgs {
     /// them).
     #[arg(long, default_value_t = 0)]
     pub keys: usize,
-    /// Also profile an extra run without groups and one in groups,
+    /// Also profile an extra run without groups, one in groups and (with
+    /// `--keys`) one over keys,
     /// statement by statement (pg_stat_statements, nested statements
     /// tracked).
     #[arg(long)]
@@ -175,20 +176,25 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
             .client()
             .set_queue_limits(QUEUE, Default::default())
             .await?;
-        for groups in [0, args.groups] {
+        let mut spreads = vec![Spread::Nothing, Spread::groups(args.groups)];
+        if args.keys > 0 {
+            spreads.push(Spread::Keys(args.keys));
+        }
+        for spread in spreads {
             statements::start(server.shard()).await?;
-            let spread = Spread::groups(groups);
             let run = fleet::run_spread(&server, clock, "profile", args.jobs, spread).await?;
             let costs = statements::finish(server.shard(), run.succeeded).await?;
-            profiles.push((groups, costs, run.succeeded));
+            profiles.push((spread, costs, run.succeeded));
         }
     }
     server.close().await;
-    for (groups, costs, jobs) in &profiles {
-        statements::print(
-            costs,
-            &format!("an extra run of {jobs} jobs in {groups} groups"),
-        );
+    for (spread, costs, jobs) in &profiles {
+        let over = match spread {
+            Spread::Nothing => "without groups or keys".to_string(),
+            Spread::Groups(n) => format!("in {n} groups"),
+            Spread::Keys(n) => format!("over {n} ordering keys"),
+        };
+        statements::print(costs, &format!("an extra run of {jobs} jobs {over}"));
     }
     let median = |runs: &[FleetRun]| {
         let mut v: Vec<f64> = runs.iter().map(|r| r.jobs_per_s).collect();

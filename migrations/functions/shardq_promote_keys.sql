@@ -29,8 +29,14 @@
 -- caller but a range's release, whose keys' jobs are all held then); an
 -- enqueue writes ids above the floor, or a late one that a claim meets as
 -- its key's head.
+--
+-- Its statements keep one generic plan per session (force_generic_plan):
+-- left to choose, the session planned the floor's move for every call, at
+-- 5 ms for a completion of 375 jobs (a third of what the release cost).
 CREATE OR REPLACE FUNCTION shardq_promote_keys(p_sk int[], p_id bigint[]) RETURNS integer
-    LANGUAGE plpgsql AS $$
+    LANGUAGE plpgsql
+    SET plan_cache_mode = force_generic_plan
+    AS $$
 DECLARE
     promoted integer;
     mv_queue text[]; mv_key text[]; mv_floor bigint[]; mv_xmin xid[];  -- floors to move

@@ -176,7 +176,10 @@ pub async fn run(args: LimitsArgs) -> Result<()> {
             .client()
             .set_queue_limits(QUEUE, Default::default())
             .await?;
-        let mut spreads = vec![Spread::Nothing, Spread::groups(args.groups)];
+        let mut spreads = vec![Spread::Nothing];
+        if args.groups > 0 {
+            spreads.push(Spread::Groups(args.groups));
+        }
         if args.keys > 0 {
             spreads.push(Spread::Keys(args.keys));
         }

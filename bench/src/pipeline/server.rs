@@ -204,17 +204,6 @@ pub enum Spread {
     Keys(usize),
 }
 
-impl Spread {
-    /// Groups, or nothing for 0.
-    pub fn groups(n: usize) -> Spread {
-        if n == 0 {
-            Spread::Nothing
-        } else {
-            Spread::Groups(n)
-        }
-    }
-}
-
 impl BenchServer {
     /// Empties the job tables and enqueues one `sleep` job of `keep_alive`:
     /// it keeps a worker with `--until-empty` running while jobs are

@@ -9,7 +9,7 @@ use serde::Serialize;
 use shardq::shards::Shard;
 
 /// Statements shown: the rest are summed into one line.
-const TOP: usize = 12;
+const TOP: usize = 20;
 /// Characters of a statement's text shown.
 const TEXT: usize = 90;
 

@@ -940,54 +940,48 @@ BEGIN
                coalesce(array_agg(t.from_id ORDER BY t.pos), '{}')
         INTO f_key, f_pos, f_from, blocked, l_from FROM checked t;
 
-        -- The free keys' runs are read key by key in dequeue order, and
-        -- the reading stops once a claim's worth of jobs is met (the
-        -- outer LIMIT ends the nested loop): a run past it could not be
-        -- taken, and reading and locking every met key's backlog cost
-        -- twenty times what the claim took when each key had twenty jobs
-        -- queued. The last run read may be cut; its key's other jobs
-        -- are parked below with the rest of a held key's.
-        WITH pending AS MATERIALIZED (
-            SELECT r.k, r.pos, r.shard_key, r.id,
-                   row_number() OVER (PARTITION BY r.k ORDER BY r.id) AS rn
-            FROM (
-                SELECT f.k, f.pos, p.shard_key, p.id
-                FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (
-                    SELECT u.shard_key, u.id FROM (
-                        (SELECT w.shard_key, w.id FROM workflow_status w
-                         WHERE w.queue = p_queue AND w.ordering_key = f.k
-                           AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'queued', f.from_id)
-                         ORDER BY w.status, w.id LIMIT p_limit)
-                        UNION ALL
-                        (SELECT w.shard_key, w.id FROM workflow_status w
-                         WHERE w.queue = p_queue AND w.ordering_key = f.k
-                           AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', f.from_id)
-                         ORDER BY w.status, w.id LIMIT p_limit)) u
-                    ORDER BY u.id LIMIT p_limit) p
-                LIMIT p_limit) r
-        ), got AS MATERIALIZED (
-            -- Each pending job locked by its primary key, or NULL (locked by
-            -- another claim, or no longer queued or waiting). Joined to
-            -- pending row by row: the estimate of a LIMIT's rows is one,
-            -- and joins between these small sets were planned as nested
-            -- loops comparing every pair (250,000 pairs for a claim of 500).
-            SELECT p.k, p.pos, p.rn, l.tid FROM pending p LEFT JOIN LATERAL (
-                SELECT w.ctid AS tid FROM workflow_status w
-                WHERE w.shard_key = p.shard_key AND w.id = p.id
-                  AND w.status IN ('queued', 'waiting')
-                FOR UPDATE SKIP LOCKED) l ON true
+        -- The free keys' runs, read and locked key by key in dequeue
+        -- order: each key's queued and waiting jobs in id order, each
+        -- locked by its primary key, the run cut at its first job not
+        -- locked here (another claim holds it, or it is no longer queued
+        -- or waiting). The reading stops once a claim's worth of jobs that
+        -- can be taken was met (the outer LIMIT ends the nested loop): a
+        -- claim that read and locked every met key's backlog cost twenty
+        -- times what it took when each key had twenty jobs queued. The
+        -- last run read may be cut by it; the key is then held, and its
+        -- other queued jobs are parked below. Each key's jobs are numbered
+        -- and cut within its own read, whatever order the keys come in.
+        WITH runs AS MATERIALIZED (
+            SELECT f.k, f.pos, x.rn, x.tid
+            FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (
+                SELECT y.rn, y.tid FROM (
+                    SELECT row_number() OVER (ORDER BY u.id) AS rn, l.tid,
+                           count(*) FILTER (WHERE l.tid IS NULL) OVER (ORDER BY u.id) AS gaps
+                    FROM (
+                        SELECT v.shard_key, v.id FROM (
+                            (SELECT w.shard_key, w.id FROM workflow_status w
+                             WHERE w.queue = p_queue AND w.ordering_key = f.k
+                               AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'queued', f.from_id)
+                             ORDER BY w.status, w.id LIMIT p_limit)
+                            UNION ALL
+                            (SELECT w.shard_key, w.id FROM workflow_status w
+                             WHERE w.queue = p_queue AND w.ordering_key = f.k
+                               AND shardq_key_jobs_from(w.ordering_key, w.status, w.id, 'waiting', f.from_id)
+                             ORDER BY w.status, w.id LIMIT p_limit)) v
+                        ORDER BY v.id LIMIT p_limit) u
+                    LEFT JOIN LATERAL (
+                        SELECT w.ctid AS tid FROM workflow_status w
+                        WHERE w.shard_key = u.shard_key AND w.id = u.id
+                          AND w.status IN ('queued', 'waiting')
+                        FOR UPDATE SKIP LOCKED) l ON true) y
+                WHERE y.gaps = 0) x
+            LIMIT p_limit
         ), offered AS (
             SELECT t.tid, NULL::text AS k, t.pos, 0::bigint AS rn
             FROM unnest(c_tid, c_key) WITH ORDINALITY AS t(tid, k, pos)
             WHERE t.k IS NULL
             UNION ALL
-            -- A run is cut at its first job not locked here (a window, not
-            -- a join: see above).
-            SELECT c.tid, c.k, c.pos, c.rn FROM (
-                SELECT g.tid, g.k, g.pos, g.rn,
-                       min(g.rn) FILTER (WHERE g.tid IS NULL) OVER (PARTITION BY g.k) AS gap
-                FROM got g) c
-            WHERE c.tid IS NOT NULL AND (c.gap IS NULL OR c.rn < c.gap)
+            SELECT r.tid, r.k, r.pos, r.rn FROM runs r
         ), take AS (
             SELECT * FROM offered o ORDER BY o.pos, o.rn LIMIT p_limit
         )

@@ -47,6 +47,7 @@ mod horizon_recovery;
 mod job_groups;
 mod job_span;
 mod key_floors;
+mod keyed_runs;
 mod lease_outage;
 mod lifecycle;
 mod limits_home_down;

@@ -943,20 +943,21 @@ BEGIN
         -- The free keys' runs, read and locked key by key in dequeue
         -- order: each key's queued and waiting jobs in id order, each
         -- locked by its primary key, the run cut at its first job not
-        -- locked here (another claim holds it, or it is no longer queued
-        -- or waiting). The reading stops once a claim's worth of jobs that
+        -- locked here (another transaction holds it, or it is no longer
+        -- queued or waiting). The reading stops once a claim's worth of jobs that
         -- can be taken was met (the outer LIMIT ends the nested loop): a
         -- claim that read and locked every met key's backlog cost twenty
         -- times what it took when each key had twenty jobs queued. The
-        -- last run read may be cut by it; the key is then held, and its
-        -- other queued jobs are parked below. Each key's jobs are numbered
+        -- last run read may be cut by it; if the take reaches it, the key
+        -- is held and its other queued jobs are parked below (the rest
+        -- when a later claim meets them); if not, nothing of it changes. Each key's jobs are numbered
         -- and cut within its own read, whatever order the keys come in.
         WITH runs AS MATERIALIZED (
             SELECT f.k, f.pos, x.rn, x.tid
             FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (
                 SELECT y.rn, y.tid FROM (
-                    SELECT row_number() OVER (ORDER BY u.id) AS rn, l.tid,
-                           count(*) FILTER (WHERE l.tid IS NULL) OVER (ORDER BY u.id) AS gaps
+                    SELECT row_number() OVER run AS rn, l.tid,
+                           count(*) FILTER (WHERE l.tid IS NULL) OVER run AS gaps
                     FROM (
                         SELECT v.shard_key, v.id FROM (
                             (SELECT w.shard_key, w.id FROM workflow_status w
@@ -973,7 +974,10 @@ BEGIN
                         SELECT w.ctid AS tid FROM workflow_status w
                         WHERE w.shard_key = u.shard_key AND w.id = u.id
                           AND w.status IN ('queued', 'waiting')
-                        FOR UPDATE SKIP LOCKED) l ON true) y
+                        FOR UPDATE SKIP LOCKED) l ON true
+                    -- Row by row: a frame of peers would read (and lock)
+                    -- one row ahead.
+                    WINDOW run AS (ORDER BY u.id ROWS UNBOUNDED PRECEDING)) y
                 WHERE y.gaps = 0) x
             LIMIT p_limit
         ), offered AS (

@@ -944,14 +944,15 @@ BEGIN
         -- order: each key's queued and waiting jobs in id order, each
         -- locked by its primary key, the run cut at its first job not
         -- locked here (another transaction holds it, or it is no longer
-        -- queued or waiting). The reading stops once a claim's worth of jobs that
-        -- can be taken was met (the outer LIMIT ends the nested loop): a
-        -- claim that read and locked every met key's backlog cost twenty
-        -- times what it took when each key had twenty jobs queued. The
-        -- last run read may be cut by it; if the take reaches it, the key
-        -- is held and its other queued jobs are parked below (the rest
-        -- when a later claim meets them); if not, nothing of it changes. Each key's jobs are numbered
-        -- and cut within its own read, whatever order the keys come in.
+        -- queued or waiting). The reading stops once a claim's worth of
+        -- jobs that can be taken was met (the outer LIMIT ends the nested
+        -- loop): a claim that read and locked every met key's backlog
+        -- cost twenty times what it took when each key had twenty jobs
+        -- queued. The last run read may be cut by it; if the take reaches
+        -- it, the key is held and its other queued jobs are parked below
+        -- (the rest when a later claim meets them); if not, nothing of it
+        -- changes. Each key's jobs are numbered and cut within its own
+        -- read, whatever order the keys come in.
         WITH runs AS MATERIALIZED (
             SELECT f.k, f.pos, x.rn, x.tid
             FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (

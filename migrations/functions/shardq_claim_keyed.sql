@@ -10,13 +10,13 @@
 -- claim), then, in a new statement whose snapshot sees every change made
 -- under that lock, asks whether the key is held. A
 -- free key is claimed as a run: its queued and waiting jobs in id order, cut
--- at the first row another claim has locked. The jobs taken are the first
--- p_limit of the unkeyed jobs and the runs, in dequeue order of the unkeyed
--- job or the run's head (a run is cut, never split); runs are read and
--- locked only until p_limit keyed jobs that could be taken were met. The queued jobs of every
--- key held now (blocked, or taken by this claim) are parked as 'waiting', so
--- no later claim meets them again. A round that takes nothing but parks
--- something scans again (at most four rounds).
+-- at the first row another transaction has locked. The jobs taken are the
+-- first p_limit of the unkeyed jobs and the runs, in dequeue order of the
+-- unkeyed job or the run's head (a run is cut, never split); runs are read
+-- and locked only until p_limit keyed jobs that could be taken were met.
+-- The queued jobs of every key held now (blocked, or taken by this claim)
+-- are parked as 'waiting', so no later claim meets them again. A round
+-- that takes nothing but parks something scans again (at most four rounds).
 --
 -- Each key's jobs are read from its floor (shardq_key_floors, migration 44),
 -- or from its head when the head lies below it (a job that committed after
@@ -126,14 +126,15 @@ BEGIN
         -- order: each key's queued and waiting jobs in id order, each
         -- locked by its primary key, the run cut at its first job not
         -- locked here (another transaction holds it, or it is no longer
-        -- queued or waiting). The reading stops once a claim's worth of jobs that
-        -- can be taken was met (the outer LIMIT ends the nested loop): a
-        -- claim that read and locked every met key's backlog cost twenty
-        -- times what it took when each key had twenty jobs queued. The
-        -- last run read may be cut by it; if the take reaches it, the key
-        -- is held and its other queued jobs are parked below (the rest
-        -- when a later claim meets them); if not, nothing of it changes. Each key's jobs are numbered
-        -- and cut within its own read, whatever order the keys come in.
+        -- queued or waiting). The reading stops once a claim's worth of
+        -- jobs that can be taken was met (the outer LIMIT ends the nested
+        -- loop): a claim that read and locked every met key's backlog
+        -- cost twenty times what it took when each key had twenty jobs
+        -- queued. The last run read may be cut by it; if the take reaches
+        -- it, the key is held and its other queued jobs are parked below
+        -- (the rest when a later claim meets them); if not, nothing of it
+        -- changes. Each key's jobs are numbered and cut within its own
+        -- read, whatever order the keys come in.
         WITH runs AS MATERIALIZED (
             SELECT f.k, f.pos, x.rn, x.tid
             FROM unnest(f_key, f_pos, f_from) AS f(k, pos, from_id) CROSS JOIN LATERAL (

@@ -54,6 +54,18 @@ async fn key_floor(db: &impl GenericClient, key: &str) -> Option<i64> {
     .map(|r| r.get(0))
 }
 
+/// Runs `jobs` jobs of key `busy` one after another (each claimed and
+/// finished), lets the floors move, then enqueues its next job: its id.
+async fn run_then_enqueue(db: &tokio_postgres::Client, jobs: usize) -> i64 {
+    for _ in 0..jobs {
+        let id = enqueue(db, "busy").await;
+        assert_eq!(claim(db, "q", 1).await, vec![id]);
+        finish(db, id, "succeeded").await;
+    }
+    let_floors_move(db).await;
+    enqueue(db, "busy").await
+}
+
 /// Entries of the per-key index walked (index entries returned).
 const KEY_INDEX_ENTRIES: &str =
     "SELECT pg_stat_get_xact_tuples_returned('workflow_status_key'::regclass)::bigint";
@@ -98,13 +110,7 @@ async fn under_a_held_snapshot_a_keys_reads_start_at_its_floor() {
     let mut db = set.get(0).client().await.unwrap();
     let holder = common::hold_snapshot(&shards.urls[0]).await;
 
-    for _ in 0..300 {
-        let id = enqueue(&***db, "busy").await;
-        assert_eq!(claim(&db, "q", 1).await, vec![id]);
-        finish(&***db, id, "succeeded").await;
-    }
-    let_floors_move(&db).await;
-    let next = enqueue(&***db, "busy").await;
+    let next = run_then_enqueue(&db, 300).await;
     let read = read_by_next_job(&mut db, next, KEY_INDEX_ENTRIES).await;
     assert!(
         read <= 40,
@@ -138,13 +144,7 @@ async fn a_keys_floor_is_probed_by_its_key() {
     db.batch_execute("UPDATE shardq_key_floors SET floor_id = 2")
         .await
         .unwrap();
-    for _ in 0..20 {
-        let id = enqueue(&***db, "busy").await;
-        assert_eq!(claim(&db, "q", 1).await, vec![id]);
-        finish(&***db, id, "succeeded").await;
-    }
-    let_floors_move(&db).await;
-    let next = enqueue(&***db, "busy").await;
+    let next = run_then_enqueue(&db, 20).await;
     let read = read_by_next_job(&mut db, next, FLOOR_ROWS).await;
     assert!(
         read <= 20,

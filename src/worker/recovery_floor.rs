@@ -2,51 +2,94 @@
 //!
 //! While a long transaction holds the xmin horizon, the lease index keeps
 //! an entry, expired, for the running version of every job finished since;
-//! a pass that starts at the oldest lease walks them all, every second,
-//! and the shard spends its CPU on that walk. So a pass starts a margin
-//! before the previous caught-up pass (`MARGIN`: a lease written by a
-//! transaction still open then, and visible only later, is at most that
-//! far behind), and never after a lease it found and had to leave (a busy
-//! key). Every `FULL_EVERY` one pass looks at all of them again, for what
-//! the bound cannot see: a lease behind it whose row was locked by a write
-//! that then rolled back.
+//! a pass that starts at the oldest lease walks them all, and the shard
+//! spends its CPU (and its buffer cache) on that walk. So a pass looks back
+//! only a little before the previous caught-up pass, and never after a
+//! lease it found and had to leave (a busy key).
+//!
+//! What a short look can miss is a lease that expired before the previous
+//! pass but became visible after it: written (`now()` + the lease, `now()`
+//! its transaction's start) by a transaction that ran longer than the lease
+//! and committed after that pass looked. So three looks, each less often:
+//! - a short one (`SHORT` back) every pass;
+//! - a wide one (`MARGIN` back from the previous wide pass) every
+//!   `WIDE_EVERY`: a writer that ran up to `MARGIN` longer than its lease
+//!   is found within `WIDE_EVERY`, as before within a pass (measured under
+//!   a held horizon, 10,000 jobs/s: a margin looked at every second walked
+//!   9,400 heap pages a pass);
+//! - a full one every `FULL_EVERY`, for what no bound sees: a longer
+//!   writer, or a lease behind the start whose row was locked by a write
+//!   that then rolled back.
 
 use std::time::{Duration, Instant, SystemTime};
 
-/// How far before the previous caught-up pass the next one starts.
+/// How far before the previous caught-up pass a short look starts.
+pub(crate) const SHORT: Duration = Duration::from_secs(1);
+
+/// How far before the previous caught-up wide pass a wide look starts.
 pub(crate) const MARGIN: Duration = Duration::from_secs(10);
+
+/// How often a pass looks back by the whole margin.
+pub(crate) const WIDE_EVERY: Duration = Duration::from_secs(20);
 
 /// How often a pass looks at every expired lease.
 pub(crate) const FULL_EVERY: Duration = Duration::from_secs(300);
 
-/// One shard's recovery start, kept by this process's maintenance loop.
+/// Where one pass looks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Look {
+    /// The earliest lease expiry the pass looks at (`None`: every one).
+    pub(crate) from: Option<SystemTime>,
+    /// A wide or full look: its end moves the wide start too.
+    wide: bool,
+}
+
+/// One shard's recovery starts, kept by this process's maintenance loop.
 #[derive(Debug)]
 pub(crate) struct RecoveryFloor {
-    since: Option<SystemTime>,
+    short: Option<SystemTime>,
+    wide: Option<SystemTime>,
+    last_wide: Option<Instant>,
     last_full: Option<Instant>,
 }
 
 impl RecoveryFloor {
     pub(crate) fn new() -> Self {
         RecoveryFloor {
-            since: None,
+            short: None,
+            wide: None,
+            last_wide: None,
             last_full: None,
         }
     }
 
-    /// Where the next pass starts (`None`: at the oldest lease), as of `now`.
-    pub(crate) fn since(&self, now: Instant) -> Option<SystemTime> {
-        match self.last_full {
-            Some(full) if now.duration_since(full) < FULL_EVERY => self.since,
-            _ => None,
+    /// Where the next pass looks from, as of `now`.
+    pub(crate) fn look(&self, now: Instant) -> Look {
+        let due =
+            |last: Option<Instant>, every| last.is_none_or(|t| now.duration_since(t) >= every);
+        if due(self.last_full, FULL_EVERY) {
+            Look {
+                from: None,
+                wide: true,
+            }
+        } else if due(self.last_wide, WIDE_EVERY) {
+            Look {
+                from: self.wide,
+                wide: true,
+            }
+        } else {
+            Look {
+                from: self.short,
+                wide: false,
+            }
         }
     }
 
-    /// Takes in a pass that started at `since` (what [`Self::since`] said)
-    /// and ended as `pass` says, at `now`.
+    /// Takes in a pass that looked as `look` said and ended as `pass` says,
+    /// at `now`.
     pub(crate) fn passed(
         &mut self,
-        since: Option<SystemTime>,
+        look: Look,
         at: Option<SystemTime>,
         caught_up: bool,
         oldest_left: Option<SystemTime>,
@@ -56,12 +99,21 @@ impl RecoveryFloor {
             return; // another process did the pass: nothing was looked at
         };
         if !caught_up {
-            return; // more past `since`: the next pass starts there again
+            return; // more past the start: the next pass of the kind starts there again
         }
-        let next = at.checked_sub(MARGIN).unwrap_or(at);
-        self.since = Some(oldest_left.map_or(next, |left| left.min(next)));
-        if since.is_none() {
-            self.last_full = Some(now);
+        let back = |by: Duration| {
+            let next = at.checked_sub(by).unwrap_or(at);
+            oldest_left.map_or(next, |left| left.min(next))
+        };
+        self.short = Some(back(SHORT));
+        if look.wide {
+            self.wide = Some(back(MARGIN));
+            self.last_wide = Some(now);
+            if look.from.is_none() {
+                self.last_full = Some(now);
+            }
+        } else if let (Some(left), Some(wide)) = (oldest_left, self.wide) {
+            self.wide = Some(wide.min(left));
         }
     }
 }
@@ -74,38 +126,83 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
     }
 
-    #[test]
-    fn the_first_pass_looks_at_every_lease_then_a_margin_before_the_last() {
-        let start = Instant::now();
-        let mut floor = RecoveryFloor::new();
-        assert_eq!(floor.since(start), None);
-        floor.passed(None, Some(t(100)), true, None, start);
-        assert_eq!(floor.since(start), Some(t(90)));
-        floor.passed(Some(t(90)), Some(t(101)), true, None, start);
-        assert_eq!(floor.since(start), Some(t(91)));
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
     }
 
     #[test]
-    fn a_pass_that_did_not_catch_up_or_ran_elsewhere_keeps_the_start() {
+    fn a_full_look_first_then_short_ones_and_a_wide_one_each_wide_period() {
         let start = Instant::now();
         let mut floor = RecoveryFloor::new();
-        floor.passed(None, Some(t(100)), true, None, start);
-        floor.passed(Some(t(90)), Some(t(200)), false, None, start);
-        assert_eq!(floor.since(start), Some(t(90)), "more to do past 90");
-        floor.passed(Some(t(90)), None, true, None, start);
-        assert_eq!(floor.since(start), Some(t(90)), "another process passed");
+        let full = floor.look(start);
+        assert_eq!(full.from, None);
+        floor.passed(full, Some(t(100)), true, None, start);
+
+        let short = floor.look(start + secs(1));
+        assert_eq!(short.from, Some(t(99)), "SHORT before the last pass");
+        floor.passed(short, Some(t(101)), true, None, start + secs(1));
+        assert_eq!(floor.look(start + secs(2)).from, Some(t(100)));
+
+        let wide = floor.look(start + WIDE_EVERY);
+        assert_eq!(wide.from, Some(t(90)), "MARGIN before the last wide pass");
+        floor.passed(wide, Some(t(120)), true, None, start + WIDE_EVERY);
+        assert_eq!(floor.look(start + WIDE_EVERY + secs(1)).from, Some(t(119)));
+        assert_eq!(floor.look(start + WIDE_EVERY * 2).from, Some(t(110)));
+        assert_eq!(floor.look(start + FULL_EVERY).from, None, "then all again");
+    }
+
+    #[test]
+    fn a_pass_that_did_not_catch_up_or_ran_elsewhere_keeps_its_start() {
+        let start = Instant::now();
+        let mut floor = RecoveryFloor::new();
+        floor.passed(floor.look(start), Some(t(100)), true, None, start);
+        let short = floor.look(start + secs(1));
+        floor.passed(short, Some(t(200)), false, None, start + secs(1));
+        assert_eq!(
+            floor.look(start + secs(2)).from,
+            Some(t(99)),
+            "more past 99"
+        );
+        floor.passed(short, None, true, None, start + secs(2));
+        assert_eq!(
+            floor.look(start + secs(3)).from,
+            Some(t(99)),
+            "another process passed"
+        );
+
+        let wide = floor.look(start + WIDE_EVERY);
+        assert_eq!(wide.from, Some(t(90)));
+        floor.passed(wide, Some(t(300)), false, None, start + WIDE_EVERY);
+        assert_eq!(
+            floor.look(start + WIDE_EVERY + secs(1)).from,
+            Some(t(90)),
+            "a wide pass that did not catch up is wide again"
+        );
         // Not caught up on the first pass: still a full one next.
         let mut fresh = RecoveryFloor::new();
-        fresh.passed(None, Some(t(100)), false, None, start);
-        assert_eq!(fresh.since(start), None);
+        fresh.passed(fresh.look(start), Some(t(100)), false, None, start);
+        assert_eq!(fresh.look(start).from, None);
     }
 
     #[test]
-    fn a_lease_left_behind_holds_the_start_and_a_full_pass_comes_back() {
+    fn a_lease_left_behind_holds_both_starts_and_a_full_pass_comes_back() {
         let start = Instant::now();
         let mut floor = RecoveryFloor::new();
-        floor.passed(None, Some(t(100)), true, Some(t(20)), start);
-        assert_eq!(floor.since(start), Some(t(20)), "the busy key's lease");
-        assert_eq!(floor.since(start + FULL_EVERY), None, "then all again");
+        floor.passed(floor.look(start), Some(t(100)), true, Some(t(20)), start);
+        assert_eq!(
+            floor.look(start + secs(1)).from,
+            Some(t(20)),
+            "the busy key's lease"
+        );
+        assert_eq!(floor.look(start + WIDE_EVERY).from, Some(t(20)));
+        assert_eq!(floor.look(start + FULL_EVERY).from, None, "then all again");
+
+        // A lease a short pass leaves holds the wide start too.
+        let mut floor = RecoveryFloor::new();
+        floor.passed(floor.look(start), Some(t(100)), true, None, start);
+        let short = floor.look(start + secs(1));
+        floor.passed(short, Some(t(101)), true, Some(t(85)), start + secs(1));
+        assert_eq!(floor.look(start + secs(2)).from, Some(t(85)));
+        assert_eq!(floor.look(start + WIDE_EVERY).from, Some(t(85)));
     }
 }

@@ -4,32 +4,33 @@
 //! an entry, expired, for the running version of every job finished since;
 //! a pass that starts at the oldest lease walks them all, and the shard
 //! spends its CPU (and its buffer cache) on that walk. So a pass looks back
-//! only a little before the previous caught-up pass, and never after a
-//! lease it found and had to leave (a busy key).
+//! only a little before the previous caught-up pass (its transaction's
+//! start), and never after a lease it found and had to leave (a busy key).
 //!
 //! What a short look can miss is a lease that expired before the previous
 //! pass but became visible after it: written (`now()` + the lease, `now()`
 //! its transaction's start) by a transaction that ran longer than the lease
 //! and committed after that pass looked. So three looks, each less often:
-//! - a short one (`SHORT` back) every pass;
-//! - a wide one (`MARGIN` back from the previous wide pass) every
-//!   `WIDE_EVERY`: a writer that ran up to `MARGIN` longer than its lease
-//!   is found within `WIDE_EVERY`, as before within a pass (measured under
-//!   a held horizon, 10,000 jobs/s: a margin looked at every second walked
-//!   9,400 heap pages a pass);
+//! - a short one (`SHORT_BACK`) every pass;
+//! - a wide one (`WIDE_BACK` before the previous caught-up wide pass)
+//!   every `WIDE_EVERY`: a writer that ran up to `WIDE_BACK` longer than
+//!   its lease is found within about `WIDE_EVERY` and a pass, where the
+//!   margin looked at every pass found it within a pass (measured under a
+//!   held horizon, 10,000 jobs/s: that walked 9,400 heap pages a pass);
 //! - a full one every `FULL_EVERY`, for what no bound sees: a longer
-//!   writer, or a lease behind the start whose row was locked by a write
-//!   that then rolled back.
+//!   writer, or an expired lease behind the start whose row was locked
+//!   (by a write, committed or rolled back, that left the lease as it was)
+//!   each time a pass looked at it.
 
 use std::time::{Duration, Instant, SystemTime};
 
 /// How far before the previous caught-up pass a short look starts.
-pub(crate) const SHORT: Duration = Duration::from_secs(1);
+pub(crate) const SHORT_BACK: Duration = Duration::from_secs(1);
 
 /// How far before the previous caught-up wide pass a wide look starts.
-pub(crate) const MARGIN: Duration = Duration::from_secs(10);
+pub(crate) const WIDE_BACK: Duration = Duration::from_secs(10);
 
-/// How often a pass looks back by the whole margin.
+/// How often a pass looks back from the wide start.
 pub(crate) const WIDE_EVERY: Duration = Duration::from_secs(20);
 
 /// How often a pass looks at every expired lease.
@@ -41,14 +42,14 @@ pub(crate) struct Look {
     /// The earliest lease expiry the pass looks at (`None`: every one).
     pub(crate) from: Option<SystemTime>,
     /// A wide or full look: its end moves the wide start too.
-    wide: bool,
+    moves_wide: bool,
 }
 
 /// One shard's recovery starts, kept by this process's maintenance loop.
 #[derive(Debug)]
 pub(crate) struct RecoveryFloor {
-    short: Option<SystemTime>,
-    wide: Option<SystemTime>,
+    short_from: Option<SystemTime>,
+    wide_from: Option<SystemTime>,
     last_wide: Option<Instant>,
     last_full: Option<Instant>,
 }
@@ -56,8 +57,8 @@ pub(crate) struct RecoveryFloor {
 impl RecoveryFloor {
     pub(crate) fn new() -> Self {
         RecoveryFloor {
-            short: None,
-            wide: None,
+            short_from: None,
+            wide_from: None,
             last_wide: None,
             last_full: None,
         }
@@ -70,23 +71,25 @@ impl RecoveryFloor {
         if due(self.last_full, FULL_EVERY) {
             Look {
                 from: None,
-                wide: true,
+                moves_wide: true,
             }
         } else if due(self.last_wide, WIDE_EVERY) {
             Look {
-                from: self.wide,
-                wide: true,
+                from: self.wide_from,
+                moves_wide: true,
             }
         } else {
             Look {
-                from: self.short,
-                wide: false,
+                from: self.short_from,
+                moves_wide: false,
             }
         }
     }
 
-    /// Takes in a pass that looked as `look` said and ended as `pass` says,
-    /// at `now`.
+    /// Takes in a pass that looked as `look` said, at `now`: `at`, the
+    /// database's time of the pass (`None`: another process had it);
+    /// `caught_up`, whether it found fewer expired leases than its limit;
+    /// `oldest_left`, the earliest one it found and had to leave.
     pub(crate) fn passed(
         &mut self,
         look: Look,
@@ -105,15 +108,15 @@ impl RecoveryFloor {
             let next = at.checked_sub(by).unwrap_or(at);
             oldest_left.map_or(next, |left| left.min(next))
         };
-        self.short = Some(back(SHORT));
-        if look.wide {
-            self.wide = Some(back(MARGIN));
+        self.short_from = Some(back(SHORT_BACK));
+        // A short pass leaves the wide start alone: it looked at nothing
+        // before its own start, which is after the wide one.
+        if look.moves_wide {
+            self.wide_from = Some(back(WIDE_BACK));
             self.last_wide = Some(now);
             if look.from.is_none() {
                 self.last_full = Some(now);
             }
-        } else if let (Some(left), Some(wide)) = (oldest_left, self.wide) {
-            self.wide = Some(wide.min(left));
         }
     }
 }
@@ -139,12 +142,16 @@ mod tests {
         floor.passed(full, Some(t(100)), true, None, start);
 
         let short = floor.look(start + secs(1));
-        assert_eq!(short.from, Some(t(99)), "SHORT before the last pass");
+        assert_eq!(short.from, Some(t(99)), "SHORT_BACK before the last pass");
         floor.passed(short, Some(t(101)), true, None, start + secs(1));
         assert_eq!(floor.look(start + secs(2)).from, Some(t(100)));
 
         let wide = floor.look(start + WIDE_EVERY);
-        assert_eq!(wide.from, Some(t(90)), "MARGIN before the last wide pass");
+        assert_eq!(
+            wide.from,
+            Some(t(90)),
+            "WIDE_BACK before the last wide pass"
+        );
         floor.passed(wide, Some(t(120)), true, None, start + WIDE_EVERY);
         assert_eq!(floor.look(start + WIDE_EVERY + secs(1)).from, Some(t(119)));
         assert_eq!(floor.look(start + WIDE_EVERY * 2).from, Some(t(110)));
@@ -197,12 +204,13 @@ mod tests {
         assert_eq!(floor.look(start + WIDE_EVERY).from, Some(t(20)));
         assert_eq!(floor.look(start + FULL_EVERY).from, None, "then all again");
 
-        // A lease a short pass leaves holds the wide start too.
+        // A lease a short pass leaves holds the short start; the wide one
+        // is before it already.
         let mut floor = RecoveryFloor::new();
         floor.passed(floor.look(start), Some(t(100)), true, None, start);
         let short = floor.look(start + secs(1));
-        floor.passed(short, Some(t(101)), true, Some(t(85)), start + secs(1));
-        assert_eq!(floor.look(start + secs(2)).from, Some(t(85)));
-        assert_eq!(floor.look(start + WIDE_EVERY).from, Some(t(85)));
+        floor.passed(short, Some(t(101)), true, Some(t(99)), start + secs(1));
+        assert_eq!(floor.look(start + secs(2)).from, Some(t(99)));
+        assert_eq!(floor.look(start + WIDE_EVERY).from, Some(t(90)));
     }
 }

@@ -96,6 +96,7 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     let profile_from = hold_until.saturating_sub(Duration::from_secs(args.profile_s));
     let mut profiling = false;
     let mut next = Duration::from_secs(args.interval_s).min(hold_from);
+    let mut interval_start = Duration::ZERO;
     while started.elapsed() < end {
         let wake = next.min(end);
         tokio::time::sleep(wake.saturating_sub(started.elapsed())).await;
@@ -129,8 +130,9 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
                 worker.log_tail()
             );
         }
-        let phase = phase_at(at, hold_from, hold_until, held);
+        let phase = phase_of(interval_start, hold_from, hold_until, held);
         let interval = sampler.interval(at, phase).await?;
+        interval_start = at;
         eprintln!("  {}", interval.line());
         intervals.push(interval);
         next = next_boundary(at, args, &[hold_from, profile_from, hold_until]);
@@ -148,11 +150,15 @@ async fn scenario(args: &HorizonArgs, held: bool) -> Result<Scenario> {
     })
 }
 
-/// What the snapshot is doing at `at`.
-fn phase_at(at: Duration, from: Duration, until: Duration, held: bool) -> &'static str {
-    if at <= from {
+/// What the snapshot did over the interval that began at `start`. The
+/// snapshot is taken, and let go, at the end of an interval (intervals end
+/// at the hold's start and end), so none straddles either: the interval
+/// that ends when the snapshot is taken is the warm-up's, the one that
+/// ends when it is let go the hold's last.
+fn phase_of(start: Duration, from: Duration, until: Duration, held: bool) -> &'static str {
+    if start < from {
         "warm-up"
-    } else if at <= until {
+    } else if start < until {
         if held {
             "held"
         } else {
@@ -163,8 +169,6 @@ fn phase_at(at: Duration, from: Duration, until: Duration, held: bool) -> &'stat
     }
 }
 
-/// The next sample time: every interval, and at the snapshot's start and
-/// end and the profile's start.
 fn next_boundary(at: Duration, args: &HorizonArgs, boundaries: &[Duration]) -> Duration {
     let step = Duration::from_secs(args.interval_s);
     let regular = at + step;
@@ -184,4 +188,22 @@ fn start_worker(config: &std::path::Path, logs: &std::path::Path) -> Result<Proc
         .args(["worker", "--queue", "bench"])
         .stdin(std::process::Stdio::null());
     Proc::spawn(command, logs.join("worker.log"), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_interval_takes_the_phase_it_began_in() {
+        let (from, until) = (Duration::from_secs(30), Duration::from_secs(630));
+        let at = |ms: u64| Duration::from_millis(ms);
+        // Sampled a little late, as sleeps wake: the first interval still
+        // is the warm-up, the one ending at the release still held.
+        assert_eq!(phase_of(at(0), from, until, true), "warm-up");
+        assert_eq!(phase_of(at(30_004), from, until, true), "held");
+        assert_eq!(phase_of(at(570_010), from, until, true), "held");
+        assert_eq!(phase_of(at(630_003), from, until, true), "after");
+        assert_eq!(phase_of(at(90_000), from, until, false), "steady");
+    }
 }

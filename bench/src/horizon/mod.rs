@@ -169,6 +169,8 @@ fn phase_of(start: Duration, from: Duration, until: Duration, held: bool) -> &'s
     }
 }
 
+/// The next sample time: every interval, and at the snapshot's start and
+/// end and the profile's start.
 fn next_boundary(at: Duration, args: &HorizonArgs, boundaries: &[Duration]) -> Duration {
     let step = Duration::from_secs(args.interval_s);
     let regular = at + step;

@@ -109,11 +109,11 @@ async fn shard_loop(
         }
         // Three duties, each on its own: one that fails (a deadline on a
         // stuck shard, say) is logged and the others still run.
-        let look = recovery.look(Instant::now());
-        match upkeep::recover_expired_since(shard, MAINTENANCE_BATCH, look.from).await {
+        let since = recovery.since(Instant::now());
+        match upkeep::recover_expired_since(shard, MAINTENANCE_BATCH, since).await {
             Ok(pass) => {
                 recovery.passed(
-                    look,
+                    since,
                     pass.at,
                     pass.caught_up,
                     pass.oldest_left,

@@ -49,6 +49,7 @@
 --     43 0043_grouped_index_roles.sql
 --     44 0044_key_floors.sql
 --     45 0045_key_index_role.sql
+--     46 0046_one_group_line_index.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -306,13 +307,12 @@ TABLE workflow_status WITH (vacuum_truncate=false, autovacuum_vacuum_scale_facto
     CONSTRAINT workflow_status_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text, 'held'::text]))) NOT VALID
     INDEX CREATE INDEX workflow_status_children ON public.workflow_status USING btree (parent_shard_key, parent_id) WHERE (parent_id IS NOT NULL)
     INDEX CREATE INDEX workflow_status_deadline ON public.workflow_status USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND (NOT cancel_requested) AND (status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'queued'::text, 'running'::text])))
-    INDEX CREATE INDEX workflow_status_dequeue_grouped ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, id) WHERE ((status = 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_keyed ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NOT NULL))
     INDEX CREATE INDEX workflow_status_dequeue_plain ON public.workflow_status USING btree (queue, priority, id) WHERE ((status = 'queued'::text) AND (ordering_key IS NULL) AND (job_group IS NULL))
     INDEX CREATE INDEX workflow_status_failed ON public.workflow_status USING btree (finished_at, id) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_failed_queue ON public.workflow_status USING btree (status, queue) WHERE (status = ANY (ARRAY['dead'::text, 'failed'::text, 'cancelled'::text]))
     INDEX CREATE INDEX workflow_status_finished ON public.workflow_status USING btree (finished_at) WHERE (status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'dead'::text, 'cancelled'::text]))
-    INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn) WHERE ((status >= 'queued'::text) AND (status <= 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
+    INDEX CREATE INDEX workflow_status_group_lines ON public.workflow_status USING btree (queue, hashtext(job_group), job_group, priority, turn, id) WHERE ((status >= 'queued'::text) AND (status <= 'queued'::text) AND (job_group IS NOT NULL) AND (hashtext(job_group) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_held ON public.workflow_status USING btree (shard_key) WHERE (status = 'held'::text)
     INDEX CREATE INDEX workflow_status_key ON public.workflow_status USING btree (queue, ordering_key, status, id) WHERE ((ordering_key IS NOT NULL) AND (status = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'scheduled'::text])) AND (hashtext(ordering_key) IS NOT NULL))
     INDEX CREATE INDEX workflow_status_lease ON public.workflow_status USING btree (lease_expires_at) WHERE (status = 'running'::text)
@@ -796,29 +796,32 @@ BEGIN
     -- per_group jobs, no more than it may start. The jobs without a group
     -- fill what the groups leave, after their turn.
     WITH heads_only AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority,
+               w.turn
         FROM unnest(g_tid) WITH ORDINALITY AS g(tid, pos)
         JOIN workflow_status w ON w.ctid = g.tid
         WHERE per_group = 1 AND w.status = 'queued' AND w.queue = p_queue
           AND w.job_group IS NOT NULL
         FOR UPDATE OF w SKIP LOCKED
     ), runs AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority
+        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority, c.turn
         FROM unnest(g_name, coalesce(g_allowed, '{}')) WITH ORDINALITY AS g(name, allowed, pos)
         CROSS JOIN LATERAL (
-            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority, w.turn
             FROM workflow_status w
-            WHERE per_group > 1 AND w.queue = p_queue AND w.status = 'queued'
+            WHERE per_group > 1 AND w.queue = p_queue
+              AND w.status >= 'queued' AND w.status <= 'queued'
               AND w.job_group IS NOT NULL AND hashtext(w.job_group) = hashtext(g.name)
               AND w.job_group = g.name
-            ORDER BY w.priority, w.id LIMIT least(per_group, coalesce(g.allowed, per_group))
+            ORDER BY w.priority, w.turn, w.id
+            LIMIT least(per_group, coalesce(g.allowed, per_group))
             FOR UPDATE SKIP LOCKED) c
     ), plain AS MATERIALIZED (
         SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
         WHERE w.ctid = ANY (plain_tids)
     ), met AS (
         SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
-               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
+               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.turn, g.id) AS rn
         FROM (SELECT * FROM heads_only UNION ALL SELECT * FROM runs) g
         UNION ALL
         SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,
@@ -1415,17 +1418,19 @@ CREATE OR REPLACE FUNCTION public.shardq_group_heads(p_queue text, p_from intege
 AS $function$
     WITH RECURSIVE walk(h, g, head, n) AS (
         (SELECT hashtext(w.job_group), w.job_group, w.ctid, 1 FROM workflow_status w
-         WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+         WHERE w.queue = p_queue AND w.status >= 'queued' AND w.status <= 'queued'
+           AND w.job_group IS NOT NULL
            AND hashtext(w.job_group) >= p_from AND hashtext(w.job_group) < p_below
-         ORDER BY hashtext(w.job_group), w.job_group, w.priority, w.id LIMIT 1)
+         ORDER BY hashtext(w.job_group), w.job_group, w.priority, w.turn, w.id LIMIT 1)
         UNION ALL
         SELECT x.h, x.g, x.head, v.n + 1 FROM walk v CROSS JOIN LATERAL (
             SELECT hashtext(w.job_group) AS h, w.job_group AS g, w.ctid AS head
             FROM workflow_status w
-            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+            WHERE w.queue = p_queue AND w.status >= 'queued' AND w.status <= 'queued'
+              AND w.job_group IS NOT NULL
               AND (hashtext(w.job_group), w.job_group) > (v.h, v.g)
               AND hashtext(w.job_group) < p_below
-            ORDER BY hashtext(w.job_group), w.job_group, w.priority, w.id LIMIT 1) x
+            ORDER BY hashtext(w.job_group), w.job_group, w.priority, w.turn, w.id LIMIT 1) x
         WHERE v.n < p_max
     )
     SELECT coalesce(array_agg(g ORDER BY n), '{}'), coalesce(array_agg(head ORDER BY n), '{}')

@@ -19,7 +19,9 @@
 -- space, wrapping (shardq_group_heads: one index probe per group); the
 -- queue's jobs without a group (and without a key) count as one more group,
 -- at a random place among them. Of each group it locks (SKIP LOCKED) at
--- most ceil(p_limit / groups) jobs in (priority, id) order, then takes them
+-- most ceil(p_limit / groups) jobs in (priority, turn, id) order (the
+-- order they became ready, from the group's line in
+-- workflow_status_group_lines), then takes them
 -- round by round: every group's first job, then every group's second, ...,
 -- up to p_limit in all. So no group's backlog, however long, stands before
 -- another group's jobs for more than its turn.
@@ -181,29 +183,32 @@ BEGIN
     -- per_group jobs, no more than it may start. The jobs without a group
     -- fill what the groups leave, after their turn.
     WITH heads_only AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority,
+               w.turn
         FROM unnest(g_tid) WITH ORDINALITY AS g(tid, pos)
         JOIN workflow_status w ON w.ctid = g.tid
         WHERE per_group = 1 AND w.status = 'queued' AND w.queue = p_queue
           AND w.job_group IS NOT NULL
         FOR UPDATE OF w SKIP LOCKED
     ), runs AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority
+        SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority, c.turn
         FROM unnest(g_name, coalesce(g_allowed, '{}')) WITH ORDINALITY AS g(name, allowed, pos)
         CROSS JOIN LATERAL (
-            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority
+            SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority, w.turn
             FROM workflow_status w
-            WHERE per_group > 1 AND w.queue = p_queue AND w.status = 'queued'
+            WHERE per_group > 1 AND w.queue = p_queue
+              AND w.status >= 'queued' AND w.status <= 'queued'
               AND w.job_group IS NOT NULL AND hashtext(w.job_group) = hashtext(g.name)
               AND w.job_group = g.name
-            ORDER BY w.priority, w.id LIMIT least(per_group, coalesce(g.allowed, per_group))
+            ORDER BY w.priority, w.turn, w.id
+            LIMIT least(per_group, coalesce(g.allowed, per_group))
             FOR UPDATE SKIP LOCKED) c
     ), plain AS MATERIALIZED (
         SELECT w.ctid AS tid, w.shard_key, w.id, w.priority FROM workflow_status w
         WHERE w.ctid = ANY (plain_tids)
     ), met AS (
         SELECT g.pos, g.tid, g.shard_key, g.id, g.job_group,
-               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.id) AS rn
+               row_number() OVER (PARTITION BY g.pos ORDER BY g.priority, g.turn, g.id) AS rn
         FROM (SELECT * FROM heads_only UNION ALL SELECT * FROM runs) g
         UNION ALL
         SELECT plain_pos, p.tid, p.shard_key, p.id, NULL,

@@ -253,6 +253,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0045_key_index_role.sql",
         sql: include_str!("../../migrations/0045_key_index_role.sql"),
     },
+    Migration {
+        version: 46,
+        name: "0046_one_group_line_index.sql",
+        sql: include_str!("../../migrations/0046_one_group_line_index.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

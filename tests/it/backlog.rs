@@ -119,7 +119,6 @@ async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>)
         "workflow_status_dequeue_plain",
         "workflow_status_dequeue_keyed",
         "workflow_status_ready_keyed",
-        "workflow_status_dequeue_grouped",
         "workflow_status_ready_grouped",
         "workflow_status_group_lines",
         "workflow_status_pkey",

@@ -357,3 +357,40 @@ async fn a_transaction_that_numbers_from_the_round_it_read_first_is_claimed_whol
     both.sort();
     assert_eq!(both, vec![first, second]);
 }
+
+/// Under group limits a group's jobs are taken in the order they became
+/// ready, as without limits: the group's oldest job, made ready again (a
+/// retry, a release), is taken after the two queued before that, both in a
+/// claim of the group's head alone and in a claim of its run (two jobs).
+/// Taken by id, as before migration 46, it would have come first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_group_limits_a_group_runs_its_jobs_in_the_order_they_became_ready() {
+    for claimed in [1, 2] {
+        let (_shards, set) = shard().await;
+        let db = set.get(0).client().await.unwrap();
+        db.batch_execute(
+            "INSERT INTO shardq_queue_limits (queue, group_concurrency, revision) \
+             VALUES ('q', 10, 1)",
+        )
+        .await
+        .unwrap();
+        let ids = enqueue_group(&***db, "q", "a", 3).await;
+        db.execute(
+            "UPDATE workflow_status SET status = 'scheduled', run_at = now() WHERE id = $1",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap();
+        db.execute(
+            "UPDATE workflow_status SET status = 'queued' WHERE id = $1",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap();
+        // Returned by id: the first `claimed` in ready order, sorted.
+        let taken = claim(&db, "q", claimed).await;
+        let mut first = [ids[1], ids[2], ids[0]][..claimed as usize].to_vec();
+        first.sort();
+        assert_eq!(taken, first, "a claim of {claimed}");
+    }
+}

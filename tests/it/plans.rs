@@ -183,7 +183,6 @@ async fn the_pending_check_reads_only_partial_indexes() {
         &[
             "workflow_status_dequeue_plain",
             "workflow_status_ready_plain",
-            "workflow_status_dequeue_grouped",
             "workflow_status_ready_grouped",
             "workflow_status_group_lines",
             "workflow_status_key",
@@ -239,7 +238,6 @@ async fn status_reads_partial_indexes_and_estimates_history() {
             "workflow_status_ready_plain",
             "workflow_status_dequeue_keyed",
             "workflow_status_ready_keyed",
-            "workflow_status_dequeue_grouped",
             "workflow_status_ready_grouped",
             "workflow_status_group_lines",
             "workflow_status_pkey",
@@ -372,16 +370,18 @@ async fn the_unkeyed_claim_keeps_one_index_plan() {
 }
 
 /// Each grouped index serves only its own statements
-/// (migrations/0043_grouped_index_roles.sql). The ready probes (the claim's
-/// choice of path and its walk, the move of the rounds, the probe for jobs
-/// without a turn) read queued grouped jobs by turn only
-/// (`workflow_status_ready_grouped`), and a new job's turn is read from its
-/// group's line only (`workflow_status_group_lines`). With statistics taken
-/// when few jobs were queued the planner chose among the three by chance:
-/// a probe walked the dead entries of the line index (45,000 buffers under
-/// a held horizon), and a bulk enqueue read the turn index backward past
-/// every job queued before it. Shown by taking each index away in a
-/// transaction: the statements meant for it then use neither of the others.
+/// (migrations/0043_grouped_index_roles.sql, 0046_one_group_line_index.sql).
+/// The ready probes (the claim's choice of path and its walk, the move of
+/// the rounds, the probe for jobs without a turn) read queued grouped jobs
+/// by turn only (`workflow_status_ready_grouped`); a new job's turn, and
+/// the heads and runs of groups that a claim under group limits takes, are
+/// read from the groups' lines only (`workflow_status_group_lines`). With
+/// statistics taken when few jobs were queued the planner chose among the
+/// indexes by chance: a probe walked the dead entries of the line index
+/// (45,000 buffers under a held horizon), and a bulk enqueue read the turn
+/// index backward past every job queued before it. Shown by taking each
+/// index away in a transaction: the statements meant for it then do not
+/// use the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_grouped_index_serves_only_its_statements() {
     let shards = TestShards::databases(1).await;
@@ -407,6 +407,21 @@ async fn each_grouped_index_serves_only_its_statements() {
     )
     .await
     .unwrap();
+    // Claims under group limits: the group heads' walk and each group's run.
+    let limited = "INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+         SELECT g % 65536, 'q', 'noop', 'g' || (g % 50) FROM generate_series(1, 200) g; \
+         INSERT INTO shardq_queue_limits (queue, group_concurrency, revision) VALUES ('q', 5, 1); \
+         SELECT count(*) FROM shardq_claim_grouped('q', 10, 'w', 60000); \
+         SELECT count(*) FROM shardq_claim_grouped('q', 200, 'w', 60000); \
+         ROLLBACK";
+    // One call each: a plan's query text is its whole call's.
+    for batch in [
+        format!("BEGIN; {limited}"),
+        "SELECT count(*) FROM workflow_status WHERE id = -4242".to_string(),
+        format!("BEGIN; DROP INDEX workflow_status_group_lines; {limited}"),
+    ] {
+        db.batch_execute(&batch).await.unwrap();
+    }
     drop(db);
     let plans = plans_containing(plans, "workflow_status").await;
     fn reading(plan: &str, indexes: &[&'static str]) -> Option<&'static str> {
@@ -431,36 +446,66 @@ async fn each_grouped_index_serves_only_its_statements() {
         .collect();
     assert!(statements.len() >= 5, "probes seen: {statements:#?}");
     for plan in probes {
-        let other = reading(
-            plan,
-            &[
-                "workflow_status_group_lines",
-                "workflow_status_dequeue_grouped",
-            ],
-        );
+        let other = reading(plan, &["workflow_status_group_lines"]);
         assert_eq!(other, None, "a grouped probe reads {other:?}: {plan}");
     }
     let turns: Vec<&String> = plans
         .iter()
         .filter(|p| p.contains("hashtext(w.job_group) = hashtext(NEW.job_group)"))
         .collect();
-    // 200 in each transaction.
-    assert_eq!(turns.len(), 400, "plans of new jobs' turns");
+    // 200 in each transaction; the line index is dropped in the second
+    // and the fourth.
+    assert_eq!(turns.len(), 800, "plans of new jobs' turns");
     for (n, plan) in turns.iter().enumerate() {
-        let other = reading(
-            plan,
-            &[
-                "workflow_status_ready_grouped",
-                "workflow_status_dequeue_grouped",
-            ],
-        );
+        let other = reading(plan, &["workflow_status_ready_grouped"]);
         assert_eq!(other, None, "a new job's turn reads {other:?}: {plan}");
-        if n < 200 {
+        if n < 200 || (400..600).contains(&n) {
             assert!(
                 plan.contains("workflow_status_group_lines"),
                 "a new job's turn is read from its group's line: {plan}"
             );
         }
+    }
+    // The limited claims' group heads and runs, with the line index (before
+    // the marker) and without it.
+    let marker = plans
+        .iter()
+        .position(|p| p.contains("-4242"))
+        .expect("the marker's plan");
+    // A heads walk's whole plan; of the take, its runs' part (the heads it
+    // found are read by tuple id).
+    let lines: Vec<(usize, &str)> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(n, p)| {
+            if p.contains("hashtext(w.job_group) >= ")
+                || p.contains("hashtext(w.job_group), w.job_group) >")
+            {
+                Some((n, p.as_str()))
+            } else if p.contains("hashtext(g.name)") {
+                let runs = p.split("CTE runs").nth(1)?.split("CTE plain").next()?;
+                Some((n, runs))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let (with_index, without): (Vec<_>, Vec<_>) = lines.iter().partition(|(n, _)| *n < marker);
+    assert!(
+        with_index.len() >= 3 && without.len() >= 3,
+        "heads and runs: {} with the index, {} without",
+        with_index.len(),
+        without.len()
+    );
+    for (_, plan) in &with_index {
+        assert!(
+            plan.contains("workflow_status_group_lines"),
+            "group heads and runs read the groups' lines: {plan}"
+        );
+    }
+    for (_, plan) in lines {
+        let other = reading(plan, &["workflow_status_ready_grouped"]);
+        assert_eq!(other, None, "group heads or runs read {other:?}: {plan}");
     }
 }
 

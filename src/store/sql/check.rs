@@ -216,9 +216,9 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
         (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
             cancel_requested, held_status, priority, job_group, ready_seq, turn \
-         FROM workflow_status WHERE status = 'queued' AND job_group IS NOT NULL \
+         FROM workflow_status WHERE status >= 'queued' AND status <= 'queued' AND job_group IS NOT NULL \
              AND hashtext(job_group) IS NOT NULL \
-         ORDER BY queue, hashtext(job_group), priority, id LIMIT $1) \
+         ORDER BY queue, hashtext(job_group), job_group, priority, turn, id LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \

@@ -199,9 +199,9 @@ macro_rules! unfinished_windows {
         UNION ALL \
         (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, created_at, \
             parent_shard_key, parent_id FROM workflow_status \
-         WHERE status = 'queued' AND job_group IS NOT NULL \
+         WHERE status >= 'queued' AND status <= 'queued' AND job_group IS NOT NULL \
              AND hashtext(job_group) IS NOT NULL \
-         ORDER BY queue, hashtext(job_group), priority, id LIMIT $1) \
+         ORDER BY queue, hashtext(job_group), job_group, priority, turn, id LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, created_at, parent_shard_key, \
             parent_id FROM workflow_status \

@@ -651,10 +651,11 @@ BEGIN
         RETURN;
     END IF;
     keyed_ready := shardq_queue_has_ready(p_queue, p_plain => false, p_grouped => false);
-    -- Grouped jobs ready: the groups take turns (shardq_claim_grouped). A
-    -- queue that also has keyed jobs ready gives every other claim, at
-    -- random, to its keyed jobs.
-    IF shardq_queue_has_ready(p_queue, p_plain => false, p_keyed => false)
+    -- Grouped jobs ready: the groups take turns (shardq_claim_grouped, whose
+    -- walk starts at the first ready turn found here). A queue that also
+    -- has keyed jobs ready gives every other claim, at random, to its keyed
+    -- jobs.
+    IF shardq_grouped_ready_turn(p_queue) IS NOT NULL
        AND (random() < 0.5 OR NOT keyed_ready) THEN
         RETURN QUERY SELECT * FROM shardq_claim_grouped(p_queue, p_limit, p_owner, p_lease_ms);
     ELSIF keyed_ready THEN
@@ -693,6 +694,7 @@ DECLARE
     t_tid tid[]; t_group text[];
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
+    from_probe text;                          -- and where the ready probe found a job
     groups_met bigint;                        -- and the groups it met
     plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
@@ -704,6 +706,14 @@ BEGIN
         -- needs a transaction without an id yet).
         PERFORM shardq_advance_ready_floors();
         walk_from := shardq_group_floor(p_queue);
+        -- Past the floor: the first ready turn the claim's choice of path
+        -- found in this transaction (shardq_grouped_ready_turn), read once.
+        from_probe := current_setting('shardq.grouped_from', true);
+        IF left(from_probe, length(p_queue) + 1) = p_queue || chr(31) THEN
+            walk_from := greatest(walk_from,
+                                  nullif(substr(from_probe, length(p_queue) + 2), '')::bigint);
+        END IF;
+        PERFORM set_config('shardq.grouped_from', '', true);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
         INTO g_tid, groups_met
@@ -1436,6 +1446,33 @@ AS $function$
     SELECT coalesce(array_agg(g ORDER BY n), '{}'), coalesce(array_agg(head ORDER BY n), '{}')
     FROM walk
 $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_grouped_ready_turn(p_queue text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    grouped_floor bigint;
+    first_turn bigint;
+BEGIN
+    grouped_floor := coalesce((SELECT r.floor_turn FROM shardq_group_rounds r
+                               WHERE r.queue = p_queue), 0);
+    first_turn := (SELECT w.turn FROM workflow_status w
+                   WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+                     AND w.turn >= grouped_floor
+                   ORDER BY w.turn LIMIT 1);
+    IF first_turn IS NULL AND EXISTS (
+            SELECT 1 FROM workflow_status w
+            WHERE w.queue = p_queue AND w.status = 'queued' AND w.job_group IS NOT NULL
+              AND w.turn IS NULL) THEN
+        first_turn := grouped_floor;
+    END IF;
+    PERFORM set_config('shardq.grouped_from',
+                       p_queue || chr(31) || coalesce(first_turn::text, ''), true);
+    RETURN first_turn;
+END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_hold_moving()

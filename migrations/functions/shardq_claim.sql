@@ -50,10 +50,11 @@ BEGIN
         RETURN;
     END IF;
     keyed_ready := shardq_queue_has_ready(p_queue, p_plain => false, p_grouped => false);
-    -- Grouped jobs ready: the groups take turns (shardq_claim_grouped). A
-    -- queue that also has keyed jobs ready gives every other claim, at
-    -- random, to its keyed jobs.
-    IF shardq_queue_has_ready(p_queue, p_plain => false, p_keyed => false)
+    -- Grouped jobs ready: the groups take turns (shardq_claim_grouped, whose
+    -- walk starts at the first ready turn found here). A queue that also
+    -- has keyed jobs ready gives every other claim, at random, to its keyed
+    -- jobs.
+    IF shardq_grouped_ready_turn(p_queue) IS NOT NULL
        AND (random() < 0.5 OR NOT keyed_ready) THEN
         RETURN QUERY SELECT * FROM shardq_claim_grouped(p_queue, p_limit, p_owner, p_lease_ms);
     ELSIF keyed_ready THEN

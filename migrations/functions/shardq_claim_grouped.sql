@@ -8,8 +8,9 @@
 -- group's second, and so on (shardq_take_turn numbers the turns as jobs
 -- become ready, from the queue's round), from the queue's grouped floor
 -- (shardq_move_group_rounds moves both with the ready floors, at most
--- every 250 ms): what was claimed before lies behind it, however long the
--- horizon is held. The queue's jobs without a group (and without a key)
+-- every 250 ms), or from the first ready turn the claim's choice of path
+-- found past it (shardq_grouped_ready_turn): what was claimed before lies
+-- behind it, however long the horizon is held. The queue's jobs without a group (and without a key)
 -- count as one more group: they get p_limit / (groups met + 1) of the
 -- claim (rounded at random, in proportion), or what the groups leave, and
 -- the grouped jobs the rest.
@@ -80,6 +81,7 @@ DECLARE
     t_tid tid[]; t_group text[];
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
+    from_probe text;                          -- and where the ready probe found a job
     groups_met bigint;                        -- and the groups it met
     plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
@@ -91,6 +93,14 @@ BEGIN
         -- needs a transaction without an id yet).
         PERFORM shardq_advance_ready_floors();
         walk_from := shardq_group_floor(p_queue);
+        -- Past the floor: the first ready turn the claim's choice of path
+        -- found in this transaction (shardq_grouped_ready_turn), read once.
+        from_probe := current_setting('shardq.grouped_from', true);
+        IF left(from_probe, length(p_queue) + 1) = p_queue || chr(31) THEN
+            walk_from := greatest(walk_from,
+                                  nullif(substr(from_probe, length(p_queue) + 2), '')::bigint);
+        END IF;
+        PERFORM set_config('shardq.grouped_from', '', true);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
         INTO g_tid, groups_met

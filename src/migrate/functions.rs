@@ -105,6 +105,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_group_floor.sql"),
     },
     Function {
+        name: "shardq_grouped_ready_turn",
+        sql: include_str!("../../migrations/functions/shardq_grouped_ready_turn.sql"),
+    },
+    Function {
         name: "shardq_group_heads",
         sql: include_str!("../../migrations/functions/shardq_group_heads.sql"),
     },

@@ -228,6 +228,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_lease_permits",
     "shardq_take_starts",
     "shardq_group_heads",
+    "shardq_grouped_ready_turn",
     "shardq_queue_has_ready",
     "shardq_claim_grouped",
     "shardq_claim",

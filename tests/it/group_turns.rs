@@ -165,6 +165,43 @@ async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
+/// The same snapshot, with the floor left behind everything claimed (as
+/// between two moves of the rounds, or while a producer that wrote stays
+/// open): the claim's choice of path walks the 3,000 dead entries once to
+/// find the first ready turn, and the claim's walk starts at that turn
+/// instead of walking them a second time from the floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_claim_walks_what_lies_behind_its_floor_once() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    for g in 0..30 {
+        enqueue_group(&***db, "q", &format!("old-{g}"), 100).await;
+    }
+    for _ in 0..30 {
+        assert_eq!(claim(&db, "q", 100).await.len(), 100);
+    }
+    let_rounds_move(&db).await;
+    for g in 0..100 {
+        enqueue_group(&***db, "q", &format!("new-{g}"), 1).await;
+    }
+    // The floor back at the start, and no move for an hour.
+    db.batch_execute(
+        "UPDATE shardq_group_rounds SET floor_turn = 0 WHERE queue = 'q'; \
+         UPDATE shardq_ready_barrier SET advanced_at = now() + interval '1 hour'",
+    )
+    .await
+    .unwrap();
+
+    let (read, claimed) = entries_read(&mut db, super::ready_floors::CLAIM).await;
+    assert_eq!(claimed, 100);
+    assert!(
+        (3_000..4_500).contains(&read),
+        "a grouped claim of 100 behind 3,000 dead entries read {read} index entries"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
 /// Index entries of every index of `workflow_status` read by `sql` (one
 /// claim of 100 of queue `q`) in one transaction, and the rows it returned.
 async fn entries_read(db: &mut tokio_postgres::Client, sql: &str) -> (i64, usize) {

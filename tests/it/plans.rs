@@ -396,6 +396,7 @@ async fn each_grouped_index_serves_only_its_statements() {
          VALUES ('q', 1, 0, 1); \
          DROP INDEX workflow_status_ready_grouped; \
          SELECT shardq_queue_has_ready('q', p_plain => false, p_keyed => false); \
+         SELECT shardq_grouped_ready_turn('q'); \
          SELECT shardq_move_group_rounds(1000000, true); \
          SELECT count(*) FROM shardq_claim_grouped('q', 10, 'w', 60000); \
          ROLLBACK; \
@@ -437,14 +438,15 @@ async fn each_grouped_index_serves_only_its_statements() {
                 && (p.contains("turn IS NULL") || p.contains("turn >= "))
         })
         .collect();
-    // The has-ready probe (both parts), the move's two first-ready reads
-    // and its probe for jobs without a turn, the claim's walk.
+    // The has-ready probe (both parts), the first ready turn's read (both
+    // parts), the move's two first-ready reads and its probe for jobs
+    // without a turn, the claim's walk.
     let statements: std::collections::BTreeSet<String> = probes
         .iter()
         .filter_map(|p| p.split("Query Text: ").nth(1))
         .map(|text| text.chars().take(120).collect())
         .collect();
-    assert!(statements.len() >= 5, "probes seen: {statements:#?}");
+    assert!(statements.len() >= 7, "probes seen: {statements:#?}");
     for plan in probes {
         let other = reading(plan, &["workflow_status_group_lines"]);
         assert_eq!(other, None, "a grouped probe reads {other:?}: {plan}");

@@ -21,8 +21,8 @@
 -- Built beside the old ones without blocking writes, then swapped in under
 -- the line index's name. Until this run's functions commit (the closing
 -- transaction of `migrate`), the old limited claim finds its heads and
--- runs in the new index (its `status = 'queued'` implies the range), in
--- (priority, turn, id) order.
+-- runs in the new index (its `status = 'queued'` implies the range),
+-- sorting each group's jobs of a priority by id.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS workflow_status_group_lines_with_id
     ON workflow_status (queue, hashtext(job_group), job_group, priority, turn, id)
     WHERE status >= 'queued' AND status <= 'queued' AND job_group IS NOT NULL

@@ -694,7 +694,6 @@ DECLARE
     t_tid tid[]; t_group text[];
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
-    from_probe text;                          -- and where the ready probe found a job
     groups_met bigint;                        -- and the groups it met
     plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
@@ -708,12 +707,11 @@ BEGIN
         walk_from := shardq_group_floor(p_queue);
         -- Past the floor: the first ready turn the claim's choice of path
         -- found in this transaction (shardq_grouped_ready_turn), read once.
-        from_probe := current_setting('shardq.grouped_from', true);
-        IF left(from_probe, length(p_queue) + 1) = p_queue || chr(31) THEN
-            walk_from := greatest(walk_from,
-                                  nullif(substr(from_probe, length(p_queue) + 2), '')::bigint);
+        IF current_setting('shardq.grouped_from_queue', true) = p_queue THEN
+            walk_from := greatest(walk_from, nullif(
+                current_setting('shardq.grouped_from_turn', true), '')::bigint);
         END IF;
-        PERFORM set_config('shardq.grouped_from', '', true);
+        PERFORM set_config('shardq.grouped_from_queue', '', true);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
         INTO g_tid, groups_met
@@ -795,6 +793,10 @@ BEGIN
     WHERE a.allowed > 0;
 
     plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
+    -- The queue's rounds row (made by its first claim): the moves of the
+    -- rounds number the grouped jobs left without a turn only in queues
+    -- that have one, and here they would wait behind every numbered job.
+    PERFORM shardq_group_floor(p_queue);
     has_plain := cardinality(plain_tids) > 0;
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
@@ -1412,8 +1414,11 @@ AS $function$
             SELECT g.floor_turn INTO floor_now FROM public.shardq_group_rounds g
             WHERE g.queue = p_queue;
             IF NOT FOUND THEN
-                INSERT INTO public.shardq_group_rounds (queue) VALUES (p_queue)
-                ON CONFLICT DO NOTHING;
+                IF pg_try_advisory_xact_lock(
+                        hashtextextended('shardq_group_rounds' || chr(31) || p_queue, 8)) THEN
+                    INSERT INTO public.shardq_group_rounds (queue) VALUES (p_queue)
+                    ON CONFLICT DO NOTHING;
+                END IF;
                 RETURN 0;
             END IF;
             RETURN floor_now;
@@ -1469,8 +1474,8 @@ BEGIN
               AND w.turn IS NULL) THEN
         first_turn := grouped_floor;
     END IF;
-    PERFORM set_config('shardq.grouped_from',
-                       p_queue || chr(31) || coalesce(first_turn::text, ''), true);
+    PERFORM set_config('shardq.grouped_from_queue', p_queue, true);
+    PERFORM set_config('shardq.grouped_from_turn', coalesce(first_turn::text, ''), true);
     RETURN first_turn;
 END $function$
 
@@ -2495,7 +2500,6 @@ CREATE OR REPLACE FUNCTION public.shardq_take_turn()
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
         DECLARE
-            cached text;
             round_now bigint;
         BEGIN
             IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -2504,15 +2508,13 @@ AS $function$
             END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('public.shardq_ready_seq');
-            cached := current_setting('shardq.group_round', true);
-            IF cached IS NOT NULL AND cached <> ''
-               AND split_part(cached, chr(31), 1) = NEW.queue THEN
-                round_now := nullif(split_part(cached, chr(31), 2), '')::bigint;
+            IF current_setting('shardq.group_round_queue', true) = NEW.queue THEN
+                round_now := nullif(current_setting('shardq.group_round', true), '')::bigint;
             ELSE
                 round_now := (SELECT r.round FROM public.shardq_group_rounds r
                               WHERE r.queue = NEW.queue);
-                PERFORM set_config('shardq.group_round',
-                                   NEW.queue || chr(31) || coalesce(round_now::text, ''), true);
+                PERFORM set_config('shardq.group_round_queue', NEW.queue, true);
+                PERFORM set_config('shardq.group_round', coalesce(round_now::text, ''), true);
             END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM public.workflow_status w

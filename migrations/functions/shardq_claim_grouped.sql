@@ -81,7 +81,6 @@ DECLARE
     t_tid tid[]; t_group text[];
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
-    from_probe text;                          -- and where the ready probe found a job
     groups_met bigint;                        -- and the groups it met
     plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
@@ -95,12 +94,11 @@ BEGIN
         walk_from := shardq_group_floor(p_queue);
         -- Past the floor: the first ready turn the claim's choice of path
         -- found in this transaction (shardq_grouped_ready_turn), read once.
-        from_probe := current_setting('shardq.grouped_from', true);
-        IF left(from_probe, length(p_queue) + 1) = p_queue || chr(31) THEN
-            walk_from := greatest(walk_from,
-                                  nullif(substr(from_probe, length(p_queue) + 2), '')::bigint);
+        IF current_setting('shardq.grouped_from_queue', true) = p_queue THEN
+            walk_from := greatest(walk_from, nullif(
+                current_setting('shardq.grouped_from_turn', true), '')::bigint);
         END IF;
-        PERFORM set_config('shardq.grouped_from', '', true);
+        PERFORM set_config('shardq.grouped_from_queue', '', true);
         SELECT coalesce(array_agg(t.tid ORDER BY t.turn, t.priority, t.id), '{}'),
                count(DISTINCT t.job_group)
         INTO g_tid, groups_met
@@ -182,6 +180,10 @@ BEGIN
     WHERE a.allowed > 0;
 
     plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
+    -- The queue's rounds row (made by its first claim): the moves of the
+    -- rounds number the grouped jobs left without a turn only in queues
+    -- that have one, and here they would wait behind every numbered job.
+    PERFORM shardq_group_floor(p_queue);
     has_plain := cardinality(plain_tids) > 0;
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;

@@ -1,7 +1,11 @@
 -- shardq_group_floor: p_queue's grouped floor (shardq_group_rounds,
 -- migration 0041), the turn its grouped claims walk from; the first claim
 -- of a queue makes its row (at 0: every turn is at or past it), which
--- shardq_move_group_rounds moves from then on.
+-- shardq_move_group_rounds moves from then on (and numbers the queue's
+-- grouped jobs left without a turn from). Claims with and without group
+-- limits ask it. A claim that finds another transaction making the row
+-- goes on without it instead of waiting for that transaction to end (its
+-- advisory lock, tried): the next claim makes it.
 --
 -- SECURITY DEFINER with a fixed search_path: a worker role not granted the
 -- table (docs/least_privilege.sql not run again after `migrate`) still
@@ -25,8 +29,11 @@ BEGIN
             SELECT g.floor_turn INTO floor_now FROM %1$s.shardq_group_rounds g
             WHERE g.queue = p_queue;
             IF NOT FOUND THEN
-                INSERT INTO %1$s.shardq_group_rounds (queue) VALUES (p_queue)
-                ON CONFLICT DO NOTHING;
+                IF pg_try_advisory_xact_lock(
+                        hashtextextended('shardq_group_rounds' || chr(31) || p_queue, 8)) THEN
+                    INSERT INTO %1$s.shardq_group_rounds (queue) VALUES (p_queue)
+                    ON CONFLICT DO NOTHING;
+                END IF;
                 RETURN 0;
             END IF;
             RETURN floor_now;

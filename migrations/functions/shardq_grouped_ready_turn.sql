@@ -8,8 +8,8 @@
 -- since the floor last moved.
 --
 -- The claim's choice of path (shardq_claim) asks it, and the answer is
--- left in a transaction-local setting (shardq.grouped_from: the queue,
--- chr(31), the turn) for shardq_claim_grouped, which starts its walk there
+-- left in two transaction-local settings (shardq.grouped_from_queue and
+-- shardq.grouped_from_turn) for shardq_claim_grouped, which starts its walk there
 -- instead of walking the same entries from the floor a second time: under
 -- a held horizon those are the dead entries of every job claimed since the
 -- floor last moved. A job made ready after this read with a lower turn (a
@@ -35,7 +35,7 @@ BEGIN
               AND w.turn IS NULL) THEN
         first_turn := grouped_floor;
     END IF;
-    PERFORM set_config('shardq.grouped_from',
-                       p_queue || chr(31) || coalesce(first_turn::text, ''), true);
+    PERFORM set_config('shardq.grouped_from_queue', p_queue, true);
+    PERFORM set_config('shardq.grouped_from_turn', coalesce(first_turn::text, ''), true);
     RETURN first_turn;
 END $$;

@@ -24,8 +24,10 @@
 -- fresh number when no grouped job is ready is at or past every turn
 -- given.
 --
--- The round is read once per transaction and queue (kept in a
--- transaction-local setting, `shardq.group_round`): every row of a batch
+-- The round is read once per transaction and queue (kept in two
+-- transaction-local settings, `shardq.group_round_queue` and
+-- `shardq.group_round`; one joined by a separator would take a queue
+-- named with it for another): every row of a batch
 -- would otherwise read the round's row, whose versions pile up while the
 -- horizon is held. A value read after the transaction took its id stays
 -- safe for as long as it runs: the floor passes no round noted after that.
@@ -59,7 +61,6 @@ BEGIN
         SET plan_cache_mode = force_generic_plan
         AS $b$
         DECLARE
-            cached text;
             round_now bigint;
         BEGIN
             IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -68,15 +69,13 @@ BEGIN
             END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('%1$s.shardq_ready_seq');
-            cached := current_setting('shardq.group_round', true);
-            IF cached IS NOT NULL AND cached <> ''
-               AND split_part(cached, chr(31), 1) = NEW.queue THEN
-                round_now := nullif(split_part(cached, chr(31), 2), '')::bigint;
+            IF current_setting('shardq.group_round_queue', true) = NEW.queue THEN
+                round_now := nullif(current_setting('shardq.group_round', true), '')::bigint;
             ELSE
                 round_now := (SELECT r.round FROM %1$s.shardq_group_rounds r
                               WHERE r.queue = NEW.queue);
-                PERFORM set_config('shardq.group_round',
-                                   NEW.queue || chr(31) || coalesce(round_now::text, ''), true);
+                PERFORM set_config('shardq.group_round_queue', NEW.queue, true);
+                PERFORM set_config('shardq.group_round', coalesce(round_now::text, ''), true);
             END IF;
             NEW.turn := greatest(0,
                 (SELECT w.turn + 1 FROM %1$s.workflow_status w

@@ -431,3 +431,76 @@ async fn under_group_limits_a_group_runs_its_jobs_in_the_order_they_became_ready
         assert_eq!(taken, first, "a claim of {claimed}");
     }
 }
+
+/// A grouped job without a turn (a REPEATABLE READ producer's) in a queue
+/// with group limits is numbered by the moves of the rounds like any other:
+/// the limited claim makes the queue's rounds row, which the moves number
+/// from. Without it the job kept no turn, and a group's jobs taken in
+/// ready order would leave it behind every numbered job for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_group_limits_a_job_without_a_turn_is_numbered() {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "INSERT INTO shardq_queue_limits (queue, group_concurrency, revision) \
+         VALUES ('q', 10, 1)",
+    )
+    .await
+    .unwrap();
+    enqueue_group(&***db, "q", "a", 2).await;
+    let producer = producer(&shards.urls[0]).await;
+    producer
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let late = enqueue_group_result(&producer, "a").await.unwrap();
+    producer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        turn_of(&db, late).await,
+        None,
+        "a REPEATABLE READ producer's job"
+    );
+
+    assert_eq!(claim(&db, "q", 1).await.len(), 1);
+    let_rounds_move(&db).await;
+    assert!(
+        turn_of(&db, late).await.is_some(),
+        "numbered by a move of the rounds"
+    );
+    let mut rest = Vec::new();
+    for _ in 0..3 {
+        rest.extend(claim(&db, "q", 1).await);
+    }
+    assert!(rest.contains(&late), "claimed: {rest:?}");
+}
+
+/// A bulk enqueue's rows of several queues read each queue's round once;
+/// the one read is kept per transaction with its queue's name. A queue
+/// named like another's name, a separator and a number took that number
+/// for the other's round (its first job was numbered 6, not 0), and a round
+/// below the other queue's floor would have left its job unclaimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_is_read_from_its_own_queues_round_whatever_the_names() {
+    let (_shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    let turns: Vec<(String, i64)> = db
+        .query(
+            "INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
+             VALUES (7, 'x' || chr(31) || '5', 'noop', 'a'), (7, 'x', 'noop', 'a') \
+             RETURNING queue, turn",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(turns[1], ("x".to_string(), 0), "{turns:?}");
+}
+
+async fn turn_of(db: &tokio_postgres::Client, id: i64) -> Option<i64> {
+    db.query_one("SELECT turn FROM workflow_status WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0)
+}

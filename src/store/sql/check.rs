@@ -185,8 +185,9 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 ///
 /// Rows read (cost ∝ what the fleet holds plus 7 × $1): every running row
 /// (`workflow_status_lease`); the first $1 of each unfinished state by its
-/// own index (the dequeue order of the three dequeue indexes, `waiting` in key
-/// order, `scheduled` soonest due first); the $1 latest finished
+/// own index (the dequeue order of the plain and keyed dequeue indexes,
+/// grouped ones by their groups' lines, `waiting` in key order, `scheduled`
+/// soonest due first); the $1 latest finished
 /// (`workflow_status_finished` backward: rows without `finished_at` come
 /// first); and the $1 newest jobs of any state (the primary key backward:
 /// the only way to meet an unkeyed waiting job, which no index holds).

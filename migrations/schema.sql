@@ -707,7 +707,7 @@ BEGIN
         walk_from := shardq_group_floor(p_queue);
         -- Past the floor: the first ready turn the claim's choice of path
         -- found in this transaction (shardq_grouped_ready_turn), read once.
-        IF current_setting('shardq.grouped_from_queue', true) = p_queue THEN
+        IF current_setting('shardq.grouped_from_queue', true) = p_queue AND p_queue <> '' THEN
             walk_from := greatest(walk_from, nullif(
                 current_setting('shardq.grouped_from_turn', true), '')::bigint);
         END IF;
@@ -2508,7 +2508,8 @@ AS $function$
             END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('public.shardq_ready_seq');
-            IF current_setting('shardq.group_round_queue', true) = NEW.queue THEN
+            IF current_setting('shardq.group_round_queue', true) = NEW.queue
+               AND NEW.queue <> '' THEN
                 round_now := nullif(current_setting('shardq.group_round', true), '')::bigint;
             ELSE
                 round_now := (SELECT r.round FROM public.shardq_group_rounds r

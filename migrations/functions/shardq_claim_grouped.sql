@@ -94,7 +94,7 @@ BEGIN
         walk_from := shardq_group_floor(p_queue);
         -- Past the floor: the first ready turn the claim's choice of path
         -- found in this transaction (shardq_grouped_ready_turn), read once.
-        IF current_setting('shardq.grouped_from_queue', true) = p_queue THEN
+        IF current_setting('shardq.grouped_from_queue', true) = p_queue AND p_queue <> '' THEN
             walk_from := greatest(walk_from, nullif(
                 current_setting('shardq.grouped_from_turn', true), '')::bigint);
         END IF;

@@ -69,7 +69,8 @@ BEGIN
             END IF;
             PERFORM pg_current_xact_id();
             PERFORM nextval('%1$s.shardq_ready_seq');
-            IF current_setting('shardq.group_round_queue', true) = NEW.queue THEN
+            IF current_setting('shardq.group_round_queue', true) = NEW.queue
+               AND NEW.queue <> '' THEN
                 round_now := nullif(current_setting('shardq.group_round', true), '')::bigint;
             ELSE
                 round_now := (SELECT r.round FROM %1$s.shardq_group_rounds r

@@ -12,6 +12,14 @@
 //!   (`migrations/functions/`).
 //!   The map's epochs: `(maintenance_class(), MAP_SLOT)`, shared by every
 //!   enqueue, exclusive for a writer of a new epoch.
+//! - Groups: one bigint lock per (queue, group), `shardq_key_lock` of the
+//!   group's name after `chr(30)`, tried by claims under group limits.
+//! - Ready floors: one bigint lock, `hashtext('shardq_ready_floors')`, tried
+//!   by the claim that moves a shard's floors and rounds
+//!   (`shardq_advance_ready_floors`).
+//! - A queue's grouped rounds row: one bigint lock per queue,
+//!   `hashtextextended('shardq_group_rounds' || chr(31) || queue, 8)`, tried
+//!   by the claim that makes the row (`shardq_group_floor`).
 //! - Migrations: [`MIGRATION`], one bigint key.
 
 use crate::router::fnv1a64;

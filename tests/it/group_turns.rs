@@ -132,20 +132,7 @@ async fn a_group_with_nothing_ready_joins_the_round_being_claimed() {
 /// migration 41).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since_the_floor_moved() {
-    let (shards, set) = shard().await;
-    let mut db = set.get(0).client().await.unwrap();
-    let holder = common::hold_snapshot(&shards.urls[0]).await;
-
-    for g in 0..30 {
-        enqueue_group(&***db, "q", &format!("old-{g}"), 100).await;
-    }
-    for _ in 0..30 {
-        assert_eq!(claim(&db, "q", 100).await.len(), 100);
-    }
-    let_rounds_move(&db).await;
-    for g in 0..100 {
-        enqueue_group(&***db, "q", &format!("new-{g}"), 1).await;
-    }
+    let (_shards, _set, mut db, holder) = claimed_behind_a_held_snapshot().await;
 
     let (read, claimed) = entries_read(&mut db, super::ready_floors::CLAIM).await;
     assert_eq!(claimed, 100);
@@ -172,19 +159,7 @@ async fn under_a_held_snapshot_a_grouped_claim_reads_only_what_was_claimed_since
 /// instead of walking them a second time from the floor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_claim_walks_what_lies_behind_its_floor_once() {
-    let (shards, set) = shard().await;
-    let mut db = set.get(0).client().await.unwrap();
-    let holder = common::hold_snapshot(&shards.urls[0]).await;
-    for g in 0..30 {
-        enqueue_group(&***db, "q", &format!("old-{g}"), 100).await;
-    }
-    for _ in 0..30 {
-        assert_eq!(claim(&db, "q", 100).await.len(), 100);
-    }
-    let_rounds_move(&db).await;
-    for g in 0..100 {
-        enqueue_group(&***db, "q", &format!("new-{g}"), 1).await;
-    }
+    let (_shards, _set, mut db, holder) = claimed_behind_a_held_snapshot().await;
     // The floor back at the start, and no move for an hour.
     db.batch_execute(
         "UPDATE shardq_group_rounds SET floor_turn = 0 WHERE queue = 'q'; \
@@ -200,6 +175,27 @@ async fn a_grouped_claim_walks_what_lies_behind_its_floor_once() {
         "a grouped claim of 100 behind 3,000 dead entries read {read} index entries"
     );
     holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// A REPEATABLE READ snapshot held open (the holder, returned) keeping the
+/// ready versions of 3,000 claimed grouped jobs of queue `q` (30 groups of
+/// 100), the rounds moved past them, and 100 new jobs of 100 groups.
+async fn claimed_behind_a_held_snapshot(
+) -> (TestShards, ShardSet, PooledClient, tokio_postgres::Client) {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    for g in 0..30 {
+        enqueue_group(&***db, "q", &format!("old-{g}"), 100).await;
+    }
+    for _ in 0..30 {
+        assert_eq!(claim(&db, "q", 100).await.len(), 100);
+    }
+    let_rounds_move(&db).await;
+    for g in 0..100 {
+        enqueue_group(&***db, "q", &format!("new-{g}"), 1).await;
+    }
+    (shards, set, db, holder)
 }
 
 /// Index entries of every index of `workflow_status` read by `sql` (one

@@ -3,7 +3,7 @@
 //! counted as unexpected (a crash) and replaced too. A worker may be stopped
 //! (SIGSTOP) for a while; it is left alone by the kills until it continues.
 
-use super::names::AHEAD_ENV;
+use super::names::{AHEAD_ENV, STOPS_ON_SIGTERM};
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -17,6 +17,9 @@ use tokio::process::Command;
 /// How long stopped workers get to exit after SIGTERM before they are killed:
 /// their shutdown grace (5 s) plus the final completion writes.
 pub const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// How long a stop waits for a worker just started to catch SIGTERM.
+const READY_WAIT: Duration = Duration::from_secs(10);
 
 /// One worker process.
 struct Worker {
@@ -195,6 +198,10 @@ impl Fleet {
         for pid in paused {
             self.resume(pid);
         }
+        // A worker started a moment ago may not catch SIGTERM yet.
+        for worker in &self.workers {
+            stops_on_sigterm(&worker.proc.log, READY_WAIT).await;
+        }
         for worker in &self.workers {
             worker.proc.terminate();
         }
@@ -223,6 +230,19 @@ impl Fleet {
 
     fn log_path(&self, number: usize) -> PathBuf {
         self.logs.join(format!("worker-{number}.log"))
+    }
+}
+
+/// Waits until the worker logging to `log` says SIGTERM stops it gracefully
+/// ([`STOPS_ON_SIGTERM`]), at most `limit`.
+async fn stops_on_sigterm(log: &std::path::Path, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let text = tokio::fs::read_to_string(log).await.unwrap_or_default();
+        if text.contains(STOPS_ON_SIGTERM) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -26,3 +26,7 @@ pub const AHEAD_ENV: &str = "CHAOS_SCHEDULER_CLOCK_AHEAD_S";
 /// workers, not read by the job checks (a child's payload has no job
 /// number of its own).
 pub const CHILD_QUEUE: &str = "chaos-kids";
+
+/// What a chaos worker logs once SIGTERM stops it gracefully (before, the
+/// signal kills it): the fleet waits for it before it stops a worker.
+pub const STOPS_ON_SIGTERM: &str = "chaos worker: SIGTERM stops it gracefully from here";

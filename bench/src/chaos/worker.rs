@@ -4,6 +4,7 @@
 //! logs when each attempt starts and finishes, and the torture run's
 //! waiting workflows and their children; it stops gracefully on SIGTERM.
 
+use super::names::STOPS_ON_SIGTERM;
 use super::sql;
 use super::torture::{keyed, ticks, waits};
 use anyhow::{Context, Result};
@@ -29,9 +30,16 @@ const PARENT_POLL: Duration = Duration::from_millis(500);
 ///
 /// When the shard pools cannot be built.
 pub async fn run(config: Config) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Installed before anything else, and said in the log whatever the log
+    // level: until then SIGTERM kills the process, and the fleet waits for
+    // this line.
+    let term = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;
+    let int = signal(SignalKind::interrupt()).context("cannot catch SIGINT")?;
+    eprintln!("{STOPS_ON_SIGTERM}");
     let shards = ShardSet::connect(&config)?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal_or_orphan(shutdown.clone()));
+    tokio::spawn(stop_on_signal_or_orphan(term, int, shutdown.clone()));
     let mut worker = Worker::new(config, shards.clone(), registry(shards));
     if let Some(ahead) = skewed_scheduler()? {
         tracing::info!(
@@ -117,15 +125,11 @@ async fn workflow(shards: ShardSet, ctx: JobContext) -> HandlerResult {
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT, or when the parent process is gone.
-async fn stop_on_signal_or_orphan(shutdown: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+async fn stop_on_signal_or_orphan(
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+    shutdown: CancellationToken,
+) {
     let parent = nix::unistd::getppid();
     let mut poll = tokio::time::interval(PARENT_POLL);
     loop {

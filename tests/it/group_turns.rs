@@ -399,14 +399,7 @@ async fn a_transaction_that_numbers_from_the_round_it_read_first_is_claimed_whol
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_group_limits_a_group_runs_its_jobs_in_the_order_they_became_ready() {
     for claimed in [1, 2] {
-        let (_shards, set) = shard().await;
-        let db = set.get(0).client().await.unwrap();
-        db.batch_execute(
-            "INSERT INTO shardq_queue_limits (queue, group_concurrency, revision) \
-             VALUES ('q', 10, 1)",
-        )
-        .await
-        .unwrap();
+        let (_shards, _set, db) = a_shard_with_group_limits().await;
         let ids = enqueue_group(&***db, "q", "a", 3).await;
         db.execute(
             "UPDATE workflow_status SET status = 'scheduled', run_at = now() WHERE id = $1",
@@ -435,14 +428,7 @@ async fn under_group_limits_a_group_runs_its_jobs_in_the_order_they_became_ready
 /// ready order would leave it behind every numbered job for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_group_limits_a_job_without_a_turn_is_numbered() {
-    let (shards, set) = shard().await;
-    let db = set.get(0).client().await.unwrap();
-    db.batch_execute(
-        "INSERT INTO shardq_queue_limits (queue, group_concurrency, revision) \
-         VALUES ('q', 10, 1)",
-    )
-    .await
-    .unwrap();
+    let (shards, _set, db) = a_shard_with_group_limits().await;
     enqueue_group(&***db, "q", "a", 2).await;
     let producer = producer(&shards.urls[0]).await;
     producer
@@ -499,4 +485,17 @@ async fn turn_of(db: &tokio_postgres::Client, id: i64) -> Option<i64> {
         .await
         .unwrap()
         .get(0)
+}
+
+/// A shard whose queue `q` runs at most 10 jobs of each group at once.
+async fn a_shard_with_group_limits() -> (TestShards, ShardSet, PooledClient) {
+    let (shards, set) = shard().await;
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "INSERT INTO shardq_queue_limits (queue, group_concurrency, revision) \
+         VALUES ('q', 10, 1)",
+    )
+    .await
+    .unwrap();
+    (shards, set, db)
 }

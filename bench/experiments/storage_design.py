@@ -6,7 +6,7 @@ one completion variant, on a database that `shardq migrate` set up, and
 prints the server backend's CPU per job (from /proc, so run it on the
 server's machine), WAL bytes per job and jobs/s:
 
-  current            shardq's completion statement (src/store/sql/claim.rs)
+  current            shardq's completion statement (src/store/sql/jobs/complete.rs)
   move               the completion moves the row into a history table
                      partitioned by finished_at (DELETE … RETURNING → INSERT)
   delete             the completion deletes the row (no history kept)
@@ -31,7 +31,7 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
-SQL_FILE = Path(__file__).resolve().parents[2] / "src/store/sql/claim.rs"
+SQL_FILE = Path(__file__).resolve().parents[2] / "src/store/sql/jobs/complete.rs"
 
 
 def rust_const(name):

@@ -17,8 +17,10 @@
 -- Returns shardq_claimed rows (migration 0030): one per claimed job in id
 -- order, or one row with a NULL id: got_slot = 0 means every slot was busy;
 -- 1 means a slot was taken; 2 that some ready jobs were held back by their
--- groups' limits. Every path ends with the same take (shardq_take), and
--- asks what is ready with the same probe (shardq_queue_has_ready).
+-- groups' limits. Every path ends with the same take (shardq_take). What
+-- is ready is asked once per claim: keyed jobs with shardq_queue_has_ready,
+-- grouped ones with shardq_grouped_ready_turn (which also tells
+-- shardq_claim_grouped where its walk starts).
 --
 -- Its statements are index walks whatever the parameters (their generic
 -- plans are the custom ones, tests/plans.rs), so it keeps one plan per

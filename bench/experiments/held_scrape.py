@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""How long the metrics exporter's scrape takes while a transaction holds a
+shard's xmin horizon, against the same work without the hold.
+
+Runs jobs through shardq's own claim and completion (storage_design.py's
+drain: 1,000 a statement, one backend), in steps, then enqueues 1,000 ready
+jobs and scrapes a `shardq metrics` process it starts (default deadline
+per shard: 2 s), twice. First without a held snapshot, then with a
+REPEATABLE READ snapshot taken before the first step and held to the end.
+Prints per scrape: its wall time, the backlog read's time
+(`shardq_shard_scrape_duration_seconds`), `shardq_shard_up`,
+`shardq_invariant_check_up` and the ready jobs counted. Usage, on one
+shard `shardq migrate` set up (it empties workflow_status):
+
+  pip install 'psycopg[binary]'
+  SHARDQ_EXPERIMENT_DSN='host=127.0.0.1 port=54330 user=postgres dbname=shardq' \
+  SHARDQ_CONFIG=one-shard.toml \
+      python3 bench/experiments/held_scrape.py --steps 200000,800000,1000000
+"""
+import argparse, os, re, subprocess, sys, time, urllib.request
+from pathlib import Path
+import psycopg
+import storage_design
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def enqueue(admin, n):
+    admin.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload) "
+                  "SELECT g %% 1024, 'q', 'noop', '{}' FROM generate_series(1, %s) g", (n,))
+
+
+def gauge(body, name, extra=""):
+    return re.findall(r"^%s\{[^}]*%s[^}]*\} (\S+)$" % (name, extra), body, re.M)
+
+
+def scrape(url, label):
+    started = time.time()
+    body = urllib.request.urlopen(url, timeout=60).read().decode()
+    wall_ms = (time.time() - started) * 1000
+    read_s = gauge(body, "shardq_shard_scrape_duration_seconds")
+    ready = gauge(body, "shardq_queue_jobs", 'state="queued"')
+    print(f"{label:<34} scrape {wall_ms:>6.0f} ms  backlog read "
+          f"{1000 * float(read_s[0]) if read_s else float('nan'):>6.0f} ms  "
+          f"shard_up {','.join(gauge(body, 'shardq_shard_up'))}  "
+          f"check_up {','.join(gauge(body, 'shardq_invariant_check_up'))}  "
+          f"ready {','.join(ready) or '-'}",
+          flush=True)
+
+
+def phase(dsn, url, steps, held):
+    admin = psycopg.connect(dsn, autocommit=True)
+    admin.execute("TRUNCATE workflow_status CASCADE")
+    admin.execute("VACUUM ANALYZE workflow_status")
+    holder = None
+    if held:
+        holder = psycopg.connect(dsn)
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1").fetchone()
+    done = 0
+    for step in steps:
+        enqueue(admin, step)
+        ran, _, _ = storage_design.drain(dsn, "current", 1000)
+        done += ran
+        enqueue(admin, 1000)
+        label = f"{'held' if held else 'not held'}, {done:,} jobs run"
+        scrape(url, label)
+        scrape(url, label + " (again)")
+        admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")
+    if holder:
+        holder.rollback()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", default="200000,800000,1000000")
+    p.add_argument("--listen", default="127.0.0.1:9477")
+    p.add_argument("--shardq", default=str(ROOT / "target/release/shardq"))
+    args = p.parse_args()
+    dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
+    steps = [int(s) for s in args.steps.split(",")]
+    exporter = subprocess.Popen([args.shardq, "metrics", "--listen", args.listen],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        url = f"http://{args.listen}/metrics"
+        for held in (False, True):
+            phase(dsn, url, steps, held)
+    finally:
+        exporter.terminate()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

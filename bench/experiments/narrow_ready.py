@@ -76,20 +76,26 @@ NARROW_CLAIM = """WITH taken AS (
     SELECT shard_key, id, 'w', fence, now() + interval '30 seconds' FROM picked
 )
 SELECT shard_key, id, handler, payload, fence FROM picked"""
-# The completion: end the lease it holds (fenced), write the outcome once.
-# The owner is a column of the batch, as in shardq's completion: as a
-# constant, statistics taken before any claim estimate it at one row and the
-# planner walks every running row once per job.
-NARROW_COMPLETE = """WITH c AS MATERIALIZED (SELECT * FROM
+# The completion: end the lease it holds (fenced: the lease row of this
+# owner and fence, in `table`), write the outcome once. The owner is a
+# column of the batch, as in shardq's completion: as a constant, statistics
+# taken before any claim estimate it at one row and the planner walks every
+# running row once per job.
+def completion(table):
+    return """WITH c AS MATERIALIZED (SELECT * FROM
         unnest(%(k)s::int[], %(i)s::bigint[], %(f)s::bigint[], %(o)s::jsonb[],
                array_fill('w'::text, ARRAY[cardinality(%(i)s::bigint[])]))
         AS c(shard_key, id, fence, output, owner)),
-    ended AS (DELETE FROM nx_leases l USING c
-        WHERE l.id = c.id AND l.shard_key = c.shard_key AND l.owner = c.owner AND l.fence = c.fence
+    ended AS (DELETE FROM """ + table + """ l USING c
+        WHERE l.id = c.id AND l.shard_key = c.shard_key AND l.owner = c.owner
+          AND l.fence = c.fence
         RETURNING l.shard_key, l.id, l.fence, c.output)
 UPDATE nx_jobs j SET status = 'succeeded', output = e.output, attempts = e.fence,
     finished_at = now()
 FROM ended e WHERE j.id = e.id AND j.shard_key = e.shard_key"""
+
+
+NARROW_COMPLETE = completion("nx_leases")
 
 ACTIVE = """CREATE TABLE nx_active (shard_key integer NOT NULL, id bigint NOT NULL,
     queue text NOT NULL, priority integer NOT NULL, seq bigint NOT NULL,
@@ -107,16 +113,7 @@ ACTIVE_CLAIM = """WITH leased AS (
 )
 SELECT j.shard_key, j.id, j.handler, j.payload, l.fence
 FROM leased l JOIN nx_jobs j ON j.id = l.id AND j.shard_key = l.shard_key"""
-ACTIVE_COMPLETE = """WITH c AS MATERIALIZED (SELECT * FROM
-        unnest(%(k)s::int[], %(i)s::bigint[], %(f)s::bigint[], %(o)s::jsonb[],
-               array_fill('w'::text, ARRAY[cardinality(%(i)s::bigint[])]))
-        AS c(shard_key, id, fence, output, owner)),
-    ended AS (DELETE FROM nx_active a USING c
-        WHERE a.id = c.id AND a.shard_key = c.shard_key AND a.owner = c.owner AND a.fence = c.fence
-        RETURNING a.shard_key, a.id, a.fence, c.output)
-UPDATE nx_jobs j SET status = 'succeeded', output = e.output, attempts = e.fence,
-    finished_at = now()
-FROM ended e WHERE j.id = e.id AND j.shard_key = e.shard_key"""
+ACTIVE_COMPLETE = completion("nx_active")
 
 FINISHED_LOG = """CREATE TABLE nx_finished (shard_key integer NOT NULL, id bigint NOT NULL,
     queue text NOT NULL, status text NOT NULL, finished_at timestamptz NOT NULL);

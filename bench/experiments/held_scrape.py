@@ -9,8 +9,11 @@ per shard: 2 s), twice. First without a held snapshot, then with a
 REPEATABLE READ snapshot taken before the first step and held to the end.
 Prints per scrape: its wall time, the backlog read's time
 (`shardq_shard_scrape_duration_seconds`), `shardq_shard_up`,
-`shardq_invariant_check_up` and the ready jobs counted. Usage, on one
-shard `shardq migrate` set up (it empties workflow_status):
+`shardq_invariant_check_up` and the ready jobs counted. Before each scrape
+it waits until no other statement runs on the server. Usage, on one shard
+`shardq migrate` set up (`shardq local up --shards 1` and a shards.toml of
+that one shard; `cargo build --release -p shardq-cli` first; it empties
+workflow_status):
 
   pip install 'psycopg[binary]'
   SHARDQ_EXPERIMENT_DSN='host=127.0.0.1 port=54330 user=postgres dbname=shardq' \
@@ -34,6 +37,19 @@ def gauge(body, name, extra=""):
     return re.findall(r"^%s\{[^}]*%s[^}]*\} (\S+)$" % (name, extra), body, re.M)
 
 
+def settle(admin):
+    """Waits (at most 60 s) until no other statement runs: a check the
+    exporter gave up on at its deadline still runs on the server, and would
+    share the two cores with the next scrape."""
+    for _ in range(600):
+        (busy,) = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()").fetchone()
+        if busy == 0:
+            return
+        time.sleep(0.1)
+
+
 def scrape(url, label):
     started = time.time()
     body = urllib.request.urlopen(url, timeout=60).read().decode()
@@ -54,7 +70,7 @@ def phase(dsn, url, steps, held):
     admin.execute("VACUUM ANALYZE workflow_status")
     holder = None
     if held:
-        holder = psycopg.connect(dsn)
+        holder = psycopg.connect(dsn, autocommit=True)
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT 1").fetchone()
     done = 0
@@ -64,11 +80,13 @@ def phase(dsn, url, steps, held):
         done += ran
         enqueue(admin, 1000)
         label = f"{'held' if held else 'not held'}, {done:,} jobs run"
+        settle(admin)
         scrape(url, label)
+        settle(admin)
         scrape(url, label + " (again)")
         admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")
     if holder:
-        holder.rollback()
+        holder.execute("ROLLBACK")
 
 
 def main():

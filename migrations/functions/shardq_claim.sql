@@ -16,11 +16,16 @@
 --
 -- Returns shardq_claimed rows (migration 0030): one per claimed job in id
 -- order, or one row with a NULL id: got_slot = 0 means every slot was busy;
--- 1 means a slot was taken; 2 that some ready jobs were held back by their
--- groups' limits. Every path ends with the same take (shardq_take). What
--- is ready is asked once per claim: keyed jobs with shardq_queue_has_ready,
--- grouped ones with shardq_grouped_ready_turn (which also tells
--- shardq_claim_grouped where its walk starts).
+-- 1 means a slot was taken; 2 that the claim took fewer than asked while
+-- ready jobs were left that it could not take (held back by their groups'
+-- or keys' rules, or locked by another claim). Every path ends with the
+-- same take (shardq_take). The choice of path asks two probes on every
+-- claim: shardq_queue_has_ready for keyed jobs only, and
+-- shardq_grouped_ready_turn for grouped ones (which also leaves the
+-- grouped walk without group limits its first turn). Unkeyed jobs are not
+-- probed: shardq_lock_plain_ready locks them. A grouped or keyed claim
+-- that took fewer than p_limit asks shardq_queue_has_ready again, leaving
+-- out what it took, to choose got_slot 2.
 --
 -- Its statements are index walks whatever the parameters (their generic
 -- plans are the custom ones, tests/plans.rs), so it keeps one plan per

@@ -82,8 +82,9 @@ pub struct QueueBacklog {
     pub queue: String,
     /// Its unfinished jobs by state.
     pub depth: StateCounts,
-    /// Seconds since the queue's lowest-id ready job became ready (its
-    /// `run_at`), by the shard's clock; `None` when none is ready.
+    /// Seconds since the queue's longest-waiting ready job became due (the
+    /// oldest `run_at` of the first ready job of each priority and kind),
+    /// by the shard's clock; `None` when none is ready.
     pub oldest_ready_s: Option<f64>,
 }
 

@@ -7,6 +7,7 @@ use crate::common;
 use common::TestShards;
 use serde_json::Value;
 use shardq::store::backlog::{self, QueueBacklog};
+use shardq::store::sql;
 use shardq::{Client, NewJob};
 use std::time::Duration;
 use tokio_postgres::types::Type;
@@ -102,10 +103,7 @@ async fn backlog_reads_only_the_partial_indexes_of_unfinished_jobs() {
 
 /// Checks the plan of the backlog read for `queue` (all when `None`).
 async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>) {
-    let explain = format!(
-        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
-        shardq::store::sql::QUEUE_BACKLOG
-    );
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::QUEUE_BACKLOG);
     let plan: Value = db
         .query_typed_one(explain.as_str(), &[(&queue, Type::TEXT)])
         .await
@@ -116,8 +114,7 @@ async fn reads_only_unfinished(db: &tokio_postgres::Client, queue: Option<&str>)
     table_scans(&plan, &mut scans);
     assert!(!scans.is_empty(), "no read of workflow_status in {text}");
     let unfinished = [
-        "workflow_status_dequeue_plain",
-        "workflow_status_dequeue_keyed",
+        "workflow_status_ready_plain",
         "workflow_status_ready_keyed",
         "workflow_status_ready_grouped",
         "workflow_status_group_lines",
@@ -283,4 +280,75 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
     assert_eq!(depth.failed[0].0, set.get(1).name);
     assert!(!depth.complete());
     assert_eq!(depth.counts.queued, on_shard_0);
+}
+
+/// Index entries of the plain ready indexes (by number, and by id) this
+/// backend has read and not yet reported (a reading is a difference).
+async fn plain_ready_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
+    tx.query_one(
+        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_ready_plain'::regclass) \
+           + pg_stat_get_xact_tuples_returned('workflow_status_dequeue_plain'::regclass)",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// While a long transaction holds the horizon, the ready versions of every
+/// job claimed since stay in the ready indexes: the backlog counts the
+/// ready jobs from their floors, as the claims find them, so it reads
+/// about what is ready, not the 3,000 dead entries a count from the start
+/// of the index reads (what it did before, with every scrape).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_held_snapshot_the_backlog_counts_ready_jobs_from_their_floors() {
+    let (shards, set) = crate::ready_floors::shard().await;
+    let mut object = set.get(0).client().await.unwrap();
+    let db: &mut tokio_postgres::Client = &mut object;
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    let enqueue = "INSERT INTO workflow_status (shard_key, queue, handler) \
+        SELECT g % 65536, 'q', 'noop' FROM generate_series(1, $1::bigint) g";
+    db.execute(enqueue, &[&3_000i64]).await.unwrap();
+    for _ in 0..30 {
+        assert_eq!(crate::ready_floors::claim(db, "q", 100).await.len(), 100);
+    }
+    crate::ready_floors::let_floors_move(db).await;
+    db.execute(enqueue, &[&100i64]).await.unwrap();
+
+    for queue in [None, Some("q")] {
+        let tx = db.transaction().await.unwrap();
+        let before = plain_ready_entries(&tx).await;
+        let rows = tx.query(sql::QUEUE_BACKLOG, &[&queue]).await.unwrap();
+        let read = plain_ready_entries(&tx).await - before;
+        tx.rollback().await.unwrap();
+        let ready: i64 = rows
+            .iter()
+            .filter(|r| r.get::<_, &str>("queue") == "q" && r.get::<_, &str>("state") == "queued")
+            .map(|r| r.get::<_, i64>("count"))
+            .sum();
+        assert_eq!(ready, 100, "{queue:?}");
+        assert!(
+            read <= 300,
+            "the backlog read {read} entries of the plain ready indexes for 100 ready jobs ({queue:?})"
+        );
+    }
+    let tx = db.transaction().await.unwrap();
+    let before = plain_ready_entries(&tx).await;
+    let counted: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM workflow_status WHERE queue = 'q' AND status = 'queued' \
+             AND ordering_key IS NULL AND job_group IS NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let read = plain_ready_entries(&tx).await - before;
+    tx.rollback().await.unwrap();
+    assert_eq!(counted, 100);
+    assert!(
+        read >= 3_000,
+        "the snapshot held the claimed jobs' versions: a count from the start read {read}"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
 }

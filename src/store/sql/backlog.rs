@@ -7,51 +7,63 @@
 /// Per queue (only queue $1; every queue when $1 is NULL): the count of jobs
 /// in each unfinished state (`queued`,
 /// `waiting`, `retrying`, `delayed`, `parked`, `running`), and for `queued` the age in
-/// seconds of its lowest-id ready job: the one enqueued first, measured from
-/// when it became ready (`run_at`).
+/// seconds of its longest-waiting ready job: the oldest `run_at` (when it
+/// became due) among the first ready job of each priority and kind.
 ///
-/// The ready rows are counted from the three dequeue indexes (plain,
-/// keyed, grouped: each holds queue, priority, id), index only, grouped by (queue, priority) with their lowest
-/// id; the lowest of those ids per queue is then looked up by the same
-/// index with its full key (one probe, one heap row; a grouped one by the
-/// primary key, whose first column is the id), since those indexes hold no
-/// time. The other states are read from their own partial indexes
+/// Ready jobs without a group are counted from their queue and priority's
+/// ready floors (`shardq_ready_floors`: every ready plain or keyed job is
+/// numbered at or past its floor, or no claim would find it), one range of
+/// `workflow_status_ready_plain` or `_ready_keyed` (queue, priority,
+/// ready_seq) each, index only, with the lowest number; so while a long
+/// transaction holds the horizon they pass only what was claimed since the
+/// floors last moved, as the claims do, not every dead entry behind them.
+/// Grouped ones are counted from their dequeue index by (queue, priority)
+/// with their lowest id (a queue's grouped floor exists only once it has
+/// been claimed from, so a read of every queue cannot start there). The
+/// head of each priority and kind is then looked up by its full key (one
+/// probe, one heap row; a grouped one by the primary key, whose first
+/// column is the id), since those indexes hold no time. The other states
+/// are read from their own partial indexes
 /// (waiting jobs always have a key: `workflow_status_key`; scheduled ones by
 /// queue, attempts and the parked mark: `workflow_status_scheduled_by_kind`;
-/// running ones: the lease index).
+/// running ones: the lease index, which, while the horizon is held, keeps
+/// an entry of every job run since: docs/operations.md).
 /// `$1 IS NULL` is folded away when the statement is planned for its value
 /// (the unnamed statement always is), so a named queue is an index range.
 pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
-        SELECT queue, priority, kind, count(*) AS n, min(id) AS first_id FROM ( \
-            SELECT queue, priority, id, 0 AS kind FROM workflow_status \
-                WHERE status = 'queued' AND ordering_key IS NULL AND job_group IS NULL \
-                    AND ($1::text IS NULL OR queue = $1::text) \
-            UNION ALL SELECT queue, priority, id, 1 FROM workflow_status \
-                WHERE status = 'queued' AND ordering_key IS NOT NULL \
-                    AND ($1::text IS NULL OR queue = $1::text) \
-            UNION ALL SELECT queue, priority, id, 2 FROM workflow_status \
-                WHERE status = 'queued' AND job_group IS NOT NULL \
-                    AND ($1::text IS NULL OR queue = $1::text) \
-        ) r GROUP BY 1, 2, 3 \
+        SELECT f.queue, f.priority, k.kind, k.n, k.first FROM shardq_ready_floors f \
+        CROSS JOIN LATERAL ( \
+            SELECT 0 AS kind, count(*) AS n, min(w.ready_seq) AS first FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NULL AND w.job_group IS NULL \
+                    AND w.queue = f.queue AND w.priority = f.priority \
+                    AND w.ready_seq >= f.floor_seq \
+            UNION ALL SELECT 1, count(*), min(w.ready_seq) FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NOT NULL \
+                    AND w.queue = f.queue AND w.priority = f.priority \
+                    AND w.ready_seq >= f.keyed_floor_seq \
+        ) k WHERE ($1::text IS NULL OR f.queue = $1::text) AND k.n > 0 \
+        UNION ALL SELECT queue, priority, 2, count(*), min(id) FROM workflow_status \
+            WHERE status = 'queued' AND job_group IS NOT NULL \
+                AND ($1::text IS NULL OR queue = $1::text) \
+            GROUP BY queue, priority \
     ), heads AS ( \
-        SELECT DISTINCT ON (queue) queue, priority, kind, first_id FROM ready \
-        ORDER BY queue, first_id \
+        SELECT r.queue, r.n, CASE r.kind \
+            WHEN 0 THEN (SELECT w.run_at FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NULL AND w.job_group IS NULL \
+                  AND w.queue = r.queue AND w.priority = r.priority AND w.ready_seq = r.first \
+                LIMIT 1) \
+            WHEN 1 THEN (SELECT w.run_at FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NOT NULL \
+                  AND w.queue = r.queue AND w.priority = r.priority AND w.ready_seq = r.first \
+                LIMIT 1) \
+            ELSE (SELECT w.run_at FROM workflow_status w \
+                WHERE w.id = r.first AND w.status = 'queued' AND w.job_group IS NOT NULL \
+                  AND w.queue = r.queue LIMIT 1) END AS run_at \
+        FROM ready r \
     ) \
-    SELECT h.queue, 'queued' AS state, \
-        (SELECT sum(n) FROM ready WHERE ready.queue = h.queue)::bigint AS count, \
-        extract(epoch FROM now() - coalesce( \
-            (SELECT w.run_at FROM workflow_status w \
-                WHERE h.kind = 0 AND w.status = 'queued' AND w.ordering_key IS NULL \
-                  AND w.job_group IS NULL \
-                  AND w.queue = h.queue AND w.priority = h.priority AND w.id = h.first_id), \
-            (SELECT w.run_at FROM workflow_status w \
-                WHERE h.kind = 1 AND w.status = 'queued' AND w.ordering_key IS NOT NULL \
-                  AND w.queue = h.queue AND w.priority = h.priority AND w.id = h.first_id), \
-            (SELECT w.run_at FROM workflow_status w \
-                WHERE h.kind = 2 AND w.id = h.first_id AND w.status = 'queued' \
-                  AND w.job_group IS NOT NULL AND w.queue = h.queue LIMIT 1) \
-        ))::float8 AS oldest_ready_s \
-    FROM heads h \
+    SELECT queue, 'queued' AS state, sum(n)::bigint AS count, \
+        extract(epoch FROM now() - min(run_at))::float8 AS oldest_ready_s \
+    FROM heads GROUP BY queue \
     UNION ALL \
     SELECT queue, state, count(*), NULL FROM ( \
         SELECT queue, 'waiting' AS state FROM workflow_status \

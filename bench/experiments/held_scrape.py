@@ -101,6 +101,8 @@ def main():
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(2)
+        if exporter.poll() is not None:
+            sys.exit(f"shardq metrics exited ({exporter.returncode}): is {args.listen} taken?")
         url = f"http://{args.listen}/metrics"
         for held in (False, True):
             phase(dsn, url, steps, held)

@@ -156,6 +156,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_work
 -- a producer or the dashboard needs nothing here.
 GRANT SELECT, UPDATE ON TABLE shardq_ready_floors, shardq_ready_barrier TO shardq_worker;
 GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
+-- The backlog read (`shardq status`, `Client::depth`, `shardq metrics`,
+-- the dashboard) counts ready jobs from the floors, as the claims find them.
+GRANT SELECT ON TABLE shardq_ready_floors TO shardq_producer, shardq_dashboard_ro;
 -- Group turns (migrations 41-42): the trigger that gives a grouped job its
 -- turn and the claim's move of the queue's round run with the owner's
 -- rights; `shardq check` and the dashboard may read the rounds.

@@ -253,7 +253,7 @@ impl Collector for Exposition {
         family(
             e,
             "shardq_queue_oldest_ready_age_seconds",
-            "Seconds since the queue's longest-waiting ready job became due; 0 when none is ready",
+            "Seconds since the first ready job of the queue's longest-waiting priority and kind became due; 0 when none is ready",
             MetricType::Gauge,
             self.shards.iter().flat_map(|s| {
                 s.queues.iter().map(move |(queue, (_, age))| {

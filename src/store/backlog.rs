@@ -82,9 +82,11 @@ pub struct QueueBacklog {
     pub queue: String,
     /// Its unfinished jobs by state.
     pub depth: StateCounts,
-    /// Seconds since the queue's longest-waiting ready job became due (the
-    /// oldest `run_at` of the first ready job of each priority and kind),
-    /// by the shard's clock; `None` when none is ready.
+    /// Seconds since the first ready job (the first to be claimed) of the
+    /// queue's longest-waiting priority and kind became due: the oldest
+    /// `run_at` among those first jobs, by the shard's clock; `None` when
+    /// none is ready. A job made ready again (recovered, promoted behind
+    /// its key) keeps its `run_at` but takes its place at the end.
     pub oldest_ready_s: Option<f64>,
 }
 

@@ -23,7 +23,7 @@ async fn backlog_counts_each_state_and_ages_the_first_enqueued_ready_job() {
     let set = shards.migrated(&config).await;
     let client = Client::from_shards(set.clone(), config.limits.clone());
     // The first-enqueued ready jobs are keyed and of a later priority: the
-    // head is found across both dequeue indexes and every priority.
+    // head is found across both ready indexes and every priority.
     let first: Vec<NewJob> = (0..2)
         .map(|i| {
             NewJob::new("x", "noop", serde_json::json!({}))
@@ -282,12 +282,15 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
     assert_eq!(depth.counts.queued, on_shard_0);
 }
 
-/// Index entries of the plain ready indexes (by number, and by id) this
-/// backend has read and not yet reported (a reading is a difference).
-async fn plain_ready_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
+/// Index entries of the ready indexes without groups (by number, and by
+/// id) this backend has read and not yet reported (a reading is a
+/// difference).
+async fn ready_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
     tx.query_one(
         "SELECT pg_stat_get_xact_tuples_returned('workflow_status_ready_plain'::regclass) \
-           + pg_stat_get_xact_tuples_returned('workflow_status_dequeue_plain'::regclass)",
+           + pg_stat_get_xact_tuples_returned('workflow_status_dequeue_plain'::regclass) \
+           + pg_stat_get_xact_tuples_returned('workflow_status_ready_keyed'::regclass) \
+           + pg_stat_get_xact_tuples_returned('workflow_status_dequeue_keyed'::regclass)",
         &[],
     )
     .await
@@ -297,9 +300,10 @@ async fn plain_ready_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
 
 /// While a long transaction holds the horizon, the ready versions of every
 /// job claimed since stay in the ready indexes: the backlog counts the
-/// ready jobs from their floors, as the claims find them, so it reads
-/// about what is ready, not the 3,000 dead entries a count from the start
-/// of the index reads (what it did before, with every scrape).
+/// ready jobs, plain and keyed, from their floors (each kind its own), as
+/// the claims find them, so it reads about what is ready, not the 3,000
+/// dead entries of each queue that a count from the start of the index
+/// reads (what it did before, with every scrape).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_held_snapshot_the_backlog_counts_ready_jobs_from_their_floors() {
     let (shards, set) = crate::ready_floors::shard().await;
@@ -308,32 +312,49 @@ async fn under_a_held_snapshot_the_backlog_counts_ready_jobs_from_their_floors()
     let holder = common::hold_snapshot(&shards.urls[0]).await;
     let enqueue = "INSERT INTO workflow_status (shard_key, queue, handler) \
         SELECT g % 65536, 'q', 'noop' FROM generate_series(1, $1::bigint) g";
+    // Keyed jobs of their own queue, one per key (all ready at once).
+    let enqueue_keyed = "INSERT INTO workflow_status (shard_key, queue, handler, ordering_key) \
+        SELECT g % 65536, 'kq', 'noop', $2 || g FROM generate_series(1, $1::bigint) g";
     db.execute(enqueue, &[&3_000i64]).await.unwrap();
+    db.execute(enqueue_keyed, &[&3_000i64, &"a"]).await.unwrap();
     for _ in 0..30 {
         assert_eq!(crate::ready_floors::claim(db, "q", 100).await.len(), 100);
+        assert_eq!(crate::ready_floors::claim(db, "kq", 100).await.len(), 100);
     }
     crate::ready_floors::let_floors_move(db).await;
     db.execute(enqueue, &[&100i64]).await.unwrap();
+    db.execute(enqueue_keyed, &[&100i64, &"b"]).await.unwrap();
 
-    for queue in [None, Some("q")] {
+    for queue in [None, Some("q"), Some("kq")] {
         let tx = db.transaction().await.unwrap();
-        let before = plain_ready_entries(&tx).await;
+        let before = ready_entries(&tx).await;
         let rows = tx.query(sql::QUEUE_BACKLOG, &[&queue]).await.unwrap();
-        let read = plain_ready_entries(&tx).await - before;
+        let read = ready_entries(&tx).await - before;
         tx.rollback().await.unwrap();
-        let ready: i64 = rows
-            .iter()
-            .filter(|r| r.get::<_, &str>("queue") == "q" && r.get::<_, &str>("state") == "queued")
-            .map(|r| r.get::<_, i64>("count"))
-            .sum();
-        assert_eq!(ready, 100, "{queue:?}");
+        let ready = |name: &str| -> i64 {
+            rows.iter()
+                .filter(|r| {
+                    r.get::<_, &str>("queue") == name && r.get::<_, &str>("state") == "queued"
+                })
+                .map(|r| r.get::<_, i64>("count"))
+                .sum()
+        };
+        let (plain, keyed) = (ready("q"), ready("kq"));
+        match queue {
+            None => assert_eq!((plain, keyed), (100, 100)),
+            Some("q") => assert_eq!((plain, keyed), (100, 0)),
+            _ => assert_eq!((plain, keyed), (0, 100)),
+        }
+        // Each ready job's entry is read (counted, and the heads found
+        // again): never the 3,000 dead ones behind each floor.
+        let ready_now = plain + keyed;
         assert!(
-            read <= 300,
-            "the backlog read {read} entries of the plain ready indexes for 100 ready jobs ({queue:?})"
+            (ready_now..=3 * ready_now).contains(&read),
+            "the backlog read {read} entries of the ready indexes for {ready_now} ready jobs ({queue:?})"
         );
     }
     let tx = db.transaction().await.unwrap();
-    let before = plain_ready_entries(&tx).await;
+    let before = ready_entries(&tx).await;
     let counted: i64 = tx
         .query_one(
             "SELECT count(*) FROM workflow_status WHERE queue = 'q' AND status = 'queued' \
@@ -343,12 +364,67 @@ async fn under_a_held_snapshot_the_backlog_counts_ready_jobs_from_their_floors()
         .await
         .unwrap()
         .get(0);
-    let read = plain_ready_entries(&tx).await - before;
+    let read = ready_entries(&tx).await - before;
     tx.rollback().await.unwrap();
     assert_eq!(counted, 100);
     assert!(
         read >= 3_000,
         "the snapshot held the claimed jobs' versions: a count from the start read {read}"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// Plain and keyed jobs of one queue are counted each from its own floor:
+/// the plain floor moved past 3,000 claimed plain jobs while the keyed
+/// floor is still at 0 (a floor is a lower bound: where a new level's
+/// starts). Read from the keyed floor, the plain count would walk all of
+/// their dead entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_plain_and_keyed_jobs_are_counted_each_from_its_own_floor() {
+    let (shards, set) = crate::ready_floors::shard().await;
+    let mut object = set.get(0).client().await.unwrap();
+    let db: &mut tokio_postgres::Client = &mut object;
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    let plain = "INSERT INTO workflow_status (shard_key, queue, handler) \
+        SELECT g % 65536, 'm', 'noop' FROM generate_series(1, $1::bigint) g";
+    db.execute(plain, &[&3_000i64]).await.unwrap();
+    for _ in 0..30 {
+        assert_eq!(crate::ready_floors::claim(db, "m", 100).await.len(), 100);
+    }
+    crate::ready_floors::let_floors_move(db).await;
+    let floor: i64 = db
+        .query_one(
+            "UPDATE shardq_ready_floors SET keyed_floor_seq = 0 \
+             WHERE queue = 'm' AND priority = 0 RETURNING floor_seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(floor > 3_000, "the plain floor moved: {floor}");
+    db.execute(plain, &[&100i64]).await.unwrap();
+    db.execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler, ordering_key) \
+         VALUES (1, 'm', 'noop', 'k')",
+        &[],
+    )
+    .await
+    .unwrap();
+
+    let tx = db.transaction().await.unwrap();
+    let before = ready_entries(&tx).await;
+    let rows = tx.query(sql::QUEUE_BACKLOG, &[&Some("m")]).await.unwrap();
+    let read = ready_entries(&tx).await - before;
+    tx.rollback().await.unwrap();
+    let ready: i64 = rows
+        .iter()
+        .filter(|r| r.get::<_, &str>("state") == "queued")
+        .map(|r| r.get::<_, i64>("count"))
+        .sum();
+    assert_eq!(ready, 101);
+    assert!(
+        (101..=303).contains(&read),
+        "the backlog read {read} entries of the ready indexes for 101 ready jobs"
     );
     holder.batch_execute("COMMIT").await.unwrap();
 }

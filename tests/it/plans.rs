@@ -234,9 +234,7 @@ async fn status_reads_partial_indexes_and_estimates_history() {
     reads_only(
         &plan,
         &[
-            "workflow_status_dequeue_plain",
             "workflow_status_ready_plain",
-            "workflow_status_dequeue_keyed",
             "workflow_status_ready_keyed",
             "workflow_status_ready_grouped",
             "workflow_status_group_lines",

@@ -2,7 +2,9 @@
 //! of each queue's oldest ready job) that the metrics exporter, `shardq
 //! status`, the dashboard and `Client::depth` share. Every branch reads a
 //! partial index that holds no finished row, so the cost follows the backlog
-//! (ready, waiting, scheduled and running rows), never the history.
+//! (ready, waiting, scheduled and running rows), never the finished
+//! history; while a long transaction holds the horizon, see
+//! [`QUEUE_BACKLOG`] for what grows.
 
 /// Per queue (only queue $1; every queue when $1 is NULL): the count of jobs
 /// in each unfinished state (`queued`,
@@ -17,9 +19,14 @@
 /// ready_seq) each, index only, with the lowest number; so while a long
 /// transaction holds the horizon they pass only what was claimed since the
 /// floors last moved, as the claims do, not every dead entry behind them.
-/// Grouped ones are counted from their dequeue index by (queue, priority)
-/// with their lowest id (a queue's grouped floor exists only once it has
-/// been claimed from, so a read of every queue cannot start there). The
+/// Grouped ones are counted from `workflow_status_ready_grouped` by
+/// (queue, priority) with their lowest id (a queue's grouped floor exists
+/// only once it has been claimed from, so a read of every queue cannot
+/// start there). Every row of `shardq_ready_floors` is read (a level's
+/// row stays once made): while the horizon is held, each with the
+/// versions its floor moves leave (up to four a second per level), so
+/// this part grows with the levels and the length of the hold, not with
+/// the jobs claimed. The
 /// head of each priority and kind is then looked up by its full key (one
 /// probe, one heap row; a grouped one by the primary key, whose first
 /// column is the id), since those indexes hold no time. The other states

@@ -298,6 +298,26 @@ async fn ready_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
     .get(0)
 }
 
+/// The backlog read of `queue` (every queue when `None`) in a transaction of
+/// its own: each queue's ready count, and the entries of the ready indexes
+/// without groups it read.
+async fn ready_counts_and_entries_read(
+    db: &mut tokio_postgres::Client,
+    queue: Option<&str>,
+) -> (std::collections::BTreeMap<String, i64>, i64) {
+    let tx = db.transaction().await.unwrap();
+    let before = ready_entries(&tx).await;
+    let rows = tx.query(sql::QUEUE_BACKLOG, &[&queue]).await.unwrap();
+    let read = ready_entries(&tx).await - before;
+    tx.rollback().await.unwrap();
+    let ready = rows
+        .iter()
+        .filter(|r| r.get::<_, &str>("state") == "queued")
+        .map(|r| (r.get::<_, String>("queue"), r.get::<_, i64>("count")))
+        .collect();
+    (ready, read)
+}
+
 /// While a long transaction holds the horizon, the ready versions of every
 /// job claimed since stay in the ready indexes: the backlog counts the
 /// ready jobs, plain and keyed, from their floors (each kind its own), as
@@ -326,20 +346,9 @@ async fn under_a_held_snapshot_the_backlog_counts_ready_jobs_from_their_floors()
     db.execute(enqueue_keyed, &[&100i64, &"b"]).await.unwrap();
 
     for queue in [None, Some("q"), Some("kq")] {
-        let tx = db.transaction().await.unwrap();
-        let before = ready_entries(&tx).await;
-        let rows = tx.query(sql::QUEUE_BACKLOG, &[&queue]).await.unwrap();
-        let read = ready_entries(&tx).await - before;
-        tx.rollback().await.unwrap();
-        let ready = |name: &str| -> i64 {
-            rows.iter()
-                .filter(|r| {
-                    r.get::<_, &str>("queue") == name && r.get::<_, &str>("state") == "queued"
-                })
-                .map(|r| r.get::<_, i64>("count"))
-                .sum()
-        };
-        let (plain, keyed) = (ready("q"), ready("kq"));
+        let (ready, read) = ready_counts_and_entries_read(db, queue).await;
+        let count = |name: &str| ready.get(name).copied().unwrap_or(0);
+        let (plain, keyed) = (count("q"), count("kq"));
         match queue {
             None => assert_eq!((plain, keyed), (100, 100)),
             Some("q") => assert_eq!((plain, keyed), (100, 0)),
@@ -411,17 +420,8 @@ async fn a_queues_plain_and_keyed_jobs_are_counted_each_from_its_own_floor() {
     .await
     .unwrap();
 
-    let tx = db.transaction().await.unwrap();
-    let before = ready_entries(&tx).await;
-    let rows = tx.query(sql::QUEUE_BACKLOG, &[&Some("m")]).await.unwrap();
-    let read = ready_entries(&tx).await - before;
-    tx.rollback().await.unwrap();
-    let ready: i64 = rows
-        .iter()
-        .filter(|r| r.get::<_, &str>("state") == "queued")
-        .map(|r| r.get::<_, i64>("count"))
-        .sum();
-    assert_eq!(ready, 101);
+    let (ready, read) = ready_counts_and_entries_read(db, Some("m")).await;
+    assert_eq!(ready.values().sum::<i64>(), 101);
     assert!(
         (101..=303).contains(&read),
         "the backlog read {read} entries of the ready indexes for 101 ready jobs"

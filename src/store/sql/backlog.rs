@@ -26,11 +26,10 @@
 /// row stays once made): while the horizon is held, each with the
 /// versions its floor moves leave (up to four a second per level), so
 /// this part grows with the levels and the length of the hold, not with
-/// the jobs claimed. The
-/// head of each priority and kind is then looked up by its full key (one
-/// probe, one heap row; a grouped one by the primary key, whose first
-/// column is the id), since those indexes hold no time. The other states
-/// are read from their own partial indexes
+/// the jobs claimed. The head of each priority and kind is then looked up
+/// by its full key (one probe, one heap row; a grouped one by the primary
+/// key, whose first column is the id), since those indexes hold no time.
+/// The other states are read from their own partial indexes
 /// (waiting jobs always have a key: `workflow_status_key`; scheduled ones by
 /// queue, attempts and the parked mark: `workflow_status_scheduled_by_kind`;
 /// running ones: the lease index, which, while the horizon is held, keeps

@@ -50,6 +50,7 @@
 --     44 0044_key_floors.sql
 --     45 0045_key_index_role.sql
 --     46 0046_one_group_line_index.sql
+--     47 0047_floors_and_rounds_as_moves.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -70,13 +71,19 @@ TABLE shardq_functions
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
     GRANT PUBLIC SELECT
 
-TABLE shardq_group_rounds
+TABLE shardq_group_queues
     queue text NOT NULL
-    round bigint NOT NULL DEFAULT 0
-    floor_turn bigint NOT NULL DEFAULT 0
+    CONSTRAINT shardq_group_queues_pkey PRIMARY KEY (queue)
+    INDEX CREATE UNIQUE INDEX shardq_group_queues_pkey ON public.shardq_group_queues USING btree (queue)
+
+TABLE shardq_group_round_moves
+    queue text NOT NULL
+    move_seq bigint NOT NULL
+    round bigint NOT NULL
+    floor_turn bigint NOT NULL
     noted_round bigint
-    CONSTRAINT shardq_group_rounds_pkey PRIMARY KEY (queue)
-    INDEX CREATE UNIQUE INDEX shardq_group_rounds_pkey ON public.shardq_group_rounds USING btree (queue)
+    CONSTRAINT shardq_group_round_moves_pkey PRIMARY KEY (queue, move_seq)
+    INDEX CREATE UNIQUE INDEX shardq_group_round_moves_pkey ON public.shardq_group_round_moves USING btree (queue, move_seq)
 
 TABLE shardq_group_tokens
     queue text NOT NULL
@@ -184,13 +191,14 @@ TABLE shardq_ready_barrier
     CONSTRAINT shardq_ready_barrier_pkey PRIMARY KEY (one_row)
     INDEX CREATE UNIQUE INDEX shardq_ready_barrier_pkey ON public.shardq_ready_barrier USING btree (one_row)
 
-TABLE shardq_ready_floors
+TABLE shardq_ready_floor_moves
     queue text NOT NULL
     priority integer NOT NULL
-    floor_seq bigint NOT NULL DEFAULT 0
-    keyed_floor_seq bigint NOT NULL DEFAULT 0
-    CONSTRAINT shardq_ready_floors_pkey PRIMARY KEY (queue, priority)
-    INDEX CREATE UNIQUE INDEX shardq_ready_floors_pkey ON public.shardq_ready_floors USING btree (queue, priority)
+    move_seq bigint NOT NULL
+    floor_seq bigint NOT NULL
+    keyed_floor_seq bigint NOT NULL
+    CONSTRAINT shardq_ready_floor_moves_pkey PRIMARY KEY (queue, priority, move_seq)
+    INDEX CREATE UNIQUE INDEX shardq_ready_floor_moves_pkey ON public.shardq_ready_floor_moves USING btree (queue, priority, move_seq)
 
 TABLE shardq_ready_levels
     queue text NOT NULL
@@ -377,26 +385,35 @@ BEGIN
     x := pg_current_xact_id();
     passed := b.pending_xid IS NOT NULL
         AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid;
+    -- Each floor that rises gets a new row, numbered by this move, and
+    -- loses the one it replaces, in one statement (migration 0047: no
+    -- floor's row is ever updated, so reading one never walks versions).
     IF passed THEN
-        UPDATE shardq_ready_floors f
-        SET floor_seq = greatest(f.floor_seq, n.floor_seq),
-            keyed_floor_seq = greatest(f.keyed_floor_seq, n.keyed_floor_seq)
-        FROM (SELECT fl.queue, fl.priority,
-                     LEAST(b.pending_seq,
-                           (SELECT w.ready_seq FROM workflow_status w
-                            WHERE w.queue = fl.queue AND w.priority = fl.priority
-                              AND w.status = 'queued' AND w.ordering_key IS NULL
-                              AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
-                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq,
-                     LEAST(b.pending_seq,
-                           (SELECT w.ready_seq FROM workflow_status w
-                            WHERE w.queue = fl.queue AND w.priority = fl.priority
-                              AND w.status = 'queued' AND w.ordering_key IS NOT NULL
-                              AND w.ready_seq >= fl.keyed_floor_seq
-                            ORDER BY w.ready_seq LIMIT 1)) AS keyed_floor_seq
-              FROM shardq_ready_floors fl) n
-        WHERE f.queue = n.queue AND f.priority = n.priority
-          AND (n.floor_seq > f.floor_seq OR n.keyed_floor_seq > f.keyed_floor_seq);
+        WITH moved AS (
+            SELECT fl.queue, fl.priority, fl.move_seq, fl.floor_seq, fl.keyed_floor_seq,
+                   greatest(fl.floor_seq, LEAST(b.pending_seq,
+                       (SELECT w.ready_seq FROM workflow_status w
+                        WHERE w.queue = fl.queue AND w.priority = fl.priority
+                          AND w.status = 'queued' AND w.ordering_key IS NULL
+                          AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
+                        ORDER BY w.ready_seq LIMIT 1))) AS new_floor_seq,
+                   greatest(fl.keyed_floor_seq, LEAST(b.pending_seq,
+                       (SELECT w.ready_seq FROM workflow_status w
+                        WHERE w.queue = fl.queue AND w.priority = fl.priority
+                          AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                          AND w.ready_seq >= fl.keyed_floor_seq
+                        ORDER BY w.ready_seq LIMIT 1))) AS new_keyed_floor_seq
+            FROM shardq_ready_floors fl
+        ), risen AS MATERIALIZED (
+            SELECT * FROM moved
+            WHERE new_floor_seq > floor_seq OR new_keyed_floor_seq > keyed_floor_seq
+        ), added AS (
+            INSERT INTO shardq_ready_floor_moves
+                (queue, priority, move_seq, floor_seq, keyed_floor_seq)
+            SELECT r.queue, r.priority, s, r.new_floor_seq, r.new_keyed_floor_seq FROM risen r
+        )
+        DELETE FROM shardq_ready_floor_moves d USING risen r
+        WHERE d.queue = r.queue AND d.priority = r.priority AND d.move_seq = r.move_seq;
     END IF;
     -- The grouped rounds, behind the same barrier (migration 0041).
     PERFORM shardq_move_group_rounds(s, passed);
@@ -1367,11 +1384,6 @@ CREATE OR REPLACE FUNCTION public.shardq_ensure_floors(p_queues text[], p_priori
  LANGUAGE sql
  SECURITY DEFINER
 AS $function$
-            INSERT INTO public.shardq_ready_floors (queue, priority)
-            SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
-            WHERE NOT EXISTS (SELECT 1 FROM public.shardq_ready_levels l
-                              WHERE l.queue = t.q AND l.priority = t.p)
-            ON CONFLICT DO NOTHING;
             INSERT INTO public.shardq_ready_levels (queue, priority)
             SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
             ON CONFLICT DO NOTHING;
@@ -1416,7 +1428,7 @@ AS $function$
             IF NOT FOUND THEN
                 IF pg_try_advisory_xact_lock(
                         hashtextextended('shardq_group_rounds' || chr(31) || p_queue, 8)) THEN
-                    INSERT INTO public.shardq_group_rounds (queue) VALUES (p_queue)
+                    INSERT INTO public.shardq_group_queues (queue) VALUES (p_queue)
                     ON CONFLICT DO NOTHING;
                 END IF;
                 RETURN 0;
@@ -1451,6 +1463,25 @@ AS $function$
     SELECT coalesce(array_agg(g ORDER BY n), '{}'), coalesce(array_agg(head ORDER BY n), '{}')
     FROM walk
 $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_group_round_of(p_queue text, OUT round bigint, OUT floor_turn bigint, OUT noted_round bigint, OUT move_seq bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        BEGIN
+            SELECT r.round, r.floor_turn, r.noted_round, r.move_seq
+            INTO round, floor_turn, noted_round, move_seq
+            FROM public.shardq_group_round_moves r
+            WHERE r.queue = p_queue
+            ORDER BY r.move_seq DESC LIMIT 1;
+        END
+        $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_grouped_ready_turn(p_queue text)
@@ -1714,32 +1745,41 @@ CREATE OR REPLACE FUNCTION public.shardq_move_group_rounds(p_fresh bigint, p_pas
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
         BEGIN
-            IF NOT EXISTS (SELECT 1 FROM public.shardq_group_rounds) THEN
+            IF NOT EXISTS (SELECT 1 FROM public.shardq_group_queues) THEN
                 RETURN;                        -- no grouped claim on this shard yet
             END IF;
-            IF p_passed THEN
-                UPDATE public.shardq_group_rounds g
-                SET floor_turn = greatest(g.floor_turn,
-                                          least(g.noted_round, coalesce(f.turn, g.noted_round)))
-                FROM (SELECT r.queue,
-                             (SELECT w.turn FROM public.workflow_status w
-                              WHERE w.queue = r.queue AND w.status = 'queued'
-                                AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
-                              ORDER BY w.turn LIMIT 1) AS turn
-                      FROM public.shardq_group_rounds r WHERE r.noted_round IS NOT NULL) f
-                WHERE g.queue = f.queue;
-            END IF;
-            UPDATE public.shardq_group_rounds g
-            SET noted_round = g.round, round = greatest(g.round, coalesce(f.turn, p_fresh))
-            FROM (SELECT r.queue,
-                         (SELECT w.turn FROM public.workflow_status w
-                          WHERE w.queue = r.queue AND w.status = 'queued'
-                            AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
-                          ORDER BY w.turn LIMIT 1) AS turn
-                  FROM public.shardq_group_rounds r) f
-            WHERE g.queue = f.queue
-              AND (g.noted_round IS DISTINCT FROM g.round
-                   OR g.round < coalesce(f.turn, p_fresh));
+            -- 1 and 2 in one statement: each queue whose rounds change gets
+            -- a new row, numbered by this move, and loses the one it
+            -- replaces (migration 0047: no row is ever updated). One probe
+            -- of the first ready turn serves both: the floor rises to at
+            -- most that turn, so the first ready turn at or past the new
+            -- floor is the same one.
+            WITH probed AS (
+                SELECT r.queue, r.move_seq, r.round, r.floor_turn, r.noted_round,
+                       (SELECT w.turn FROM public.workflow_status w
+                        WHERE w.queue = r.queue AND w.status = 'queued'
+                          AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                        ORDER BY w.turn LIMIT 1) AS turn
+                FROM public.shardq_group_rounds r
+            ), moved AS MATERIALIZED (
+                SELECT p.queue, p.move_seq, p.round AS noted_round,
+                       CASE WHEN p_passed AND p.noted_round IS NOT NULL
+                            THEN greatest(p.floor_turn,
+                                          least(p.noted_round, coalesce(p.turn, p.noted_round)))
+                            ELSE p.floor_turn END AS floor_turn,
+                       greatest(p.round, coalesce(p.turn, p_fresh)) AS round
+                FROM probed p
+                WHERE (p_passed AND p.noted_round IS NOT NULL
+                       AND least(p.noted_round, coalesce(p.turn, p.noted_round)) > p.floor_turn)
+                   OR p.noted_round IS DISTINCT FROM p.round
+                   OR p.round < coalesce(p.turn, p_fresh)
+            ), added AS (
+                INSERT INTO public.shardq_group_round_moves
+                    (queue, move_seq, round, floor_turn, noted_round)
+                SELECT m.queue, p_fresh, m.round, m.floor_turn, m.noted_round FROM moved m
+            )
+            DELETE FROM public.shardq_group_round_moves d USING moved m
+            WHERE d.queue = m.queue AND d.move_seq = m.move_seq;
             IF NOT EXISTS (
                     SELECT 1 FROM public.shardq_group_rounds q
                     CROSS JOIN LATERAL (
@@ -1963,6 +2003,25 @@ BEGIN
     END LOOP;
     RETURN false;
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_ready_floor_of(p_queue text, p_priority integer, OUT floor_seq bigint, OUT keyed_floor_seq bigint, OUT move_seq bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+        BEGIN
+            SELECT f.floor_seq, f.keyed_floor_seq, f.move_seq
+            INTO floor_seq, keyed_floor_seq, move_seq
+            FROM public.shardq_ready_floor_moves f
+            WHERE f.queue = p_queue AND f.priority = p_priority
+            ORDER BY f.move_seq DESC LIMIT 1;
+        END
+        $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_recv(p_shard_key integer, p_id bigint, p_owner text, p_fence bigint, p_name text, p_topic text, p_micros bigint)

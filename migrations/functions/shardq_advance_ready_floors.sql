@@ -1,5 +1,6 @@
 -- shardq_advance_ready_floors: moves each queue's ready floors
--- (shardq_ready_floors, migration 0027: plain jobs; 0037: keyed ones) up
+-- (shardq_ready_floors, migration 0027: plain jobs; 0037: keyed ones; a
+-- view of shardq_ready_floor_moves since 0047) up
 -- to the first job of their kind still ready, and each queue's grouped
 -- rounds (shardq_move_group_rounds, migration 0041),
 -- at most every 250 ms and by one caller at a time (the others go on at
@@ -47,26 +48,35 @@ BEGIN
     x := pg_current_xact_id();
     passed := b.pending_xid IS NOT NULL
         AND pg_snapshot_xmin(pg_current_snapshot()) > b.pending_xid;
+    -- Each floor that rises gets a new row, numbered by this move, and
+    -- loses the one it replaces, in one statement (migration 0047: no
+    -- floor's row is ever updated, so reading one never walks versions).
     IF passed THEN
-        UPDATE shardq_ready_floors f
-        SET floor_seq = greatest(f.floor_seq, n.floor_seq),
-            keyed_floor_seq = greatest(f.keyed_floor_seq, n.keyed_floor_seq)
-        FROM (SELECT fl.queue, fl.priority,
-                     LEAST(b.pending_seq,
-                           (SELECT w.ready_seq FROM workflow_status w
-                            WHERE w.queue = fl.queue AND w.priority = fl.priority
-                              AND w.status = 'queued' AND w.ordering_key IS NULL
-                              AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
-                            ORDER BY w.ready_seq LIMIT 1)) AS floor_seq,
-                     LEAST(b.pending_seq,
-                           (SELECT w.ready_seq FROM workflow_status w
-                            WHERE w.queue = fl.queue AND w.priority = fl.priority
-                              AND w.status = 'queued' AND w.ordering_key IS NOT NULL
-                              AND w.ready_seq >= fl.keyed_floor_seq
-                            ORDER BY w.ready_seq LIMIT 1)) AS keyed_floor_seq
-              FROM shardq_ready_floors fl) n
-        WHERE f.queue = n.queue AND f.priority = n.priority
-          AND (n.floor_seq > f.floor_seq OR n.keyed_floor_seq > f.keyed_floor_seq);
+        WITH moved AS (
+            SELECT fl.queue, fl.priority, fl.move_seq, fl.floor_seq, fl.keyed_floor_seq,
+                   greatest(fl.floor_seq, LEAST(b.pending_seq,
+                       (SELECT w.ready_seq FROM workflow_status w
+                        WHERE w.queue = fl.queue AND w.priority = fl.priority
+                          AND w.status = 'queued' AND w.ordering_key IS NULL
+                          AND w.job_group IS NULL AND w.ready_seq >= fl.floor_seq
+                        ORDER BY w.ready_seq LIMIT 1))) AS new_floor_seq,
+                   greatest(fl.keyed_floor_seq, LEAST(b.pending_seq,
+                       (SELECT w.ready_seq FROM workflow_status w
+                        WHERE w.queue = fl.queue AND w.priority = fl.priority
+                          AND w.status = 'queued' AND w.ordering_key IS NOT NULL
+                          AND w.ready_seq >= fl.keyed_floor_seq
+                        ORDER BY w.ready_seq LIMIT 1))) AS new_keyed_floor_seq
+            FROM shardq_ready_floors fl
+        ), risen AS MATERIALIZED (
+            SELECT * FROM moved
+            WHERE new_floor_seq > floor_seq OR new_keyed_floor_seq > keyed_floor_seq
+        ), added AS (
+            INSERT INTO shardq_ready_floor_moves
+                (queue, priority, move_seq, floor_seq, keyed_floor_seq)
+            SELECT r.queue, r.priority, s, r.new_floor_seq, r.new_keyed_floor_seq FROM risen r
+        )
+        DELETE FROM shardq_ready_floor_moves d USING risen r
+        WHERE d.queue = r.queue AND d.priority = r.priority AND d.move_seq = r.move_seq;
     END IF;
     -- The grouped rounds, behind the same barrier (migration 0041).
     PERFORM shardq_move_group_rounds(s, passed);

@@ -1,6 +1,7 @@
--- shardq_ensure_floors: makes the ready floors (shardq_ready_floors, and
--- the never-updated shardq_ready_levels) of the queues and priorities
--- given pairwise, where missing. The client calls it on its own before
+-- shardq_ensure_floors: makes the ready floors of the queues and
+-- priorities given pairwise, where missing: their rows of the
+-- never-updated shardq_ready_levels (a floor with no row in
+-- shardq_ready_floor_moves is 0, migration 0047). The client calls it on its own before
 -- the first job of a queue and priority it writes to a shard
 -- (src/store/floors.rs), so the trigger that numbers the job finds the
 -- floors made and inserts nothing in the enqueuing transaction: a second
@@ -22,11 +23,6 @@ BEGIN
         RETURNS void
         LANGUAGE sql SECURITY DEFINER
         AS $b$
-            INSERT INTO %1$s.shardq_ready_floors (queue, priority)
-            SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
-            WHERE NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_levels l
-                              WHERE l.queue = t.q AND l.priority = t.p)
-            ON CONFLICT DO NOTHING;
             INSERT INTO %1$s.shardq_ready_levels (queue, priority)
             SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)
             ON CONFLICT DO NOTHING;

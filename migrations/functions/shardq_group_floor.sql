@@ -1,6 +1,7 @@
 -- shardq_group_floor: p_queue's grouped floor (shardq_group_rounds,
 -- migration 0041), the turn its grouped claims walk from; the first claim
--- of a queue makes its row (at 0: every turn is at or past it), which
+-- of a queue makes its row (in shardq_group_queues, migration 0047: its
+-- rounds start at 0, every turn at or past them), which
 -- shardq_move_group_rounds moves from then on (and numbers the queue's
 -- grouped jobs left without a turn from). Claims with and without group
 -- limits ask it. A claim that finds another transaction making the row
@@ -31,7 +32,7 @@ BEGIN
             IF NOT FOUND THEN
                 IF pg_try_advisory_xact_lock(
                         hashtextextended('shardq_group_rounds' || chr(31) || p_queue, 8)) THEN
-                    INSERT INTO %1$s.shardq_group_rounds (queue) VALUES (p_queue)
+                    INSERT INTO %1$s.shardq_group_queues (queue) VALUES (p_queue)
                     ON CONFLICT DO NOTHING;
                 END IF;
                 RETURN 0;

@@ -1,5 +1,6 @@
 -- shardq_move_group_rounds: moves every queue's grouped rounds
--- (shardq_group_rounds, migration 0041): called by
+-- (shardq_group_rounds, migration 0041; a view of shardq_group_round_moves
+-- since 0047): called by
 -- shardq_advance_ready_floors in each move of the ready floors, after it
 -- took a number (p_fresh) and then its transaction id, with whether the
 -- barrier of the move before has passed (p_passed: no transaction older
@@ -19,10 +20,10 @@
 -- 2. The barrier this move leaves is noted with the round as it is now,
 --    and the round moves up to the first ready turn, or, when no grouped
 --    job is ready, to p_fresh: at or past every turn given
---    (shardq_take_turn says why). A row that would not change is not
---    written (each write is a version every grouped enqueue of the queue
---    reads past while the horizon is held); a queue with nothing ready
---    still gets one a move, as its round follows p_fresh.
+--    (shardq_take_turn says why). A queue whose rounds would not change
+--    gets no new row; a queue with nothing ready still gets one a move, as
+--    its round follows p_fresh (a row added, the one it replaces deleted:
+--    readers meet the newest first, however many a held horizon keeps).
 -- 3. Ready grouped jobs without a turn (written under REPEATABLE READ or
 --    SERIALIZABLE, or before the upgrade's functions) get the new round,
 --    at or past the floor; rows others hold are left for the next move.
@@ -44,32 +45,41 @@ BEGIN
         SET plan_cache_mode = force_generic_plan
         AS $b$
         BEGIN
-            IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_group_rounds) THEN
+            IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_group_queues) THEN
                 RETURN;                        -- no grouped claim on this shard yet
             END IF;
-            IF p_passed THEN
-                UPDATE %1$s.shardq_group_rounds g
-                SET floor_turn = greatest(g.floor_turn,
-                                          least(g.noted_round, coalesce(f.turn, g.noted_round)))
-                FROM (SELECT r.queue,
-                             (SELECT w.turn FROM %1$s.workflow_status w
-                              WHERE w.queue = r.queue AND w.status = 'queued'
-                                AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
-                              ORDER BY w.turn LIMIT 1) AS turn
-                      FROM %1$s.shardq_group_rounds r WHERE r.noted_round IS NOT NULL) f
-                WHERE g.queue = f.queue;
-            END IF;
-            UPDATE %1$s.shardq_group_rounds g
-            SET noted_round = g.round, round = greatest(g.round, coalesce(f.turn, p_fresh))
-            FROM (SELECT r.queue,
-                         (SELECT w.turn FROM %1$s.workflow_status w
-                          WHERE w.queue = r.queue AND w.status = 'queued'
-                            AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
-                          ORDER BY w.turn LIMIT 1) AS turn
-                  FROM %1$s.shardq_group_rounds r) f
-            WHERE g.queue = f.queue
-              AND (g.noted_round IS DISTINCT FROM g.round
-                   OR g.round < coalesce(f.turn, p_fresh));
+            -- 1 and 2 in one statement: each queue whose rounds change gets
+            -- a new row, numbered by this move, and loses the one it
+            -- replaces (migration 0047: no row is ever updated). One probe
+            -- of the first ready turn serves both: the floor rises to at
+            -- most that turn, so the first ready turn at or past the new
+            -- floor is the same one.
+            WITH probed AS (
+                SELECT r.queue, r.move_seq, r.round, r.floor_turn, r.noted_round,
+                       (SELECT w.turn FROM %1$s.workflow_status w
+                        WHERE w.queue = r.queue AND w.status = 'queued'
+                          AND w.job_group IS NOT NULL AND w.turn >= r.floor_turn
+                        ORDER BY w.turn LIMIT 1) AS turn
+                FROM %1$s.shardq_group_rounds r
+            ), moved AS MATERIALIZED (
+                SELECT p.queue, p.move_seq, p.round AS noted_round,
+                       CASE WHEN p_passed AND p.noted_round IS NOT NULL
+                            THEN greatest(p.floor_turn,
+                                          least(p.noted_round, coalesce(p.turn, p.noted_round)))
+                            ELSE p.floor_turn END AS floor_turn,
+                       greatest(p.round, coalesce(p.turn, p_fresh)) AS round
+                FROM probed p
+                WHERE (p_passed AND p.noted_round IS NOT NULL
+                       AND least(p.noted_round, coalesce(p.turn, p.noted_round)) > p.floor_turn)
+                   OR p.noted_round IS DISTINCT FROM p.round
+                   OR p.round < coalesce(p.turn, p_fresh)
+            ), added AS (
+                INSERT INTO %1$s.shardq_group_round_moves
+                    (queue, move_seq, round, floor_turn, noted_round)
+                SELECT m.queue, p_fresh, m.round, m.floor_turn, m.noted_round FROM moved m
+            )
+            DELETE FROM %1$s.shardq_group_round_moves d USING moved m
+            WHERE d.queue = m.queue AND d.move_seq = m.move_seq;
             IF NOT EXISTS (
                     SELECT 1 FROM %1$s.shardq_group_rounds q
                     CROSS JOIN LATERAL (

@@ -53,6 +53,14 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_key_floor_lower.sql"),
     },
     Function {
+        name: "shardq_group_round_of",
+        sql: include_str!("../../migrations/functions/shardq_group_round_of.sql"),
+    },
+    Function {
+        name: "shardq_ready_floor_of",
+        sql: include_str!("../../migrations/functions/shardq_ready_floor_of.sql"),
+    },
+    Function {
         name: "shardq_ensure_floors",
         sql: include_str!("../../migrations/functions/shardq_ensure_floors.sql"),
     },

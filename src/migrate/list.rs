@@ -258,6 +258,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0046_one_group_line_index.sql",
         sql: include_str!("../../migrations/0046_one_group_line_index.sql"),
     },
+    Migration {
+        version: 47,
+        name: "0047_floors_and_rounds_as_moves.sql",
+        sql: include_str!("../../migrations/0047_floors_and_rounds_as_moves.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

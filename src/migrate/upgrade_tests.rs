@@ -195,7 +195,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         applied,
         vec![vec![
             17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
-            39, 40, 41, 42, 43, 44, 45, 46
+            39, 40, 41, 42, 43, 44, 45, 46, 47
         ]],
         "the map tables and the reshard's were due"
     );
@@ -234,6 +234,8 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_claim",
     "shardq_claim_keyed",
     "shardq_advance_ready_floors",
+    "shardq_ready_floor_of",
+    "shardq_group_round_of",
     "shardq_lock_plain_ready",
     "shardq_lock_keyed_ready",
     "shardq_mark_ready",
@@ -418,6 +420,113 @@ async fn grouped_jobs_ready_before_their_turns_are_numbered_by_the_upgrade() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let second = db.query(claim, &[]).await.expect("claim").len();
     assert_eq!(second, 1, "numbered by the rounds' move, then claimed");
+    check_all(&shards).await.expect("check after migrate");
+}
+
+/// Migration 47 turns the ready floors' and the grouped rounds' tables into
+/// views of rows only added and deleted: a shard at version 46 keeps its
+/// floors (one whose level was missing gets it) and rounds, and the roles
+/// granted the old tables keep their rights: readers read the views, the
+/// worker's claim (UPDATE of the floors before) adds and deletes the new
+/// rows; the function files' views replace the migration's.
+#[tokio::test]
+async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_roles() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "DROP VIEW shardq_ready_floors; DROP TABLE shardq_ready_floor_moves; \
+         CREATE TABLE shardq_ready_floors (queue text NOT NULL, priority integer NOT NULL, \
+             floor_seq bigint NOT NULL DEFAULT 0, keyed_floor_seq bigint NOT NULL DEFAULT 0, \
+             PRIMARY KEY (queue, priority)); \
+         INSERT INTO shardq_ready_levels VALUES ('old', 0); \
+         INSERT INTO shardq_ready_floors VALUES ('old', 0, 7, 5), ('orphan', 1, 3, 2); \
+         CREATE ROLE floor_mover; CREATE ROLE floor_reader; \
+         GRANT SELECT, UPDATE ON shardq_ready_floors TO floor_mover; \
+         GRANT SELECT ON shardq_ready_floors TO floor_reader; \
+         DROP VIEW shardq_group_rounds; \
+         DROP TABLE shardq_group_round_moves, shardq_group_queues; \
+         CREATE TABLE shardq_group_rounds (queue text PRIMARY KEY, \
+             round bigint NOT NULL DEFAULT 0, floor_turn bigint NOT NULL DEFAULT 0, \
+             noted_round bigint); \
+         INSERT INTO shardq_group_rounds VALUES ('grouped', 9, 4, 8), ('new', 0, 0, NULL); \
+         GRANT SELECT ON shardq_group_rounds TO floor_reader; \
+         DELETE FROM shardq_migrations WHERE version = 47; \
+         UPDATE shardq_functions SET sha256 = 'older' \
+             WHERE name IN ('shardq_advance_ready_floors', 'shardq_ensure_floors', \
+                 'shardq_move_group_rounds', 'shardq_group_floor'); \
+         DELETE FROM shardq_functions \
+             WHERE name IN ('shardq_ready_floor_of', 'shardq_group_round_of'); \
+         DROP FUNCTION shardq_ready_floor_of; DROP FUNCTION shardq_group_round_of",
+    )
+    .await
+    .expect("the floors as version 46 left them");
+    migrate_all(&shards).await.expect("migrate");
+    let floors: Vec<(String, i32, i64, i64)> = db
+        .query(
+            "SELECT queue, priority, floor_seq, keyed_floor_seq FROM shardq_ready_floors \
+             ORDER BY queue",
+            &[],
+        )
+        .await
+        .expect("floors")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        floors,
+        vec![("old".into(), 0, 7, 5), ("orphan".into(), 1, 3, 2)]
+    );
+    let may = |role: &str, table: &str, right: &str| {
+        format!("SELECT has_table_privilege('{role}', '{table}', '{right}')")
+    };
+    for (role, table, right, expected) in [
+        ("floor_mover", "shardq_ready_floors", "SELECT", true),
+        ("floor_mover", "shardq_ready_floor_moves", "INSERT", true),
+        ("floor_mover", "shardq_ready_floor_moves", "DELETE", true),
+        ("floor_reader", "shardq_ready_floors", "SELECT", true),
+        ("floor_reader", "shardq_ready_floor_moves", "INSERT", false),
+        ("floor_reader", "shardq_group_rounds", "SELECT", true),
+    ] {
+        let found: bool = db
+            .query_one(&may(role, table, right), &[])
+            .await
+            .expect("privilege")
+            .get(0);
+        assert_eq!(found, expected, "{role} {right} on {table}");
+    }
+    let rounds: Vec<(String, i64, i64, Option<i64>)> = db
+        .query(
+            "SELECT queue, round, floor_turn, noted_round FROM shardq_group_rounds \
+             ORDER BY queue",
+            &[],
+        )
+        .await
+        .expect("rounds")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        rounds,
+        vec![
+            ("grouped".into(), 9, 4, Some(8)),
+            ("new".into(), 0, 0, None)
+        ]
+    );
+    for (view, reader) in [
+        ("shardq_ready_floors", "shardq_ready_floor_of"),
+        ("shardq_group_rounds", "shardq_group_round_of"),
+    ] {
+        let text: String = db
+            .query_one(&format!("SELECT pg_get_viewdef('{view}')"), &[])
+            .await
+            .expect("the view")
+            .get(0);
+        assert!(
+            text.contains(reader),
+            "the functions' {view} replaced the migration's: {text}"
+        );
+    }
     check_all(&shards).await.expect("check after migrate");
 }
 

@@ -403,7 +403,7 @@ async fn a_queues_plain_and_keyed_jobs_are_counted_each_from_its_own_floor() {
     crate::ready_floors::let_floors_move(db).await;
     let floor: i64 = db
         .query_one(
-            "UPDATE shardq_ready_floors SET keyed_floor_seq = 0 \
+            "UPDATE shardq_ready_floor_moves SET keyed_floor_seq = 0 \
              WHERE queue = 'm' AND priority = 0 RETURNING floor_seq",
             &[],
         )

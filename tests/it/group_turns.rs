@@ -162,7 +162,7 @@ async fn a_grouped_claim_walks_what_lies_behind_its_floor_once() {
     let (_shards, _set, mut db, holder) = claimed_behind_a_held_snapshot().await;
     // The floor back at the start, and no move for an hour.
     db.batch_execute(
-        "UPDATE shardq_group_rounds SET floor_turn = 0 WHERE queue = 'q'; \
+        "UPDATE shardq_group_round_moves SET floor_turn = 0 WHERE queue = 'q'; \
          UPDATE shardq_ready_barrier SET advanced_at = now() + interval '1 hour'",
     )
     .await
@@ -498,4 +498,47 @@ async fn a_shard_with_group_limits() -> (TestShards, ShardSet, PooledClient) {
     .await
     .unwrap();
     (shards, set, db)
+}
+
+/// A grouped queue's rounds are rows only added and deleted (migration
+/// 0047), as the ready floors are: with nothing ready, a queue's round
+/// follows each move's number, yet it keeps one row, and while a snapshot
+/// holds the horizon a read of its rounds meets the newest row first
+/// instead of every one the moves replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_rounds_keep_one_row_and_a_held_snapshot_does_not_lengthen_their_read() {
+    let (shards, _set, mut db) = begun(1).await;
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    let round = "SELECT round FROM shardq_group_rounds WHERE queue = 'q'";
+    let start: i64 = db.query_one(round, &[]).await.unwrap().get(0);
+    for _ in 0..200 {
+        super::ready_floors::move_now(&db).await;
+    }
+    let risen: i64 = db.query_one(round, &[]).await.unwrap().get(0);
+    assert!(risen > start, "the idle queue's round followed the moves");
+    let rows: i64 = db
+        .query_one(
+            "SELECT count(*) FROM shardq_group_round_moves WHERE queue = 'q'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "each move replaced the row");
+    db.execute("ANALYZE shardq_group_round_moves", &[])
+        .await
+        .unwrap();
+
+    let tx = db.transaction().await.unwrap();
+    let read = "SELECT pg_stat_get_xact_tuples_returned('shardq_group_round_moves_pkey'::regclass)";
+    let before: i64 = tx.query_one(read, &[]).await.unwrap().get(0);
+    let got: i64 = tx.query_one(round, &[]).await.unwrap().get(0);
+    let entries = tx.query_one(read, &[]).await.unwrap().get::<_, i64>(0) - before;
+    tx.rollback().await.unwrap();
+    assert_eq!(got, risen);
+    assert!(
+        entries <= 2,
+        "a read of the rounds met {entries} of the 200 replaced rows' entries"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
 }

@@ -390,8 +390,9 @@ async fn each_grouped_index_serves_only_its_statements() {
         "BEGIN; \
          INSERT INTO workflow_status (shard_key, queue, handler, job_group) \
          SELECT g % 65536, 'q', 'noop', 'g' || (g % 50) FROM generate_series(1, 200) g; \
-         INSERT INTO shardq_group_rounds (queue, round, floor_turn, noted_round) \
-         VALUES ('q', 1, 0, 1); \
+         INSERT INTO shardq_group_queues (queue) VALUES ('q'); \
+         INSERT INTO shardq_group_round_moves (queue, move_seq, round, floor_turn, noted_round) \
+         VALUES ('q', 0, 1, 0, 1); \
          DROP INDEX workflow_status_ready_grouped; \
          SELECT shardq_queue_has_ready('q', p_plain => false, p_keyed => false); \
          SELECT shardq_grouped_ready_turn('q'); \

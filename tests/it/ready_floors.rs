@@ -217,3 +217,123 @@ async fn returned(tx: &tokio_postgres::Transaction<'_>) -> i64 {
     .unwrap()
     .get(0)
 }
+
+/// One move of the floors now, whatever the time since the last one: the
+/// barrier's clock set back (as 250 ms of polling claims would).
+/// Two transactions: a move made by a transaction that wrote is skipped.
+pub(crate) async fn move_now(db: &tokio_postgres::Client) {
+    let_move_now(db).await;
+    db.execute("SELECT shardq_advance_ready_floors()", &[])
+        .await
+        .unwrap();
+}
+
+async fn let_move_now(db: &tokio_postgres::Client) {
+    db.execute(
+        "UPDATE shardq_ready_barrier SET advanced_at = '-infinity'",
+        &[],
+    )
+    .await
+    .unwrap();
+}
+
+async fn floor_rows(db: &tokio_postgres::Client, queue: &str) -> i64 {
+    db.query_one(
+        "SELECT count(*) FROM shardq_ready_floor_moves WHERE queue = $1 AND priority = 0",
+        &[&queue],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// A floor's rows are only added and deleted (migration 0047): a move adds
+/// the risen floor's row and deletes the one it replaces, so each floor
+/// keeps one row, and while a snapshot holds the horizon a read of a floor
+/// meets its newest row first instead of every version a move left (an
+/// idle queue's floor rises at every move: it follows the sequence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_keeps_one_row_and_a_held_snapshot_does_not_lengthen_its_read() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    enqueue(&***db, "idle", 0, 1).await;
+    assert_eq!(claim(&db, "idle", 1).await.len(), 1);
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    let start = floor(&db, "idle").await;
+    for _ in 0..200 {
+        move_now(&db).await;
+    }
+    let risen = floor(&db, "idle").await;
+    assert!(
+        risen > start,
+        "the idle floor followed the moves: {start} -> {risen}"
+    );
+    assert_eq!(
+        floor_rows(&db, "idle").await,
+        1,
+        "each move replaced the row"
+    );
+    // As autovacuum would: statistics that count the replaced rows made
+    // the planner read the view's floors by bitmap scan, which reads them all.
+    db.execute("ANALYZE shardq_ready_floor_moves", &[])
+        .await
+        .unwrap();
+
+    let tx = db.transaction().await.unwrap();
+    let read = "SELECT pg_stat_get_xact_tuples_returned('shardq_ready_floor_moves_pkey'::regclass)";
+    let before: i64 = tx.query_one(read, &[]).await.unwrap().get(0);
+    let got: i64 = tx
+        .query_one(
+            "SELECT floor_seq FROM shardq_ready_floors WHERE queue = 'idle' AND priority = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let entries = tx.query_one(read, &[]).await.unwrap().get::<_, i64>(0) - before;
+    tx.rollback().await.unwrap();
+    assert_eq!(got, risen);
+    assert!(
+        entries <= 2,
+        "a read of the floor met {entries} of its 200 replaced rows' entries"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// A move whose transaction rolls back (the claim that made it failed)
+/// leaves the floor and its one row as they were: the added row and the
+/// deletion go together; the next move moves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_rolled_back_leaves_the_floor_as_it_was() {
+    let (_shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    enqueue(&***db, "q", 0, 1).await;
+    assert_eq!(claim(&db, "q", 1).await.len(), 1);
+    move_now(&db).await;
+    let before = floor(&db, "q").await;
+
+    let_move_now(&db).await;
+    let tx = db.transaction().await.unwrap();
+    tx.execute("SELECT shardq_advance_ready_floors()", &[])
+        .await
+        .unwrap();
+    let inside: i64 = tx
+        .query_one(
+            "SELECT floor_seq FROM shardq_ready_floors WHERE queue = 'q' AND priority = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        inside > before,
+        "the move rose the floor in its transaction"
+    );
+    tx.rollback().await.unwrap();
+
+    assert_eq!(floor(&db, "q").await, before);
+    assert_eq!(floor_rows(&db, "q").await, 1);
+    move_now(&db).await;
+    assert!(floor(&db, "q").await > before);
+    assert_eq!(floor_rows(&db, "q").await, 1);
+}

@@ -211,10 +211,13 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP TRIGGER IF EXISTS shardq_ready_on_update ON workflow_status; \
                  DROP TRIGGER IF EXISTS shardq_turn_on_insert ON workflow_status; \
                  DROP TRIGGER IF EXISTS shardq_turn_on_update ON workflow_status; \
-                 DROP TABLE IF EXISTS shardq_group_rounds; \
+                 DROP VIEW IF EXISTS shardq_group_rounds; \
+                 DROP TABLE IF EXISTS shardq_group_round_moves, shardq_group_queues; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS turn; \
                  DELETE FROM shardq_functions WHERE name = 'shardq_take_turn'; \
-                 DROP TABLE IF EXISTS shardq_ready_floors, shardq_ready_barrier, shardq_ready_levels; \
+                 DROP VIEW IF EXISTS shardq_ready_floors; \
+                 DROP TABLE IF EXISTS shardq_ready_floor_moves, shardq_ready_barrier, \
+                     shardq_ready_levels; \
                  DROP TABLE IF EXISTS shardq_relay_leases; \
                  DROP TABLE IF EXISTS shardq_cascades_owed; \
                  DROP TABLE IF EXISTS shardq_key_floors; \

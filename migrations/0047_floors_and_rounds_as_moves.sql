@@ -1,3 +1,4 @@
+-- shardq:functions-with-this
 -- The ready floors and the grouped rounds as rows that are only added and
 -- deleted, never updated.
 --
@@ -18,7 +19,7 @@
 -- row is 0 (behind every number). Each grouped queue's rounds
 -- (shardq_group_rounds, migration 0041: its round, floor and noted round,
 -- moved by the same mover) were one row each rewritten the same way, idle
--- queues too: with 100 grouped queues a move took 458 ms after 1,460 moves
+-- queues too: with 100 grouped queues a move took 427 ms after 1,460 moves
 -- held. They get the same shape: shardq_group_round_moves, and the
 -- never-updated shardq_group_queues for the queues.
 --
@@ -30,6 +31,17 @@
 -- made here read the newest rows inline; the function files replace them
 -- with views that read them through a function whose plan cannot read
 -- every row (shardq_ready_floor_of, shardq_group_round_of say why).
+--
+-- The old functions that write the floors and rounds cannot run on the
+-- views, so this run's functions commit with this migration (its first
+-- line), not after a later migration of the run. The movers' lock is taken
+-- first: a mover of the old functions still running (it tries the lock
+-- and goes on without moving) cannot commit a move between the copy and
+-- the drop, which would be lost. The new tables and views get the old
+-- tables' owner (the owner's functions run with its rights), and the
+-- grants are copied: SELECT to the view; UPDATE of the floors (the worker's
+-- claim moved them) to reading the view and adding and deleting rows.
+SELECT pg_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint);
 CREATE TABLE shardq_ready_floor_moves (
     queue text NOT NULL,
     priority integer NOT NULL,
@@ -60,15 +72,22 @@ LEFT JOIN LATERAL (
 
 DO $$
 DECLARE
+    owner text := (SELECT c.relowner::regrole::text FROM pg_class c
+                   WHERE c.oid = 'shardq_ready_floors'::regclass);
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT a.grantee::regrole::text AS role, a.privilege_type
+    EXECUTE format('ALTER TABLE shardq_ready_floor_moves OWNER TO %s', owner);
+    EXECUTE format('ALTER VIEW shardq_ready_floors_next OWNER TO %s', owner);
+    FOR r IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                  ELSE a.grantee::regrole::text END AS role,
+                    a.privilege_type
              FROM pg_class c, aclexplode(c.relacl) a
              WHERE c.oid = 'shardq_ready_floors'::regclass
-               AND a.grantee <> c.relowner AND a.grantee <> 0 LOOP
+               AND a.grantee <> c.relowner LOOP
         IF r.privilege_type = 'SELECT' THEN
             EXECUTE format('GRANT SELECT ON TABLE shardq_ready_floors_next TO %s', r.role);
         ELSIF r.privilege_type = 'UPDATE' THEN
+            EXECUTE format('GRANT SELECT ON TABLE shardq_ready_floors_next TO %s', r.role);
             EXECUTE format('GRANT SELECT, INSERT, DELETE ON TABLE shardq_ready_floor_moves TO %s',
                            r.role);
         END IF;
@@ -111,13 +130,18 @@ LEFT JOIN LATERAL (
 
 DO $$
 DECLARE
+    owner text := (SELECT c.relowner::regrole::text FROM pg_class c
+                   WHERE c.oid = 'shardq_group_rounds'::regclass);
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT a.grantee::regrole::text AS role
+    EXECUTE format('ALTER TABLE shardq_group_queues OWNER TO %s', owner);
+    EXECUTE format('ALTER TABLE shardq_group_round_moves OWNER TO %s', owner);
+    EXECUTE format('ALTER VIEW shardq_group_rounds_next OWNER TO %s', owner);
+    FOR r IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                  ELSE a.grantee::regrole::text END AS role
              FROM pg_class c, aclexplode(c.relacl) a
              WHERE c.oid = 'shardq_group_rounds'::regclass
-               AND a.grantee <> c.relowner AND a.grantee <> 0
-               AND a.privilege_type = 'SELECT' LOOP
+               AND a.grantee <> c.relowner AND a.privilege_type = 'SELECT' LOOP
         EXECUTE format('GRANT SELECT ON TABLE shardq_group_rounds_next TO %s', r.role);
     END LOOP;
 END $$;

@@ -1781,7 +1781,7 @@ AS $function$
             DELETE FROM public.shardq_group_round_moves d USING moved m
             WHERE d.queue = m.queue AND d.move_seq = m.move_seq;
             IF NOT EXISTS (
-                    SELECT 1 FROM public.shardq_group_rounds q
+                    SELECT 1 FROM public.shardq_group_queues q
                     CROSS JOIN LATERAL (
                         SELECT 1 FROM public.workflow_status x
                         WHERE x.queue = q.queue AND x.status = 'queued'
@@ -1792,7 +1792,7 @@ AS $function$
             UPDATE public.workflow_status w SET turn = g.round
             FROM public.shardq_group_rounds g
             WHERE w.queue = g.queue AND w.ctid = ANY (ARRAY(
-                SELECT u.ctid FROM public.shardq_group_rounds q
+                SELECT u.ctid FROM public.shardq_group_queues q
                 CROSS JOIN LATERAL (
                     SELECT x.ctid FROM public.workflow_status x
                     WHERE x.queue = q.queue AND x.status = 'queued'

@@ -130,7 +130,7 @@ def main():
         conn.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload) "
                      "VALUES (1, %s, 'noop', '{}')", (q,))
     held = psycopg.connect(dsn)
-    held.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    held.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     held.execute("SELECT count(*) FROM shardq_ready_floors").fetchone()
     (schema,) = conn.execute("SELECT max(version) FROM shardq_migrations").fetchone()
     shape = f" with the floors of {args.before}" if args.before else ""

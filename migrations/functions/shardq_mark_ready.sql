@@ -1,9 +1,8 @@
 -- shardq_mark_ready: numbers a job without a group (plain or keyed) each
 -- time it becomes ready (`ready_seq`, migrations 0027 and 0037) and makes
 -- sure its queue and priority have ready floors (shardq_ensure_floors,
--- when shardq_ready_levels lacks them: its rows are never updated, where a
--- floor's own row has a version per move, all kept while the horizon is
--- held), as a trigger on every write that makes one ready (insert,
+-- when shardq_ready_levels lacks them: its rows are never updated, so the
+-- probe meets one row however long the horizon is held), as a trigger on every write that makes one ready (insert,
 -- promotion, recovery, release, retry, a move's release, a dashboard
 -- retry), so no writer can forget it: a ready job without a number, or
 -- with one below its floor, would never be claimed.

@@ -81,7 +81,7 @@ BEGIN
             DELETE FROM %1$s.shardq_group_round_moves d USING moved m
             WHERE d.queue = m.queue AND d.move_seq = m.move_seq;
             IF NOT EXISTS (
-                    SELECT 1 FROM %1$s.shardq_group_rounds q
+                    SELECT 1 FROM %1$s.shardq_group_queues q
                     CROSS JOIN LATERAL (
                         SELECT 1 FROM %1$s.workflow_status x
                         WHERE x.queue = q.queue AND x.status = 'queued'
@@ -92,7 +92,7 @@ BEGIN
             UPDATE %1$s.workflow_status w SET turn = g.round
             FROM %1$s.shardq_group_rounds g
             WHERE w.queue = g.queue AND w.ctid = ANY (ARRAY(
-                SELECT u.ctid FROM %1$s.shardq_group_rounds q
+                SELECT u.ctid FROM %1$s.shardq_group_queues q
                 CROSS JOIN LATERAL (
                     SELECT x.ctid FROM %1$s.workflow_status x
                     WHERE x.queue = q.queue AND x.status = 'queued'

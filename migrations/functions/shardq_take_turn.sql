@@ -27,9 +27,9 @@
 -- The round is read once per transaction and queue (kept in two
 -- transaction-local settings, `shardq.group_round_queue` and
 -- `shardq.group_round`; one joined by a separator would take a queue
--- named with it for another): every row of a batch
--- would otherwise read the round's row, whose versions pile up while the
--- horizon is held. A value read after the transaction took its id stays
+-- named with it for another): every row of a batch would otherwise read
+-- the queue's rounds (shardq_group_round_of, a function call per row). A
+-- value read after the transaction took its id stays
 -- safe for as long as it runs: the floor passes no round noted after that.
 --
 -- Under REPEATABLE READ or SERIALIZABLE the round would be read with the

@@ -5,6 +5,13 @@
 /// outside a transaction ([`no_transaction`](super::no_transaction)).
 pub(crate) const MARKER: &str = "-- shardq:no-transaction";
 
+/// The first line that marks a migration after which the old server-side
+/// functions would fail (it drops or replaces what they write): the
+/// functions whose text changed are applied in its transaction, not only
+/// with the last migration of the run, so no later migration of the same
+/// run (a concurrent index build may take minutes) runs beside them.
+pub(crate) const FUNCTIONS_MARKER: &str = "-- shardq:functions-with-this";
+
 /// One migration file.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
@@ -21,6 +28,12 @@ impl Migration {
     /// `-- shardq:no-transaction` first line).
     pub fn runs_in_transaction(&self) -> bool {
         self.sql.lines().next().map(str::trim) != Some(MARKER)
+    }
+
+    /// Whether the functions whose text changed are applied in this
+    /// migration's transaction ([`FUNCTIONS_MARKER`] first line).
+    pub fn applies_functions(&self) -> bool {
+        self.sql.lines().next().map(str::trim) == Some(FUNCTIONS_MARKER)
     }
 }
 

@@ -10,7 +10,9 @@
 //!
 //! Server-side functions are not in the numbered migrations: each has one
 //! file with its current text, applied after the migrations of the run when
-//! its text changed (one file each in `migrations/functions/`). `migrations/schema.sql` is the schema a
+//! its text changed (one file each in `migrations/functions/`), and with a
+//! migration the old functions cannot run after (its first line
+//! `-- shardq:functions-with-this`). `migrations/schema.sql` is the schema a
 //! migrated shard ends with (checked by a test).
 //!
 //! Each shard also records its place in the shard map (`shardq_shard_map`:

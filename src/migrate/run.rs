@@ -211,8 +211,9 @@ async fn apply_in_transaction(
     }
     // The last migration: every table is current, so the functions whose
     // text changed commit with it (no moment with new tables and old
-    // functions, or the reverse).
-    if result.is_ok() && m.version == latest_version() {
+    // functions, or the reverse). A migration the old functions cannot
+    // run after applies them too (`applies_functions`).
+    if result.is_ok() && (m.version == latest_version() || m.applies_functions()) {
         result = apply_functions(&tx, shard).await;
     }
     if let Err(e) = result {

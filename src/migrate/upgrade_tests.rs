@@ -441,16 +441,17 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
              PRIMARY KEY (queue, priority)); \
          INSERT INTO shardq_ready_levels VALUES ('old', 0); \
          INSERT INTO shardq_ready_floors VALUES ('old', 0, 7, 5), ('orphan', 1, 3, 2); \
-         CREATE ROLE floor_mover; CREATE ROLE floor_reader; \
+         CREATE ROLE floor_mover; CREATE ROLE \"Floor Reader\"; \
          GRANT SELECT, UPDATE ON shardq_ready_floors TO floor_mover; \
-         GRANT SELECT ON shardq_ready_floors TO floor_reader; \
+         GRANT SELECT ON shardq_ready_floors TO \"Floor Reader\", PUBLIC; \
          DROP VIEW shardq_group_rounds; \
          DROP TABLE shardq_group_round_moves, shardq_group_queues; \
          CREATE TABLE shardq_group_rounds (queue text PRIMARY KEY, \
              round bigint NOT NULL DEFAULT 0, floor_turn bigint NOT NULL DEFAULT 0, \
              noted_round bigint); \
          INSERT INTO shardq_group_rounds VALUES ('grouped', 9, 4, 8), ('new', 0, 0, NULL); \
-         GRANT SELECT ON shardq_group_rounds TO floor_reader; \
+         GRANT SELECT ON shardq_group_rounds TO \"Floor Reader\"; \
+         SELECT setval('shardq_ready_seq', 1000); \
          DELETE FROM shardq_migrations WHERE version = 47; \
          UPDATE shardq_functions SET sha256 = 'older' \
              WHERE name IN ('shardq_advance_ready_floors', 'shardq_ensure_floors', \
@@ -484,9 +485,11 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
         ("floor_mover", "shardq_ready_floors", "SELECT", true),
         ("floor_mover", "shardq_ready_floor_moves", "INSERT", true),
         ("floor_mover", "shardq_ready_floor_moves", "DELETE", true),
-        ("floor_reader", "shardq_ready_floors", "SELECT", true),
-        ("floor_reader", "shardq_ready_floor_moves", "INSERT", false),
-        ("floor_reader", "shardq_group_rounds", "SELECT", true),
+        ("Floor Reader", "shardq_ready_floors", "SELECT", true),
+        ("Floor Reader", "shardq_ready_floor_moves", "INSERT", false),
+        ("Floor Reader", "shardq_group_rounds", "SELECT", true),
+        ("public", "shardq_ready_floors", "SELECT", true),
+        ("public", "shardq_group_rounds", "SELECT", false),
     ] {
         let found: bool = db
             .query_one(&may(role, table, right), &[])
@@ -527,7 +530,41 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
             "the functions' {view} replaced the migration's: {text}"
         );
     }
+    // A move leaves a barrier, the next passes it and replaces the
+    // migrated floor's row (move_seq 0).
+    for _ in 0..2 {
+        db.batch_execute("UPDATE shardq_ready_barrier SET advanced_at = '-infinity'")
+            .await
+            .expect("let the floors move");
+        db.batch_execute("SELECT shardq_advance_ready_floors()")
+            .await
+            .expect("a move");
+    }
+    let old_rows: Vec<(i64, i64)> = db
+        .query(
+            "SELECT move_seq, floor_seq FROM shardq_ready_floor_moves WHERE queue = 'old'",
+            &[],
+        )
+        .await
+        .expect("the old floor's rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(old_rows.len(), 1, "one row: {old_rows:?}");
+    assert!(old_rows[0].0 > 1000 && old_rows[0].1 > 1000, "{old_rows:?}");
     check_all(&shards).await.expect("check after migrate");
+}
+
+/// Migration 47 applies the functions in its own transaction: the old ones
+/// cannot write the views it leaves, so no later migration of a run may
+/// come between it and them.
+#[test]
+fn migration_47_applies_the_functions_with_it() {
+    let m = MIGRATIONS.iter().find(|m| m.version == 47).expect("47");
+    assert!(m.applies_functions());
+    assert!(!MIGRATIONS
+        .iter()
+        .any(|m| m.version == 46 && m.applies_functions()));
 }
 
 /// An upgraded shard of a list of three records epoch 1 of the versioned

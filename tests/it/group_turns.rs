@@ -529,12 +529,8 @@ async fn a_queues_rounds_keep_one_row_and_a_held_snapshot_does_not_lengthen_thei
         .await
         .unwrap();
 
-    let tx = db.transaction().await.unwrap();
-    let read = "SELECT pg_stat_get_xact_tuples_returned('shardq_group_round_moves_pkey'::regclass)";
-    let before: i64 = tx.query_one(read, &[]).await.unwrap().get(0);
-    let got: i64 = tx.query_one(round, &[]).await.unwrap().get(0);
-    let entries = tx.query_one(read, &[]).await.unwrap().get::<_, i64>(0) - before;
-    tx.rollback().await.unwrap();
+    let (got, entries) =
+        super::ready_floors::read_counting(&mut db, "shardq_group_round_moves_pkey", round).await;
     assert_eq!(got, risen);
     assert!(
         entries <= 2,

@@ -237,6 +237,22 @@ async fn let_move_now(db: &tokio_postgres::Client) {
     .unwrap();
 }
 
+/// The bigint `sql` reads, and how many entries of `index` that read met
+/// (in one transaction: the count is this backend's, unflushed).
+pub(crate) async fn read_counting(
+    db: &mut tokio_postgres::Client,
+    index: &str,
+    sql: &str,
+) -> (i64, i64) {
+    let tx = db.transaction().await.unwrap();
+    let met = "SELECT pg_stat_get_xact_tuples_returned($1::text::regclass)";
+    let before: i64 = tx.query_one(met, &[&index]).await.unwrap().get(0);
+    let value: i64 = tx.query_one(sql, &[]).await.unwrap().get(0);
+    let after: i64 = tx.query_one(met, &[&index]).await.unwrap().get(0);
+    tx.rollback().await.unwrap();
+    (value, after - before)
+}
+
 async fn floor_rows(db: &tokio_postgres::Client, queue: &str) -> i64 {
     db.query_one(
         "SELECT count(*) FROM shardq_ready_floor_moves WHERE queue = $1 AND priority = 0",
@@ -279,19 +295,12 @@ async fn a_floor_keeps_one_row_and_a_held_snapshot_does_not_lengthen_its_read() 
         .await
         .unwrap();
 
-    let tx = db.transaction().await.unwrap();
-    let read = "SELECT pg_stat_get_xact_tuples_returned('shardq_ready_floor_moves_pkey'::regclass)";
-    let before: i64 = tx.query_one(read, &[]).await.unwrap().get(0);
-    let got: i64 = tx
-        .query_one(
-            "SELECT floor_seq FROM shardq_ready_floors WHERE queue = 'idle' AND priority = 0",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let entries = tx.query_one(read, &[]).await.unwrap().get::<_, i64>(0) - before;
-    tx.rollback().await.unwrap();
+    let (got, entries) = read_counting(
+        &mut db,
+        "shardq_ready_floor_moves_pkey",
+        "SELECT floor_seq FROM shardq_ready_floors WHERE queue = 'idle' AND priority = 0",
+    )
+    .await;
     assert_eq!(got, risen);
     assert!(
         entries <= 2,

@@ -22,11 +22,10 @@
 /// Grouped ones are counted from `workflow_status_ready_grouped` by
 /// (queue, priority) with their lowest id (a queue's grouped floor exists
 /// only once it has been claimed from, so a read of every queue cannot
-/// start there). Every row of `shardq_ready_floors` is read (a level's
-/// row stays once made): while the horizon is held, each with the
-/// versions its floor moves leave (up to four a second per level), so
-/// this part grows with the levels and the length of the hold, not with
-/// the jobs claimed. The head of each priority and kind is then looked up
+/// start there). Every floor is read (a level stays once made), each from
+/// its newest row (migration 47: a hold does not lengthen that read), so
+/// this part grows with the levels, not with the jobs claimed or the
+/// length of a hold. The head of each priority and kind is then looked up
 /// by its full key (one probe, one heap row; a grouped one by the primary
 /// key, whose first column is the id), since those indexes hold no time.
 /// The other states are read from their own partial indexes

@@ -34,7 +34,9 @@
 --
 -- The old functions that write the floors and rounds cannot run on the
 -- views, so this run's functions commit with this migration (its first
--- line), not after a later migration of the run. The movers' lock is taken
+-- line), not after a later migration of the run (run it under READ
+-- COMMITTED, the default: the copies below read after the lock). The
+-- movers' lock is taken
 -- first: a mover of the old functions still running (it tries the lock
 -- and goes on without moving) cannot commit a move between the copy and
 -- the drop, which would be lost. The new tables and views get the old
@@ -42,6 +44,11 @@
 -- grants are copied: SELECT to the view; UPDATE of the floors (the worker's
 -- claim moved them) to reading the view and adding and deleting rows.
 SELECT pg_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint);
+-- The drops below wait at most this long for the tables' readers, and the
+-- migration fails then (to be run again): behind a transaction that read
+-- them and stays open (pg_dump holds every table it dumps), the waiting
+-- drop would queue every claim of the shard behind it.
+SET LOCAL lock_timeout = '2s';
 CREATE TABLE shardq_ready_floor_moves (
     queue text NOT NULL,
     priority integer NOT NULL,

@@ -7,8 +7,9 @@
 -- The newest row is the first a backward walk of the primary key meets;
 -- the rows it replaced lie behind it, kept while a long transaction holds
 -- the horizon. A bitmap scan would read them all (it cannot stop at the
--- first): once the table's statistics counted those rows, the planner
--- took one for the view's inline read (82 ms a move with 100 floors,
+-- first): once the table's statistics showed a few live rows over the
+-- thousands of pages the kept ones fill, the planner took one for the
+-- view's inline read (82 ms a move with 100 floors,
 -- bench/experiments/floors_versions.py). Here the plan is fixed: no bitmap
 -- or sequential scan, one generic plan per connection.
 --

@@ -6,10 +6,15 @@
 //! and re-applies a function whose file's text differs from the recorded one:
 //! after every table migration of the run, in the transaction of the last
 //! one when it runs in a transaction, else in the run's closing transaction
-//! (the one that checks the shard map), under the migration lock either way.
-//! So a function never meets a table older than the one its text was written
-//! for, and a shard migrated before this scheme existed (every function
-//! unrecorded) gets every function's current text on its next `migrate`.
+//! (the one that checks the shard map), under the migration lock either way;
+//! and, earlier, in the transaction of a migration marked
+//! `-- shardq:functions-with-this` (one the old functions cannot run after:
+//! 47). So every function file must also apply to the schema right after
+//! each marked migration, which the upgrade tests from versions 16 and 46
+//! check; otherwise a function never meets a table older than the one its
+//! text was written for. A shard migrated before this scheme existed (every
+//! function unrecorded) gets every function's current text on its next
+//! `migrate`.
 //!
 //! A function whose signature changes needs its old signature dropped: that
 //! `DROP FUNCTION` goes in the numbered migration that makes the change

@@ -9,7 +9,9 @@ pub(crate) const MARKER: &str = "-- shardq:no-transaction";
 /// functions would fail (it drops or replaces what they write): the
 /// functions whose text changed are applied in its transaction, not only
 /// with the last migration of the run, so no later migration of the same
-/// run (a concurrent index build may take minutes) runs beside them.
+/// run (a concurrent index build may take minutes) runs beside them. Every
+/// function file must then apply to the schema as that migration leaves it
+/// (the current texts are applied there, not the ones of its day).
 pub(crate) const FUNCTIONS_MARKER: &str = "-- shardq:functions-with-this";
 
 /// One migration file.

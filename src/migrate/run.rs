@@ -66,7 +66,9 @@ async fn check_place(shard: &Shard, shard_count: usize) -> Result<(), MigrateErr
 /// of the first one applied after it), else in its own transaction at the end.
 /// The functions whose text differs from the recorded one are applied after
 /// every migration: in the transaction of the last migration when it is due
-/// and runs in one, else in that closing transaction.
+/// and runs in one, else in that closing transaction; and in the
+/// transaction of a migration marked `-- shardq:functions-with-this` (the
+/// old functions cannot run after it).
 ///
 /// A migration runs in one transaction with its record, under the migration
 /// lock, unless its file starts with `-- shardq:no-transaction`: then its

@@ -126,10 +126,12 @@ async fn a_fresh_shard_matches_the_checked_in_schema() {
     );
 }
 
-/// The functions are written in the run's last transaction: the last
-/// migration's when it runs in one, else the closing one right after it (a
-/// no-transaction migration commits statement by statement). Either way no
-/// shard shows the latest version with its functions applied before it.
+/// The functions are written in the transaction of the first migration
+/// marked to apply them (`-- shardq:functions-with-this`), else in the run's
+/// last transaction: the last migration's when it runs in one, else the
+/// closing one right after it (a no-transaction migration commits
+/// statement by statement). Either way no shard shows that version with its
+/// functions applied before it.
 #[tokio::test]
 async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
     let server = EphemeralServer::start().await.expect("server");
@@ -138,7 +140,11 @@ async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
     // last migration run outside a transaction (its statements commit one
     // by one), the functions commit together in the run's closing
     // transaction, after it.
-    let last = MIGRATIONS.last().expect("a migration");
+    let last = MIGRATIONS
+        .iter()
+        .find(|m| m.applies_functions())
+        .or(MIGRATIONS.last())
+        .expect("a migration");
     let (join, at) = match last.runs_in_transaction() {
         true => ("m.applied_at = f.applied_at", "the last migration's"),
         false => (
@@ -153,7 +159,7 @@ async fn on_a_fresh_shard_the_functions_commit_with_the_last_migration() {
                 "SELECT count(*) FROM shardq_functions f JOIN shardq_migrations m \
                  ON m.version = $1 AND {join}"
             ),
-            &[&latest_version()],
+            &[&last.version],
         )
         .await
         .expect("count")
@@ -557,14 +563,22 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
 
 /// Migration 47 applies the functions in its own transaction: the old ones
 /// cannot write the views it leaves, so no later migration of a run may
-/// come between it and them.
+/// come between it and them. The mark counts only as a first line: one
+/// written anywhere else would be ignored, so none is.
 #[test]
 fn migration_47_applies_the_functions_with_it() {
     let m = MIGRATIONS.iter().find(|m| m.version == 47).expect("47");
     assert!(m.applies_functions());
-    assert!(!MIGRATIONS
-        .iter()
-        .any(|m| m.version == 46 && m.applies_functions()));
+    for m in MIGRATIONS {
+        assert!(
+            !m.sql
+                .lines()
+                .skip(1)
+                .any(|l| l.contains("shardq:functions-with-this")),
+            "{}: the mark is not its first line",
+            m.name
+        );
+    }
 }
 
 /// An upgraded shard of a list of three records epoch 1 of the versioned

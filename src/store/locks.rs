@@ -16,7 +16,8 @@
 //!   group's name after `chr(30)`, tried by claims under group limits.
 //! - Ready floors: one bigint lock, `hashtext('shardq_ready_floors')`, tried
 //!   by the claim that moves a shard's floors and rounds
-//!   (`shardq_advance_ready_floors`).
+//!   (`shardq_advance_ready_floors`); migration 47 waits for it, so no move
+//!   commits between its copy of the floors and the old tables' drop.
 //! - A queue's grouped rounds row: one bigint lock per queue,
 //!   `hashtextextended('shardq_group_rounds' || chr(31) || queue, 8)`, tried
 //!   by the claim that makes the row (`shardq_group_floor`).

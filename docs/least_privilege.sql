@@ -149,15 +149,15 @@ GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_leases TO shardq_dashboa
 -- emptied of full buckets by upkeep.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_worker;
 
--- Ready order (migrations 27-29, 47). A worker's claim reads each queue's
--- ready floors and moves them up (a row added and one deleted per floor
--- that rises, an UPDATE of the one barrier row, and a number from the
--- sequence: shardq_advance_ready_floors). The trigger that numbers a job
+-- Ready order (migrations 27-29, 47, 48). A worker's claim reads each
+-- queue's ready floors and moves them up (a row added and one deleted per
+-- floor that rises and for the barrier, and a number from the sequence:
+-- shardq_advance_ready_floors). The trigger that numbers a job
 -- made ready runs with the owner's rights, so a producer or the dashboard
 -- needs nothing here.
 GRANT SELECT ON TABLE shardq_ready_floors TO shardq_worker;
 GRANT SELECT, INSERT, DELETE ON TABLE shardq_ready_floor_moves TO shardq_worker;
-GRANT SELECT, UPDATE ON TABLE shardq_ready_barrier TO shardq_worker;
+GRANT SELECT, INSERT, DELETE ON TABLE shardq_ready_barrier TO shardq_worker;
 GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
 -- The backlog read (`shardq status`, `Client::depth`, `shardq metrics`,
 -- the dashboard) counts ready jobs from the floors, as the claims find them.

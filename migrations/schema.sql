@@ -51,6 +51,7 @@
 --     45 0045_key_index_role.sql
 --     46 0046_one_group_line_index.sql
 --     47 0047_floors_and_rounds_as_moves.sql
+--     48 0048_ready_barrier_as_moves.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -183,13 +184,11 @@ TABLE shardq_queue_limits
     INDEX CREATE UNIQUE INDEX shardq_queue_limits_pkey ON public.shardq_queue_limits USING btree (queue)
 
 TABLE shardq_ready_barrier
-    one_row boolean NOT NULL DEFAULT true
-    pending_seq bigint
+    pending_seq bigint NOT NULL
     pending_xid xid8
     advanced_at timestamp with time zone NOT NULL DEFAULT '-infinity'::timestamp with time zone
-    CONSTRAINT shardq_ready_barrier_one_row_check CHECK (one_row)
-    CONSTRAINT shardq_ready_barrier_pkey PRIMARY KEY (one_row)
-    INDEX CREATE UNIQUE INDEX shardq_ready_barrier_pkey ON public.shardq_ready_barrier USING btree (one_row)
+    CONSTRAINT shardq_ready_barrier_pkey PRIMARY KEY (pending_seq)
+    INDEX CREATE UNIQUE INDEX shardq_ready_barrier_pkey ON public.shardq_ready_barrier USING btree (pending_seq)
 
 TABLE shardq_ready_floor_moves
     queue text NOT NULL
@@ -376,7 +375,11 @@ BEGIN
        OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
         RETURN;
     END IF;
-    SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b FROM shardq_ready_barrier r;
+    -- The barrier's newest row (migration 0048: a move replaces the row it
+    -- read by a new one; under a held horizon the replaced ones lie behind
+    -- it in this backward walk of the primary key, never read).
+    SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b
+        FROM shardq_ready_barrier r ORDER BY r.pending_seq DESC LIMIT 1;
     IF NOT FOUND OR b.advanced_at > clock_timestamp() - every THEN
         RETURN;
     END IF;
@@ -412,13 +415,28 @@ BEGIN
                 (queue, priority, move_seq, floor_seq, keyed_floor_seq)
             SELECT r.queue, r.priority, s, r.new_floor_seq, r.new_keyed_floor_seq FROM risen r
         )
-        DELETE FROM shardq_ready_floor_moves d USING risen r
-        WHERE d.queue = r.queue AND d.priority = r.priority AND d.move_seq = r.move_seq;
+        -- Each replaced row found by its key: joined to the rows to delete,
+        -- the planner walked the whole key, every row a hold keeps, once
+        -- statistics showed few live rows.
+        DELETE FROM shardq_ready_floor_moves d
+        WHERE d.ctid = ANY (ARRAY(
+            SELECT (SELECT f.ctid FROM shardq_ready_floor_moves f
+                    WHERE f.queue = r.queue AND f.priority = r.priority
+                      AND f.move_seq = r.move_seq)
+            FROM risen r));
     END IF;
     -- The grouped rounds, behind the same barrier (migration 0041).
     PERFORM shardq_move_group_rounds(s, passed);
-    UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
-        advanced_at = clock_timestamp();
+    -- Deleted, then added: this text also runs on the table as migration
+    -- 0047 left it (one_row its key; pending_seq NULL before any move),
+    -- between 0047, whose transaction applies the functions, and 0048.
+    IF b.pending_seq IS NULL THEN
+        DELETE FROM shardq_ready_barrier r WHERE r.pending_seq IS NULL;
+    ELSE
+        DELETE FROM shardq_ready_barrier r WHERE r.pending_seq = b.pending_seq;
+    END IF;
+    INSERT INTO shardq_ready_barrier (pending_seq, pending_xid, advanced_at)
+        VALUES (s, x, clock_timestamp());
 END $function$
 
 -- EXECUTE: 
@@ -1778,8 +1796,13 @@ AS $function$
                     (queue, move_seq, round, floor_turn, noted_round)
                 SELECT m.queue, p_fresh, m.round, m.floor_turn, m.noted_round FROM moved m
             )
-            DELETE FROM public.shardq_group_round_moves d USING moved m
-            WHERE d.queue = m.queue AND d.move_seq = m.move_seq;
+            -- Each replaced row found by its key (as the floors' move does:
+            -- a join walked every row a hold keeps).
+            DELETE FROM public.shardq_group_round_moves d
+            WHERE d.ctid = ANY (ARRAY(
+                SELECT (SELECT o.ctid FROM public.shardq_group_round_moves o
+                        WHERE o.queue = m.queue AND o.move_seq = m.move_seq)
+                FROM moved m));
             IF NOT EXISTS (
                     SELECT 1 FROM public.shardq_group_queues q
                     CROSS JOIN LATERAL (

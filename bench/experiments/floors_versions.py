@@ -32,7 +32,9 @@ With `--before REV` it first puts back, on that database, the floors and
 the grouped rounds as schema 46 kept them (tables, a row per floor and per
 grouped queue updated by each move) and REV's functions that write them:
 the code before, beside the code after on another database of the same
-server.
+server. With `--barrier-before REV` it puts back only REV's move, which
+updates the barrier's one row in place (before schema 48; it runs on the
+table as 48 left it: one row).
 """
 import argparse, os, statistics, subprocess, time
 from pathlib import Path
@@ -89,9 +91,14 @@ def as_before(conn, rev):
                 ALTER round SET DEFAULT 0, ALTER floor_turn SET DEFAULT 0""")
     for name in ("shardq_advance_ready_floors", "shardq_ensure_floors",
                  "shardq_move_group_rounds", "shardq_group_floor"):
-        text = subprocess.run(["git", "show", f"{rev}:migrations/functions/{name}.sql"],
-                              cwd=ROOT, check=True, capture_output=True, text=True).stdout
-        conn.execute(text)
+        apply_function(conn, rev, name)
+
+
+def apply_function(conn, rev, name):
+    """REV's text of the function `name`, applied on this database."""
+    text = subprocess.run(["git", "show", f"{rev}:migrations/functions/{name}.sql"],
+                          cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    conn.execute(text)
 
 
 def main():
@@ -102,6 +109,9 @@ def main():
                     help="also this many grouped queues' rounds (shardq_group_rounds), idle")
     ap.add_argument("--moves", type=int, default=14400)
     ap.add_argument("--every", type=int, default=1440)
+    ap.add_argument("--barrier-before", metavar="REV",
+                    help="first put back REV's move of the floors, which updates "
+                         "the barrier's one row in place (before schema 48)")
     ap.add_argument("--before", metavar="REV",
                     help="first put back the floors' table and functions of REV "
                          "(schema 46: a row per floor, updated by each move)")
@@ -114,6 +124,8 @@ def main():
     conn.execute(f"TRUNCATE workflow_status, shardq_ready_levels, {', '.join(tables)} CASCADE")
     if args.before:
         as_before(conn, args.before)
+    if args.barrier_before:
+        apply_function(conn, args.barrier_before, "shardq_advance_ready_floors")
     queues = [f"q{i}" for i in range(args.levels)]
     conn.execute("SELECT shardq_ensure_floors(%s, %s)", (queues, [0] * args.levels))
     if args.before:
@@ -134,6 +146,8 @@ def main():
     held.execute("SELECT count(*) FROM shardq_ready_floors").fetchone()
     (schema,) = conn.execute("SELECT max(version) FROM shardq_migrations").fetchone()
     shape = f" with the floors of {args.before}" if args.before else ""
+    if args.barrier_before:
+        shape += f" with the barrier's move of {args.barrier_before}"
     print(f"schema {schema}{shape}, levels {args.levels}, busy {args.busy}, "
           f"grouped {args.grouped}, snapshot held")
     print("moves | floor versions | move ms | own floor read ms | backlog floors ms")

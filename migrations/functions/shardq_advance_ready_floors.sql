@@ -11,7 +11,8 @@
 -- ready with it. Each move therefore takes a number S, then a transaction
 -- id X (after S: ids are given in order, so every transaction that took a
 -- number below S got its id, which the trigger takes first, before X),
--- and leaves both in shardq_ready_barrier. The next move waits until no
+-- and leaves both in shardq_ready_barrier (a row of its own, keyed by S,
+-- that replaces the last move's). The next move waits until no
 -- transaction older than X runs (the oldest running id of a fresh
 -- snapshot is past X); then every job numbered below S is written and
 -- visible, or never will be, and the floor goes to the first ready job at
@@ -39,7 +40,11 @@ BEGIN
        OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
         RETURN;
     END IF;
-    SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b FROM shardq_ready_barrier r;
+    -- The barrier's newest row (migration 0048: a move replaces the row it
+    -- read by a new one; under a held horizon the replaced ones lie behind
+    -- it in this backward walk of the primary key, never read).
+    SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b
+        FROM shardq_ready_barrier r ORDER BY r.pending_seq DESC LIMIT 1;
     IF NOT FOUND OR b.advanced_at > clock_timestamp() - every THEN
         RETURN;
     END IF;
@@ -75,11 +80,26 @@ BEGIN
                 (queue, priority, move_seq, floor_seq, keyed_floor_seq)
             SELECT r.queue, r.priority, s, r.new_floor_seq, r.new_keyed_floor_seq FROM risen r
         )
-        DELETE FROM shardq_ready_floor_moves d USING risen r
-        WHERE d.queue = r.queue AND d.priority = r.priority AND d.move_seq = r.move_seq;
+        -- Each replaced row found by its key: joined to the rows to delete,
+        -- the planner walked the whole key, every row a hold keeps, once
+        -- statistics showed few live rows.
+        DELETE FROM shardq_ready_floor_moves d
+        WHERE d.ctid = ANY (ARRAY(
+            SELECT (SELECT f.ctid FROM shardq_ready_floor_moves f
+                    WHERE f.queue = r.queue AND f.priority = r.priority
+                      AND f.move_seq = r.move_seq)
+            FROM risen r));
     END IF;
     -- The grouped rounds, behind the same barrier (migration 0041).
     PERFORM shardq_move_group_rounds(s, passed);
-    UPDATE shardq_ready_barrier SET pending_seq = s, pending_xid = x,
-        advanced_at = clock_timestamp();
+    -- Deleted, then added: this text also runs on the table as migration
+    -- 0047 left it (one_row its key; pending_seq NULL before any move),
+    -- between 0047, whose transaction applies the functions, and 0048.
+    IF b.pending_seq IS NULL THEN
+        DELETE FROM shardq_ready_barrier r WHERE r.pending_seq IS NULL;
+    ELSE
+        DELETE FROM shardq_ready_barrier r WHERE r.pending_seq = b.pending_seq;
+    END IF;
+    INSERT INTO shardq_ready_barrier (pending_seq, pending_xid, advanced_at)
+        VALUES (s, x, clock_timestamp());
 END $$;

@@ -78,8 +78,13 @@ BEGIN
                     (queue, move_seq, round, floor_turn, noted_round)
                 SELECT m.queue, p_fresh, m.round, m.floor_turn, m.noted_round FROM moved m
             )
-            DELETE FROM %1$s.shardq_group_round_moves d USING moved m
-            WHERE d.queue = m.queue AND d.move_seq = m.move_seq;
+            -- Each replaced row found by its key (as the floors' move does:
+            -- a join walked every row a hold keeps).
+            DELETE FROM %1$s.shardq_group_round_moves d
+            WHERE d.ctid = ANY (ARRAY(
+                SELECT (SELECT o.ctid FROM %1$s.shardq_group_round_moves o
+                        WHERE o.queue = m.queue AND o.move_seq = m.move_seq)
+                FROM moved m));
             IF NOT EXISTS (
                     SELECT 1 FROM %1$s.shardq_group_queues q
                     CROSS JOIN LATERAL (

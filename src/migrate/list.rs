@@ -278,6 +278,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0047_floors_and_rounds_as_moves.sql",
         sql: include_str!("../../migrations/0047_floors_and_rounds_as_moves.sql"),
     },
+    Migration {
+        version: 48,
+        name: "0048_ready_barrier_as_moves.sql",
+        sql: include_str!("../../migrations/0048_ready_barrier_as_moves.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -201,7 +201,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         applied,
         vec![vec![
             17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
-            39, 40, 41, 42, 43, 44, 45, 46, 47
+            39, 40, 41, 42, 43, 44, 45, 46, 47, 48
         ]],
         "the map tables and the reshard's were due"
     );
@@ -558,6 +558,89 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
         .collect();
     assert_eq!(old_rows.len(), 1, "one row: {old_rows:?}");
     assert!(old_rows[0].0 > 1000 && old_rows[0].1 > 1000, "{old_rows:?}");
+    check_all(&shards).await.expect("check after migrate");
+}
+
+/// Migration 48 keys the floors' barrier by its move's number, so that a
+/// move adds a row and deletes the one it read instead of updating one.
+/// This release's move also runs on the barrier as 47 left it (it does,
+/// between 47, whose transaction applies the functions, and 48), from a
+/// barrier that never moved (no number) too; 48 keeps the barrier's values,
+/// and the roles that could update it may add and delete its rows.
+#[tokio::test]
+async fn the_barrier_of_a_shard_at_47_moves_before_and_after_migration_48() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "DROP TABLE shardq_ready_barrier; \
+         CREATE TABLE shardq_ready_barrier ( \
+             one_row boolean PRIMARY KEY DEFAULT true CHECK (one_row), \
+             pending_seq bigint, pending_xid xid8, \
+             advanced_at timestamptz NOT NULL DEFAULT '-infinity'); \
+         INSERT INTO shardq_ready_barrier DEFAULT VALUES; \
+         CREATE ROLE barrier_mover; \
+         GRANT SELECT, UPDATE ON shardq_ready_barrier TO barrier_mover; \
+         GRANT SELECT ON shardq_ready_barrier TO PUBLIC; \
+         DELETE FROM shardq_migrations WHERE version = 48",
+    )
+    .await
+    .expect("the barrier as version 47 left it");
+    let barrier = "SELECT count(*), max(pending_seq), max(advanced_at)::text \
+                   FROM shardq_ready_barrier";
+    let mut last = None;
+    for _ in 0..2 {
+        db.batch_execute("UPDATE shardq_ready_barrier SET advanced_at = '-infinity'")
+            .await
+            .expect("let the floors move");
+        db.batch_execute("SELECT shardq_advance_ready_floors()")
+            .await
+            .expect("a move on the barrier as 47 left it");
+        let row = db.query_one(barrier, &[]).await.expect("the barrier");
+        assert_eq!(row.get::<_, i64>(0), 1, "one row");
+        let seq: Option<i64> = row.get(1);
+        assert!(seq.is_some() && seq > last, "{last:?} -> {seq:?}");
+        last = seq;
+    }
+    let kept: String = db.query_one(barrier, &[]).await.expect("barrier").get(2);
+
+    migrate_all(&shards).await.expect("migrate");
+    let row = db.query_one(barrier, &[]).await.expect("the barrier");
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, Option<i64>>(1),
+            row.get::<_, String>(2)
+        ),
+        (1, last, kept),
+        "48 kept the barrier's values"
+    );
+    for (role, right, expected) in [
+        ("barrier_mover", "INSERT", true),
+        ("barrier_mover", "DELETE", true),
+        ("barrier_mover", "UPDATE", true),
+        ("public", "SELECT", true),
+        ("public", "INSERT", false),
+    ] {
+        let found: bool = db
+            .query_one(
+                &format!("SELECT has_table_privilege('{role}', 'shardq_ready_barrier', '{right}')"),
+                &[],
+            )
+            .await
+            .expect("privilege")
+            .get(0);
+        assert_eq!(found, expected, "{role} {right}");
+    }
+    db.batch_execute("UPDATE shardq_ready_barrier SET advanced_at = '-infinity'")
+        .await
+        .expect("let the floors move");
+    db.batch_execute("SELECT shardq_advance_ready_floors()")
+        .await
+        .expect("a move after 48");
+    let row = db.query_one(barrier, &[]).await.expect("the barrier");
+    assert_eq!(row.get::<_, i64>(0), 1, "one row after 48");
+    assert!(row.get::<_, Option<i64>>(1) > last);
     check_all(&shards).await.expect("check after migrate");
 }
 

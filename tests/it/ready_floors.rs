@@ -416,3 +416,127 @@ async fn the_floors_and_rounds_reads_keep_their_plan_with_many_rows_kept() {
     }
     holder.batch_execute("COMMIT").await.unwrap();
 }
+
+/// Heap and index blocks of the floors' barrier (`shardq_ready_barrier`
+/// and its key) this transaction has read so far.
+async fn barrier_blocks(tx: &tokio_postgres::Transaction<'_>) -> i64 {
+    tx.query_one(
+        "SELECT pg_stat_get_xact_blocks_fetched('shardq_ready_barrier'::regclass) \
+              + pg_stat_get_xact_blocks_fetched('shardq_ready_barrier_pkey'::regclass)",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// The barrier a move leaves for the next is a row only added and deleted
+/// (migration 48): a move deletes the row it read and adds its own, keyed
+/// by the number it took. While a snapshot holds the horizon the replaced
+/// rows stay, and a move still reads only the newest, first in a backward
+/// walk of the key: the blocks of the barrier one move reads do not grow
+/// with the moves held: 14 here, 8 of the table and 6 of its key, at 200,
+/// 1,000 and 3,000 moves (the row updated in place, as before, made each
+/// move read every version kept: 65 blocks at 1,000 moves).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_barrier_keeps_one_row_and_a_held_snapshot_does_not_lengthen_a_moves_read() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    for _ in 0..1000 {
+        move_now(&db).await;
+    }
+    let barrier = "SELECT count(*), max(pending_seq) FROM shardq_ready_barrier";
+    let row = db.query_one(barrier, &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "each move replaced the row");
+    let last: i64 = row.get(1);
+    db.batch_execute("ANALYZE shardq_ready_barrier")
+        .await
+        .unwrap();
+
+    let_move_now(&db).await;
+    let tx = db.transaction().await.unwrap();
+    let before = barrier_blocks(&tx).await;
+    tx.execute("SELECT shardq_advance_ready_floors()", &[])
+        .await
+        .unwrap();
+    let read = barrier_blocks(&tx).await - before;
+    let moved: i64 = tx.query_one(barrier, &[]).await.unwrap().get(1);
+    tx.commit().await.unwrap();
+    assert!(moved > last, "the move left its own row: {last} -> {moved}");
+    assert!(
+        read <= 20,
+        "a move read {read} blocks of the barrier with 1,000 moves held"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// A move itself keeps its plan however many replaced rows a hold keeps:
+/// it deletes each replaced floor's and grouped queue's row by its key,
+/// never by a walk of every row kept. The shape of
+/// [`the_floors_and_rounds_reads_keep_their_plan_with_many_rows_kept`]:
+/// 100 floors and 100 grouped queues, 2,000 moves' rows each kept, the
+/// statistics taken (a few live rows over thousands of pages: the planner
+/// then joined the rows to delete to a walk of the whole key, every entry
+/// kept, 10-27 ms a move after 8,000 moves of 10 floors); then two moves,
+/// the second counted: it moves every floor and every queue's rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_deletes_the_rows_it_replaces_by_their_key_with_many_rows_kept() {
+    let (shards, set) = shard().await;
+    let mut db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "SELECT shardq_ensure_floors(array_agg('k' || lpad(i::text, 3, '0')), array_agg(0)) \
+             FROM generate_series(0, 99) i; \
+         INSERT INTO shardq_group_queues (queue) \
+             SELECT 'k' || lpad(i::text, 3, '0') FROM generate_series(0, 99) i;",
+    )
+    .await
+    .unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    db.batch_execute(
+        "INSERT INTO shardq_ready_floor_moves \
+             (queue, priority, move_seq, floor_seq, keyed_floor_seq) \
+         SELECT 'k' || lpad(i::text, 3, '0'), 0, m, 0, 0 \
+         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
+         DELETE FROM shardq_ready_floor_moves WHERE move_seq < 2000; \
+         INSERT INTO shardq_group_round_moves (queue, move_seq, round, floor_turn, noted_round) \
+         SELECT 'k' || lpad(i::text, 3, '0'), m, 0, 0, 0 \
+         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
+         DELETE FROM shardq_group_round_moves WHERE move_seq < 2000; \
+         SELECT setval('shardq_ready_seq', 100000); \
+         ANALYZE shardq_ready_floor_moves, shardq_group_round_moves;",
+    )
+    .await
+    .unwrap();
+    move_now(&db).await;
+    let_move_now(&db).await;
+    let count =
+        "SELECT pg_stat_get_xact_tuples_returned('shardq_ready_floor_moves_pkey'::regclass), \
+                 pg_stat_get_xact_tuples_returned('shardq_group_round_moves_pkey'::regclass)";
+    let tx = db.transaction().await.unwrap();
+    let before = tx.query_one(count, &[]).await.unwrap();
+    tx.execute("SELECT shardq_advance_ready_floors()", &[])
+        .await
+        .unwrap();
+    let after = tx.query_one(count, &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    let met = |i: usize| after.get::<_, i64>(i) - before.get::<_, i64>(i);
+    let moved = "SELECT (SELECT count(*) FROM shardq_ready_floors WHERE floor_seq > 0), \
+                 (SELECT count(*) FROM shardq_group_rounds WHERE round > 0), \
+                 (SELECT count(*) FROM shardq_ready_floor_moves), \
+                 (SELECT count(*) FROM shardq_group_round_moves)";
+    let row = db.query_one(moved, &[]).await.unwrap();
+    let counts: Vec<i64> = (0..4).map(|i| row.get(i)).collect();
+    assert_eq!(
+        counts,
+        [100, 100, 100, 100],
+        "every floor and queue moved, one row each"
+    );
+    assert!(
+        met(0) <= 1000 && met(1) <= 1000,
+        "a move of 100 floors and 100 queues met {} and {} entries of 200,000 kept",
+        met(0),
+        met(1)
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+}

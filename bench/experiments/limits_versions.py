@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""What a queue's limits cost while a transaction holds a shard's xmin
+horizon: the rows they update in place keep every version, and each read
+of such a row walks the versions kept.
+
+A rate-limited queue's claims take their starts from the limit row's
+token bucket (shardq_take_starts updates that row, several times a second
+at high rates); a concurrency-limited queue's processes each renew their
+lease of permits every 500 ms (shardq_lease_permits upserts the holder's
+row and sums every other holder's). This sets a queue 'lim' with both,
+takes a REPEATABLE READ snapshot and holds it, then runs STEPS steps back
+to back: one take of 50 starts and one renewal by each of HOLDERS
+holders. At each checkpoint it times, as medians of 20, one take and one
+renewal (a new snapshot each, as a worker's call).
+
+Usage, on a shard `shardq migrate` set up (`shardq local up --shards 1`):
+
+  pip install 'psycopg[binary]'
+  SHARDQ_EXPERIMENT_DSN='host=127.0.0.1 port=54330 user=postgres dbname=shardq' \\
+      python3 bench/experiments/limits_versions.py --holders 8 --steps 7200
+
+At 8 processes, 7,200 steps are the renewals of an hour (2 a second each);
+a take a step is what a queue limited to 2,000 starts a second asks in
+about 3 minutes (about 40 takes a second at 50 a take).
+"""
+import argparse, os, statistics, time
+import psycopg
+
+TAKE = "SELECT shardq_take_starts('lim', 50)"
+
+
+def renew(holder):
+    return (f"SELECT * FROM shardq_lease_permits('h{holder}', ARRAY['lim'], "
+            "ARRAY[10], 5000)")
+
+
+def timed(conn, sql, n=20):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        conn.execute(sql).fetchall()
+        out.append((time.perf_counter() - t) * 1000)
+    return statistics.median(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--holders", type=int, default=8)
+    p.add_argument("--steps", type=int, default=7200)
+    p.add_argument("--every", type=int, default=720)
+    p.add_argument("--no-hold", action="store_true", help="the same without the snapshot")
+    a = p.parse_args()
+    dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("DELETE FROM shardq_limit_leases WHERE queue = 'lim'")
+    conn.execute("DELETE FROM shardq_queue_limits WHERE queue = 'lim'")
+    # A rate high enough that every take is granted (and so writes).
+    conn.execute("""INSERT INTO shardq_queue_limits
+        (queue, concurrency, rate_count, rate_period_ms, revision)
+        VALUES ('lim', 1000, 100000000, 1000, 1)""")
+    holder = psycopg.connect(dsn)
+    if not a.no_hold:
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1").fetchall()
+    print(f"holders={a.holders} hold={not a.no_hold}")
+    print("steps,take_ms,renew_ms")
+    for step in range(a.steps + 1):
+        if step % a.every == 0 or step == 20:
+            take = timed(conn, TAKE)
+            ren = timed(conn, renew(0))
+            print(f"{step},{take:.2f},{ren:.2f}", flush=True)
+        conn.execute(TAKE)
+        for h in range(a.holders):
+            conn.execute(renew(h))
+    holder.rollback()
+
+
+if __name__ == "__main__":
+    main()

@@ -135,12 +135,15 @@ GRANT SELECT ON TABLE workflow_status, workflow_steps, workflow_messages, workfl
 GRANT UPDATE ON TABLE workflow_status TO shardq_dashboard;
 GRANT INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_dashboard;
 
--- Queue limits (migration 21). A worker reads them, takes a rate's starts
--- (UPDATE of the limit row, whose lock also orders permit leases) and keeps
--- its permit leases (INSERT, UPDATE, DELETE of its own and expired rows).
--- A producer (operators: `shardq limit set|list|clear`) writes the limits
--- and reads the leases; the dashboard reads both.
+-- Queue limits (migrations 21, 48). A worker reads them, takes a rate's
+-- starts (under the limit row's lock, which also orders permit leases: a
+-- row lock needs UPDATE; each take adds the bucket's row and deletes the
+-- one it read) and keeps its permit leases (INSERT, UPDATE, DELETE of its
+-- own and expired rows). A producer (operators: `shardq limit
+-- set|list|clear`) writes the limits and reads the leases; the dashboard
+-- reads both.
 GRANT SELECT, UPDATE ON TABLE shardq_queue_limits TO shardq_worker;
+GRANT SELECT, INSERT, DELETE ON TABLE shardq_rate_buckets TO shardq_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_limit_leases TO shardq_worker;
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_queue_limits TO shardq_producer;
 GRANT SELECT ON TABLE shardq_limit_leases TO shardq_producer;
@@ -149,7 +152,7 @@ GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_leases TO shardq_dashboa
 -- emptied of full buckets by upkeep.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_worker;
 
--- Ready order (migrations 27-29, 47, 48). A worker's claim reads each
+-- Ready order (migrations 27-29, 47, 49). A worker's claim reads each
 -- queue's ready floors and moves them up (a row added and one deleted per
 -- floor that rises and for the barrier, and a number from the sequence:
 -- shardq_advance_ready_floors). The trigger that numbers a job

@@ -51,7 +51,8 @@
 --     45 0045_key_index_role.sql
 --     46 0046_one_group_line_index.sql
 --     47 0047_floors_and_rounds_as_moves.sql
---     48 0048_ready_barrier_as_moves.sql
+--     48 0048_rate_buckets_as_moves.sql
+--     49 0049_ready_barrier_as_moves.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -182,6 +183,14 @@ TABLE shardq_queue_limits
     CONSTRAINT shardq_queue_limits_rate_count_check CHECK ((rate_count > 0))
     CONSTRAINT shardq_queue_limits_rate_period_ms_check CHECK ((rate_period_ms > 0))
     INDEX CREATE UNIQUE INDEX shardq_queue_limits_pkey ON public.shardq_queue_limits USING btree (queue)
+
+TABLE shardq_rate_buckets
+    queue text NOT NULL
+    take_seq bigint NOT NULL
+    tokens double precision NOT NULL
+    tokens_at timestamp with time zone NOT NULL
+    CONSTRAINT shardq_rate_buckets_pkey PRIMARY KEY (queue, take_seq)
+    INDEX CREATE UNIQUE INDEX shardq_rate_buckets_pkey ON public.shardq_rate_buckets USING btree (queue, take_seq)
 
 TABLE shardq_ready_barrier
     pending_seq bigint NOT NULL
@@ -375,7 +384,7 @@ BEGIN
        OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
         RETURN;
     END IF;
-    -- The barrier's newest row (migration 0048: a move replaces the row it
+    -- The barrier's newest row (migration 0049: a move replaces the row it
     -- read by a new one; under a held horizon the replaced ones lie behind
     -- it in this backward walk of the primary key, never read).
     SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b
@@ -429,7 +438,7 @@ BEGIN
     PERFORM shardq_move_group_rounds(s, passed);
     -- Deleted, then added: this text also runs on the table as migration
     -- 0047 left it (one_row its key; pending_seq NULL before any move),
-    -- between 0047, whose transaction applies the functions, and 0048.
+    -- between 0047, whose transaction applies the functions, and 0049.
     IF b.pending_seq IS NULL THEN
         DELETE FROM shardq_ready_barrier r WHERE r.pending_seq IS NULL;
     ELSE
@@ -2524,10 +2533,15 @@ CREATE OR REPLACE FUNCTION public.shardq_take_starts(q text, want integer)
  RETURNS integer
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
     lim shardq_queue_limits%ROWTYPE;
     locked boolean := false;
+    b_seq bigint;
+    b_tokens double precision;
+    b_tokens_at timestamptz;
     burst double precision;
     left_tokens double precision;
     give integer;
@@ -2542,6 +2556,14 @@ BEGIN
         IF lim.rate_count IS NULL THEN
             RETURN NULL;
         END IF;
+        -- Under the lock this reads the row the taker before left.
+        SELECT b.take_seq, b.tokens, b.tokens_at INTO b_seq, b_tokens, b_tokens_at
+            FROM shardq_rate_buckets b WHERE b.queue = q
+            ORDER BY b.take_seq DESC LIMIT 1;
+        IF b_seq IS NULL THEN
+            b_tokens := lim.tokens;
+            b_tokens_at := lim.tokens_at;
+        END IF;
         -- Read once (under the lock when taking): two readings would lose
         -- the time between them on every call, and one taken before the
         -- lock could be older than the mark the previous holder left.
@@ -2549,8 +2571,8 @@ BEGIN
         burst := greatest(1.0, lim.rate_count * 50.0 / lim.rate_period_ms);
         -- Accrual is the same however often it is computed: a read that
         -- takes nothing need not write it.
-        left_tokens := least(burst, lim.tokens
-            + extract(epoch FROM at - lim.tokens_at) * 1000.0
+        left_tokens := least(burst, b_tokens
+            + extract(epoch FROM at - b_tokens_at) * 1000.0
               * lim.rate_count / lim.rate_period_ms);
         IF want >= 0 AND left_tokens < greatest(1.0, least(want, floor(burst / 2))) THEN
             RETURN 0;
@@ -2567,8 +2589,11 @@ BEGIN
         give := least(want, floor(left_tokens)::integer);
         left_tokens := left_tokens - give;
     END IF;
-    UPDATE shardq_queue_limits l SET tokens = left_tokens, tokens_at = at
-        WHERE l.queue = q;
+    INSERT INTO shardq_rate_buckets (queue, take_seq, tokens, tokens_at)
+        VALUES (q, coalesce(b_seq, 0) + 1, left_tokens, at);
+    IF b_seq IS NOT NULL THEN
+        DELETE FROM shardq_rate_buckets b WHERE b.queue = q AND b.take_seq = b_seq;
+    END IF;
     RETURN give;
 END
 $function$

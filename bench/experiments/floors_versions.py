@@ -32,9 +32,9 @@ With `--before REV` it first puts back, on that database, the floors and
 the grouped rounds as schema 46 kept them (tables, a row per floor and per
 grouped queue updated by each move) and REV's functions that write them:
 the code before, beside the code after on another database of the same
-server. With `--barrier-before REV` it puts back only REV's move, which
-updates the barrier's one row in place (before schema 48; it runs on the
-table as 48 left it: one row).
+server. With `--move-before REV` it puts back only REV's move of the floors
+(before 3e4f0e3 it updated the barrier's one row in place, which runs on
+the table as schema 48 left it, and deleted the replaced floors by a join).
 """
 import argparse, os, statistics, subprocess, time
 from pathlib import Path
@@ -109,9 +109,10 @@ def main():
                     help="also this many grouped queues' rounds (shardq_group_rounds), idle")
     ap.add_argument("--moves", type=int, default=14400)
     ap.add_argument("--every", type=int, default=1440)
-    ap.add_argument("--barrier-before", metavar="REV",
-                    help="first put back REV's move of the floors, which updates "
-                         "the barrier's one row in place (before schema 48)")
+    ap.add_argument("--move-before", metavar="REV",
+                    help="first put back REV's move of the floors (before 3e4f0e3: "
+                         "the barrier's one row updated in place, the replaced "
+                         "floors deleted by a join)")
     ap.add_argument("--before", metavar="REV",
                     help="first put back the floors' table and functions of REV "
                          "(schema 46: a row per floor, updated by each move)")
@@ -124,8 +125,8 @@ def main():
     conn.execute(f"TRUNCATE workflow_status, shardq_ready_levels, {', '.join(tables)} CASCADE")
     if args.before:
         as_before(conn, args.before)
-    if args.barrier_before:
-        apply_function(conn, args.barrier_before, "shardq_advance_ready_floors")
+    if args.move_before:
+        apply_function(conn, args.move_before, "shardq_advance_ready_floors")
     queues = [f"q{i}" for i in range(args.levels)]
     conn.execute("SELECT shardq_ensure_floors(%s, %s)", (queues, [0] * args.levels))
     if args.before:
@@ -146,8 +147,8 @@ def main():
     held.execute("SELECT count(*) FROM shardq_ready_floors").fetchone()
     (schema,) = conn.execute("SELECT max(version) FROM shardq_migrations").fetchone()
     shape = f" with the floors of {args.before}" if args.before else ""
-    if args.barrier_before:
-        shape += f" with the barrier's move of {args.barrier_before}"
+    if args.move_before:
+        shape += f" with the move of {args.move_before}"
     print(f"schema {schema}{shape}, levels {args.levels}, busy {args.busy}, "
           f"grouped {args.grouped}, snapshot held")
     print("moves | floor versions | move ms | own floor read ms | backlog floors ms")

@@ -40,7 +40,7 @@ BEGIN
        OR NOT pg_try_advisory_xact_lock(hashtext('shardq_ready_floors')::bigint) THEN
         RETURN;
     END IF;
-    -- The barrier's newest row (migration 0048: a move replaces the row it
+    -- The barrier's newest row (migration 0049: a move replaces the row it
     -- read by a new one; under a held horizon the replaced ones lie behind
     -- it in this backward walk of the primary key, never read).
     SELECT r.pending_seq, r.pending_xid, r.advanced_at INTO b
@@ -94,7 +94,7 @@ BEGIN
     PERFORM shardq_move_group_rounds(s, passed);
     -- Deleted, then added: this text also runs on the table as migration
     -- 0047 left it (one_row its key; pending_seq NULL before any move),
-    -- between 0047, whose transaction applies the functions, and 0048.
+    -- between 0047, whose transaction applies the functions, and 0049.
     IF b.pending_seq IS NULL THEN
         DELETE FROM shardq_ready_barrier r WHERE r.pending_seq IS NULL;
     ELSE

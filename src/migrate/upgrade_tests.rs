@@ -201,7 +201,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         applied,
         vec![vec![
             17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
-            39, 40, 41, 42, 43, 44, 45, 46, 47, 48
+            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49
         ]],
         "the map tables and the reshard's were due"
     );
@@ -561,14 +561,57 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
     check_all(&shards).await.expect("check after migrate");
 }
 
-/// Migration 48 keys the floors' barrier by its move's number, so that a
+/// Migration 48 moves a rate's token bucket out of the limits row, into
+/// rows only added and deleted: a shard at 47 keeps each bucket's state
+/// (a queue's first take since reads the limits row's tokens: one start
+/// an hour here, so no refill within the test), and the roles that could
+/// update the limits row may add and delete the bucket's rows.
+#[tokio::test]
+async fn the_rate_buckets_of_a_shard_at_47_are_kept_by_migration_48() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "DROP TABLE shardq_rate_buckets; \
+         CREATE ROLE rate_taker; \
+         GRANT SELECT, UPDATE ON shardq_queue_limits TO rate_taker; \
+         INSERT INTO shardq_queue_limits \
+             (queue, rate_count, rate_period_ms, revision, tokens, tokens_at) \
+         VALUES ('full', 1, 3600000, 1, 1, now()), ('empty', 1, 3600000, 1, 0, now()); \
+         DELETE FROM shardq_migrations WHERE version = 48",
+    )
+    .await
+    .expect("the buckets as version 47 kept them");
+    migrate_all(&shards).await.expect("migrate");
+    let take = "SELECT shardq_take_starts($1, 1)";
+    for (queue, starts) in [("full", 1), ("empty", 0), ("full", 0)] {
+        let got: i32 = db.query_one(take, &[&queue]).await.expect("take").get(0);
+        assert_eq!(got, starts, "a take of {queue}");
+    }
+    for right in ["SELECT", "INSERT", "DELETE"] {
+        let found: bool = db
+            .query_one(
+                &format!(
+                    "SELECT has_table_privilege('rate_taker', 'shardq_rate_buckets', '{right}')"
+                ),
+                &[],
+            )
+            .await
+            .expect("privilege")
+            .get(0);
+        assert!(found, "rate_taker {right}");
+    }
+    check_all(&shards).await.expect("check after migrate");
+}
+
+/// Migration 49 keys the floors' barrier by its move's number, so that a
 /// move adds a row and deletes the one it read instead of updating one.
 /// This release's move also runs on the barrier as 47 left it (it does,
-/// between 47, whose transaction applies the functions, and 48), from a
-/// barrier that never moved (no number) too; 48 keeps the barrier's values,
+/// between 47, whose transaction applies the functions, and 49), from a
+/// barrier that never moved (no number) too; 49 keeps the barrier's values,
 /// and the roles that could update it may add and delete its rows.
 #[tokio::test]
-async fn the_barrier_of_a_shard_at_47_moves_before_and_after_migration_48() {
+async fn the_barrier_of_a_shard_at_48_moves_before_and_after_migration_49() {
     let server = EphemeralServer::start().await.expect("server");
     let shards = migrated(&server, "shardq").await;
     let db = connect(&server, "shardq").await;
@@ -582,10 +625,10 @@ async fn the_barrier_of_a_shard_at_47_moves_before_and_after_migration_48() {
          CREATE ROLE barrier_mover; \
          GRANT SELECT, UPDATE ON shardq_ready_barrier TO barrier_mover; \
          GRANT SELECT ON shardq_ready_barrier TO PUBLIC; \
-         DELETE FROM shardq_migrations WHERE version = 48",
+         DELETE FROM shardq_migrations WHERE version = 49",
     )
     .await
-    .expect("the barrier as version 47 left it");
+    .expect("the barrier as versions 47 and 48 left it");
     let barrier = "SELECT count(*), max(pending_seq), max(advanced_at)::text \
                    FROM shardq_ready_barrier";
     let mut last = None;
@@ -613,7 +656,7 @@ async fn the_barrier_of_a_shard_at_47_moves_before_and_after_migration_48() {
             row.get::<_, String>(2)
         ),
         (1, last, kept),
-        "48 kept the barrier's values"
+        "49 kept the barrier's values"
     );
     for (role, right, expected) in [
         ("barrier_mover", "INSERT", true),
@@ -637,9 +680,9 @@ async fn the_barrier_of_a_shard_at_47_moves_before_and_after_migration_48() {
         .expect("let the floors move");
     db.batch_execute("SELECT shardq_advance_ready_floors()")
         .await
-        .expect("a move after 48");
+        .expect("a move after 49");
     let row = db.query_one(barrier, &[]).await.expect("the barrier");
-    assert_eq!(row.get::<_, i64>(0), 1, "one row after 48");
+    assert_eq!(row.get::<_, i64>(0), 1, "one row after 49");
     assert!(row.get::<_, Option<i64>>(1) > last);
     check_all(&shards).await.expect("check after migrate");
 }

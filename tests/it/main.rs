@@ -68,6 +68,7 @@ mod pooler;
 mod promotion_race;
 mod public_api;
 mod queue_limits;
+mod rate_bucket_held;
 mod ready_floors;
 mod ready_floors_keyed;
 mod refused_outcomes;

@@ -431,7 +431,7 @@ async fn barrier_blocks(tx: &tokio_postgres::Transaction<'_>) -> i64 {
 }
 
 /// The barrier a move leaves for the next is a row only added and deleted
-/// (migration 48): a move deletes the row it read and adds its own, keyed
+/// (migration 49): a move deletes the row it read and adds its own, keyed
 /// by the number it took. While a snapshot holds the horizon the replaced
 /// rows stay, and a move still reads only the newest, first in a backward
 /// walk of the key: the blocks of the barrier one move reads do not grow

@@ -138,16 +138,19 @@ GRANT INSERT, DELETE ON TABLE shardq_paused_queues TO shardq_dashboard;
 -- Queue limits (migrations 21, 48). A worker reads them, takes a rate's
 -- starts (under the limit row's lock, which also orders permit leases: a
 -- row lock needs UPDATE; each take adds the bucket's row and deletes the
--- one it read) and keeps its permit leases (INSERT, UPDATE, DELETE of its
--- own and expired rows). A producer (operators: `shardq limit
+-- one it read) and keeps its permit leases (each renewal adds its lease's
+-- row and deletes the one it replaces; lapsed leases and their holders
+-- are deleted). A producer (operators: `shardq limit
 -- set|list|clear`) writes the limits and reads the leases; the dashboard
 -- reads both.
 GRANT SELECT, UPDATE ON TABLE shardq_queue_limits TO shardq_worker;
 GRANT SELECT, INSERT, DELETE ON TABLE shardq_rate_buckets TO shardq_worker;
-GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_limit_leases TO shardq_worker;
+GRANT SELECT, INSERT, DELETE ON TABLE shardq_limit_holders, shardq_limit_lease_moves
+    TO shardq_worker;
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_queue_limits TO shardq_producer;
-GRANT SELECT ON TABLE shardq_limit_leases TO shardq_producer;
-GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_leases TO shardq_dashboard_ro;
+GRANT SELECT ON TABLE shardq_limit_holders, shardq_limit_lease_moves TO shardq_producer;
+GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_holders, shardq_limit_lease_moves
+    TO shardq_dashboard_ro;
 -- Each group's start-rate bucket: taken by the claim (the worker's role),
 -- emptied of full buckets by upkeep.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_worker;

@@ -58,3 +58,7 @@ END $$;
 DROP TABLE shardq_ready_barrier;
 ALTER TABLE shardq_ready_barrier_next RENAME TO shardq_ready_barrier;
 ALTER INDEX shardq_ready_barrier_next_pkey RENAME TO shardq_ready_barrier_pkey;
+
+-- The permit leases' old table, left empty by 0048 (its rows moved to
+-- shardq_limit_holders and shardq_limit_lease_moves).
+DROP TABLE IF EXISTS shardq_limit_leases;

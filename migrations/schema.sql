@@ -51,7 +51,7 @@
 --     45 0045_key_index_role.sql
 --     46 0046_one_group_line_index.sql
 --     47 0047_floors_and_rounds_as_moves.sql
---     48 0048_rate_buckets_as_moves.sql
+--     48 0048_limits_as_moves.sql
 --     49 0049_ready_barrier_as_moves.sql
 
 TABLE shardq_cascades_owed
@@ -103,14 +103,21 @@ TABLE shardq_key_floors WITH (fillfactor=50)
     CONSTRAINT shardq_key_floors_pkey PRIMARY KEY (queue, ordering_key)
     INDEX CREATE UNIQUE INDEX shardq_key_floors_pkey ON public.shardq_key_floors USING btree (queue, ordering_key)
 
-TABLE shardq_limit_leases
+TABLE shardq_limit_holders
     queue text NOT NULL
     holder text NOT NULL
+    CONSTRAINT shardq_limit_holders_pkey PRIMARY KEY (queue, holder)
+    INDEX CREATE UNIQUE INDEX shardq_limit_holders_pkey ON public.shardq_limit_holders USING btree (queue, holder)
+
+TABLE shardq_limit_lease_moves
+    queue text NOT NULL
+    holder text NOT NULL
+    renewal_seq bigint NOT NULL
     permits integer NOT NULL
     expires_at timestamp with time zone NOT NULL
-    CONSTRAINT shardq_limit_leases_permits_check CHECK ((permits >= 0))
-    CONSTRAINT shardq_limit_leases_pkey PRIMARY KEY (queue, holder)
-    INDEX CREATE UNIQUE INDEX shardq_limit_leases_pkey ON public.shardq_limit_leases USING btree (queue, holder)
+    CONSTRAINT shardq_limit_lease_moves_permits_check CHECK ((permits >= 0))
+    CONSTRAINT shardq_limit_lease_moves_pkey PRIMARY KEY (queue, holder, renewal_seq)
+    INDEX CREATE UNIQUE INDEX shardq_limit_lease_moves_pkey ON public.shardq_limit_lease_moves USING btree (queue, holder, renewal_seq)
 
 TABLE shardq_map_epochs
     epoch integer NOT NULL
@@ -1644,11 +1651,19 @@ CREATE OR REPLACE FUNCTION public.shardq_lease_permits(holder text, queues text[
  RETURNS TABLE(queue text, concurrency integer, granted integer, rate_count integer, rate_period_ms integer)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
     i integer;
     q text;
     lim shardq_queue_limits%ROWTYPE;
+    other record;
+    own_known boolean;
+    own_seq bigint;
+    l_seq bigint;
+    l_permits integer;
+    l_expires timestamptz;
     others integer;
     give integer;
 BEGIN
@@ -1660,20 +1675,46 @@ BEGIN
         rate_count := lim.rate_count;
         rate_period_ms := lim.rate_period_ms;
         concurrency := lim.concurrency;
+        -- Every holder's newest lease row; lapsed ones go with their holder.
+        others := 0;
+        own_known := false;
+        own_seq := NULL;
+        FOR other IN SELECT h.holder FROM shardq_limit_holders h WHERE h.queue = q LOOP
+            SELECT e.renewal_seq, e.permits, e.expires_at INTO l_seq, l_permits, l_expires
+                FROM shardq_limit_lease_moves e
+                WHERE e.queue = q AND e.holder = other.holder
+                ORDER BY e.renewal_seq DESC LIMIT 1;
+            IF other.holder = shardq_lease_permits.holder AND lim.concurrency IS NOT NULL THEN
+                own_known := true;
+                own_seq := l_seq;
+            ELSIF other.holder = shardq_lease_permits.holder OR l_seq IS NULL
+                  OR l_expires <= now() THEN
+                DELETE FROM shardq_limit_lease_moves e
+                    WHERE e.queue = q AND e.holder = other.holder AND e.renewal_seq = l_seq;
+                DELETE FROM shardq_limit_holders h
+                    WHERE h.queue = q AND h.holder = other.holder;
+            ELSE
+                others := others + l_permits;
+            END IF;
+        END LOOP;
         IF lim.concurrency IS NULL THEN
-            DELETE FROM shardq_limit_leases e WHERE e.queue = q AND e.holder = shardq_lease_permits.holder;
             granted := wants[i];
             RETURN NEXT;
             CONTINUE;
         END IF;
-        DELETE FROM shardq_limit_leases e WHERE e.queue = q AND e.expires_at <= now();
-        SELECT coalesce(sum(e.permits), 0) INTO others FROM shardq_limit_leases e
-            WHERE e.queue = q AND e.holder <> shardq_lease_permits.holder;
         give := greatest(0, least(wants[i], lim.concurrency - others));
-        INSERT INTO shardq_limit_leases AS e (queue, holder, permits, expires_at)
-            VALUES (q, shardq_lease_permits.holder, give, now() + lease_ms * interval '1 millisecond')
-            ON CONFLICT ON CONSTRAINT shardq_limit_leases_pkey
-            DO UPDATE SET permits = EXCLUDED.permits, expires_at = EXCLUDED.expires_at;
+        IF NOT own_known THEN
+            INSERT INTO shardq_limit_holders (queue, holder)
+                VALUES (q, shardq_lease_permits.holder);
+        END IF;
+        INSERT INTO shardq_limit_lease_moves (queue, holder, renewal_seq, permits, expires_at)
+            VALUES (q, shardq_lease_permits.holder, coalesce(own_seq, 0) + 1, give,
+                    now() + lease_ms * interval '1 millisecond');
+        IF own_seq IS NOT NULL THEN
+            DELETE FROM shardq_limit_lease_moves e
+                WHERE e.queue = q AND e.holder = shardq_lease_permits.holder
+                  AND e.renewal_seq = own_seq;
+        END IF;
         granted := give;
         RETURN NEXT;
     END LOOP;
@@ -1867,6 +1908,29 @@ BEGIN
               AND v.state = 'closed' AND v.first_key <= p_shard_key
               AND p_shard_key < v.end_key);
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_permits_in_use()
+ RETURNS TABLE(queue text, permits bigint, holders bigint)
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT h.queue, coalesce(sum(e.permits), 0)::int8,
+           count(*) FILTER (WHERE e.permits > 0)
+    FROM shardq_limit_holders h
+    CROSS JOIN LATERAL (
+        SELECT m.permits, m.expires_at FROM shardq_limit_lease_moves m
+        WHERE m.queue = h.queue AND m.holder = h.holder
+        ORDER BY m.renewal_seq DESC LIMIT 1) e
+    WHERE e.expires_at > now()
+    GROUP BY h.queue;
+END
+$function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_promote_keys(p_sk integer[], p_id bigint[])

@@ -21,10 +21,16 @@ Usage, on a shard `shardq migrate` set up (`shardq local up --shards 1`):
 
 At 8 processes, 7,200 steps are the renewals of an hour (2 a second each);
 a take a step is what a queue limited to 2,000 starts a second asks in
-about 3 minutes (about 40 takes a second at 50 a take).
+about 3 minutes (about 40 takes a second at 50 a take). With
+`--before REV` it first applies REV's take and renewal (the code before,
+beside the code after on another database of the same server; for the
+renewal, one at a schema before 48, which still has the leases' table).
 """
-import argparse, os, statistics, time
+import argparse, os, statistics, subprocess, time
+from pathlib import Path
 import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TAKE = "SELECT shardq_take_starts('lim', 50)"
 
@@ -49,10 +55,23 @@ def main():
     p.add_argument("--steps", type=int, default=7200)
     p.add_argument("--every", type=int, default=720)
     p.add_argument("--no-hold", action="store_true", help="the same without the snapshot")
+    p.add_argument("--before", metavar="REV",
+                   help="first apply REV's shardq_take_starts and shardq_lease_permits "
+                        "(before schema 48: the bucket in the limits row and each "
+                        "lease in a row, updated by every take and renewal; run it on "
+                        "a database at that schema for the leases)")
     a = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("DELETE FROM shardq_limit_leases WHERE queue = 'lim'")
+    for name in ("shardq_take_starts", "shardq_lease_permits") if a.before else ():
+        conn.execute(subprocess.run(
+            ["git", "show", f"{a.before}:migrations/functions/{name}.sql"],
+            cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+    for (table,) in conn.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname IN ("
+            "'shardq_limit_leases', 'shardq_limit_lease_moves', 'shardq_limit_holders', "
+            "'shardq_rate_buckets')").fetchall():
+        conn.execute(f"DELETE FROM {table} WHERE queue = 'lim'")
     conn.execute("DELETE FROM shardq_queue_limits WHERE queue = 'lim'")
     # A rate high enough that every take is granted (and so writes).
     conn.execute("""INSERT INTO shardq_queue_limits
@@ -62,7 +81,9 @@ def main():
     if not a.no_hold:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT 1").fetchall()
-    print(f"holders={a.holders} hold={not a.no_hold}")
+    (schema,) = conn.execute("SELECT max(version) FROM shardq_migrations").fetchone()
+    shape = f", the take of {a.before}" if a.before else ""
+    print(f"schema {schema}{shape}, holders={a.holders} hold={not a.no_hold}")
     print("steps,take_ms,renew_ms")
     for step in range(a.steps + 1):
         if step % a.every == 0 or step == 20:

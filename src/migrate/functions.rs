@@ -237,6 +237,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
         sql: include_str!("../../migrations/functions/shardq_lease_permits.sql"),
     },
     Function {
+        name: "shardq_permits_in_use",
+        sql: include_str!("../../migrations/functions/shardq_permits_in_use.sql"),
+    },
+    Function {
         name: "shardq_take_starts",
         sql: include_str!("../../migrations/functions/shardq_take_starts.sql"),
     },

@@ -280,8 +280,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 48,
-        name: "0048_rate_buckets_as_moves.sql",
-        sql: include_str!("../../migrations/0048_rate_buckets_as_moves.sql"),
+        name: "0048_limits_as_moves.sql",
+        sql: include_str!("../../migrations/0048_limits_as_moves.sql"),
     },
     Migration {
         version: 49,

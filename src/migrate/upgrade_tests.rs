@@ -232,6 +232,7 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_owns_key",
     "shardq_refuse_stale_snapshot",
     "shardq_lease_permits",
+    "shardq_permits_in_use",
     "shardq_take_starts",
     "shardq_group_heads",
     "shardq_grouped_ready_turn",
@@ -561,46 +562,95 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
     check_all(&shards).await.expect("check after migrate");
 }
 
-/// Migration 48 moves a rate's token bucket out of the limits row, into
-/// rows only added and deleted: a shard at 47 keeps each bucket's state
-/// (a queue's first take since reads the limits row's tokens: one start
-/// an hour here, so no refill within the test), and the roles that could
-/// update the limits row may add and delete the bucket's rows.
+/// Migration 48 moves a rate's token bucket out of the limits row, and the
+/// permit leases out of their table, into rows only added and deleted: a
+/// shard at 47 keeps each bucket's state (a queue's first take since reads
+/// the limits row's tokens: one start an hour here, so no refill within
+/// the test) and each lease (another holder gets only what is left), and
+/// the roles that could update the limits row or write the leases may
+/// write the new rows, those that could read the leases read them.
 #[tokio::test]
-async fn the_rate_buckets_of_a_shard_at_47_are_kept_by_migration_48() {
+async fn the_rate_buckets_and_leases_of_a_shard_at_47_are_kept_by_migration_48() {
     let server = EphemeralServer::start().await.expect("server");
     let shards = migrated(&server, "shardq").await;
     let db = connect(&server, "shardq").await;
     db.batch_execute(
-        "DROP TABLE shardq_rate_buckets; \
-         CREATE ROLE rate_taker; \
-         GRANT SELECT, UPDATE ON shardq_queue_limits TO rate_taker; \
+        "DROP TABLE shardq_rate_buckets, shardq_limit_holders, shardq_limit_lease_moves; \
+         CREATE TABLE shardq_limit_leases (queue text NOT NULL, holder text NOT NULL, \
+             permits integer NOT NULL CHECK (permits >= 0), \
+             expires_at timestamptz NOT NULL, PRIMARY KEY (queue, holder)); \
+         CREATE ROLE limit_worker; CREATE ROLE limit_reader; \
+         GRANT SELECT, UPDATE ON shardq_queue_limits TO limit_worker; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON shardq_limit_leases TO limit_worker; \
+         GRANT SELECT ON shardq_limit_leases TO limit_reader; \
          INSERT INTO shardq_queue_limits \
-             (queue, rate_count, rate_period_ms, revision, tokens, tokens_at) \
-         VALUES ('full', 1, 3600000, 1, 1, now()), ('empty', 1, 3600000, 1, 0, now()); \
-         DELETE FROM shardq_migrations WHERE version = 48",
+             (queue, concurrency, rate_count, rate_period_ms, revision, tokens, tokens_at) \
+         VALUES ('full', NULL, 1, 3600000, 1, 1, now()), \
+             ('empty', NULL, 1, 3600000, 1, 0, now()), \
+             ('capped', 5, NULL, NULL, 1, 0, now()); \
+         INSERT INTO shardq_limit_leases \
+             VALUES ('capped', 'old-process', 3, now() + interval '1 hour'); \
+         DELETE FROM shardq_migrations WHERE version IN (48, 49)",
     )
     .await
-    .expect("the buckets as version 47 kept them");
+    .expect("the limits as version 47 kept them");
     migrate_all(&shards).await.expect("migrate");
     let take = "SELECT shardq_take_starts($1, 1)";
     for (queue, starts) in [("full", 1), ("empty", 0), ("full", 0)] {
         let got: i32 = db.query_one(take, &[&queue]).await.expect("take").get(0);
         assert_eq!(got, starts, "a take of {queue}");
     }
-    for right in ["SELECT", "INSERT", "DELETE"] {
+    let in_use = db
+        .query_one(
+            "SELECT queue, permits, holders FROM shardq_permits_in_use()",
+            &[],
+        )
+        .await
+        .expect("permits in use");
+    assert_eq!(
+        (
+            in_use.get::<_, String>(0),
+            in_use.get::<_, i64>(1),
+            in_use.get::<_, i64>(2)
+        ),
+        ("capped".to_string(), 3, 1),
+        "the old process's lease"
+    );
+    let granted: i32 = db
+        .query_one(
+            "SELECT granted FROM shardq_lease_permits('new-process', ARRAY['capped'], \
+             ARRAY[5], 5000)",
+            &[],
+        )
+        .await
+        .expect("a lease")
+        .get(0);
+    assert_eq!(granted, 2, "what the old process's lease left");
+    for (role, table, right, expected) in [
+        ("limit_worker", "shardq_rate_buckets", "INSERT", true),
+        ("limit_worker", "shardq_rate_buckets", "DELETE", true),
+        ("limit_worker", "shardq_limit_lease_moves", "INSERT", true),
+        ("limit_worker", "shardq_limit_holders", "DELETE", true),
+        ("limit_reader", "shardq_limit_lease_moves", "SELECT", true),
+        ("limit_reader", "shardq_limit_holders", "SELECT", true),
+        ("limit_reader", "shardq_limit_holders", "INSERT", false),
+    ] {
         let found: bool = db
             .query_one(
-                &format!(
-                    "SELECT has_table_privilege('rate_taker', 'shardq_rate_buckets', '{right}')"
-                ),
+                &format!("SELECT has_table_privilege('{role}', '{table}', '{right}')"),
                 &[],
             )
             .await
             .expect("privilege")
             .get(0);
-        assert!(found, "rate_taker {right}");
+        assert_eq!(found, expected, "{role} {right} on {table}");
     }
+    let old_table: Option<String> = db
+        .query_one("SELECT to_regclass('shardq_limit_leases')::text", &[])
+        .await
+        .expect("the old table")
+        .get(0);
+    assert_eq!(old_table, None, "49 dropped the old leases' table");
     check_all(&shards).await.expect("check after migrate");
 }
 

@@ -260,11 +260,11 @@ async fn a_process_never_answered_in_time_does_not_hold_a_limited_queue() {
     assert!(most <= 5, "{most} jobs of the limited queue ran at once");
 }
 
-/// Rows of `capped` in the home shard's permit leases.
+/// Holders of `capped`'s permit leases on the home shard.
 async fn capped_leases(set: &ShardSet) -> i64 {
     let db = set.get(0).client().await.expect("connection");
     db.query_one(
-        "SELECT count(*) FROM shardq_limit_leases WHERE queue = 'capped'",
+        "SELECT count(*) FROM shardq_limit_holders WHERE queue = 'capped'",
         &[],
     )
     .await

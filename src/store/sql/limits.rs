@@ -51,10 +51,10 @@ pub const LIMITS_READ: &str = "SELECT queue, concurrency, rate_count, rate_perio
     group_concurrency, group_rate_count, group_rate_period_ms, revision \
     FROM shardq_queue_limits ORDER BY queue";
 
-/// Per queue, the unexpired permits and how many processes hold them.
-pub const LIMIT_PERMITS_IN_USE: &str = "SELECT queue, coalesce(sum(permits), 0)::int8 AS permits, \
-    count(*) FILTER (WHERE permits > 0) AS holders \
-    FROM shardq_limit_leases WHERE expires_at > now() GROUP BY queue";
+/// Per queue, the unexpired permits and how many processes hold them
+/// (migrations/functions/shardq_permits_in_use.sql).
+pub const LIMIT_PERMITS_IN_USE: &str =
+    "SELECT queue, permits, holders FROM shardq_permits_in_use()";
 
 /// Leases permits (migrations/functions/shardq_lease_permits.sql).
 pub const LIMIT_LEASE_PERMITS: &str = "SELECT queue, concurrency, granted, rate_count, \

@@ -147,6 +147,7 @@ GRANT SELECT, UPDATE ON TABLE shardq_queue_limits TO shardq_worker;
 GRANT SELECT, INSERT, DELETE ON TABLE shardq_rate_buckets TO shardq_worker;
 GRANT SELECT, INSERT, DELETE ON TABLE shardq_limit_holders, shardq_limit_lease_moves
     TO shardq_worker;
+GRANT USAGE ON SEQUENCE shardq_limit_lease_seq TO shardq_worker;
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_queue_limits TO shardq_producer;
 GRANT SELECT ON TABLE shardq_limit_holders, shardq_limit_lease_moves TO shardq_producer;
 GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_holders, shardq_limit_lease_moves

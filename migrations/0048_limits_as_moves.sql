@@ -7,36 +7,45 @@
 -- bucket's two columns in the queue's limits row, and every ask read that
 -- row, as does every renewal of the queue's permits. While a long
 -- transaction holds the horizon none of its versions can be removed, and
--- a read of the row walks all of them: 2.4 ms a take after 50,000 takes
--- held, 0.3 at the start (bench/experiments/limits_versions.py), growing
--- with every take.
---
--- Now a take adds the bucket's new row, numbered one past the row it read
--- (take_seq), and deletes that row; an ask reads the newest, the first in
--- a backward walk of the key. The limits row is no longer written by
--- takes: its tokens and tokens_at stay as the bucket's state before the
--- first take since this migration (a queue without a bucket row reads
--- them, so nothing is copied here). Takers still lock the limits row (a
--- lock writes no version) to take one after the other.
+-- a read of the row walks all of them: 2.0-2.2 ms a take after 50,000
+-- takes held, 0.3 at the start (bench/experiments/limits_versions.py),
+-- growing with every take. Now a take adds the bucket's new row, numbered
+-- one past the row it read (take_seq), and deletes that row; an ask reads
+-- the newest, the first in a backward walk of the key. Takes no longer
+-- write the limits row: its tokens and tokens_at stay as the bucket's
+-- state before the first take since this migration (a queue without a
+-- bucket row reads them, so nothing is copied). Takers still lock the
+-- limits row (a lock writes no version) to take one after the other.
 --
 -- A process's lease of a queue's permits (shardq_lease_permits, renewed
 -- every 500 ms by every process) was one row, upserted, and each renewal
--- read every holder's row of the queue: held, every version of every
--- holder's row (1.9 ms a renewal after 7,200 renewals of 8 processes, 0.3
--- at the start). Now each holder of a queue has a row written once
+-- read every holder's row of the queue: held, every version of each
+-- (2.2-2.7 ms a renewal after an hour of 8 processes' renewals, 0.3 at
+-- the start). Now each holder of a queue has a row written once
 -- (shardq_limit_holders, deleted when its lease lapses) and each renewal
--- adds the holder's lease row numbered past its newest and deletes that
--- one (shardq_limit_lease_moves); readers take each holder's newest. The
--- leases are copied under the limits rows' locks, which every grant takes
--- first, and the old table is left empty (dropped by 0049).
+-- adds the holder's lease row, numbered from a sequence (a holder that
+-- comes back after its lease lapsed numbers past its old rows), and
+-- deletes the one it replaces (shardq_limit_lease_moves); readers take
+-- each holder's newest. The leases are copied under every limits row's
+-- lock, which each grant takes first; the old table, emptied, goes in
+-- 0049.
 --
 -- The functions of this release commit with this migration (its first
--- line): the old lease function would write the old table after the copy.
+-- line). A call of the old lease or take function that waits for a limits
+-- row's lock below resumes after the commit with its old text, and would
+-- write where the leases and buckets were, read by no one: its permits
+-- would be counted by no one, its take lost. Triggers made with the
+-- functions (shardq_refuse_old_limits_write.sql) refuse those writes (the
+-- call fails, SQLSTATE 40001, and the next runs the new text). Every wait here ends within 2 s (a transaction holding a limits row, a
+-- pg_dump holding a table), and the migration then fails, nothing
+-- changed, to be run again.
 --
 -- The roles that could update the limits row (the worker's takes wrote
 -- the bucket there) may add and delete the bucket's rows; those that
--- could write the leases may write the new tables, and those that could
--- read them may read the new ones.
+-- could write the leases may write the new tables and take lease numbers,
+-- and those that could read them may read the new ones.
+SET LOCAL lock_timeout = '2s';
+
 CREATE TABLE shardq_rate_buckets (
     queue text NOT NULL,
     take_seq bigint NOT NULL,
@@ -44,6 +53,28 @@ CREATE TABLE shardq_rate_buckets (
     tokens_at timestamptz NOT NULL,
     PRIMARY KEY (queue, take_seq)
 );
+CREATE TABLE shardq_limit_holders (
+    queue text NOT NULL,
+    holder text NOT NULL,
+    PRIMARY KEY (queue, holder)
+);
+CREATE TABLE shardq_limit_lease_moves (
+    queue text NOT NULL,
+    holder text NOT NULL,
+    renewal_seq bigint NOT NULL,
+    permits integer NOT NULL CHECK (permits >= 0),
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, holder, renewal_seq)
+);
+CREATE SEQUENCE shardq_limit_lease_seq;
+
+SELECT count(*) FROM (SELECT 1 FROM shardq_queue_limits FOR UPDATE) locked;
+INSERT INTO shardq_limit_holders (queue, holder)
+SELECT queue, holder FROM shardq_limit_leases;
+INSERT INTO shardq_limit_lease_moves (queue, holder, renewal_seq, permits, expires_at)
+SELECT queue, holder, nextval('shardq_limit_lease_seq'), permits, expires_at
+FROM shardq_limit_leases;
+DELETE FROM shardq_limit_leases;
 
 DO $$
 DECLARE
@@ -62,29 +93,6 @@ BEGIN
     END LOOP;
 END $$;
 
-CREATE TABLE shardq_limit_holders (
-    queue text NOT NULL,
-    holder text NOT NULL,
-    PRIMARY KEY (queue, holder)
-);
-CREATE TABLE shardq_limit_lease_moves (
-    queue text NOT NULL,
-    holder text NOT NULL,
-    renewal_seq bigint NOT NULL,
-    permits integer NOT NULL CHECK (permits >= 0),
-    expires_at timestamptz NOT NULL,
-    PRIMARY KEY (queue, holder, renewal_seq)
-);
-
--- No grant between the copy and the functions' commit: each takes the
--- queue's limits row first.
-SELECT count(*) FROM (SELECT 1 FROM shardq_queue_limits FOR UPDATE) locked;
-INSERT INTO shardq_limit_holders (queue, holder)
-SELECT queue, holder FROM shardq_limit_leases;
-INSERT INTO shardq_limit_lease_moves (queue, holder, renewal_seq, permits, expires_at)
-SELECT queue, holder, 1, permits, expires_at FROM shardq_limit_leases;
-DELETE FROM shardq_limit_leases;
-
 DO $$
 DECLARE
     owner text := (SELECT c.relowner::regrole::text FROM pg_class c
@@ -93,6 +101,7 @@ DECLARE
 BEGIN
     EXECUTE format('ALTER TABLE shardq_limit_holders OWNER TO %s', owner);
     EXECUTE format('ALTER TABLE shardq_limit_lease_moves OWNER TO %s', owner);
+    EXECUTE format('ALTER SEQUENCE shardq_limit_lease_seq OWNER TO %s', owner);
     FOR r IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
                                   ELSE a.grantee::regrole::text END AS role,
                     a.privilege_type
@@ -106,6 +115,7 @@ BEGIN
         ELSE
             EXECUTE format('GRANT SELECT, INSERT, DELETE ON TABLE shardq_limit_holders, '
                            'shardq_limit_lease_moves TO %s', r.role);
+            EXECUTE format('GRANT USAGE ON SEQUENCE shardq_limit_lease_seq TO %s', r.role);
         END IF;
     END LOOP;
 END $$;

@@ -15,7 +15,8 @@
 -- moved gets 0 (its pending_xid stays NULL: nothing to wait for).
 --
 -- The functions of this release also run on the table as 0047 left it
--- (0047 applies them in its own transaction, before 0048 and this one). The movers' lock is taken
+-- (0047, or 0048 on a shard at 47, applies them in its own transaction,
+-- before this one). The movers' lock is taken
 -- first, so no move runs while the table is replaced (a new table, its
 -- row copied, its owner and grants too); the DROP waits at most 2 s for
 -- its lock (a pg_dump holding the table), and the migration then fails,

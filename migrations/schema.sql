@@ -190,6 +190,7 @@ TABLE shardq_queue_limits
     CONSTRAINT shardq_queue_limits_rate_count_check CHECK ((rate_count > 0))
     CONSTRAINT shardq_queue_limits_rate_period_ms_check CHECK ((rate_period_ms > 0))
     INDEX CREATE UNIQUE INDEX shardq_queue_limits_pkey ON public.shardq_queue_limits USING btree (queue)
+    TRIGGER CREATE TRIGGER shardq_refuse_old_bucket BEFORE UPDATE OF tokens, tokens_at ON public.shardq_queue_limits FOR EACH ROW EXECUTE FUNCTION shardq_refuse_old_limits_write()
 
 TABLE shardq_rate_buckets
     queue text NOT NULL
@@ -369,6 +370,7 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
 SEQUENCE shardq_cascades_owed_generation
+SEQUENCE shardq_limit_lease_seq
 SEQUENCE shardq_map_change_xid
 SEQUENCE shardq_ready_seq
 SEQUENCE workflow_messages_seq_seq
@@ -1708,7 +1710,7 @@ BEGIN
                 VALUES (q, shardq_lease_permits.holder);
         END IF;
         INSERT INTO shardq_limit_lease_moves (queue, holder, renewal_seq, permits, expires_at)
-            VALUES (q, shardq_lease_permits.holder, coalesce(own_seq, 0) + 1, give,
+            VALUES (q, shardq_lease_permits.holder, nextval('shardq_limit_lease_seq'), give,
                     now() + lease_ms * interval '1 millisecond');
         IF own_seq IS NOT NULL THEN
             DELETE FROM shardq_limit_lease_moves e
@@ -2195,6 +2197,16 @@ BEGIN
     SELECT coalesce((SELECT r.output FROM recorded r), (SELECT x.output FROM written x),
             (SELECT d.wait FROM decided d)),
         (SELECT count(*) FROM waiting), (SELECT count(*) FROM park);
+END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_refuse_old_limits_write()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RAISE EXCEPTION 'shardq: % no longer keeps the permit leases or the rate buckets '
+        '(migration 48); call again', TG_TABLE_NAME USING ERRCODE = '40001';
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

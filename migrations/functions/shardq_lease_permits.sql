@@ -9,8 +9,9 @@
 --
 -- A lease is rows only added and deleted (migration 0048): each holder of
 -- a queue has a row in shardq_limit_holders (written once), and each
--- renewal adds the holder's lease row numbered past its newest and
--- deletes that one, so each read of a holder's lease meets its newest row
+-- renewal adds the holder's lease row, numbered from a sequence (past
+-- every row it had, those of a lease that lapsed too), and deletes the
+-- one it replaces, so each read of a holder's lease meets its newest row
 -- first in a backward walk of the key, however many replaced ones a held
 -- horizon keeps (one row updated by every renewal, every 500 ms by every
 -- process, made each renewal walk every version of every holder's row).
@@ -79,7 +80,7 @@ BEGIN
                 VALUES (q, shardq_lease_permits.holder);
         END IF;
         INSERT INTO shardq_limit_lease_moves (queue, holder, renewal_seq, permits, expires_at)
-            VALUES (q, shardq_lease_permits.holder, coalesce(own_seq, 0) + 1, give,
+            VALUES (q, shardq_lease_permits.holder, nextval('shardq_limit_lease_seq'), give,
                     now() + lease_ms * interval '1 millisecond');
         IF own_seq IS NOT NULL THEN
             DELETE FROM shardq_limit_lease_moves e

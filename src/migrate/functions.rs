@@ -9,9 +9,12 @@
 //! (the one that checks the shard map), under the migration lock either way;
 //! and, earlier, in the transaction of a migration marked
 //! `-- shardq:functions-with-this` (one the old functions cannot run after:
-//! 47). So every function file must also apply to the schema right after
-//! each marked migration, which the upgrade tests from versions 16 and 46
-//! check; otherwise a function never meets a table older than the one its
+//! 47 and 48). So every function file must also apply to the schema right
+//! after each marked migration, which the upgrade tests from versions 16,
+//! 46 and 47 check (and must run there until the next migration commits:
+//! the floors' move runs on the barrier as 47 left it; a lease or a take,
+//! on a shard upgraded from 46 or older, fails until 48 commits, a moment
+//! later, and its caller asks again); otherwise a function never meets a table older than the one its
 //! text was written for. A shard migrated before this scheme existed (every
 //! function unrecorded) gets every function's current text on its next
 //! `migrate`.
@@ -235,6 +238,10 @@ pub(crate) const FUNCTIONS: &[Function] = &[
     Function {
         name: "shardq_lease_permits",
         sql: include_str!("../../migrations/functions/shardq_lease_permits.sql"),
+    },
+    Function {
+        name: "shardq_refuse_old_limits_write",
+        sql: include_str!("../../migrations/functions/shardq_refuse_old_limits_write.sql"),
     },
     Function {
         name: "shardq_permits_in_use",

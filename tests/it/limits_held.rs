@@ -73,17 +73,19 @@ async fn a_take_under_a_held_snapshot_reads_the_buckets_newest_row_first() {
 
 /// The bucket a take leaves is the one the next take reads: starts given
 /// back return to it, and a queue whose bucket is empty gets none until
-/// its rate refills it (one start a second here: none within the test).
+/// its rate refills it (one start an hour here: none within the test).
+/// Takes no longer write the limits row: a write of its bucket columns,
+/// as the take before migration 48 made, is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_take_reads_what_the_last_one_left() {
     let shards = common::TestShards::databases(1).await;
     let set = shards.migrated(&shards.config("")).await;
     let db = set.get(0).client().await.unwrap();
-    // One start a second, a burst of 1; the bucket starts full by the
+    // One start an hour, a burst of 1; the bucket starts full by the
     // limits row's tokens (the state before migration 48).
     db.batch_execute(
         "INSERT INTO shardq_queue_limits (queue, rate_count, rate_period_ms, revision, tokens) \
-         VALUES ('slow', 1, 1000, 1, 1)",
+         VALUES ('slow', 1, 3600000, 1, 1)",
     )
     .await
     .unwrap();
@@ -107,6 +109,15 @@ async fn the_next_take_reads_what_the_last_one_left() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 1);
+    let old_take = db
+        .batch_execute("UPDATE shardq_queue_limits SET tokens = 1 WHERE queue = 'slow'")
+        .await
+        .expect_err("a write of the old bucket");
+    assert_eq!(
+        old_take.code(),
+        Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+        "{old_take}"
+    );
 }
 
 fn renew(holder: usize) -> String {
@@ -163,7 +174,9 @@ async fn a_renewal_under_a_held_snapshot_reads_each_holders_newest_lease_first()
 }
 
 /// A lease that lapses gives its permits back to the others, and its
-/// holder goes with it; one renewed keeps them.
+/// holder goes with it; one renewed keeps them. A holder back after its
+/// lease lapsed numbers its lease past its old rows, so that its newest
+/// row is still the first a backward walk of its key meets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_lease_goes_with_its_holder_and_its_permits_come_back() {
     let shards = common::TestShards::databases(1).await;
@@ -215,4 +228,20 @@ async fn a_lapsed_lease_goes_with_its_holder_and_its_permits_come_back() {
         .await
         .unwrap();
     assert_eq!((in_use.get::<_, i64>(0), in_use.get::<_, i64>(1)), (5, 1));
+
+    let newest = "SELECT max(renewal_seq) FROM shardq_limit_lease_moves";
+    let before: i64 = db.query_one(newest, &[]).await.unwrap().get(0);
+    assert_eq!(lease("short", 3, 200).await, 0, "back, and nothing left");
+    let renewal: i64 = db
+        .query_one(
+            "SELECT renewal_seq FROM shardq_limit_lease_moves WHERE holder = 'short'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        renewal > before,
+        "a holder back after its lease lapsed numbers past its old rows"
+    );
 }

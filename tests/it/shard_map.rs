@@ -206,6 +206,8 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP SEQUENCE IF EXISTS shardq_map_change_xid; \
                  DROP TABLE IF EXISTS shardq_queue_limits, shardq_limit_leases, shardq_rate_buckets; \
                  DROP TABLE IF EXISTS shardq_limit_holders, shardq_limit_lease_moves; \
+                 DROP SEQUENCE IF EXISTS shardq_limit_lease_seq; \
+                 DELETE FROM shardq_functions WHERE name = 'shardq_refuse_old_limits_write'; \
                  DROP TABLE IF EXISTS shardq_group_tokens; \
                  DROP TABLE IF EXISTS workflow_messages, workflow_events; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_insert ON workflow_status; \

@@ -447,7 +447,8 @@ BEGIN
     PERFORM shardq_move_group_rounds(s, passed);
     -- Deleted, then added: this text also runs on the table as migration
     -- 0047 left it (one_row its key; pending_seq NULL before any move),
-    -- between 0047, whose transaction applies the functions, and 0049.
+    -- between the migration whose transaction applies the functions (0047,
+    -- or 0048 on a shard at 47) and 0049.
     IF b.pending_seq IS NULL THEN
         DELETE FROM shardq_ready_barrier r WHERE r.pending_seq IS NULL;
     ELSE

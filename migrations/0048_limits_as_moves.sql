@@ -26,19 +26,21 @@
 -- adds the holder's lease row, numbered from a sequence (a holder that
 -- comes back after its lease lapsed numbers past its old rows), and
 -- deletes the one it replaces (shardq_limit_lease_moves); readers take
--- each holder's newest. The leases are copied under every limits row's
--- lock, which each grant takes first; the old table, emptied, goes in
--- 0049.
+-- each holder's newest. The leases are copied while no grant can run
+-- (each locks its limits row first: the table is locked against that);
+-- the old table, emptied, goes in 0049.
 --
 -- The functions of this release commit with this migration (its first
--- line). A call of the old lease or take function that waits for a limits
--- row's lock below resumes after the commit with its old text, and would
--- write where the leases and buckets were, read by no one: its permits
--- would be counted by no one, its take lost. Triggers made with the
--- functions (shardq_refuse_old_limits_write.sql) refuse those writes (the
--- call fails, SQLSTATE 40001, and the next runs the new text). Every wait here ends within 2 s (a transaction holding a limits row, a
--- pg_dump holding a table), and the migration then fails, nothing
--- changed, to be run again.
+-- line). A call of the old lease or take function that waits for its
+-- limits row's lock below resumes after the commit with its old text, and
+-- would write where the leases and buckets were, read by no one: its
+-- permits would be counted by no one, its take lost. Triggers made with
+-- the functions (shardq_refuse_old_limits_write.sql) refuse those writes
+-- (the call fails, SQLSTATE 40001, and the next runs the new text). Every
+-- wait here ends within 2 s (a transaction holding a limits row or
+-- writing a limit), and the migration then fails, nothing changed, to be
+-- run again (from a shard at 46 or older, whose leases and takes fail
+-- from 0047 on until this commits, they fail until it is run again).
 --
 -- The roles that could update the limits row (the worker's takes wrote
 -- the bucket there) may add and delete the bucket's rows; those that
@@ -68,7 +70,11 @@ CREATE TABLE shardq_limit_lease_moves (
 );
 CREATE SEQUENCE shardq_limit_lease_seq;
 
-SELECT count(*) FROM (SELECT 1 FROM shardq_queue_limits FOR UPDATE) locked;
+-- Every grant and take locks its limits row first; this waits for those
+-- under way and holds back the rest (a row locked, a limit written, until
+-- the commit; plain reads go on). A lock of each row would not cover a
+-- queue whose limit is set meanwhile.
+LOCK TABLE shardq_queue_limits IN EXCLUSIVE MODE;
 INSERT INTO shardq_limit_holders (queue, holder)
 SELECT queue, holder FROM shardq_limit_leases;
 INSERT INTO shardq_limit_lease_moves (queue, holder, renewal_seq, permits, expires_at)

@@ -2206,8 +2206,9 @@ CREATE OR REPLACE FUNCTION public.shardq_refuse_old_limits_write()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    RAISE EXCEPTION 'shardq: % no longer keeps the permit leases or the rate buckets '
-        '(migration 48); call again', TG_TABLE_NAME USING ERRCODE = '40001';
+    RAISE EXCEPTION 'shardq: % no longer keeps the permit leases or the '
+        'rate buckets (migration 48); call again', TG_TABLE_NAME
+        USING ERRCODE = '40001';
 END $function$
 
 -- EXECUTE: PUBLIC EXECUTE

@@ -22,9 +22,9 @@ Usage, on a shard `shardq migrate` set up (`shardq local up --shards 1`):
 At 8 processes, 7,200 steps are the renewals of an hour (2 a second each);
 a take a step is what a queue limited to 2,000 starts a second asks in
 about 3 minutes (about 40 takes a second at 50 a take). With
-`--before REV` it first applies REV's take and renewal (the code before,
-beside the code after on another database of the same server; for the
-renewal, one at a schema before 48, which still has the leases' table).
+`--before REV` it first applies REV's take and renewal: the code before,
+beside the code after on another database of the same server, one that
+REV migrated (a schema before 48: since 48 the old writes are refused).
 """
 import argparse, os, statistics, subprocess, time
 from pathlib import Path
@@ -58,8 +58,8 @@ def main():
     p.add_argument("--before", metavar="REV",
                    help="first apply REV's shardq_take_starts and shardq_lease_permits "
                         "(before schema 48: the bucket in the limits row and each "
-                        "lease in a row, updated by every take and renewal; run it on "
-                        "a database at that schema for the leases)")
+                        "lease in a row, updated by every take and renewal; on a "
+                        "database REV migrated)")
     a = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     conn = psycopg.connect(dsn, autocommit=True)

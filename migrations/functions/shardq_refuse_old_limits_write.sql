@@ -5,15 +5,17 @@
 -- limits row's lock while 0048 ran resumes after it with its old text and
 -- would write where no one reads any more: permits counted by no one, a
 -- take lost. This file's triggers make that call fail instead (SQLSTATE
--- 40001: the caller's next call runs the new text). They are made here,
--- with the functions that 0048's transaction applies (its first line), so
--- they exist before any such call resumes; the old table's trigger goes
--- with the table (0049).
+-- 40001: the caller's next call runs the new text). They are made with
+-- the functions, which 0048's transaction applies on a shard at 47 (its
+-- first line), so they exist before any such call resumes (0047 applies
+-- them on an older shard, a fresh one's last migration on a new one); the
+-- old table's trigger goes with the table (0049).
 CREATE OR REPLACE FUNCTION shardq_refuse_old_limits_write() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'shardq: % no longer keeps the permit leases or the rate buckets '
-        '(migration 48); call again', TG_TABLE_NAME USING ERRCODE = '40001';
+    RAISE EXCEPTION 'shardq: % no longer keeps the permit leases or the '
+        'rate buckets (migration 48); call again', TG_TABLE_NAME
+        USING ERRCODE = '40001';
 END $$;
 
 DO $$

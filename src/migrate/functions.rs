@@ -14,7 +14,8 @@
 //! 46 and 47 check (and must run there until the next migration commits:
 //! the floors' move runs on the barrier as 47 left it; a lease or a take,
 //! on a shard upgraded from 46 or older, fails until 48 commits, a moment
-//! later, and its caller asks again); otherwise a function never meets a table older than the one its
+//! later, and its caller asks again; should 48 fail, until `migrate` runs
+//! again); otherwise a function never meets a table older than the one its
 //! text was written for. A shard migrated before this scheme existed (every
 //! function unrecorded) gets every function's current text on its next
 //! `migrate`.

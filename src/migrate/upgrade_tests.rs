@@ -431,6 +431,21 @@ async fn grouped_jobs_ready_before_their_turns_are_numbered_by_the_upgrade() {
     check_all(&shards).await.expect("check after migrate");
 }
 
+/// Each (role, table, right) is granted or not as expected.
+async fn assert_privileges(db: &tokio_postgres::Client, expected: &[(&str, &str, &str, bool)]) {
+    for (role, table, right, granted) in expected {
+        let found: bool = db
+            .query_one(
+                "SELECT has_table_privilege($1::text, $2::text, $3::text)",
+                &[role, table, right],
+            )
+            .await
+            .expect("privilege")
+            .get(0);
+        assert_eq!(found, *granted, "{role} {right} on {table}");
+    }
+}
+
 /// Migration 47 turns the ready floors' and the grouped rounds' tables into
 /// views of rows only added and deleted: a shard at version 46 keeps its
 /// floors (one whose level was missing gets it) and rounds, and the roles
@@ -486,26 +501,20 @@ async fn the_floors_and_rounds_of_a_shard_at_46_keep_their_values_and_their_role
         floors,
         vec![("old".into(), 0, 7, 5), ("orphan".into(), 1, 3, 2)]
     );
-    let may = |role: &str, table: &str, right: &str| {
-        format!("SELECT has_table_privilege('{role}', '{table}', '{right}')")
-    };
-    for (role, table, right, expected) in [
-        ("floor_mover", "shardq_ready_floors", "SELECT", true),
-        ("floor_mover", "shardq_ready_floor_moves", "INSERT", true),
-        ("floor_mover", "shardq_ready_floor_moves", "DELETE", true),
-        ("Floor Reader", "shardq_ready_floors", "SELECT", true),
-        ("Floor Reader", "shardq_ready_floor_moves", "INSERT", false),
-        ("Floor Reader", "shardq_group_rounds", "SELECT", true),
-        ("public", "shardq_ready_floors", "SELECT", true),
-        ("public", "shardq_group_rounds", "SELECT", false),
-    ] {
-        let found: bool = db
-            .query_one(&may(role, table, right), &[])
-            .await
-            .expect("privilege")
-            .get(0);
-        assert_eq!(found, expected, "{role} {right} on {table}");
-    }
+    assert_privileges(
+        &db,
+        &[
+            ("floor_mover", "shardq_ready_floors", "SELECT", true),
+            ("floor_mover", "shardq_ready_floor_moves", "INSERT", true),
+            ("floor_mover", "shardq_ready_floor_moves", "DELETE", true),
+            ("Floor Reader", "shardq_ready_floors", "SELECT", true),
+            ("Floor Reader", "shardq_ready_floor_moves", "INSERT", false),
+            ("Floor Reader", "shardq_group_rounds", "SELECT", true),
+            ("public", "shardq_ready_floors", "SELECT", true),
+            ("public", "shardq_group_rounds", "SELECT", false),
+        ],
+    )
+    .await;
     let rounds: Vec<(String, i64, i64, Option<i64>)> = db
         .query(
             "SELECT queue, round, floor_turn, noted_round FROM shardq_group_rounds \
@@ -628,25 +637,19 @@ async fn the_rate_buckets_and_leases_of_a_shard_at_47_are_kept_by_migration_48()
         .expect("a lease")
         .get(0);
     assert_eq!(granted, 2, "what the old process's lease left");
-    for (role, table, right, expected) in [
-        ("limit_worker", "shardq_rate_buckets", "INSERT", true),
-        ("limit_worker", "shardq_rate_buckets", "DELETE", true),
-        ("limit_worker", "shardq_limit_lease_moves", "INSERT", true),
-        ("limit_worker", "shardq_limit_holders", "DELETE", true),
-        ("limit_reader", "shardq_limit_lease_moves", "SELECT", true),
-        ("limit_reader", "shardq_limit_holders", "SELECT", true),
-        ("limit_reader", "shardq_limit_holders", "INSERT", false),
-    ] {
-        let found: bool = db
-            .query_one(
-                &format!("SELECT has_table_privilege('{role}', '{table}', '{right}')"),
-                &[],
-            )
-            .await
-            .expect("privilege")
-            .get(0);
-        assert_eq!(found, expected, "{role} {right} on {table}");
-    }
+    assert_privileges(
+        &db,
+        &[
+            ("limit_worker", "shardq_rate_buckets", "INSERT", true),
+            ("limit_worker", "shardq_rate_buckets", "DELETE", true),
+            ("limit_worker", "shardq_limit_lease_moves", "INSERT", true),
+            ("limit_worker", "shardq_limit_holders", "DELETE", true),
+            ("limit_reader", "shardq_limit_lease_moves", "SELECT", true),
+            ("limit_reader", "shardq_limit_holders", "SELECT", true),
+            ("limit_reader", "shardq_limit_holders", "INSERT", false),
+        ],
+    )
+    .await;
     let old_table: Option<String> = db
         .query_one("SELECT to_regclass('shardq_limit_leases')::text", &[])
         .await
@@ -711,23 +714,18 @@ async fn the_barrier_of_a_shard_at_48_moves_before_and_after_migration_49() {
         (1, last, kept),
         "49 kept the barrier's values"
     );
-    for (role, right, expected) in [
-        ("barrier_mover", "INSERT", true),
-        ("barrier_mover", "DELETE", true),
-        ("barrier_mover", "UPDATE", true),
-        ("public", "SELECT", true),
-        ("public", "INSERT", false),
-    ] {
-        let found: bool = db
-            .query_one(
-                &format!("SELECT has_table_privilege('{role}', 'shardq_ready_barrier', '{right}')"),
-                &[],
-            )
-            .await
-            .expect("privilege")
-            .get(0);
-        assert_eq!(found, expected, "{role} {right}");
-    }
+    let barrier_table = "shardq_ready_barrier";
+    assert_privileges(
+        &db,
+        &[
+            ("barrier_mover", barrier_table, "INSERT", true),
+            ("barrier_mover", barrier_table, "DELETE", true),
+            ("barrier_mover", barrier_table, "UPDATE", true),
+            ("public", barrier_table, "SELECT", true),
+            ("public", barrier_table, "INSERT", false),
+        ],
+    )
+    .await;
     db.batch_execute("UPDATE shardq_ready_barrier SET advanced_at = '-infinity'")
         .await
         .expect("let the floors move");

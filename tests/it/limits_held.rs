@@ -245,3 +245,73 @@ async fn a_lapsed_lease_goes_with_its_holder_and_its_permits_come_back() {
         "a holder back after its lease lapsed numbers past its old rows"
     );
 }
+
+/// The race migration 48 closes: a renewal of the lease function before
+/// 48 (its text as it ran, statement by statement) waits for a limits
+/// row's lock while 48 moves the leases and commits; it then resumes with
+/// its old text, finds the old table emptied and would grant the whole
+/// limit where no one counts it. 48's transaction makes the triggers of
+/// `shardq_refuse_old_limits_write.sql` (with the functions) before it
+/// commits, so the resumed call's write fails (40001) and grants nothing.
+/// A test shard has no old table (49 dropped it): it is made again here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_renewal_that_waited_for_migration_48_fails_instead_of_granting() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let db = set.get(0).client().await.unwrap();
+    db.batch_execute(
+        "INSERT INTO shardq_queue_limits (queue, concurrency, revision) VALUES ('capped', 5, 1); \
+         CREATE TABLE shardq_limit_leases (queue text NOT NULL, holder text NOT NULL, \
+             permits integer NOT NULL, expires_at timestamptz NOT NULL, \
+             PRIMARY KEY (queue, holder))",
+    )
+    .await
+    .unwrap();
+    let mut migration = set.get(0).client().await.unwrap();
+    let tx = migration.transaction().await.unwrap();
+    tx.batch_execute("LOCK TABLE shardq_queue_limits IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+
+    let mut old = set.get(0).client().await.unwrap();
+    let renewal = tokio::spawn(async move {
+        let tx = old.transaction().await?;
+        tx.batch_execute("SELECT * FROM shardq_queue_limits WHERE queue = 'capped' FOR UPDATE")
+            .await?;
+        tx.batch_execute(
+            "DELETE FROM shardq_limit_leases WHERE queue = 'capped' AND expires_at <= now()",
+        )
+        .await?;
+        tx.batch_execute(
+            "INSERT INTO shardq_limit_leases AS e (queue, holder, permits, expires_at) \
+             VALUES ('capped', 'old-process', 5, now() + interval '5 seconds') \
+             ON CONFLICT ON CONSTRAINT shardq_limit_leases_pkey \
+             DO UPDATE SET permits = EXCLUDED.permits, expires_at = EXCLUDED.expires_at",
+        )
+        .await?;
+        tx.commit().await
+    });
+    common::until_lock_wait(set.get(0), "the old renewal waits for the limits row").await;
+    tx.batch_execute(include_str!(
+        "../../migrations/functions/shardq_refuse_old_limits_write.sql"
+    ))
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let refused = renewal
+        .await
+        .unwrap()
+        .expect_err("the resumed old renewal's write");
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE),
+        "{refused}"
+    );
+    let written: i64 = db
+        .query_one("SELECT count(*) FROM shardq_limit_leases", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(written, 0, "no permit granted where no one counts it");
+}

@@ -465,7 +465,7 @@ async fn the_barrier_keeps_one_row_and_a_held_snapshot_does_not_lengthen_a_moves
     tx.commit().await.unwrap();
     assert!(moved > last, "the move left its own row: {last} -> {moved}");
     assert!(
-        read <= 16,
+        read <= 20,
         "a move read {read} blocks of the barrier with 1,000 moves held"
     );
     holder.batch_execute("COMMIT").await.unwrap();

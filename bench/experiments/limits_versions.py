@@ -21,7 +21,9 @@ Usage, on a shard `shardq migrate` set up (`shardq local up --shards 1`):
 
 At 8 processes, 7,200 steps are the renewals of an hour (2 a second each);
 a take a step is what a queue limited to 2,000 starts a second asks in
-about 3 minutes (about 40 takes a second at 50 a take). With
+about 3 minutes (about 40 takes a second at 50 a take). `--group` times
+instead a grouped claim's read and write of one group's rate bucket
+(shardq_group_tokens: one row per group, still updated in place). With
 `--before REV` it first applies REV's take and renewal: the code before,
 beside the code after on another database of the same server, one that
 REV migrated (a schema before 48: since 48 the old writes are refused).
@@ -33,6 +35,15 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 
 TAKE = "SELECT shardq_take_starts('lim', 50)"
+
+# A grouped claim's read and write of one group's bucket (shardq_claim_grouped:
+# each claim that takes from a group with a rate upserts its row).
+GROUP_READ = ("SELECT b.tokens, b.tokens_at FROM shardq_group_tokens b "
+              "WHERE b.queue = 'lim' AND b.job_group = 'g'")
+GROUP_WRITE = ("INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at) "
+               "VALUES ('lim', 'g', 1, clock_timestamp()) ON CONFLICT (queue, job_group) "
+               "DO UPDATE SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at "
+               "RETURNING 1")
 
 
 def renew(holder):
@@ -55,6 +66,9 @@ def main():
     p.add_argument("--steps", type=int, default=7200)
     p.add_argument("--every", type=int, default=720)
     p.add_argument("--no-hold", action="store_true", help="the same without the snapshot")
+    p.add_argument("--group", action="store_true",
+                   help="instead, a step is one grouped claim's write of one group's "
+                        "rate bucket; times that write and the claim's read of it")
     p.add_argument("--before", metavar="REV",
                    help="first apply REV's shardq_take_starts and shardq_lease_permits "
                         "(before schema 48: the bucket in the limits row and each "
@@ -83,7 +97,18 @@ def main():
         holder.execute("SELECT 1").fetchall()
     (schema,) = conn.execute("SELECT max(version) FROM shardq_migrations").fetchone()
     shape = f", the take of {a.before}" if a.before else ""
-    print(f"schema {schema}{shape}, holders={a.holders} hold={not a.no_hold}")
+    what = "one group's bucket" if a.group else f"holders={a.holders}"
+    print(f"schema {schema}{shape}, {what}, hold={not a.no_hold}")
+    if a.group:
+        conn.execute("DELETE FROM shardq_group_tokens WHERE queue = 'lim'")
+        print("steps,group_read_ms,group_write_ms")
+        for step in range(a.steps + 1):
+            if step % a.every == 0 or step == 20:
+                print(f"{step},{timed(conn, GROUP_READ):.2f},{timed(conn, GROUP_WRITE):.2f}",
+                      flush=True)
+            conn.execute(GROUP_WRITE)
+        holder.rollback()
+        return
     print("steps,take_ms,renew_ms")
     for step in range(a.steps + 1):
         if step % a.every == 0 or step == 20:

@@ -347,6 +347,44 @@ async fn a_move_rolled_back_leaves_the_floor_as_it_was() {
     assert_eq!(floor_rows(&db, "q").await, 1);
 }
 
+/// The shape an hour-long hold leaves, shortened: 100 floors and 100
+/// grouped queues (`k000` to `k099`), each with the rows of 2,000 moves
+/// (numbered 1 to 2,000, a row per floor and queue a move, in key order),
+/// every row but the newest deleted and kept by the snapshot returned,
+/// then the statistics taken: a few live rows over thousands of pages.
+/// Each row's floors or rounds are `value`, an SQL expression of the
+/// move's number `m`.
+async fn keep_2000_moves_of_100(
+    db: &tokio_postgres::Client,
+    url: &str,
+    value: &str,
+) -> tokio_postgres::Client {
+    db.batch_execute(
+        "SELECT shardq_ensure_floors(array_agg('k' || lpad(i::text, 3, '0')), array_agg(0)) \
+             FROM generate_series(0, 99) i; \
+         INSERT INTO shardq_group_queues (queue) \
+             SELECT 'k' || lpad(i::text, 3, '0') FROM generate_series(0, 99) i;",
+    )
+    .await
+    .unwrap();
+    let holder = common::hold_snapshot(url).await;
+    db.batch_execute(&format!(
+        "INSERT INTO shardq_ready_floor_moves \
+             (queue, priority, move_seq, floor_seq, keyed_floor_seq) \
+         SELECT 'k' || lpad(i::text, 3, '0'), 0, m, {value}, {value} \
+         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
+         DELETE FROM shardq_ready_floor_moves WHERE move_seq < 2000; \
+         INSERT INTO shardq_group_round_moves (queue, move_seq, round, floor_turn, noted_round) \
+         SELECT 'k' || lpad(i::text, 3, '0'), m, {value}, {value}, {value} \
+         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
+         DELETE FROM shardq_group_round_moves WHERE move_seq < 2000; \
+         ANALYZE shardq_ready_floor_moves, shardq_group_round_moves;"
+    ))
+    .await
+    .unwrap();
+    holder
+}
+
 /// The reads of the floors and of the grouped rounds keep their plan
 /// however many replaced rows a hold keeps. The shape of an hour-long hold,
 /// shortened: 100 floors and 100 grouped queues, 2,000 moves of each (a
@@ -359,31 +397,7 @@ async fn a_move_rolled_back_leaves_the_floor_as_it_was() {
 async fn the_floors_and_rounds_reads_keep_their_plan_with_many_rows_kept() {
     let (shards, set) = shard().await;
     let mut db = set.get(0).client().await.unwrap();
-    db.batch_execute(
-        "SELECT shardq_ensure_floors(array_agg('k' || lpad(i::text, 3, '0')), array_agg(0)) \
-             FROM generate_series(0, 99) i; \
-         INSERT INTO shardq_group_queues (queue) \
-             SELECT 'k' || lpad(i::text, 3, '0') FROM generate_series(0, 99) i;",
-    )
-    .await
-    .unwrap();
-    let holder = common::hold_snapshot(&shards.urls[0]).await;
-    db.batch_execute(
-        "INSERT INTO shardq_ready_floor_moves \
-             (queue, priority, move_seq, floor_seq, keyed_floor_seq) \
-         SELECT 'k' || lpad(i::text, 3, '0'), 0, m, m, m \
-         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
-         DELETE FROM shardq_ready_floor_moves WHERE move_seq < 2000; \
-         INSERT INTO shardq_group_round_moves (queue, move_seq, round, floor_turn, noted_round) \
-         SELECT 'k' || lpad(i::text, 3, '0'), m, m, m, m \
-         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
-         DELETE FROM shardq_group_round_moves WHERE move_seq < 2000;",
-    )
-    .await
-    .unwrap();
-    db.batch_execute("ANALYZE shardq_ready_floor_moves, shardq_group_round_moves")
-        .await
-        .unwrap();
+    let holder = keep_2000_moves_of_100(&db, &shards.urls[0], "m").await;
     for (index, through_view, inline) in [
         (
             "shardq_ready_floor_moves_pkey",
@@ -484,30 +498,10 @@ async fn the_barrier_keeps_one_row_and_a_held_snapshot_does_not_lengthen_a_moves
 async fn a_move_deletes_the_rows_it_replaces_by_their_key_with_many_rows_kept() {
     let (shards, set) = shard().await;
     let mut db = set.get(0).client().await.unwrap();
-    db.batch_execute(
-        "SELECT shardq_ensure_floors(array_agg('k' || lpad(i::text, 3, '0')), array_agg(0)) \
-             FROM generate_series(0, 99) i; \
-         INSERT INTO shardq_group_queues (queue) \
-             SELECT 'k' || lpad(i::text, 3, '0') FROM generate_series(0, 99) i;",
-    )
-    .await
-    .unwrap();
-    let holder = common::hold_snapshot(&shards.urls[0]).await;
-    db.batch_execute(
-        "INSERT INTO shardq_ready_floor_moves \
-             (queue, priority, move_seq, floor_seq, keyed_floor_seq) \
-         SELECT 'k' || lpad(i::text, 3, '0'), 0, m, 0, 0 \
-         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
-         DELETE FROM shardq_ready_floor_moves WHERE move_seq < 2000; \
-         INSERT INTO shardq_group_round_moves (queue, move_seq, round, floor_turn, noted_round) \
-         SELECT 'k' || lpad(i::text, 3, '0'), m, 0, 0, 0 \
-         FROM generate_series(1, 2000) m, generate_series(0, 99) i ORDER BY m, i; \
-         DELETE FROM shardq_group_round_moves WHERE move_seq < 2000; \
-         SELECT setval('shardq_ready_seq', 100000); \
-         ANALYZE shardq_ready_floor_moves, shardq_group_round_moves;",
-    )
-    .await
-    .unwrap();
+    let holder = keep_2000_moves_of_100(&db, &shards.urls[0], "0").await;
+    db.batch_execute("SELECT setval('shardq_ready_seq', 100000)")
+        .await
+        .unwrap();
     move_now(&db).await;
     let_move_now(&db).await;
     let count =

@@ -152,9 +152,12 @@ GRANT SELECT, INSERT, UPDATE ON TABLE shardq_queue_limits TO shardq_producer;
 GRANT SELECT ON TABLE shardq_limit_holders, shardq_limit_lease_moves TO shardq_producer;
 GRANT SELECT ON TABLE shardq_queue_limits, shardq_limit_holders, shardq_limit_lease_moves
     TO shardq_dashboard_ro;
--- Each group's start-rate bucket: taken by the claim (the worker's role),
--- emptied of full buckets by upkeep.
-GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_tokens TO shardq_worker;
+-- Each group's start-rate bucket: taken by the claim (the worker's role:
+-- a row added, numbered from the sequence, and the one read deleted;
+-- migration 50), emptied of full buckets by upkeep (which locks the rows
+-- it deletes: UPDATE).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_group_buckets TO shardq_worker;
+GRANT USAGE ON SEQUENCE shardq_group_bucket_seq TO shardq_worker;
 
 -- Ready order (migrations 27-29, 47, 49). A worker's claim reads each
 -- queue's ready floors and moves them up (a row added and one deleted per

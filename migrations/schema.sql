@@ -53,6 +53,7 @@
 --     47 0047_floors_and_rounds_as_moves.sql
 --     48 0048_limits_as_moves.sql
 --     49 0049_ready_barrier_as_moves.sql
+--     50 0050_group_buckets_as_moves.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -73,6 +74,15 @@ TABLE shardq_functions
     INDEX CREATE UNIQUE INDEX shardq_functions_pkey ON public.shardq_functions USING btree (name)
     GRANT PUBLIC SELECT
 
+TABLE shardq_group_buckets
+    queue text NOT NULL
+    job_group text NOT NULL
+    take_seq bigint NOT NULL
+    tokens double precision NOT NULL
+    tokens_at timestamp with time zone NOT NULL
+    CONSTRAINT shardq_group_buckets_pkey PRIMARY KEY (queue, job_group, take_seq)
+    INDEX CREATE UNIQUE INDEX shardq_group_buckets_pkey ON public.shardq_group_buckets USING btree (queue, job_group, take_seq)
+
 TABLE shardq_group_queues
     queue text NOT NULL
     CONSTRAINT shardq_group_queues_pkey PRIMARY KEY (queue)
@@ -86,14 +96,6 @@ TABLE shardq_group_round_moves
     noted_round bigint
     CONSTRAINT shardq_group_round_moves_pkey PRIMARY KEY (queue, move_seq)
     INDEX CREATE UNIQUE INDEX shardq_group_round_moves_pkey ON public.shardq_group_round_moves USING btree (queue, move_seq)
-
-TABLE shardq_group_tokens
-    queue text NOT NULL
-    job_group text NOT NULL
-    tokens double precision NOT NULL
-    tokens_at timestamp with time zone NOT NULL
-    CONSTRAINT shardq_group_tokens_pkey PRIMARY KEY (queue, job_group)
-    INDEX CREATE UNIQUE INDEX shardq_group_tokens_pkey ON public.shardq_group_tokens USING btree (queue, job_group)
 
 TABLE shardq_key_floors WITH (fillfactor=50)
     queue text NOT NULL
@@ -370,6 +372,7 @@ TABLE workflow_steps WITH (vacuum_truncate=false, fillfactor=100)
     INDEX CREATE UNIQUE INDEX workflow_steps_pkey ON public.workflow_steps USING btree (shard_key, workflow_id, step_name)
 
 SEQUENCE shardq_cascades_owed_generation
+SEQUENCE shardq_group_bucket_seq
 SEQUENCE shardq_limit_lease_seq
 SEQUENCE shardq_map_change_xid
 SEQUENCE shardq_ready_seq
@@ -739,7 +742,8 @@ DECLARE
     g_name text[]; g_tid tid[];               -- groups met, and their heads
     more_name text[]; more_tid tid[];
     g_allowed int[];                          -- jobs each may start now (limited)
-    a_name text[]; a_allowed int[]; a_tokens float8[];
+    a_name text[]; a_allowed int[]; a_tokens float8[]; a_seq bigint[];
+    b_name text[]; b_seq bigint[]; b_tokens float8[]; b_at timestamptz[];
     has_plain boolean;
     plain_tids tid[];        -- ready jobs without a group, locked here
     plain_pos float8;
@@ -813,13 +817,20 @@ BEGIN
     SELECT coalesce(array_agg(l.g), '{}') INTO a_name
     FROM unnest(g_name) AS l(g)
     WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
-    -- A new statement: its snapshot sees all that was done under the
-    -- group locks. Bucket: refilled at the rate up to its burst.
+    -- New statements: their snapshots see all that was done under the
+    -- group locks. Buckets only with a group rate (a queue without one
+    -- reads none); each refilled at the rate up to its burst.
+    IF lim.group_rate_count IS NOT NULL THEN
+        SELECT array_agg(b.job_group), array_agg(b.take_seq), array_agg(b.tokens),
+               array_agg(b.tokens_at)
+        INTO b_name, b_seq, b_tokens, b_at
+        FROM shardq_group_buckets_of(p_queue, a_name) b;
+    END IF;
     at := clock_timestamp();
     SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
-           coalesce(array_agg(a.tokens), '{}')
-    INTO a_name, a_allowed, a_tokens FROM (
-        SELECT l.g, t.tokens, least(p_limit,
+           coalesce(array_agg(a.tokens), '{}'), coalesce(array_agg(a.seq), '{}')
+    INTO a_name, a_allowed, a_tokens, a_seq FROM (
+        SELECT l.g, t.tokens, t.seq, least(p_limit,
             CASE WHEN lim.group_concurrency IS NULL THEN p_limit
                  ELSE greatest(0, lim.group_concurrency - (
                      SELECT count(*) FROM workflow_status r
@@ -833,9 +844,11 @@ BEGIN
                          coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
                                   * lim.group_rate_count / lim.group_rate_period_ms,
                                   greatest(1.0, lim.group_rate_count * 50.0
-                                                / lim.group_rate_period_ms))) AS tokens
+                                                / lim.group_rate_period_ms))) AS tokens,
+                   b.seq
             FROM (SELECT 1) AS one
-            LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
+            LEFT JOIN unnest(b_name, b_seq, b_tokens, b_at) AS b(g, seq, tokens, tokens_at)
+                ON b.g = l.g) t
     ) a;
     -- Only the groups that may start something now, in walk order.
     SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
@@ -898,14 +911,14 @@ BEGIN
 
     IF lim.group_rate_count IS NOT NULL THEN
         -- What each group took comes off its bucket (groups that took
-        -- nothing keep theirs: its refill needs no write).
-        INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at)
-        SELECT p_queue, a.g, a.tokens - n.taken, at
-        FROM unnest(a_name, a_tokens) AS a(g, tokens)
+        -- nothing keep theirs: its refill needs no write): a new row each,
+        -- the one read deleted.
+        PERFORM shardq_group_buckets_write(p_queue, array_agg(a.g), array_agg(a.seq),
+                                           array_agg(a.tokens - n.taken), at)
+        FROM unnest(a_name, a_tokens, a_seq) AS a(g, tokens, seq)
         JOIN (SELECT t.g, count(*) AS taken FROM unnest(t_group) AS t(g)
               WHERE t.g IS NOT NULL GROUP BY t.g) n ON n.g = a.g
-        ON CONFLICT (queue, job_group) DO UPDATE
-            SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
+        HAVING count(*) > 0;
     END IF;
 
     -- Fewer than asked while jobs of the queue stay ready besides those
@@ -1448,6 +1461,46 @@ BEGIN
         WHERE e.shard_key = p_shard_key AND e.workflow_id = p_workflow_id AND e.key = p_key;
     RETURN event_value;
 END $function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_group_buckets_of(p_queue text, p_groups text[])
+ RETURNS TABLE(job_group text, take_seq bigint, tokens double precision, tokens_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT l.g, b.take_seq, b.tokens, b.tokens_at
+    FROM unnest(p_groups) AS l(g)
+    CROSS JOIN LATERAL (
+        SELECT x.take_seq, x.tokens, x.tokens_at FROM shardq_group_buckets x
+        WHERE x.queue = p_queue AND x.job_group = l.g
+        ORDER BY x.take_seq DESC LIMIT 1) b;
+END
+$function$
+
+-- EXECUTE: PUBLIC EXECUTE
+CREATE OR REPLACE FUNCTION public.shardq_group_buckets_write(p_queue text, p_groups text[], p_read_seqs bigint[], p_tokens double precision[], p_at timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+AS $function$
+BEGIN
+    INSERT INTO shardq_group_buckets (queue, job_group, take_seq, tokens, tokens_at)
+    SELECT p_queue, w.g, nextval('shardq_group_bucket_seq'), w.tokens, p_at
+    FROM unnest(p_groups, p_tokens) AS w(g, tokens);
+    DELETE FROM shardq_group_buckets b WHERE b.ctid = ANY (ARRAY(
+        SELECT (SELECT x.ctid FROM shardq_group_buckets x
+                WHERE x.queue = p_queue AND x.job_group = r.g AND x.take_seq = r.seq)
+        FROM unnest(p_groups, p_read_seqs) AS r(g, seq)
+        WHERE r.seq IS NOT NULL));
+END
+$function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_group_floor(p_queue text)

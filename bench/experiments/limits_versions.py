@@ -21,12 +21,19 @@ Usage, on a shard `shardq migrate` set up (`shardq local up --shards 1`):
 
 At 8 processes, 7,200 steps are the renewals of an hour (2 a second each);
 a take a step is what a queue limited to 2,000 starts a second asks in
-about 3 minutes (about 40 takes a second at 50 a take). `--group` times
-instead a grouped claim's read and write of one group's rate bucket
-(shardq_group_tokens: one row per group, still updated in place). With
+about 3 minutes (about 40 takes a second at 50 a take). With
 `--before REV` it first applies REV's take and renewal: the code before,
 beside the code after on another database of the same server, one that
 REV migrated (a schema before 48: since 48 the old writes are refused).
+
+`--group` instead sets a group rate on queue 'lim' (high enough that every
+claim takes from the bucket, and so writes it), enqueues jobs of one group
+'g', and makes each step one grouped claim of one job; at each checkpoint
+it times the claim's read of the group's bucket and the whole claim.
+There `--before REV` applies REV's shardq_claim_grouped and makes the
+bucket table it used (shardq_group_tokens, one row per group updated in
+place, before migration 50) on the same database: the rest of the claim
+is the same code before and after.
 """
 import argparse, os, statistics, subprocess, time
 from pathlib import Path
@@ -36,14 +43,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 TAKE = "SELECT shardq_take_starts('lim', 50)"
 
-# A grouped claim's read and write of one group's bucket (shardq_claim_grouped:
-# each claim that takes from a group with a rate upserts its row).
-GROUP_READ = ("SELECT b.tokens, b.tokens_at FROM shardq_group_tokens b "
-              "WHERE b.queue = 'lim' AND b.job_group = 'g'")
-GROUP_WRITE = ("INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at) "
-               "VALUES ('lim', 'g', 1, clock_timestamp()) ON CONFLICT (queue, job_group) "
-               "DO UPDATE SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at "
-               "RETURNING 1")
+# A grouped claim of one job, and its read of one group's bucket: before
+# migration 50 one row per group, upserted by each claim that takes from it;
+# since, the group's newest row.
+GROUP_CLAIM = "SELECT id FROM shardq_claim(1, 0, 'lim', 1, 'w', 600000)"
+GROUP_READ_BEFORE = ("SELECT b.tokens, b.tokens_at FROM shardq_group_tokens b "
+                     "WHERE b.queue = 'lim' AND b.job_group = 'g'")
+GROUP_READ = "SELECT * FROM shardq_group_buckets_of('lim', ARRAY['g'])"
 
 
 def renew(holder):
@@ -67,8 +73,8 @@ def main():
     p.add_argument("--every", type=int, default=720)
     p.add_argument("--no-hold", action="store_true", help="the same without the snapshot")
     p.add_argument("--group", action="store_true",
-                   help="instead, a step is one grouped claim's write of one group's "
-                        "rate bucket; times that write and the claim's read of it")
+                   help="instead, a step is one grouped claim of one job of a group "
+                        "with a rate; times the claim and its read of the bucket")
     p.add_argument("--before", metavar="REV",
                    help="first apply REV's shardq_take_starts and shardq_lease_permits "
                         "(before schema 48: the bucket in the limits row and each "
@@ -77,7 +83,13 @@ def main():
     a = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     conn = psycopg.connect(dsn, autocommit=True)
-    for name in ("shardq_take_starts", "shardq_lease_permits") if a.before else ():
+    olds = ("shardq_claim_grouped",) if a.group else (
+        "shardq_take_starts", "shardq_lease_permits")
+    if a.before and a.group:
+        conn.execute("CREATE TABLE IF NOT EXISTS shardq_group_tokens (queue text NOT NULL, "
+                     "job_group text NOT NULL, tokens double precision NOT NULL, "
+                     "tokens_at timestamptz NOT NULL, PRIMARY KEY (queue, job_group))")
+    for name in olds if a.before else ():
         conn.execute(subprocess.run(
             ["git", "show", f"{a.before}:migrations/functions/{name}.sql"],
             cwd=ROOT, check=True, capture_output=True, text=True).stdout)
@@ -87,26 +99,40 @@ def main():
             "'shardq_rate_buckets')").fetchall():
         conn.execute(f"DELETE FROM {table} WHERE queue = 'lim'")
     conn.execute("DELETE FROM shardq_queue_limits WHERE queue = 'lim'")
-    # A rate high enough that every take is granted (and so writes).
-    conn.execute("""INSERT INTO shardq_queue_limits
-        (queue, concurrency, rate_count, rate_period_ms, revision)
-        VALUES ('lim', 1000, 100000000, 1000, 1)""")
+    if a.group:
+        for (table,) in conn.execute(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname IN ("
+                "'shardq_group_tokens', 'shardq_group_buckets')").fetchall():
+            conn.execute(f"DELETE FROM {table} WHERE queue = 'lim'")
+        conn.execute("DELETE FROM workflow_status WHERE queue = 'lim'")
+        # A group rate high enough that every claim takes (and so writes).
+        conn.execute("""INSERT INTO shardq_queue_limits
+            (queue, group_rate_count, group_rate_period_ms, revision)
+            VALUES ('lim', 100000000, 1000, 1)""")
+        jobs = a.steps + 40 * (a.steps // a.every + 2)
+        conn.execute("SELECT shardq_enqueue('lim', 'noop', p_group => 'g') "
+                     "FROM generate_series(1, %s)", (jobs,))
+    else:
+        # A rate high enough that every take is granted (and so writes).
+        conn.execute("""INSERT INTO shardq_queue_limits
+            (queue, concurrency, rate_count, rate_period_ms, revision)
+            VALUES ('lim', 1000, 100000000, 1000, 1)""")
     holder = psycopg.connect(dsn)
     if not a.no_hold:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT 1").fetchall()
     (schema,) = conn.execute("SELECT max(version) FROM shardq_migrations").fetchone()
-    shape = f", the take of {a.before}" if a.before else ""
+    shape = f", the {'claim' if a.group else 'take'} of {a.before}" if a.before else ""
     what = "one group's bucket" if a.group else f"holders={a.holders}"
     print(f"schema {schema}{shape}, {what}, hold={not a.no_hold}")
     if a.group:
-        conn.execute("DELETE FROM shardq_group_tokens WHERE queue = 'lim'")
-        print("steps,group_read_ms,group_write_ms")
+        read = GROUP_READ_BEFORE if a.before else GROUP_READ
+        print("steps,bucket_read_ms,claim_ms")
         for step in range(a.steps + 1):
             if step % a.every == 0 or step == 20:
-                print(f"{step},{timed(conn, GROUP_READ):.2f},{timed(conn, GROUP_WRITE):.2f}",
+                print(f"{step},{timed(conn, read):.2f},{timed(conn, GROUP_CLAIM):.2f}",
                       flush=True)
-            conn.execute(GROUP_WRITE)
+            conn.execute(GROUP_CLAIM)
         holder.rollback()
         return
     print("steps,take_ms,renew_ms")

@@ -33,11 +33,15 @@
 -- group). Before any row is locked, each group's lock is tried (another
 -- claim has it: the group waits for a later claim); then a new statement,
 -- whose snapshot sees every change made under those locks, counts each
--- group's running jobs and reads its token bucket (shardq_group_tokens:
--- refilled at the rate, up to a burst of the rate × 50 ms, at least 1).
+-- group's running jobs and reads its token bucket (with a group rate:
+-- shardq_group_buckets_of, the newest row of each; refilled at the rate,
+-- up to a burst of the rate × 50 ms, at least 1; a group with no row has
+-- a full bucket).
 -- Groups that may start nothing now are left out, so their share goes to
 -- the others; no group gets more rows than both limits allow, and what it
--- took comes off its bucket.
+-- took comes off its bucket (shardq_group_buckets_write: a row added, the
+-- one read deleted; migration 0050, so a held horizon does not lengthen
+-- the next claim's read or write).
 --
 -- Between its statements, without the locks it holds, other transactions
 -- may: enqueue jobs (a group found after the walk waits for the next
@@ -72,7 +76,8 @@ DECLARE
     g_name text[]; g_tid tid[];               -- groups met, and their heads
     more_name text[]; more_tid tid[];
     g_allowed int[];                          -- jobs each may start now (limited)
-    a_name text[]; a_allowed int[]; a_tokens float8[];
+    a_name text[]; a_allowed int[]; a_tokens float8[]; a_seq bigint[];
+    b_name text[]; b_seq bigint[]; b_tokens float8[]; b_at timestamptz[];
     has_plain boolean;
     plain_tids tid[];        -- ready jobs without a group, locked here
     plain_pos float8;
@@ -146,13 +151,20 @@ BEGIN
     SELECT coalesce(array_agg(l.g), '{}') INTO a_name
     FROM unnest(g_name) AS l(g)
     WHERE pg_try_advisory_xact_lock(shardq_key_lock(p_queue, chr(30) || l.g));
-    -- A new statement: its snapshot sees all that was done under the
-    -- group locks. Bucket: refilled at the rate up to its burst.
+    -- New statements: their snapshots see all that was done under the
+    -- group locks. Buckets only with a group rate (a queue without one
+    -- reads none); each refilled at the rate up to its burst.
+    IF lim.group_rate_count IS NOT NULL THEN
+        SELECT array_agg(b.job_group), array_agg(b.take_seq), array_agg(b.tokens),
+               array_agg(b.tokens_at)
+        INTO b_name, b_seq, b_tokens, b_at
+        FROM shardq_group_buckets_of(p_queue, a_name) b;
+    END IF;
     at := clock_timestamp();
     SELECT coalesce(array_agg(a.g), '{}'), coalesce(array_agg(a.allowed), '{}'),
-           coalesce(array_agg(a.tokens), '{}')
-    INTO a_name, a_allowed, a_tokens FROM (
-        SELECT l.g, t.tokens, least(p_limit,
+           coalesce(array_agg(a.tokens), '{}'), coalesce(array_agg(a.seq), '{}')
+    INTO a_name, a_allowed, a_tokens, a_seq FROM (
+        SELECT l.g, t.tokens, t.seq, least(p_limit,
             CASE WHEN lim.group_concurrency IS NULL THEN p_limit
                  ELSE greatest(0, lim.group_concurrency - (
                      SELECT count(*) FROM workflow_status r
@@ -166,9 +178,11 @@ BEGIN
                          coalesce(b.tokens + extract(epoch FROM at - b.tokens_at) * 1000.0
                                   * lim.group_rate_count / lim.group_rate_period_ms,
                                   greatest(1.0, lim.group_rate_count * 50.0
-                                                / lim.group_rate_period_ms))) AS tokens
+                                                / lim.group_rate_period_ms))) AS tokens,
+                   b.seq
             FROM (SELECT 1) AS one
-            LEFT JOIN shardq_group_tokens b ON b.queue = p_queue AND b.job_group = l.g) t
+            LEFT JOIN unnest(b_name, b_seq, b_tokens, b_at) AS b(g, seq, tokens, tokens_at)
+                ON b.g = l.g) t
     ) a;
     -- Only the groups that may start something now, in walk order.
     SELECT coalesce(array_agg(w.g ORDER BY w.pos), '{}'),
@@ -231,14 +245,14 @@ BEGIN
 
     IF lim.group_rate_count IS NOT NULL THEN
         -- What each group took comes off its bucket (groups that took
-        -- nothing keep theirs: its refill needs no write).
-        INSERT INTO shardq_group_tokens AS b (queue, job_group, tokens, tokens_at)
-        SELECT p_queue, a.g, a.tokens - n.taken, at
-        FROM unnest(a_name, a_tokens) AS a(g, tokens)
+        -- nothing keep theirs: its refill needs no write): a new row each,
+        -- the one read deleted.
+        PERFORM shardq_group_buckets_write(p_queue, array_agg(a.g), array_agg(a.seq),
+                                           array_agg(a.tokens - n.taken), at)
+        FROM unnest(a_name, a_tokens, a_seq) AS a(g, tokens, seq)
         JOIN (SELECT t.g, count(*) AS taken FROM unnest(t_group) AS t(g)
               WHERE t.g IS NOT NULL GROUP BY t.g) n ON n.g = a.g
-        ON CONFLICT (queue, job_group) DO UPDATE
-            SET tokens = EXCLUDED.tokens, tokens_at = EXCLUDED.tokens_at;
+        HAVING count(*) > 0;
     END IF;
 
     -- Fewer than asked while jobs of the queue stay ready besides those

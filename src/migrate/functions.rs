@@ -9,13 +9,14 @@
 //! (the one that checks the shard map), under the migration lock either way;
 //! and, earlier, in the transaction of a migration marked
 //! `-- shardq:functions-with-this` (one the old functions cannot run after:
-//! 47 and 48). So every function file must also apply to the schema right
-//! after each marked migration, which the upgrade tests from versions 16,
-//! 46 and 47 check (and must run there until the next migration commits:
-//! the floors' move runs on the barrier as 47 left it; a lease or a take,
-//! on a shard upgraded from 46 or older, fails until 48 commits, a moment
-//! later, and its caller asks again; should 48 fail, until `migrate` runs
-//! again); otherwise a function never meets a table older than the one its
+//! 47, 48 and 50). So every function file must also apply to the schema
+//! right after each marked migration, which the upgrade tests from versions
+//! 16, 46, 47 and 49 check (and must run there until the next migration
+//! commits: the floors' move runs on the barrier as 47 left it; a lease or
+//! a take, on a shard upgraded from 46 or older, fails until 48 commits, a
+//! moment later, and its caller asks again, as does a grouped claim of a
+//! queue with a group rate until 50 commits; should 48 or 50 fail, until
+//! `migrate` runs again); otherwise a function never meets a table older than the one its
 //! text was written for. A shard migrated before this scheme existed (every
 //! function unrecorded) gets every function's current text on its next
 //! `migrate`.
@@ -128,6 +129,14 @@ pub(crate) const FUNCTIONS: &[Function] = &[
     Function {
         name: "shardq_group_heads",
         sql: include_str!("../../migrations/functions/shardq_group_heads.sql"),
+    },
+    Function {
+        name: "shardq_group_buckets_of",
+        sql: include_str!("../../migrations/functions/shardq_group_buckets_of.sql"),
+    },
+    Function {
+        name: "shardq_group_buckets_write",
+        sql: include_str!("../../migrations/functions/shardq_group_buckets_write.sql"),
     },
     Function {
         name: "shardq_claim_grouped",

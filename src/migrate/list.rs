@@ -288,6 +288,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0049_ready_barrier_as_moves.sql",
         sql: include_str!("../../migrations/0049_ready_barrier_as_moves.sql"),
     },
+    Migration {
+        version: 50,
+        name: "0050_group_buckets_as_moves.sql",
+        sql: include_str!("../../migrations/0050_group_buckets_as_moves.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -201,7 +201,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         applied,
         vec![vec![
             17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
-            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49
+            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50
         ]],
         "the map tables and the reshard's were due"
     );
@@ -235,6 +235,8 @@ const ADDED_AFTER_16: &[&str] = &[
     "shardq_permits_in_use",
     "shardq_refuse_old_limits_write",
     "shardq_take_starts",
+    "shardq_group_buckets_of",
+    "shardq_group_buckets_write",
     "shardq_group_heads",
     "shardq_grouped_ready_turn",
     "shardq_queue_has_ready",
@@ -738,19 +740,114 @@ async fn the_barrier_of_a_shard_at_48_moves_before_and_after_migration_49() {
     check_all(&shards).await.expect("check after migrate");
 }
 
-/// Migrations 47 and 48 apply the functions in their own transaction: the
-/// old ones cannot write the views 47 leaves, and would write the leases
-/// 48 moves where no one reads them, so no later migration of a run may
-/// come between either and them. The mark counts only as a first line:
-/// one written anywhere else would be ignored, so none is.
+/// Migration 50 moves a group rate's buckets into rows only added and
+/// deleted: a shard at 49 keeps each group's bucket (an empty one starts
+/// nothing within the test, one start an hour; a group with none has a full
+/// one), the next claim of a group numbers its row past the copied ones,
+/// the roles keep their rights on the new rows, those that could write
+/// them take their numbers, and the old table is gone.
+#[tokio::test]
+async fn the_group_buckets_of_a_shard_at_49_are_kept_by_migration_50() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "DROP TABLE shardq_group_buckets; DROP SEQUENCE shardq_group_bucket_seq; \
+         CREATE TABLE shardq_group_tokens (queue text NOT NULL, job_group text NOT NULL, \
+             tokens double precision NOT NULL, tokens_at timestamptz NOT NULL, \
+             PRIMARY KEY (queue, job_group)); \
+         CREATE ROLE bucket_worker; CREATE ROLE bucket_reader; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON shardq_group_tokens TO bucket_worker; \
+         GRANT SELECT ON shardq_group_tokens TO bucket_reader; \
+         INSERT INTO shardq_queue_limits \
+             (queue, group_rate_count, group_rate_period_ms, revision) \
+         VALUES ('tenants', 1, 3600000, 1); \
+         INSERT INTO shardq_group_tokens VALUES ('tenants', 'empty', 0, now()), \
+             ('tenants', 'spent', 0.5, now()); \
+         DELETE FROM shardq_migrations WHERE version = 50",
+    )
+    .await
+    .expect("the group buckets as version 49 kept them");
+    migrate_all(&shards).await.expect("migrate");
+    for group in ["empty", "spent", "fresh"] {
+        db.query(
+            "SELECT shardq_enqueue('tenants', 'noop', p_group => $1)",
+            &[&group],
+        )
+        .await
+        .expect("enqueue");
+    }
+    let claimed: Vec<String> = db
+        .query(
+            "SELECT w.job_group FROM shardq_claim(1, 0, 'tenants', 10, 'w', 60000) c \
+             JOIN workflow_status w ON w.id = c.id",
+            &[],
+        )
+        .await
+        .expect("claim")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(claimed, ["fresh"], "only the group without a bucket row");
+    let rows: Vec<(String, i64)> = db
+        .query(
+            "SELECT job_group, take_seq FROM shardq_group_buckets ORDER BY take_seq",
+            &[],
+        )
+        .await
+        .expect("buckets")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(
+        rows[2].0, "fresh",
+        "the claim's row is numbered last: {rows:?}"
+    );
+    let table = "shardq_group_buckets";
+    assert_privileges(
+        &db,
+        &[
+            ("bucket_worker", table, "INSERT", true),
+            ("bucket_worker", table, "UPDATE", true),
+            ("bucket_worker", table, "DELETE", true),
+            ("bucket_reader", table, "SELECT", true),
+            ("bucket_reader", table, "INSERT", false),
+        ],
+    )
+    .await;
+    let usage: bool = db
+        .query_one(
+            "SELECT has_sequence_privilege('bucket_worker', 'shardq_group_bucket_seq', 'USAGE')",
+            &[],
+        )
+        .await
+        .expect("sequence privilege")
+        .get(0);
+    assert!(usage, "the worker's role takes the rows' numbers");
+    let old_table: Option<String> = db
+        .query_one("SELECT to_regclass('shardq_group_tokens')::text", &[])
+        .await
+        .expect("the old table")
+        .get(0);
+    assert_eq!(old_table, None, "50 dropped the old buckets' table");
+    check_all(&shards).await.expect("check after migrate");
+}
+
+/// Migrations 47, 48 and 50 apply the functions in their own transaction:
+/// the old ones cannot write the views 47 leaves, would write the leases
+/// 48 moves where no one reads them, and read the group buckets 50 drops,
+/// so no later migration of a run may come between any of them and them.
+/// The mark counts only as a first line: one written anywhere else would
+/// be ignored, so none is.
 #[test]
-fn migrations_47_and_48_apply_the_functions_with_them() {
+fn migrations_47_48_and_50_apply_the_functions_with_them() {
     let marked: Vec<i32> = MIGRATIONS
         .iter()
         .filter(|m| m.applies_functions())
         .map(|m| m.version)
         .collect();
-    assert_eq!(marked, [47, 48]);
+    assert_eq!(marked, [47, 48, 50]);
     for m in MIGRATIONS {
         assert!(
             !m.sql

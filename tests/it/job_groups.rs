@@ -460,7 +460,7 @@ async fn full_group_buckets_are_forgotten_and_refilling_ones_kept() {
     );
     let buckets = || async {
         let n: i64 = db
-            .query_one("SELECT count(*) FROM shardq_group_tokens", &[])
+            .query_one("SELECT count(*) FROM shardq_group_buckets", &[])
             .await
             .unwrap()
             .get(0);

@@ -208,7 +208,10 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP TABLE IF EXISTS shardq_limit_holders, shardq_limit_lease_moves; \
                  DROP SEQUENCE IF EXISTS shardq_limit_lease_seq; \
                  DELETE FROM shardq_functions WHERE name = 'shardq_refuse_old_limits_write'; \
-                 DROP TABLE IF EXISTS shardq_group_tokens; \
+                 DROP TABLE IF EXISTS shardq_group_tokens, shardq_group_buckets; \
+                 DROP SEQUENCE IF EXISTS shardq_group_bucket_seq; \
+                 DELETE FROM shardq_functions WHERE name IN ('shardq_group_buckets_of', \
+                     'shardq_group_buckets_write'); \
                  DROP TABLE IF EXISTS workflow_messages, workflow_events; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_insert ON workflow_status; \
                  DROP TRIGGER IF EXISTS shardq_ready_on_update ON workflow_status; \

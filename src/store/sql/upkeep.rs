@@ -133,13 +133,14 @@ pub const KEY_FLOORS_FORGET_QUIET: &str = "DELETE FROM shardq_key_floors f \
 /// Deletes up to $1 group start-rate buckets that are full again (or whose
 /// queue has no group rate now): a missing row is a full bucket to the
 /// claim, so each holds only the groups that started jobs within about a
-/// burst's refill. A bucket a claim is taking from is skipped, never
-/// waited on (a claim may be waiting on another bucket this statement
-/// holds), and one taken from meanwhile is a new row version, which this
-/// statement then leaves alone.
-pub const GROUP_BUCKETS_FORGET_FULL: &str = "DELETE FROM shardq_group_tokens b \
+/// burst's refill. A group's live row is its newest (a claim that takes
+/// from it adds the next and deletes the one it read, migration 50). A
+/// bucket a claim is taking from is skipped, never waited on (a claim may
+/// be waiting on another bucket this statement holds), and one a claim
+/// replaced meanwhile is gone, its new row unseen by this statement.
+pub const GROUP_BUCKETS_FORGET_FULL: &str = "DELETE FROM shardq_group_buckets b \
     WHERE b.ctid IN ( \
-        SELECT t.ctid FROM shardq_group_tokens t \
+        SELECT t.ctid FROM shardq_group_buckets t \
         LEFT JOIN shardq_queue_limits l ON l.queue = t.queue \
         WHERE l.group_rate_count IS NULL \
            OR t.tokens + extract(epoch FROM clock_timestamp() - t.tokens_at) * 1000.0 \

@@ -19,9 +19,9 @@
 -- nothing changed, to be run again), its rows copied and the table
 -- dropped: a claim of the old text that waited for the lock fails when it
 -- resumes (the table is gone) and its worker claims again with the new
--- text, so no take is written where no one reads it. From a shard at 46
--- or older, whose claims run the new text from 0047 on, claims of a queue
--- with a group rate fail until this commits, a moment later.
+-- text, so no take is written where no one reads it. From a shard at 47
+-- or older, whose claims run the new text from 0047 or 0048 on, claims of
+-- a queue with a group rate fail until this commits, a moment later.
 --
 -- The roles keep the rights they had on the old buckets (upkeep locks the
 -- rows it deletes: UPDATE), and those that could write them may take the

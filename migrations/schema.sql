@@ -868,20 +868,25 @@ BEGIN
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
 
-    -- One job of each group: the heads the walk found, by tuple id (taken
-    -- or changed since: the lock finds the row's newest version and its
-    -- status no longer matches; the outer statement's snapshot keeps every
-    -- version it might meet from being removed). More: each group's first
-    -- per_group jobs, no more than it may start. The jobs without a group
-    -- fill what the groups leave, after their turn.
+    -- One job of each group: the heads the walk found, locked by tuple id
+    -- (taken or changed since: the lock finds the row's newest version,
+    -- whose id no longer matches; the outer statement's snapshot keeps
+    -- every version it might meet from being removed), then checked. Only
+    -- the ids bound the scan (OFFSET 0 keeps the checks out of it): with
+    -- them in it, the plan the connection keeps (made with the statistics
+    -- of a small queue) walked every ready job of the queue instead, 30 ms
+    -- a claim at 52,000 ready. More: each group's first per_group jobs, no
+    -- more than it may start. The jobs without a group fill what the
+    -- groups leave, after their turn.
     WITH heads_only AS MATERIALIZED (
-        SELECT g.pos::float8 AS pos, w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority,
-               w.turn
-        FROM unnest(g_tid) WITH ORDINALITY AS g(tid, pos)
-        JOIN workflow_status w ON w.ctid = g.tid
-        WHERE per_group = 1 AND w.status = 'queued' AND w.queue = p_queue
-          AND w.job_group IS NOT NULL
-        FOR UPDATE OF w SKIP LOCKED
+        SELECT array_position(g_tid, h.tid)::float8 AS pos, h.tid, h.shard_key, h.id,
+               h.job_group, h.priority, h.turn
+        FROM (SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority, w.turn,
+                     w.status, w.queue
+              FROM workflow_status w
+              WHERE w.ctid = ANY (CASE WHEN per_group = 1 THEN g_tid END)
+              FOR UPDATE OF w SKIP LOCKED OFFSET 0) h
+        WHERE h.status = 'queued' AND h.queue = p_queue AND h.job_group IS NOT NULL
     ), runs AS MATERIALIZED (
         SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority, c.turn
         FROM unnest(g_name, coalesce(g_allowed, '{}')) WITH ORDINALITY AS g(name, allowed, pos)

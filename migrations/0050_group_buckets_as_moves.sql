@@ -5,8 +5,9 @@
 -- of every group it took from (shardq_group_tokens), and the next claim of
 -- the group read it. While a long transaction holds the horizon none of
 -- its versions can be removed, and a read of the row walks all of them:
--- 0.76 ms a read and 0.77 a write after 50,000 claims of one group, 0.14
--- and 0.32 at the start of the hold (bench/experiments/limits_versions.py
+-- 0.76 ms a read and 0.77 a write after 50,000 writes of one group's
+-- bucket, 0.14 and 0.32 at the start of the hold, and 0.78 ms a read after
+-- 20,000 claims of one group (bench/experiments/limits_versions.py
 -- --group), growing with every claim. Now a claim adds the group's new
 -- row, numbered from a sequence (past every earlier row of the group, also
 -- one upkeep deleted as full), and deletes the row it read; the next reads

@@ -731,6 +731,7 @@ CREATE OR REPLACE FUNCTION public.shardq_claim_grouped(p_queue text, p_limit int
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET enable_seqscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
@@ -869,24 +870,27 @@ BEGIN
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
 
     -- One job of each group: the heads the walk found, locked by tuple id
-    -- (taken or changed since: the lock finds the row's newest version,
-    -- whose id no longer matches; the outer statement's snapshot keeps
-    -- every version it might meet from being removed), then checked. Only
-    -- the ids bound the scan (OFFSET 0 keeps the checks out of it): with
-    -- them in it, the plan the connection keeps (made with the statistics
-    -- of a small queue) walked every ready job of the queue instead, 30 ms
-    -- a claim at 52,000 ready. More: each group's first per_group jobs, no
-    -- more than it may start. The jobs without a group fill what the
-    -- groups leave, after their turn.
+    -- (the outer statement's snapshot keeps every version it might meet
+    -- from being removed), then checked: a head taken or changed since is
+    -- left (the lock returns the row's newest version, taken: no longer
+    -- queued; changed and still queued: a new tuple id, not among the
+    -- heads). Only the ids bound the scan (OFFSET 0 keeps the checks out
+    -- of it): with them in it, the plan the connection keeps (made with
+    -- the statistics of a small queue) walked every ready job of the queue
+    -- instead, 15-26 ms a claim with 20,000 ready until autovacuum's next
+    -- analyze. No sequential scan (as on shardq's own connections): a plan
+    -- made while the table had a few pages would keep one. More: each group's first per_group jobs, no more than it
+    -- may start. The jobs without a group fill what the groups leave,
+    -- after their turn.
     WITH heads_only AS MATERIALIZED (
-        SELECT array_position(g_tid, h.tid)::float8 AS pos, h.tid, h.shard_key, h.id,
-               h.job_group, h.priority, h.turn
+        SELECT h.pos::float8 AS pos, h.tid, h.shard_key, h.id, h.job_group, h.priority, h.turn
         FROM (SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority, w.turn,
-                     w.status, w.queue
+                     w.status, w.queue, array_position(g_tid, w.ctid) AS pos
               FROM workflow_status w
-              WHERE w.ctid = ANY (CASE WHEN per_group = 1 THEN g_tid END)
+              WHERE per_group = 1 AND w.ctid = ANY (g_tid)
               FOR UPDATE OF w SKIP LOCKED OFFSET 0) h
-        WHERE h.status = 'queued' AND h.queue = p_queue AND h.job_group IS NOT NULL
+        WHERE h.pos IS NOT NULL AND h.status = 'queued' AND h.queue = p_queue
+          AND h.job_group IS NOT NULL
     ), runs AS MATERIALIZED (
         SELECT g.pos::float8 AS pos, c.tid, c.shard_key, c.id, c.job_group, c.priority, c.turn
         FROM unnest(g_name, coalesce(g_allowed, '{}')) WITH ORDINALITY AS g(name, allowed, pos)

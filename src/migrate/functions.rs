@@ -15,8 +15,9 @@
 //! commits: the floors' move runs on the barrier as 47 left it; a lease or
 //! a take, on a shard upgraded from 46 or older, fails until 48 commits, a
 //! moment later, and its caller asks again, as does a grouped claim of a
-//! queue with a group rate, from a shard at 47 or older, until 50 commits;
-//! should 48 or 50 fail, until `migrate` runs again); otherwise a function never meets a table older than the one its
+//! queue with a group rate, from a shard at 47 or older, until 50
+//! commits; should 48, 49 or 50 fail, until `migrate` runs again);
+//! otherwise a function never meets a table older than the one its
 //! text was written for. A shard migrated before this scheme existed (every
 //! function unrecorded) gets every function's current text on its next
 //! `migrate`.

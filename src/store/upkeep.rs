@@ -266,7 +266,8 @@ pub async fn delete_finished(shard: &Shard, age: Duration, limit: i64) -> Result
 }
 
 /// Deletes up to `limit` group start-rate buckets on `shard` that are full
-/// again ([`sql::GROUP_BUCKETS_FORGET_FULL`]). Returns how many.
+/// again and not taken from for 10 minutes
+/// ([`sql::GROUP_BUCKETS_FORGET_FULL`]). Returns how many.
 ///
 /// # Errors
 ///

@@ -93,8 +93,9 @@ async fn a_grouped_claim_under_a_held_snapshot_reads_the_groups_newest_bucket_ro
 
 /// The bucket a claim leaves is the one the next reads (one start an hour:
 /// none after the first within the test), upkeep keeps an empty bucket and
-/// forgets a full one, and the group's next row numbers past the one
-/// forgotten: a backward walk of the key meets it before the dead rows.
+/// forgets a full one not taken from for 10 minutes, and the group's next
+/// row numbers past the one forgotten: a backward walk of the key meets it
+/// before the dead rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_claim_of_a_group_reads_what_the_last_one_left() {
     let shards = common::TestShards::databases(1).await;
@@ -115,21 +116,24 @@ async fn the_next_claim_of_a_group_reads_what_the_last_one_left() {
     assert_eq!(db.query(CLAIM_ONE, &[]).await.unwrap().len(), 0, "kept");
 
     db.batch_execute(
-        "UPDATE shardq_queue_limits SET group_rate_count = 1000, group_rate_period_ms = 1000",
+        "UPDATE shardq_queue_limits SET group_rate_count = 1000, group_rate_period_ms = 1000; \
+         UPDATE shardq_group_buckets SET tokens_at = now() - interval '11 minutes'",
     )
     .await
     .unwrap();
-    common::wait_until(
-        std::time::Duration::from_secs(10),
-        "the full bucket forgotten",
-        || async {
-            shardq::store::upkeep::forget_full_buckets(set.get(0), 100)
-                .await
-                .unwrap()
-                == 1
-        },
-    )
-    .await;
+    let forgotten = shardq::store::upkeep::forget_full_buckets(set.get(0), 100)
+        .await
+        .unwrap();
+    let left: i64 = db
+        .query_one("SELECT count(*) FROM shardq_group_buckets", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        (forgotten, left),
+        (1, 0),
+        "the full, quiet bucket forgotten"
+    );
     assert_eq!(db.query(CLAIM_ONE, &[]).await.unwrap().len(), 1, "full");
     let next: i64 = db.query_one(newest, &[]).await.unwrap().get(0);
     assert!(next > first, "{first} -> {next}");
@@ -150,6 +154,21 @@ async fn at_49(set: &ShardSet) {
         )
         .await
         .unwrap();
+}
+
+/// The tokens of group `g`'s bucket after migration 50: its one row.
+async fn copied_tokens(set: &ShardSet) -> f64 {
+    set.get(0)
+        .client()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT tokens FROM shardq_group_buckets WHERE queue = 'tenants' AND job_group = 'g'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// An old claim's write of a bucket, not yet committed when migration 50
@@ -177,18 +196,7 @@ async fn an_old_claims_bucket_write_before_migration_50_is_copied() {
     common::until_lock_wait(set.get(0), "the migration waits for the old claim").await;
     old_claim.commit().await.unwrap();
     migrating.await.unwrap().expect("migrate");
-    let copied: f64 = set
-        .get(0)
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT tokens FROM shardq_group_buckets WHERE queue = 'tenants' AND job_group = 'g'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let copied = copied_tokens(&set).await;
     assert_eq!(copied, 0.25);
 }
 
@@ -233,18 +241,7 @@ async fn an_old_claim_that_waited_for_migration_50_fails_instead_of_writing() {
         Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE),
         "{refused}"
     );
-    let copied: f64 = set
-        .get(0)
-        .client()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT tokens FROM shardq_group_buckets WHERE queue = 'tenants' AND job_group = 'g'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let copied = copied_tokens(&set).await;
     assert_eq!(
         copied, 0.0,
         "the first old claim's write, copied; nothing since"

@@ -130,20 +130,27 @@ pub const KEY_FLOORS_FORGET_QUIET: &str = "DELETE FROM shardq_key_floors f \
         WHERE q.set_at < now() - interval '1 hour' \
         LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
-/// Deletes up to $1 group start-rate buckets that are full again (or whose
-/// queue has no group rate now): a missing row is a full bucket to the
-/// claim, so each holds only the groups that started jobs within about a
-/// burst's refill. A group's live row is its newest (a claim that takes
-/// from it adds the next and deletes the one it read, migration 50). A
-/// bucket a claim is taking from is skipped, never waited on (a claim may
-/// be waiting on another bucket this statement holds), and one a claim
-/// replaced meanwhile is gone, its new row unseen by this statement.
+/// Deletes up to $1 group start-rate buckets that are full again and not
+/// taken from for 10 minutes (or whose queue has no group rate now): a
+/// missing row is a full bucket to the claim, so each holds only the
+/// groups that started jobs lately. A group's live row is its newest (a
+/// claim that takes from it adds the next and deletes the one it read,
+/// migration 50), met first by the next claim's read however many
+/// replaced rows a held horizon keeps, but only while one is live: the
+/// read after a bucket was forgotten walks every row of the group the
+/// hold kept. So a group busy a moment ago keeps its row even when full,
+/// and that walk comes at most once per 10 minutes of a group's rest. A
+/// bucket a claim is deleting is skipped, never waited on (a claim may be
+/// waiting on another bucket this statement holds); one a claim read and
+/// this deletes first is gone when the claim's delete comes, its new row
+/// carrying the bucket on, unseen by this statement.
 pub const GROUP_BUCKETS_FORGET_FULL: &str = "DELETE FROM shardq_group_buckets b \
     WHERE b.ctid IN ( \
         SELECT t.ctid FROM shardq_group_buckets t \
         LEFT JOIN shardq_queue_limits l ON l.queue = t.queue \
         WHERE l.group_rate_count IS NULL \
-           OR t.tokens + extract(epoch FROM clock_timestamp() - t.tokens_at) * 1000.0 \
-                * l.group_rate_count / l.group_rate_period_ms \
-              >= greatest(1.0, l.group_rate_count * 50.0 / l.group_rate_period_ms) \
+           OR (t.tokens_at < clock_timestamp() - interval '10 minutes' \
+               AND t.tokens + extract(epoch FROM clock_timestamp() - t.tokens_at) * 1000.0 \
+                   * l.group_rate_count / l.group_rate_period_ms \
+                 >= greatest(1.0, l.group_rate_count * 50.0 / l.group_rate_period_ms)) \
         LIMIT $1 FOR UPDATE OF t SKIP LOCKED)";

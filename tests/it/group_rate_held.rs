@@ -53,7 +53,7 @@ async fn grouped_jobs(
 
 /// 5,000 claims of one group under a held snapshot (each takes one job
 /// from its bucket, so each writes it) leave one bucket row, and the next
-/// claim reads and writes few blocks of the buckets (13 here, 13-16 after
+/// claim reads and writes few blocks of the buckets (13 here, 13-15 after
 /// 500 to 20,000 claims, 9 after one; one row upserted by every claim,
 /// before migration 50: 6 after one, 34 after 2,000, 78 after 5,000, 152
 /// after 10,000), and still takes from the group.

@@ -213,9 +213,9 @@ BEGIN
     -- the statistics of a small queue) walked every ready job of the queue
     -- instead, 15-26 ms a claim with 20,000 ready until autovacuum's next
     -- analyze. No sequential scan (as on shardq's own connections): a plan
-    -- made while the table had a few pages would keep one. More: each group's first per_group jobs, no more than it
-    -- may start. The jobs without a group fill what the groups leave,
-    -- after their turn.
+    -- made while the table had a few pages would keep one. More: each
+    -- group's first per_group jobs, no more than it may start. The jobs
+    -- without a group fill what the groups leave, after their turn.
     WITH heads_only AS MATERIALIZED (
         SELECT h.pos::float8 AS pos, h.tid, h.shard_key, h.id, h.job_group, h.priority, h.turn
         FROM (SELECT w.ctid AS tid, w.shard_key, w.id, w.job_group, w.priority, w.turn,

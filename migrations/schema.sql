@@ -877,7 +877,7 @@ BEGIN
     -- heads). Only the ids bound the scan (OFFSET 0 keeps the checks out
     -- of it): with them in it, the plan the connection keeps (made with
     -- the statistics of a small queue) walked every ready job of the queue
-    -- instead, 15-26 ms a claim with 20,000 ready until autovacuum's next
+    -- instead, 14-28 ms a claim with 20,000 ready until autovacuum's next
     -- analyze. No sequential scan (as on shardq's own connections): a plan
     -- made while the table had a few pages would keep one. More: each
     -- group's first per_group jobs, no more than it may start. The jobs

@@ -156,7 +156,8 @@ async fn at_49(set: &ShardSet) {
         .unwrap();
 }
 
-/// The tokens of group `g`'s bucket after migration 50: its one row.
+/// The tokens of group `g`'s bucket in the test queue after migration 50:
+/// its one row.
 async fn copied_tokens(set: &ShardSet) -> f64 {
     set.get(0)
         .client()

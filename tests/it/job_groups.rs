@@ -473,6 +473,20 @@ async fn full_group_buckets_are_forgotten_and_refilling_ones_kept() {
         .await
         .unwrap();
     assert_eq!(buckets().await, 1, "an empty bucket refilling is kept");
+    db.batch_execute("UPDATE shardq_group_buckets SET tokens_at = now() - interval '11 minutes'")
+        .await
+        .unwrap();
+    shardq::store::upkeep::forget_full_buckets(shard, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        buckets().await,
+        1,
+        "quiet for 11 minutes but not full again at 1 an hour: kept"
+    );
+    db.batch_execute("UPDATE shardq_group_buckets SET tokens_at = now()")
+        .await
+        .unwrap();
     f.client
         .set_queue_limits(QUEUE, rate(1000, Duration::from_secs(1)))
         .await

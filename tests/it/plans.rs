@@ -515,8 +515,8 @@ async fn each_grouped_index_serves_only_its_statements() {
 /// (`force_generic_plan`, migrations/functions/shardq_claim_grouped.sql).
 /// Written as a join of the heads' ids to the table, its generic plan
 /// walked every ready job of the queue instead, with the join as a filter
-/// (with the statistics of a table never analyzed, as here): 15-26 ms a
-/// claim with 20,000 jobs of one group ready, growing with the backlog
+/// (with the statistics of a table never analyzed, as here): 14-28 ms a
+/// claim of one job with 20,000 jobs of one group ready
 /// (bench/results/round31).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_group_limited_claim_locks_its_heads_by_tuple_id() {

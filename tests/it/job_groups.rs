@@ -469,41 +469,49 @@ async fn full_group_buckets_are_forgotten_and_refilling_ones_kept() {
         n
     };
     assert_eq!(buckets().await, 1);
-    shardq::store::upkeep::forget_full_buckets(shard, 100)
-        .await
-        .unwrap();
-    assert_eq!(buckets().await, 1, "an empty bucket refilling is kept");
-    db.batch_execute("UPDATE shardq_group_buckets SET tokens_at = now() - interval '11 minutes'")
-        .await
-        .unwrap();
-    shardq::store::upkeep::forget_full_buckets(shard, 100)
-        .await
-        .unwrap();
+    // Upkeep's forget, then the buckets left.
+    let forget_then_count = || async {
+        shardq::store::upkeep::forget_full_buckets(shard, 100)
+            .await
+            .unwrap();
+        buckets().await
+    };
+    // The bucket's last take `ago` (an interval).
+    let taken = |ago: &'static str| {
+        let db = &db;
+        async move {
+            db.batch_execute(&format!(
+                "UPDATE shardq_group_buckets SET tokens_at = now() - interval '{ago}'"
+            ))
+            .await
+            .unwrap()
+        }
+    };
     assert_eq!(
-        buckets().await,
+        forget_then_count().await,
+        1,
+        "an empty bucket refilling is kept"
+    );
+    taken("11 minutes").await;
+    assert_eq!(
+        forget_then_count().await,
         1,
         "quiet for 11 minutes but not full again at 1 an hour: kept"
     );
-    db.batch_execute("UPDATE shardq_group_buckets SET tokens_at = now()")
-        .await
-        .unwrap();
+    taken("0 seconds").await;
     f.client
         .set_queue_limits(QUEUE, rate(1000, Duration::from_secs(1)))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    shardq::store::upkeep::forget_full_buckets(shard, 100)
-        .await
-        .unwrap();
-    assert_eq!(buckets().await, 1, "full, but taken from a moment ago");
-    db.batch_execute("UPDATE shardq_group_buckets SET tokens_at = now() - interval '11 minutes'")
-        .await
-        .unwrap();
-    shardq::store::upkeep::forget_full_buckets(shard, 100)
-        .await
-        .unwrap();
     assert_eq!(
-        buckets().await,
+        forget_then_count().await,
+        1,
+        "full, but taken from a moment ago"
+    );
+    taken("11 minutes").await;
+    assert_eq!(
+        forget_then_count().await,
         0,
         "full, and not taken from for 11 minutes"
     );

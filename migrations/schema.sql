@@ -753,6 +753,7 @@ DECLARE
     t_tid tid[]; t_group text[];
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
+    line_from bigint;                         -- with limits: where each group's run starts
     groups_met bigint;                        -- and the groups it met
     plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
@@ -863,8 +864,9 @@ BEGIN
     plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
     -- The queue's rounds row (made by its first claim): the moves of the
     -- rounds number the grouped jobs left without a turn only in queues
-    -- that have one, and here they would wait behind every numbered job.
-    PERFORM shardq_group_floor(p_queue);
+    -- that have one. Its floor bounds the runs below (no ready job's turn
+    -- is under it), as it bounds the heads' walk.
+    line_from := shardq_group_floor(p_queue);
     has_plain := cardinality(plain_tids) > 0;
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
@@ -900,7 +902,7 @@ BEGIN
             WHERE per_group > 1 AND w.queue = p_queue
               AND w.status >= 'queued' AND w.status <= 'queued'
               AND w.job_group IS NOT NULL AND hashtext(w.job_group) = hashtext(g.name)
-              AND w.job_group = g.name
+              AND w.job_group = g.name AND w.turn >= line_from
             ORDER BY w.priority, w.turn, w.id
             LIMIT least(per_group, coalesce(g.allowed, per_group))
             FOR UPDATE SKIP LOCKED) c
@@ -1539,14 +1541,22 @@ AS $function$
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_group_heads(p_queue text, p_from integer, p_below bigint, p_max integer, OUT names text[], OUT heads tid[])
  RETURNS record
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
+ SET enable_bitmapscan TO 'off'
+ SET enable_seqscan TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
+DECLARE
+    from_turn bigint := coalesce((SELECT r.floor_turn FROM shardq_group_rounds r
+                                  WHERE r.queue = p_queue), 0);
+BEGIN
     WITH RECURSIVE walk(h, g, head, n) AS (
         (SELECT hashtext(w.job_group), w.job_group, w.ctid, 1 FROM workflow_status w
          WHERE w.queue = p_queue AND w.status >= 'queued' AND w.status <= 'queued'
            AND w.job_group IS NOT NULL
            AND hashtext(w.job_group) >= p_from AND hashtext(w.job_group) < p_below
+           AND w.turn >= from_turn
          ORDER BY hashtext(w.job_group), w.job_group, w.priority, w.turn, w.id LIMIT 1)
         UNION ALL
         SELECT x.h, x.g, x.head, v.n + 1 FROM walk v CROSS JOIN LATERAL (
@@ -1556,12 +1566,14 @@ AS $function$
               AND w.job_group IS NOT NULL
               AND (hashtext(w.job_group), w.job_group) > (v.h, v.g)
               AND hashtext(w.job_group) < p_below
+              AND w.turn >= from_turn
             ORDER BY hashtext(w.job_group), w.job_group, w.priority, w.turn, w.id LIMIT 1) x
         WHERE v.n < p_max
     )
     SELECT coalesce(array_agg(g ORDER BY n), '{}'), coalesce(array_agg(head ORDER BY n), '{}')
-    FROM walk
-$function$
+    INTO names, heads
+    FROM walk;
+END $function$
 
 -- EXECUTE: PUBLIC EXECUTE
 CREATE OR REPLACE FUNCTION public.shardq_group_round_of(p_queue text, OUT round bigint, OUT floor_turn bigint, OUT noted_round bigint, OUT move_seq bigint)

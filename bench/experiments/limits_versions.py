@@ -30,10 +30,11 @@ REV migrated (a schema before 48: since 48 the old writes are refused).
 claim takes from the bucket, and so writes it), enqueues jobs of one group
 'g', and makes each step one grouped claim of one job; at each checkpoint
 it times the claim's read of the group's bucket and the whole claim.
-There `--before REV` applies REV's shardq_claim_grouped and makes the
-bucket table it used (shardq_group_tokens, one row per group updated in
-place, before migration 50) on the same database: the rest of the claim
-is the same code before and after.
+There `--before REV` applies REV's shardq_claim_grouped and
+shardq_group_heads and, where that claim used it, makes the bucket table
+it used (shardq_group_tokens, one row per group updated in place, before
+migration 50) on the same database: the rest of the claim is the same
+code before and after.
 """
 import argparse, os, statistics, subprocess, time
 from pathlib import Path
@@ -83,16 +84,19 @@ def main():
     a = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     conn = psycopg.connect(dsn, autocommit=True)
-    olds = ("shardq_claim_grouped",) if a.group else (
+    olds = ("shardq_group_heads", "shardq_claim_grouped") if a.group else (
         "shardq_take_starts", "shardq_lease_permits")
-    if a.before and a.group:
+    old_texts = [subprocess.run(
+        ["git", "show", f"{a.before}:migrations/functions/{name}.sql"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        for name in (olds if a.before else ())]
+    old_buckets = any("shardq_group_tokens" in text for text in old_texts)
+    if old_buckets:
         conn.execute("CREATE TABLE IF NOT EXISTS shardq_group_tokens (queue text NOT NULL, "
                      "job_group text NOT NULL, tokens double precision NOT NULL, "
                      "tokens_at timestamptz NOT NULL, PRIMARY KEY (queue, job_group))")
-    for name in olds if a.before else ():
-        conn.execute(subprocess.run(
-            ["git", "show", f"{a.before}:migrations/functions/{name}.sql"],
-            cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+    for text in old_texts:
+        conn.execute(text)
     for (table,) in conn.execute(
             "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname IN ("
             "'shardq_limit_leases', 'shardq_limit_lease_moves', 'shardq_limit_holders', "
@@ -126,7 +130,7 @@ def main():
     what = "one group's bucket" if a.group else f"holders={a.holders}"
     print(f"schema {schema}{shape}, {what}, hold={not a.no_hold}")
     if a.group:
-        read = GROUP_READ_BEFORE if a.before else GROUP_READ
+        read = GROUP_READ_BEFORE if old_buckets else GROUP_READ
         print("steps,bucket_read_ms,claim_ms")
         for step in range(a.steps + 1):
             if step % a.every == 0 or step == 20:

@@ -22,7 +22,8 @@
 -- at a random place among them. Of each group it locks (SKIP LOCKED) at
 -- most ceil(p_limit / groups) jobs in (priority, turn, id) order (the
 -- order they became ready, from the group's line in
--- workflow_status_group_lines), then takes them
+-- workflow_status_group_lines, at or past the queue's grouped floor: the
+-- jobs claimed before it are passed in the index), then takes them
 -- round by round: every group's first job, then every group's second, ...,
 -- up to p_limit in all. So no group's backlog, however long, stands before
 -- another group's jobs for more than its turn.
@@ -53,6 +54,9 @@
 -- claim uses the row it read first: a change counts from the next claim).
 -- A job that still runs after its lease expired and was given back counts
 -- no more, so its group may then run one job over its concurrency.
+-- Another claim may move the grouped floor after the heads' walk or the
+-- runs read it: what they read stays a bound (a job made ready after a
+-- move gets a turn past the round, at or past the floor).
 -- Without limits, between the floor's read and the walk, and the walk and
 -- the take: other claims take other rows (the walk's are locked); a
 -- producer commits a job numbered from a round read before a move (its
@@ -87,6 +91,7 @@ DECLARE
     t_tid tid[]; t_group text[];
     at timestamptz;
     walk_from bigint;                         -- without limits: where the walk starts
+    line_from bigint;                         -- with limits: where each group's run starts
     groups_met bigint;                        -- and the groups it met
     plain_share float8;                       -- the ungrouped jobs' share
 BEGIN
@@ -197,8 +202,9 @@ BEGIN
     plain_tids := shardq_lock_plain_ready(p_queue, p_limit);
     -- The queue's rounds row (made by its first claim): the moves of the
     -- rounds number the grouped jobs left without a turn only in queues
-    -- that have one, and here they would wait behind every numbered job.
-    PERFORM shardq_group_floor(p_queue);
+    -- that have one. Its floor bounds the runs below (no ready job's turn
+    -- is under it), as it bounds the heads' walk.
+    line_from := shardq_group_floor(p_queue);
     has_plain := cardinality(plain_tids) > 0;
     per_group := ceil(p_limit::numeric / greatest(1, cardinality(g_name) + has_plain::int));
     plain_pos := random() * (cardinality(g_name) + 1) + 0.5;
@@ -234,7 +240,7 @@ BEGIN
             WHERE per_group > 1 AND w.queue = p_queue
               AND w.status >= 'queued' AND w.status <= 'queued'
               AND w.job_group IS NOT NULL AND hashtext(w.job_group) = hashtext(g.name)
-              AND w.job_group = g.name
+              AND w.job_group = g.name AND w.turn >= line_from
             ORDER BY w.priority, w.turn, w.id
             LIMIT least(per_group, coalesce(g.allowed, per_group))
             FOR UPDATE SKIP LOCKED) c

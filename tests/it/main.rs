@@ -40,6 +40,7 @@ mod fencing;
 mod frozen_shard;
 mod fuzz;
 mod gating;
+mod group_lines_held;
 mod group_rate_held;
 mod group_turns;
 mod heartbeat;

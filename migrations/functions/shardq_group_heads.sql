@@ -20,8 +20,9 @@
 -- as for claims without group limits.
 --
 -- plpgsql with a plan kept for the connection: as a LANGUAGE sql
--- function it was planned on every call, twice a claim (about 0.9 ms of a
--- 2 ms claim of one job). Whatever the statistics, the line index is the
+-- function it was planned on every call, once or twice a claim (a claim
+-- of one job took 4.1 ms instead of 1.8, bench/results/round32, with the
+-- floor's test below). Whatever the statistics, the line index is the
 -- only one whose order the walk reads (no sequential or bitmap scan can
 -- give it; tests/it/plans.rs shows which index each branch reads).
 CREATE OR REPLACE FUNCTION shardq_group_heads(p_queue text, p_from int, p_below bigint,

@@ -731,6 +731,7 @@ CREATE OR REPLACE FUNCTION public.shardq_claim_grouped(p_queue text, p_limit int
  LANGUAGE plpgsql
  SET enable_hashjoin TO 'on'
  SET enable_mergejoin TO 'on'
+ SET enable_bitmapscan TO 'off'
  SET enable_seqscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
@@ -881,7 +882,9 @@ BEGIN
     -- the statistics of a small queue) walked every ready job of the queue
     -- instead, 14-28 ms a claim with 20,000 ready until autovacuum's next
     -- analyze. No sequential scan (as on shardq's own connections): a plan
-    -- made while the table had a few pages would keep one. More: each
+    -- made while the table had a few pages would keep one; no bitmap scan
+    -- either: a group's run read as one reads every ready job of the group
+    -- and sorts them, where an index scan stops at the run's length. More: each
     -- group's first per_group jobs, no more than it may start. The jobs
     -- without a group fill what the groups leave, after their turn.
     WITH heads_only AS MATERIALIZED (

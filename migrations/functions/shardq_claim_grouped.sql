@@ -69,6 +69,7 @@ RETURNS SETOF shardq_claimed
 LANGUAGE plpgsql
 SET enable_hashjoin = on
 SET enable_mergejoin = on
+SET enable_bitmapscan = off
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
@@ -219,7 +220,9 @@ BEGIN
     -- the statistics of a small queue) walked every ready job of the queue
     -- instead, 14-28 ms a claim with 20,000 ready until autovacuum's next
     -- analyze. No sequential scan (as on shardq's own connections): a plan
-    -- made while the table had a few pages would keep one. More: each
+    -- made while the table had a few pages would keep one; no bitmap scan
+    -- either: a group's run read as one reads every ready job of the group
+    -- and sorts them, where an index scan stops at the run's length. More: each
     -- group's first per_group jobs, no more than it may start. The jobs
     -- without a group fill what the groups leave, after their turn.
     WITH heads_only AS MATERIALIZED (

@@ -12,17 +12,17 @@
 --
 -- Only jobs at or past the queue's grouped floor (shardq_group_rounds):
 -- no ready job has a turn below it (shardq_move_group_rounds says why), so
--- the entries below it, the jobs claimed since the floor last moved
--- aside, are passed in the index without reading their rows (the test is
--- on an index column), where each was a row to read while a long
--- transaction holds the horizon. Grouped jobs without a turn wait for the
+-- the entries below it (every job the group ran, but those claimed since
+-- the floor last moved) are passed in the index without reading their
+-- rows (the test is on an index column), where each was a row to read
+-- while a long transaction holds the horizon. Grouped jobs without a turn wait for the
 -- next move of the rounds (a claim of the queue makes one within 250 ms),
 -- as for claims without group limits.
 --
 -- plpgsql with a plan kept for the connection: as a LANGUAGE sql
--- function it was planned on every call, once or twice a claim (a claim
--- of one job took 4.1 ms instead of 1.8, bench/results/round32, with the
--- floor's test below). Whatever the statistics, the line index is the
+-- function it was planned on every call, once or twice a claim (with the
+-- floor's test, a claim of one job took 1.8 ms instead of 4.1 without a
+-- hold: bench/results/round32). Whatever the statistics, the line index is the
 -- only one whose order the walk reads (no sequential or bitmap scan can
 -- give it; tests/it/plans.rs shows which index each branch reads).
 CREATE OR REPLACE FUNCTION shardq_group_heads(p_queue text, p_from int, p_below bigint,

@@ -186,6 +186,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_key_floors TO shardq_worker
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_key_floors TO shardq_producer, shardq_dashboard;
 GRANT SELECT ON TABLE shardq_key_floors TO shardq_dashboard_ro;
 
+-- The lease floor (migration 51): a worker's lease recovery pass moves it
+-- (a row added, the ones before it deleted); every read of the running
+-- jobs (the backlog, `shardq check`) starts there.
+GRANT SELECT, INSERT, DELETE ON TABLE shardq_lease_floor_moves TO shardq_worker;
+GRANT SELECT ON TABLE shardq_lease_floor_moves TO shardq_producer, shardq_dashboard_ro;
+
 -- Relay leases (migration 39): a worker takes and renews the lease of the
 -- wakes its shard's children owe another shard (an upsert: SELECT too).
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_relay_leases TO shardq_worker;

@@ -54,6 +54,7 @@
 --     48 0048_limits_as_moves.sql
 --     49 0049_ready_barrier_as_moves.sql
 --     50 0050_group_buckets_as_moves.sql
+--     51 0051_lease_floor.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL
@@ -104,6 +105,13 @@ TABLE shardq_key_floors WITH (fillfactor=50)
     set_at timestamp with time zone NOT NULL DEFAULT now()
     CONSTRAINT shardq_key_floors_pkey PRIMARY KEY (queue, ordering_key)
     INDEX CREATE UNIQUE INDEX shardq_key_floors_pkey ON public.shardq_key_floors USING btree (queue, ordering_key)
+
+TABLE shardq_lease_floor_moves
+    move_seq bigint NOT NULL
+    floor_at timestamp with time zone NOT NULL
+    moved_at timestamp with time zone NOT NULL DEFAULT now()
+    CONSTRAINT shardq_lease_floor_moves_pkey PRIMARY KEY (move_seq)
+    INDEX CREATE UNIQUE INDEX shardq_lease_floor_moves_pkey ON public.shardq_lease_floor_moves USING btree (move_seq)
 
 TABLE shardq_limit_holders
     queue text NOT NULL

@@ -293,6 +293,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0050_group_buckets_as_moves.sql",
         sql: include_str!("../../migrations/0050_group_buckets_as_moves.sql"),
     },
+    Migration {
+        version: 51,
+        name: "0051_lease_floor.sql",
+        sql: include_str!("../../migrations/0051_lease_floor.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

@@ -201,7 +201,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         applied,
         vec![vec![
             17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
-            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50
+            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51
         ]],
         "the map tables and the reshard's were due"
     );

@@ -46,8 +46,35 @@ pub const KEY_LOCKS_PER_STATEMENT: i64 = 1_000;
 ///
 /// Cancel safe: one transaction, committed or not.
 pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, ShardError> {
-    Ok(recover_expired_since(shard, limit, None).await?.recovered)
+    Ok(recover(shard, limit, RecoveryStart::Oldest)
+        .await?
+        .recovered)
 }
+
+/// Where a recovery pass starts looking for expired leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryStart {
+    /// At the oldest lease: every expired one (a full pass).
+    Oldest,
+    /// At the shard's lease floor (migration 51), written by the last pass
+    /// that caught up: no running job's lease ends before it. While a long
+    /// transaction holds the xmin horizon, the lease index keeps an
+    /// expired entry for every job finished since; a pass from the floor
+    /// walks only those of the last seconds.
+    LeaseFloor,
+    /// At this time: the caller vouches that no lease before it is left.
+    /// Writes no floor.
+    #[cfg_attr(not(feature = "internal"), allow(dead_code))]
+    At(SystemTime),
+}
+
+/// How far before its own time a pass that caught up puts the lease floor:
+/// a claim still open then is seen only later, with a lease that ends no
+/// earlier than the claim's start (its `now()`) plus the lease.
+pub const LEASE_FLOOR_MARGIN: Duration = Duration::from_secs(10);
+
+/// How far the lease floor must rise before a pass writes it again.
+const LEASE_FLOOR_STEP: Duration = Duration::from_secs(4);
 
 /// What one recovery pass did, and where the next may start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,13 +87,18 @@ pub struct RecoveryPass {
     /// It found fewer expired leases than its limit: none is left at or
     /// after where it started, except those it skipped.
     pub caught_up: bool,
-    /// The earliest expired lease it found and left (its key or row was
-    /// busy): the next pass must start no later.
+    /// The earliest expired lease at or after where it started that is
+    /// still running after it (a busy key, or a row another transaction
+    /// was writing): the next pass must start no later.
     pub oldest_left: Option<SystemTime>,
+    /// The lease floor it found or left (`None`: none written yet, or a
+    /// pass from [`RecoveryStart::At`], which writes none).
+    pub floor: Option<SystemTime>,
 }
 
-/// [`recover_expired`], looking only at leases that expired at `since` or
-/// later (`None`: all of them).
+/// One recovery pass of up to `limit` jobs from `start`. A pass from
+/// [`RecoveryStart::Oldest`] or [`RecoveryStart::LeaseFloor`] that caught
+/// up moves the lease floor ([`sql::LEASE_FLOOR_MOVE`]).
 ///
 /// # Errors
 ///
@@ -75,38 +107,40 @@ pub struct RecoveryPass {
 /// # Cancel safety
 ///
 /// Cancel safe: one transaction, committed or not.
-pub async fn recover_expired_since(
+pub async fn recover(
     shard: &Shard,
     limit: i64,
-    since: Option<SystemTime>,
+    start: RecoveryStart,
 ) -> Result<RecoveryPass, ShardError> {
     shard
         .within(async move {
             let mut client = shard.lend().await?;
-            let recovered = recover_on(shard, &mut client, limit, since).await;
+            let recovered = recover_on(shard, &mut client, limit, start).await;
             client.settle();
             recovered
         })
         .await
 }
 
-/// [`recover_expired_since`] on a lent connection.
+/// [`recover`] on a lent connection.
 ///
 /// Between its statements, without the locks it holds: enqueue (adds jobs,
-/// changes none of these), and any writer of a key whose lock the try did
-/// not get, whose jobs this pass then leaves alone. The found rows are
-/// locked, so no completion or extension changes them in between.
+/// changes none of these), any writer of a key whose lock the try did not
+/// get, whose jobs this pass then leaves alone, and claims and extensions,
+/// whose leases end after the floor. The found rows are locked, so no
+/// completion or extension changes them in between; other passes wait for
+/// the recovery's lock, so the floor's rows are written by one at a time.
 async fn recover_on(
     shard: &Shard,
     client: &mut deadpool_postgres::Client,
     limit: i64,
-    since: Option<SystemTime>,
+    start: RecoveryStart,
 ) -> Result<RecoveryPass, ShardError> {
     let err = |e| shard.query_error(e);
     let tx = client.transaction().await.map_err(err)?;
     let gate = tx
         .query_typed(
-            sql::UPKEEP_GATE_AT,
+            sql::RECOVERY_GATE,
             &[
                 (&locks::maintenance_class(), Type::INT4),
                 (&locks::RECOVERY_SLOT, Type::INT4),
@@ -118,6 +152,12 @@ async fn recover_on(
         return Ok(RecoveryPass::default());
     };
     let at: SystemTime = gate.get("at");
+    let floor: Option<SystemTime> = gate.get("floor_at");
+    let since = match start {
+        RecoveryStart::Oldest => None,
+        RecoveryStart::LeaseFloor => floor,
+        RecoveryStart::At(since) => Some(since),
+    };
     let expired = tx
         .query_typed(
             sql::JOB_FIND_EXPIRED,
@@ -128,18 +168,45 @@ async fn recover_on(
     let rows = return_lost_in(&tx, &expired, sql::JOB_RECOVER_EXPIRED, &[])
         .await
         .map_err(err)?;
-    tx.commit().await.map_err(err)?;
+    let caught_up = (expired.len() as i64) < limit;
     let returned: std::collections::HashSet<i64> = rows.iter().map(|r| r.get("id")).collect();
-    Ok(RecoveryPass {
+    let mut pass = RecoveryPass {
         recovered: Recovered::tally(&rows),
         at: Some(at),
-        caught_up: (expired.len() as i64) < limit,
+        caught_up,
         oldest_left: expired
             .iter()
             .filter(|r| !returned.contains(&r.get::<_, i64>("id")))
             .map(|r| r.get("lease_expires_at"))
             .min(),
-    })
+        floor: match start {
+            RecoveryStart::At(_) => None,
+            _ => floor,
+        },
+    };
+    if caught_up && !matches!(start, RecoveryStart::At(_)) {
+        let margin = LEASE_FLOOR_MARGIN.as_millis() as i64;
+        let step = LEASE_FLOOR_STEP.as_millis() as i64;
+        let moved = tx
+            .query_typed(
+                sql::LEASE_FLOOR_MOVE,
+                &[
+                    (&since, Type::TIMESTAMPTZ),
+                    (&at, Type::TIMESTAMPTZ),
+                    (&margin, Type::INT8),
+                    (&step, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(err)?;
+        let moved = moved.first().expect("one row: a SELECT of scalars");
+        pass.oldest_left = moved.get("oldest_left");
+        if moved.get::<_, bool>("moved") {
+            pass.floor = Some(moved.get("floor_at"));
+        }
+    }
+    tx.commit().await.map_err(err)?;
+    Ok(pass)
 }
 
 impl Recovered {

@@ -109,16 +109,10 @@ async fn shard_loop(
         }
         // Three duties, each on its own: one that fails (a deadline on a
         // stuck shard, say) is logged and the others still run.
-        let since = recovery.since(Instant::now());
-        match upkeep::recover_expired_since(shard, MAINTENANCE_BATCH, since).await {
+        let start = recovery.start(Instant::now());
+        match upkeep::recover(shard, MAINTENANCE_BATCH, start).await {
             Ok(pass) => {
-                recovery.passed(
-                    since,
-                    pass.at,
-                    pass.caught_up,
-                    pass.oldest_left,
-                    Instant::now(),
-                );
+                recovery.passed(start, &pass, Instant::now());
                 recovered(shard, index, &stats, pass.recovered);
             }
             Err(err) => failed(shard, "lease recovery", &err),

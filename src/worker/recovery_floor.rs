@@ -3,64 +3,46 @@
 //! While a long transaction holds the xmin horizon, the lease index keeps
 //! an entry, expired, for the running version of every job finished since;
 //! a pass that starts at the oldest lease walks them all, every second,
-//! and the shard spends its CPU on that walk. So a pass starts a margin
-//! before the previous caught-up pass (`MARGIN`: a lease written by a
-//! transaction still open then, and visible only later, is at most that
-//! far behind), and never after a lease it found and had to leave (a busy
-//! key). Every `FULL_EVERY` one pass looks at all of them again, for what
-//! the bound cannot see: a lease behind it whose row was locked by a write
-//! that then rolled back.
+//! and the shard spends its CPU on that walk. So a pass starts at the
+//! shard's lease floor, which the last pass that caught up wrote (by any
+//! process: `store::upkeep::RecoveryStart::LeaseFloor`). Every
+//! `FULL_EVERY` one pass looks at all of them again, for what the floor
+//! cannot see: a lease written by a claim that ran longer than its lease
+//! plus the floor's margin.
 
-use std::time::{Duration, Instant, SystemTime};
-
-/// How far before the previous caught-up pass the next one starts.
-pub(crate) const MARGIN: Duration = Duration::from_secs(10);
+use crate::store::upkeep::{RecoveryPass, RecoveryStart};
+use std::time::{Duration, Instant};
 
 /// How often a pass looks at every expired lease.
 pub(crate) const FULL_EVERY: Duration = Duration::from_secs(300);
 
-/// One shard's recovery start, kept by this process's maintenance loop.
+/// When this process last looked at every expired lease of one shard.
 #[derive(Debug)]
 pub(crate) struct RecoveryFloor {
-    since: Option<SystemTime>,
     last_full: Option<Instant>,
 }
 
 impl RecoveryFloor {
     pub(crate) fn new() -> Self {
-        RecoveryFloor {
-            since: None,
-            last_full: None,
-        }
+        RecoveryFloor { last_full: None }
     }
 
-    /// Where the next pass starts (`None`: at the oldest lease), as of `now`.
-    pub(crate) fn since(&self, now: Instant) -> Option<SystemTime> {
+    /// Where the next pass starts, as of `now`: at the oldest lease on
+    /// this process's first pass and every [`FULL_EVERY`], else at the
+    /// shard's lease floor.
+    pub(crate) fn start(&self, now: Instant) -> RecoveryStart {
         match self.last_full {
-            Some(full) if now.duration_since(full) < FULL_EVERY => self.since,
-            _ => None,
+            Some(full) if now.duration_since(full) < FULL_EVERY => RecoveryStart::LeaseFloor,
+            _ => RecoveryStart::Oldest,
         }
     }
 
-    /// Takes in a pass that started at `since` (what [`Self::since`] said)
+    /// Takes in a pass that started at `start` (what [`Self::start`] said)
     /// and ended as `pass` says, at `now`.
-    pub(crate) fn passed(
-        &mut self,
-        since: Option<SystemTime>,
-        at: Option<SystemTime>,
-        caught_up: bool,
-        oldest_left: Option<SystemTime>,
-        now: Instant,
-    ) {
-        let Some(at) = at else {
-            return; // another process did the pass: nothing was looked at
-        };
-        if !caught_up {
-            return; // more past `since`: the next pass starts there again
-        }
-        let next = at.checked_sub(MARGIN).unwrap_or(at);
-        self.since = Some(oldest_left.map_or(next, |left| left.min(next)));
-        if since.is_none() {
+    pub(crate) fn passed(&mut self, start: RecoveryStart, pass: &RecoveryPass, now: Instant) {
+        // Another process had the lock (nothing was looked at), or more
+        // were left than one pass takes: the next pass is full again.
+        if start == RecoveryStart::Oldest && pass.at.is_some() && pass.caught_up {
             self.last_full = Some(now);
         }
     }
@@ -69,43 +51,50 @@ impl RecoveryFloor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
 
-    fn t(s: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
+    fn pass(at: bool, caught_up: bool) -> RecoveryPass {
+        RecoveryPass {
+            at: at.then(SystemTime::now),
+            caught_up,
+            ..RecoveryPass::default()
+        }
     }
 
     #[test]
-    fn the_first_pass_looks_at_every_lease_then_a_margin_before_the_last() {
+    fn the_first_pass_looks_at_every_lease_then_from_the_floor() {
         let start = Instant::now();
         let mut floor = RecoveryFloor::new();
-        assert_eq!(floor.since(start), None);
-        floor.passed(None, Some(t(100)), true, None, start);
-        assert_eq!(floor.since(start), Some(t(90)));
-        floor.passed(Some(t(90)), Some(t(101)), true, None, start);
-        assert_eq!(floor.since(start), Some(t(91)));
+        assert_eq!(floor.start(start), RecoveryStart::Oldest);
+        floor.passed(RecoveryStart::Oldest, &pass(true, true), start);
+        assert_eq!(floor.start(start), RecoveryStart::LeaseFloor);
+        floor.passed(RecoveryStart::LeaseFloor, &pass(true, true), start);
+        assert_eq!(floor.start(start), RecoveryStart::LeaseFloor);
     }
 
     #[test]
-    fn a_pass_that_did_not_catch_up_or_ran_elsewhere_keeps_the_start() {
+    fn a_full_pass_that_did_not_catch_up_or_ran_elsewhere_comes_again() {
         let start = Instant::now();
         let mut floor = RecoveryFloor::new();
-        floor.passed(None, Some(t(100)), true, None, start);
-        floor.passed(Some(t(90)), Some(t(200)), false, None, start);
-        assert_eq!(floor.since(start), Some(t(90)), "more to do past 90");
-        floor.passed(Some(t(90)), None, true, None, start);
-        assert_eq!(floor.since(start), Some(t(90)), "another process passed");
-        // Not caught up on the first pass: still a full one next.
-        let mut fresh = RecoveryFloor::new();
-        fresh.passed(None, Some(t(100)), false, None, start);
-        assert_eq!(fresh.since(start), None);
+        floor.passed(RecoveryStart::Oldest, &pass(true, false), start);
+        assert_eq!(floor.start(start), RecoveryStart::Oldest, "more to do");
+        floor.passed(RecoveryStart::Oldest, &pass(false, true), start);
+        assert_eq!(
+            floor.start(start),
+            RecoveryStart::Oldest,
+            "another process passed"
+        );
     }
 
     #[test]
-    fn a_lease_left_behind_holds_the_start_and_a_full_pass_comes_back() {
+    fn a_full_pass_comes_back_every_full_every() {
         let start = Instant::now();
         let mut floor = RecoveryFloor::new();
-        floor.passed(None, Some(t(100)), true, Some(t(20)), start);
-        assert_eq!(floor.since(start), Some(t(20)), "the busy key's lease");
-        assert_eq!(floor.since(start + FULL_EVERY), None, "then all again");
+        floor.passed(RecoveryStart::Oldest, &pass(true, true), start);
+        assert_eq!(
+            floor.start(start + FULL_EVERY / 2),
+            RecoveryStart::LeaseFloor
+        );
+        assert_eq!(floor.start(start + FULL_EVERY), RecoveryStart::Oldest);
     }
 }

@@ -77,7 +77,7 @@ async fn a_recovery_pass_from_its_floor_reads_no_expired_entry_behind_it() {
     assert_eq!(found, vec![lost]);
     assert!(read <= 5, "from the floor it read {read} entries");
 
-    let pass = upkeep::recover_expired_since(shard, 100, Some(floor))
+    let pass = upkeep::recover(shard, 100, upkeep::RecoveryStart::At(floor))
         .await
         .unwrap();
     assert_eq!(pass.recovered.requeued, 1);

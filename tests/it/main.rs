@@ -50,6 +50,7 @@ mod job_groups;
 mod job_span;
 mod key_floors;
 mod keyed_runs;
+mod lease_floor;
 mod lease_outage;
 mod lifecycle;
 mod limits_held;

@@ -31,11 +31,14 @@
 /// The other states are read from their own partial indexes
 /// (waiting jobs always have a key: `workflow_status_key`; scheduled ones by
 /// queue, attempts and the parked mark: `workflow_status_scheduled_by_kind`;
-/// running ones: the lease index, which, while the horizon is held, keeps
-/// an entry of every job run since: docs/operations.md).
+/// running ones: the lease index from the lease floor, since, while the
+/// horizon is held, it keeps an expired entry of every job run since:
+/// those of the last lease's length and a few seconds are still walked,
+/// docs/operations.md).
 /// `$1 IS NULL` is folded away when the statement is planned for its value
 /// (the unnamed statement always is), so a named queue is an index range.
-pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
+pub const QUEUE_BACKLOG: &str = concat!(
+    "WITH ready AS ( \
         SELECT f.queue, f.priority, k.kind, k.n, k.first FROM shardq_ready_floors f \
         CROSS JOIN LATERAL ( \
             SELECT 0 AS kind, count(*) AS n, min(w.ready_seq) AS first FROM workflow_status w \
@@ -78,4 +81,8 @@ pub const QUEUE_BACKLOG: &str = "WITH ready AS ( \
                 WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
             FROM workflow_status WHERE status = 'scheduled' \
         UNION ALL SELECT queue, 'running' FROM workflow_status WHERE status = 'running' \
-    ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2";
+            AND ",
+    at_or_past_lease_floor!("lease_expires_at"),
+    " \
+    ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2"
+);

@@ -111,6 +111,8 @@ pub const JOBS_RUNNING: &str = concat!(
     ", ",
     micros!("lease_expires_at"),
     " FROM workflow_status WHERE status = 'running' AND ",
+    at_or_past_lease_floor!("lease_expires_at"),
+    " AND ",
     filters!(),
     " AND ($4::text IS NULL OR (lease_expires_at, id) > \
         (timestamptz 'epoch' + $6::bigint * interval '1 microsecond', $7)) \

@@ -80,13 +80,16 @@ pub const CHECK_STRANDED_KEYS: &str = "WITH groups AS ( \
 /// fleet holds, not the backlog or history; sorts the keyed ones by key.
 /// Cost: about 2 µs per running row (9 ms for 5,000). Examples ($1): each
 /// key's lowest running job.
-pub const CHECK_KEY_RUNNING_TWICE: &str = "WITH keys AS MATERIALIZED ( \
+pub const CHECK_KEY_RUNNING_TWICE: &str = concat!(
+    "WITH keys AS MATERIALIZED ( \
         SELECT w.queue, w.ordering_key, count(*) AS running, \
             count(DISTINCT w.owner) AS owners, count(DISTINCT w.started_at) AS claims, \
             (array_agg(w.shard_key ORDER BY w.id))[1] AS shard_key, min(w.id) AS id, \
             string_agg(DISTINCT w.owner, ', ') AS owner_list \
         FROM workflow_status w \
-        WHERE w.status = 'running' AND w.ordering_key IS NOT NULL \
+        WHERE w.status = 'running' AND w.ordering_key IS NOT NULL AND ",
+    at_or_past_lease_floor!("w.lease_expires_at"),
+    " \
         GROUP BY w.queue, w.ordering_key \
     ), broken AS MATERIALIZED ( \
         SELECT * FROM keys WHERE owners > 1 OR claims > 1 \
@@ -102,7 +105,8 @@ pub const CHECK_KEY_RUNNING_TWICE: &str = "WITH keys AS MATERIALIZED ( \
         coalesce(array_agg(running || ' running jobs from ' || claims || ' claim time(s) by ' \
             || owners || ' owner(s): ' || coalesce(owner_list, 'none') ORDER BY id), '{}') \
             AS ex_detail \
-    FROM shown";
+    FROM shown"
+);
 
 /// Recovery not happening: running jobs whose lease expired more than $1
 /// ms ago. At most $2 counted, oldest first.
@@ -110,10 +114,13 @@ pub const CHECK_KEY_RUNNING_TWICE: &str = "WITH keys AS MATERIALIZED ( \
 /// A range of `workflow_status_lease` (lease_expires_at) below the
 /// threshold: index entries of expired leases only, at most $2. Cost: well
 /// under 1 ms when recovery keeps up. Examples ($3): the oldest.
-pub const CHECK_LEASE_NOT_RECOVERED: &str = "WITH found AS MATERIALIZED ( \
+pub const CHECK_LEASE_NOT_RECOVERED: &str = concat!(
+    "WITH found AS MATERIALIZED ( \
         SELECT w.shard_key, w.id, w.queue, w.ordering_key, w.owner, w.lease_expires_at \
         FROM workflow_status w \
-        WHERE w.status = 'running' \
+        WHERE w.status = 'running' AND ",
+    at_or_past_lease_floor!("w.lease_expires_at"),
+    " \
           AND w.lease_expires_at < now() - $1::bigint * interval '1 millisecond' \
         ORDER BY w.lease_expires_at LIMIT $2 \
     ), shown AS ( \
@@ -130,7 +137,8 @@ pub const CHECK_LEASE_NOT_RECOVERED: &str = "WITH found AS MATERIALIZED ( \
             || round(extract(epoch FROM now() - lease_expires_at)::numeric, 1) \
             || ' s ago; owner ' || coalesce(owner, 'none') ORDER BY lease_expires_at), '{}') \
             AS ex_detail \
-    FROM shown";
+    FROM shown"
+);
 
 /// Promotion not happening: scheduled jobs due more than $1 ms ago. At
 /// most $2 counted, oldest first.
@@ -195,11 +203,14 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 /// on an idle server, 54-66 ms on this 2-core machine under load).
 /// `capped` says an unfinished state had more rows than $1. Examples ($2):
 /// the lowest ids, with the first rule each breaks.
-pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
+pub const CHECK_JOB_STATE: &str = concat!(
+    "WITH visited AS MATERIALIZED ( \
         (SELECT 'running' AS scan, shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
             cancel_requested, held_status, priority, job_group, ready_seq, turn \
-         FROM workflow_status WHERE status = 'running') \
+         FROM workflow_status WHERE status = 'running' AND ",
+    at_or_past_lease_floor!("lease_expires_at"),
+    ") \
         UNION ALL \
         (SELECT 'queued', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
@@ -317,4 +328,5 @@ pub const CHECK_JOB_STATE: &str = "WITH visited AS MATERIALIZED ( \
         coalesce(array_agg(queue ORDER BY id), '{}') AS ex_queue, \
         coalesce(array_agg(ordering_key ORDER BY id), '{}') AS ex_key, \
         coalesce(array_agg(rule ORDER BY id), '{}') AS ex_detail \
-    FROM shown";
+    FROM shown"
+);

@@ -184,8 +184,11 @@ pub const CHECK_WAKE_NOT_RELAYED: &str = "WITH seen AS MATERIALIZED ( \
 /// judge. `held` rows (a move's) are left out.
 macro_rules! unfinished_windows {
     () => {
-        "(SELECT 'running' AS scan, shard_key, id, queue, ordering_key, created_at, \
-            parent_shard_key, parent_id FROM workflow_status WHERE status = 'running') \
+        concat!(
+            "(SELECT 'running' AS scan, shard_key, id, queue, ordering_key, created_at, \
+            parent_shard_key, parent_id FROM workflow_status WHERE status = 'running' AND ",
+            at_or_past_lease_floor!("lease_expires_at"),
+            ") \
         UNION ALL \
         (SELECT 'queued', shard_key, id, queue, ordering_key, created_at, parent_shard_key, \
             parent_id FROM workflow_status \
@@ -212,6 +215,7 @@ macro_rules! unfinished_windows {
         (SELECT 'scheduled', shard_key, id, queue, ordering_key, created_at, \
             parent_shard_key, parent_id FROM workflow_status \
          WHERE status = 'scheduled' ORDER BY run_at LIMIT $1)"
+        )
     };
 }
 

@@ -6,23 +6,28 @@
 /// after a failure) job on this shard. Each test names what its partial
 /// index needs (waiting jobs always have a key; scheduled ones are in
 /// `workflow_status_scheduled_by_kind` by queue and attempts), so each is one probe but the
-/// running one, which walks the running rows (the lease index) until it
+/// running one, which walks the running rows (the lease index, from the
+/// lease floor: `at_or_past_lease_floor!`) until it
 /// finds one of this queue: at most what the fleet holds. (The planner
 /// takes a queue's share of the whole table for its share of the scheduled
 /// rows and, with many finished rows of the queue, prefers walking every
 /// scheduled row; the ORDER BY ... LIMIT 1 of a scalar subquery, which EXISTS would
 /// drop, makes the probe the cheap plan.)
-pub const QUEUE_HAS_PENDING: &str = "SELECT (EXISTS (SELECT 1 FROM workflow_status \
+pub const QUEUE_HAS_PENDING: &str = concat!(
+    "SELECT (EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NULL AND job_group IS NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND job_group IS NOT NULL AND status = 'queued') \
     OR EXISTS (SELECT 1 FROM workflow_status \
         WHERE queue = $1 AND ordering_key IS NOT NULL AND status IN ('queued', 'waiting') \
             AND hashtext(ordering_key) IS NOT NULL) \
-    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running') \
+    OR EXISTS (SELECT 1 FROM workflow_status WHERE queue = $1 AND status = 'running' AND ",
+    at_or_past_lease_floor!("lease_expires_at"),
+    ") \
     OR coalesce((SELECT true FROM workflow_status \
         WHERE queue = $1 AND status = 'scheduled' AND attempts > 0 \
-        ORDER BY queue, attempts LIMIT 1), false)) AS pending";
+        ORDER BY queue, attempts LIMIT 1), false)) AS pending"
+);
 
 /// The planner's estimate of finished rows (all queues), from the table's
 /// statistics: free, however many there are.

@@ -24,6 +24,49 @@ pub const JOB_FIND_EXPIRED: &str = "SELECT shard_key, id, lease_expires_at FROM 
       AND lease_expires_at >= COALESCE($2::timestamptz, '-infinity') \
     ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED";
 
+/// Takes the recovery's upkeep lock ($1 class, $2 slot) for this
+/// transaction, like [`UPKEEP_GATE_AT`], and reads the newest lease floor
+/// (`floor_at`, NULL when none was written: migration 51). Read in the
+/// statement's snapshot, taken before the lock: a pass that committed in
+/// between moved it up, and an older floor is still true (a lease written
+/// after a floor ends after it).
+pub const RECOVERY_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got, \
+    now() AS at, (SELECT f.floor_at FROM shardq_lease_floor_moves f \
+        ORDER BY f.move_seq DESC LIMIT 1) AS floor_at";
+
+/// After a recovery pass that caught up ($1: where it started, NULL for
+/// every lease; $2: its time, `now()` of its transaction), in its
+/// transaction: the earliest lease in [$1, $2) still running (left by the
+/// pass for a busy key, or skipped while another transaction wrote the
+/// row: this read does not wait for row locks and sees the row as it was),
+/// and the new floor, that or $2 less $3 ms (a claim open at $2 is seen
+/// later, with a lease no earlier than its start), whichever is earlier.
+/// Writes the floor as a new row past the newest, deleting those before
+/// it, unless it rose less than $4 ms above the newest (one row a few
+/// seconds, not one a pass). The caller holds the recovery's lock, so no
+/// other pass numbers a row at once.
+pub const LEASE_FLOOR_MOVE: &str = "WITH remaining AS MATERIALIZED ( \
+        SELECT min(w.lease_expires_at) AS oldest FROM workflow_status w \
+        WHERE w.status = 'running' AND w.lease_expires_at < $2::timestamptz \
+          AND w.lease_expires_at >= coalesce($1::timestamptz, '-infinity') \
+    ), next AS MATERIALIZED ( \
+        SELECT least((SELECT oldest FROM remaining), \
+            $2::timestamptz - $3::bigint * interval '1 millisecond') AS floor_at \
+    ), newest AS MATERIALIZED ( \
+        SELECT f.move_seq, f.floor_at FROM shardq_lease_floor_moves f \
+        ORDER BY f.move_seq DESC LIMIT 1 \
+    ), moved AS ( \
+        INSERT INTO shardq_lease_floor_moves (move_seq, floor_at) \
+        SELECT coalesce((SELECT move_seq FROM newest), 0) + 1, n.floor_at FROM next n \
+        WHERE NOT EXISTS (SELECT FROM newest o WHERE n.floor_at >= o.floor_at \
+            AND n.floor_at < o.floor_at + $4::bigint * interval '1 millisecond') \
+        RETURNING move_seq \
+    ), replaced AS ( \
+        DELETE FROM shardq_lease_floor_moves f WHERE f.move_seq < (SELECT move_seq FROM moved) \
+    ) \
+    SELECT (SELECT oldest FROM remaining) AS oldest_left, \
+        (SELECT floor_at FROM next) AS floor_at, EXISTS (SELECT FROM moved) AS moved";
+
 /// Tries the key locks of the jobs among ($1 shard keys, $2 ids), at most $3
 /// distinct keys, and returns the jobs it may change now: the unkeyed ones
 /// and those whose key lock it got (`try_key_locks!` in macros.rs). Run first in the

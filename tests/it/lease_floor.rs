@@ -1,0 +1,286 @@
+//! The lease floor (migration 51): a lease recovery pass that caught up
+//! writes the time before which no running job's lease ends, and every
+//! read of the running jobs (the backlog's running count, `shardq check`'s
+//! windows) starts there. While a long transaction holds the horizon, the
+//! lease index keeps an expired entry of every job run since; from the
+//! floor those are passed without being read. And the floor never passes
+//! a job still running: one whose row a completion was writing (then
+//! rolled back), one whose key another session held, one claimed by a
+//! transaction the pass could not see yet.
+
+use crate::common;
+use shardq::store::upkeep::{self, RecoveryStart};
+use shardq::store::{backlog, sql};
+use std::time::SystemTime;
+use tokio_postgres::types::Type;
+
+/// Entries of `workflow_status_lease` this backend has read and not yet
+/// reported (the count runs on across transactions until the statistics
+/// are flushed, so a reading is a difference).
+async fn lease_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
+    tx.query_one(
+        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_lease'::regclass)",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Lease index entries `statement` reads, run with `params` in a
+/// transaction rolled back.
+async fn entries_read(
+    db: &mut tokio_postgres::Client,
+    statement: &str,
+    params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+) -> i64 {
+    let tx = db.transaction().await.unwrap();
+    let before = lease_entries(&tx).await;
+    tx.query_typed(statement, params).await.unwrap();
+    let read = lease_entries(&tx).await - before;
+    tx.rollback().await.unwrap();
+    read
+}
+
+/// Running jobs of `queue` on the shard, as the backlog read counts them.
+async fn running(shard: &shardq::shards::Shard, queue: &str) -> i64 {
+    backlog::read(shard, Some(queue))
+        .await
+        .unwrap()
+        .first()
+        .map_or(0, |q| q.depth.running)
+}
+
+/// Enqueues one job of `queue` (keyed by `key` when given) and claims it
+/// with a lease that ended a minute ago (a negative length); returns its
+/// id and lease.
+async fn claimed_expired(
+    db: &tokio_postgres::Client,
+    queue: &str,
+    key: Option<&str>,
+) -> (i64, SystemTime) {
+    db.execute(
+        "SELECT shardq_enqueue($1, 'noop', p_ordering_key => $2)",
+        &[&queue, &key],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "SELECT * FROM shardq_claim(1, 0, $1, 1, 'w', -60000)",
+        &[&queue],
+    )
+    .await
+    .unwrap();
+    let row = db
+        .query_one(
+            "SELECT id, lease_expires_at FROM workflow_status \
+             WHERE queue = $1 AND status = 'running'",
+            &[&queue],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// 3,000 jobs run under leases that ended a minute before the pass (a
+/// negative lease length, so that no test waits out the floor's margin), and
+/// finished, while a snapshot was held: each left an expired entry in the
+/// lease index. Before any pass the backlog's running count reads them
+/// all; after a pass that caught up, it and the check's windows of running
+/// rows read a handful, and still count the one job running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapshot() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let shard = set.get(0);
+    let mut db = shard.client().await.unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    db.batch_execute(
+        "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 3000); \
+         SELECT count(*) FROM shardq_claim(1, 0, 'q', 3000, 'w', -60000); \
+         UPDATE workflow_status SET status = 'succeeded', finished_at = now(), \
+             owner = NULL, lease_expires_at = NULL WHERE queue = 'q' AND status = 'running'; \
+         SELECT shardq_enqueue('q', 'noop'); \
+         SELECT count(*) FROM shardq_claim(1, 0, 'q', 1, 'w', 60000)",
+    )
+    .await
+    .unwrap();
+    let queue = Some("q");
+    let backlog_params = [(&queue as _, Type::TEXT)];
+    let read = entries_read(&mut db, sql::QUEUE_BACKLOG, &backlog_params).await;
+    assert!(read >= 3_000, "with no floor the count read {read} entries");
+    assert_eq!(running(shard, "q").await, 1);
+
+    let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
+        .await
+        .unwrap();
+    assert!(pass.caught_up && pass.floor.is_some(), "{pass:?}");
+    assert_eq!(pass.recovered, upkeep::Recovered::default());
+
+    let read = entries_read(&mut db, sql::QUEUE_BACKLOG, &backlog_params).await;
+    assert!(read <= 10, "from the floor the count read {read} entries");
+    assert_eq!(
+        running(shard, "q").await,
+        1,
+        "the running job still counted"
+    );
+    let (rows, shown, stale, up_to) = (100i64, 5i64, 0i64, 100i64);
+    let read = entries_read(
+        &mut db,
+        sql::CHECK_JOB_STATE,
+        &[(&rows, Type::INT8), (&shown, Type::INT8)],
+    )
+    .await;
+    assert!(read <= 10, "the job-state window read {read} entries");
+    let read = entries_read(
+        &mut db,
+        sql::CHECK_KEY_RUNNING_TWICE,
+        &[(&shown, Type::INT8)],
+    )
+    .await;
+    assert!(
+        read <= 10,
+        "the keys-running-twice window read {read} entries"
+    );
+    let read = entries_read(
+        &mut db,
+        sql::CHECK_LEASE_NOT_RECOVERED,
+        &[
+            (&stale, Type::INT8),
+            (&up_to, Type::INT8),
+            (&shown, Type::INT8),
+        ],
+    )
+    .await;
+    assert!(read <= 10, "the lease window read {read} entries");
+
+    // The next pass starts there too, and keeps the floor.
+    let next = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+        .await
+        .unwrap();
+    assert!(next.caught_up && next.floor.is_some(), "{next:?}");
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// A session on shard 0 of `shards`.
+async fn session(shards: &common::TestShards) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// A pass that cannot recover a job leaves the floor at or before its
+/// lease: a row a completion was writing (skipped, then rolled back) and
+/// a key another session held. Each stays counted running, and a later
+/// pass from the floor recovers it once free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let shard = set.get(0);
+    let db = shard.client().await.unwrap();
+    let (row_id, row_lease) = claimed_expired(&db, "rows", None).await;
+    let (_, key_lease) = claimed_expired(&db, "keys", Some("k")).await;
+    // A completion writing the row: it holds the row's lock.
+    let completion = session(&shards).await;
+    completion
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM workflow_status WHERE id = {row_id} FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    // A session holding the key's lock.
+    let key_holder = session(&shards).await;
+    key_holder
+        .batch_execute("SELECT pg_advisory_lock(shardq_key_lock('keys', 'k'))")
+        .await
+        .unwrap();
+
+    let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
+        .await
+        .unwrap();
+    assert_eq!(pass.recovered, upkeep::Recovered::default(), "{pass:?}");
+    assert!(pass.caught_up, "{pass:?}");
+    let oldest = row_lease.min(key_lease);
+    assert_eq!(pass.oldest_left, Some(oldest), "{pass:?}");
+    let floor = pass
+        .floor
+        .expect("a full pass that caught up writes a floor");
+    assert!(
+        floor <= oldest,
+        "floor {floor:?} past a running job's {oldest:?}"
+    );
+
+    completion.batch_execute("ROLLBACK").await.unwrap();
+    for queue in ["rows", "keys"] {
+        assert_eq!(
+            running(shard, queue).await,
+            1,
+            "{queue} still counted running"
+        );
+    }
+    let next = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+        .await
+        .unwrap();
+    assert_eq!(
+        next.recovered.requeued, 1,
+        "the rolled-back row's job: {next:?}"
+    );
+    assert_eq!(next.oldest_left, Some(key_lease), "{next:?}");
+    assert!(next.floor.is_none_or(|f| f <= key_lease), "{next:?}");
+    key_holder
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    let last = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+        .await
+        .unwrap();
+    assert_eq!(last.recovered.requeued, 1, "the key's job: {last:?}");
+    for queue in ["rows", "keys"] {
+        assert_eq!(running(shard, queue).await, 0, "{queue} recovered");
+    }
+}
+
+/// A claim whose transaction is still open when a pass runs is seen only
+/// after: its lease ends no earlier than its transaction's start (here
+/// at once: lease 0), and the floor a pass writes lies a margin before
+/// the pass, so it stays behind that lease. Once committed, the job is
+/// counted running and a pass from the floor recovers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_committed_after_a_pass_lies_past_its_floor() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let shard = set.get(0);
+    let db = shard.client().await.unwrap();
+    db.execute("SELECT shardq_enqueue('open', 'noop')", &[])
+        .await
+        .unwrap();
+    let claimer = session(&shards).await;
+    claimer
+        .batch_execute("BEGIN; SELECT count(*) FROM shardq_claim(1, 0, 'open', 1, 'w', 0)")
+        .await
+        .unwrap();
+    let lease: SystemTime = claimer.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
+        .await
+        .unwrap();
+    assert!(pass.caught_up && pass.oldest_left.is_none(), "{pass:?}");
+    let floor = pass
+        .floor
+        .expect("a full pass that caught up writes a floor");
+    assert!(
+        floor <= lease,
+        "floor {floor:?} past the open claim's lease {lease:?}"
+    );
+
+    claimer.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(running(shard, "open").await, 1, "counted running");
+    let next = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+        .await
+        .unwrap();
+    assert_eq!(next.recovered.requeued, 1, "{next:?}");
+}

@@ -162,3 +162,25 @@ pub async fn hold_snapshot(url: &str) -> tokio_postgres::Client {
         .expect("take the snapshot");
     holder
 }
+
+/// What one of PostgreSQL's per-transaction statistics, `stat`
+/// (`pg_stat_get_xact_<stat>`: `tuples_returned` for the index entries a
+/// scan met, `blocks_fetched` for the blocks read), says of `relations`
+/// together, for this transaction so far. The counts are this backend's,
+/// not yet reported, so read them before and after a statement in one
+/// transaction and take the difference.
+pub async fn xact_stat(
+    tx: &tokio_postgres::Transaction<'_>,
+    stat: &str,
+    relations: &[&str],
+) -> i64 {
+    assert!(
+        stat.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+        "a statistic's name: {stat}"
+    );
+    let sql = format!(
+        "SELECT coalesce(sum(pg_stat_get_xact_{stat}(r::regclass)), 0)::int8 \
+         FROM unnest($1::text[]) r"
+    );
+    tx.query_one(&sql, &[&relations]).await.unwrap().get(0)
+}

@@ -8,17 +8,6 @@
 
 use crate::common;
 
-/// Blocks of the jobs' table this transaction has read.
-async fn heap_blocks(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT pg_stat_get_xact_blocks_fetched('workflow_status'::regclass)",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
-
 /// 4,000 claims of one group held, then a claim of 5 (the heads' walk
 /// finds the group, its run takes 5) reads few blocks of the table: 90
 /// after 3,000 claims in a probe, where the walks from each line's start
@@ -72,7 +61,7 @@ async fn a_group_limited_claim_under_a_held_snapshot_starts_at_the_grouped_floor
     );
 
     let tx = db.transaction().await.unwrap();
-    let before = heap_blocks(&tx).await;
+    let before = common::xact_stat(&tx, "blocks_fetched", &["workflow_status"]).await;
     let claimed = tx
         .query(
             "SELECT id FROM shardq_claim(1, 0, 'tenants', 5, 'w', 60000) WHERE id IS NOT NULL",
@@ -81,7 +70,7 @@ async fn a_group_limited_claim_under_a_held_snapshot_starts_at_the_grouped_floor
         .await
         .unwrap()
         .len();
-    let read = heap_blocks(&tx).await - before;
+    let read = common::xact_stat(&tx, "blocks_fetched", &["workflow_status"]).await - before;
     tx.commit().await.unwrap();
     assert_eq!(claimed, 5);
     assert!(

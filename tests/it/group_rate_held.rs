@@ -15,17 +15,8 @@ const QUEUE: &str = "tenants";
 const CLAIM_ONE: &str =
     "SELECT id FROM shardq_claim(1, 0, 'tenants', 1, 'w', 60000) WHERE id IS NOT NULL";
 
-/// Heap and index blocks of the group buckets this transaction has read.
-async fn blocks(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT sum(pg_stat_get_xact_blocks_fetched(r::regclass))::int8 FROM unnest(array[ \
-             'shardq_group_buckets', 'shardq_group_buckets_pkey']) r",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
+/// The group buckets and their key.
+const BUCKETS: [&str; 2] = ["shardq_group_buckets", "shardq_group_buckets_pkey"];
 
 /// `n` ready jobs of group `group` in the queue, and a group rate of
 /// `count` starts per `period_ms`.
@@ -79,9 +70,9 @@ async fn a_grouped_claim_under_a_held_snapshot_reads_the_groups_newest_bucket_ro
         .unwrap();
 
     let tx = db.transaction().await.unwrap();
-    let before = blocks(&tx).await;
+    let before = common::xact_stat(&tx, "blocks_fetched", &BUCKETS).await;
     let claimed = tx.query(CLAIM_ONE, &[]).await.unwrap().len();
-    let read = blocks(&tx).await - before;
+    let read = common::xact_stat(&tx, "blocks_fetched", &BUCKETS).await - before;
     tx.commit().await.unwrap();
     assert_eq!(claimed, 1);
     assert!(

@@ -14,7 +14,7 @@ use tokio_postgres::types::Type;
 /// the jobs it found, in one transaction rolled back.
 async fn search(db: &mut tokio_postgres::Client, since: Option<SystemTime>) -> (i64, Vec<i64>) {
     let tx = db.transaction().await.unwrap();
-    let before = returned(&tx).await;
+    let before = common::xact_stat(&tx, "tuples_returned", &["workflow_status_lease"]).await;
     let found = tx
         .query_typed(
             sql::JOB_FIND_EXPIRED,
@@ -25,7 +25,7 @@ async fn search(db: &mut tokio_postgres::Client, since: Option<SystemTime>) -> (
         .iter()
         .map(|r| r.get("id"))
         .collect();
-    let read = returned(&tx).await - before;
+    let read = common::xact_stat(&tx, "tuples_returned", &["workflow_status_lease"]).await - before;
     tx.rollback().await.unwrap();
     (read, found)
 }
@@ -83,17 +83,4 @@ async fn a_recovery_pass_from_its_floor_reads_no_expired_entry_behind_it() {
     assert_eq!(pass.recovered.requeued, 1);
     assert!(pass.caught_up && pass.at.is_some() && pass.oldest_left.is_none());
     holder.batch_execute("COMMIT").await.unwrap();
-}
-
-/// Index entries of `workflow_status_lease` this backend has read and not yet reported
-/// (the count runs on across transactions until the statistics are
-/// flushed, so a reading is a difference).
-async fn returned(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_lease'::regclass)",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
 }

@@ -14,30 +14,26 @@ use shardq::store::{backlog, sql};
 use std::time::SystemTime;
 use tokio_postgres::types::Type;
 
-/// Entries of `workflow_status_lease` this backend has read and not yet
-/// reported (the count runs on across transactions until the statistics
-/// are flushed, so a reading is a difference).
-async fn lease_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_lease'::regclass)",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
+/// The indexes of running and ready jobs the reads below may walk.
+const INDEXES: [&str; 4] = [
+    "workflow_status_lease",
+    "workflow_status_dequeue_plain",
+    "workflow_status_ready_plain",
+    "workflow_status_ready_keyed",
+];
 
-/// Lease index entries `statement` reads, run with `params` in a
+/// Entries of `indexes` that `statement` met, run with `params` in a
 /// transaction rolled back.
 async fn entries_read(
     db: &mut tokio_postgres::Client,
+    indexes: &[&str],
     statement: &str,
     params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
 ) -> i64 {
     let tx = db.transaction().await.unwrap();
-    let before = lease_entries(&tx).await;
+    let before = common::xact_stat(&tx, "tuples_returned", indexes).await;
     tx.query_typed(statement, params).await.unwrap();
-    let read = lease_entries(&tx).await - before;
+    let read = common::xact_stat(&tx, "tuples_returned", indexes).await - before;
     tx.rollback().await.unwrap();
     read
 }
@@ -107,7 +103,7 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     .unwrap();
     let queue = Some("q");
     let backlog_params = [(&queue as _, Type::TEXT)];
-    let read = entries_read(&mut db, sql::QUEUE_BACKLOG, &backlog_params).await;
+    let read = entries_read(&mut db, &INDEXES[..1], sql::QUEUE_BACKLOG, &backlog_params).await;
     assert!(read >= 3_000, "with no floor the count read {read} entries");
     assert_eq!(running(shard, "q").await, 1);
 
@@ -117,7 +113,7 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     assert!(pass.caught_up && pass.floor.is_some(), "{pass:?}");
     assert_eq!(pass.recovered, upkeep::Recovered::default());
 
-    let read = entries_read(&mut db, sql::QUEUE_BACKLOG, &backlog_params).await;
+    let read = entries_read(&mut db, &INDEXES[..1], sql::QUEUE_BACKLOG, &backlog_params).await;
     assert!(read <= 10, "from the floor the count read {read} entries");
     assert_eq!(
         running(shard, "q").await,
@@ -127,6 +123,7 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     let (rows, shown, stale, up_to) = (100i64, 5i64, 0i64, 100i64);
     let read = entries_read(
         &mut db,
+        &INDEXES[..1],
         sql::CHECK_JOB_STATE,
         &[(&rows, Type::INT8), (&shown, Type::INT8)],
     )
@@ -134,6 +131,7 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     assert!(read <= 10, "the job-state window read {read} entries");
     let read = entries_read(
         &mut db,
+        &INDEXES[..1],
         sql::CHECK_KEY_RUNNING_TWICE,
         &[(&shown, Type::INT8)],
     )
@@ -144,6 +142,7 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     );
     let read = entries_read(
         &mut db,
+        &INDEXES[..1],
         sql::CHECK_LEASE_NOT_RECOVERED,
         &[
             (&stale, Type::INT8),

@@ -44,6 +44,7 @@ mod group_lines_held;
 mod group_rate_held;
 mod group_turns;
 mod heartbeat;
+mod held_windows;
 mod horizon_metrics;
 mod horizon_recovery;
 mod job_groups;

@@ -70,9 +70,10 @@ async fn floor(db: &tokio_postgres::Client, queue: &str) -> i64 {
 /// Index entries of the ready index read by `sql` in one transaction.
 async fn entries_read(db: &mut tokio_postgres::Client, sql: &str, queue: &str) -> (i64, usize) {
     let tx = db.transaction().await.unwrap();
-    let before = returned(&tx).await;
+    let before = common::xact_stat(&tx, "tuples_returned", &["workflow_status_ready_plain"]).await;
     let rows = tx.query(sql, &[&queue, &100i32]).await.unwrap().len();
-    let read = returned(&tx).await - before;
+    let read =
+        common::xact_stat(&tx, "tuples_returned", &["workflow_status_ready_plain"]).await - before;
     tx.rollback().await.unwrap();
     (read, rows)
 }
@@ -205,18 +206,8 @@ async fn jobs_ready_again_behind_the_floor_and_new_priorities_are_claimed() {
     assert_eq!(claim(&db, "q", 2).await, low);
 }
 
-/// Index entries of `workflow_status_ready_plain` this backend has read and not yet reported
-/// (the count runs on across transactions until the statistics are
-/// flushed, so a reading is a difference).
-async fn returned(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_ready_plain'::regclass)",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
+/// The floors' barrier and its key.
+const BARRIER: [&str; 2] = ["shardq_ready_barrier", "shardq_ready_barrier_pkey"];
 
 /// One move of the floors now, whatever the time since the last one: the
 /// barrier's clock set back (as 250 ms of polling claims would).
@@ -245,10 +236,9 @@ pub(crate) async fn read_counting(
     sql: &str,
 ) -> (i64, i64) {
     let tx = db.transaction().await.unwrap();
-    let met = "SELECT pg_stat_get_xact_tuples_returned($1::text::regclass)";
-    let before: i64 = tx.query_one(met, &[&index]).await.unwrap().get(0);
+    let before = common::xact_stat(&tx, "tuples_returned", &[index]).await;
     let value: i64 = tx.query_one(sql, &[]).await.unwrap().get(0);
-    let after: i64 = tx.query_one(met, &[&index]).await.unwrap().get(0);
+    let after = common::xact_stat(&tx, "tuples_returned", &[index]).await;
     tx.rollback().await.unwrap();
     (value, after - before)
 }
@@ -431,19 +421,6 @@ async fn the_floors_and_rounds_reads_keep_their_plan_with_many_rows_kept() {
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
-/// Heap and index blocks of the floors' barrier (`shardq_ready_barrier`
-/// and its key) this transaction has read so far.
-async fn barrier_blocks(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT pg_stat_get_xact_blocks_fetched('shardq_ready_barrier'::regclass) \
-              + pg_stat_get_xact_blocks_fetched('shardq_ready_barrier_pkey'::regclass)",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
-}
-
 /// The barrier a move leaves for the next is a row only added and deleted
 /// (migration 49): a move deletes the row it read and adds its own, keyed
 /// by the number it took. While a snapshot holds the horizon the replaced
@@ -470,11 +447,11 @@ async fn the_barrier_keeps_one_row_and_a_held_snapshot_does_not_lengthen_a_moves
 
     let_move_now(&db).await;
     let tx = db.transaction().await.unwrap();
-    let before = barrier_blocks(&tx).await;
+    let before = common::xact_stat(&tx, "blocks_fetched", &BARRIER).await;
     tx.execute("SELECT shardq_advance_ready_floors()", &[])
         .await
         .unwrap();
-    let read = barrier_blocks(&tx).await - before;
+    let read = common::xact_stat(&tx, "blocks_fetched", &BARRIER).await - before;
     let moved: i64 = tx.query_one(barrier, &[]).await.unwrap().get(1);
     tx.commit().await.unwrap();
     assert!(moved > last, "the move left its own row: {last} -> {moved}");

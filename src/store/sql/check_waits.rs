@@ -179,9 +179,15 @@ pub const CHECK_WAKE_NOT_RELAYED: &str = "WITH seen AS MATERIALIZED ( \
     FROM shown";
 
 /// The unfinished rows a child check reads, each state by its own index
-/// as [`super::CHECK_JOB_STATE`] reads them (every running row; the first
-/// $1 of each other unfinished state), with the columns the child checks
-/// judge. `held` rows (a move's) are left out.
+/// (every running row, from the lease floor; the first $1 of each other
+/// unfinished state), with the columns the child checks judge. `held`
+/// rows (a move's) are left out. Ready jobs without a group are read from
+/// their queue and priority's ready floors, as the claims and the backlog
+/// read find them (`workflow_status_ready_plain` and `_ready_keyed`), so
+/// that a long transaction holding the horizon does not make the windows
+/// walk the entry every job claimed since left behind. A ready job below
+/// its floor is [`super::CHECK_JOB_STATE`]'s to find: its windows start at
+/// each index's start.
 macro_rules! unfinished_windows {
     () => {
         concat!(
@@ -190,15 +196,21 @@ macro_rules! unfinished_windows {
             at_or_past_lease_floor!("lease_expires_at"),
             ") \
         UNION ALL \
-        (SELECT 'queued', shard_key, id, queue, ordering_key, created_at, parent_shard_key, \
-            parent_id FROM workflow_status \
-         WHERE status = 'queued' AND ordering_key IS NULL AND job_group IS NULL \
-         ORDER BY queue, priority, id LIMIT $1) \
+        (SELECT 'queued', w.* FROM shardq_ready_floors f CROSS JOIN LATERAL ( \
+            SELECT r.shard_key, r.id, r.queue, r.ordering_key, r.created_at, \
+                r.parent_shard_key, r.parent_id FROM workflow_status r \
+            WHERE r.status = 'queued' AND r.ordering_key IS NULL AND r.job_group IS NULL \
+              AND r.queue = f.queue AND r.priority = f.priority \
+              AND r.ready_seq >= f.floor_seq \
+            ORDER BY r.ready_seq LIMIT $1) w LIMIT $1) \
         UNION ALL \
-        (SELECT 'queued_keyed', shard_key, id, queue, ordering_key, created_at, \
-            parent_shard_key, parent_id FROM workflow_status \
-         WHERE status = 'queued' AND ordering_key IS NOT NULL \
-         ORDER BY queue, priority, id LIMIT $1) \
+        (SELECT 'queued_keyed', w.* FROM shardq_ready_floors f CROSS JOIN LATERAL ( \
+            SELECT r.shard_key, r.id, r.queue, r.ordering_key, r.created_at, \
+                r.parent_shard_key, r.parent_id FROM workflow_status r \
+            WHERE r.status = 'queued' AND r.ordering_key IS NOT NULL \
+              AND r.queue = f.queue AND r.priority = f.priority \
+              AND r.ready_seq >= f.keyed_floor_seq \
+            ORDER BY r.ready_seq LIMIT $1) w LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, created_at, \
             parent_shard_key, parent_id FROM workflow_status \
@@ -236,9 +248,9 @@ macro_rules! unfinished_windows {
 ///   every job a move's target creates afterwards has an id of at least
 ///   `ids_from`, and every job created before (anywhere) one below it.
 ///
-/// Children moving now (`held`) are not read. Reads the windows of
-/// [`super::CHECK_JOB_STATE`] (every running row, the first $1 of each
-/// other unfinished state by its own index); per child in them one
+/// Children moving now (`held`) are not read. Reads the windows
+/// (`unfinished_windows!`: every running row, the first $1 of each other
+/// unfinished state by its own index); per child in them one
 /// primary-key probe of its parent and a read of the few move rows (the
 /// whole small table). Cost: about 1.5 µs per row read (20-25 ms for
 /// 15,000 rows, 5,000 of them children, with $1 = 10,000).

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The exporter's scrape and `shardq check` while a transaction holds a
+shard's xmin horizon, with the lease floor (migration 51) and without it,
+side by side on the same rows.
+
+Holds a REPEATABLE READ snapshot, then runs jobs through shardq's own
+claim and completion (storage_design.py's drain: leases of 30 s) in
+steps, with a `shardq worker` of an empty queue beside them, whose lease
+recovery passes move the shard's lease floor. After each step it enqueues
+1,000 ready jobs, waits until the floor has passed every lease the step
+gave (30 s and the floor's margin), and then, alternating twice:
+
+  floor:    scrapes a `shardq metrics` process (2 s per shard) and runs
+            `shardq check`, as they run today;
+  no floor: the same with the worker stopped (SIGSTOP) and the floor's
+            rows deleted, so that every read of the running jobs walks
+            the lease index from its start, as before migration 51; the
+            rows are put back and the worker resumed after.
+
+Prints per run: the scrape's wall time, the backlog read's time
+(`shardq_shard_scrape_duration_seconds`), `shardq_shard_up`,
+`shardq_invariant_check_up`, and `shardq check`'s wall time. Before each
+run it waits until no other statement runs on the server. Usage, on one
+shard `shardq migrate` set up (`shardq local up --shards 1` and a
+shards.toml of that one shard; `cargo build --release -p shardq-cli`
+first; it empties workflow_status):
+
+  pip install 'psycopg[binary]'
+  SHARDQ_EXPERIMENT_DSN='host=127.0.0.1 port=54330 user=postgres dbname=shardq' \\
+  SHARDQ_CONFIG=one-shard.toml \\
+      python3 bench/experiments/held_running_reads.py --steps 1000000,2000000
+"""
+import argparse, datetime, os, signal, subprocess, sys, time
+from pathlib import Path
+import psycopg
+import held_scrape
+import storage_design
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE_S = 30  # storage_design.CLAIM's lease
+
+
+def wait_for_floor(admin, past, timeout_s=180):
+    """Waits until the worker's passes put the floor past `past` (a
+    database time)."""
+    started = time.time()
+    while time.time() - started < timeout_s:
+        (passed,) = admin.execute("SELECT coalesce((SELECT floor_at FROM "
+                                  "shardq_lease_floor_moves ORDER BY move_seq DESC "
+                                  "LIMIT 1) >= %s, false)", (past,)).fetchone()
+        if passed:
+            return time.time() - started
+        time.sleep(0.5)
+    sys.exit(f"the lease floor did not pass {past} within {timeout_s} s: is the worker running?")
+
+
+def check(shardq):
+    started = time.time()
+    done = subprocess.run([shardq, "check", "--shard-timeout-ms", "60000"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return (time.time() - started) * 1000, done.returncode
+
+
+def run(admin, url, shardq, label):
+    held_scrape.settle(admin)
+    held_scrape.scrape(url, label)
+    held_scrape.settle(admin)
+    ms, rc = check(shardq)
+    print(f"{'':<34} shardq check {ms:>6.0f} ms (exit {rc})", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", default="1000000,2000000")
+    p.add_argument("--listen", default="127.0.0.1:9478")
+    p.add_argument("--shardq", default=str(ROOT / "target/release/shardq"))
+    args = p.parse_args()
+    dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
+    steps = [int(s) for s in args.steps.split(",")]
+    admin = psycopg.connect(dsn, autocommit=True)
+    admin.execute("TRUNCATE workflow_status CASCADE")
+    admin.execute("DELETE FROM shardq_lease_floor_moves")
+    admin.execute("VACUUM ANALYZE workflow_status")
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    exporter = subprocess.Popen([args.shardq, "metrics", "--listen", args.listen], **quiet)
+    worker = subprocess.Popen([args.shardq, "worker", "--queue", "held-running-reads-idle"],
+                              **quiet)
+    holder = psycopg.connect(dsn, autocommit=True)
+    try:
+        time.sleep(2)
+        for proc, name in ((exporter, "metrics"), (worker, "worker")):
+            if proc.poll() is not None:
+                sys.exit(f"shardq {name} exited ({proc.returncode})")
+        url = f"http://{args.listen}/metrics"
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM workflow_status").fetchone()
+        done = 0
+        for step in steps:
+            held_scrape.enqueue(admin, step)
+            ran, _, _ = storage_design.drain(dsn, "current", 1000)
+            done += ran
+            (drained_at,) = admin.execute("SELECT now()").fetchone()
+            held_scrape.enqueue(admin, 1000)
+            waited = wait_for_floor(admin, drained_at + datetime.timedelta(seconds=LEASE_S))
+            print(f"held, {done:,} jobs run; the floor passed their leases "
+                  f"{waited:.0f} s later", flush=True)
+            for round_ in (1, 2):
+                run(admin, url, args.shardq, f"  floor, run {round_}")
+                worker.send_signal(signal.SIGSTOP)
+                try:
+                    saved = admin.execute("SELECT move_seq, floor_at, moved_at "
+                                          "FROM shardq_lease_floor_moves").fetchall()
+                    admin.execute("DELETE FROM shardq_lease_floor_moves")
+                    run(admin, url, args.shardq, f"  no floor, run {round_}")
+                    with admin.cursor() as cur:
+                        cur.executemany("INSERT INTO shardq_lease_floor_moves "
+                                        "(move_seq, floor_at, moved_at) VALUES (%s, %s, %s)",
+                                        saved)
+                finally:
+                    worker.send_signal(signal.SIGCONT)
+            admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")
+        holder.execute("ROLLBACK")
+    finally:
+        for proc in (exporter, worker):
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+//! The child checks' windows (`unfinished_windows!` in check_waits.rs)
+//! while a long transaction holds the horizon: their ready jobs without a
+//! group are read from the queues' ready floors, as the claims find them.
+//! From the start of the ready indexes, every job claimed since the hold
+//! began was an entry to pass, in every check.
+
+use crate::common;
+use shardq::store::sql;
+use tokio_postgres::types::Type;
+
+/// The ready indexes the windows may walk, those of the dequeue order too.
+const READY_INDEXES: [&str; 4] = [
+    "workflow_status_dequeue_plain",
+    "workflow_status_dequeue_keyed",
+    "workflow_status_ready_plain",
+    "workflow_status_ready_keyed",
+];
+
+/// 2,000 plain and 2,000 keyed jobs claimed while a snapshot is held, the
+/// floors moved past them, 10 of each ready: a check of missing parents
+/// meets a few dozen entries of the ready indexes, and still reads the
+/// 20 ready jobs. With windows from each index's start it met over 4,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let mut db = set.get(0).client().await.unwrap();
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    db.batch_execute(
+        "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 2000); \
+         SELECT shardq_enqueue('q', 'noop', p_ordering_key => 'k' || g) \
+             FROM generate_series(1, 2000) g; \
+         SELECT count(*) FROM shardq_claim(1, 0, 'q', 4000, 'w', 60000)",
+    )
+    .await
+    .unwrap();
+    let claimed: i64 = db
+        .query_one(
+            "SELECT count(*) FROM workflow_status WHERE status = 'running'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(claimed, 4000);
+    for _ in 0..3 {
+        crate::ready_floors::move_now(&db).await;
+    }
+    db.batch_execute(
+        "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 10); \
+         SELECT shardq_enqueue('q', 'noop', p_ordering_key => 'new' || g) \
+             FROM generate_series(1, 10) g",
+    )
+    .await
+    .unwrap();
+
+    let (rows, retention_ms, shown) = (100i64, 86_400_000i64, 5i64);
+    let tx = db.transaction().await.unwrap();
+    let before = common::xact_stat(&tx, "tuples_returned", &READY_INDEXES).await;
+    let row = tx
+        .query_typed(
+            sql::CHECK_PARENT_MISSING,
+            &[
+                (&rows, Type::INT8),
+                (&retention_ms, Type::INT8),
+                (&shown, Type::INT8),
+            ],
+        )
+        .await
+        .unwrap();
+    let met = common::xact_stat(&tx, "tuples_returned", &READY_INDEXES).await - before;
+    let scanned: i64 = row[0].get("scanned");
+    tx.rollback().await.unwrap();
+    assert!(met <= 100, "the windows met {met} ready entries");
+    // 4,000 running and 20 ready rows read.
+    assert_eq!(scanned, 4020);
+    holder.batch_execute("COMMIT").await.unwrap();
+}

@@ -8,37 +8,52 @@
 -- jobs a second that is 6 million entries after ten minutes, and the
 -- exporter reported the shard down.
 --
--- A lease recovery pass that caught up writes, in its own transaction,
--- the time below which no running job's lease now ends: the earliest
--- expired lease it had to leave (a busy key or row) or saw still running,
--- else its own time less a margin (a claim still open then is seen only
--- later, with a lease no earlier than its start). A lease written after
--- it ends later (a claim or an extension sets `now()` plus its length).
--- Readers bound their walk of the running jobs below by the newest row;
--- the next pass starts there. Passes are one at a time per shard (the
--- recovery's advisory lock), which numbers the rows; each deletes the
--- rows before its own, and a read takes the newest, the first in a
--- backward walk of the primary key however many replaced ones a hold
--- keeps (migration 0047's reason).
+-- Lease recovery keeps the floor, in two steps, one pass apart at least.
+-- A pass that caught up notes a candidate: its own time (`pending_at`,
+-- its transaction's `now()`) and its transaction's id (`pending_xid`,
+-- taken after that time; ids are taken in order). A later pass, once
+-- every transaction with a lower id has ended, makes the candidate the
+-- floor, or the earliest lease at or past the old floor and before it
+-- still running, whichever is earlier. Every job claimed or extended by
+-- a transaction with a lower id is visible to that read; one with a
+-- higher id took it after the candidate's time, and writes a lease that
+-- ends later still (a claim or an extension locks its rows, which takes
+-- its id, then writes the clock at that moment plus the lease's length).
+-- So an open claim holds the floor back until it ends, however long it
+-- runs, as an open writer holds the ready floors (migration 0049).
+--
+-- Readers bound their walk of the running jobs below by the newest row's
+-- `floor_at` (NULL: none yet, every lease); the next pass starts there.
+-- Passes are one at a time per shard (the recovery's advisory lock),
+-- which numbers the rows; each deletes the rows before its own, and a
+-- read takes the newest, the first in a backward walk of the primary key
+-- however many replaced ones a hold keeps (migration 0047's reason).
 CREATE TABLE shardq_lease_floor_moves (
     move_seq bigint PRIMARY KEY,
-    floor_at timestamptz NOT NULL,
+    floor_at timestamptz,
+    pending_at timestamptz NOT NULL,
+    pending_xid xid8 NOT NULL,
     moved_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The roles that could recover leases (they update workflow_status) may
--- move the floor; those that may read workflow_status may read it.
+-- Owned as the jobs' table is (whoever ran the migration, a superuser
+-- say, may not be the role the shard's tables belong to). The roles that
+-- may read the jobs may read it; those that may update them (a worker
+-- recovers leases) may add and delete its rows.
 DO $$
 DECLARE
+    owner text := (SELECT c.relowner::regrole::text FROM pg_class c
+                   WHERE c.oid = 'workflow_status'::regclass);
     r record;
 BEGIN
+    EXECUTE format('ALTER TABLE shardq_lease_floor_moves OWNER TO %s', owner);
     FOR r IN SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
                                   ELSE a.grantee::regrole::text END AS role,
                     a.privilege_type
              FROM pg_class c, aclexplode(c.relacl) a
              WHERE c.oid = 'workflow_status'::regclass
                AND a.grantee <> c.relowner
-               AND a.privilege_type IN ('SELECT', 'DELETE') LOOP
+               AND a.privilege_type IN ('SELECT', 'UPDATE') LOOP
         IF r.privilege_type = 'SELECT' THEN
             EXECUTE format('GRANT SELECT ON TABLE shardq_lease_floor_moves TO %s', r.role);
         ELSE

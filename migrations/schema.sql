@@ -108,7 +108,9 @@ TABLE shardq_key_floors WITH (fillfactor=50)
 
 TABLE shardq_lease_floor_moves
     move_seq bigint NOT NULL
-    floor_at timestamp with time zone NOT NULL
+    floor_at timestamp with time zone
+    pending_at timestamp with time zone NOT NULL
+    pending_xid xid8 NOT NULL
     moved_at timestamp with time zone NOT NULL DEFAULT now()
     CONSTRAINT shardq_lease_floor_moves_pkey PRIMARY KEY (move_seq)
     INDEX CREATE UNIQUE INDEX shardq_lease_floor_moves_pkey ON public.shardq_lease_floor_moves USING btree (move_seq)
@@ -2680,7 +2682,7 @@ BEGIN
     WITH taken AS (
         UPDATE workflow_status w SET status = 'running', owner = p_owner,
             attempts = w.attempts + 1, fence = w.fence + 1, started_at = started,
-            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+            lease_expires_at = started + p_lease_ms * interval '1 millisecond'
         WHERE w.ctid = ANY (p_tids)
         RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
             w.attempts, w.fence, w.queue, w.created_at

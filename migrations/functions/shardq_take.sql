@@ -2,7 +2,10 @@
 -- what a claim does). The jobs at p_tids, locked by this transaction (so
 -- their tuple ids cannot move before it ends: found with no index descent),
 -- become running under p_owner: one more attempt, a new fence, a lease of
--- p_lease_ms, all started at one time: the clock when the take begins (one
+-- p_lease_ms, all started at one time: the clock when the take begins (the
+-- lease ends p_lease_ms after it, later than the transaction id this
+-- claim's row locks took, which the lease floor relies on: migration
+-- 0051; one
 -- `started_at` per claim is how `shardq check` tells a key's run, taken by
 -- one claim, from a key running twice; the clock, not the transaction's
 -- start: a grouped claim counts its groups' running jobs first, and a job
@@ -25,7 +28,7 @@ BEGIN
     WITH taken AS (
         UPDATE workflow_status w SET status = 'running', owner = p_owner,
             attempts = w.attempts + 1, fence = w.fence + 1, started_at = started,
-            lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+            lease_expires_at = started + p_lease_ms * interval '1 millisecond'
         WHERE w.ctid = ANY (p_tids)
         RETURNING w.shard_key, w.id, w.handler, w.ordering_key, w.priority, w.payload,
             w.attempts, w.fence, w.queue, w.created_at

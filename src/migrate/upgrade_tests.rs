@@ -834,6 +834,50 @@ async fn the_group_buckets_of_a_shard_at_49_are_kept_by_migration_50() {
     check_all(&shards).await.expect("check after migrate");
 }
 
+/// Migration 51 makes the lease floor's table: owned as the jobs' table
+/// is (not by the role that migrates), readable by the roles that read the
+/// jobs, and written by those that may update them (lease recovery).
+#[tokio::test]
+async fn the_lease_floor_of_migration_51_belongs_to_the_jobs_owner_and_roles() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "DROP TABLE shardq_lease_floor_moves; \
+         CREATE ROLE jobs_owner; CREATE ROLE lease_worker; CREATE ROLE lease_reader; \
+         ALTER TABLE workflow_status OWNER TO jobs_owner; \
+         GRANT SELECT, UPDATE ON workflow_status TO lease_worker; \
+         GRANT SELECT ON workflow_status TO lease_reader; \
+         DELETE FROM shardq_migrations WHERE version = 51",
+    )
+    .await
+    .expect("a shard at 50 with its own roles");
+    migrate_all(&shards).await.expect("migrate");
+    let owner: String = db
+        .query_one(
+            "SELECT relowner::regrole::text FROM pg_class \
+             WHERE oid = 'shardq_lease_floor_moves'::regclass",
+            &[],
+        )
+        .await
+        .expect("the owner")
+        .get(0);
+    assert_eq!(owner, "jobs_owner");
+    let table = "shardq_lease_floor_moves";
+    assert_privileges(
+        &db,
+        &[
+            ("lease_worker", table, "SELECT", true),
+            ("lease_worker", table, "INSERT", true),
+            ("lease_worker", table, "DELETE", true),
+            ("lease_reader", table, "SELECT", true),
+            ("lease_reader", table, "INSERT", false),
+        ],
+    )
+    .await;
+    check_all(&shards).await.expect("check after migrate");
+}
+
 /// Migrations 47, 48 and 50 apply the functions in their own transaction:
 /// the old ones cannot write the views 47 leaves, would write the leases
 /// 48 moves where no one reads them, and read the group buckets 50 drops,

@@ -56,8 +56,8 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
 pub enum RecoveryStart {
     /// At the oldest lease: every expired one (a full pass).
     Oldest,
-    /// At the shard's lease floor (migration 51), written by the last pass
-    /// that caught up: no running job's lease ends before it. While a long
+    /// At the shard's lease floor (migration 51), which passes that caught
+    /// up move: no running job's lease ends before it. While a long
     /// transaction holds the xmin horizon, the lease index keeps an
     /// expired entry for every job finished since; a pass from the floor
     /// walks only those of the last seconds.
@@ -68,13 +68,10 @@ pub enum RecoveryStart {
     At(SystemTime),
 }
 
-/// How far before its own time a pass that caught up puts the lease floor:
-/// a claim still open then is seen only later, with a lease that ends no
-/// earlier than the claim's start (its `now()`) plus the lease.
-pub const LEASE_FLOOR_MARGIN: Duration = Duration::from_secs(10);
-
-/// How far the lease floor must rise before a pass writes it again.
-const LEASE_FLOOR_STEP: Duration = Duration::from_secs(4);
+/// How old a pass's candidate for the lease floor must be before a later
+/// pass makes it the floor (and notes the next): the floor trails the
+/// passes by about this much, and is written about this often.
+pub const LEASE_FLOOR_STEP: Duration = Duration::from_secs(2);
 
 /// What one recovery pass did, and where the next may start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -91,8 +88,8 @@ pub struct RecoveryPass {
     /// still running after it (a busy key, or a row another transaction
     /// was writing): the next pass must start no later.
     pub oldest_left: Option<SystemTime>,
-    /// The lease floor it found or left (`None`: none written yet, or a
-    /// pass from [`RecoveryStart::At`], which writes none).
+    /// The lease floor after it (`None`: none yet, or a pass from
+    /// [`RecoveryStart::At`], which neither reads nor moves it).
     pub floor: Option<SystemTime>,
 }
 
@@ -127,9 +124,10 @@ pub async fn recover(
 /// Between its statements, without the locks it holds: enqueue (adds jobs,
 /// changes none of these), any writer of a key whose lock the try did not
 /// get, whose jobs this pass then leaves alone, and claims and extensions,
-/// whose leases end after the floor. The found rows are locked, so no
-/// completion or extension changes them in between; other passes wait for
-/// the recovery's lock, so the floor's rows are written by one at a time.
+/// whose leases end after the floor's candidate (migration 51). The found
+/// rows are locked, so no completion or extension changes them in between;
+/// another pass that tries the recovery's lock meanwhile skips its turn,
+/// so the floor's rows are written by one pass at a time.
 async fn recover_on(
     shard: &Shard,
     client: &mut deadpool_postgres::Client,
@@ -137,7 +135,7 @@ async fn recover_on(
     start: RecoveryStart,
 ) -> Result<RecoveryPass, ShardError> {
     let err = |e| shard.query_error(e);
-    let tx = client.transaction().await.map_err(err)?;
+    let mut tx = client.transaction().await.map_err(err)?;
     let gate = tx
         .query_typed(
             sql::RECOVERY_GATE,
@@ -185,28 +183,50 @@ async fn recover_on(
         },
     };
     if caught_up && !matches!(start, RecoveryStart::At(_)) {
-        let margin = LEASE_FLOOR_MARGIN.as_millis() as i64;
-        let step = LEASE_FLOOR_STEP.as_millis() as i64;
-        let moved = tx
-            .query_typed(
-                sql::LEASE_FLOOR_MOVE,
-                &[
-                    (&since, Type::TIMESTAMPTZ),
-                    (&at, Type::TIMESTAMPTZ),
-                    (&margin, Type::INT8),
-                    (&step, Type::INT8),
-                ],
-            )
-            .await
-            .map_err(err)?;
-        let moved = moved.first().expect("one row: a SELECT of scalars");
-        pass.oldest_left = moved.get("oldest_left");
-        if moved.get::<_, bool>("moved") {
-            pass.floor = Some(moved.get("floor_at"));
-        }
+        move_lease_floor(shard, &mut tx, since, at, &mut pass).await?;
     }
     tx.commit().await.map_err(err)?;
     Ok(pass)
+}
+
+/// Moves the lease floor after a pass that caught up from `since` at
+/// `at` ([`sql::LEASE_FLOOR_MOVE`]), under a savepoint: should the move
+/// fail (a role that may recover leases but not write the floor, a
+/// deadline), the pass's recoveries still commit, and the floor stays.
+async fn move_lease_floor(
+    shard: &Shard,
+    tx: &mut deadpool_postgres::Transaction<'_>,
+    since: Option<SystemTime>,
+    at: SystemTime,
+    pass: &mut RecoveryPass,
+) -> Result<(), ShardError> {
+    let err = |e| shard.query_error(e);
+    let step = LEASE_FLOOR_STEP.as_millis() as i64;
+    let savepoint = tx.savepoint("lease_floor").await.map_err(err)?;
+    let moved = savepoint
+        .query_typed(
+            sql::LEASE_FLOOR_MOVE,
+            &[
+                (&since, Type::TIMESTAMPTZ),
+                (&at, Type::TIMESTAMPTZ),
+                (&step, Type::INT8),
+            ],
+        )
+        .await;
+    match moved {
+        Ok(rows) => {
+            savepoint.commit().await.map_err(err)?;
+            let row = rows.first().expect("one row: a SELECT of scalars");
+            pass.oldest_left = row.get("oldest_left");
+            pass.floor = row.get("floor_at");
+        }
+        Err(error) => {
+            savepoint.rollback().await.map_err(err)?;
+            let error = crate::error_chain::error_chain(&error);
+            tracing::warn!(shard = %shard.name, %error, "the lease floor was not moved");
+        }
+    }
+    Ok(())
 }
 
 impl Recovered {

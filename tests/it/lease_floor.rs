@@ -107,11 +107,15 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     assert!(read >= 3_000, "with no floor the count read {read} entries");
     assert_eq!(running(shard, "q").await, 1);
 
+    // A pass notes a candidate; one at least the step later makes it the
+    // floor (no transaction that could write a lease before it is open).
     let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
         .await
         .unwrap();
-    assert!(pass.caught_up && pass.floor.is_some(), "{pass:?}");
+    assert!(pass.caught_up && pass.floor.is_none(), "{pass:?}");
     assert_eq!(pass.recovered, upkeep::Recovered::default());
+    let pass = after_a_step(shard).await;
+    assert!(pass.caught_up && pass.floor.is_some(), "{pass:?}");
 
     let read = entries_read(&mut db, &INDEXES[..1], sql::QUEUE_BACKLOG, &backlog_params).await;
     assert!(read <= 10, "from the floor the count read {read} entries");
@@ -153,11 +157,6 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     .await;
     assert!(read <= 10, "the lease window read {read} entries");
 
-    // The next pass starts there too, and keeps the floor.
-    let next = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
-        .await
-        .unwrap();
-    assert!(next.caught_up && next.floor.is_some(), "{next:?}");
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
@@ -170,10 +169,22 @@ async fn session(shards: &common::TestShards) -> tokio_postgres::Client {
     client
 }
 
+/// A pass from the lease floor, once a step has passed since the last
+/// (so that a candidate noted then may become the floor).
+async fn after_a_step(shard: &shardq::shards::Shard) -> upkeep::RecoveryPass {
+    tokio::time::sleep(upkeep::LEASE_FLOOR_STEP + std::time::Duration::from_millis(100)).await;
+    upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+        .await
+        .unwrap()
+}
+
 /// A pass that cannot recover a job leaves the floor at or before its
 /// lease: a row a completion was writing (skipped, then rolled back) and
-/// a key another session held. Each stays counted running, and a later
-/// pass from the floor recovers it once free.
+/// a key another session held. While the completion's transaction is
+/// open the floor does not move at all (it could have written a lease);
+/// once it has rolled back, the floor stops at the job left for its key,
+/// and each job stays counted running until a pass from the floor
+/// recovers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
     let shards = common::TestShards::databases(1).await;
@@ -202,15 +213,9 @@ async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
         .unwrap();
     assert_eq!(pass.recovered, upkeep::Recovered::default(), "{pass:?}");
     assert!(pass.caught_up, "{pass:?}");
-    let oldest = row_lease.min(key_lease);
-    assert_eq!(pass.oldest_left, Some(oldest), "{pass:?}");
-    let floor = pass
-        .floor
-        .expect("a full pass that caught up writes a floor");
-    assert!(
-        floor <= oldest,
-        "floor {floor:?} past a running job's {oldest:?}"
-    );
+    assert_eq!(pass.oldest_left, Some(row_lease.min(key_lease)), "{pass:?}");
+    let pass = after_a_step(shard).await;
+    assert_eq!(pass.floor, None, "the completion is still open: {pass:?}");
 
     completion.batch_execute("ROLLBACK").await.unwrap();
     for queue in ["rows", "keys"] {
@@ -220,15 +225,18 @@ async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
             "{queue} still counted running"
         );
     }
-    let next = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
-        .await
-        .unwrap();
+    let next = after_a_step(shard).await;
     assert_eq!(
         next.recovered.requeued, 1,
         "the rolled-back row's job: {next:?}"
     );
     assert_eq!(next.oldest_left, Some(key_lease), "{next:?}");
-    assert!(next.floor.is_none_or(|f| f <= key_lease), "{next:?}");
+    let floor = next.floor.expect("no transaction open: the floor moves");
+    assert!(
+        floor <= key_lease,
+        "floor {floor:?} past the key's job's {key_lease:?}"
+    );
+    assert_eq!(running(shard, "keys").await, 1, "still counted running");
     key_holder
         .batch_execute("SELECT pg_advisory_unlock_all()")
         .await
@@ -243,10 +251,10 @@ async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
 }
 
 /// A claim whose transaction is still open when a pass runs is seen only
-/// after: its lease ends no earlier than its transaction's start (here
-/// at once: lease 0), and the floor a pass writes lies a margin before
-/// the pass, so it stays behind that lease. Once committed, the job is
-/// counted running and a pass from the floor recovers it.
+/// after, with a lease that may end before the pass (here: lease 0): the
+/// pass's candidate does not become the floor while the claim's
+/// transaction is open, so once it commits, the job is counted running,
+/// and a pass from the floor recovers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_committed_after_a_pass_lies_past_its_floor() {
     let shards = common::TestShards::databases(1).await;
@@ -261,20 +269,14 @@ async fn a_claim_committed_after_a_pass_lies_past_its_floor() {
         .batch_execute("BEGIN; SELECT count(*) FROM shardq_claim(1, 0, 'open', 1, 'w', 0)")
         .await
         .unwrap();
-    let lease: SystemTime = claimer.query_one("SELECT now()", &[]).await.unwrap().get(0);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
     let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
         .await
         .unwrap();
     assert!(pass.caught_up && pass.oldest_left.is_none(), "{pass:?}");
-    let floor = pass
-        .floor
-        .expect("a full pass that caught up writes a floor");
-    assert!(
-        floor <= lease,
-        "floor {floor:?} past the open claim's lease {lease:?}"
-    );
+    let pass = after_a_step(shard).await;
+    assert_eq!(pass.floor, None, "the claim is still open: {pass:?}");
 
     claimer.batch_execute("COMMIT").await.unwrap();
     assert_eq!(running(shard, "open").await, 1, "counted running");

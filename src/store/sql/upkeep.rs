@@ -36,36 +36,50 @@ pub const RECOVERY_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::i
 
 /// After a recovery pass that caught up ($1: where it started, NULL for
 /// every lease; $2: its time, `now()` of its transaction), in its
-/// transaction: the earliest lease in [$1, $2) still running (left by the
-/// pass for a busy key, or skipped while another transaction wrote the
-/// row: this read does not wait for row locks and sees the row as it was),
-/// and the new floor, that or $2 less $3 ms (a claim open at $2 is seen
-/// later, with a lease no earlier than its start), whichever is earlier.
-/// Writes the floor as a new row past the newest, deleting those before
-/// it, unless it rose less than $4 ms above the newest (one row a few
-/// seconds, not one a pass). The caller holds the recovery's lock, so no
-/// other pass numbers a row at once.
+/// transaction (migration 51 says why each step is safe):
+///
+/// - `oldest_left`: the earliest lease in [$1, $2) still running (left by
+///   the pass for a busy key, or skipped while another transaction wrote
+///   the row: this read does not wait for row locks and sees the row as
+///   it was);
+/// - the newest row's candidate, once every transaction that took its id
+///   before the pass that noted it has ended and it is $3 ms old, becomes
+///   the floor, or the earliest lease still running between the old floor
+///   and it, whichever is earlier; a new candidate is noted with it ($2
+///   and this transaction's id). A shard with no row gets its first
+///   candidate (no floor yet). A row is written only then: one every $3
+///   ms or so, and none while an open transaction holds the candidate;
+///   the rows before it are deleted.
+///
+/// The caller holds the recovery's lock, so no other pass numbers a row
+/// at once. `floor_at`: the floor after it (NULL: none yet).
 pub const LEASE_FLOOR_MOVE: &str = "WITH remaining AS MATERIALIZED ( \
         SELECT min(w.lease_expires_at) AS oldest FROM workflow_status w \
         WHERE w.status = 'running' AND w.lease_expires_at < $2::timestamptz \
           AND w.lease_expires_at >= coalesce($1::timestamptz, '-infinity') \
-    ), next AS MATERIALIZED ( \
-        SELECT least((SELECT oldest FROM remaining), \
-            $2::timestamptz - $3::bigint * interval '1 millisecond') AS floor_at \
     ), newest AS MATERIALIZED ( \
-        SELECT f.move_seq, f.floor_at FROM shardq_lease_floor_moves f \
-        ORDER BY f.move_seq DESC LIMIT 1 \
+        SELECT f.move_seq, f.floor_at, f.pending_at, f.pending_xid \
+        FROM shardq_lease_floor_moves f ORDER BY f.move_seq DESC LIMIT 1 \
+    ), due AS MATERIALIZED ( \
+        SELECT n.floor_at, n.pending_at FROM newest n \
+        WHERE n.pending_at <= $2::timestamptz - $3::bigint * interval '1 millisecond' \
+          AND pg_snapshot_xmin(pg_current_snapshot()) > n.pending_xid \
+    ), promoted AS MATERIALIZED ( \
+        SELECT least(d.pending_at, (SELECT min(w.lease_expires_at) FROM workflow_status w \
+            WHERE w.status = 'running' AND w.lease_expires_at < d.pending_at \
+              AND w.lease_expires_at >= coalesce(d.floor_at, '-infinity'))) AS floor_at \
+        FROM due d \
     ), moved AS ( \
-        INSERT INTO shardq_lease_floor_moves (move_seq, floor_at) \
-        SELECT coalesce((SELECT move_seq FROM newest), 0) + 1, n.floor_at FROM next n \
-        WHERE NOT EXISTS (SELECT FROM newest o WHERE n.floor_at >= o.floor_at \
-            AND n.floor_at < o.floor_at + $4::bigint * interval '1 millisecond') \
-        RETURNING move_seq \
+        INSERT INTO shardq_lease_floor_moves (move_seq, floor_at, pending_at, pending_xid) \
+        SELECT coalesce((SELECT move_seq FROM newest), 0) + 1, \
+            (SELECT floor_at FROM promoted), $2::timestamptz, pg_current_xact_id() \
+        WHERE EXISTS (SELECT FROM promoted) OR NOT EXISTS (SELECT FROM newest) \
+        RETURNING move_seq, floor_at \
     ), replaced AS ( \
         DELETE FROM shardq_lease_floor_moves f WHERE f.move_seq < (SELECT move_seq FROM moved) \
     ) \
     SELECT (SELECT oldest FROM remaining) AS oldest_left, \
-        (SELECT floor_at FROM next) AS floor_at, EXISTS (SELECT FROM moved) AS moved";
+        coalesce((SELECT floor_at FROM moved), (SELECT floor_at FROM newest)) AS floor_at";
 
 /// Tries the key locks of the jobs among ($1 shard keys, $2 ids), at most $3
 /// distinct keys, and returns the jobs it may change now: the unkeyed ones

@@ -8,7 +8,9 @@
 /// expiry). Rows locked right now (their completion is being written) are
 /// skipped, so the extension never waits for, or deadlocks with, a
 /// completion. The owner and fence are join conditions for the reason given
-/// in `complete.rs` for completions.
+/// in `complete.rs` for completions. The new lease runs from the clock at
+/// the write, after the row locks took this transaction's id (the lease
+/// floor relies on it: migration 51).
 pub const JOB_EXTEND_LEASES: &str = "WITH held AS MATERIALIZED ( \
         SELECT h.*, $4::text AS owner \
         FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS h(shard_key, id, fence) \
@@ -19,7 +21,7 @@ pub const JOB_EXTEND_LEASES: &str = "WITH held AS MATERIALIZED ( \
         FOR UPDATE OF t SKIP LOCKED \
     ) \
     UPDATE workflow_status w \
-    SET lease_expires_at = now() + $5::bigint * interval '1 millisecond' \
+    SET lease_expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond' \
     FROM locked WHERE w.shard_key = locked.shard_key AND w.id = locked.id";
 
 /// Which of the jobs ($1 shard keys, $2 ids) had their cancellation asked:

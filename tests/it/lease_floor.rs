@@ -28,7 +28,7 @@ async fn entries_read(
     db: &mut tokio_postgres::Client,
     indexes: &[&str],
     statement: &str,
-    params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+    params: &[sql::Param<'_>],
 ) -> i64 {
     let tx = db.transaction().await.unwrap();
     let before = common::xact_stat(&tx, "tuples_returned", indexes).await;
@@ -284,4 +284,81 @@ async fn a_claim_committed_after_a_pass_lies_past_its_floor() {
         .await
         .unwrap();
     assert_eq!(next.recovered.requeued, 1, "{next:?}");
+}
+
+/// Each read of the running jobs walks the lease index from the floor: an
+/// index condition, not a filter over the whole index, with as many live
+/// running jobs as a busy shard holds (the planner's choice follows them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_read_of_the_running_jobs_starts_the_lease_index_at_the_floor() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let shard = set.get(0);
+    let db = shard.client().await.unwrap();
+    db.batch_execute(
+        "SELECT shardq_enqueue('q', 'noop', p_ordering_key => 'k' || (g % 50)) \
+             FROM generate_series(1, 3000) g; \
+         SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 3000); \
+         SELECT count(*) FROM shardq_claim(1, 0, 'q', 3000, 'w', 60000); \
+         ANALYZE workflow_status",
+    )
+    .await
+    .unwrap();
+    upkeep::recover(shard, 100, RecoveryStart::Oldest)
+        .await
+        .unwrap();
+    let pass = after_a_step(shard).await;
+    assert!(pass.floor.is_some(), "{pass:?}");
+
+    let queue = Some("q");
+    let (n, shown, stale) = (100i64, 5i64, 0i64);
+    let reads: [(&str, &str, Vec<sql::Param>); 6] = [
+        ("backlog", sql::QUEUE_BACKLOG, vec![(&queue, Type::TEXT)]),
+        (
+            "pending",
+            sql::QUEUE_HAS_PENDING,
+            vec![(&queue, Type::TEXT)],
+        ),
+        (
+            "job state",
+            sql::CHECK_JOB_STATE,
+            vec![(&n, Type::INT8), (&shown, Type::INT8)],
+        ),
+        (
+            "keys running twice",
+            sql::CHECK_KEY_RUNNING_TWICE,
+            vec![(&shown, Type::INT8)],
+        ),
+        (
+            "leases not recovered",
+            sql::CHECK_LEASE_NOT_RECOVERED,
+            vec![(&stale, Type::INT8), (&n, Type::INT8), (&shown, Type::INT8)],
+        ),
+        (
+            "missing parents",
+            sql::CHECK_PARENT_MISSING,
+            vec![(&n, Type::INT8), (&n, Type::INT8), (&shown, Type::INT8)],
+        ),
+    ];
+    for (name, statement, params) in reads {
+        let plan: Vec<String> = db
+            .query_typed(&format!("EXPLAIN {statement}"), &params)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        let bounded = |line: &&String| line.contains("lease_expires_at >= COALESCE");
+        let conditions: Vec<&String> = plan.iter().filter(bounded).collect();
+        assert!(
+            !conditions.is_empty(),
+            "{name}: no floor in\n{}",
+            plan.join("\n")
+        );
+        assert!(
+            conditions.iter().all(|line| line.contains("Index Cond")),
+            "{name}: the floor is not an index condition in\n{}",
+            plan.join("\n")
+        );
+    }
 }

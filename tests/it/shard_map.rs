@@ -227,6 +227,7 @@ async fn a_shard_migrated_before_the_map_gets_it_on_the_next_migrate() {
                  DROP TABLE IF EXISTS shardq_relay_leases; \
                  DROP TABLE IF EXISTS shardq_cascades_owed; \
                  DROP TABLE IF EXISTS shardq_key_floors; \
+                 DROP TABLE IF EXISTS shardq_lease_floor_moves; \
                  DROP SEQUENCE IF EXISTS shardq_cascades_owed_generation; \
                  DROP SEQUENCE IF EXISTS shardq_ready_seq; \
                  ALTER TABLE workflow_status DROP COLUMN IF EXISTS ready_seq; \

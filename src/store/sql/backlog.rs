@@ -31,7 +31,8 @@
 /// The other states are read from their own partial indexes
 /// (waiting jobs always have a key: `workflow_status_key`; scheduled ones by
 /// queue, attempts and the parked mark: `workflow_status_scheduled_by_kind`;
-/// running ones: the lease index from the lease floor, since, while the
+/// running ones: the lease index from the lease floor (and its entries
+/// without a lease, a broken row's), since, while the
 /// horizon is held, it keeps an expired entry of every job run since:
 /// those of the last lease's length and a few seconds are still walked,
 /// docs/operations.md).
@@ -84,5 +85,7 @@ pub const QUEUE_BACKLOG: &str = concat!(
             AND ",
     at_or_past_lease_floor!("lease_expires_at"),
     " \
+        UNION ALL SELECT queue, 'running' FROM workflow_status \
+            WHERE status = 'running' AND lease_expires_at IS NULL \
     ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2"
 );

@@ -76,8 +76,9 @@ pub const CHECK_STRANDED_KEYS: &str = "WITH groups AS ( \
 /// time), and no claim takes a key that has a running job, so two owners
 /// or two claim times mean two claims ran one key at once.
 ///
-/// Walks every running row (`workflow_status_lease`), which is what the
-/// fleet holds, not the backlog or history; sorts the keyed ones by key.
+/// Walks every running row (`workflow_status_lease`, from the lease
+/// floor), which is what the fleet holds, not the backlog or history;
+/// sorts the keyed ones by key.
 /// Cost: about 2 µs per running row (9 ms for 5,000). Examples ($1): each
 /// key's lowest running job.
 pub const CHECK_KEY_RUNNING_TWICE: &str = concat!(
@@ -192,7 +193,8 @@ pub const CHECK_DUE_NOT_PROMOTED: &str = "WITH found AS MATERIALIZED ( \
 ///   ever release it).
 ///
 /// Rows read (cost ∝ what the fleet holds plus 7 × $1): every running row
-/// (`workflow_status_lease`); the first $1 of each unfinished state by its
+/// (`workflow_status_lease` from the lease floor, and its entries without
+/// a lease); the first $1 of each unfinished state by its
 /// own index (the dequeue order of the plain and keyed dequeue indexes,
 /// grouped ones by their groups' lines, `waiting` in key order, `scheduled`
 /// soonest due first); the $1 latest finished
@@ -211,6 +213,11 @@ pub const CHECK_JOB_STATE: &str = concat!(
          FROM workflow_status WHERE status = 'running' AND ",
     at_or_past_lease_floor!("lease_expires_at"),
     ") \
+        UNION ALL \
+        (SELECT 'running', shard_key, id, queue, ordering_key, status, owner, \
+            lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \
+            cancel_requested, held_status, priority, job_group, ready_seq, turn \
+         FROM workflow_status WHERE status = 'running' AND lease_expires_at IS NULL) \
         UNION ALL \
         (SELECT 'queued', shard_key, id, queue, ordering_key, status, owner, \
             lease_expires_at, fence, attempts, max_attempts, started_at, finished_at, \

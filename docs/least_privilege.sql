@@ -186,7 +186,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE shardq_key_floors TO shardq_worker
 GRANT SELECT, INSERT, UPDATE ON TABLE shardq_key_floors TO shardq_producer, shardq_dashboard;
 GRANT SELECT ON TABLE shardq_key_floors TO shardq_dashboard_ro;
 
--- The lease floor (migration 51): a worker's lease recovery pass moves it
+-- The lease floor (migration 51): a worker's upkeep moves it
 -- (a row added, the ones before it deleted); every read of the running
 -- jobs (the backlog, `shardq check`) starts there.
 GRANT SELECT, INSERT, DELETE ON TABLE shardq_lease_floor_moves TO shardq_worker;

@@ -108,14 +108,15 @@ def main():
                 run(admin, url, args.shardq, f"  floor, run {round_}")
                 worker.send_signal(signal.SIGSTOP)
                 try:
-                    saved = admin.execute("SELECT move_seq, floor_at, moved_at "
+                    saved = admin.execute("SELECT move_seq, floor_at, pending_at, "
+                                          "pending_xid, moved_at "
                                           "FROM shardq_lease_floor_moves").fetchall()
                     admin.execute("DELETE FROM shardq_lease_floor_moves")
                     run(admin, url, args.shardq, f"  no floor, run {round_}")
                     with admin.cursor() as cur:
-                        cur.executemany("INSERT INTO shardq_lease_floor_moves "
-                                        "(move_seq, floor_at, moved_at) VALUES (%s, %s, %s)",
-                                        saved)
+                        cur.executemany("INSERT INTO shardq_lease_floor_moves (move_seq, "
+                                        "floor_at, pending_at, pending_xid, moved_at) "
+                                        "VALUES (%s, %s, %s, %s, %s)", saved)
                 finally:
                     worker.send_signal(signal.SIGCONT)
             admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")

@@ -836,7 +836,8 @@ async fn the_group_buckets_of_a_shard_at_49_are_kept_by_migration_50() {
 
 /// Migration 51 makes the lease floor's table: owned as the jobs' table
 /// is (not by the role that migrates), readable by the roles that read the
-/// jobs, and written by those that may update them (lease recovery).
+/// jobs, and written by those that may delete them (a worker's, whose
+/// upkeep moves the floor), not by one that only updates them.
 #[tokio::test]
 async fn the_lease_floor_of_migration_51_belongs_to_the_jobs_owner_and_roles() {
     let server = EphemeralServer::start().await.expect("server");
@@ -845,8 +846,10 @@ async fn the_lease_floor_of_migration_51_belongs_to_the_jobs_owner_and_roles() {
     db.batch_execute(
         "DROP TABLE shardq_lease_floor_moves; \
          CREATE ROLE jobs_owner; CREATE ROLE lease_worker; CREATE ROLE lease_reader; \
+         CREATE ROLE lease_producer; \
          ALTER TABLE workflow_status OWNER TO jobs_owner; \
-         GRANT SELECT, UPDATE ON workflow_status TO lease_worker; \
+         GRANT SELECT, UPDATE, DELETE ON workflow_status TO lease_worker; \
+         GRANT SELECT, INSERT, UPDATE ON workflow_status TO lease_producer; \
          GRANT SELECT ON workflow_status TO lease_reader; \
          DELETE FROM shardq_migrations WHERE version = 51",
     )
@@ -870,6 +873,9 @@ async fn the_lease_floor_of_migration_51_belongs_to_the_jobs_owner_and_roles() {
             ("lease_worker", table, "SELECT", true),
             ("lease_worker", table, "INSERT", true),
             ("lease_worker", table, "DELETE", true),
+            ("lease_producer", table, "SELECT", true),
+            ("lease_producer", table, "INSERT", false),
+            ("lease_producer", table, "DELETE", false),
             ("lease_reader", table, "SELECT", true),
             ("lease_reader", table, "INSERT", false),
         ],

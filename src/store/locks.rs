@@ -53,6 +53,10 @@ pub const MOVE_SLOT: i32 = 4;
 /// Upkeep slot: ending workflows past their deadline (`NewJob::timeout`).
 pub const DEADLINE_SLOT: i32 = 5;
 
+/// Upkeep slot: moving the lease floor (`shardq_lease_floor_moves`): one
+/// move at a time numbers its rows.
+pub const LEASE_FLOOR_SLOT: i32 = 6;
+
 /// Serialises migration runs on one shard.
 pub const MIGRATION: i64 = 0x7368_6172_6471_0001;
 

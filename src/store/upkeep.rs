@@ -56,8 +56,8 @@ pub async fn recover_expired(shard: &Shard, limit: i64) -> Result<Recovered, Sha
 pub enum RecoveryStart {
     /// At the oldest lease: every expired one (a full pass).
     Oldest,
-    /// At the shard's lease floor (migration 51), which passes that caught
-    /// up move: no running job's lease ends before it. While a long
+    /// At the shard's lease floor (migration 51, [`move_lease_floor`]): no
+    /// running job's lease ends before it. While a long
     /// transaction holds the xmin horizon, the lease index keeps an
     /// expired entry for every job finished since; a pass from the floor
     /// walks only those of the last seconds.
@@ -68,9 +68,9 @@ pub enum RecoveryStart {
     At(SystemTime),
 }
 
-/// How old a pass's candidate for the lease floor must be before a later
-/// pass makes it the floor (and notes the next): the floor trails the
-/// passes by about this much, and is written about this often.
+/// How old a candidate for the lease floor must be before a later move
+/// makes it the floor (and notes the next): the floor trails the moves by
+/// about this much, and is written about this often.
 pub const LEASE_FLOOR_STEP: Duration = Duration::from_secs(2);
 
 /// What one recovery pass did, and where the next may start.
@@ -88,14 +88,13 @@ pub struct RecoveryPass {
     /// still running after it (a busy key, or a row another transaction
     /// was writing): the next pass must start no later.
     pub oldest_left: Option<SystemTime>,
-    /// The lease floor after it (`None`: none yet, or a pass from
-    /// [`RecoveryStart::At`], which neither reads nor moves it).
+    /// The lease floor it started from (`None`: none yet, or a pass not
+    /// from [`RecoveryStart::LeaseFloor`]).
     pub floor: Option<SystemTime>,
 }
 
-/// One recovery pass of up to `limit` jobs from `start`. A pass from
-/// [`RecoveryStart::Oldest`] or [`RecoveryStart::LeaseFloor`] that caught
-/// up moves the lease floor ([`sql::LEASE_FLOOR_MOVE`]).
+/// One recovery pass of up to `limit` jobs from `start` (the lease floor
+/// moves apart: [`move_lease_floor`]).
 ///
 /// # Errors
 ///
@@ -124,10 +123,9 @@ pub async fn recover(
 /// Between its statements, without the locks it holds: enqueue (adds jobs,
 /// changes none of these), any writer of a key whose lock the try did not
 /// get, whose jobs this pass then leaves alone, and claims and extensions,
-/// whose leases end after the floor's candidate (migration 51). The found
-/// rows are locked, so no completion or extension changes them in between;
-/// another pass that tries the recovery's lock meanwhile skips its turn,
-/// so the floor's rows are written by one pass at a time.
+/// whose leases end after the floor (migration 51). The found rows are
+/// locked, so no completion or extension changes them in between; another
+/// pass that tries the recovery's lock meanwhile skips its turn.
 async fn recover_on(
     shard: &Shard,
     client: &mut deadpool_postgres::Client,
@@ -135,7 +133,7 @@ async fn recover_on(
     start: RecoveryStart,
 ) -> Result<RecoveryPass, ShardError> {
     let err = |e| shard.query_error(e);
-    let mut tx = client.transaction().await.map_err(err)?;
+    let tx = client.transaction().await.map_err(err)?;
     let gate = tx
         .query_typed(
             sql::RECOVERY_GATE,
@@ -168,7 +166,7 @@ async fn recover_on(
         .map_err(err)?;
     let caught_up = (expired.len() as i64) < limit;
     let returned: std::collections::HashSet<i64> = rows.iter().map(|r| r.get("id")).collect();
-    let mut pass = RecoveryPass {
+    let pass = RecoveryPass {
         recovered: Recovered::tally(&rows),
         at: Some(at),
         caught_up,
@@ -178,55 +176,68 @@ async fn recover_on(
             .map(|r| r.get("lease_expires_at"))
             .min(),
         floor: match start {
-            RecoveryStart::At(_) => None,
-            _ => floor,
+            RecoveryStart::LeaseFloor => floor,
+            _ => None,
         },
     };
-    if caught_up && !matches!(start, RecoveryStart::At(_)) {
-        move_lease_floor(shard, &mut tx, since, at, &mut pass).await?;
-    }
     tx.commit().await.map_err(err)?;
     Ok(pass)
 }
 
-/// Moves the lease floor after a pass that caught up from `since` at
-/// `at` ([`sql::LEASE_FLOOR_MOVE`]), under a savepoint: should the move
-/// fail (a role that may recover leases but not write the floor, a
-/// deadline), the pass's recoveries still commit, and the floor stays.
-async fn move_lease_floor(
+/// Moves `shard`'s lease floor ([`sql::LEASE_FLOOR_MOVE`]), unless another
+/// process is doing it: its own transaction, apart from lease recovery
+/// (the floor's safety does not depend on what recovery did; recovery
+/// only lets it rise past leases that expired). Returns the floor after
+/// it (`None`: none yet, or another process had the lock).
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails.
+///
+/// # Cancel safety
+///
+/// Cancel safe: one transaction, committed or not.
+pub async fn move_lease_floor(shard: &Shard) -> Result<Option<SystemTime>, ShardError> {
+    shard
+        .within(async move {
+            let mut client = shard.lend().await?;
+            let moved = move_lease_floor_on(shard, &mut client).await;
+            client.settle();
+            moved
+        })
+        .await
+}
+
+/// [`move_lease_floor`] on a lent connection. Between its statements,
+/// without the lock it holds: claims, extensions and completions, which
+/// change the running rows the move reads in one snapshot; no other move
+/// (the lock).
+async fn move_lease_floor_on(
     shard: &Shard,
-    tx: &mut deadpool_postgres::Transaction<'_>,
-    since: Option<SystemTime>,
-    at: SystemTime,
-    pass: &mut RecoveryPass,
-) -> Result<(), ShardError> {
+    client: &mut deadpool_postgres::Client,
+) -> Result<Option<SystemTime>, ShardError> {
     let err = |e| shard.query_error(e);
-    let step = LEASE_FLOOR_STEP.as_millis() as i64;
-    let savepoint = tx.savepoint("lease_floor").await.map_err(err)?;
-    let moved = savepoint
+    let tx = client.transaction().await.map_err(err)?;
+    let gate = tx
         .query_typed(
-            sql::LEASE_FLOOR_MOVE,
+            sql::UPKEEP_GATE_AT,
             &[
-                (&since, Type::TIMESTAMPTZ),
-                (&at, Type::TIMESTAMPTZ),
-                (&step, Type::INT8),
+                (&locks::maintenance_class(), Type::INT4),
+                (&locks::LEASE_FLOOR_SLOT, Type::INT4),
             ],
         )
-        .await;
-    match moved {
-        Ok(rows) => {
-            savepoint.commit().await.map_err(err)?;
-            let row = rows.first().expect("one row: a SELECT of scalars");
-            pass.oldest_left = row.get("oldest_left");
-            pass.floor = row.get("floor_at");
-        }
-        Err(error) => {
-            savepoint.rollback().await.map_err(err)?;
-            let error = crate::error_chain::error_chain(&error);
-            tracing::warn!(shard = %shard.name, %error, "the lease floor was not moved");
-        }
+        .await
+        .map_err(err)?;
+    if !gate.first().is_some_and(|row| row.get::<_, bool>("got")) {
+        return Ok(None);
     }
-    Ok(())
+    let step = LEASE_FLOOR_STEP.as_millis() as i64;
+    let moved = tx
+        .query_typed(sql::LEASE_FLOOR_MOVE, &[(&step, Type::INT8)])
+        .await
+        .map_err(err)?;
+    tx.commit().await.map_err(err)?;
+    Ok(moved.first().and_then(|row| row.get("floor_at")))
 }
 
 impl Recovered {

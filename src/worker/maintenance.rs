@@ -117,6 +117,9 @@ async fn shard_loop(
             }
             Err(err) => failed(shard, "lease recovery", &err),
         }
+        if let Err(err) = upkeep::move_lease_floor(shard).await {
+            failed(shard, "moving the lease floor", &err);
+        }
         if sweep {
             if let Err(err) = sweep_finished(shard, retention).await {
                 failed(shard, "retention", &err);

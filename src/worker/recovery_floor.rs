@@ -4,11 +4,12 @@
 //! an entry, expired, for the running version of every job finished since;
 //! a pass that starts at the oldest lease walks them all, every second,
 //! and the shard spends its CPU on that walk. So a pass starts at the
-//! shard's lease floor, which the last pass that caught up wrote (by any
-//! process: `store::upkeep::RecoveryStart::LeaseFloor`). Every
-//! `FULL_EVERY` one pass looks at all of them again, for what the floor
-//! cannot see: a lease written by a claim that ran longer than its lease
-//! plus the floor's margin.
+//! shard's lease floor, which upkeep moves (by any process:
+//! `store::upkeep::move_lease_floor`). Every `FULL_EVERY` one pass looks
+//! at all of them again, for what the floor's argument leaves out (a
+//! database clock stepped back by more than a lease; a lease written
+//! below the floor by something other than shardq's claims and
+//! extensions).
 
 use crate::store::upkeep::{RecoveryPass, RecoveryStart};
 use std::time::{Duration, Instant};

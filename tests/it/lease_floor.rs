@@ -1,12 +1,12 @@
-//! The lease floor (migration 51): a lease recovery pass that caught up
-//! writes the time before which no running job's lease ends, and every
-//! read of the running jobs (the backlog's running count, `shardq check`'s
-//! windows) starts there. While a long transaction holds the horizon, the
-//! lease index keeps an expired entry of every job run since; from the
-//! floor those are passed without being read. And the floor never passes
-//! a job still running: one whose row a completion was writing (then
-//! rolled back), one whose key another session held, one claimed by a
-//! transaction the pass could not see yet.
+//! The lease floor (migration 51): the time before which no running
+//! job's lease ends, which upkeep moves up (`upkeep::move_lease_floor`),
+//! and from which every read of the running jobs (the backlog's running
+//! count, `shardq check`'s windows, lease recovery) starts. While a long
+//! transaction holds the horizon, the lease index keeps an expired entry
+//! of every job run since; from the floor those are passed without being
+//! read. And the floor never passes a job still running: one whose row a
+//! completion was writing (then rolled back), one whose key another
+//! session held, one claimed by a transaction open while the floor moved.
 
 use crate::common;
 use shardq::store::upkeep::{self, RecoveryStart};
@@ -78,8 +78,8 @@ async fn claimed_expired(
     (row.get(0), row.get(1))
 }
 
-/// 3,000 jobs run under leases that ended a minute before the pass (a
-/// negative lease length, so that no test waits out the floor's margin), and
+/// 3,000 jobs run under leases that ended a minute ago (a negative lease
+/// length, so that no test waits for them to end), and
 /// finished, while a snapshot was held: each left an expired entry in the
 /// lease index. Before any pass the backlog's running count reads them
 /// all; after a pass that caught up, it and the check's windows of running
@@ -107,16 +107,10 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
     assert!(read >= 3_000, "with no floor the count read {read} entries");
     assert_eq!(running(shard, "q").await, 1);
 
-    // A pass notes a candidate; one at least the step later makes it the
+    // A move notes a candidate; one at least a step later makes it the
     // floor (no transaction that could write a lease before it is open).
-    let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
-        .await
-        .unwrap();
-    assert!(pass.caught_up && pass.floor.is_none(), "{pass:?}");
-    assert_eq!(pass.recovered, upkeep::Recovered::default());
-    let pass = after_a_step(shard).await;
-    assert!(pass.caught_up && pass.floor.is_some(), "{pass:?}");
-
+    assert_eq!(upkeep::move_lease_floor(shard).await.unwrap(), None);
+    assert!(after_a_step(shard).await.is_some());
     let read = entries_read(&mut db, &INDEXES[..1], sql::QUEUE_BACKLOG, &backlog_params).await;
     assert!(read <= 10, "from the floor the count read {read} entries");
     assert_eq!(
@@ -169,24 +163,21 @@ async fn session(shards: &common::TestShards) -> tokio_postgres::Client {
     client
 }
 
-/// A pass from the lease floor, once a step has passed since the last
-/// (so that a candidate noted then may become the floor).
-async fn after_a_step(shard: &shardq::shards::Shard) -> upkeep::RecoveryPass {
+/// A move of the lease floor, once a step has passed since the last (so
+/// that a candidate noted then may become the floor): the floor after it.
+async fn after_a_step(shard: &shardq::shards::Shard) -> Option<SystemTime> {
     tokio::time::sleep(upkeep::LEASE_FLOOR_STEP + std::time::Duration::from_millis(100)).await;
-    upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
-        .await
-        .unwrap()
+    upkeep::move_lease_floor(shard).await.unwrap()
 }
 
-/// A pass that cannot recover a job leaves the floor at or before its
-/// lease: a row a completion was writing (skipped, then rolled back) and
-/// a key another session held. While the completion's transaction is
-/// open the floor does not move at all (it could have written a lease);
-/// once it has rolled back, the floor stops at the job left for its key,
-/// and each job stays counted running until a pass from the floor
-/// recovers it.
+/// A move of the floor never passes a running job's lease: while a
+/// completion writing one's row is open, the floor does not move at all
+/// (it might have written a lease); once it has rolled back, the floor
+/// stops at that job's lease, and after recovery returns it, at the next
+/// job, left for its key. Each stays counted running until a pass from
+/// the floor recovers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
+async fn the_floor_never_passes_a_job_still_running() {
     let shards = common::TestShards::databases(1).await;
     let set = shards.migrated(&shards.config("")).await;
     let shard = set.get(0);
@@ -208,16 +199,14 @@ async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
         .await
         .unwrap();
 
-    let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
-        .await
-        .unwrap();
-    assert_eq!(pass.recovered, upkeep::Recovered::default(), "{pass:?}");
-    assert!(pass.caught_up, "{pass:?}");
-    assert_eq!(pass.oldest_left, Some(row_lease.min(key_lease)), "{pass:?}");
-    let pass = after_a_step(shard).await;
-    assert_eq!(pass.floor, None, "the completion is still open: {pass:?}");
-
+    assert_eq!(upkeep::move_lease_floor(shard).await.unwrap(), None);
+    assert_eq!(after_a_step(shard).await, None, "the completion is open");
     completion.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        after_a_step(shard).await,
+        Some(row_lease),
+        "stops at the row's job"
+    );
     for queue in ["rows", "keys"] {
         assert_eq!(
             running(shard, queue).await,
@@ -225,16 +214,23 @@ async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
             "{queue} still counted running"
         );
     }
-    let next = after_a_step(shard).await;
+
+    let pass = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+        .await
+        .unwrap();
     assert_eq!(
-        next.recovered.requeued, 1,
-        "the rolled-back row's job: {next:?}"
+        pass.recovered.requeued, 1,
+        "the rolled-back row's job: {pass:?}"
     );
-    assert_eq!(next.oldest_left, Some(key_lease), "{next:?}");
-    let floor = next.floor.expect("no transaction open: the floor moves");
-    assert!(
-        floor <= key_lease,
-        "floor {floor:?} past the key's job's {key_lease:?}"
+    assert_eq!(
+        pass.oldest_left,
+        Some(key_lease),
+        "left for its key: {pass:?}"
+    );
+    assert_eq!(
+        after_a_step(shard).await,
+        Some(key_lease),
+        "stops at the key's job"
     );
     assert_eq!(running(shard, "keys").await, 1, "still counted running");
     key_holder
@@ -250,17 +246,22 @@ async fn a_pass_never_puts_the_floor_past_a_job_it_had_to_leave() {
     }
 }
 
-/// A claim whose transaction is still open when a pass runs is seen only
-/// after, with a lease that may end before the pass (here: lease 0): the
-/// pass's candidate does not become the floor while the claim's
-/// transaction is open, so once it commits, the job is counted running,
+/// A claim whose transaction is open while the floor moves is seen only
+/// after, with a lease that may end before that move (here: lease 0): a
+/// candidate noted while it is open does not become the floor until it
+/// ends, so once it commits, the job is counted running from the floor,
 /// and a pass from the floor recovers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_committed_after_a_pass_lies_past_its_floor() {
+async fn a_claim_open_while_the_floor_moves_stays_past_it() {
     let shards = common::TestShards::databases(1).await;
     let set = shards.migrated(&shards.config("")).await;
     let shard = set.get(0);
     let db = shard.client().await.unwrap();
+    assert_eq!(upkeep::move_lease_floor(shard).await.unwrap(), None);
+    assert!(
+        after_a_step(shard).await.is_some(),
+        "a floor before the claim"
+    );
     db.execute("SELECT shardq_enqueue('open', 'noop')", &[])
         .await
         .unwrap();
@@ -269,21 +270,18 @@ async fn a_claim_committed_after_a_pass_lies_past_its_floor() {
         .batch_execute("BEGIN; SELECT count(*) FROM shardq_claim(1, 0, 'open', 1, 'w', 0)")
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
-    let pass = upkeep::recover(shard, 100, RecoveryStart::Oldest)
-        .await
-        .unwrap();
-    assert!(pass.caught_up && pass.oldest_left.is_none(), "{pass:?}");
-    let pass = after_a_step(shard).await;
-    assert_eq!(pass.floor, None, "the claim is still open: {pass:?}");
+    // The candidate noted before the claim may become the floor; the one
+    // noted while it is open may not.
+    let floor = after_a_step(shard).await.expect("a floor");
+    assert_eq!(after_a_step(shard).await, Some(floor), "held at {floor:?}");
 
     claimer.batch_execute("COMMIT").await.unwrap();
     assert_eq!(running(shard, "open").await, 1, "counted running");
-    let next = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
+    let pass = upkeep::recover(shard, 100, RecoveryStart::LeaseFloor)
         .await
         .unwrap();
-    assert_eq!(next.recovered.requeued, 1, "{next:?}");
+    assert_eq!(pass.recovered.requeued, 1, "{pass:?}");
 }
 
 /// Each read of the running jobs walks the lease index from the floor: an
@@ -304,11 +302,8 @@ async fn each_read_of_the_running_jobs_starts_the_lease_index_at_the_floor() {
     )
     .await
     .unwrap();
-    upkeep::recover(shard, 100, RecoveryStart::Oldest)
-        .await
-        .unwrap();
-    let pass = after_a_step(shard).await;
-    assert!(pass.floor.is_some(), "{pass:?}");
+    upkeep::move_lease_floor(shard).await.unwrap();
+    assert!(after_a_step(shard).await.is_some());
 
     let queue = Some("q");
     let (n, shown, stale) = (100i64, 5i64, 0i64);

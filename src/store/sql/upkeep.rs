@@ -34,35 +34,24 @@ pub const RECOVERY_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::i
     now() AS at, (SELECT f.floor_at FROM shardq_lease_floor_moves f \
         ORDER BY f.move_seq DESC LIMIT 1) AS floor_at";
 
-/// After a recovery pass that caught up ($1: where it started, NULL for
-/// every lease; $2: its time, `now()` of its transaction), in its
-/// transaction (migration 51 says why each step is safe):
-///
-/// - `oldest_left`: the earliest lease in [$1, $2) still running (left by
-///   the pass for a busy key, or skipped while another transaction wrote
-///   the row: this read does not wait for row locks and sees the row as
-///   it was);
-/// - the newest row's candidate, once every transaction that took its id
-///   before the pass that noted it has ended and it is $3 ms old, becomes
-///   the floor, or the earliest lease still running between the old floor
-///   and it, whichever is earlier; a new candidate is noted with it ($2
-///   and this transaction's id). A shard with no row gets its first
-///   candidate (no floor yet). A row is written only then: one every $3
-///   ms or so, and none while an open transaction holds the candidate;
-///   the rows before it are deleted.
-///
-/// The caller holds the recovery's lock, so no other pass numbers a row
-/// at once. `floor_at`: the floor after it (NULL: none yet).
-pub const LEASE_FLOOR_MOVE: &str = "WITH remaining AS MATERIALIZED ( \
-        SELECT min(w.lease_expires_at) AS oldest FROM workflow_status w \
-        WHERE w.status = 'running' AND w.lease_expires_at < $2::timestamptz \
-          AND w.lease_expires_at >= coalesce($1::timestamptz, '-infinity') \
-    ), newest AS MATERIALIZED ( \
+/// Moves the lease floor, in the transaction that took its upkeep lock
+/// (`UPKEEP_GATE_AT` with `LEASE_FLOOR_SLOT`, in an earlier statement, so
+/// that this one's snapshot sees the last move's row), in one statement
+/// (migration 51 says why each step is safe): the newest row's
+/// candidate, once every transaction that took its id before the move
+/// that noted it has ended and it is $1 ms old, becomes the floor, or the
+/// earliest lease still running between the old floor and it, whichever
+/// is earlier; a new candidate is noted with it (this transaction's
+/// `now()` and id). A shard with no row gets its first candidate (no
+/// floor yet). A row is written only then: one every $1 ms or so, and
+/// none while an open writer holds the candidate back; the rows before
+/// it are deleted. `floor_at`: the floor after it (NULL: none yet).
+pub const LEASE_FLOOR_MOVE: &str = "WITH newest AS MATERIALIZED ( \
         SELECT f.move_seq, f.floor_at, f.pending_at, f.pending_xid \
         FROM shardq_lease_floor_moves f ORDER BY f.move_seq DESC LIMIT 1 \
     ), due AS MATERIALIZED ( \
         SELECT n.floor_at, n.pending_at FROM newest n \
-        WHERE n.pending_at <= $2::timestamptz - $3::bigint * interval '1 millisecond' \
+        WHERE n.pending_at <= now() - $1::bigint * interval '1 millisecond' \
           AND pg_snapshot_xmin(pg_current_snapshot()) > n.pending_xid \
     ), promoted AS MATERIALIZED ( \
         SELECT least(d.pending_at, (SELECT min(w.lease_expires_at) FROM workflow_status w \
@@ -72,14 +61,13 @@ pub const LEASE_FLOOR_MOVE: &str = "WITH remaining AS MATERIALIZED ( \
     ), moved AS ( \
         INSERT INTO shardq_lease_floor_moves (move_seq, floor_at, pending_at, pending_xid) \
         SELECT coalesce((SELECT move_seq FROM newest), 0) + 1, \
-            (SELECT floor_at FROM promoted), $2::timestamptz, pg_current_xact_id() \
+            (SELECT floor_at FROM promoted), now(), pg_current_xact_id() \
         WHERE EXISTS (SELECT FROM promoted) OR NOT EXISTS (SELECT FROM newest) \
         RETURNING move_seq, floor_at \
     ), replaced AS ( \
         DELETE FROM shardq_lease_floor_moves f WHERE f.move_seq < (SELECT move_seq FROM moved) \
     ) \
-    SELECT (SELECT oldest FROM remaining) AS oldest_left, \
-        coalesce((SELECT floor_at FROM moved), (SELECT floor_at FROM newest)) AS floor_at";
+    SELECT coalesce((SELECT floor_at FROM moved), (SELECT floor_at FROM newest)) AS floor_at";
 
 /// Tries the key locks of the jobs among ($1 shard keys, $2 ids), at most $3
 /// distinct keys, and returns the jobs it may change now: the unkeyed ones

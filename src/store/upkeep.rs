@@ -63,7 +63,6 @@ pub enum RecoveryStart {
     /// walks only those of the last seconds.
     LeaseFloor,
     /// At this time: the caller vouches that no lease before it is left.
-    /// Writes no floor.
     #[cfg_attr(not(feature = "internal"), allow(dead_code))]
     At(SystemTime),
 }
@@ -84,9 +83,7 @@ pub struct RecoveryPass {
     /// It found fewer expired leases than its limit: none is left at or
     /// after where it started, except those it skipped.
     pub caught_up: bool,
-    /// The earliest expired lease at or after where it started that is
-    /// still running after it (a busy key, or a row another transaction
-    /// was writing): the next pass must start no later.
+    /// The earliest expired lease it found and left (its key was busy).
     pub oldest_left: Option<SystemTime>,
     /// The lease floor it started from (`None`: none yet, or a pass not
     /// from [`RecoveryStart::LeaseFloor`]).

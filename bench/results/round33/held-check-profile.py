@@ -20,7 +20,8 @@ a.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload) SELE
 sd.drain(dsn,"current",1000)
 # No job runs now, and every lease the drain gave (30 s) ends before this:
 # a floor a recovery pass could write once they have all expired.
-a.execute("INSERT INTO shardq_lease_floor_moves (move_seq, floor_at) VALUES (1, now() + interval '31 s')")
+a.execute("INSERT INTO shardq_lease_floor_moves (move_seq, floor_at, pending_at, pending_xid) "
+          "VALUES (1, now() + interval '31 s', now() + interval '31 s', pg_current_xact_id())")
 a.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload) SELECT g % 1024, 'q', 'noop', '{}' FROM generate_series(1, 1000) g")
 a.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
 a.execute("SELECT pg_stat_statements_reset()")

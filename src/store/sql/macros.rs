@@ -62,7 +62,7 @@ macro_rules! return_lost {
 
 /// `$lease` (a running row's `lease_expires_at`) at or past the shard's
 /// lease floor: the newest row of `shardq_lease_floor_moves` (migration
-/// 51), before which no running job's lease ends (lease recovery moves
+/// 51), before which no running job's lease ends (worker upkeep moves
 /// it: `LEASE_FLOOR_MOVE` in upkeep.rs). A walk of the running jobs by
 /// `workflow_status_lease` then starts there: while a long transaction
 /// holds the horizon, the index keeps an expired entry of every job

@@ -26,10 +26,10 @@ pub const JOB_FIND_EXPIRED: &str = "SELECT shard_key, id, lease_expires_at FROM 
 
 /// Takes the recovery's upkeep lock ($1 class, $2 slot) for this
 /// transaction, like [`UPKEEP_GATE_AT`], and reads the newest lease floor
-/// (`floor_at`, NULL when none was written: migration 51). Read in the
-/// statement's snapshot, taken before the lock: a pass that committed in
-/// between moved it up, and an older floor is still true (a lease written
-/// after a floor ends after it).
+/// (`floor_at`, NULL when none was made yet: migration 51). Read in the
+/// statement's snapshot, taken before the lock: a move of the floor that
+/// committed since only raised it, and an older floor is still true (a
+/// lease written after a floor ends after it).
 pub const RECOVERY_GATE: &str = "SELECT pg_try_advisory_xact_lock($1::int, $2::int) AS got, \
     now() AS at, (SELECT f.floor_at FROM shardq_lease_floor_moves f \
         ORDER BY f.move_seq DESC LIMIT 1) AS floor_at";

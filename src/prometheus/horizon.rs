@@ -126,6 +126,19 @@ impl Collector for Horizons {
         )?;
         family(
             e,
+            "shardq_lease_floor_age_seconds",
+            "Seconds since the shard's lease floor, by its clock: no running job's lease ends \
+             before it, and reads of the running jobs start there. A few seconds while workers \
+             run; it grows while a transaction that took an id stays open on the server, while \
+             an expired lease is not recovered, or while no worker runs upkeep. Absent before \
+             the first floor",
+            MetricType::Gauge,
+            self.answered().filter_map(|(shard, h)| {
+                Some(([("shard", shard)], ConstGauge::new(h.lease_floor_age_s?)))
+            }),
+        )?;
+        family(
+            e,
             "shardq_xmin_horizon_hidden_sessions",
             "Sessions of the shard's database whose transaction the exporter's role may not \
              see (grant it pg_read_all_stats): they may hold the horizon unseen",
@@ -210,11 +223,20 @@ mod tests {
                 live_rows: 10,
                 last_autovacuum_s: None,
             }),
+            lease_floor_age_s: Some(2.5),
+        };
+        let no_floor = Horizon {
+            lease_floor_age_s: None,
+            ..horizon.clone()
         };
         let text = encode(vec![
             ShardHorizon {
                 shard: "s0".into(),
                 horizon: Ok(horizon),
+            },
+            ShardHorizon {
+                shard: "s2".into(),
+                horizon: Ok(no_floor),
             },
             ShardHorizon {
                 shard: "s1".into(),
@@ -229,6 +251,8 @@ mod tests {
             "shardq_replication_slot_catalog_xmin_age_xids{shard=\"s0\"} 3\n",
             "shardq_xmin_horizon_hidden_sessions{shard=\"s0\"} 1\n",
             "shardq_queue_table_dead_rows{shard=\"s0\",table=\"workflow_status\"} 1000\n",
+            "shardq_lease_floor_age_seconds{shard=\"s0\"} 2.5\n",
+            "shardq_xmin_horizon_up{shard=\"s2\"} 1\n",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
@@ -238,5 +262,9 @@ mod tests {
         );
         assert!(!text.contains("shardq_oldest_xmin_age_seconds{shard=\"s1\""));
         assert!(!text.contains("shardq_queue_table_last_autovacuum_age_seconds{"));
+        assert!(
+            !text.contains("shardq_lease_floor_age_seconds{shard=\"s2\"}"),
+            "a shard without a floor yet has no floor age:\n{text}"
+        );
     }
 }

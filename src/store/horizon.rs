@@ -2,7 +2,8 @@
 //! the queue table carries: while any transaction holds the horizon, vacuum
 //! removes no dead version made since it began, and they pile up. Read by
 //! the metrics exporter (`shardq_oldest_xmin_age_seconds` and beside it) and
-//! `shardq status`.
+//! `shardq status`, with the age of the lease floor, which an open
+//! transaction that took an id also holds back.
 
 use super::sql;
 use crate::shards::{Shard, ShardError};
@@ -98,6 +99,14 @@ pub struct Horizon {
     pub hidden_sessions: i64,
     /// The queue table's row versions, `None` before it has statistics.
     pub queue_table: Option<TableVacuum>,
+    /// Seconds since the shard's lease floor (before it no running job's
+    /// lease ends; worker upkeep moves it every few seconds), by the
+    /// shard's clock; `None` before the first. It stays a few seconds
+    /// while workers run, and grows while a transaction that took an id
+    /// stays open on the server, while a job's lease is expired and not
+    /// recovered (its key held, say), or while no worker runs upkeep:
+    /// reads of the running jobs then walk what ran since.
+    pub lease_floor_age_s: Option<f64>,
 }
 
 impl Horizon {
@@ -162,5 +171,6 @@ pub async fn read(shard: &Shard) -> Result<Horizon, ShardError> {
         slot_catalog_xids: row.get("slot_catalog_xids"),
         hidden_sessions: row.get("hidden"),
         queue_table,
+        lease_floor_age_s: row.get("lease_floor_s"),
     })
 }

@@ -85,9 +85,6 @@ pub struct RecoveryPass {
     pub caught_up: bool,
     /// The earliest expired lease it found and left (its key was busy).
     pub oldest_left: Option<SystemTime>,
-    /// The lease floor it started from (`None`: none yet, or a pass not
-    /// from [`RecoveryStart::LeaseFloor`]).
-    pub floor: Option<SystemTime>,
 }
 
 /// One recovery pass of up to `limit` jobs from `start` (the lease floor
@@ -172,10 +169,6 @@ async fn recover_on(
             .filter(|r| !returned.contains(&r.get::<_, i64>("id")))
             .map(|r| r.get("lease_expires_at"))
             .min(),
-        floor: match start {
-            RecoveryStart::LeaseFloor => floor,
-            _ => None,
-        },
     };
     tx.commit().await.map_err(err)?;
     Ok(pass)

@@ -5,8 +5,8 @@
 //! It also runs the cancel cascades owed (`store::cascades_owed`), each
 //! taken by one process at a time through its row's lease.
 
+use super::full_recovery::FullRecovery;
 use super::per_shard::each_shard;
-use super::recovery_floor::RecoveryFloor;
 use crate::config::{Config, Retention};
 use crate::shards::{Shard, ShardError, ShardSet};
 use crate::store::{cascades_owed, upkeep};
@@ -81,7 +81,7 @@ async fn shard_loop(
     let retention = &config.retention;
     let shard = shards.get(index);
     let mut last_sweep = Instant::now();
-    let mut recovery = RecoveryFloor::new();
+    let mut recovery = FullRecovery::new();
     let mut cascades: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let pause = super::rotation::jitter(&mut rand::thread_rng(), every / 2, every);

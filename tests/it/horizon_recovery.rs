@@ -1,7 +1,8 @@
 //! Lease recovery under a held xmin horizon: every job finished since the
 //! horizon was held leaves an expired entry in the lease index; a pass
-//! that starts where the previous one caught up (src/worker/recovery_floor.rs)
-//! reads none of them, and still finds the lease that expired since.
+//! that starts at a time no unrecovered lease is before (the lease floor,
+//! src/store/upkeep.rs) reads none of them, and still finds the lease that
+//! expired since.
 
 use crate::common;
 

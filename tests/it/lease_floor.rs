@@ -7,10 +7,11 @@
 //! read. And the floor never passes a job still running: one whose row a
 //! completion was writing (then rolled back), one whose key another
 //! session held, one claimed by a transaction open while the floor moved.
+//! Its age, exported, shows a transaction that holds it back.
 
 use crate::common;
 use shardq::store::upkeep::{self, RecoveryStart};
-use shardq::store::{backlog, sql};
+use shardq::store::{backlog, horizon, sql};
 use std::time::SystemTime;
 use tokio_postgres::types::Type;
 
@@ -282,6 +283,50 @@ async fn a_claim_open_while_the_floor_moves_stays_past_it() {
         .await
         .unwrap();
     assert_eq!(pass.recovered.requeued, 1, "{pass:?}");
+}
+
+/// The floor's age, as the exporter and `shardq status` read it: absent
+/// before the first floor, then `now() - floor`. While a transaction that
+/// took an id stays open, the floor stops (after promoting the candidate
+/// noted before it began) and its age grows by every step; once it ends,
+/// the floor moves and the age falls back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_age_grows_while_a_transaction_with_an_id_is_open() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let shard = set.get(0);
+    let age = || async { horizon::read(shard).await.unwrap().lease_floor_age_s };
+    assert_eq!(age().await, None, "no floor yet");
+    assert_eq!(upkeep::move_lease_floor(shard).await.unwrap(), None);
+    let floor = after_a_step(shard).await.expect("a floor");
+    let first = age().await.expect("an age");
+    let since = SystemTime::now().duration_since(floor).unwrap();
+    assert!(
+        (first - since.as_secs_f64()).abs() < 1.0,
+        "age {first} s, floor {since:?} ago"
+    );
+
+    let writer = session(&shards).await;
+    writer
+        .batch_execute("BEGIN; SELECT pg_current_xact_id()")
+        .await
+        .unwrap();
+    let held = after_a_step(shard).await.expect("the candidate before it");
+    let held_age = age().await.unwrap();
+    assert_eq!(after_a_step(shard).await, Some(held), "stopped");
+    assert_eq!(after_a_step(shard).await, Some(held), "stopped");
+    let grown = age().await.unwrap();
+    let steps = 2.0 * upkeep::LEASE_FLOOR_STEP.as_secs_f64();
+    assert!(
+        grown >= held_age + steps,
+        "{grown} s after two steps, {held_age} s before"
+    );
+
+    writer.batch_execute("COMMIT").await.unwrap();
+    let moved = after_a_step(shard).await.expect("a floor");
+    assert!(moved > held, "moves again once it ended");
+    let after = age().await.unwrap();
+    assert!(after < grown, "{after} s after, {grown} s while held");
 }
 
 /// Each read of the running jobs walks the lease index from the floor: an

@@ -199,6 +199,9 @@ fn horizon_line(h: &Horizon) -> String {
             t.dead_rows
         ));
     }
+    if let Some(age) = h.lease_floor_age_s {
+        parts.push(format!("lease floor {age:.0} s old"));
+    }
     parts.join("; ")
 }
 

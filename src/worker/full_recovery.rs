@@ -1,4 +1,5 @@
-//! Where a shard's next lease recovery pass starts looking.
+//! Where a shard's next lease recovery pass starts looking: at the lease
+//! floor, or (a full pass) at the oldest lease.
 //!
 //! While a long transaction holds the xmin horizon, the lease index keeps
 //! an entry, expired, for the running version of every job finished since;
@@ -19,13 +20,13 @@ pub(crate) const FULL_EVERY: Duration = Duration::from_secs(300);
 
 /// When this process last looked at every expired lease of one shard.
 #[derive(Debug)]
-pub(crate) struct RecoveryFloor {
+pub(crate) struct FullRecovery {
     last_full: Option<Instant>,
 }
 
-impl RecoveryFloor {
+impl FullRecovery {
     pub(crate) fn new() -> Self {
-        RecoveryFloor { last_full: None }
+        FullRecovery { last_full: None }
     }
 
     /// Where the next pass starts, as of `now`: at the oldest lease on
@@ -65,23 +66,23 @@ mod tests {
     #[test]
     fn the_first_pass_looks_at_every_lease_then_from_the_floor() {
         let start = Instant::now();
-        let mut floor = RecoveryFloor::new();
-        assert_eq!(floor.start(start), RecoveryStart::Oldest);
-        floor.passed(RecoveryStart::Oldest, &pass(true, true), start);
-        assert_eq!(floor.start(start), RecoveryStart::LeaseFloor);
-        floor.passed(RecoveryStart::LeaseFloor, &pass(true, true), start);
-        assert_eq!(floor.start(start), RecoveryStart::LeaseFloor);
+        let mut full = FullRecovery::new();
+        assert_eq!(full.start(start), RecoveryStart::Oldest);
+        full.passed(RecoveryStart::Oldest, &pass(true, true), start);
+        assert_eq!(full.start(start), RecoveryStart::LeaseFloor);
+        full.passed(RecoveryStart::LeaseFloor, &pass(true, true), start);
+        assert_eq!(full.start(start), RecoveryStart::LeaseFloor);
     }
 
     #[test]
     fn a_full_pass_that_did_not_catch_up_or_ran_elsewhere_comes_again() {
         let start = Instant::now();
-        let mut floor = RecoveryFloor::new();
-        floor.passed(RecoveryStart::Oldest, &pass(true, false), start);
-        assert_eq!(floor.start(start), RecoveryStart::Oldest, "more to do");
-        floor.passed(RecoveryStart::Oldest, &pass(false, true), start);
+        let mut full = FullRecovery::new();
+        full.passed(RecoveryStart::Oldest, &pass(true, false), start);
+        assert_eq!(full.start(start), RecoveryStart::Oldest, "more to do");
+        full.passed(RecoveryStart::Oldest, &pass(false, true), start);
         assert_eq!(
-            floor.start(start),
+            full.start(start),
             RecoveryStart::Oldest,
             "another process passed"
         );
@@ -90,12 +91,12 @@ mod tests {
     #[test]
     fn a_full_pass_comes_back_every_full_every() {
         let start = Instant::now();
-        let mut floor = RecoveryFloor::new();
-        floor.passed(RecoveryStart::Oldest, &pass(true, true), start);
+        let mut full = FullRecovery::new();
+        full.passed(RecoveryStart::Oldest, &pass(true, true), start);
         assert_eq!(
-            floor.start(start + FULL_EVERY / 2),
+            full.start(start + FULL_EVERY / 2),
             RecoveryStart::LeaseFloor
         );
-        assert_eq!(floor.start(start + FULL_EVERY), RecoveryStart::Oldest);
+        assert_eq!(full.start(start + FULL_EVERY), RecoveryStart::Oldest);
     }
 }

@@ -145,15 +145,22 @@ pub fn micros() -> i64 {
         .as_micros() as i64
 }
 
+/// A session of its own on `url` (as the user the URL names), its
+/// connection driven by a task.
+pub async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect a session");
+    tokio::spawn(conn);
+    client
+}
+
 /// A session on `url` holding a REPEATABLE READ snapshot that has read
 /// `workflow_status`: the shard's xmin horizon stays where it is, and
 /// vacuum removes no version that snapshot might see, until the session
 /// commits or is dropped (a report or `pg_dump` left running).
 pub async fn hold_snapshot(url: &str) -> tokio_postgres::Client {
-    let (holder, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect the snapshot's session");
-    tokio::spawn(conn);
+    let holder = connect(url).await;
     holder
         .batch_execute(
             "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM workflow_status",

@@ -10,8 +10,11 @@
 -- it too, for a job whose floors are missing (one written by SQL).
 --
 -- SECURITY DEFINER, as shardq_mark_ready: a producer needs no right on
--- the floors. Every name in it is schema-qualified (resolved now, from
--- workflow_status, which is why it is created by a DO block).
+-- the floors. Its tables are schema-qualified (resolved now, from
+-- workflow_status, which is why it is created by a DO block), and its
+-- search_path is fixed (it runs seldom: once per queue and priority), so
+-- no name in it, now or after a change, resolves to a caller's object
+-- run with the owner's rights.
 DO $$
 DECLARE
     s text := (SELECT quote_ident(n.nspname) FROM pg_class c
@@ -22,6 +25,7 @@ BEGIN
         CREATE OR REPLACE FUNCTION shardq_ensure_floors(p_queues text[], p_priorities int[])
         RETURNS void
         LANGUAGE sql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
         AS $b$
             INSERT INTO %1$s.shardq_ready_levels (queue, priority)
             SELECT q, p FROM unnest(p_queues, p_priorities) AS t(q, p)

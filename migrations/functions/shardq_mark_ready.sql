@@ -17,9 +17,12 @@
 -- cost.
 --
 -- SECURITY DEFINER: a role that may write jobs needs no right on the
--- sequence or the floors (docs/least_privilege.sql). Every name in it is
--- schema-qualified (resolved now, from workflow_status, which is why it is
--- created by a DO block), so a caller's search_path cannot redirect it.
+-- sequence or the floors (docs/least_privilege.sql). Every name in it,
+-- operators included, is schema-qualified (resolved now, from
+-- workflow_status, which is why it is created by a DO block), so a
+-- caller's search_path cannot redirect it to code of its own, run with
+-- the owner's rights. (No fixed search_path instead: a SET clause would
+-- cost every job enqueued a save and restore of the setting.)
 DO $$
 DECLARE
     s text := (SELECT quote_ident(n.nspname) FROM pg_class c
@@ -35,7 +38,8 @@ BEGIN
             PERFORM pg_catalog.pg_current_xact_id();
             NEW.ready_seq := pg_catalog.nextval('%1$s.shardq_ready_seq');
             IF NOT EXISTS (SELECT 1 FROM %1$s.shardq_ready_levels l
-                           WHERE l.queue = NEW.queue AND l.priority = NEW.priority) THEN
+                           WHERE l.queue OPERATOR(pg_catalog.=) NEW.queue
+                             AND l.priority OPERATOR(pg_catalog.=) NEW.priority) THEN
                 PERFORM %1$s.shardq_ensure_floors(ARRAY[NEW.queue], ARRAY[NEW.priority]);
             END IF;
             RETURN NEW;

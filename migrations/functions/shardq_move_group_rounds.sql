@@ -30,7 +30,12 @@
 --
 -- SECURITY DEFINER with a fixed search_path: a worker role not granted the
 -- table (docs/least_privilege.sql not run again after `migrate`) still
--- claims, and moves the ready floors.
+-- claims, and moves the ready floors. Not callable by everyone: only
+-- shardq_advance_ready_floors (running as the owner) calls it, in the
+-- order above. Called apart from that order, with a number of the
+-- caller's choosing or p_passed true before the barrier passed, or noting
+-- a round without the barrier that goes with it, it would let a grouped
+-- floor pass a job a producer is still writing: no claim would reach it.
 DO $$
 DECLARE
     s text := (SELECT quote_ident(n.nspname) FROM pg_class c
@@ -106,4 +111,5 @@ BEGIN
         END
         $b$
     $f$, s);
+    REVOKE EXECUTE ON FUNCTION shardq_move_group_rounds(bigint, boolean) FROM PUBLIC;
 END $$;

@@ -12,7 +12,9 @@
 -- SECURITY DEFINER: a producer or the dashboard cancels without a right
 -- on the table, so a role not granted it after an upgrade still cancels.
 -- Anyone may call it: a debt written for a workflow that is not
--- cancelled is paid by the workers' pass without a cascade. Its
+-- cancelled is paid by the workers' pass without a cascade, and a debt
+-- owed again keeps its earlier due time, so calling it again and again
+-- cannot put off the pass's cascade of a canceller that died. Its
 -- search_path is fixed, and the table named with its schema (resolved
 -- when it is created, from workflow_status, hence the DO block).
 DO $$
@@ -28,12 +30,13 @@ BEGIN
         SET search_path = pg_catalog, pg_temp
         AS $b$
             WITH written AS (
-                INSERT INTO %1$s.shardq_cascades_owed (shard_key, id, generation, due_at)
+                INSERT INTO %1$s.shardq_cascades_owed AS o (shard_key, id, generation, due_at)
                 SELECT t.k, t.i, nextval('%1$s.shardq_cascades_owed_generation'),
                        now() + interval '10 seconds'
                 FROM unnest(p_keys, p_ids) AS t(k, i)
                 ON CONFLICT (shard_key, id) DO UPDATE
-                    SET generation = EXCLUDED.generation, due_at = EXCLUDED.due_at
+                    SET generation = EXCLUDED.generation,
+                        due_at = least(o.due_at, EXCLUDED.due_at)
                 RETURNING generation)
             SELECT coalesce(max(generation), 0) FROM written;
         $b$

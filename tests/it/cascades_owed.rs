@@ -149,6 +149,38 @@ async fn a_canceller_that_died_before_its_cascade_leaves_it_to_the_workers() {
     .await;
 }
 
+/// Anyone may owe a debt again (`shardq_owe_cascades` runs with the
+/// owner's rights, for producers that cancel): a debt owed again keeps its
+/// earlier due time, so calls every few seconds cannot put off forever the
+/// workers' cascade of a canceller that died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owing_a_debt_again_never_puts_off_its_cascade() {
+    let (_shards, shardq) = two_shards("family", 1, 100).await;
+    let (parent, _child) = parent_with_a_child_away(&shardq).await;
+    let home = shardq.shards().get(0);
+    shardq::store::jobs::cancel(home, parent)
+        .await
+        .unwrap()
+        .expect("cancelled");
+    due_now(&shardq).await;
+    let db = home.client().await.unwrap();
+    db.execute(
+        "SELECT shardq_owe_cascades(ARRAY[$1::int], ARRAY[$2::bigint])",
+        &[&parent.shard_key, &parent.id],
+    )
+    .await
+    .unwrap();
+    let due: bool = db
+        .query_one(
+            "SELECT due_at <= now() FROM shardq_cascades_owed WHERE shard_key = $1 AND id = $2",
+            &[&parent.shard_key, &parent.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(due, "still due for the workers' pass");
+}
+
 /// A cancel whose cascade reached every child leaves nothing owed: the
 /// canceller paid it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

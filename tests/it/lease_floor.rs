@@ -157,11 +157,7 @@ async fn reads_of_the_running_jobs_start_at_the_lease_floor_under_a_held_snapsho
 
 /// A session on shard 0 of `shards`.
 async fn session(shards: &common::TestShards) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&shards.urls[0], tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
+    common::connect(&shards.urls[0]).await
 }
 
 /// A move of the lease floor, once a step has passed since the last (so

@@ -29,6 +29,7 @@ mod crash_recovery;
 mod dead_worker;
 mod deadlines;
 mod debounce;
+mod definer_search_path;
 mod drain;
 mod durable_sleep;
 mod embedding;

@@ -624,6 +624,13 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .map(|_| shardq::NewJob::new("grouped", "noop", serde_json::json!({})).group("t"))
         .collect();
     owner_client.enqueue_many(grouped).await.unwrap();
+    // The claim moves the floors and the grouped rounds as the owner
+    // (shardq_advance_ready_floors), though the role may not call the
+    // rounds' mover itself (below).
+    setup
+        .batch_execute("UPDATE shardq_ready_barrier SET advanced_at = '-infinity'")
+        .await
+        .unwrap();
     let client = shard.client().await.unwrap();
     let taken = client
         .query(
@@ -633,6 +640,15 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .await
         .expect("the worker role claims under group limits");
     assert_eq!(taken.len(), 5, "the group's concurrency");
+    let moved: bool = setup
+        .query_one(
+            "SELECT max(advanced_at) > now() - interval '1 minute' FROM shardq_ready_barrier",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(moved, "the worker role's claim moved the floors and rounds");
     shardq::store::upkeep::forget_full_buckets(shard, 100)
         .await
         .expect("the worker role forgets full buckets");
@@ -644,6 +660,8 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         "TRUNCATE workflow_status",
         "INSERT INTO shardq_migrations (version, name) VALUES (999, 'x')",
         "ALTER TABLE workflow_status ADD COLUMN x int",
+        // Called out of the floors' move, it could pass a job being written.
+        "SELECT shardq_move_group_rounds(1, true)",
     ] {
         let err = client.batch_execute(sql).await.unwrap_err();
         assert_eq!(
@@ -717,6 +735,7 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         "DELETE FROM workflow_steps",
         "INSERT INTO workflow_events (shard_key, workflow_id, key, value) VALUES (0, 1, 'x', '1')",
         "UPDATE workflow_events SET value = 'null'",
+        "SELECT shardq_move_group_rounds(1, true)",
     ] {
         let err = db.batch_execute(sql).await.unwrap_err();
         assert_eq!(

@@ -234,7 +234,7 @@ async fn read_on(
     let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     let (recheck_ms, grace_ms) = (ms(p.child_recheck), ms(p.child_grace));
     let retention_ms = ms(p.retention);
-    let tx = client
+    let mut tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
         .read_only(true)
@@ -330,6 +330,10 @@ async fn read_on(
     ];
     let mut findings = Vec::with_capacity(asks.len());
     for (invariant, statement, params) in &asks {
+        if *invariant == Invariant::JobState {
+            findings.push(super::check_job_state::read(&mut tx, params, p.deadline).await?);
+            continue;
+        }
         let row = tx.query_typed_one(statement, params).await?;
         findings.push(finding(*invariant, &row));
     }
@@ -338,7 +342,7 @@ async fn read_on(
 }
 
 /// Decodes the one row every check statement returns.
-fn finding(invariant: Invariant, row: &Row) -> Finding {
+pub(super) fn finding(invariant: Invariant, row: &Row) -> Finding {
     let keys: Vec<i32> = row.get("ex_shard_key");
     let ids: Vec<i64> = row.get("ex_id");
     let queues: Vec<Option<String>> = row.get("ex_queue");

@@ -22,6 +22,7 @@ pub mod cancel_cascade;
 pub mod cascade_debts;
 pub mod cascades_owed;
 pub mod check;
+mod check_job_state;
 pub mod children;
 pub mod children_elsewhere;
 pub mod deadlines;

@@ -1,8 +1,10 @@
-//! The child checks' windows (`unfinished_windows!` in check_waits.rs)
-//! while a long transaction holds the horizon: their ready jobs without a
-//! group are read from the queues' ready floors, as the claims find them.
-//! From the start of the ready indexes, every job claimed since the hold
-//! began was an entry to pass, in every check.
+//! The checks' windows of ready jobs while a long transaction holds the
+//! horizon: the child checks' (`unfinished_windows!` in check_waits.rs)
+//! and the job-state read's that the check falls back to
+//! (`CHECK_JOB_STATE_FROM_FLOORS`) read ready jobs without a group from
+//! the queues' ready floors, as the claims find them. From the start of
+//! the ready indexes, every job claimed since the hold began was an entry
+//! to pass, in every check.
 
 use crate::common;
 use shardq::store::sql;
@@ -16,15 +18,13 @@ const READY_INDEXES: [&str; 4] = [
     "workflow_status_ready_keyed",
 ];
 
-/// 2,000 plain and 2,000 keyed jobs claimed while a snapshot is held, the
-/// floors moved past them, 10 of each ready: a check of missing parents
-/// meets a few dozen entries of the ready indexes, and still reads the
-/// 20 ready jobs. With windows from each index's start it met over 4,000.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot() {
-    let shards = common::TestShards::databases(1).await;
-    let set = shards.migrated(&shards.config("")).await;
-    let mut db = set.get(0).client().await.unwrap();
+/// 2,000 plain and 2,000 keyed jobs claimed while a snapshot is held
+/// (returned; the session holding it), the floors moved past them, 10 of
+/// each ready.
+async fn claimed_under_a_held_snapshot(
+    shards: &common::TestShards,
+    db: &tokio_postgres::Client,
+) -> tokio_postgres::Client {
     let holder = common::hold_snapshot(&shards.urls[0]).await;
     db.batch_execute(
         "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 2000); \
@@ -44,7 +44,7 @@ async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot(
         .get(0);
     assert_eq!(claimed, 4000);
     for _ in 0..3 {
-        crate::ready_floors::move_now(&db).await;
+        crate::ready_floors::move_now(db).await;
     }
     db.batch_execute(
         "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 10); \
@@ -53,26 +53,67 @@ async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot(
     )
     .await
     .unwrap();
+    holder
+}
 
-    let (rows, retention_ms, shown) = (100i64, 86_400_000i64, 5i64);
+/// The entries of the ready indexes `statement` met, and the rows it
+/// says it read (`scanned`), in a transaction rolled back.
+async fn ready_entries_met(
+    db: &mut tokio_postgres::Client,
+    statement: &str,
+    params: &[sql::Param<'_>],
+) -> (i64, i64) {
     let tx = db.transaction().await.unwrap();
     let before = common::xact_stat(&tx, "tuples_returned", &READY_INDEXES).await;
-    let row = tx
-        .query_typed(
-            sql::CHECK_PARENT_MISSING,
-            &[
-                (&rows, Type::INT8),
-                (&retention_ms, Type::INT8),
-                (&shown, Type::INT8),
-            ],
-        )
-        .await
-        .unwrap();
+    let row = tx.query_typed(statement, params).await.unwrap();
     let met = common::xact_stat(&tx, "tuples_returned", &READY_INDEXES).await - before;
     let scanned: i64 = row[0].get("scanned");
     tx.rollback().await.unwrap();
+    (met, scanned)
+}
+
+/// A check of missing parents meets a few dozen entries of the ready
+/// indexes, and still reads the 20 ready jobs. With windows from each
+/// index's start it met over 4,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let mut db = set.get(0).client().await.unwrap();
+    let holder = claimed_under_a_held_snapshot(&shards, &db).await;
+    let (rows, retention_ms, shown) = (100i64, 86_400_000i64, 5i64);
+    let params = [
+        (&rows as _, Type::INT8),
+        (&retention_ms as _, Type::INT8),
+        (&shown as _, Type::INT8),
+    ];
+    let (met, scanned) = ready_entries_met(&mut db, sql::CHECK_PARENT_MISSING, &params).await;
     assert!(met <= 100, "the windows met {met} ready entries");
     // 4,000 running and 20 ready rows read.
     assert_eq!(scanned, 4020);
+    holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// The job-state check reads its ready jobs from the floors too, beside
+/// windows from each index's start (only there is a job below its floor
+/// met), which meet every entry claimed since: the read without them
+/// (what the check falls back to past its share of the deadline,
+/// `store::check`) meets a few dozen, and still judges the 20 ready jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_state_read_from_the_floors_passes_what_was_claimed_under_a_held_snapshot() {
+    let shards = common::TestShards::databases(1).await;
+    let set = shards.migrated(&shards.config("")).await;
+    let mut db = set.get(0).client().await.unwrap();
+    let holder = claimed_under_a_held_snapshot(&shards, &db).await;
+    let (rows, shown) = (100i64, 5i64);
+    let params = [(&rows as _, Type::INT8), (&shown as _, Type::INT8)];
+    let (met, scanned) =
+        ready_entries_met(&mut db, sql::CHECK_JOB_STATE_FROM_FLOORS, &params).await;
+    assert!(met <= 100, "from the floors: {met} ready entries");
+    // The running windows read all 4,000; the queued ones 20, counted
+    // once more by the newest-jobs window (100 rows).
+    assert!(scanned >= 4020, "{scanned} rows judged");
+    let (met, _) = ready_entries_met(&mut db, sql::CHECK_JOB_STATE, &params).await;
+    assert!(met >= 4000, "from each index's start: {met} ready entries");
     holder.batch_execute("COMMIT").await.unwrap();
 }

@@ -17,6 +17,15 @@ gave (30 s and the floor's margin), and then, alternating twice:
             the lease index from its start, as before migration 51; the
             rows are put back and the worker resumed after.
 
+With `--before-shardq BINARY --before-rev REV` the alternate runs are
+that binary's (built at REV: an exporter of its own, its `shardq
+check`) instead, on the same rows with the floor kept, the worker
+stopped and `shardq_functions` saying REV's function files for the
+run (a binary refuses to judge a shard whose functions differ from its
+own; the check reads no function).
+`--check-ms` is `shardq check`'s deadline per shard (60,000 by default:
+its full read; 5,000 is the command's own default).
+
 Prints per run: the scrape's wall time, the backlog read's time
 (`shardq_shard_scrape_duration_seconds`), `shardq_shard_up`,
 `shardq_invariant_check_up`, and `shardq check`'s wall time. Before each
@@ -30,7 +39,7 @@ first; it empties workflow_status):
   SHARDQ_CONFIG=one-shard.toml \\
       python3 bench/experiments/held_running_reads.py --steps 1000000,2000000
 """
-import argparse, datetime, os, signal, subprocess, sys, time
+import argparse, datetime, hashlib, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import psycopg
 import held_scrape
@@ -54,19 +63,50 @@ def wait_for_floor(admin, past, timeout_s=180):
     sys.exit(f"the lease floor did not pass {past} within {timeout_s} s: is the worker running?")
 
 
-def check(shardq):
+def function_hashes(rev):
+    """Each function file's sha256 at `rev`: what that revision's binary
+    expects `shardq_functions` to say."""
+    hashes = {}
+    for path in sorted((ROOT / "migrations/functions").glob("*.sql")):
+        shown = subprocess.run(["git", "-C", str(ROOT), "show",
+                                f"{rev}:migrations/functions/{path.name}"],
+                               capture_output=True, check=True)
+        hashes[path.stem] = hashlib.sha256(shown.stdout).hexdigest()
+    return hashes
+
+
+def as_of(admin, hashes):
+    """Sets `shardq_functions` to `hashes`; returns what it said."""
+    saved = dict(admin.execute("SELECT name, sha256 FROM shardq_functions").fetchall())
+    with admin.cursor() as cur:
+        cur.executemany("UPDATE shardq_functions SET sha256 = %s WHERE name = %s",
+                        [(sha, name) for name, sha in hashes.items()])
+    return saved
+
+
+def check(shardq, check_ms):
+    """`shardq check`'s wall time, exit code and whether its job-state
+    read was bounded (`capped`)."""
     started = time.time()
-    done = subprocess.run([shardq, "check", "--shard-timeout-ms", "60000"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (time.time() - started) * 1000, done.returncode
+    done = subprocess.run([shardq, "check", "--json", "--shard-timeout-ms", str(check_ms)],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ms = (time.time() - started) * 1000
+    try:
+        shards = json.loads(done.stdout)["shards"]
+        capped = [f["capped"] for s in shards for f in s.get("findings") or []
+                  if f["invariant"] == "job_state"]
+    except (ValueError, KeyError):
+        capped = []
+    return ms, done.returncode, capped
 
 
-def run(admin, url, shardq, label):
+def run(admin, url, shardq, label, check_ms):
     held_scrape.settle(admin)
     held_scrape.scrape(url, label)
     held_scrape.settle(admin)
-    ms, rc = check(shardq)
-    print(f"{'':<34} shardq check {ms:>6.0f} ms (exit {rc})", flush=True)
+    ms, rc, capped = check(shardq, check_ms)
+    print(f"{'':<34} shardq check {ms:>6.0f} ms (exit {rc}, job_state capped "
+          f"{','.join(str(c).lower() for c in capped) or '-'})", flush=True)
 
 
 def main():
@@ -74,6 +114,11 @@ def main():
     p.add_argument("--steps", default="1000000,2000000")
     p.add_argument("--listen", default="127.0.0.1:9478")
     p.add_argument("--shardq", default=str(ROOT / "target/release/shardq"))
+    p.add_argument("--before-shardq", help="alternate with this binary instead of "
+                   "deleting the floor's rows")
+    p.add_argument("--before-rev", help="the revision --before-shardq was built at")
+    p.add_argument("--before-listen", default="127.0.0.1:9479")
+    p.add_argument("--check-ms", type=int, default=60000)
     args = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     steps = [int(s) for s in args.steps.split(",")]
@@ -85,6 +130,13 @@ def main():
     exporter = subprocess.Popen([args.shardq, "metrics", "--listen", args.listen], **quiet)
     worker = subprocess.Popen([args.shardq, "worker", "--queue", "held-running-reads-idle"],
                               **quiet)
+    before = None
+    if args.before_shardq:
+        if not args.before_rev:
+            sys.exit("--before-shardq needs --before-rev")
+        before_hashes = function_hashes(args.before_rev)
+        before = subprocess.Popen([args.before_shardq, "metrics", "--listen",
+                                   args.before_listen], **quiet)
     holder = psycopg.connect(dsn, autocommit=True)
     try:
         time.sleep(2)
@@ -105,14 +157,24 @@ def main():
             print(f"held, {done:,} jobs run; the floor passed their leases "
                   f"{waited:.0f} s later", flush=True)
             for round_ in (1, 2):
-                run(admin, url, args.shardq, f"  floor, run {round_}")
+                run(admin, url, args.shardq, f"  floor, run {round_}", args.check_ms)
+                if before is not None:
+                    worker.send_signal(signal.SIGSTOP)
+                    saved = as_of(admin, before_hashes)
+                    try:
+                        run(admin, f"http://{args.before_listen}/metrics",
+                            args.before_shardq, f"  before, run {round_}", args.check_ms)
+                    finally:
+                        as_of(admin, saved)
+                        worker.send_signal(signal.SIGCONT)
+                    continue
                 worker.send_signal(signal.SIGSTOP)
                 try:
                     saved = admin.execute("SELECT move_seq, floor_at, pending_at, "
                                           "pending_xid, moved_at "
                                           "FROM shardq_lease_floor_moves").fetchall()
                     admin.execute("DELETE FROM shardq_lease_floor_moves")
-                    run(admin, url, args.shardq, f"  no floor, run {round_}")
+                    run(admin, url, args.shardq, f"  no floor, run {round_}", args.check_ms)
                     with admin.cursor() as cur:
                         cur.executemany("INSERT INTO shardq_lease_floor_moves (move_seq, "
                                         "floor_at, pending_at, pending_xid, moved_at) "
@@ -122,7 +184,9 @@ def main():
             admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")
         holder.execute("ROLLBACK")
     finally:
-        for proc in (exporter, worker):
+        for proc in (exporter, worker, before):
+            if proc is None:
+                continue
             proc.send_signal(signal.SIGCONT)
             proc.terminate()
             proc.wait()

@@ -21,8 +21,7 @@
 -- operators included, is schema-qualified (resolved now, from
 -- workflow_status, which is why it is created by a DO block), so a
 -- caller's search_path cannot redirect it to code of its own, run with
--- the owner's rights. (No fixed search_path instead: a SET clause would
--- cost every job enqueued a save and restore of the setting.)
+-- the owner's rights.
 DO $$
 DECLARE
     s text := (SELECT quote_ident(n.nspname) FROM pg_class c

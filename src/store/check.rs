@@ -6,7 +6,7 @@
 use super::sql::{self, Param};
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
 use tokio_postgres::{IsolationLevel, Row};
 
@@ -212,19 +212,22 @@ pub struct CheckParams {
 ///
 /// Cancel safe: a read-only transaction; dropped, its connection is closed.
 pub async fn read(shard: &Shard, p: &CheckParams) -> Result<Vec<Finding>, ShardError> {
+    let started = Instant::now();
     shard
         .within(async {
             let mut client = shard.lend().await?;
-            let findings = read_on(&mut client, p).await;
+            let findings = read_on(&mut client, p, started).await;
             client.settle();
             findings.map_err(|e| shard.query_error(e))
         })
         .await
 }
 
+/// [`read`] on a lent connection, for a check that began at `started`.
 async fn read_on(
     client: &mut deadpool_postgres::Client,
     p: &CheckParams,
+    started: Instant,
 ) -> Result<Vec<Finding>, tokio_postgres::Error> {
     let deadline_ms = p.deadline.as_millis().max(1).to_string();
     let stale_ms = i64::try_from(p.stale_after.as_millis()).unwrap_or(i64::MAX);
@@ -331,7 +334,13 @@ async fn read_on(
     let mut findings = Vec::with_capacity(asks.len());
     for (invariant, statement, params) in &asks {
         if *invariant == Invariant::JobState {
-            findings.push(super::check_job_state::read(&mut tx, params, p.deadline).await?);
+            let left = p.deadline.saturating_sub(started.elapsed());
+            let (row, bounded) = super::check_job_state::read(&mut tx, params, left).await?;
+            let found = finding(*invariant, &row);
+            findings.push(Finding {
+                capped: found.capped || bounded,
+                ..found
+            });
             continue;
         }
         let row = tx.query_typed_one(statement, params).await?;
@@ -342,7 +351,7 @@ async fn read_on(
 }
 
 /// Decodes the one row every check statement returns.
-pub(super) fn finding(invariant: Invariant, row: &Row) -> Finding {
+fn finding(invariant: Invariant, row: &Row) -> Finding {
     let keys: Vec<i32> = row.get("ex_shard_key");
     let ids: Vec<i64> = row.get("ex_id");
     let queues: Vec<Option<String>> = row.get("ex_queue");

@@ -3,39 +3,43 @@
 //! walk, while a long transaction holds the horizon, the dead entry of
 //! every job claimed since; past the share the read is made again from
 //! the floors alone ([`sql::CHECK_JOB_STATE_FROM_FLOORS`], `capped`), so
-//! that the check of every other invariant still answers.
+//! that the check of every other invariant still answers. `store::check`
+//! makes the finding of the row.
 
-use super::check::{finding, Finding, Invariant};
 use super::sql::{self, Param};
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
-use tokio_postgres::Transaction;
+use tokio_postgres::{Row, Transaction};
 
-/// The share of the check's deadline the full read may take (1 / this).
+/// The share of the check's time left that the full read may take
+/// (1 / this): the fallback has the rest.
 pub(super) const BUDGET_SHARE: u32 = 2;
 
-/// The job-state finding, read inside `tx` (the check's snapshot, whose
-/// statement timeout is `deadline`) with `params`.
+/// The job-state read's row, and whether it is the fallback's (a bounded
+/// read), inside `tx` (the check's snapshot) with `params`, with `left`
+/// of the check's deadline to go: the full read within its share of it,
+/// else the read from the floors within the rest. The check's statement
+/// timeout is `left` after a full read, the rest after a fallback.
 pub(super) async fn read(
     tx: &mut Transaction<'_>,
     params: &[Param<'_>],
-    deadline: Duration,
-) -> Result<Finding, tokio_postgres::Error> {
+    left: Duration,
+) -> Result<(Row, bool), tokio_postgres::Error> {
     let reads = [sql::CHECK_JOB_STATE, sql::CHECK_JOB_STATE_FROM_FLOORS];
-    read_with(tx, reads, params, deadline).await
+    read_with(tx, reads, params, left).await
 }
 
-/// [`read`] with its two reads: `full` within its share of `deadline`,
-/// else `fallback`.
+/// [`read`] with its two reads: `full`, else `fallback`.
 async fn read_with(
     tx: &mut Transaction<'_>,
     [full, fallback]: [&str; 2],
     params: &[Param<'_>],
-    deadline: Duration,
-) -> Result<Finding, tokio_postgres::Error> {
+    left: Duration,
+) -> Result<(Row, bool), tokio_postgres::Error> {
+    let started = std::time::Instant::now();
     let ms = |d: Duration| d.as_millis().max(1).to_string();
-    let (budget_ms, deadline_ms) = (ms(deadline / BUDGET_SHARE), ms(deadline));
+    let (budget_ms, deadline_ms) = (ms(left / BUDGET_SHARE), ms(left));
     let savepoint = tx.savepoint("job_state").await?;
     savepoint
         .query_typed(sql::CHECK_TIMEOUT, &[(&budget_ms, Type::TEXT)])
@@ -46,17 +50,17 @@ async fn read_with(
                 .query_typed(sql::CHECK_TIMEOUT, &[(&deadline_ms, Type::TEXT)])
                 .await?;
             savepoint.commit().await?;
-            Ok(finding(Invariant::JobState, &row))
+            Ok((row, false))
         }
         Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => {
             // Rolled back to the savepoint, its timeout with it; the
-            // snapshot stays the check's.
+            // snapshot stays the check's. The fallback has what is left.
             savepoint.rollback().await?;
+            let rest = ms(left.saturating_sub(started.elapsed()));
+            tx.query_typed(sql::CHECK_TIMEOUT, &[(&rest, Type::TEXT)])
+                .await?;
             let row = tx.query_typed_one(fallback, params).await?;
-            Ok(Finding {
-                capped: true,
-                ..finding(Invariant::JobState, &row)
-            })
+            Ok((row, true))
         }
         Err(e) => Err(e),
     }
@@ -79,8 +83,9 @@ mod tests {
     const DEADLINE: Duration = Duration::from_millis(2_000);
 
     /// A read past its share: the fallback's finding, capped, in the same
-    /// snapshot (a row committed meanwhile stays unseen), and the check's
-    /// own statement timeout after it. A read within it: its finding.
+    /// snapshot (a row committed meanwhile stays unseen), with what was
+    /// left of the deadline as its timeout. A read within it: its finding,
+    /// and the check's own timeout after it.
     #[tokio::test]
     async fn a_full_read_past_its_share_falls_back_in_the_same_snapshot() {
         let server = EphemeralServer::start().await.expect("server");
@@ -118,8 +123,9 @@ mod tests {
         .await
         .expect("answered");
         assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
-        assert!(found.capped, "{found:?}");
-        assert_eq!(found.scanned, 3, "the fallback's finding");
+        let (row, bounded) = found;
+        assert!(bounded, "the fallback answered");
+        assert_eq!(row.get::<_, i64>("scanned"), 3, "the fallback's row");
         let seen: i64 = tx
             .query_one("SELECT count(*) FROM seen", &[])
             .await
@@ -131,7 +137,7 @@ mod tests {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(timeout, "2s");
+        assert!(timeout.ends_with("ms"), "what was left of 2 s: {timeout}");
 
         let found = read_with(
             &mut tx,
@@ -141,7 +147,11 @@ mod tests {
         )
         .await
         .expect("answered");
-        assert!(!found.capped && found.scanned == 7, "{found:?}");
+        let (row, bounded) = found;
+        assert!(
+            !bounded && row.get::<_, i64>("scanned") == 7,
+            "the full read's row"
+        );
         let timeout: String = tx
             .query_one("SHOW statement_timeout", &[])
             .await

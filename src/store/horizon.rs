@@ -171,6 +171,23 @@ pub async fn read(shard: &Shard) -> Result<Horizon, ShardError> {
         slot_catalog_xids: row.get("slot_catalog_xids"),
         hidden_sessions: row.get("hidden"),
         queue_table,
-        lease_floor_age_s: row.get("lease_floor_s"),
+        lease_floor_age_s: lease_floor_age(shard).await,
     })
+}
+
+/// The lease floor's age, read apart from the horizon (a shardq table, not
+/// the server's views): `None` before the first floor, and when the read
+/// fails (a shard before schema 51, a role that may not read the table),
+/// which leaves the horizon's own figures alone.
+async fn lease_floor_age(shard: &Shard) -> Option<f64> {
+    let read =
+        super::exec::read_one_within(shard, READ_STATEMENT_TIMEOUT, sql::LEASE_FLOOR_AGE, &[])
+            .await;
+    match read {
+        Ok(row) => row.get("lease_floor_s"),
+        Err(error) => {
+            tracing::debug!(shard = %shard.name, %error, "lease floor age not read");
+            None
+        }
+    }
 }

@@ -66,6 +66,8 @@ async fn a_producers_search_path_runs_none_of_its_code_as_the_owner() {
         )
         .await
         .expect("the enqueue runs shardq's trigger, not the trap");
+    // Its body resolves no name through a search_path (a fixed one):
+    // this guards later changes of it.
     producer
         .batch_execute("SELECT public.shardq_ensure_floors(ARRAY['other'], ARRAY[3])")
         .await

@@ -110,9 +110,8 @@ async fn the_job_state_read_from_the_floors_passes_what_was_claimed_under_a_held
     let (met, scanned) =
         ready_entries_met(&mut db, sql::CHECK_JOB_STATE_FROM_FLOORS, &params).await;
     assert!(met <= 100, "from the floors: {met} ready entries");
-    // The running windows read all 4,000; the queued ones 20, counted
-    // once more by the newest-jobs window (100 rows).
-    assert!(scanned >= 4020, "{scanned} rows judged");
+    // 4,000 running, 20 ready from the floors, the 100 newest jobs.
+    assert_eq!(scanned, 4120, "rows judged");
     let (met, _) = ready_entries_met(&mut db, sql::CHECK_JOB_STATE, &params).await;
     assert!(met >= 4000, "from each index's start: {met} ready entries");
     holder.batch_execute("COMMIT").await.unwrap();

@@ -1,7 +1,7 @@
 //! What holds a shard's xmin horizon back, and the dead row versions of the
-//! queue table: read from the server's statistics views, and of shardq's
-//! tables only the newest row of the lease floor's (one probe at the end of
-//! its primary key), so the read costs the same however large the queue is.
+//! queue table: read from the server's statistics views, not from shardq's
+//! tables, so the read costs the same however large the queue is; and,
+//! apart, the lease floor's age.
 
 /// One row: for each kind of holder of this database's xmin horizon, how
 /// old the oldest one is (seconds where it has a start time, transactions
@@ -9,8 +9,7 @@
 /// sessions of this database hide their transaction from this role (no
 /// `pg_read_all_stats`); and table $1's dead and live row versions and
 /// seconds since its last autovacuum (NULLs when the table has no
-/// statistics yet); and the age of the lease floor (migration 51; NULL
-/// before the first), by the shard's clock.
+/// statistics yet).
 ///
 /// Holders, as vacuum counts them: sessions of this database (or of none:
 /// a walsender whose standby sends `hot_standby_feedback`), the server's
@@ -48,8 +47,13 @@ pub const HORIZON_READ: &str = "WITH other AS ( \
         (SELECT count(*) FROM pg_stat_activity \
             WHERE datname = current_database() AND query = '<insufficient privilege>') AS hidden, \
         t.n_dead_tup AS dead_rows, t.n_live_tup AS live_rows, \
-        greatest(0, extract(epoch FROM now() - t.last_autovacuum))::float8 AS autovacuum_s, \
-        (SELECT greatest(0, extract(epoch FROM now() - lf.floor_at))::float8 \
-            FROM shardq_lease_floor_moves lf ORDER BY lf.move_seq DESC LIMIT 1) AS lease_floor_s \
+        greatest(0, extract(epoch FROM now() - t.last_autovacuum))::float8 AS autovacuum_s \
     FROM (SELECT to_regclass($1) AS relid) q \
     LEFT JOIN pg_stat_user_tables t ON t.relid = q.relid";
+
+/// Seconds since the lease floor (migration 51), by the shard's clock: its
+/// newest row, one probe at the end of its primary key however many a
+/// held horizon keeps. One row; NULL before the first floor.
+pub const LEASE_FLOOR_AGE: &str = "SELECT (SELECT \
+        greatest(0, extract(epoch FROM now() - lf.floor_at))::float8 \
+    FROM shardq_lease_floor_moves lf ORDER BY lf.move_seq DESC LIMIT 1) AS lease_floor_s";

@@ -285,7 +285,7 @@ async fn a_claim_open_while_the_floor_moves_stays_past_it() {
 /// before the first floor, then `now() - floor`. While a transaction that
 /// took an id stays open, the floor stops (after promoting the candidate
 /// noted before it began) and its age grows by every step; once it ends,
-/// the floor moves and the age falls back.
+/// the floor moves again and, a step later, the age falls back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_floor_age_grows_while_a_transaction_with_an_id_is_open() {
     let shards = common::TestShards::databases(1).await;
@@ -319,8 +319,13 @@ async fn the_floor_age_grows_while_a_transaction_with_an_id_is_open() {
     );
 
     writer.batch_execute("COMMIT").await.unwrap();
+    // The first move after it takes the candidate noted while it was open
+    // (about as old by now as the stopped floor was); the next one, the
+    // candidate noted after it ended.
     let moved = after_a_step(shard).await.expect("a floor");
     assert!(moved > held, "moves again once it ended");
+    let caught_up = after_a_step(shard).await.expect("a floor");
+    assert!(caught_up > moved, "and keeps moving");
     let after = age().await.unwrap();
     assert!(after < grown, "{after} s after, {grown} s while held");
 }

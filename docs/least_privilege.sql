@@ -174,8 +174,10 @@ GRANT USAGE ON SEQUENCE shardq_ready_seq TO shardq_worker;
 GRANT SELECT ON TABLE shardq_ready_floors TO shardq_producer, shardq_dashboard_ro;
 -- Group turns (migrations 41-42): the trigger that gives a grouped job its
 -- turn and the claim's move of the queue's round run with the owner's
--- rights; `shardq check` and the dashboard may read the rounds.
-GRANT SELECT ON TABLE shardq_group_rounds TO shardq_worker, shardq_dashboard_ro;
+-- rights; `shardq check`, the dashboard and the backlog read (a
+-- producer's `shardq status` and `Client::depth` too: grouped jobs are
+-- counted from each queue's grouped floor) read the rounds.
+GRANT SELECT ON TABLE shardq_group_rounds TO shardq_worker, shardq_producer, shardq_dashboard_ro;
 
 -- Key floors (migration 44): keyed claims read and lower them; every
 -- release of a key (a completion, a cancel, a retry: the dashboard and a

@@ -55,6 +55,7 @@
 --     49 0049_ready_barrier_as_moves.sql
 --     50 0050_group_buckets_as_moves.sql
 --     51 0051_lease_floor.sql
+--     52 0052_group_rounds_readable.sql
 
 TABLE shardq_cascades_owed
     shard_key integer NOT NULL

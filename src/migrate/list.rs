@@ -298,6 +298,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0051_lease_floor.sql",
         sql: include_str!("../../migrations/0051_lease_floor.sql"),
     },
+    Migration {
+        version: 52,
+        name: "0052_group_rounds_readable.sql",
+        sql: include_str!("../../migrations/0052_group_rounds_readable.sql"),
+    },
 ];
 
 /// The schema version this binary needs.

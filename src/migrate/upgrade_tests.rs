@@ -201,7 +201,7 @@ async fn a_shard_migrated_by_the_old_code_ends_with_the_fresh_schema() {
         applied,
         vec![vec![
             17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38,
-            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51
+            39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52
         ]],
         "the map tables and the reshard's were due"
     );
@@ -878,6 +878,37 @@ async fn the_lease_floor_of_migration_51_belongs_to_the_jobs_owner_and_roles() {
             ("lease_producer", table, "DELETE", false),
             ("lease_reader", table, "SELECT", true),
             ("lease_reader", table, "INSERT", false),
+        ],
+    )
+    .await;
+    check_all(&shards).await.expect("check after migrate");
+}
+
+/// Migration 52 lets every role that reads the jobs read the grouped
+/// floors (the backlog counts grouped jobs from them): a producer's role
+/// made before it, which could not, can; one that may not read the jobs
+/// still cannot.
+#[tokio::test]
+async fn migration_52_lets_the_readers_of_the_jobs_read_the_grouped_floors() {
+    let server = EphemeralServer::start().await.expect("server");
+    let shards = migrated(&server, "shardq").await;
+    let db = connect(&server, "shardq").await;
+    db.batch_execute(
+        "CREATE ROLE rounds_producer; CREATE ROLE rounds_stranger; \
+         GRANT SELECT, INSERT, UPDATE ON workflow_status TO rounds_producer; \
+         REVOKE SELECT ON shardq_group_rounds FROM rounds_producer; \
+         DELETE FROM shardq_migrations WHERE version = 52",
+    )
+    .await
+    .expect("a shard at 51 with a producer's role");
+    let view = "shardq_group_rounds";
+    assert_privileges(&db, &[("rounds_producer", view, "SELECT", false)]).await;
+    migrate_all(&shards).await.expect("migrate");
+    assert_privileges(
+        &db,
+        &[
+            ("rounds_producer", view, "SELECT", true),
+            ("rounds_stranger", view, "SELECT", false),
         ],
     )
     .await;

@@ -699,6 +699,10 @@ async fn the_least_privilege_role_runs_a_whole_cycle_and_nothing_more() {
         .await
         .expect("a producer enqueues");
     assert!(producer.status().await[0].counts.is_some(), "status works");
+    // The backlog read (grouped jobs counted from the grouped floors).
+    let depth = producer.depth("default").await.unwrap();
+    assert!(depth.failed.is_empty(), "depth works: {:?}", depth.failed);
+    assert_eq!(depth.counts.queued, 1);
     producer
         .send(id, "t", serde_json::json!(1), Some("k"))
         .await

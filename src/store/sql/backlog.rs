@@ -6,6 +6,19 @@
 //! history; while a long transaction holds the horizon, see
 //! [`QUEUE_BACKLOG`] for what grows.
 
+/// The first queue, in the grouped ready index, with a grouped ready job
+/// and meeting `$bound` (on `w.queue`): one probe of its range.
+macro_rules! first_grouped_queue {
+    ($bound:literal) => {
+        concat!(
+            "(SELECT min(w.queue) FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.job_group IS NOT NULL AND ",
+            $bound,
+            ")"
+        )
+    };
+}
+
 /// Per queue (only queue $1; every queue when $1 is NULL): the count of jobs
 /// in each unfinished state (`queued`,
 /// `waiting`, `retrying`, `delayed`, `parked`, `running`), and for `queued` the age in
@@ -20,9 +33,14 @@
 /// transaction holds the horizon they pass only what was claimed since the
 /// floors last moved, as the claims do, not every dead entry behind them.
 /// Grouped ones are counted from `workflow_status_ready_grouped` by
-/// (queue, priority) with their lowest id (a queue's grouped floor exists
-/// only once it has been claimed from, so a read of every queue cannot
-/// start there). Every floor is read (a level stays once made), each from
+/// (queue, priority) with their lowest id, each queue's from its grouped
+/// floor (`shardq_group_rounds`; the claims walk from it), and those
+/// without a turn yet. A queue's grouped floor exists only once it has
+/// been claimed from: the queues never claimed from (`unclaimed`) are
+/// found by a walk of the index's queues that probes only the gaps between
+/// the claimed ones (a probe from a claimed queue's start would pass every
+/// dead entry a hold keeps there), and counted from turn 0: nothing was
+/// claimed from them. Every floor is read (a level stays once made), each from
 /// its newest row (migration 47: a hold does not lengthen that read), so
 /// this part grows with the levels, not with the jobs claimed or the
 /// length of a hold. The head of each priority and kind is then looked up
@@ -39,7 +57,32 @@
 /// `$1 IS NULL` is folded away when the statement is planned for its value
 /// (the unnamed statement always is), so a named queue is an index range.
 pub const QUEUE_BACKLOG: &str = concat!(
-    "WITH ready AS ( \
+    "WITH RECURSIVE grouped_gaps AS MATERIALIZED ( \
+        SELECT lag(g.queue) OVER (ORDER BY g.queue) AS lo, g.queue AS hi \
+        FROM shardq_group_rounds g \
+        UNION ALL SELECT max(g.queue), NULL FROM shardq_group_rounds g \
+    ), unclaimed (queue, hi) AS ( \
+        SELECT CASE WHEN b.lo IS NULL AND b.hi IS NULL THEN ",
+    first_grouped_queue!("true"),
+    " WHEN b.lo IS NULL THEN ",
+    first_grouped_queue!("w.queue < b.hi"),
+    " WHEN b.hi IS NULL THEN ",
+    first_grouped_queue!("w.queue > b.lo"),
+    " ELSE ",
+    first_grouped_queue!("w.queue > b.lo AND w.queue < b.hi"),
+    " END, b.hi FROM grouped_gaps b WHERE $1::text IS NULL \
+        UNION ALL SELECT CASE WHEN u.hi IS NULL THEN ",
+    first_grouped_queue!("w.queue > u.queue"),
+    " ELSE ",
+    first_grouped_queue!("w.queue > u.queue AND w.queue < u.hi"),
+    " END, u.hi FROM unclaimed u WHERE u.queue IS NOT NULL \
+    ), grouped_queues AS ( \
+        SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
+            WHERE $1::text IS NULL OR g.queue = $1::text \
+        UNION ALL SELECT u.queue, 0 FROM unclaimed u WHERE u.queue IS NOT NULL \
+        UNION ALL SELECT $1::text, 0 WHERE $1::text IS NOT NULL \
+            AND NOT EXISTS (SELECT FROM shardq_group_rounds g WHERE g.queue = $1::text) \
+    ), ready AS ( \
         SELECT f.queue, f.priority, k.kind, k.n, k.first FROM shardq_ready_floors f \
         CROSS JOIN LATERAL ( \
             SELECT 0 AS kind, count(*) AS n, min(w.ready_seq) AS first FROM workflow_status w \
@@ -51,10 +94,17 @@ pub const QUEUE_BACKLOG: &str = concat!(
                     AND w.queue = f.queue AND w.priority = f.priority \
                     AND w.ready_seq >= f.keyed_floor_seq \
         ) k WHERE ($1::text IS NULL OR f.queue = $1::text) AND k.n > 0 \
-        UNION ALL SELECT queue, priority, 2, count(*), min(id) FROM workflow_status \
-            WHERE status = 'queued' AND job_group IS NOT NULL \
-                AND ($1::text IS NULL OR queue = $1::text) \
-            GROUP BY queue, priority \
+        UNION ALL SELECT q.queue, c.priority, 2, c.n, c.first FROM grouped_queues q \
+        CROSS JOIN LATERAL ( \
+            SELECT x.priority, count(*) AS n, min(x.id) AS first FROM ( \
+                SELECT w.priority, w.id FROM workflow_status w \
+                    WHERE w.status = 'queued' AND w.job_group IS NOT NULL \
+                        AND w.queue = q.queue AND w.turn >= q.floor_turn \
+                UNION ALL SELECT w.priority, w.id FROM workflow_status w \
+                    WHERE w.status = 'queued' AND w.job_group IS NOT NULL \
+                        AND w.queue = q.queue AND w.turn IS NULL \
+            ) x GROUP BY x.priority \
+        ) c \
     ), heads AS ( \
         SELECT r.queue, r.n, CASE r.kind \
             WHEN 0 THEN (SELECT w.run_at FROM workflow_status w \

@@ -10,7 +10,9 @@
 -- floor (shardq_group_rounds, where the claims walk from), so every role
 -- that reads the backlog (a producer's too, which could not read the
 -- rounds) needs to read that view: the roles that may read the jobs may
--- read it. The view reads its tables with its owner's rights.
+-- read it. The view reads its tables with its owner's rights, through
+-- shardq_group_round_of, which every role may execute (a server that
+-- revoked EXECUTE on functions from PUBLIC must grant it to these roles).
 DO $$
 DECLARE
     r record;

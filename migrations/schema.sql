@@ -2777,6 +2777,8 @@ CREATE OR REPLACE FUNCTION public.shardq_take_turn()
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
 AS $function$
         DECLARE
             round_now bigint;

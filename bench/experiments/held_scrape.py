@@ -9,7 +9,10 @@ per shard: 2 s), twice. First without a held snapshot, then with a
 REPEATABLE READ snapshot taken before the first step and held to the end.
 Prints per scrape: its wall time, the backlog read's time
 (`shardq_shard_scrape_duration_seconds`), `shardq_shard_up`,
-`shardq_invariant_check_up` and the ready jobs counted. Before each scrape
+`shardq_invariant_check_up` and the ready jobs counted. With `--groups N`
+the jobs are grouped (N groups), and after the scrapes it also times the
+grouped ready count as the backlog read made it before schema 52 (from
+the grouped index's start), alone. Before each scrape
 it waits until no other statement runs on the server. Usage, on one shard
 `shardq migrate` set up (`shardq local up --shards 1` and a shards.toml of
 that one shard; `cargo build --release -p shardq-cli` first; it empties
@@ -28,9 +31,29 @@ import storage_design
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def enqueue(admin, n):
-    admin.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload) "
-                  "SELECT g %% 1024, 'q', 'noop', '{}' FROM generate_series(1, %s) g", (n,))
+def enqueue(admin, n, groups=0):
+    """`n` ready no-op jobs of queue `q`; in `groups` groups when above 0."""
+    admin.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload, job_group) "
+                  "SELECT g %% 1024, 'q', 'noop', '{}', "
+                  "CASE WHEN %s > 0 THEN 'g' || (g %% greatest(%s, 1)) END "
+                  "FROM generate_series(1, %s) g", (groups, groups, n))
+
+
+# The grouped ready count of the backlog read before schema 52: from the
+# start of the grouped index, however many jobs were claimed since a hold.
+COUNT_GROUPED_FROM_START = """SELECT queue, priority, count(*), min(id) FROM workflow_status
+    WHERE status = 'queued' AND job_group IS NOT NULL GROUP BY queue, priority"""
+
+
+def time_grouped_from_start(admin):
+    """The milliseconds of COUNT_GROUPED_FROM_START, alone (60 s at most)."""
+    started = time.time()
+    with admin.transaction():
+        admin.execute("SET LOCAL statement_timeout = '60s'")
+        admin.execute(COUNT_GROUPED_FROM_START).fetchall()
+    ms = (time.time() - started) * 1000
+    print(f"{'':<34} the grouped count from the index's start alone {ms:>6.0f} ms",
+          flush=True)
 
 
 def gauge(body, name, extra=""):
@@ -64,7 +87,7 @@ def scrape(url, label):
           flush=True)
 
 
-def phase(dsn, url, steps, held):
+def phase(dsn, url, steps, held, groups):
     admin = psycopg.connect(dsn, autocommit=True)
     admin.execute("TRUNCATE workflow_status CASCADE")
     admin.execute("VACUUM ANALYZE workflow_status")
@@ -75,15 +98,18 @@ def phase(dsn, url, steps, held):
         holder.execute("SELECT 1").fetchone()
     done = 0
     for step in steps:
-        enqueue(admin, step)
+        enqueue(admin, step, groups)
         ran, _, _ = storage_design.drain(dsn, "current", 1000)
         done += ran
-        enqueue(admin, 1000)
+        enqueue(admin, 1000, groups)
         label = f"{'held' if held else 'not held'}, {done:,} jobs run"
         settle(admin)
         scrape(url, label)
         settle(admin)
         scrape(url, label + " (again)")
+        if groups:
+            settle(admin)
+            time_grouped_from_start(admin)
         admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")
     if holder:
         holder.execute("ROLLBACK")
@@ -94,6 +120,8 @@ def main():
     p.add_argument("--steps", default="200000,800000,1000000")
     p.add_argument("--listen", default="127.0.0.1:9477")
     p.add_argument("--shardq", default=str(ROOT / "target/release/shardq"))
+    p.add_argument("--groups", type=int, default=0,
+                   help="enqueue grouped jobs, in this many groups (0: no group)")
     args = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     steps = [int(s) for s in args.steps.split(",")]
@@ -105,7 +133,7 @@ def main():
             sys.exit(f"shardq metrics exited ({exporter.returncode}): is {args.listen} taken?")
         url = f"http://{args.listen}/metrics"
         for held in (False, True):
-            phase(dsn, url, steps, held)
+            phase(dsn, url, steps, held, args.groups)
     finally:
         exporter.terminate()
 

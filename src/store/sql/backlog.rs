@@ -36,11 +36,13 @@ macro_rules! first_grouped_queue {
 /// (queue, priority) with their lowest id, each queue's from its grouped
 /// floor (`shardq_group_rounds`; the claims walk from it), and those
 /// without a turn yet. A queue's grouped floor exists only once it has
-/// been claimed from: the queues never claimed from (`unclaimed`) are
-/// found by a walk of the index's queues that probes only the gaps between
-/// the claimed ones (a probe from a claimed queue's start would pass every
-/// dead entry a hold keeps there), and counted from turn 0: nothing was
-/// claimed from them. Every floor is read (a level stays once made), each from
+/// been claimed from (`claimed`: the view read once): the queues never
+/// claimed from (`unclaimed`) are found by a walk of the index's queues
+/// that probes only the gaps between the claimed ones (a probe from a
+/// claimed queue's start would pass every dead entry a hold keeps there),
+/// and counted from turn 0: nothing was claimed from them. A grouped job
+/// below its queue's floor (a broken row: no claim reaches it) is not
+/// counted; `shardq check` names it. Every floor is read (a level stays once made), each from
 /// its newest row (migration 47: a hold does not lengthen that read), so
 /// this part grows with the levels, not with the jobs claimed or the
 /// length of a hold. The head of each priority and kind is then looked up
@@ -57,10 +59,11 @@ macro_rules! first_grouped_queue {
 /// `$1 IS NULL` is folded away when the statement is planned for its value
 /// (the unnamed statement always is), so a named queue is an index range.
 pub const QUEUE_BACKLOG: &str = concat!(
-    "WITH RECURSIVE grouped_gaps AS MATERIALIZED ( \
-        SELECT lag(g.queue) OVER (ORDER BY g.queue) AS lo, g.queue AS hi \
-        FROM shardq_group_rounds g \
-        UNION ALL SELECT max(g.queue), NULL FROM shardq_group_rounds g \
+    "WITH RECURSIVE claimed AS MATERIALIZED ( \
+        SELECT g.queue, g.floor_turn FROM shardq_group_rounds g WHERE $1::text IS NULL \
+    ), grouped_gaps AS MATERIALIZED ( \
+        SELECT lag(c.queue) OVER (ORDER BY c.queue) AS lo, c.queue AS hi FROM claimed c \
+        UNION ALL SELECT max(c.queue), NULL FROM claimed c \
     ), unclaimed (queue, hi) AS ( \
         SELECT CASE WHEN b.lo IS NULL AND b.hi IS NULL THEN ",
     first_grouped_queue!("true"),
@@ -77,8 +80,9 @@ pub const QUEUE_BACKLOG: &str = concat!(
     first_grouped_queue!("w.queue > u.queue AND w.queue < u.hi"),
     " END, u.hi FROM unclaimed u WHERE u.queue IS NOT NULL \
     ), grouped_queues AS ( \
-        SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
-            WHERE $1::text IS NULL OR g.queue = $1::text \
+        SELECT c.queue, c.floor_turn FROM claimed c \
+        UNION ALL SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
+            WHERE g.queue = $1::text \
         UNION ALL SELECT u.queue, 0 FROM unclaimed u WHERE u.queue IS NOT NULL \
         UNION ALL SELECT $1::text, 0 WHERE $1::text IS NOT NULL \
             AND NOT EXISTS (SELECT FROM shardq_group_rounds g WHERE g.queue = $1::text) \

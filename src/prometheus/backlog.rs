@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// that vanished when its queue drained would read as stale, not as 0.
 pub const STATES: [&str; 6] = StateCounts::STATES;
 
+/// The states a bounded read counts (`store::backlog::read_within`).
+const BOUNDED_STATES: [&str; 2] = ["queued", "running"];
+
 /// What one shard answered in one scrape.
 #[derive(Debug, Clone)]
 pub struct ShardBacklog {
@@ -29,6 +32,10 @@ pub struct ShardBacklog {
     pub shard: String,
     /// Its backlog, or why it is missing (an error or the deadline).
     pub backlog: Result<Vec<QueueBacklog>, String>,
+    /// Whether only its ready and running jobs were counted: the full
+    /// read ran past its share of the deadline
+    /// (`store::backlog::read_within`).
+    pub bounded: bool,
     /// How long the read took (until the deadline when it passed).
     pub took: Duration,
 }
@@ -46,8 +53,13 @@ pub async fn read_all(shards: &ShardSet, deadline: Duration) -> Vec<ShardBacklog
 
 async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
     let started = Instant::now();
-    let backlog = match tokio::time::timeout(deadline, backlog::read(shard, None)).await {
-        Ok(Ok(rows)) => Ok(rows),
+    let mut bounded = false;
+    let read = backlog::read_within(shard, deadline);
+    let backlog = match tokio::time::timeout(deadline, read).await {
+        Ok(Ok(read)) => {
+            bounded = read.bounded;
+            Ok(read.queues)
+        }
         Ok(Err(err)) => Err(crate::error_chain::error_chain(&err)),
         Err(_) => Err(format!(
             "no answer within the scrape deadline of {} ms",
@@ -57,9 +69,13 @@ async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
     if let Err(error) = &backlog {
         tracing::warn!(shard = %shard.name, %error, "backlog scrape failed; reporting the shard down");
     }
+    if bounded {
+        tracing::warn!(shard = %shard.name, "backlog scrape bounded: only ready and running jobs counted (is a long transaction holding the horizon?)");
+    }
     ShardBacklog {
         shard: shard.name.clone(),
         backlog,
+        bounded,
         took: started.elapsed(),
     }
 }
@@ -165,6 +181,7 @@ fn encode_all(
 struct ShardView {
     shard: String,
     up: bool,
+    bounded: bool,
     took: Duration,
     /// Queue → (count per state of [`STATES`], oldest ready age in s).
     queues: BTreeMap<String, ([i64; STATES.len()], f64)>,
@@ -192,6 +209,7 @@ impl ShardView {
         ShardView {
             shard: answer.shard.clone(),
             up: answer.backlog.is_ok(),
+            bounded: answer.bounded,
             took: answer.took,
             queues,
         }
@@ -220,6 +238,18 @@ impl Collector for Exposition {
         )?;
         family(
             e,
+            "shardq_shard_backlog_bounded",
+            "1 when only the shard's queued and running jobs were counted this scrape: the full read ran past half its deadline (a long transaction holding the horizon, say)",
+            MetricType::Gauge,
+            self.shards.iter().filter(|s| s.up).map(|s| {
+                (
+                    [("shard", s.shard.as_str())],
+                    ConstGauge::new(i64::from(s.bounded)),
+                )
+            }),
+        )?;
+        family(
+            e,
             "shardq_shard_scrape_duration_seconds",
             "How long reading the shard's backlog took",
             MetricType::Gauge,
@@ -233,11 +263,12 @@ impl Collector for Exposition {
         family(
             e,
             "shardq_queue_jobs",
-            "Unfinished jobs by queue and state (queued = ready to claim); absent while the shard is down",
+            "Unfinished jobs by queue and state (queued = ready to claim); absent while the shard is down, and only queued and running while its read is bounded",
             MetricType::Gauge,
             self.shards.iter().flat_map(|s| {
                 s.queues.iter().flat_map(move |(queue, (counts, _))| {
-                    STATES.iter().zip(counts).map(move |(state, n)| {
+                    let counted = move |state: &&str| !s.bounded || BOUNDED_STATES.contains(state);
+                    STATES.iter().zip(counts).filter(move |(state, _)| counted(state)).map(move |(state, n)| {
                         (
                             [
                                 ("shard", s.shard.as_str()),
@@ -264,5 +295,65 @@ impl Collector for Exposition {
                 })
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(shard: &str, bounded: bool) -> ShardBacklog {
+        let depth = StateCounts {
+            queued: 4,
+            waiting: 2,
+            running: 1,
+            ..StateCounts::default()
+        };
+        ShardBacklog {
+            shard: shard.into(),
+            backlog: Ok(vec![QueueBacklog {
+                queue: "q".into(),
+                depth,
+                oldest_ready_s: Some(3.0),
+            }]),
+            bounded,
+            took: Duration::from_millis(5),
+        }
+    }
+
+    /// A bounded read exports its queued and running counts and says it is
+    /// bounded; its other states are absent (not 0), while a full read's
+    /// are all there.
+    #[test]
+    fn a_bounded_read_exports_only_what_it_counted() {
+        let text = encode(&[answer("full", false), answer("held", true)], &[]);
+        let has = |line: &str| text.lines().any(|l| l == line);
+        assert!(
+            has(r#"shardq_shard_backlog_bounded{shard="full"} 0"#),
+            "{text}"
+        );
+        assert!(
+            has(r#"shardq_shard_backlog_bounded{shard="held"} 1"#),
+            "{text}"
+        );
+        assert!(has(r#"shardq_shard_up{shard="held"} 1"#), "{text}");
+        for (state, n) in [("queued", 4), ("running", 1)] {
+            for shard in ["full", "held"] {
+                let line = format!(
+                    r#"shardq_queue_jobs{{shard="{shard}",queue="q",state="{state}"}} {n}"#
+                );
+                assert!(has(&line), "{line} in {text}");
+            }
+        }
+        assert!(has(
+            r#"shardq_queue_jobs{shard="full",queue="q",state="waiting"} 2"#
+        ));
+        assert!(has(
+            r#"shardq_queue_jobs{shard="full",queue="q",state="delayed"} 0"#
+        ));
+        for state in ["waiting", "retrying", "delayed", "parked"] {
+            let series = format!(r#"shardq_queue_jobs{{shard="held",queue="q",state="{state}"}}"#);
+            assert!(!text.contains(&series), "{series} in {text}");
+        }
     }
 }

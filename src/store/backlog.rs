@@ -7,6 +7,8 @@ use super::exec;
 use super::sql;
 use crate::shards::{Shard, ShardError};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 /// A queue's unfinished jobs, by state.
@@ -104,8 +106,97 @@ pub struct QueueBacklog {
 /// Cancel safe (a read).
 pub async fn read(shard: &Shard, queue: Option<&str>) -> Result<Vec<QueueBacklog>, ShardError> {
     let rows = exec::query(shard, sql::QUEUE_BACKLOG, &[(&queue, Type::TEXT)]).await?;
+    Ok(by_queue(&rows))
+}
+
+/// A backlog read within a deadline ([`read_within`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundedBacklog {
+    /// Every queue's backlog; without its `waiting` and scheduled counts
+    /// (zero) when `bounded`.
+    pub queues: Vec<QueueBacklog>,
+    /// Whether the full read ran past its share of the deadline and only
+    /// the ready and running jobs were counted ([`sql::QUEUE_BACKLOG_BOUNDED`]).
+    pub bounded: bool,
+}
+
+/// The share of the deadline the full read may take (1 / this): the
+/// bounded read has the rest.
+const FULL_READ_SHARE: u32 = 2;
+
+/// [`read`] of every queue within `deadline`, as the metrics exporter
+/// reads each shard: the full read within half of it; past that (a long
+/// transaction holding the horizon makes its counts of `waiting` and
+/// scheduled jobs walk every job that left those states since), the
+/// ready and running counts alone, from their floors, within the rest.
+/// Each read is a transaction of its own, with the server's statement
+/// timeout set to its share.
+///
+/// # Errors
+///
+/// [`ShardError`] when the shard fails, or the bounded read passes what
+/// is left of the deadline.
+///
+/// # Cancel safety
+///
+/// Cancel safe: reads only; dropped, its connection is closed.
+pub async fn read_within(shard: &Shard, deadline: Duration) -> Result<BoundedBacklog, ShardError> {
+    let started = Instant::now();
+    shard
+        .within(async {
+            let mut client = shard.lend().await?;
+            let reads = [sql::QUEUE_BACKLOG, sql::QUEUE_BACKLOG_BOUNDED];
+            let read = read_within_on(&mut client, reads, deadline, started).await;
+            client.settle();
+            read.map_err(|e| shard.query_error(e))
+        })
+        .await
+}
+
+/// [`read_within`] on a connection with its two reads (`full`, else
+/// `bounded`), for a read that began at `started`.
+async fn read_within_on(
+    client: &mut tokio_postgres::Client,
+    [full, bounded]: [&str; 2],
+    deadline: Duration,
+    started: Instant,
+) -> Result<BoundedBacklog, tokio_postgres::Error> {
+    let ms = |d: Duration| d.as_millis().max(1).to_string();
+    let all: Option<&str> = None;
+    let params: [sql::Param; 1] = [(&all, Type::TEXT)];
+    let tx = client.transaction().await?;
+    tx.query_typed(
+        sql::LOCAL_STATEMENT_TIMEOUT,
+        &[(&ms(deadline / FULL_READ_SHARE), Type::TEXT)],
+    )
+    .await?;
+    match tx.query_typed(full, &params).await {
+        Ok(rows) => {
+            tx.commit().await?;
+            return Ok(BoundedBacklog {
+                queues: by_queue(&rows),
+                bounded: false,
+            });
+        }
+        Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => tx.rollback().await?,
+        Err(e) => return Err(e),
+    }
+    let rest = ms(deadline.saturating_sub(started.elapsed()));
+    let tx = client.transaction().await?;
+    tx.query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&rest, Type::TEXT)])
+        .await?;
+    let rows = tx.query_typed(bounded, &params).await?;
+    tx.commit().await?;
+    Ok(BoundedBacklog {
+        queues: by_queue(&rows),
+        bounded: true,
+    })
+}
+
+/// The rows of [`sql::QUEUE_BACKLOG`] (or its bounded form), by queue.
+fn by_queue(rows: &[tokio_postgres::Row]) -> Vec<QueueBacklog> {
     let mut out: BTreeMap<String, QueueBacklog> = BTreeMap::new();
-    for r in &rows {
+    for r in rows {
         let name: String = r.get("queue");
         let entry = out.entry(name.clone()).or_insert_with(|| QueueBacklog {
             queue: name,
@@ -117,5 +208,61 @@ pub async fn read(shard: &Shard, queue: Option<&str>) -> Result<Vec<QueueBacklog
             entry.oldest_ready_s = Some(age);
         }
     }
-    Ok(out.into_values().collect())
+    out.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardq_local::EphemeralServer;
+
+    /// Rows of the backlog's shape: one queue's `queued` count, `$1` ready.
+    const READY_ONLY: &str = "SELECT 'q'::text AS queue, 'queued' AS state, \
+        7::bigint AS count, 1.5::float8 AS oldest_ready_s WHERE $1::text IS NULL";
+    /// The same with a `waiting` count, after sleeping past any share of a
+    /// deadline under a minute.
+    const SLOW: &str = "SELECT 'q'::text AS queue, s.state, 3::bigint AS count, \
+        NULL::float8 AS oldest_ready_s \
+        FROM pg_sleep(60), (VALUES ('queued'), ('waiting')) s(state) WHERE $1::text IS NULL";
+    const DEADLINE: Duration = Duration::from_millis(2_000);
+
+    /// A full read past its share: the bounded read's rows, said bounded,
+    /// within the deadline; a full read within it: its rows. Neither
+    /// leaves its statement timeout on the connection.
+    #[tokio::test]
+    async fn a_full_read_past_its_share_gives_way_to_the_bounded_one() {
+        let server = EphemeralServer::start().await.expect("server");
+        let (mut db, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        let timeout_before: String = db
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+
+        let started = Instant::now();
+        let read = read_within_on(&mut db, [SLOW, READY_ONLY], DEADLINE, started)
+            .await
+            .expect("answered");
+        assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
+        assert!(read.bounded);
+        assert_eq!(read.queues.len(), 1);
+        assert_eq!(read.queues[0].depth.queued, 7, "the bounded read's rows");
+        assert_eq!(read.queues[0].depth.waiting, 0);
+
+        let read = read_within_on(&mut db, [READY_ONLY, SLOW], DEADLINE, Instant::now())
+            .await
+            .expect("answered");
+        assert!(!read.bounded);
+        assert_eq!(read.queues[0].depth.queued, 7);
+        assert_eq!(read.queues[0].oldest_ready_s, Some(1.5));
+        let timeout_after: String = db
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(timeout_after, timeout_before);
+    }
 }

@@ -42,12 +42,12 @@ async fn read_with(
     let (budget_ms, deadline_ms) = (ms(left / BUDGET_SHARE), ms(left));
     let savepoint = tx.savepoint("job_state").await?;
     savepoint
-        .query_typed(sql::CHECK_TIMEOUT, &[(&budget_ms, Type::TEXT)])
+        .query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&budget_ms, Type::TEXT)])
         .await?;
     match savepoint.query_typed_one(full, params).await {
         Ok(row) => {
             savepoint
-                .query_typed(sql::CHECK_TIMEOUT, &[(&deadline_ms, Type::TEXT)])
+                .query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&deadline_ms, Type::TEXT)])
                 .await?;
             savepoint.commit().await?;
             Ok((row, false))
@@ -57,7 +57,7 @@ async fn read_with(
             // snapshot stays the check's. The fallback has what is left.
             savepoint.rollback().await?;
             let rest = ms(left.saturating_sub(started.elapsed()));
-            tx.query_typed(sql::CHECK_TIMEOUT, &[(&rest, Type::TEXT)])
+            tx.query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&rest, Type::TEXT)])
                 .await?;
             let row = tx.query_typed_one(fallback, params).await?;
             Ok((row, true))

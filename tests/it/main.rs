@@ -10,6 +10,7 @@ mod common {
 }
 
 mod backlog;
+mod backlog_bounded;
 mod backlog_grouped;
 mod bad_input;
 mod browse_plans;

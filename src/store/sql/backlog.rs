@@ -19,6 +19,108 @@ macro_rules! first_grouped_queue {
     };
 }
 
+/// The backlog read up to its states other than `queued`: the ready
+/// counts and heads (CTEs), the `queued` rows, then the opening of the
+/// other states' rows (`unfinished`: queue and state per job), which
+/// [`backlog_running!`] and [`backlog_end!`] close.
+macro_rules! backlog_ready {
+    () => {
+        concat!(
+            "WITH RECURSIVE claimed AS MATERIALIZED ( \
+                SELECT g.queue, g.floor_turn FROM shardq_group_rounds g WHERE $1::text IS NULL \
+            ), grouped_gaps AS MATERIALIZED ( \
+                SELECT lag(c.queue) OVER (ORDER BY c.queue) AS lo, c.queue AS hi FROM claimed c \
+                UNION ALL SELECT max(c.queue), NULL FROM claimed c \
+            ), unclaimed (queue, hi) AS ( \
+                SELECT CASE WHEN b.lo IS NULL AND b.hi IS NULL THEN ",
+            first_grouped_queue!("true"),
+            " WHEN b.lo IS NULL THEN ",
+            first_grouped_queue!("w.queue < b.hi"),
+            " WHEN b.hi IS NULL THEN ",
+            first_grouped_queue!("w.queue > b.lo"),
+            " ELSE ",
+            first_grouped_queue!("w.queue > b.lo AND w.queue < b.hi"),
+            " END, b.hi FROM grouped_gaps b WHERE $1::text IS NULL \
+                UNION ALL SELECT CASE WHEN u.hi IS NULL THEN ",
+            first_grouped_queue!("w.queue > u.queue"),
+            " ELSE ",
+            first_grouped_queue!("w.queue > u.queue AND w.queue < u.hi"),
+            " END, u.hi FROM unclaimed u WHERE u.queue IS NOT NULL \
+            ), grouped_queues AS ( \
+                SELECT c.queue, c.floor_turn FROM claimed c \
+                UNION ALL SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
+            WHERE g.queue = $1::text \
+                UNION ALL SELECT u.queue, 0 FROM unclaimed u WHERE u.queue IS NOT NULL \
+                UNION ALL SELECT $1::text, 0 WHERE $1::text IS NOT NULL \
+            AND NOT EXISTS (SELECT FROM shardq_group_rounds g WHERE g.queue = $1::text) \
+            ), ready AS ( \
+                SELECT f.queue, f.priority, k.kind, k.n, k.first FROM shardq_ready_floors f \
+                CROSS JOIN LATERAL ( \
+            SELECT 0 AS kind, count(*) AS n, min(w.ready_seq) AS first FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NULL AND w.job_group IS NULL \
+                    AND w.queue = f.queue AND w.priority = f.priority \
+                    AND w.ready_seq >= f.floor_seq \
+            UNION ALL SELECT 1, count(*), min(w.ready_seq) FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NOT NULL \
+                    AND w.queue = f.queue AND w.priority = f.priority \
+                    AND w.ready_seq >= f.keyed_floor_seq \
+        ) k WHERE ($1::text IS NULL OR f.queue = $1::text) AND k.n > 0 \
+        UNION ALL SELECT q.queue, c.priority, 2, c.n, c.first FROM grouped_queues q \
+        CROSS JOIN LATERAL ( \
+            SELECT x.priority, count(*) AS n, min(x.id) AS first FROM ( \
+                SELECT w.priority, w.id FROM workflow_status w \
+                    WHERE w.status = 'queued' AND w.job_group IS NOT NULL \
+                        AND w.queue = q.queue AND w.turn >= q.floor_turn \
+                UNION ALL SELECT w.priority, w.id FROM workflow_status w \
+                    WHERE w.status = 'queued' AND w.job_group IS NOT NULL \
+                        AND w.queue = q.queue AND w.turn IS NULL \
+            ) x GROUP BY x.priority \
+        ) c \
+    ), heads AS ( \
+        SELECT r.queue, r.n, CASE r.kind \
+            WHEN 0 THEN (SELECT w.run_at FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NULL AND w.job_group IS NULL \
+                  AND w.queue = r.queue AND w.priority = r.priority AND w.ready_seq = r.first \
+                LIMIT 1) \
+            WHEN 1 THEN (SELECT w.run_at FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.ordering_key IS NOT NULL \
+                  AND w.queue = r.queue AND w.priority = r.priority AND w.ready_seq = r.first \
+                LIMIT 1) \
+            ELSE (SELECT w.run_at FROM workflow_status w \
+                WHERE w.id = r.first AND w.status = 'queued' AND w.job_group IS NOT NULL \
+                  AND w.queue = r.queue LIMIT 1) END AS run_at \
+        FROM ready r \
+    ) \
+    SELECT queue, 'queued' AS state, sum(n)::bigint AS count, \
+        extract(epoch FROM now() - min(run_at))::float8 AS oldest_ready_s \
+    FROM heads GROUP BY queue \
+    UNION ALL \
+    SELECT queue, state, count(*), NULL FROM ( "
+        )
+    };
+}
+
+/// The running jobs' rows of `unfinished`: from the lease floor, and
+/// those without a lease (a broken row's).
+macro_rules! backlog_running {
+    () => {
+        concat!(
+            "SELECT queue, 'running' AS state FROM workflow_status \
+                WHERE status = 'running' AND ",
+            at_or_past_lease_floor!("lease_expires_at"),
+            " UNION ALL SELECT queue, 'running' FROM workflow_status \
+                WHERE status = 'running' AND lease_expires_at IS NULL"
+        )
+    };
+}
+
+/// Closes `unfinished` and counts it by queue and state.
+macro_rules! backlog_end {
+    () => {
+        " ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2"
+    };
+}
+
 /// Per queue (only queue $1; every queue when $1 is NULL): the count of jobs
 /// in each unfinished state (`queued`,
 /// `waiting`, `retrying`, `delayed`, `parked`, `running`), and for `queued` the age in
@@ -59,87 +161,25 @@ macro_rules! first_grouped_queue {
 /// `$1 IS NULL` is folded away when the statement is planned for its value
 /// (the unnamed statement always is), so a named queue is an index range.
 pub const QUEUE_BACKLOG: &str = concat!(
-    "WITH RECURSIVE claimed AS MATERIALIZED ( \
-        SELECT g.queue, g.floor_turn FROM shardq_group_rounds g WHERE $1::text IS NULL \
-    ), grouped_gaps AS MATERIALIZED ( \
-        SELECT lag(c.queue) OVER (ORDER BY c.queue) AS lo, c.queue AS hi FROM claimed c \
-        UNION ALL SELECT max(c.queue), NULL FROM claimed c \
-    ), unclaimed (queue, hi) AS ( \
-        SELECT CASE WHEN b.lo IS NULL AND b.hi IS NULL THEN ",
-    first_grouped_queue!("true"),
-    " WHEN b.lo IS NULL THEN ",
-    first_grouped_queue!("w.queue < b.hi"),
-    " WHEN b.hi IS NULL THEN ",
-    first_grouped_queue!("w.queue > b.lo"),
-    " ELSE ",
-    first_grouped_queue!("w.queue > b.lo AND w.queue < b.hi"),
-    " END, b.hi FROM grouped_gaps b WHERE $1::text IS NULL \
-        UNION ALL SELECT CASE WHEN u.hi IS NULL THEN ",
-    first_grouped_queue!("w.queue > u.queue"),
-    " ELSE ",
-    first_grouped_queue!("w.queue > u.queue AND w.queue < u.hi"),
-    " END, u.hi FROM unclaimed u WHERE u.queue IS NOT NULL \
-    ), grouped_queues AS ( \
-        SELECT c.queue, c.floor_turn FROM claimed c \
-        UNION ALL SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
-            WHERE g.queue = $1::text \
-        UNION ALL SELECT u.queue, 0 FROM unclaimed u WHERE u.queue IS NOT NULL \
-        UNION ALL SELECT $1::text, 0 WHERE $1::text IS NOT NULL \
-            AND NOT EXISTS (SELECT FROM shardq_group_rounds g WHERE g.queue = $1::text) \
-    ), ready AS ( \
-        SELECT f.queue, f.priority, k.kind, k.n, k.first FROM shardq_ready_floors f \
-        CROSS JOIN LATERAL ( \
-            SELECT 0 AS kind, count(*) AS n, min(w.ready_seq) AS first FROM workflow_status w \
-                WHERE w.status = 'queued' AND w.ordering_key IS NULL AND w.job_group IS NULL \
-                    AND w.queue = f.queue AND w.priority = f.priority \
-                    AND w.ready_seq >= f.floor_seq \
-            UNION ALL SELECT 1, count(*), min(w.ready_seq) FROM workflow_status w \
-                WHERE w.status = 'queued' AND w.ordering_key IS NOT NULL \
-                    AND w.queue = f.queue AND w.priority = f.priority \
-                    AND w.ready_seq >= f.keyed_floor_seq \
-        ) k WHERE ($1::text IS NULL OR f.queue = $1::text) AND k.n > 0 \
-        UNION ALL SELECT q.queue, c.priority, 2, c.n, c.first FROM grouped_queues q \
-        CROSS JOIN LATERAL ( \
-            SELECT x.priority, count(*) AS n, min(x.id) AS first FROM ( \
-                SELECT w.priority, w.id FROM workflow_status w \
-                    WHERE w.status = 'queued' AND w.job_group IS NOT NULL \
-                        AND w.queue = q.queue AND w.turn >= q.floor_turn \
-                UNION ALL SELECT w.priority, w.id FROM workflow_status w \
-                    WHERE w.status = 'queued' AND w.job_group IS NOT NULL \
-                        AND w.queue = q.queue AND w.turn IS NULL \
-            ) x GROUP BY x.priority \
-        ) c \
-    ), heads AS ( \
-        SELECT r.queue, r.n, CASE r.kind \
-            WHEN 0 THEN (SELECT w.run_at FROM workflow_status w \
-                WHERE w.status = 'queued' AND w.ordering_key IS NULL AND w.job_group IS NULL \
-                  AND w.queue = r.queue AND w.priority = r.priority AND w.ready_seq = r.first \
-                LIMIT 1) \
-            WHEN 1 THEN (SELECT w.run_at FROM workflow_status w \
-                WHERE w.status = 'queued' AND w.ordering_key IS NOT NULL \
-                  AND w.queue = r.queue AND w.priority = r.priority AND w.ready_seq = r.first \
-                LIMIT 1) \
-            ELSE (SELECT w.run_at FROM workflow_status w \
-                WHERE w.id = r.first AND w.status = 'queued' AND w.job_group IS NOT NULL \
-                  AND w.queue = r.queue LIMIT 1) END AS run_at \
-        FROM ready r \
-    ) \
-    SELECT queue, 'queued' AS state, sum(n)::bigint AS count, \
-        extract(epoch FROM now() - min(run_at))::float8 AS oldest_ready_s \
-    FROM heads GROUP BY queue \
-    UNION ALL \
-    SELECT queue, state, count(*), NULL FROM ( \
-        SELECT queue, 'waiting' AS state FROM workflow_status \
-            WHERE status = 'waiting' AND ordering_key IS NOT NULL \
-                AND hashtext(ordering_key) IS NOT NULL \
-        UNION ALL SELECT queue, CASE WHEN parked THEN 'parked' \
-                WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
-            FROM workflow_status WHERE status = 'scheduled' \
-        UNION ALL SELECT queue, 'running' FROM workflow_status WHERE status = 'running' \
-            AND ",
-    at_or_past_lease_floor!("lease_expires_at"),
-    " \
-        UNION ALL SELECT queue, 'running' FROM workflow_status \
-            WHERE status = 'running' AND lease_expires_at IS NULL \
-    ) unfinished WHERE ($1::text IS NULL OR queue = $1::text) GROUP BY 1, 2"
+    backlog_ready!(),
+    "SELECT queue, 'waiting' AS state FROM workflow_status \
+        WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+            AND hashtext(ordering_key) IS NOT NULL \
+    UNION ALL SELECT queue, CASE WHEN parked THEN 'parked' \
+            WHEN attempts > 0 THEN 'retrying' ELSE 'delayed' END \
+        FROM workflow_status WHERE status = 'scheduled' \
+    UNION ALL ",
+    backlog_running!(),
+    backlog_end!()
 );
+
+/// [`QUEUE_BACKLOG`] without its counts of `waiting` and scheduled jobs
+/// (`retrying`, `delayed`, `parked`): the ready and running counts, each
+/// read from its floors. While a long transaction holds the horizon,
+/// those two counts walk the dead entry of every job that left the state
+/// since (a keyed job's versions in `workflow_status_key`, a promoted
+/// one's in the scheduled index); this read passes only what the floors
+/// do, and is what the exporter reads when the full one runs past its
+/// share of the scrape's deadline (`store::backlog::read_within`).
+pub const QUEUE_BACKLOG_BOUNDED: &str =
+    concat!(backlog_ready!(), backlog_running!(), backlog_end!());

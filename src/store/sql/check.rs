@@ -26,10 +26,6 @@ pub const CHECK_SETTINGS: &str = "SELECT set_config('statement_timeout', $1::tex
     set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), \
     set_config('jit', 'off', true)";
 
-/// Sets the server's statement timeout ($1 ms) for the rest of the
-/// check's transaction, or of a savepoint in it.
-pub const CHECK_TIMEOUT: &str = "SELECT set_config('statement_timeout', $1::text, true)";
-
 /// Keys stranded: a (queue, ordering key) with `waiting` jobs and no
 /// queued, running or scheduled job, so nothing ever queues them again.
 ///

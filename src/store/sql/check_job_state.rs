@@ -103,7 +103,6 @@ macro_rules! judged_job_states {
 /// MATERIALIZED (`: every running row (from the lease floor, and those
 /// without a lease), the first $1 ready jobs without a group from their
 /// ready floors (plain and keyed, in the order the claims take them), the
-/// first $1 `waiting` in key order and `scheduled` soonest due first, the
 /// $1 latest finished and the $1 newest jobs of any state.
 macro_rules! job_state_windows {
     () => {
@@ -135,16 +134,6 @@ macro_rules! job_state_windows {
               AND r.queue = f.queue AND r.priority = f.priority \
               AND r.ready_seq >= f.keyed_floor_seq \
             ORDER BY r.ready_seq LIMIT $1) w LIMIT $1) \
-        UNION ALL \
-        (SELECT 'waiting', ",
-            job_state_columns!(),
-            " FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
-             AND hashtext(ordering_key) IS NOT NULL \
-         ORDER BY queue, ordering_key, status, id LIMIT $1) \
-        UNION ALL \
-        (SELECT 'scheduled', ",
-            job_state_columns!(),
-            " FROM workflow_status WHERE status = 'scheduled' ORDER BY run_at LIMIT $1) \
         UNION ALL \
         (SELECT 'finished', ",
             job_state_columns!(),
@@ -207,6 +196,16 @@ pub const CHECK_JOB_STATE: &str = concat!(
     "WITH visited AS MATERIALIZED ( ",
     job_state_windows!(),
     "UNION ALL \
+        (SELECT 'waiting', ",
+    job_state_columns!(),
+    " FROM workflow_status WHERE status = 'waiting' AND ordering_key IS NOT NULL \
+             AND hashtext(ordering_key) IS NOT NULL \
+         ORDER BY queue, ordering_key, status, id LIMIT $1) \
+        UNION ALL \
+        (SELECT 'scheduled', ",
+    job_state_columns!(),
+    " FROM workflow_status WHERE status = 'scheduled' ORDER BY run_at LIMIT $1) \
+        UNION ALL \
         (SELECT 'queued_from_start', ",
     job_state_columns!(),
     " FROM workflow_status WHERE status = 'queued' AND ordering_key IS NULL \
@@ -226,11 +225,13 @@ pub const CHECK_JOB_STATE: &str = concat!(
     judged_job_states!()
 );
 
-/// [`CHECK_JOB_STATE`] without its windows of ready jobs from each
-/// index's start: what `store::check` reads when the full read ran past
-/// its share of the check's deadline (a long transaction holding the
-/// horizon, say). Ready jobs below their floor, and grouped ready jobs
-/// other than the newest, are not judged then.
+/// [`CHECK_JOB_STATE`] without its windows from each index's start (of
+/// ready jobs, and of `waiting` and scheduled ones: while a long
+/// transaction holds the horizon, these walk the dead entry of every job
+/// that left the state since): what `store::check` reads when the full
+/// read ran past its share of the check's deadline. Ready jobs below
+/// their floor, grouped ready jobs, and `waiting` and scheduled jobs other
+/// than the newest are not judged then.
 pub const CHECK_JOB_STATE_FROM_FLOORS: &str = concat!(
     "WITH visited AS MATERIALIZED ( ",
     job_state_windows!(),

@@ -67,3 +67,8 @@ pub type Param<'a> = (
     &'a (dyn tokio_postgres::types::ToSql + Sync),
     tokio_postgres::types::Type,
 );
+
+/// Sets the server's statement timeout ($1 ms) for the rest of the
+/// transaction, or of a savepoint in it: a read given a share of a
+/// deadline (the check's job states, the exporter's backlog).
+pub const LOCAL_STATEMENT_TIMEOUT: &str = "SELECT set_config('statement_timeout', $1::text, true)";

@@ -24,7 +24,13 @@ stopped and `shardq_functions` saying REV's function files for the
 run (a binary refuses to judge a shard whose functions differ from its
 own; the check reads no function).
 `--check-ms` is `shardq check`'s deadline per shard (60,000 by default:
-its full read; 5,000 is the command's own default).
+its full read; 5,000 is the command's own default). `--groups N` runs
+grouped jobs (N groups) and also times, alone, the grouped ready count as
+the backlog read made it before schema 52 (from the grouped index's
+start); `--keys N` runs keyed jobs (N keys, the jobs behind each key's
+first waiting) and also times the backlog's count of waiting jobs alone
+(the full read's; the bounded one leaves it out); `--current-only` makes
+no alternate runs.
 
 Prints per run: the scrape's wall time, the backlog read's time
 (`shardq_shard_scrape_duration_seconds`), `shardq_shard_up`,
@@ -119,6 +125,12 @@ def main():
     p.add_argument("--before-rev", help="the revision --before-shardq was built at")
     p.add_argument("--before-listen", default="127.0.0.1:9479")
     p.add_argument("--check-ms", type=int, default=60000)
+    p.add_argument("--groups", type=int, default=0,
+                   help="run grouped jobs, in this many groups (0: no group)")
+    p.add_argument("--keys", type=int, default=0,
+                   help="run keyed jobs, of this many keys (0: no key)")
+    p.add_argument("--current-only", action="store_true",
+                   help="no alternate runs: this build's exporter and check only")
     args = p.parse_args()
     dsn = os.environ["SHARDQ_EXPERIMENT_DSN"]
     steps = [int(s) for s in args.steps.split(",")]
@@ -148,16 +160,25 @@ def main():
         holder.execute("SELECT count(*) FROM workflow_status").fetchone()
         done = 0
         for step in steps:
-            held_scrape.enqueue(admin, step)
+            held_scrape.enqueue(admin, step, args.groups, args.keys)
             ran, _, _ = storage_design.drain(dsn, "current", 1000)
             done += ran
             (drained_at,) = admin.execute("SELECT now()").fetchone()
-            held_scrape.enqueue(admin, 1000)
+            held_scrape.enqueue(admin, 1000, args.groups, args.keys)
             waited = wait_for_floor(admin, drained_at + datetime.timedelta(seconds=LEASE_S))
             print(f"held, {done:,} jobs run; the floor passed their leases "
                   f"{waited:.0f} s later", flush=True)
             for round_ in (1, 2):
                 run(admin, url, args.shardq, f"  floor, run {round_}", args.check_ms)
+                if args.groups:
+                    held_scrape.settle(admin)
+                    held_scrape.time_grouped_from_start(admin)
+                if args.keys:
+                    held_scrape.settle(admin)
+                    held_scrape.time_alone(admin, "the count of waiting jobs",
+                                           held_scrape.COUNT_WAITING)
+                if args.current_only:
+                    continue
                 if before is not None:
                     worker.send_signal(signal.SIGSTOP)
                     saved = as_of(admin, before_hashes)
@@ -181,7 +202,7 @@ def main():
                                         "VALUES (%s, %s, %s, %s, %s)", saved)
                 finally:
                     worker.send_signal(signal.SIGCONT)
-            admin.execute("DELETE FROM workflow_status WHERE status = 'queued'")
+            admin.execute("DELETE FROM workflow_status WHERE status IN ('queued', 'waiting')")
         holder.execute("ROLLBACK")
     finally:
         for proc in (exporter, worker, before):

@@ -31,29 +31,41 @@ import storage_design
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def enqueue(admin, n, groups=0):
-    """`n` ready no-op jobs of queue `q`; in `groups` groups when above 0."""
-    admin.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload, job_group) "
+def enqueue(admin, n, groups=0, keys=0):
+    """`n` ready no-op jobs of queue `q`; in `groups` groups, or of `keys`
+    ordering keys (each key's first job ready, the others waiting behind
+    it, as the claims would park them), when above 0."""
+    admin.execute("INSERT INTO workflow_status (shard_key, queue, handler, payload, job_group, "
+                  "ordering_key, status) "
                   "SELECT g %% 1024, 'q', 'noop', '{}', "
-                  "CASE WHEN %s > 0 THEN 'g' || (g %% greatest(%s, 1)) END "
-                  "FROM generate_series(1, %s) g", (groups, groups, n))
+                  "CASE WHEN %(groups)s > 0 THEN 'g' || (g %% greatest(%(groups)s, 1)) END, "
+                  "CASE WHEN %(keys)s > 0 THEN 'k' || (g %% greatest(%(keys)s, 1)) END, "
+                  "CASE WHEN %(keys)s > 0 AND g > %(keys)s THEN 'waiting' ELSE 'queued' END "
+                  "FROM generate_series(1, %(n)s) g", dict(groups=groups, keys=keys, n=n))
 
 
 # The grouped ready count of the backlog read before schema 52: from the
 # start of the grouped index, however many jobs were claimed since a hold.
 COUNT_GROUPED_FROM_START = """SELECT queue, priority, count(*), min(id) FROM workflow_status
     WHERE status = 'queued' AND job_group IS NOT NULL GROUP BY queue, priority"""
+# The backlog's count of waiting jobs (the full read's; its bounded read
+# leaves it out).
+COUNT_WAITING = """SELECT queue, count(*) FROM workflow_status WHERE status = 'waiting'
+    AND ordering_key IS NOT NULL AND hashtext(ordering_key) IS NOT NULL GROUP BY queue"""
 
 
-def time_grouped_from_start(admin):
-    """The milliseconds of COUNT_GROUPED_FROM_START, alone (60 s at most)."""
+def time_alone(admin, what, statement):
+    """Prints the milliseconds of `statement`, alone (60 s at most)."""
     started = time.time()
     with admin.transaction():
         admin.execute("SET LOCAL statement_timeout = '60s'")
-        admin.execute(COUNT_GROUPED_FROM_START).fetchall()
+        admin.execute(statement).fetchall()
     ms = (time.time() - started) * 1000
-    print(f"{'':<34} the grouped count from the index's start alone {ms:>6.0f} ms",
-          flush=True)
+    print(f"{'':<34} {what} alone {ms:>6.0f} ms", flush=True)
+
+
+def time_grouped_from_start(admin):
+    time_alone(admin, "the grouped count from the index's start", COUNT_GROUPED_FROM_START)
 
 
 def gauge(body, name, extra=""):
@@ -83,6 +95,7 @@ def scrape(url, label):
           f"{1000 * float(read_s[0]) if read_s else float('nan'):>6.0f} ms  "
           f"shard_up {','.join(gauge(body, 'shardq_shard_up'))}  "
           f"check_up {','.join(gauge(body, 'shardq_invariant_check_up'))}  "
+          f"bounded {','.join(gauge(body, 'shardq_shard_backlog_bounded')) or '-'}  "
           f"ready {','.join(ready) or '-'}",
           flush=True)
 

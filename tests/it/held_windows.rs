@@ -2,25 +2,29 @@
 //! horizon: the child checks' (`unfinished_windows!` in check_waits.rs)
 //! and the job-state read's that the check falls back to
 //! (`CHECK_JOB_STATE_FROM_FLOORS`) read ready jobs without a group from
-//! the queues' ready floors, as the claims find them. From the start of
-//! the ready indexes, every job claimed since the hold began was an entry
-//! to pass, in every check.
+//! the queues' ready floors, as the claims find them, and the child
+//! checks' grouped ones from their queue's grouped floor. From the start
+//! of the ready indexes, every job claimed since the hold began was an
+//! entry to pass, in every check.
 
 use crate::common;
 use shardq::store::sql;
 use tokio_postgres::types::Type;
 
-/// The ready indexes the windows may walk, those of the dequeue order too.
-const READY_INDEXES: [&str; 4] = [
+/// The ready indexes the windows may walk, those of the dequeue order
+/// and the groups' lines too.
+const READY_INDEXES: [&str; 6] = [
     "workflow_status_dequeue_plain",
     "workflow_status_dequeue_keyed",
     "workflow_status_ready_plain",
     "workflow_status_ready_keyed",
+    "workflow_status_ready_grouped",
+    "workflow_status_group_lines",
 ];
 
-/// 2,000 plain and 2,000 keyed jobs claimed while a snapshot is held
-/// (returned; the session holding it), the floors moved past them, 10 of
-/// each ready.
+/// 2,000 plain and 2,000 keyed jobs of one queue and 2,000 grouped ones
+/// of another claimed while a snapshot is held (returned; the session
+/// holding it), the floors moved past them, 10 of each ready.
 async fn claimed_under_a_held_snapshot(
     shards: &common::TestShards,
     db: &tokio_postgres::Client,
@@ -30,7 +34,10 @@ async fn claimed_under_a_held_snapshot(
         "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 2000); \
          SELECT shardq_enqueue('q', 'noop', p_ordering_key => 'k' || g) \
              FROM generate_series(1, 2000) g; \
-         SELECT count(*) FROM shardq_claim(1, 0, 'q', 4000, 'w', 60000)",
+         SELECT shardq_enqueue('gq', 'noop', p_group => 'g' || (g % 20)) \
+             FROM generate_series(1, 2000) g; \
+         SELECT count(*) FROM shardq_claim(1, 0, 'q', 4000, 'w', 60000); \
+         SELECT count(*) FROM shardq_claim(1, 0, 'gq', 2000, 'w', 60000)",
     )
     .await
     .unwrap();
@@ -42,13 +49,15 @@ async fn claimed_under_a_held_snapshot(
         .await
         .unwrap()
         .get(0);
-    assert_eq!(claimed, 4000);
+    assert_eq!(claimed, 6000);
     for _ in 0..3 {
         crate::ready_floors::move_now(db).await;
     }
     db.batch_execute(
         "SELECT shardq_enqueue('q', 'noop') FROM generate_series(1, 10); \
          SELECT shardq_enqueue('q', 'noop', p_ordering_key => 'new' || g) \
+             FROM generate_series(1, 10) g; \
+         SELECT shardq_enqueue('gq', 'noop', p_group => 'new' || g) \
              FROM generate_series(1, 10) g",
     )
     .await
@@ -73,8 +82,8 @@ async fn ready_entries_met(
 }
 
 /// A check of missing parents meets a few dozen entries of the ready
-/// indexes, and still reads the 20 ready jobs. With windows from each
-/// index's start it met over 4,000.
+/// indexes, and still reads the 30 ready jobs. With windows from each
+/// index's start it met over 6,000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot() {
     let shards = common::TestShards::databases(1).await;
@@ -89,8 +98,8 @@ async fn the_child_checks_read_ready_jobs_from_the_floors_under_a_held_snapshot(
     ];
     let (met, scanned) = ready_entries_met(&mut db, sql::CHECK_PARENT_MISSING, &params).await;
     assert!(met <= 100, "the windows met {met} ready entries");
-    // 4,000 running and 20 ready rows read.
-    assert_eq!(scanned, 4020);
+    // 6,000 running and 30 ready rows read.
+    assert_eq!(scanned, 6030);
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
@@ -110,9 +119,9 @@ async fn the_job_state_read_from_the_floors_passes_what_was_claimed_under_a_held
     let (met, scanned) =
         ready_entries_met(&mut db, sql::CHECK_JOB_STATE_FROM_FLOORS, &params).await;
     assert!(met <= 100, "from the floors: {met} ready entries");
-    // 4,000 running, 20 ready from the floors, the 100 newest jobs.
-    assert_eq!(scanned, 4120, "rows judged");
+    // 6,000 running, 20 ready from the floors, the 100 newest jobs.
+    assert_eq!(scanned, 6120, "rows judged");
     let (met, _) = ready_entries_met(&mut db, sql::CHECK_JOB_STATE, &params).await;
-    assert!(met >= 4000, "from each index's start: {met} ready entries");
+    assert!(met >= 6000, "from each index's start: {met} ready entries");
     holder.batch_execute("COMMIT").await.unwrap();
 }

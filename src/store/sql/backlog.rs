@@ -6,19 +6,6 @@
 //! history; while a long transaction holds the horizon, see
 //! [`QUEUE_BACKLOG`] for what grows.
 
-/// The first queue, in the grouped ready index, with a grouped ready job
-/// and meeting `$bound` (on `w.queue`): one probe of its range.
-macro_rules! first_grouped_queue {
-    ($bound:literal) => {
-        concat!(
-            "(SELECT min(w.queue) FROM workflow_status w \
-                WHERE w.status = 'queued' AND w.job_group IS NOT NULL AND ",
-            $bound,
-            ")"
-        )
-    };
-}
-
 /// The backlog read up to its states other than `queued`: the ready
 /// counts and heads (CTEs), the `queued` rows, then the opening of the
 /// other states' rows (`unfinished`: queue and state per job), which
@@ -26,34 +13,9 @@ macro_rules! first_grouped_queue {
 macro_rules! backlog_ready {
     () => {
         concat!(
-            "WITH RECURSIVE claimed AS MATERIALIZED ( \
-                SELECT g.queue, g.floor_turn FROM shardq_group_rounds g WHERE $1::text IS NULL \
-            ), grouped_gaps AS MATERIALIZED ( \
-                SELECT lag(c.queue) OVER (ORDER BY c.queue) AS lo, c.queue AS hi FROM claimed c \
-                UNION ALL SELECT max(c.queue), NULL FROM claimed c \
-            ), unclaimed (queue, hi) AS ( \
-                SELECT CASE WHEN b.lo IS NULL AND b.hi IS NULL THEN ",
-            first_grouped_queue!("true"),
-            " WHEN b.lo IS NULL THEN ",
-            first_grouped_queue!("w.queue < b.hi"),
-            " WHEN b.hi IS NULL THEN ",
-            first_grouped_queue!("w.queue > b.lo"),
-            " ELSE ",
-            first_grouped_queue!("w.queue > b.lo AND w.queue < b.hi"),
-            " END, b.hi FROM grouped_gaps b WHERE $1::text IS NULL \
-                UNION ALL SELECT CASE WHEN u.hi IS NULL THEN ",
-            first_grouped_queue!("w.queue > u.queue"),
-            " ELSE ",
-            first_grouped_queue!("w.queue > u.queue AND w.queue < u.hi"),
-            " END, u.hi FROM unclaimed u WHERE u.queue IS NOT NULL \
-            ), grouped_queues AS ( \
-                SELECT c.queue, c.floor_turn FROM claimed c \
-                UNION ALL SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
-            WHERE g.queue = $1::text \
-                UNION ALL SELECT u.queue, 0 FROM unclaimed u WHERE u.queue IS NOT NULL \
-                UNION ALL SELECT $1::text, 0 WHERE $1::text IS NOT NULL \
-            AND NOT EXISTS (SELECT FROM shardq_group_rounds g WHERE g.queue = $1::text) \
-            ), ready AS ( \
+            "WITH RECURSIVE ",
+            grouped_queues!("$1::text"),
+            ", ready AS ( \
                 SELECT f.queue, f.priority, k.kind, k.n, k.first FROM shardq_ready_floors f \
                 CROSS JOIN LATERAL ( \
             SELECT 0 AS kind, count(*) AS n, min(w.ready_seq) AS first FROM workflow_status w \

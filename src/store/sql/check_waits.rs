@@ -183,11 +183,13 @@ pub const CHECK_WAKE_NOT_RELAYED: &str = "WITH seen AS MATERIALIZED ( \
 /// unfinished state), with the columns the child checks judge. `held`
 /// rows (a move's) are left out. Ready jobs without a group are read from
 /// their queue and priority's ready floors, as the claims and the backlog
-/// read find them (`workflow_status_ready_plain` and `_ready_keyed`), so
-/// that a long transaction holding the horizon does not make the windows
-/// walk the entry every job claimed since left behind. A ready job below
-/// its floor is [`super::CHECK_JOB_STATE`]'s to find: its windows start at
-/// each index's start.
+/// read find them (`workflow_status_ready_plain` and `_ready_keyed`), and
+/// grouped ones from their queue's grouped floor (`grouped_queues!`, CTEs
+/// the statement starts with), so that a long transaction holding the
+/// horizon does not make the windows walk the entry every job claimed
+/// since left behind. A ready job below its floor is
+/// [`super::CHECK_JOB_STATE`]'s to find: its windows start at each
+/// index's start.
 macro_rules! unfinished_windows {
     () => {
         concat!(
@@ -212,11 +214,12 @@ macro_rules! unfinished_windows {
               AND r.ready_seq >= f.keyed_floor_seq \
             ORDER BY r.ready_seq LIMIT $1) w LIMIT $1) \
         UNION ALL \
-        (SELECT 'queued_grouped', shard_key, id, queue, ordering_key, created_at, \
-            parent_shard_key, parent_id FROM workflow_status \
-         WHERE status >= 'queued' AND status <= 'queued' AND job_group IS NOT NULL \
-             AND hashtext(job_group) IS NOT NULL \
-         ORDER BY queue, hashtext(job_group), job_group, priority, turn, id LIMIT $1) \
+        (SELECT 'queued_grouped', w.* FROM grouped_queues q CROSS JOIN LATERAL ( \
+            SELECT r.shard_key, r.id, r.queue, r.ordering_key, r.created_at, \
+                r.parent_shard_key, r.parent_id FROM workflow_status r \
+            WHERE r.status = 'queued' AND r.job_group IS NOT NULL \
+              AND r.queue = q.queue AND r.turn >= q.floor_turn \
+            ORDER BY r.turn LIMIT $1) w LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, created_at, parent_shard_key, \
             parent_id FROM workflow_status \
@@ -257,7 +260,9 @@ macro_rules! unfinished_windows {
 /// `capped` says an unfinished state had more rows than $1. Examples
 /// ($3): the lowest ids.
 pub const CHECK_PARENT_MISSING: &str = concat!(
-    "WITH seen AS MATERIALIZED (",
+    "WITH RECURSIVE ",
+    grouped_queues!("NULL::text"),
+    ", seen AS MATERIALIZED (",
     unfinished_windows!(),
     "), found AS MATERIALIZED ( \
         SELECT v.shard_key, v.id, v.queue, v.ordering_key, v.parent_shard_key, v.parent_id \

@@ -80,3 +80,70 @@ macro_rules! at_or_past_lease_floor {
         )
     };
 }
+
+/// The first queue, in the grouped ready index, with a grouped ready job
+/// and meeting `$bound` (on `w.queue`): one probe of its range.
+macro_rules! first_grouped_queue {
+    ($bound:literal) => {
+        concat!(
+            "(SELECT min(w.queue) FROM workflow_status w \
+                WHERE w.status = 'queued' AND w.job_group IS NOT NULL AND ",
+            $bound,
+            ")"
+        )
+    };
+}
+
+/// CTEs of a `WITH RECURSIVE` (the last `grouped_queues`: `queue`,
+/// `floor_turn`): the queues with grouped ready jobs (only queue `$queue`,
+/// an SQL text expression, unless NULL), each with the turn its ready
+/// jobs lie at or past. A queue claimed from has its grouped floor
+/// (`shardq_group_rounds`, read once as `claimed`); the queues never
+/// claimed from (`unclaimed`) are found by a walk of the grouped ready
+/// index's queues that probes only the gaps between the claimed ones (a
+/// probe from a claimed queue's start would pass every dead entry a held
+/// horizon keeps there), from turn 0: nothing was claimed from them.
+macro_rules! grouped_queues {
+    ($queue:literal) => {
+        concat!(
+            "claimed AS MATERIALIZED ( \
+                SELECT g.queue, g.floor_turn FROM shardq_group_rounds g WHERE ",
+            $queue,
+            " IS NULL \
+            ), grouped_gaps AS MATERIALIZED ( \
+                SELECT lag(c.queue) OVER (ORDER BY c.queue) AS lo, c.queue AS hi FROM claimed c \
+                UNION ALL SELECT max(c.queue), NULL FROM claimed c \
+            ), unclaimed (queue, hi) AS ( \
+                SELECT CASE WHEN b.lo IS NULL AND b.hi IS NULL THEN ",
+            first_grouped_queue!("true"),
+            " WHEN b.lo IS NULL THEN ",
+            first_grouped_queue!("w.queue < b.hi"),
+            " WHEN b.hi IS NULL THEN ",
+            first_grouped_queue!("w.queue > b.lo"),
+            " ELSE ",
+            first_grouped_queue!("w.queue > b.lo AND w.queue < b.hi"),
+            " END, b.hi FROM grouped_gaps b WHERE ",
+            $queue,
+            " IS NULL \
+                UNION ALL SELECT CASE WHEN u.hi IS NULL THEN ",
+            first_grouped_queue!("w.queue > u.queue"),
+            " ELSE ",
+            first_grouped_queue!("w.queue > u.queue AND w.queue < u.hi"),
+            " END, u.hi FROM unclaimed u WHERE u.queue IS NOT NULL \
+            ), grouped_queues AS ( \
+                SELECT c.queue, c.floor_turn FROM claimed c \
+                UNION ALL SELECT g.queue, g.floor_turn FROM shardq_group_rounds g \
+                    WHERE g.queue = ",
+            $queue,
+            " UNION ALL SELECT u.queue, 0 FROM unclaimed u WHERE u.queue IS NOT NULL \
+                UNION ALL SELECT ",
+            $queue,
+            ", 0 WHERE ",
+            $queue,
+            " IS NOT NULL AND NOT EXISTS ( \
+                    SELECT FROM shardq_group_rounds g WHERE g.queue = ",
+            $queue,
+            ")) "
+        )
+    };
+}

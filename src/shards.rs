@@ -165,6 +165,12 @@ impl Shard {
         })
     }
 
+    /// The client-side deadline of one operation on this shard
+    /// ([`Shard::within`]).
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     /// Runs `work` (one operation on this shard: a connection and its
     /// statements) within the statement deadline. A server that stops
     /// answering without closing the connection becomes an error here

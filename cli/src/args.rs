@@ -307,6 +307,8 @@ pub struct MetricsArgs {
     pub listen: std::net::SocketAddr,
     /// Longest a scrape waits for one shard; a shard that takes longer is
     /// reported as `shardq_shard_up 0` (and `shardq_invariant_check_up 0`).
+    /// Past half of it, the backlog counts only ready and running jobs
+    /// (`shardq_shard_backlog_bounded 1`).
     #[arg(long, default_value_t = 2000)]
     pub shard_timeout_ms: u64,
 }

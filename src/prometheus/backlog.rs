@@ -70,7 +70,7 @@ async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
         tracing::warn!(shard = %shard.name, %error, "backlog scrape failed; reporting the shard down");
     }
     if bounded {
-        tracing::warn!(shard = %shard.name, "backlog scrape bounded: only ready and running jobs counted (is a long transaction holding the horizon?)");
+        tracing::warn!(shard = %shard.name, "backlog scrape bounded: only ready and running jobs counted (its full read ran past half the deadline: a long transaction holding the horizon, or millions of waiting or scheduled jobs)");
     }
     ShardBacklog {
         shard: shard.name.clone(),
@@ -239,7 +239,7 @@ impl Collector for Exposition {
         family(
             e,
             "shardq_shard_backlog_bounded",
-            "1 when only the shard's queued and running jobs were counted this scrape: the full read ran past half its deadline (a long transaction holding the horizon, say)",
+            "1 when only the shard's queued and running jobs were counted this scrape: the full read ran past half its deadline (a long transaction holding the horizon, say); absent while the shard is down",
             MetricType::Gauge,
             self.shards.iter().filter(|s| s.up).map(|s| {
                 (

@@ -124,13 +124,14 @@ pub struct BoundedBacklog {
 /// bounded read has the rest.
 const FULL_READ_SHARE: u32 = 2;
 
-/// [`read`] of every queue within `deadline`, as the metrics exporter
-/// reads each shard: the full read within half of it; past that (a long
-/// transaction holding the horizon makes its counts of `waiting` and
-/// scheduled jobs walk every job that left those states since), the
-/// ready and running counts alone, from their floors, within the rest.
-/// Each read is a transaction of its own, with the server's statement
-/// timeout set to its share.
+/// [`read`] of every queue within `deadline` (and the shard's own), as
+/// the metrics exporter reads each shard: the full read within half of
+/// what is left once a connection is lent; past that (a long transaction
+/// holding the horizon makes its counts of `waiting` and scheduled jobs
+/// walk every job that left those states since; or millions of such jobs
+/// wait), the ready and running counts alone, from their floors, within
+/// the rest less a margin. Each read is a transaction of its own, with
+/// the server's statement timeout set to its share.
 ///
 /// # Errors
 ///
@@ -142,6 +143,8 @@ const FULL_READ_SHARE: u32 = 2;
 /// Cancel safe: reads only; dropped, its connection is closed.
 pub async fn read_within(shard: &Shard, deadline: Duration) -> Result<BoundedBacklog, ShardError> {
     let started = Instant::now();
+    // The shard's own deadline bounds the whole read too.
+    let deadline = deadline.min(shard.deadline());
     shard
         .within(async {
             let mut client = shard.lend().await?;
@@ -164,12 +167,12 @@ async fn read_within_on(
     let ms = |d: Duration| d.as_millis().max(1).to_string();
     let all: Option<&str> = None;
     let params: [sql::Param; 1] = [(&all, Type::TEXT)];
+    // What is left once a connection was lent and the transaction began.
+    let left = |started: Instant| deadline.saturating_sub(started.elapsed());
     let tx = client.transaction().await?;
-    tx.query_typed(
-        sql::LOCAL_STATEMENT_TIMEOUT,
-        &[(&ms(deadline / FULL_READ_SHARE), Type::TEXT)],
-    )
-    .await?;
+    let share = left(started) / FULL_READ_SHARE;
+    tx.query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&ms(share), Type::TEXT)])
+        .await?;
     match tx.query_typed(full, &params).await {
         Ok(rows) => {
             tx.commit().await?;
@@ -181,9 +184,12 @@ async fn read_within_on(
         Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => tx.rollback().await?,
         Err(e) => return Err(e),
     }
-    let rest = ms(deadline.saturating_sub(started.elapsed()));
     let tx = client.transaction().await?;
-    tx.query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&rest, Type::TEXT)])
+    // A margin, so that the server cancels the read before the caller's
+    // deadline drops the connection (reopened at the next read).
+    let rest = left(started);
+    let rest = rest.saturating_sub((rest / 10).max(Duration::from_millis(10)));
+    tx.query_typed(sql::LOCAL_STATEMENT_TIMEOUT, &[(&ms(rest), Type::TEXT)])
         .await?;
     let rows = tx.query_typed(bounded, &params).await?;
     tx.commit().await?;

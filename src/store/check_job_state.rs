@@ -1,8 +1,9 @@
 //! The job-state check's read under a share of the check's deadline: its
-//! windows of ready jobs from each index's start ([`sql::CHECK_JOB_STATE`])
-//! walk, while a long transaction holds the horizon, the dead entry of
-//! every job claimed since; past the share the read is made again from
-//! the floors alone ([`sql::CHECK_JOB_STATE_FROM_FLOORS`], `capped`), so
+//! windows from each index's start ([`sql::CHECK_JOB_STATE`]: of ready,
+//! waiting and scheduled jobs) walk, while a long transaction holds the
+//! horizon, the dead entry of every job that left the state since; past
+//! the share the read is made again without them
+//! ([`sql::CHECK_JOB_STATE_FROM_FLOORS`], `capped`), so
 //! that the check of every other invariant still answers. `store::check`
 //! makes the finding of the row.
 

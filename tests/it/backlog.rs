@@ -282,34 +282,45 @@ async fn client_depth_follows_enqueues_claims_and_completions_on_two_shards() {
     assert_eq!(depth.counts.queued, on_shard_0);
 }
 
-/// Index entries of the ready indexes without groups (by number, and by
-/// id) this backend has read and not yet reported (a reading is a
-/// difference).
+/// The ready indexes without groups (by number, and by id).
+const READY_INDEXES: [&str; 4] = [
+    "workflow_status_ready_plain",
+    "workflow_status_dequeue_plain",
+    "workflow_status_ready_keyed",
+    "workflow_status_dequeue_keyed",
+];
+
+/// Index entries of [`READY_INDEXES`] this backend has read and not yet
+/// reported (a reading is a difference).
 async fn ready_entries(tx: &tokio_postgres::Transaction<'_>) -> i64 {
-    tx.query_one(
-        "SELECT pg_stat_get_xact_tuples_returned('workflow_status_ready_plain'::regclass) \
-           + pg_stat_get_xact_tuples_returned('workflow_status_dequeue_plain'::regclass) \
-           + pg_stat_get_xact_tuples_returned('workflow_status_ready_keyed'::regclass) \
-           + pg_stat_get_xact_tuples_returned('workflow_status_dequeue_keyed'::regclass)",
-        &[],
-    )
-    .await
-    .unwrap()
-    .get(0)
+    common::xact_stat(tx, "tuples_returned", &READY_INDEXES).await
 }
 
-/// The backlog read of `queue` (every queue when `None`) in a transaction of
-/// its own: each queue's ready count, and the entries of the ready indexes
-/// without groups it read.
+/// `statement` (a backlog read: $1 the queue, every queue when `None`) in
+/// a transaction of its own, rolled back: its rows, and the entries of
+/// `indexes` it met.
+pub(crate) async fn read_meeting(
+    db: &mut tokio_postgres::Client,
+    statement: &str,
+    queue: Option<&str>,
+    indexes: &[&str],
+) -> (Vec<tokio_postgres::Row>, i64) {
+    let tx = db.transaction().await.unwrap();
+    let before = common::xact_stat(&tx, "tuples_returned", indexes).await;
+    let rows = tx.query(statement, &[&queue]).await.unwrap();
+    let met = common::xact_stat(&tx, "tuples_returned", indexes).await - before;
+    tx.rollback().await.unwrap();
+    (rows, met)
+}
+
+/// The backlog read of `queue` (every queue when `None`): each queue's
+/// ready count, and the entries of the ready indexes without groups it
+/// read.
 async fn ready_counts_and_entries_read(
     db: &mut tokio_postgres::Client,
     queue: Option<&str>,
 ) -> (std::collections::BTreeMap<String, i64>, i64) {
-    let tx = db.transaction().await.unwrap();
-    let before = ready_entries(&tx).await;
-    let rows = tx.query(sql::QUEUE_BACKLOG, &[&queue]).await.unwrap();
-    let read = ready_entries(&tx).await - before;
-    tx.rollback().await.unwrap();
+    let (rows, read) = read_meeting(db, sql::QUEUE_BACKLOG, queue, &READY_INDEXES).await;
     let ready = rows
         .iter()
         .filter(|r| r.get::<_, &str>("state") == "queued")

@@ -23,12 +23,7 @@ async fn read(
     db: &mut tokio_postgres::Client,
     statement: &str,
 ) -> (BTreeMap<(String, String), i64>, i64) {
-    let tx = db.transaction().await.unwrap();
-    let before = common::xact_stat(&tx, "tuples_returned", &WAIT_INDEXES).await;
-    let all: Option<&str> = None;
-    let rows = tx.query(statement, &[&all]).await.unwrap();
-    let met = common::xact_stat(&tx, "tuples_returned", &WAIT_INDEXES).await - before;
-    tx.rollback().await.unwrap();
+    let (rows, met) = crate::backlog::read_meeting(db, statement, None, &WAIT_INDEXES).await;
     let counts = rows
         .iter()
         .map(|r| ((r.get("queue"), r.get("state")), r.get("count")))

@@ -35,11 +35,8 @@ async fn read(
     db: &mut tokio_postgres::Client,
     queue: Option<&str>,
 ) -> (BTreeMap<String, (i64, Option<f64>)>, i64) {
-    let tx = db.transaction().await.unwrap();
-    let before = common::xact_stat(&tx, "tuples_returned", &[GROUPED_INDEX]).await;
-    let rows = tx.query(sql::QUEUE_BACKLOG, &[&queue]).await.unwrap();
-    let met = common::xact_stat(&tx, "tuples_returned", &[GROUPED_INDEX]).await - before;
-    tx.rollback().await.unwrap();
+    let (rows, met) =
+        crate::backlog::read_meeting(db, sql::QUEUE_BACKLOG, queue, &[GROUPED_INDEX]).await;
     let ready = rows
         .iter()
         .filter(|r| r.get::<_, &str>("state") == "queued")

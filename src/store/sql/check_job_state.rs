@@ -1,8 +1,9 @@
 //! The job-state invariant's read, [`CHECK_JOB_STATE`], and the same read
-//! without its windows of ready jobs from each index's start,
-//! [`CHECK_JOB_STATE_FROM_FLOORS`]. Those windows find a ready job below
-//! its floor (no claim would reach it), and while a long transaction holds
-//! the horizon they walk the dead entry of every job claimed since:
+//! without its windows from each index's start (of ready, waiting and
+//! scheduled jobs), [`CHECK_JOB_STATE_FROM_FLOORS`]. The ready windows
+//! find a ready job below its floor (no claim would reach it), and while
+//! a long transaction holds the horizon all of them walk the dead entry
+//! of every job that left the state since:
 //! `store::check` gives the full read a share of the check's deadline and
 //! reads from the floors alone (`capped`) past it, so that every check of
 //! the shard still answers.

@@ -185,7 +185,8 @@ pub const CHECK_WAKE_NOT_RELAYED: &str = "WITH seen AS MATERIALIZED ( \
 /// their queue and priority's ready floors, as the claims and the backlog
 /// read find them (`workflow_status_ready_plain` and `_ready_keyed`), and
 /// grouped ones from their queue's grouped floor (`grouped_queues!`, CTEs
-/// the statement starts with), so that a long transaction holding the
+/// the statement starts with) and those without a turn yet, so that a
+/// long transaction holding the
 /// horizon does not make the windows walk the entry every job claimed
 /// since left behind. A ready job below its floor is
 /// [`super::CHECK_JOB_STATE`]'s to find: its windows start at each
@@ -215,11 +216,16 @@ macro_rules! unfinished_windows {
             ORDER BY r.ready_seq LIMIT $1) w LIMIT $1) \
         UNION ALL \
         (SELECT 'queued_grouped', w.* FROM grouped_queues q CROSS JOIN LATERAL ( \
-            SELECT r.shard_key, r.id, r.queue, r.ordering_key, r.created_at, \
+            (SELECT r.shard_key, r.id, r.queue, r.ordering_key, r.created_at, \
                 r.parent_shard_key, r.parent_id FROM workflow_status r \
             WHERE r.status = 'queued' AND r.job_group IS NOT NULL \
               AND r.queue = q.queue AND r.turn >= q.floor_turn \
-            ORDER BY r.turn LIMIT $1) w LIMIT $1) \
+            ORDER BY r.turn LIMIT $1) \
+            UNION ALL \
+            (SELECT r.shard_key, r.id, r.queue, r.ordering_key, r.created_at, \
+                r.parent_shard_key, r.parent_id FROM workflow_status r \
+            WHERE r.status = 'queued' AND r.job_group IS NOT NULL \
+              AND r.queue = q.queue AND r.turn IS NULL LIMIT $1)) w LIMIT $1) \
         UNION ALL \
         (SELECT 'waiting', shard_key, id, queue, ordering_key, created_at, parent_shard_key, \
             parent_id FROM workflow_status \

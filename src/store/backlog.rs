@@ -1,7 +1,8 @@
 //! How deep each queue is on a shard: its unfinished jobs counted by state,
 //! and how long its oldest ready job has waited. The one read of queue depth:
-//! the metrics exporter, `shardq status`, the dashboard and
-//! `Client::depth` all go through [`read`].
+//! `shardq status`, the dashboard and `Client::depth` go through [`read`],
+//! the metrics exporter through [`read_within`] (the same read, and a
+//! bounded one past half its deadline).
 
 use super::exec;
 use super::sql;

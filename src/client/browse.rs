@@ -76,6 +76,11 @@ pub struct ShardOverview {
     pub target: String,
     /// Why it did not answer (then the rest is empty).
     pub error: Option<String>,
+    /// Whether its `waiting`, `scheduled`, `retrying` and `parked` counts
+    /// are missing: their read ran past its share of the deadline (a long
+    /// transaction holding the horizon, or millions of such jobs), and
+    /// only the ready and running jobs were counted.
+    pub bounded: bool,
     /// Its queues, by name.
     pub queues: Vec<QueueOverview>,
     /// The live workers' rows on this shard.
@@ -198,14 +203,20 @@ impl Client {
     pub async fn overview(&self, options: &OverviewOptions) -> Vec<ShardOverview> {
         let asks = self.shards().all().iter().map(|shard| async move {
             let read = within(shard, options.deadline, shard_overview(shard, options)).await;
-            let (queues, workers, error) = match read {
-                Ok((q, w)) => (q, w, None),
-                Err(e) => (Vec::new(), Vec::new(), Some(describe(&e, options.deadline))),
+            let (queues, workers, bounded, error) = match read {
+                Ok((q, w, bounded)) => (q, w, bounded, None),
+                Err(e) => (
+                    Vec::new(),
+                    Vec::new(),
+                    false,
+                    Some(describe(&e, options.deadline)),
+                ),
             };
             ShardOverview {
                 shard: shard.name.clone(),
                 target: shard.target().to_string(),
                 error,
+                bounded,
                 queues,
                 workers,
             }
@@ -357,11 +368,12 @@ impl Client {
     }
 }
 
-/// Everything the overview shows of one shard.
+/// Everything the overview shows of one shard, and whether its counts of
+/// unfinished jobs were bounded.
 async fn shard_overview(
     shard: &Shard,
     options: &OverviewOptions,
-) -> Result<(Vec<QueueOverview>, Vec<WorkerRow>), ShardError> {
+) -> Result<(Vec<QueueOverview>, Vec<WorkerRow>, bool), ShardError> {
     let mut queues: BTreeMap<String, QueueOverview> = BTreeMap::new();
     fn entry(queues: &mut BTreeMap<String, QueueOverview>, queue: String) -> &mut QueueOverview {
         queues
@@ -371,8 +383,9 @@ async fn shard_overview(
                 ..QueueOverview::default()
             })
     }
-    let counts = browse::unfinished_counts(shard)
-        .await?
+    // Half the deadline: the overview's other reads need the rest.
+    let (unfinished, bounded) = browse::unfinished_counts(shard, options.deadline / 2).await?;
+    let counts = unfinished
         .into_iter()
         .chain(browse::failed_counts(shard).await?);
     for (queue, state, n) in counts {
@@ -400,5 +413,5 @@ async fn shard_overview(
         }
     }
     let workers = workers::live(shard, options.worker_ttl).await?;
-    Ok((queues.into_values().collect(), workers))
+    Ok((queues.into_values().collect(), workers, bounded))
 }

@@ -12,15 +12,21 @@ pub struct QueueDepth {
     pub counts: StateCounts,
     /// The shards whose jobs are counted, by name.
     pub answered: Vec<String>,
+    /// The shards of [`QueueDepth::answered`] whose `waiting`, `retrying`,
+    /// `delayed` and `parked` jobs are not counted: their full read ran
+    /// past half the shard's deadline (a long transaction holding the
+    /// horizon, or millions of such jobs), and only the ready and running
+    /// jobs were read.
+    pub bounded: Vec<String>,
     /// The shards that did not answer (their jobs are not counted), with why.
     pub failed: Vec<(String, ShardError)>,
 }
 
 impl QueueDepth {
-    /// Whether every shard answered, so that [`QueueDepth::counts`] is the
-    /// whole fleet's.
+    /// Whether every shard answered in full, so that
+    /// [`QueueDepth::counts`] is the whole fleet's.
     pub fn complete(&self) -> bool {
-        self.failed.is_empty()
+        self.failed.is_empty() && self.bounded.is_empty()
     }
 }
 
@@ -29,7 +35,9 @@ impl Client {
     /// running, summed over the shards. Every shard is asked at once, each
     /// under its statement deadline, with one statement that reads only the
     /// partial indexes of unfinished jobs (no finished row is read, however
-    /// much history the queue has). A shard that fails is listed in
+    /// much history the queue has); past half the deadline, with one that
+    /// counts the ready and running jobs alone (listed in
+    /// [`QueueDepth::bounded`]). A shard that fails is listed in
     /// [`QueueDepth::failed`], its jobs not counted: check
     /// [`QueueDepth::complete`] before treating the counts as the fleet's.
     ///
@@ -43,23 +51,26 @@ impl Client {
     /// Cancel safe (reads only).
     #[doc(hidden)]
     pub async fn depth(&self, queue: &str) -> Result<QueueDepth, ClientError> {
-        let asks = self
-            .shards
-            .all()
-            .iter()
-            .map(|shard| async move { (shard, backlog::read(shard, Some(queue)).await) });
+        let asks = self.shards.all().iter().map(|shard| async move {
+            let read = backlog::read_within(shard, Some(queue), shard.deadline());
+            (shard, read.await)
+        });
         let mut depth = QueueDepth {
             counts: StateCounts::default(),
             answered: Vec::new(),
+            bounded: Vec::new(),
             failed: Vec::new(),
         };
         for (shard, answer) in futures_util::future::join_all(asks).await {
             match answer {
-                Ok(queues) => {
-                    for q in queues.iter().filter(|q| q.queue == queue) {
+                Ok(read) => {
+                    for q in read.queues.iter().filter(|q| q.queue == queue) {
                         depth.counts.add(&q.depth);
                     }
                     depth.answered.push(shard.name.clone());
+                    if read.bounded {
+                        depth.bounded.push(shard.name.clone());
+                    }
                 }
                 Err(e) => depth.failed.push((shard.name.clone(), e)),
             }

@@ -27,6 +27,12 @@ pub struct ShardStatus {
     pub target: String,
     /// Counts, when the shard answered.
     pub counts: Option<Vec<QueueCount>>,
+    /// Whether its `waiting`, `retrying`, `delayed` and `parked` jobs are
+    /// missing from [`ShardStatus::counts`]: their read ran past half the
+    /// shard's deadline (a long transaction holding the horizon, or
+    /// millions of such jobs), and only the ready and running jobs were
+    /// read.
+    pub backlog_bounded: bool,
     /// Connections the server holds, when it answered.
     pub connections: Option<Connections>,
     /// What holds the shard's xmin horizon back, and the queue table's dead
@@ -114,9 +120,9 @@ impl Client {
                 ))
             }
             .await;
-            let (counts, connections, error) = match result {
-                Ok((c, n)) => (Some(c), Some(n), None),
-                Err(e) => (None, None, Some(crate::error_chain::error_chain(&e))),
+            let (counts, backlog_bounded, connections, error) = match result {
+                Ok((c, n)) => (Some(c.counts), c.bounded, Some(n), None),
+                Err(e) => (None, false, None, Some(crate::error_chain::error_chain(&e))),
             };
             // Worth knowing, not worth calling a shard down for.
             let horizon = match &error {
@@ -142,6 +148,7 @@ impl Client {
                 shard: shard.name.clone(),
                 target: shard.target().to_string(),
                 counts,
+                backlog_bounded,
                 connections,
                 horizon,
                 wakes_owed,

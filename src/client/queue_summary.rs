@@ -89,6 +89,7 @@ mod tests {
             target: String::new(),
             error: counts.is_none().then(|| "down".into()),
             counts,
+            backlog_bounded: false,
             connections: None,
             horizon: None,
             wakes_owed: Vec::new(),

@@ -54,7 +54,7 @@ pub async fn read_all(shards: &ShardSet, deadline: Duration) -> Vec<ShardBacklog
 async fn read_one(shard: &Shard, deadline: Duration) -> ShardBacklog {
     let started = Instant::now();
     let mut bounded = false;
-    let read = backlog::read_within(shard, deadline);
+    let read = backlog::read_within(shard, None, deadline);
     let backlog = match tokio::time::timeout(deadline, read).await {
         Ok(Ok(read)) => {
             bounded = read.bounded;

@@ -1,8 +1,8 @@
 //! How deep each queue is on a shard: its unfinished jobs counted by state,
 //! and how long its oldest ready job has waited. The one read of queue depth:
-//! `shardq status`, the dashboard and `Client::depth` go through [`read`],
-//! the metrics exporter through [`read_within`] (the same read, and a
-//! bounded one past half its deadline).
+//! the metrics exporter, `shardq status`, the dashboard and `Client::depth`
+//! go through [`read_within`] (the full read, and a bounded one past half
+//! its deadline); [`read`] is the full read alone.
 
 use super::exec;
 use super::sql;
@@ -125,8 +125,9 @@ pub struct BoundedBacklog {
 /// bounded read has the rest.
 const FULL_READ_SHARE: u32 = 2;
 
-/// [`read`] of every queue within `deadline` (and the shard's own), as
-/// the metrics exporter reads each shard: the full read within half of
+/// [`read`] of every queue (only of `queue` when given) within
+/// `deadline` (and the shard's own), as every reader of queue depth reads
+/// each shard: the full read within half of
 /// what is left once a connection is lent; past that (a long transaction
 /// holding the horizon makes its counts of `waiting` and scheduled jobs
 /// walk every job that left those states since; or millions of such jobs
@@ -142,7 +143,11 @@ const FULL_READ_SHARE: u32 = 2;
 /// # Cancel safety
 ///
 /// Cancel safe: reads only; dropped, its connection is closed.
-pub async fn read_within(shard: &Shard, deadline: Duration) -> Result<BoundedBacklog, ShardError> {
+pub async fn read_within(
+    shard: &Shard,
+    queue: Option<&str>,
+    deadline: Duration,
+) -> Result<BoundedBacklog, ShardError> {
     let started = Instant::now();
     // The shard's own deadline bounds the whole read too.
     let deadline = deadline.min(shard.deadline());
@@ -150,7 +155,7 @@ pub async fn read_within(shard: &Shard, deadline: Duration) -> Result<BoundedBac
         .within(async {
             let mut client = shard.lend().await?;
             let reads = [sql::QUEUE_BACKLOG, sql::QUEUE_BACKLOG_BOUNDED];
-            let read = read_within_on(&mut client, reads, deadline, started).await;
+            let read = read_within_on(&mut client, reads, queue, deadline, started).await;
             client.settle();
             read.map_err(|e| shard.query_error(e))
         })
@@ -162,12 +167,12 @@ pub async fn read_within(shard: &Shard, deadline: Duration) -> Result<BoundedBac
 async fn read_within_on(
     client: &mut tokio_postgres::Client,
     [full, bounded]: [&str; 2],
+    queue: Option<&str>,
     deadline: Duration,
     started: Instant,
 ) -> Result<BoundedBacklog, tokio_postgres::Error> {
     let ms = |d: Duration| d.as_millis().max(1).to_string();
-    let all: Option<&str> = None;
-    let params: [sql::Param; 1] = [(&all, Type::TEXT)];
+    let params: [sql::Param; 1] = [(&queue, Type::TEXT)];
     // What is left once a connection was lent and the transaction began.
     let left = |started: Instant| deadline.saturating_sub(started.elapsed());
     let tx = client.transaction().await?;
@@ -250,7 +255,7 @@ mod tests {
             .get(0);
 
         let started = Instant::now();
-        let read = read_within_on(&mut db, [SLOW, READY_ONLY], DEADLINE, started)
+        let read = read_within_on(&mut db, [SLOW, READY_ONLY], None, DEADLINE, started)
             .await
             .expect("answered");
         assert!(started.elapsed() < DEADLINE, "{:?}", started.elapsed());
@@ -259,7 +264,7 @@ mod tests {
         assert_eq!(read.queues[0].depth.queued, 7, "the bounded read's rows");
         assert_eq!(read.queues[0].depth.waiting, 0);
 
-        let read = read_within_on(&mut db, [READY_ONLY, SLOW], DEADLINE, Instant::now())
+        let read = read_within_on(&mut db, [READY_ONLY, SLOW], None, DEADLINE, Instant::now())
             .await
             .expect("answered");
         assert!(!read.bounded);

@@ -344,7 +344,9 @@ pub async fn steps_of(shard: &Shard, id: JobId) -> Result<Vec<StepInfo>, ShardEr
 
 /// Unfinished jobs on `shard` by queue and list state (`ready`, `waiting`,
 /// `scheduled`, `retrying`, `running`), from the queue-depth read
-/// ([`backlog::read`]): `(queue, state, count)`, states with no job left out.
+/// ([`backlog::read_within`] `deadline`): `(queue, state, count)`, states
+/// with no job left out; and whether the read was bounded (its waiting and
+/// scheduled jobs left out).
 ///
 /// # Errors
 ///
@@ -353,9 +355,13 @@ pub async fn steps_of(shard: &Shard, id: JobId) -> Result<Vec<StepInfo>, ShardEr
 /// # Cancel safety
 ///
 /// Cancel safe (a read).
-pub async fn unfinished_counts(shard: &Shard) -> Result<Vec<(String, String, i64)>, ShardError> {
+pub async fn unfinished_counts(
+    shard: &Shard,
+    deadline: Duration,
+) -> Result<(Vec<(String, String, i64)>, bool), ShardError> {
     let mut out = Vec::new();
-    for q in backlog::read(shard, None).await? {
+    let backlog = backlog::read_within(shard, None, deadline).await?;
+    for q in backlog.queues {
         let d = q.depth;
         let states = [
             (ListState::Ready, d.queued),
@@ -369,7 +375,7 @@ pub async fn unfinished_counts(shard: &Shard) -> Result<Vec<(String, String, i64
             out.push((q.queue.clone(), state.as_str().to_string(), n));
         }
     }
-    Ok(out)
+    Ok((out, backlog.bounded))
 }
 
 /// What finished on one shard in a span of time, by queue.

@@ -56,9 +56,21 @@ pub async fn has_pending(shard: &Shard, queue: &str) -> Result<bool, ShardError>
     Ok(row.get("pending"))
 }
 
+/// A shard's job counts ([`counts`]).
+#[derive(Debug, Clone)]
+pub struct ShardCounts {
+    /// By queue and state.
+    pub counts: Vec<QueueCount>,
+    /// Whether the `waiting`, `retrying`, `delayed` and `parked` jobs went
+    /// uncounted: the full read ran past half the shard's deadline
+    /// ([`backlog::read_within`]).
+    pub bounded: bool,
+}
+
 /// Job counts on `shard` by queue and state: unfinished ones from the
-/// queue-depth read ([`backlog::read`], partial indexes only; states with no
-/// job left out), finished ones exactly when few, else one estimate.
+/// queue-depth read ([`backlog::read_within`] the shard's deadline,
+/// partial indexes only; states with no job left out), finished ones
+/// exactly when few, else one estimate.
 ///
 /// # Errors
 ///
@@ -67,9 +79,10 @@ pub async fn has_pending(shard: &Shard, queue: &str) -> Result<bool, ShardError>
 /// # Cancel safety
 ///
 /// Cancel safe (reads).
-pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
+pub async fn counts(shard: &Shard) -> Result<ShardCounts, ShardError> {
     let mut counts = Vec::new();
-    for q in backlog::read(shard, None).await? {
+    let backlog = backlog::read_within(shard, None, shard.deadline()).await?;
+    for q in backlog.queues {
         let mut states: Vec<(&str, i64)> = StateCounts::STATES
             .into_iter()
             .zip(q.depth.counts())
@@ -110,7 +123,10 @@ pub async fn counts(shard: &Shard) -> Result<Vec<QueueCount>, ShardError> {
             oldest_ready_s: None,
         });
     }
-    Ok(counts)
+    Ok(ShardCounts {
+        counts,
+        bounded: backlog.bounded,
+    })
 }
 
 /// The client connections of `shard`'s server.

@@ -88,3 +88,123 @@ async fn the_bounded_read_counts_ready_and_running_jobs_without_the_waits_indexe
     assert_eq!(bounded, expected);
     holder.batch_execute("COMMIT").await.unwrap();
 }
+
+/// Dead entries left in the scheduled indexes under a hold: enough for
+/// the full read to take several times its share of a short deadline
+/// (about 0.25 µs each on a 2-core host: some 250 ms).
+const DEAD_SCHEDULED: i64 = 1_000_000;
+
+/// The shards' statement deadline in the readers' test: the full read may
+/// take half of the client's deadline (a quarter longer), about 100 ms.
+const SHORT_STATEMENT_MS: u64 = 160;
+
+/// `shardq status`, `Client::depth` and the dashboard's overview read a
+/// shard's backlog within its deadline: while a hold keeps the dead
+/// entries of a million jobs that left the scheduled state, the full read
+/// runs past its share and each reader still answers, with the ready and
+/// running jobs counted and the shard named as bounded; once vacuum can
+/// remove those entries, the same readers count every state again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_depth_and_the_overview_answer_bounded_while_the_full_read_runs_long() {
+    use shardq::client::{ListState, OverviewOptions};
+    use shardq::shards::ShardSet;
+    use shardq::Client;
+    use std::time::Duration;
+
+    let shards = common::TestShards::databases(1).await;
+    let setup = shards.migrated(&shards.config("")).await;
+    let short = shards.config(&format!(
+        "[database]\nstatement_timeout_ms = {SHORT_STATEMENT_MS}\n\
+         [dequeue]\nclaim_budget_max_ms = 100\n"
+    ));
+    let client = Client::from_shards(ShardSet::connect(&short).unwrap(), short.limits.clone());
+    let name = setup.get(0).name.clone();
+    let db = common::connect(&shards.urls[0]).await;
+    let holder = common::hold_snapshot(&shards.urls[0]).await;
+    db.batch_execute(&format!(
+        "INSERT INTO workflow_status (shard_key, queue, handler, status, run_at) \
+             SELECT 7, 'b', 'noop', 'scheduled', now() + interval '1 hour' \
+             FROM generate_series(1, {DEAD_SCHEDULED}); \
+         UPDATE workflow_status SET status = 'succeeded', \
+             finished_at = now() - interval '1 hour' WHERE queue = 'b'; \
+         INSERT INTO workflow_status (shard_key, queue, handler, ordering_key, status) \
+             SELECT 7, 'b', 'noop', 'k' || g, 'waiting' FROM generate_series(1, 5) g; \
+         INSERT INTO workflow_status (shard_key, queue, handler, status, run_at) \
+             SELECT 7, 'b', 'noop', 'scheduled', now() + interval '1 hour' \
+             FROM generate_series(1, 3); \
+         INSERT INTO workflow_status (shard_key, queue, handler) \
+             SELECT 7, 'b', 'noop' FROM generate_series(1, 9); \
+         ANALYZE workflow_status"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(crate::ready_floors::claim(&db, "b", 2).await.len(), 2);
+    let overview = OverviewOptions {
+        deadline: Duration::from_millis(2 * SHORT_STATEMENT_MS),
+        ..OverviewOptions::default()
+    };
+    let of_b = |counts: &[shardq::client::QueueCount]| {
+        let mut b: Vec<(String, i64)> = counts
+            .iter()
+            .filter(|c| c.queue == "b")
+            .map(|c| (c.status.clone(), c.count))
+            .collect();
+        b.sort();
+        b
+    };
+    let pairs = |list: &[(&str, i64)]| -> Vec<(String, i64)> {
+        list.iter().map(|(s, n)| (s.to_string(), *n)).collect()
+    };
+
+    let depth = client.depth("b").await.unwrap();
+    assert_eq!(depth.bounded, vec![name.clone()], "{:?}", depth.failed);
+    assert!(!depth.complete());
+    assert_eq!((depth.counts.queued, depth.counts.running), (7, 2));
+    assert_eq!((depth.counts.waiting, depth.counts.delayed), (0, 0));
+    let status = client.status().await.remove(0);
+    assert!(status.backlog_bounded, "{:?}", status.error);
+    let counts = status.counts.expect("answered");
+    assert_eq!(of_b(&counts), pairs(&[("queued", 7), ("running", 2)]));
+    let page = client.overview(&overview).await.remove(0);
+    assert!(page.bounded, "{:?}", page.error);
+    let b = page.queues.iter().find(|q| q.queue == "b").expect("b");
+    assert_eq!(
+        (b.count(ListState::Ready), b.count(ListState::Running)),
+        (7, 2)
+    );
+    assert_eq!(b.count(ListState::Scheduled), 0);
+
+    // The hold ends and vacuum removes the dead entries: every state again.
+    holder.batch_execute("COMMIT").await.unwrap();
+    db.batch_execute("VACUUM workflow_status").await.unwrap();
+    let depth = client.depth("b").await.unwrap();
+    assert!(depth.complete(), "{:?} {:?}", depth.bounded, depth.failed);
+    assert_eq!(
+        (
+            depth.counts.queued,
+            depth.counts.running,
+            depth.counts.waiting,
+            depth.counts.delayed
+        ),
+        (7, 2, 5, 3)
+    );
+    let status = client.status().await.remove(0);
+    assert!(!status.backlog_bounded, "{:?}", status.error);
+    let counts = status.counts.expect("answered");
+    assert_eq!(
+        of_b(&counts),
+        pairs(&[
+            ("delayed", 3),
+            ("queued", 7),
+            ("running", 2),
+            ("waiting", 5)
+        ])
+    );
+    let page = client.overview(&overview).await.remove(0);
+    assert!(!page.bounded, "{:?}", page.error);
+    let b = page.queues.iter().find(|q| q.queue == "b").expect("b");
+    assert_eq!(
+        (b.count(ListState::Scheduled), b.count(ListState::Waiting)),
+        (3, 5)
+    );
+}

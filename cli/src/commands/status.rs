@@ -32,11 +32,15 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
     let shards = client.status_with(&config.schedules).await;
     let queues = summarize(&shards);
     let unanswered: Vec<&ShardStatus> = shards.iter().filter(|s| s.counts.is_none()).collect();
+    let bounded: Vec<&ShardStatus> = shards.iter().filter(|s| s.backlog_bounded).collect();
     if json {
-        // `unanswered`: shards whose jobs are not in `queues`.
+        // `unanswered`: shards whose jobs are not in `queues`; `bounded`:
+        // shards whose waiting and scheduled jobs are not.
+        let names = |of: &[&ShardStatus]| of.iter().map(|s| s.shard.clone()).collect::<Vec<_>>();
         let report = serde_json::json!({
             "queues": queues,
-            "unanswered": unanswered.iter().map(|s| s.shard.as_str()).collect::<Vec<_>>(),
+            "unanswered": names(&unanswered),
+            "bounded": names(&bounded),
             "shards": shards,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -55,6 +59,14 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
             s.shard,
             s.target,
             s.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    for s in &bounded {
+        println!(
+            "{} ({}): ready and running jobs only: counting its waiting, retrying, delayed \
+             and parked jobs ran past half the shard's deadline (a long transaction holding \
+             the xmin horizon, or millions of such jobs; docs/operations.md)",
+            s.shard, s.target
         );
     }
     for s in &shards {

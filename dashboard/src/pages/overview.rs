@@ -111,6 +111,26 @@ fn shard_table(shards: &[ShardOverview]) -> Markup {
     }
 }
 
+/// Which shards' waiting and scheduled jobs are left out of the counts
+/// (their read was bounded); nothing when none.
+pub(super) fn bounded_note(shards: &[ShardOverview]) -> Markup {
+    let bounded: Vec<&str> = shards
+        .iter()
+        .filter(|s| s.bounded)
+        .map(|s| s.shard.as_str())
+        .collect();
+    html! {
+        @if !bounded.is_empty() {
+            p class="down" id="bounded" {
+                "Waiting, scheduled, retrying and parked counts leave out " (bounded.join(", "))
+                ": counting them ran past half the deadline (a long transaction holding the \
+                 xmin horizon, or millions of such jobs), so only ready and running jobs \
+                 were counted there."
+            }
+        }
+    }
+}
+
 /// One row per queue, summed over the shards that answered; its name
 /// opens the queue's page (each shard's row, the shard behind, workers).
 fn queue_table(shards: &[ShardOverview], trends: &Trends, bucket_s: u64, window_s: u64) -> Markup {
@@ -124,6 +144,7 @@ fn queue_table(shards: &[ShardOverview], trends: &Trends, bucket_s: u64, window_
         @if !unanswered.is_empty() {
             p class="down" id="partial" { "Totals leave out " (unanswered.join(", ")) " (no answer)." }
         }
+        (bounded_note(shards))
         @if rows.is_empty() { p class="muted" { "No jobs on any shard that answered." } }
         @else {
             table id="queues" {
@@ -246,4 +267,30 @@ fn worker_table(shards: &[ShardOverview]) -> Markup {
         .flat_map(|s| s.workers.iter().map(move |w| (s, w)))
         .collect();
     worker_rows(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(name: &str, bounded: bool) -> ShardOverview {
+        ShardOverview {
+            shard: name.into(),
+            target: String::new(),
+            error: None,
+            bounded,
+            queues: Vec::new(),
+            workers: Vec::new(),
+        }
+    }
+
+    /// The note names each bounded shard, and only those; none, no note.
+    #[test]
+    fn the_bounded_note_names_the_shards_whose_waits_were_not_counted() {
+        let note = bounded_note(&[shard("s0", false), shard("s1", true)]).into_string();
+        assert!(note.contains("id=\"bounded\""), "{note}");
+        assert!(note.contains("leave out s1:"), "{note}");
+        assert!(!note.contains("s0"), "{note}");
+        assert_eq!(bounded_note(&[shard("s0", false)]).into_string(), "");
+    }
 }

@@ -50,6 +50,7 @@ pub(crate) async fn page(State(state): State<Shared>, Path(queue): Path<String>)
         @if !unanswered.is_empty() {
             p class="down" id="unanswered" { "No answer from " (unanswered.join(", ")) ": their jobs are not counted here." }
         }
+        (super::overview::bounded_note(&shards))
         @match &total {
             None => p class="muted" { "No jobs of this queue on any shard that answered." },
             Some(t) => p id="summary" {

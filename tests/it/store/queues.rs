@@ -93,9 +93,10 @@ async fn counts_by_queue_and_state_and_connections() {
     )
     .await;
 
-    let mut got: Vec<(String, String, i64, bool)> = queues::counts(shard)
-        .await
-        .unwrap()
+    let read = queues::counts(shard).await.unwrap();
+    assert!(!read.bounded);
+    let mut got: Vec<(String, String, i64, bool)> = read
+        .counts
         .into_iter()
         .map(|c| (c.queue, c.status, c.count, c.estimated))
         .collect();

@@ -628,3 +628,53 @@ async fn plans_containing(
     }
     found
 }
+
+/// A bulk enqueue of every kind of job (plain, keyed, grouped, delayed,
+/// deduplicated; then the deduplicated ones again, each found taken) on a
+/// user's connection (the server's planner settings: shardq's own are not
+/// sent on it) right after the statistics said the table was empty scans
+/// no table of jobs: a probe per job planned on those statistics
+/// (`shardq_take_turn`'s before schema 52) scanned the whole table once
+/// per job, and kept doing so for the rest of the statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_enqueue_of_every_kind_scans_no_job_table_on_empty_statistics() {
+    let shards = TestShards::databases(1).await;
+    shards.migrated(&shards.config("")).await;
+    let db = common::connect(&shards.urls[0]).await;
+    db.batch_execute("VACUUM ANALYZE workflow_status")
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    let mut dedup = Vec::new();
+    for i in 0..3_000 {
+        let job = match i % 5 {
+            0 => serde_json::json!({"queue": "bulk", "handler": "noop"}),
+            1 => serde_json::json!({"queue": "bulk", "handler": "noop",
+                                    "ordering_key": format!("k{}", i % 100)}),
+            2 => serde_json::json!({"queue": "bulk", "handler": "noop",
+                                    "group": format!("g{}", i % 50)}),
+            3 => serde_json::json!({"queue": "bulk", "handler": "noop",
+                                    "run_at": "2999-01-01T00:00:00Z"}),
+            _ => {
+                let job = serde_json::json!({"queue": "bulk", "handler": "noop",
+                                             "dedup_id": format!("d{i}")});
+                dedup.push(job.clone());
+                job
+            }
+        };
+        jobs.push(job);
+    }
+    let scans = "SELECT coalesce(sum(pg_stat_get_xact_numscans(c.oid)), 0)::bigint \
+                 FROM pg_class c WHERE c.relname IN ('workflow_status', 'shardq_key_floors')";
+    let enqueue = "SELECT count(*) FILTER (WHERE is_new) FROM shardq_enqueue_many($1::jsonb)";
+    db.batch_execute("BEGIN").await.unwrap();
+    let before: i64 = db.query_one(scans, &[]).await.unwrap().get(0);
+    let all = Value::Array(jobs);
+    let written: i64 = db.query_one(enqueue, &[&all]).await.unwrap().get(0);
+    let again = Value::Array(dedup);
+    let written_again: i64 = db.query_one(enqueue, &[&again]).await.unwrap().get(0);
+    let after: i64 = db.query_one(scans, &[]).await.unwrap().get(0);
+    db.batch_execute("COMMIT").await.unwrap();
+    assert_eq!((written, written_again), (3_000, 0));
+    assert_eq!(after - before, 0, "sequential scans of the job tables");
+}

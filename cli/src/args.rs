@@ -60,13 +60,14 @@ pub enum Command {
     /// finishes the move (docs/operations.md).
     Reshard(ReshardArgs),
     /// Per queue: jobs by state summed over every shard, the oldest ready
-    /// job and the shard it is on; then any shard that did not answer.
+    /// job and the shard it is on; then any shard that did not answer, or
+    /// whose waiting and scheduled jobs took too long to count (bounded).
     /// `--shards` adds each shard's own counts and connections.
     Status {
         /// Each shard's own counts and connections too.
         #[arg(long)]
         shards: bool,
-        /// Print JSON (`queues`, `unanswered`, and `shards`) instead of tables.
+        /// Print JSON (`queues`, `unanswered`, `bounded`, and `shards`) instead of tables.
         #[arg(long)]
         json: bool,
     },

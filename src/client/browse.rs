@@ -88,6 +88,18 @@ pub struct ShardOverview {
 }
 
 impl ShardOverview {
+    /// Whether the counts of `state` are this shard's: false when it did
+    /// not answer, and, when its read was [`ShardOverview::bounded`], for
+    /// the states that read leaves out (`waiting`, `scheduled`,
+    /// `retrying`, `parked`).
+    pub fn counted(&self, state: ListState) -> bool {
+        let left_out = matches!(
+            state,
+            ListState::Waiting | ListState::Scheduled | ListState::Retrying | ListState::Parked
+        );
+        self.error.is_none() && !(self.bounded && left_out)
+    }
+
     /// Share of claim attempts on this shard that found every dequeue slot
     /// taken, over the live workers' counters (since each started); `None`
     /// before any attempt.

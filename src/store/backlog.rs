@@ -126,8 +126,9 @@ pub struct BoundedBacklog {
 const FULL_READ_SHARE: u32 = 2;
 
 /// [`read`] of every queue (only of `queue` when given) within
-/// `deadline` (and the shard's own), as every reader of queue depth reads
-/// each shard: the full read within half of
+/// `deadline` (and the shard's own: the client side gives up at that one,
+/// so a caller with a shorter deadline bounds the call itself), as every
+/// reader of queue depth reads each shard: the full read within half of
 /// what is left once a connection is lent; past that (a long transaction
 /// holding the horizon makes its counts of `waiting` and scheduled jobs
 /// walk every job that left those states since; or millions of such jobs

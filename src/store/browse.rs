@@ -343,10 +343,10 @@ pub async fn steps_of(shard: &Shard, id: JobId) -> Result<Vec<StepInfo>, ShardEr
 }
 
 /// Unfinished jobs on `shard` by queue and list state (`ready`, `waiting`,
-/// `scheduled`, `retrying`, `running`), from the queue-depth read
-/// ([`backlog::read_within`] `deadline`): `(queue, state, count)`, states
-/// with no job left out; and whether the read was bounded (its waiting and
-/// scheduled jobs left out).
+/// `scheduled`, `retrying`, `parked`, `running`), from the queue-depth
+/// read ([`backlog::read_within`] `deadline`): `(queue, state, count)`,
+/// states with no job left out; and whether the read was bounded (its
+/// waiting, scheduled, retrying and parked jobs not counted).
 ///
 /// # Errors
 ///

@@ -1,5 +1,6 @@
-//! The backlog's bounded read (`sql::QUEUE_BACKLOG_BOUNDED`, what the
-//! exporter reads when the full read runs past half its deadline): while a
+//! The backlog's bounded read (`sql::QUEUE_BACKLOG_BOUNDED`, what every
+//! reader of queue depth reads when the full read runs past half its
+//! deadline): while a
 //! long transaction holds the horizon, the full read's counts of `waiting`
 //! and scheduled jobs walk the dead entry of every job that left those
 //! states since; the bounded read reads none of those indexes and counts
@@ -89,18 +90,23 @@ async fn the_bounded_read_counts_ready_and_running_jobs_without_the_waits_indexe
     holder.batch_execute("COMMIT").await.unwrap();
 }
 
-/// Dead entries left in the scheduled indexes under a hold: enough for
-/// the full read to take several times its share of a short deadline
-/// (about 0.25 µs each on a 2-core host: some 250 ms).
+/// Dead entries left in the scheduled indexes under a hold, per round:
+/// about 0.25 µs each for the full read on a 2-core host.
 const DEAD_SCHEDULED: i64 = 1_000_000;
 
 /// The shards' statement deadline in the readers' test: the full read may
 /// take half of the client's deadline (a quarter longer), about 100 ms.
 const SHORT_STATEMENT_MS: u64 = 160;
 
+/// How long the full read must take, at least, before the readers are
+/// asked: 3× its share of [`SHORT_STATEMENT_MS`]'s deadline (more rounds
+/// of dead entries on a faster host).
+const FULL_READ_AT_LEAST: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// `shardq status`, `Client::depth` and the dashboard's overview read a
 /// shard's backlog within its deadline: while a hold keeps the dead
-/// entries of a million jobs that left the scheduled state, the full read
+/// entries of a million jobs or more that left the scheduled state (as
+/// many as make the full read take 3× its share), the full read
 /// runs past its share and each reader still answers, with the ready and
 /// running jobs counted and the shard named as bounded; once vacuum can
 /// remove those entries, the same readers count every state again.
@@ -121,21 +127,39 @@ async fn status_depth_and_the_overview_answer_bounded_while_the_full_read_runs_l
     let name = setup.get(0).name.clone();
     let db = common::connect(&shards.urls[0]).await;
     let holder = common::hold_snapshot(&shards.urls[0]).await;
-    db.batch_execute(&format!(
-        "INSERT INTO workflow_status (shard_key, queue, handler, status, run_at) \
-             SELECT 7, 'b', 'noop', 'scheduled', now() + interval '1 hour' \
-             FROM generate_series(1, {DEAD_SCHEDULED}); \
-         UPDATE workflow_status SET status = 'succeeded', \
-             finished_at = now() - interval '1 hour' WHERE queue = 'b'; \
-         INSERT INTO workflow_status (shard_key, queue, handler, ordering_key, status) \
+    let no_queue: Option<&str> = None;
+    for round in 1..=4 {
+        db.batch_execute(&format!(
+            "INSERT INTO workflow_status (shard_key, queue, handler, status, run_at) \
+                 SELECT 7, 'b', 'noop', 'scheduled', now() + interval '1 hour' \
+                 FROM generate_series(1, {DEAD_SCHEDULED}); \
+             UPDATE workflow_status SET status = 'succeeded', \
+                 finished_at = now() - interval '1 hour' \
+                 WHERE queue = 'b' AND status = 'scheduled'"
+        ))
+        .await
+        .unwrap();
+        let started = std::time::Instant::now();
+        db.query(sql::QUEUE_BACKLOG, &[&no_queue]).await.unwrap();
+        let took = started.elapsed();
+        if took >= FULL_READ_AT_LEAST {
+            break;
+        }
+        assert!(
+            round < 4,
+            "the full read took {took:?} over {round} million dead entries"
+        );
+    }
+    db.batch_execute(
+        "INSERT INTO workflow_status (shard_key, queue, handler, ordering_key, status) \
              SELECT 7, 'b', 'noop', 'k' || g, 'waiting' FROM generate_series(1, 5) g; \
          INSERT INTO workflow_status (shard_key, queue, handler, status, run_at) \
              SELECT 7, 'b', 'noop', 'scheduled', now() + interval '1 hour' \
              FROM generate_series(1, 3); \
          INSERT INTO workflow_status (shard_key, queue, handler) \
              SELECT 7, 'b', 'noop' FROM generate_series(1, 9); \
-         ANALYZE workflow_status"
-    ))
+         ANALYZE workflow_status",
+    )
     .await
     .unwrap();
     assert_eq!(crate::ready_floors::claim(&db, "b", 2).await.len(), 2);
@@ -174,9 +198,12 @@ async fn status_depth_and_the_overview_answer_bounded_while_the_full_read_runs_l
     );
     assert_eq!(b.count(ListState::Scheduled), 0);
 
-    // The hold ends and vacuum removes the dead entries: every state again.
+    // The hold ends and vacuum removes the dead entries: every state again
+    // (asked with the default deadline: the full read has to answer).
     holder.batch_execute("COMMIT").await.unwrap();
     db.batch_execute("VACUUM workflow_status").await.unwrap();
+    let client = Client::from_shards(setup.clone(), short.limits.clone());
+    let overview = OverviewOptions::default();
     let depth = client.depth("b").await.unwrap();
     assert!(depth.complete(), "{:?} {:?}", depth.bounded, depth.failed);
     assert_eq!(

@@ -641,7 +641,7 @@ async fn a_bulk_enqueue_of_every_kind_scans_no_job_table_on_empty_statistics() {
     let shards = TestShards::databases(1).await;
     shards.migrated(&shards.config("")).await;
     let db = common::connect(&shards.urls[0]).await;
-    db.batch_execute("VACUUM ANALYZE workflow_status")
+    db.batch_execute("VACUUM ANALYZE workflow_status, shardq_key_floors, shardq_group_round_moves")
         .await
         .unwrap();
     let mut jobs = Vec::new();
@@ -665,7 +665,9 @@ async fn a_bulk_enqueue_of_every_kind_scans_no_job_table_on_empty_statistics() {
         jobs.push(job);
     }
     let scans = "SELECT coalesce(sum(pg_stat_get_xact_numscans(c.oid)), 0)::bigint \
-                 FROM pg_class c WHERE c.relname IN ('workflow_status', 'shardq_key_floors')";
+                 FROM pg_class c \
+                 WHERE c.relname IN ('workflow_status', 'shardq_key_floors', \
+                                     'shardq_group_round_moves')";
     let enqueue = "SELECT count(*) FILTER (WHERE is_new) FROM shardq_enqueue_many($1::jsonb)";
     db.batch_execute("BEGIN").await.unwrap();
     let before: i64 = db.query_one(scans, &[]).await.unwrap().get(0);

@@ -46,7 +46,7 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print_queues(&queues);
+    print_queues(&queues, !bounded.is_empty());
     println!(
         "{} of {} shards answered{}",
         shards.len() - unanswered.len(),
@@ -63,9 +63,10 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
     }
     for s in &bounded {
         println!(
-            "{} ({}): ready and running jobs only: counting its waiting, retrying, delayed \
-             and parked jobs ran past half the shard's deadline (a long transaction holding \
-             the xmin horizon, or millions of such jobs; docs/operations.md)",
+            "{} ({}): ready and running jobs only (counts marked + leave the others out): \
+             counting its waiting, retrying, delayed and parked jobs ran past half the \
+             shard's deadline (a long transaction holding the xmin horizon, or millions of \
+             such jobs; docs/operations.md)",
             s.shard, s.target
         );
     }
@@ -91,7 +92,12 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn print_queues(queues: &[QueueSummary]) {
+/// The states a bounded read of a shard leaves out (`ShardStatus::backlog_bounded`).
+const LEFT_OUT_WHEN_BOUNDED: [&str; 4] = ["delayed", "retrying", "waiting", "parked"];
+
+/// The queue table; with `some_bounded`, the counts of the states a
+/// bounded shard left out are marked `+` (at least this many).
+fn print_queues(queues: &[QueueSummary], some_bounded: bool) {
     if queues.is_empty() {
         println!("no jobs on any shard that answered");
         return;
@@ -107,7 +113,9 @@ fn print_queues(queues: &[QueueSummary]) {
     for q in queues {
         print!("{:<20}", q.queue);
         for (state, _) in COLUMNS {
-            print!(" {:>10}", q.count(state));
+            let at_least = some_bounded && LEFT_OUT_WHEN_BOUNDED.contains(&state);
+            let count = format!("{}{}", q.count(state), if at_least { "+" } else { "" });
+            print!(" {count:>10}");
         }
         let oldest = q
             .oldest_ready_s
@@ -136,7 +144,12 @@ fn finished_estimate(shards: &[ShardStatus]) -> String {
 }
 
 fn print_shard(shard: &ShardStatus, all: &[ShardStatus]) {
-    println!("{} ({}): up", shard.shard, shard.target);
+    let bounded = if shard.backlog_bounded {
+        ", bounded: ready and running jobs only"
+    } else {
+        ""
+    };
+    println!("{} ({}): up{bounded}", shard.shard, shard.target);
     if let Some(n) = shard.connections {
         println!(
             "    connections: {} of max_connections {} ({} shardq, {} shardq-user, all processes)",

@@ -95,7 +95,9 @@ pub(crate) fn shard_queue_row(
             @for c in COLUMNS {
                 td class="count" data-shard=(s.shard) data-queue=(queue.queue) data-state=(c.as_str()) {
                     @let n = queue.count(c);
-                    @if n > 0 {
+                    @if !s.counted(c) {
+                        span class="muted" title="not counted: see the note above" { "?" }
+                    } @else if n > 0 {
                         a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (n) }
                     } @else { span class="muted" { "0" } }
                 }

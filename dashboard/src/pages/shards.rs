@@ -20,6 +20,10 @@ use std::time::Duration;
 /// What "recent" claims cover.
 const RECENT: Duration = Duration::from_secs(60);
 
+/// Why a bounded shard's waiting and scheduled counts are not shown.
+const BOUNDED: &str = "only ready and running jobs counted: counting the others ran past \
+    half the deadline (a long transaction holding the xmin horizon, or millions of such jobs)";
+
 /// One shard's row.
 struct ShardRow<'a> {
     shard: &'a ShardOverview,
@@ -34,12 +38,22 @@ struct ShardRow<'a> {
 }
 
 impl ShardRow<'_> {
-    /// Sick first: no answer, then the longest-waiting ready job, then the
-    /// slowest claims, then the highest lock-miss rate (of the last minute).
-    fn sickness(&self) -> (bool, Reverse<Duration>, Reverse<Duration>, Reverse<u64>) {
+    /// Sick first: no answer, then bounded counts, then the
+    /// longest-waiting ready job, then the slowest claims, then the highest
+    /// lock-miss rate (of the last minute).
+    fn sickness(
+        &self,
+    ) -> (
+        bool,
+        bool,
+        Reverse<Duration>,
+        Reverse<Duration>,
+        Reverse<u64>,
+    ) {
         let miss = self.recent.miss_rate().unwrap_or(0.0);
         (
             self.shard.error.is_none(),
+            !self.shard.bounded,
             Reverse(self.oldest_ready.unwrap_or_default()),
             Reverse(self.recent.mean().unwrap_or_default()),
             Reverse((miss * 1e6) as u64),
@@ -89,9 +103,10 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
     let body = html! {
         (maud::PreEscaped("<meta http-equiv=\"refresh\" content=\"5\">"))
         p class="muted" {
-            "Sick shards first: no answer, then the longest-waiting ready job, then the slowest claims, then the highest lock-miss rate. "
+            "Sick shards first: no answer, then bounded counts, then the longest-waiting ready job, then the slowest claims, then the highest lock-miss rate. "
             "Claims as the live workers' heartbeats report them, sampled every " (state.trends.interval.as_secs()) " s."
         }
+        (super::overview::bounded_note(&shards))
         table id="shard-rows" {
             tr {
                 th class="l" { "Shard" } th class="l" { "Server" } th class="l" { "State" }
@@ -107,6 +122,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
                     td class="l muted" { (r.shard.target) }
                     @match &r.shard.error {
                         Some(e) => td class="l down" data-state="unreachable" title=(e) { "no answer" },
+                        None if r.shard.bounded => td class="l down" data-state="bounded" title=(BOUNDED) { "up, bounded" },
                         None => td class="l up" data-state="up" { "up" },
                     }
                     td { @match r.connections {
@@ -128,7 +144,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
                     (owed_cell(r.owed.as_deref(), &names))
                     @for c in COLUMNS {
                         td class="count" data-shard=(r.shard.shard) data-state=(c.as_str()) {
-                            @if r.shard.error.is_some() { span class="muted" { "?" } }
+                            @if !r.shard.counted(c) { span class="muted" title=[r.shard.error.as_deref().or(Some(BOUNDED))] { "?" } }
                             @else { (r.count(c.as_str())) }
                         }
                     }

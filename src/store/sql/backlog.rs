@@ -141,7 +141,8 @@ pub const QUEUE_BACKLOG: &str = concat!(
 /// those two counts walk the dead entry of every job that left the state
 /// since (a keyed job's versions in `workflow_status_key`, a promoted
 /// one's in the scheduled index); this read passes only what the floors
-/// do, and is what the exporter reads when the full one runs past its
-/// share of the scrape's deadline (`store::backlog::read_within`).
+/// do, and is what every reader of queue depth (the exporter, `shardq
+/// status`, `Client::depth`, the dashboard) reads when the full one runs
+/// past its share of the deadline (`store::backlog::read_within`).
 pub const QUEUE_BACKLOG_BOUNDED: &str =
     concat!(backlog_ready!(), backlog_running!(), backlog_end!());

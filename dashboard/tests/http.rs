@@ -426,7 +426,11 @@ async fn the_overview_sums_each_queue_the_queue_page_shows_each_shard_and_a_hung
     ));
     let config = Config::from_toml(&common::toml(&urls, "")).unwrap();
     let client = Client::new(&config).unwrap();
-    let (addr, _stop) = serve(client, loopback()).await;
+    let options = DashboardOptions {
+        shard_deadline: Duration::from_secs(4),
+        ..loopback()
+    };
+    let (addr, _stop) = serve(client, options).await;
     let page = tokio::time::timeout(Duration::from_secs(20), async { get(addr, "/").await })
         .await
         .expect("the page came despite the frozen shard");

@@ -326,7 +326,7 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
     let config = shardq::Config::from_toml(&common::toml(&urls, "")).unwrap();
     let mut options = loopback();
     options.trend_interval = Duration::from_secs(1);
-    options.shard_deadline = Duration::from_secs(4);
+    options.shard_deadline = Duration::from_secs(8);
     let (addr, _stop) = serve(shardq::Client::new(&config).unwrap(), options).await;
     let driver = start_driver(&driver).await;
     let browser = open_browser(&driver, &chromium).await;
@@ -335,7 +335,7 @@ async fn at_sixteen_shards_an_operator_reads_each_queue_once_and_opens_one() {
     browser.goto(&format!("http://{addr}/")).await.unwrap();
     assert!(
         asked.elapsed() < Duration::from_secs(15),
-        "the overview waited {:?} on the frozen shard (its deadline is 4 s)",
+        "the overview waited {:?} on the frozen shard (its deadline is 8 s)",
         asked.elapsed()
     );
     assert_eq!(

@@ -7,13 +7,14 @@ use super::error::ClientError;
 use super::handle::Client;
 use crate::job::JobId;
 use crate::shards::{Shard, ShardError};
+use crate::store::backlog::StateCounts;
 use crate::store::browse::{
     self, FinishedSince, JobFilter, JobSummary, ListPage, ListState, Position, StepInfo,
 };
 use crate::store::jobs::{self, JobInfo};
 use crate::store::queues;
 use crate::store::workers::{self, WorkerRow};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
@@ -29,6 +30,11 @@ pub struct OverviewOptions {
     pub window: Duration,
     /// A worker whose last heartbeat is older than this is not live.
     pub worker_ttl: Duration,
+    /// Dead, failed and cancelled jobs are counted up to this many (at
+    /// least 1) per queue, state and shard; past it the count is a floor
+    /// ([`QueueOverview::at_least`]), so the read costs the queues times
+    /// the cap however many such jobs retention keeps.
+    pub failed_count_cap: i64,
 }
 
 impl Default for OverviewOptions {
@@ -39,6 +45,8 @@ impl Default for OverviewOptions {
             bucket: Duration::from_secs(10),
             window: Duration::from_secs(300),
             worker_ttl: crate::heartbeat::HEARTBEAT_TTL,
+            // Counting 10,000 index entries takes a few milliseconds.
+            failed_count_cap: 10_000,
         }
     }
 }
@@ -51,6 +59,9 @@ pub struct QueueOverview {
     /// Jobs by list state (`ready`, `scheduled`, `retrying`, `running`,
     /// `waiting`, `dead`, `cancelled`, `failed`); absent states are 0.
     pub counts: BTreeMap<String, i64>,
+    /// The states whose count stopped at the cap
+    /// ([`OverviewOptions::failed_count_cap`]): there are more than shown.
+    pub at_least: BTreeSet<String>,
     /// How long the longest-waiting ready job has been due.
     pub oldest_ready: Option<Duration>,
     /// Jobs finished per bucket, oldest bucket first, the last one the
@@ -93,10 +104,9 @@ impl ShardOverview {
     /// the states that read leaves out (`waiting`, `scheduled`,
     /// `retrying`, `parked`).
     pub fn counted(&self, state: ListState) -> bool {
-        let left_out = matches!(
-            state,
-            ListState::Waiting | ListState::Scheduled | ListState::Retrying | ListState::Parked
-        );
+        let left_out = state
+            .backlog_state()
+            .is_some_and(StateCounts::left_out_when_bounded);
         self.error.is_none() && !(self.bounded && left_out)
     }
 
@@ -397,11 +407,15 @@ async fn shard_overview(
     }
     // Half the deadline: the overview's other reads need the rest.
     let (unfinished, bounded) = browse::unfinished_counts(shard, options.deadline / 2).await?;
-    let counts = unfinished
-        .into_iter()
-        .chain(browse::failed_counts(shard).await?);
-    for (queue, state, n) in counts {
+    for (queue, state, n) in unfinished {
         *entry(&mut queues, queue).counts.entry(state).or_default() += n;
+    }
+    for failed in browse::failed_counts(shard, options.failed_count_cap).await? {
+        let q = entry(&mut queues, failed.queue);
+        *q.counts.entry(failed.state.clone()).or_default() += failed.count;
+        if failed.more {
+            q.at_least.insert(failed.state);
+        }
     }
     let buckets = (options.window.as_secs() / options.bucket.as_secs().max(1)).max(1) as usize;
     for (queue, ago, n) in browse::completions_recent(shard, options.bucket, options.window).await?

@@ -22,9 +22,6 @@ use std::time::{Duration, Instant};
 /// that vanished when its queue drained would read as stale, not as 0.
 pub const STATES: [&str; 6] = StateCounts::STATES;
 
-/// The states a bounded read counts (`store::backlog::read_within`).
-const BOUNDED_STATES: [&str; 2] = ["queued", "running"];
-
 /// What one shard answered in one scrape.
 #[derive(Debug, Clone)]
 pub struct ShardBacklog {
@@ -267,7 +264,7 @@ impl Collector for Exposition {
             MetricType::Gauge,
             self.shards.iter().flat_map(|s| {
                 s.queues.iter().flat_map(move |(queue, (counts, _))| {
-                    let counted = move |state: &&str| !s.bounded || BOUNDED_STATES.contains(state);
+                    let counted = move |state: &&str| !s.bounded || !StateCounts::left_out_when_bounded(state);
                     STATES.iter().zip(counts).filter(move |(state, _)| counted(state)).map(move |(state, n)| {
                         (
                             [

@@ -37,6 +37,26 @@ impl StateCounts {
         "queued", "waiting", "retrying", "delayed", "parked", "running",
     ];
 
+    /// The states a bounded read ([`read_within`]) counts: the others it
+    /// leaves out (zero, [`BoundedBacklog::bounded`]).
+    pub const COUNTED_WHEN_BOUNDED: [&'static str; 2] = ["queued", "running"];
+
+    /// Whether a bounded read leaves `state` (one of
+    /// [`StateCounts::STATES`]) out: `waiting`, `retrying`, `delayed` and
+    /// `parked`.
+    pub fn left_out_when_bounded(state: &str) -> bool {
+        Self::STATES.contains(&state) && !Self::COUNTED_WHEN_BOUNDED.contains(&state)
+    }
+
+    /// The count of `state` (one of [`StateCounts::STATES`]; 0 for any
+    /// other name).
+    pub fn get(&self, state: &str) -> i64 {
+        Self::STATES
+            .iter()
+            .position(|s| *s == state)
+            .map_or(0, |i| self.counts()[i])
+    }
+
     /// The counts, in the order of [`StateCounts::STATES`].
     pub fn counts(&self) -> [i64; 6] {
         [

@@ -72,6 +72,22 @@ impl ListState {
         }
     }
 
+    /// Its name among the queue-depth counts ([`backlog::StateCounts::STATES`]:
+    /// `ready` is `queued`, `scheduled` is `delayed`); `None` for a
+    /// finished state, which those counts leave out.
+    pub fn backlog_state(self) -> Option<&'static str> {
+        match self {
+            ListState::Ready => Some("queued"),
+            ListState::Scheduled => Some("delayed"),
+            ListState::Waiting | ListState::Retrying | ListState::Parked | ListState::Running => {
+                Some(self.as_str())
+            }
+            ListState::Succeeded | ListState::Dead | ListState::Failed | ListState::Cancelled => {
+                None
+            }
+        }
+    }
+
     /// The list named `text`.
     pub fn parse(text: &str) -> Option<ListState> {
         ListState::ALL.into_iter().find(|s| s.as_str() == text)
@@ -240,7 +256,23 @@ fn summary(r: &Row) -> JobSummary {
     }
 }
 
-/// Dead, failed and cancelled jobs on `shard` by queue: `(queue, state, count)`.
+/// Dead, failed and cancelled jobs on `shard` by queue and state, each
+/// counted up to `cap` ([`sql::FAILED_COUNTS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedCount {
+    /// Queue.
+    pub queue: String,
+    /// `dead`, `failed` or `cancelled`.
+    pub state: String,
+    /// The jobs, at most the cap.
+    pub count: i64,
+    /// Whether there are more than the cap: `count` is then the cap.
+    pub more: bool,
+}
+
+/// [`FailedCount`]s of `shard`, each counted up to `cap` jobs (at least
+/// 1): the read costs the queues' pairs times the cap, however many such
+/// jobs retention keeps.
 ///
 /// # Errors
 ///
@@ -249,11 +281,22 @@ fn summary(r: &Row) -> JobSummary {
 /// # Cancel safety
 ///
 /// Cancel safe (a read).
-pub async fn failed_counts(shard: &Shard) -> Result<Vec<(String, String, i64)>, ShardError> {
-    let rows = exec::query(shard, sql::FAILED_COUNTS, &[]).await?;
+pub async fn failed_counts(shard: &Shard, cap: i64) -> Result<Vec<FailedCount>, ShardError> {
+    let cap = cap.max(1);
+    // One more than the cap: whether there are more.
+    let limit = cap.saturating_add(1);
+    let rows = exec::query(shard, sql::FAILED_COUNTS, &[(&limit, Type::INT8)]).await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get("queue"), r.get("state"), r.get("count")))
+        .map(|r| {
+            let n: i64 = r.get("count");
+            FailedCount {
+                queue: r.get("queue"),
+                state: r.get("state"),
+                count: n.min(cap),
+                more: n > cap,
+            }
+        })
         .collect())
 }
 
@@ -362,17 +405,11 @@ pub async fn unfinished_counts(
     let mut out = Vec::new();
     let backlog = backlog::read_within(shard, None, deadline).await?;
     for q in backlog.queues {
-        let d = q.depth;
-        let states = [
-            (ListState::Ready, d.queued),
-            (ListState::Waiting, d.waiting),
-            (ListState::Scheduled, d.delayed),
-            (ListState::Retrying, d.retrying),
-            (ListState::Parked, d.parked),
-            (ListState::Running, d.running),
-        ];
-        for (state, n) in states.into_iter().filter(|(_, n)| *n > 0) {
-            out.push((q.queue.clone(), state.as_str().to_string(), n));
+        for state in ListState::ALL {
+            let n = state.backlog_state().map_or(0, |s| q.depth.get(s));
+            if n > 0 {
+                out.push((q.queue.clone(), state.as_str().to_string(), n));
+            }
         }
     }
     Ok((out, backlog.bounded))

@@ -119,10 +119,11 @@ async fn status_depth_and_the_overview_answer_bounded_while_the_full_read_runs_l
 
     let shards = common::TestShards::databases(1).await;
     let setup = shards.migrated(&shards.config("")).await;
-    let short = shards.config(&format!(
+    let short_settings = format!(
         "[database]\nstatement_timeout_ms = {SHORT_STATEMENT_MS}\n\
          [dequeue]\nclaim_budget_max_ms = 100\n"
-    ));
+    );
+    let short = shards.config(&short_settings);
     let client = Client::from_shards(ShardSet::connect(&short).unwrap(), short.limits.clone());
     let name = setup.get(0).name.clone();
     let db = common::connect(&shards.urls[0]).await;
@@ -197,6 +198,22 @@ async fn status_depth_and_the_overview_answer_bounded_while_the_full_read_runs_l
         (7, 2)
     );
     assert_eq!(b.count(ListState::Scheduled), 0);
+    // `shardq status` itself: the shard named, and the columns its read
+    // left out (ready, scheduled, retrying, running, waiting, parked, …)
+    // marked as at least.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shards.toml");
+    std::fs::write(&path, shards.toml(&short_settings)).unwrap();
+    let (ok, out) = shardq_harness::exe::shardq_output(&path, &["status"]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("ready and running jobs only"), "{out}");
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("b "))
+        .unwrap_or_else(|| panic!("no row for b:\n{out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[1..7], ["7", "0+", "0+", "2", "0+", "0+"], "{out}");
 
     // The hold ends and vacuum removes the dead entries: every state again
     // (asked with the default deadline: the full read has to answer).

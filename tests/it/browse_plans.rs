@@ -131,9 +131,20 @@ async fn each_dashboard_read_uses_the_partial_index_of_its_state() {
         plan.contains("workflow_status_finished") && !plan.contains("Seq Scan"),
         "the trend reads a range of the finished index: {plan}"
     );
-    let plan = explain(&db, sql::FAILED_COUNTS, &[]).await;
+    let limit = 10_001i64;
+    let plan = explain(&db, sql::FAILED_COUNTS, &[(&limit, Type::INT8)]).await;
+    // The first pair, each next pair, each pair's count: three scans of
+    // that index, in its order (no bitmap; the one sort is of the pairs
+    // counted, by queue).
+    let sorts: Vec<&str> = plan.lines().filter(|l| l.contains("Sort Key")).collect();
     assert!(
-        plan.contains("Index Only Scan using workflow_status_failed_queue"),
+        plan.matches("Index Only Scan using workflow_status_failed_queue")
+            .count()
+            == 3
+            && sorts.iter().all(|l| l.contains("Sort Key: pairs.queue"))
+            && !["Seq Scan", "Bitmap", "workflow_status_failed "]
+                .iter()
+                .any(|s| plan.contains(s)),
         "the dead, failed and cancelled counts read their index alone: {plan}"
     );
     let queue = "q";

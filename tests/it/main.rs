@@ -39,6 +39,7 @@ mod enqueue_retry;
 mod events;
 mod examples;
 mod executor_queues;
+mod failed_counts;
 mod fencing;
 mod frozen_shard;
 mod fuzz;

@@ -3,7 +3,8 @@
 
 use anyhow::Result;
 use shardq::client::{
-    summarize, Holder, Horizon, QueueSummary, ScheduleStatus, ShardStatus, ALL_FINISHED,
+    summarize, Holder, Horizon, QueueSummary, ScheduleStatus, ShardStatus, StateCounts,
+    ALL_FINISHED,
 };
 use shardq::config::Config;
 use shardq::Client;
@@ -92,9 +93,6 @@ pub async fn run(config: &Config, per_shard: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The states a bounded read of a shard leaves out (`ShardStatus::backlog_bounded`).
-const LEFT_OUT_WHEN_BOUNDED: [&str; 4] = ["delayed", "retrying", "waiting", "parked"];
-
 /// The queue table; with `some_bounded`, the counts of the states a
 /// bounded shard left out are marked `+` (at least this many).
 fn print_queues(queues: &[QueueSummary], some_bounded: bool) {
@@ -113,7 +111,7 @@ fn print_queues(queues: &[QueueSummary], some_bounded: bool) {
     for q in queues {
         print!("{:<20}", q.queue);
         for (state, _) in COLUMNS {
-            let at_least = some_bounded && LEFT_OUT_WHEN_BOUNDED.contains(&state);
+            let at_least = some_bounded && StateCounts::left_out_when_bounded(state);
             let count = format!("{}{}", q.count(state), if at_least { "+" } else { "" });
             print!(" {count:>10}");
         }

@@ -6,7 +6,7 @@ use super::{age, q};
 use crate::chart;
 use maud::{html, Markup};
 use shardq::client::{ListState, QueueOverview, ShardOverview, WorkerRow};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// The count columns, in lifecycle order.
@@ -26,6 +26,8 @@ pub(crate) struct QueueAcross {
     pub queue: String,
     /// Jobs by list state, summed.
     pub counts: BTreeMap<String, i64>,
+    /// The states some shard counted only up to the cap: there are more.
+    pub at_least: BTreeSet<String>,
     /// The longest any ready job of the queue has been due, and its shard.
     pub oldest_ready: Option<(Duration, String)>,
     /// Finished per time bucket, summed bucket by bucket.
@@ -52,6 +54,7 @@ pub(crate) fn across(shards: &[ShardOverview]) -> Vec<QueueAcross> {
                 .or_insert_with(|| QueueAcross {
                     queue: queue.queue.clone(),
                     counts: BTreeMap::new(),
+                    at_least: BTreeSet::new(),
                     oldest_ready: None,
                     completions: Vec::new(),
                     paused_on: Vec::new(),
@@ -61,6 +64,7 @@ pub(crate) fn across(shards: &[ShardOverview]) -> Vec<QueueAcross> {
             for (state, n) in &queue.counts {
                 *row.counts.entry(state.clone()).or_default() += n;
             }
+            row.at_least.extend(queue.at_least.iter().cloned());
             if let Some(d) = queue.oldest_ready {
                 if row.oldest_ready.as_ref().is_none_or(|(o, _)| d > *o) {
                     row.oldest_ready = Some((d, s.shard.clone()));
@@ -78,6 +82,14 @@ pub(crate) fn across(shards: &[ShardOverview]) -> Vec<QueueAcross> {
         }
     }
     by_name.into_values().collect()
+}
+
+/// A count as shown: `N+` when it stopped at the cap (there are more).
+pub(crate) fn amount(n: i64, at_least: bool) -> Markup {
+    html! {
+        @if at_least { span title="counted up to the cap per queue and shard: there are more" { (n) "+" } }
+        @else { (n) }
+    }
 }
 
 /// Queue `queue`'s row on shard `s` (the queue's page): its counts, linked
@@ -98,7 +110,7 @@ pub(crate) fn shard_queue_row(
                     @if !s.counted(c) {
                         span class="muted" title="not counted: see the note above" { "?" }
                     } @else if n > 0 {
-                        a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (n) }
+                        a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&queue.queue)) "&shard=" (q(&s.shard))} { (amount(n, queue.at_least.contains(c.as_str()))) }
                     } @else { span class="muted" { "0" } }
                 }
             }
@@ -131,5 +143,59 @@ pub(crate) fn worker_rows(rows: &[(&ShardOverview, &WorkerRow)]) -> Markup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue's row on a bounded shard: the states its read left out are
+    /// `?`, a count that stopped at the cap is `N+`, the rest plain.
+    #[test]
+    fn a_row_marks_uncounted_states_and_counts_at_the_cap() {
+        let queue = QueueOverview {
+            queue: "q".into(),
+            counts: [
+                ("ready", 7),
+                ("scheduled", 0),
+                ("dead", 5),
+                ("cancelled", 2),
+            ]
+            .into_iter()
+            .map(|(s, n)| (s.to_string(), n))
+            .collect(),
+            at_least: ["dead".to_string()].into(),
+            ..QueueOverview::default()
+        };
+        let shard = ShardOverview {
+            shard: "s0".into(),
+            target: String::new(),
+            error: None,
+            bounded: true,
+            queues: vec![queue.clone()],
+            workers: Vec::new(),
+        };
+        let row = shard_queue_row(&shard, &queue, 10, 300, false).into_string();
+        let cell = |state: &str| {
+            let start = row
+                .find(&format!("data-state=\"{state}\">"))
+                .unwrap_or_else(|| panic!("{state}: {row}"));
+            row[start..][..row[start..].find("</td>").unwrap()].to_string()
+        };
+        assert!(cell("scheduled").contains(">?</span>"), "{row}");
+        assert!(cell("waiting").contains(">?</span>"), "{row}");
+        assert!(cell("ready").contains(">7</a>"), "{row}");
+        assert!(cell("dead").contains(">5+</span>"), "{row}");
+        assert!(cell("cancelled").contains(">2</a>"), "{row}");
+        let unbounded = ShardOverview {
+            bounded: false,
+            ..shard
+        };
+        let row = shard_queue_row(&unbounded, &queue, 10, 300, false).into_string();
+        assert!(
+            row.contains("data-state=\"scheduled\"><span class=\"muted\">0</span>"),
+            "{row}"
+        );
     }
 }

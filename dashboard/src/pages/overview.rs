@@ -2,7 +2,7 @@
 //! shards answered and which did not, the live workers; refreshes itself
 //! every 5 s.
 
-use super::fleet::{across, worker_rows, COLUMNS};
+use super::fleet::{across, amount, worker_rows, COLUMNS};
 use super::{age, layout, q};
 use crate::chart;
 use crate::state::Shared;
@@ -164,7 +164,7 @@ fn queue_table(shards: &[ShardOverview], trends: &Trends, bucket_s: u64, window_
                             td class="count" data-queue=(r.queue) data-state=(c.as_str()) {
                                 @let n = r.count(c.as_str());
                                 @if n > 0 {
-                                    a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&r.queue))} { (n) }
+                                    a href={"/jobs?state=" (c.as_str()) "&queue=" (q(&r.queue))} { (amount(n, r.at_least.contains(c.as_str()))) }
                                 } @else { span class="muted" { "0" } }
                             }
                         }

@@ -4,7 +4,7 @@
 //! longest-waiting ready job, its live workers, and the wakes its finished
 //! children owe parents on other shards.
 
-use super::fleet::COLUMNS;
+use super::fleet::{amount, COLUMNS};
 use super::{age, layout};
 use crate::chart;
 use crate::claim_trends::ClaimSpan;
@@ -66,6 +66,11 @@ impl ShardRow<'_> {
             .iter()
             .map(|q| q.counts.get(state).copied().unwrap_or(0))
             .sum()
+    }
+
+    /// Whether some queue's count of `state` stopped at the cap.
+    fn at_least(&self, state: &str) -> bool {
+        self.shard.queues.iter().any(|q| q.at_least.contains(state))
     }
 }
 
@@ -145,7 +150,7 @@ pub(crate) async fn page(State(state): State<Shared>) -> Html<String> {
                     @for c in COLUMNS {
                         td class="count" data-shard=(r.shard.shard) data-state=(c.as_str()) {
                             @if !r.shard.counted(c) { span class="muted" title=[r.shard.error.as_deref().or(Some(BOUNDED))] { "?" } }
-                            @else { (r.count(c.as_str())) }
+                            @else { (amount(r.count(c.as_str()), r.at_least(c.as_str()))) }
                         }
                     }
                     td { @match r.oldest_ready { Some(d) => (age(d)), None => span class="muted" { "–" } } }

@@ -134,11 +134,30 @@ pub const JOBS_FINISHED: &str = concat!(
      ORDER BY workflow_status.finished_at DESC, workflow_status.id DESC LIMIT $8"
 );
 
-/// Dead, failed and cancelled jobs by queue and state, from
-/// `workflow_status_failed_queue` alone (migration 25): succeeded history
-/// is not walked, and no row of the table is read.
-pub const FAILED_COUNTS: &str = "SELECT queue, status AS state, count(*) FROM workflow_status \
-    WHERE status IN ('dead', 'failed', 'cancelled') GROUP BY 1, 2 ORDER BY 1, 2";
+/// Dead, failed and cancelled jobs by queue and state, each pair counted
+/// up to $1 jobs, from `workflow_status_failed_queue` alone (migration
+/// 25). The pairs are found by skipping through that index, one descent
+/// each, and each count reads at most $1 of its entries: the read costs
+/// the pairs times $1 however many such jobs retention keeps, and
+/// succeeded history is not walked.
+pub const FAILED_COUNTS: &str = "WITH RECURSIVE pairs AS ( \
+        (SELECT status, queue FROM workflow_status \
+         WHERE status IN ('dead', 'failed', 'cancelled') ORDER BY status, queue LIMIT 1) \
+        UNION ALL \
+        SELECT later.status, later.queue FROM pairs CROSS JOIN LATERAL ( \
+            SELECT status, queue FROM workflow_status \
+            WHERE status IN ('dead', 'failed', 'cancelled') \
+                AND (status, queue) > (pairs.status, pairs.queue) \
+            ORDER BY status, queue LIMIT 1) later \
+    ) \
+    SELECT pairs.queue, pairs.status AS state, counted.n AS count \
+    FROM pairs CROSS JOIN LATERAL ( \
+        SELECT count(*) AS n FROM ( \
+            SELECT FROM workflow_status \
+            WHERE status IN ('dead', 'failed', 'cancelled') \
+                AND status = pairs.status AND queue = pairs.queue \
+            LIMIT $1::bigint) capped \
+    ) counted ORDER BY 1, 2";
 
 /// Jobs finished in the last $2 seconds by queue and age bucket of $1
 /// seconds (0: the newest). A range of `workflow_status_finished`: it reads
